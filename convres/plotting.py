@@ -9,10 +9,8 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 import matplotlib
-
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 __all__ = ["figure", "plot_loss", "plot_sigma_min", "beta_colors"]
 
