@@ -1,0 +1,376 @@
+"""Rank collapse of softmax attention, the counterexamples, and what the residual does about it.
+
+Book chapter: *Rank collapse and the residual* (``book/rank_collapse.md``). Paper: arXiv:2506.05249,
+the discussion "why residual connections matter" (v1 and v4): softmax attention can degenerate
+towards a rank-one output, ``sigma_min(Attn(X)) -> 0``; with the residual ``Z = Attn(X) + beta X``
+the smallest singular value stays positive.
+
+For one sequence ``X`` (``n x d``, ``n <= d``) and weights ``W_Q, W_K`` (``d x d_qk``), ``W_V``
+(``d x d``) and an attention scale ``s``::
+
+    S       = softmax_rows( s X W_Q W_K^T X^T )      (book equation (model-S))
+    Attn(X) = S X W_V
+    Z       = Attn(X) + beta X                        (book equation (model-Z))
+
+Two ways ``S`` degenerates, both built here on explicit instances:
+
+* **uniform rows**, ``S -> 1 1^T / n``: the logits go to zero, e.g. the scale ``s = 1/d_qk`` with
+  Gaussian ``W_Q, W_K`` and growing ``d_qk`` (:func:`gaussian_instance`, :func:`dqk_sweep`), or a small
+  scale ``s``. Then ``Attn(X) -> (1/n) 1 1^T X W_V``, a rank-one matrix.
+* **saturated rows that pick the same token**, ``S -> 1 e_j^T``: one token ``j`` is every query's
+  favourite key and the scale is large (:func:`spiked_instance`, :func:`scale_sweep`). Then
+  ``Attn(X) -> 1 x_j^T W_V``, again rank one.
+
+All functions work in float64 and draw randomness only from explicit seeds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from .model import ModelConfig, attention_matrix, attention_scale, init_params
+from .rank import rank_one_residual
+
+__all__ = [
+    "MEASURES",
+    "attention_output",
+    "collapse_measures",
+    "measures_from_singular_values",
+    "gaussian_instance",
+    "spiked_instance",
+    "common_argmax",
+    "dqk_sweep",
+    "dqk_sweep_seeds",
+    "scale_sweep",
+    "weyl_lower_bound",
+    "value_counterexample",
+    "rank_one_floor",
+    "gd_instance",
+    "gd_collapse_runs",
+    "sigma_min_table",
+]
+
+#: The measures of :func:`collapse_measures`, in the order the book reports them.
+MEASURES = ("sigma_min", "sigma_max", "condition", "effective_rank", "stable_rank", "rank_one_residual")
+
+DTYPE = torch.float64
+
+
+def _check_int(name: str, value, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}; pass e.g. {name}={max(minimum, 4)}.")
+
+
+def _check_beta(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError(f"{name} must be a finite number, got {value!r}.")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0 (0 removes the residual), got {value!r}.")
+    return float(value)
+
+
+def _check_scale(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise ValueError(f"the attention scale s must be a positive finite number, got {value!r}.")
+    return float(value)
+
+
+def _check_matrix(name: str, M, ndim=(2, 3)) -> None:
+    if not isinstance(M, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(M).__name__}.")
+    if M.dim() not in ndim:
+        raise ValueError(f"{name} must have {' or '.join(map(str, ndim))} dimensions, got shape {tuple(M.shape)}.")
+
+
+def attention_output(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, W_V: torch.Tensor,
+                     s: float, beta: float = 0.0):
+    """``(S, Attn(X), Z)`` with ``S = softmax_rows(s X W_Q W_K^T X^T)``, ``Attn(X) = S X W_V`` and
+    ``Z = Attn(X) + beta X`` (book equations (model-S) and (model-Z)).
+
+    ``X`` is one sequence ``(n, d)`` or a batch ``(N, n, d)``; the results have the same leading
+    dimensions.
+    """
+    _check_matrix("X", X)
+    for name, W in (("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V)):
+        _check_matrix(name, W, ndim=(2,))
+        if W.shape[0] != X.shape[-1]:
+            raise ValueError(f"{name} has {W.shape[0]} rows but X has d={X.shape[-1]} features; "
+                             f"{name} must be (d x ...).")
+    if W_Q.shape != W_K.shape:
+        raise ValueError(f"W_Q and W_K must have the same shape (d x d_qk), got {tuple(W_Q.shape)} and {tuple(W_K.shape)}.")
+    s = _check_scale(s)
+    beta = _check_beta("beta", beta)
+    S = attention_matrix(X, W_Q, W_K, s)
+    A = S @ X @ W_V
+    return S, A, A + beta * X
+
+
+def measures_from_singular_values(sv: torch.Tensor) -> dict[str, np.ndarray]:
+    """``sigma_min``, ``sigma_max``, condition number, effective rank and stable rank from the
+    singular values ``sv`` (last dimension, in decreasing order, as ``torch.linalg.svdvals``
+    returns them) of a matrix or a batch of matrices.
+
+    Effective rank: ``exp`` of the entropy of ``sigma_i / sum_j sigma_j`` (Roy & Vetterli 2007);
+    stable rank: ``sum_i sigma_i^2 / sigma_max^2``; the same definitions as :mod:`convres.rank`.
+    """
+    if not isinstance(sv, torch.Tensor) or sv.dim() < 1:
+        raise ValueError(f"sv must be a tensor of singular values, got {getattr(sv, 'shape', type(sv))}.")
+    s_max, s_min = sv[..., 0], sv[..., -1]
+    p = sv / sv.sum(-1, keepdim=True)
+    entropy = -(torch.where(p > 0, p * torch.log(p), torch.zeros_like(p))).sum(-1)
+    out = {
+        "sigma_min": s_min,
+        "sigma_max": s_max,
+        "condition": s_max / s_min,
+        "effective_rank": torch.exp(entropy),
+        "stable_rank": (sv ** 2).sum(-1) / s_max ** 2,
+    }
+    return {k: v.detach().cpu().numpy() for k, v in out.items()}
+
+
+def collapse_measures(M: torch.Tensor) -> dict[str, float | np.ndarray]:
+    """The book's collapse measures of ``M`` (one ``n x k`` matrix, or a batch ``(..., n, k)``).
+
+    ``sigma_min`` and ``sigma_max`` (of the ``min(n, k)`` singular values), the condition number
+    ``sigma_max / sigma_min``, the effective rank, the stable rank, and the relative distance to the
+    nearest matrix with identical rows, ``min_x ||M - 1 x^T||_F / ||M||_F``
+    (:func:`convres.rank.rank_one_residual`). Floats for one matrix, arrays for a batch.
+    """
+    _check_matrix("M", M, ndim=tuple(range(2, 8)))
+    out: dict = measures_from_singular_values(torch.linalg.svdvals(M))
+    out["rank_one_residual"] = rank_one_residual(M, relative=True).detach().cpu().numpy()
+    if M.dim() == 2:
+        out = {k: float(v) for k, v in out.items()}
+    return out
+
+
+def gaussian_instance(n: int, d: int, d_qk: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """One random sequence and weights: ``X`` (``n x d``) with i.i.d. ``N(0, 1)`` entries and
+    ``W_Q, W_K`` (``d x d_qk``), ``W_V`` (``d x d``) with i.i.d. ``N(0, 1/d)`` entries, the book's
+    Gaussian initialization (:func:`convres.model.init_params`).
+
+    The columns of ``W_Q`` and ``W_K`` are drawn one after the other, so the first ``k`` columns of
+    an instance with ``d_qk = K >= k`` are an instance with ``d_qk = k``: a sweep over ``d_qk`` adds
+    query/key features to the *same* instance.
+    """
+    for name, v in (("n", n), ("d", d), ("d_qk", d_qk)):
+        _check_int(name, v)
+    if n > d:
+        raise ValueError(f"the book's collapse measures need n <= d (so that X can have full row rank n), "
+                         f"got n={n}, d={d}; use more features or fewer tokens.")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r}.")
+    gen = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, d, generator=gen, dtype=DTYPE)
+    W_V = torch.randn(d, d, generator=gen, dtype=DTYPE) / math.sqrt(d)
+    QK = torch.randn(d_qk, 2, d, generator=gen, dtype=DTYPE) / math.sqrt(d)  # column by column
+    return {"X": X, "W_Q": QK[:, 0, :].T.contiguous(), "W_K": QK[:, 1, :].T.contiguous(), "W_V": W_V}
+
+
+def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float = 6.0,
+                    token: int = 0) -> dict[str, torch.Tensor]:
+    """A Gaussian instance (:func:`gaussian_instance`) in which token ``token`` is every query's
+    favourite key: the saturated counterexample.
+
+    Feature 0 of ``X`` is set to 1 for every token (a constant feature, like a bias) and feature 1 to
+    ``1`` for ``token`` and ``0`` for all others (a marker). The weights get a rank-one "key direction":
+    ``W_Q += strength * e_0 e_0^T`` and ``W_K += strength * e_1 e_0^T``, which adds
+    ``s * strength^2`` to the logit of ``token`` in every row (plus Gaussian cross terms). For large
+    ``s`` every row of ``S`` then tends to ``e_token^T`` (check with :func:`common_argmax`).
+    """
+    if d < 3:
+        raise ValueError(f"spiked_instance needs d >= 3 (two structured features and Gaussian ones), got d={d}.")
+    if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < n:
+        raise ValueError(f"token must be an index in [0, n) = [0, {n}), got {token!r}.")
+    if isinstance(strength, bool) or not isinstance(strength, (int, float)) or not math.isfinite(strength):
+        raise TypeError(f"strength must be a finite number, got {strength!r}.")
+    inst = gaussian_instance(n, d, d_qk, seed)
+    X = inst["X"].clone()
+    X[:, 0] = 1.0
+    X[:, 1] = 0.0
+    X[token, 1] = 1.0
+    W_Q, W_K = inst["W_Q"].clone(), inst["W_K"].clone()
+    W_Q[0, 0] += strength
+    W_K[1, 0] += strength
+    return {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": inst["W_V"]}
+
+
+def common_argmax(S: torch.Tensor) -> int | None:
+    """The token every row of the attention matrix ``S`` (``n x n``) puts its largest weight on, or
+    ``None`` when the rows disagree."""
+    _check_matrix("S", S, ndim=(2,))
+    picks = torch.argmax(S, dim=-1)
+    return int(picks[0]) if bool((picks == picks[0]).all()) else None
+
+
+def _sweep(inst_at, points: Sequence, betas: Sequence[float]) -> dict[str, np.ndarray]:
+    """Shared loop of :func:`dqk_sweep` and :func:`scale_sweep`."""
+    betas = [_check_beta("betas[i]", b) for b in betas]
+    S_all, A_all, Z_all = [], [], []
+    for p in points:
+        X, W_Q, W_K, W_V, s = inst_at(p)
+        S, A, _ = attention_output(X, W_Q, W_K, W_V, s)
+        S_all.append(S)
+        A_all.append(A)
+        Z_all.append(torch.stack([A + b * X for b in betas]) if betas else A.new_zeros(0, *A.shape))
+    S, A, Z = torch.stack(S_all), torch.stack(A_all), torch.stack(Z_all)
+    n = S.shape[-1]
+    uniform = torch.full_like(S, 1.0 / n)
+    out = {f"attn_{k}": v for k, v in collapse_measures(A).items()}
+    out.update({f"Z_{k}": v for k, v in collapse_measures(Z).items()})  # (points, betas)
+    out["dist_uniform"] = torch.linalg.matrix_norm(S - uniform, ord=2).numpy()
+    picks = torch.argmax(S, dim=-1)                                      # (points, n)
+    top = S.mean(dim=-2).argmax(dim=-1)                                  # most attended token
+    one_hot = torch.nn.functional.one_hot(top, n).to(S.dtype).unsqueeze(-2).expand_as(S)
+    out["dist_one_hot"] = torch.linalg.matrix_norm(S - one_hot, ord=2).numpy()
+    out["same_argmax"] = (picks == picks[:, :1]).all(dim=-1).numpy()
+    out["sigma_min_X"] = np.array([float(torch.linalg.svdvals(inst_at(p)[0])[-1]) for p in points])
+    out["betas"] = np.asarray(betas, dtype=np.float64)
+    return out
+
+
+def dqk_sweep(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *, n: int = 8, d: int = 16,
+              seed: int = 0, scale: str = "1/d_qk") -> dict[str, np.ndarray]:
+    """The collapse measures of ``Attn(X)`` and of ``Z = Attn(X) + beta X`` as ``d_qk`` grows.
+
+    One :func:`gaussian_instance` with ``max(d_qks)`` query/key features; at each ``d_qk`` its first
+    ``d_qk`` columns are used, with the attention scale ``scale`` (``"1/d_qk"``: the logits shrink like
+    ``1/sqrt(d_qk)`` and ``S -> 1 1^T/n``; ``"1/sqrt(d_qk)"``: they stay of order one).
+
+    Returns a dict of arrays: ``d_qk``; ``attn_<measure>`` (one value per ``d_qk``) and
+    ``Z_<measure>`` (``len(d_qks) x len(betas)``) for every measure of :data:`MEASURES`;
+    ``dist_uniform = ||S - 1 1^T/n||_2``, ``dist_one_hot`` (distance of ``S`` to ``1 e_j^T`` for its
+    most attended token ``j``), ``same_argmax``, ``sigma_min_X`` and ``betas``.
+    """
+    if not isinstance(d_qks, Sequence) or len(d_qks) == 0:
+        raise ValueError(f"d_qks must be a non-empty list of positive integers, got {d_qks!r}.")
+    for v in d_qks:
+        _check_int("d_qks[i]", v)
+    if scale not in ("1/d_qk", "1/sqrt(d_qk)", "1"):
+        raise ValueError(f"scale must be '1/d_qk', '1/sqrt(d_qk)' or '1', got {scale!r}.")
+    inst = gaussian_instance(n, d, max(d_qks), seed)
+
+    def at(k):
+        s = attention_scale(ModelConfig(d=d, d_qk=k, m=1, scale=scale))
+        return inst["X"], inst["W_Q"][:, :k], inst["W_K"][:, :k], inst["W_V"], s
+
+    out = _sweep(at, list(d_qks), betas)
+    out["d_qk"] = np.asarray(d_qks, dtype=np.int64)
+    return out
+
+
+def dqk_sweep_seeds(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *,
+                    seeds: Sequence[int] = tuple(range(16)), **kwargs) -> dict[str, np.ndarray]:
+    """:func:`dqk_sweep` on one instance per seed, stacked: every array gets a leading seed
+    dimension (``d_qk`` and ``betas`` stay one-dimensional). For medians and quantiles over
+    instances: ``sigma_min`` of a single instance fluctuates a lot."""
+    if not isinstance(seeds, Sequence) or len(seeds) == 0:
+        raise ValueError(f"seeds must be a non-empty list of integers, got {seeds!r}.")
+    runs = [dqk_sweep(d_qks, betas, seed=s, **kwargs) for s in seeds]
+    out = {k: np.stack([r[k] for r in runs]) for k in runs[0] if k not in ("d_qk", "betas")}
+    out["d_qk"], out["betas"] = runs[0]["d_qk"], runs[0]["betas"]
+    return out
+
+
+def scale_sweep(scales: Sequence[float], betas: Sequence[float] = (0.1, 1.0), *,
+                instance: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """The collapse measures of ``Attn(X)`` and ``Z`` as the attention scale ``s`` varies on one
+    instance (e.g. :func:`spiked_instance`): small ``s`` gives uniform rows, large ``s`` saturated
+    rows. Same keys as :func:`dqk_sweep`, with ``scale`` instead of ``d_qk``."""
+    if not isinstance(scales, Sequence) or len(scales) == 0:
+        raise ValueError(f"scales must be a non-empty list of positive numbers, got {scales!r}.")
+    scales = [_check_scale(s) for s in scales]
+    missing = {"X", "W_Q", "W_K", "W_V"} - set(instance)
+    if missing:
+        raise ValueError(f"instance must hold X, W_Q, W_K and W_V (e.g. from spiked_instance), missing {sorted(missing)}.")
+    out = _sweep(lambda s: (instance["X"], instance["W_Q"], instance["W_K"], instance["W_V"], s),
+                 scales, betas)
+    out["scale"] = np.asarray(scales, dtype=np.float64)
+    return out
+
+
+def weyl_lower_bound(X: torch.Tensor, A: torch.Tensor, beta: float) -> float:
+    """``beta sigma_min(X) - ||A||_2``: by Weyl's inequality a lower bound on ``sigma_min(A + beta X)``
+    (book lemma ``rc-lem-residual``, part 1). Informative only when it is positive."""
+    _check_matrix("X", X, ndim=(2,))
+    _check_matrix("A", A, ndim=(2,))
+    if X.shape != A.shape:
+        raise ValueError(f"X and A must have the same shape, got {tuple(X.shape)} and {tuple(A.shape)}.")
+    beta = _check_beta("beta", beta)
+    return beta * float(torch.linalg.svdvals(X)[-1]) - float(torch.linalg.matrix_norm(A, ord=2))
+
+
+def value_counterexample(n: int = 6, d: int = 8, *, beta: float = 1.0, seed: int = 0,
+                         scale: float = 1.0, identity_attention: bool = False) -> dict[str, torch.Tensor]:
+    """The instance where the residual does *not* save the rank: ``W_V = -beta I``.
+
+    Then ``Z = S X W_V + beta X = beta (I - S) X`` and ``(I - S) 1 = 0`` for every row-stochastic
+    ``S``, so ``rank Z <= n - 1`` whatever ``X`` and the attention weights are. With
+    ``identity_attention=True`` the attention is pushed to ``S = I`` (``W_Q = W_K = I``, rows of
+    ``X`` of equal norm, a large ``scale``) and ``Z`` tends to the zero matrix.
+    Returns ``X, W_Q, W_K, W_V, S, A, Z``.
+    """
+    beta = _check_beta("beta", beta)
+    scale = _check_scale(scale)
+    inst = gaussian_instance(n, d, d, seed)
+    X, W_Q, W_K = inst["X"], inst["W_Q"], inst["W_K"]
+    if identity_attention:
+        X = X / torch.linalg.vector_norm(X, dim=-1, keepdim=True) * math.sqrt(d)
+        W_Q = W_K = torch.eye(d, dtype=DTYPE)
+    W_V = -beta * torch.eye(d, dtype=DTYPE)
+    S, A, Z = attention_output(X, W_Q, W_K, W_V, scale, beta)
+    return {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": W_V, "S": S, "A": A, "Z": Z}
+
+
+def rank_one_floor(Y: torch.Tensor) -> float:
+    """``1/2 sum_i ||Y_i - 1 ybar_i^T||_F^2`` with ``ybar_i`` the mean row of ``Y_i``: the smallest loss
+    (book equation (loss)) of any model whose output has identical rows within each sequence, as a
+    collapsed attention output forces when there is no residual."""
+    _check_matrix("Y", Y, ndim=(3,))
+    return 0.5 * float(rank_one_residual(Y).pow(2).sum())
+
+
+def gd_instance(*, N: int = 4, n: int = 4, d: int = 32, m: int = 32, d_qk: int = 1024,
+                scale: str | float = "1/d_qk", seed: int = 0):
+    """The data, initial weights and configuration of the book's gradient-descent experiment.
+
+    ``X`` and ``Y`` have i.i.d. ``N(0, 1)`` entries (:func:`convres.data.synthetic_regression`,
+    one target per token); the weights are the Gaussian initialization
+    (:func:`convres.model.init_params`) with ``d_qk`` query/key features and attention scale
+    ``scale`` (by default ``1/d_qk``: nearly uniform attention at initialization).
+    Returns ``(X, Y, params, cfg)`` with ``cfg.beta = 1``; use ``cfg.replace(beta=...)``.
+    """
+    from .data import synthetic_regression
+    for name, v in (("N", N), ("n", n), ("d", d), ("m", m), ("d_qk", d_qk)):
+        _check_int(name, v)
+    cfg = ModelConfig(d=d, d_qk=d_qk, m=m, c=1, beta=1.0, scale=scale)
+    X, Y = synthetic_regression(N, n, d, 1, seed=seed)
+    params = init_params(cfg, seed=seed + 1)
+    return X, Y, params, cfg
+
+
+def gd_collapse_runs(betas: Sequence[float] = (0.0, 1.0), *, mu: float = 0.002, steps: int = 600,
+                     record_every: int = 10, **instance) -> dict[float, object]:
+    """Gradient descent (:func:`convres.engine.gradient_descent_batch`) from the same
+    :func:`gd_instance` for every ``beta``: ``{beta: History}``."""
+    from .engine import gradient_descent_batch
+    betas = [_check_beta("betas[i]", b) for b in betas]
+    X, Y, params, cfg = gd_instance(**instance)
+    runs = gradient_descent_batch([params] * len(betas), X, Y, [cfg.replace(beta=b) for b in betas],
+                                  mu, steps, record_every=record_every)
+    return {b: h for b, (_, h) in zip(betas, runs)}
+
+
+def sigma_min_table(beta: float = 1.0, d_qks: Sequence[int] = (1, 4, 16, 64, 256, 1024, 4096, 16384), *,
+                    n: int = 8, d: int = 16, seed: int = 0) -> list[dict[str, float]]:
+    """``[{"d_qk", "sigma_min_attn", "sigma_min_residual"}, ...]``: ``sigma_min(Attn(X))`` and
+    ``sigma_min(Attn(X) + beta X)`` on one :func:`gaussian_instance` with scale ``1/d_qk``
+    (the ``rank-collapse`` command)."""
+    beta = _check_beta("beta", beta)
+    sw = dqk_sweep(list(d_qks), [beta], n=n, d=d, seed=seed)
+    return [{"d_qk": int(k), "sigma_min_attn": float(a), "sigma_min_residual": float(z)}
+            for k, a, z in zip(sw["d_qk"], sw["attn_sigma_min"], sw["Z_sigma_min"][:, 0])]

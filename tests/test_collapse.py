@@ -1,0 +1,127 @@
+"""The rank-collapse counterexamples and sweeps (convres.collapse)."""
+
+import numpy as np
+import pytest
+import torch
+
+from convres.collapse import (attention_output, collapse_measures, common_argmax, dqk_sweep,
+                              dqk_sweep_seeds, gaussian_instance, rank_one_floor, scale_sweep,
+                              sigma_min_table, spiked_instance, value_counterexample, weyl_lower_bound)
+from convres.model import ModelConfig, forward_trace, init_params
+from convres.rank import effective_rank
+
+
+def test_attention_output_matches_the_model():
+    cfg = ModelConfig(d=6, d_qk=3, m=4, beta=0.7)
+    params = init_params(cfg, seed=2)
+    X = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    W = {k.split(".")[1]: v for k, v in params.items() if k.startswith("layer1.")}
+    S, A, Z = attention_output(X, W["W_Q"], W["W_K"], W["W_V"], 1 / np.sqrt(3), 0.7)
+    tr = forward_trace(params, X, cfg)
+    assert torch.allclose(S, tr.S[0]) and torch.allclose(Z, tr.Z[0])
+    assert torch.allclose(Z - 0.7 * X, A)
+
+
+def test_collapse_measures_on_known_matrices():
+    m = collapse_measures(torch.eye(4, dtype=torch.float64))
+    assert m["sigma_min"] == pytest.approx(1) and m["condition"] == pytest.approx(1)
+    assert m["effective_rank"] == pytest.approx(4) and m["stable_rank"] == pytest.approx(4)
+    rank_one = torch.ones(5, 1, dtype=torch.float64) @ torch.randn(1, 7, dtype=torch.float64)
+    m = collapse_measures(rank_one)
+    assert m["sigma_min"] < 1e-12 and m["rank_one_residual"] < 1e-12
+    assert m["effective_rank"] == pytest.approx(1, abs=1e-6)
+    B = torch.randn(3, 2, 4, 6, dtype=torch.float64)
+    mb = collapse_measures(B)
+    assert mb["sigma_min"].shape == (3, 2)
+    assert np.allclose(mb["effective_rank"], effective_rank(B).numpy())
+
+
+def test_gaussian_instance_is_nested_in_d_qk_and_deterministic():
+    a, b = gaussian_instance(4, 8, 16, seed=3), gaussian_instance(4, 8, 5, seed=3)
+    assert torch.equal(a["W_Q"][:, :5], b["W_Q"]) and torch.equal(a["W_K"][:, :5], b["W_K"])
+    assert torch.equal(a["X"], b["X"]) and torch.equal(a["W_V"], b["W_V"])
+    assert not torch.equal(a["X"], gaussian_instance(4, 8, 16, seed=4)["X"])
+
+
+def test_uniform_collapse_as_d_qk_grows():
+    d_qks = [16, 256, 4096, 65536]
+    sw = dqk_sweep_seeds(d_qks, [1.0], seeds=range(8), n=6, d=12)
+    med = np.median(sw["dist_uniform"], axis=0)
+    slope = np.polyfit(np.log(d_qks), np.log(med), 1)[0]
+    assert -0.6 < slope < -0.4                       # logits ~ d_qk^(-1/2)
+    res = np.median(sw["attn_rank_one_residual"], axis=0)
+    assert res[-1] < res[0] / 10
+    assert np.median(sw["attn_sigma_min"][:, -1]) < 0.05 * np.median(sw["Z_sigma_min"][:, -1, 0])
+    assert sw["Z_sigma_min"].min() > 0.3             # the residual keeps sigma_min away from zero
+    # the usual 1/sqrt(d_qk) scale does not collapse
+    sq = dqk_sweep(d_qks, [1.0], n=6, d=12, scale="1/sqrt(d_qk)")
+    assert sq["dist_uniform"].min() > 0.3
+
+
+def test_saturated_collapse_picks_one_token():
+    inst = spiked_instance(6, 10, 8, seed=1, token=2)
+    ss = scale_sweep([1e-3, 1.0, 100.0], [1.0], instance=inst)
+    S = attention_output(inst["X"], inst["W_Q"], inst["W_K"], inst["W_V"], 100.0)[0]
+    assert common_argmax(S) == 2
+    assert ss["dist_one_hot"][-1] < 1e-10 and ss["dist_uniform"][0] < 0.05
+    assert ss["attn_sigma_min"][-1] < 1e-12 and ss["Z_sigma_min"][-1, 0] > 0.1
+
+
+def test_weyl_bound_holds_on_random_instances():
+    for seed in range(20):
+        g = gaussian_instance(5, 9, 4, seed=seed)
+        for beta in (0.1, 1.0, 5.0):
+            _, A, Z = attention_output(g["X"], g["W_Q"], g["W_K"], g["W_V"], 0.5, beta)
+            assert float(torch.linalg.svdvals(Z)[-1]) >= weyl_lower_bound(g["X"], A, beta) - 1e-12
+
+
+def test_value_counterexample_loses_rank_despite_residual():
+    for seed in range(5):
+        ce = value_counterexample(n=5, d=7, beta=0.8, seed=seed)
+        sv = torch.linalg.svdvals(ce["Z"])
+        assert float(torch.linalg.svdvals(ce["X"])[-1]) > 1e-3
+        assert float(sv[-1]) < 1e-12 * float(sv[0])
+        assert torch.allclose(ce["Z"], 0.8 * (torch.eye(5, dtype=torch.float64) - ce["S"]) @ ce["X"])
+    ce = value_counterexample(n=5, d=7, seed=0, scale=30.0, identity_attention=True)
+    assert float(torch.linalg.matrix_norm(ce["Z"], 2)) < 1e-12
+
+
+def test_rank_one_floor():
+    Y = torch.randn(3, 4, 2, dtype=torch.float64)
+    best = Y.mean(dim=1, keepdim=True).expand_as(Y)
+    assert rank_one_floor(Y) == pytest.approx(0.5 * float((Y - best).pow(2).sum()))
+    assert rank_one_floor(best.clone()) < 1e-20
+
+
+def test_sigma_min_table():
+    rows = sigma_min_table(1.0, d_qks=(4, 4096))
+    assert [r["d_qk"] for r in rows] == [4, 4096]
+    assert all(r["sigma_min_residual"] > 10 * r["sigma_min_attn"] for r in rows[1:])
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="n <= d"):
+        gaussian_instance(8, 4, 2)
+    with pytest.raises(ValueError, match="d_qk"):
+        gaussian_instance(2, 4, 0)
+    g = gaussian_instance(3, 4, 2)
+    with pytest.raises(ValueError, match="scale"):
+        attention_output(g["X"], g["W_Q"], g["W_K"], g["W_V"], -1.0)
+    with pytest.raises(ValueError, match="beta"):
+        attention_output(g["X"], g["W_Q"], g["W_K"], g["W_V"], 1.0, beta=-1)
+    with pytest.raises(ValueError, match="W_V"):
+        attention_output(g["X"], g["W_Q"], g["W_K"], torch.eye(5, dtype=torch.float64), 1.0)
+    with pytest.raises(ValueError, match="scale"):
+        dqk_sweep([1, 2], scale="2")
+    with pytest.raises(ValueError, match="token"):
+        spiked_instance(3, 5, 2, token=3)
+
+
+def test_cli_rank_collapse_json(capsys):
+    import json
+
+    from convres.cli import main
+    assert main(["rank-collapse", "--beta", "0.5", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert set(rows[0]) == {"d_qk", "sigma_min_attn", "sigma_min_residual"}
+    assert rows[-1]["d_qk"] > rows[0]["d_qk"] and rows[-1]["sigma_min_residual"] > 0.1

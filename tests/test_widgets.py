@@ -1,0 +1,50 @@
+"""The rank-collapse explorer, without a browser: its data, its figure and its update."""
+
+import numpy as np
+import pytest
+
+ipywidgets = pytest.importorskip("ipywidgets")
+
+from convres.widgets import explorer_data, explorer_figure, figure_png, rank_collapse_explorer, update_image  # noqa: E402
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_explorer_data_spectra_and_collapse():
+    lo, hi = explorer_data(1.0, 4, 6), explorer_data(1.0, 16384, 6)
+    assert lo["sv_attn"].shape == (6,) and hi["sv_Z"].shape == (6,)
+    assert np.all(np.diff(hi["sv_Z"]) <= 0)
+    assert hi["attn"]["rank_one_residual"] < lo["attn"]["rank_one_residual"]
+    assert hi["Z"]["sigma_min"] > 10 * hi["attn"]["sigma_min"]
+    zero = explorer_data(0.0, 64, 6)
+    assert np.allclose(zero["sv_Z"], zero["sv_attn"])       # beta = 0: Z is Attn(X)
+
+
+def test_explorer_figure_with_runs():
+    data = explorer_data(1.0, 1024, 4, gd_steps=5)
+    assert set(data["runs"]) == {0.0, 1.0}
+    fig = explorer_figure(data)
+    assert len(fig.axes) == 2 and len(fig.axes[1].lines) == 2
+    assert figure_png(fig).startswith(PNG)
+
+
+def test_update_changes_image_and_label():
+    img, label = ipywidgets.Image(format="png"), ipywidgets.HTML()
+    update_image(img, label, 1.0, 4, 5)
+    first = bytes(img.value)
+    assert first.startswith(PNG) and "sigma_min(Z)" in label.value
+    data = update_image(img, label, 0.2, 16384, 3)
+    assert bytes(img.value) != first and data["n"] == 3 and data["d_qk"] == 16384
+
+
+def test_sliders_redraw():
+    box = rank_collapse_explorer(beta=1.0, d_qk=64, n=4)
+    (s_beta, s_dqk), (s_n, _), label, image = box.children[0].children, box.children[1].children, *box.children[2:]
+    before = bytes(image.value)
+    assert before.startswith(PNG)
+    s_n.value = 6
+    assert bytes(image.value) != before
+    s_dqk.value = 4096
+    assert "sigma_min(Attn)" in label.value
+    with pytest.raises(ValueError, match="d_qk"):
+        rank_collapse_explorer(d_qk=3)
