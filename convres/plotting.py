@@ -2,6 +2,9 @@
 
 Every figure has an opaque white face (so it stays readable under a dark theme) and losses are on
 a log scale. Chapters call these functions instead of repeating plotting code.
+
+:func:`figure` detaches the new figure from pyplot's list of open figures, so a notebook shows a
+figure exactly once: where the cell returns it (end the cell with ``fig``).
 """
 
 from __future__ import annotations
@@ -12,13 +15,15 @@ import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 
-__all__ = ["figure", "plot_loss", "plot_sigma_min", "beta_colors"]
+__all__ = ["figure", "plot_loss", "plot_sigma_min", "beta_colors", "plot_band", "plot_simulations",
+           "plot_jena", "plot_sst2"]
 
 
 def figure(ncols: int = 1, nrows: int = 1, *, width: float = 4.2, height: float = 3.2, **kwargs):
     """A figure with an opaque white face and ``nrows x ncols`` axes (constrained layout)."""
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows),
                              layout="constrained", facecolor="white", squeeze=False, **kwargs)
+    plt.close(fig)  # shown where the cell returns it, never a second time by the inline backend
     for ax in axes.flat:
         ax.set_facecolor("white")
         ax.grid(True, which="major", alpha=0.3)
@@ -53,3 +58,96 @@ def plot_sigma_min(ax, histories: Mapping[str, "object"], *, which: str = "Z",
     ax.set_xlabel("gradient-descent step $t$")
     ax.set_ylabel(rf"$\sigma_{{\min}}({which}_t)$")
     ax.legend(frameon=False)
+
+
+# --- experiments (book chapters Simulations, Jena Climate, SST-2; convres.experiments) -------------
+
+def plot_band(ax, curves: Sequence[Sequence[float]], *, x=None, color=None, label=None,
+              log: bool = True) -> None:
+    """Median over seeds of several curves with a min-max band (log scale by default).
+
+    ``None`` entries (a run that stopped early, e.g. diverged) are left out of that step's band.
+    """
+    length = max(len(c) for c in curves)
+    arr = np.full((len(curves), length), np.nan)
+    for i, c in enumerate(curves):
+        arr[i, :len(c)] = [np.nan if v is None else v for v in c]
+    x = np.arange(length) if x is None else np.asarray(x)[:length]
+    with np.errstate(all="ignore"):
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            med, lo, hi = np.nanmedian(arr, 0), np.nanmin(arr, 0), np.nanmax(arr, 0)
+    ax.plot(x, med, color=color, label=label)
+    ax.fill_between(x, lo, hi, color=color, alpha=0.2, linewidth=0)
+    if log:
+        ax.set_yscale("log")
+
+
+def plot_simulations(result: Mapping):
+    """Chapter *Simulations*: loss curves per beta (median and band over seeds) and the measured
+    rate against the book's ``mu * sigma_min(H_0)^2``."""
+    runs, s = result["runs"], result["settings"]
+    betas = sorted({r["beta"] for r in runs})
+    colors = beta_colors(betas)
+    fig, (ax1, ax2) = figure(2)
+    for b, c in zip(betas, colors):
+        plot_band(ax1, [r["loss"] for r in runs if r["beta"] == b], color=c, label=rf"$\beta={b:g}$")
+        pts = [(s["mu"] * r["alpha0"], r["rate"]) for r in runs if r["beta"] == b]
+        ax2.scatter(*zip(*pts), color=c, label=rf"$\beta={b:g}$")
+    ax1.set_xlabel("gradient-descent step $t$")
+    ax1.set_ylabel(r"loss $\Phi(\theta_t)$")
+    ax1.legend(frameon=False)
+    ax2.set_xscale("log")
+    ax2.set_yscale("log")
+    lim = np.array(ax2.get_xlim())
+    ax2.plot(lim, lim, "k--", lw=0.8, label="rate = $\\mu\\,\\sigma_{\\min}(H_0)^2$")
+    ax2.set_xlabel(r"$\mu\,\sigma_{\min}(H_0)^2$ (the book's $\mu\alpha$ at $t=0$)")
+    ax2.set_ylabel("measured rate per step")
+    ax2.legend(frameon=False, fontsize=8)
+    return fig
+
+
+def plot_jena(result: Mapping):
+    """Chapter *Jena Climate*: training loss per beta (median and min-max band over seeds)."""
+    runs = result["runs"]
+    betas = sorted({r["beta"] for r in runs})
+    fig, ax = figure(1, width=5.5, height=3.6)
+    for b, c in zip(betas, beta_colors(betas)):
+        plot_band(ax, [r["loss"] for r in runs if r["beta"] == b], color=c, label=rf"$\beta={b:g}$")
+    ax.set_xlabel("gradient-descent step $t$")
+    ax.set_ylabel(r"training loss $\Phi(\theta_t)$")
+    ax.set_title(rf"Jena Climate, $N={result['N']}$ windows, $\mu={result['mu'] * 1e5:.3g}\times 10^{{-5}}$")
+    ax.legend(frameon=False)
+    return fig
+
+
+def plot_sst2(result: Mapping):
+    """Chapter *SST-2*: training loss and training error per depth, with (solid) and without
+    (dashed) residual connections, median and band over seeds."""
+    runs, s = result["runs"], result["settings"]
+    depths = sorted({r["L"] for r in runs})
+    cmap = matplotlib.colormaps["plasma"]
+    fig, (ax1, ax2) = figure(2)
+    for i, L in enumerate(depths):
+        color = cmap(0.1 + 0.7 * i / max(1, len(depths) - 1))
+        for beta, style in ((1.0, "-"), (0.0, "--")):
+            sel = [r for r in runs if r["L"] == L and r["beta"] == beta]
+            name = f"L={L}, " + ("residual" if beta else "no residual")
+            before = len(ax1.lines)
+            plot_band(ax1, [r["loss"] for r in sel], color=color, label=name)
+            before2 = len(ax2.lines)
+            xs = np.arange(0, s["steps"] + 1, s["error_every"])
+            plot_band(ax2, [r["error"] for r in sel], x=xs, color=color, label=name, log=False)
+            ax1.lines[before].set_linestyle(style)
+            ax2.lines[before2].set_linestyle(style)
+    ax1.set_xlabel("gradient-descent step $t$")
+    ax1.set_ylabel(r"training loss $\Phi(\theta_t)$")
+    ax2.set_xlabel("gradient-descent step $t$")
+    ax2.set_ylabel("training error (misclassified fraction)")
+    ax2.set_ylim(-0.02, 0.75)
+    ax2.legend(frameon=False, fontsize=7)
+    return fig
+
+
+EXPERIMENT_PLOTS = {"simulations": plot_simulations, "jena": plot_jena, "sst2": plot_sst2}
