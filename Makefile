@@ -1,6 +1,8 @@
 # The two commands of the README:
 #   make book   set up .venv (pinned, CPU build of PyTorch) and build the site into _build/html
 #   make test   unit tests, every chapter executed by nbval, strict book build, browser check
+# `make assets` installs the site's pinned JavaScript (MathJax, require.js, ipywidgets embed manager)
+# from the npm registry into web/node_modules (git-ignored); the book build copies it into the site.
 PYTHON      ?= python3
 VENV        ?= .venv
 BIN         := $(VENV)/bin
@@ -8,12 +10,15 @@ BIN         := $(VENV)/bin
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP       := $(VENV)/.convres-installed
 
-.PHONY: book test unit notebooks strict-build venv clean help
+NPM         ?= npm
+ASSETS      := web/node_modules/.convres-installed
+
+.PHONY: book test unit notebooks strict-build browser assets venv clean help
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make book   build the book into _build/html (creates $(VENV) on first use)"
-	@echo "make test   run every test: unit tests, notebooks (nbval), strict book build"
+	@echo "make test   run every test: unit tests, notebooks (nbval), strict book build, browser check"
 
 venv: $(STAMP)
 
@@ -27,20 +32,33 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/pip install --no-deps -e .
 	touch $(STAMP)
 
-book: $(STAMP)
+assets: $(ASSETS)
+
+$(ASSETS): web/package.json web/package-lock.json
+	@command -v $(NPM) >/dev/null 2>&1 || { echo "make assets needs npm (Node.js), e.g. apt-get install npm; set NPM=/path/to/npm"; exit 1; }
+	cd web && $(NPM) ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $(ASSETS)
+
+book: $(STAMP) $(ASSETS)
 	$(BIN)/jupyter-book build book
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q --ignore=tests/test_site.py
 
 notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=300 book
 
-strict-build: $(STAMP)
+strict-build: $(STAMP) $(ASSETS)
 	$(BIN)/jupyter-book build book -W -n --keep-going
 
+# Opens every page of _build/html in headless Chromium, offline; screenshots in _build/screenshots.
+browser: $(STAMP)
+	CONVRES_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/test_site.py -q
+
+# The browser check runs after the strict build, even under make -j.
 test: unit notebooks strict-build
+	$(MAKE) --no-print-directory browser
 
 clean:
 	rm -rf _build
