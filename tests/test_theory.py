@@ -1,0 +1,142 @@
+"""The theory's quantities (convres.theory): lemmas on random draws, the checker, the bound."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from convres import ModelConfig, init_params, synthetic_regression
+from convres.cli import main
+from convres.gd import loss_and_grad, stacked
+from convres.theory import (FLOAT_TOL, check_assumptions, collapse_counterexample, ffn_lemma,
+                            hessian_norm, hidden_matrices, rate_alpha, residual_lemma, sigma_nn,
+                            theorem_instance, theorem_run, verify_run)
+
+
+def small(seed=0, beta=1.0, **kw):
+    return theorem_instance(seed, beta=beta, N=2, n=3, d=8, **kw)
+
+
+def test_sigma_nn_is_the_nn_th_singular_value_and_zero_when_too_tall():
+    A = torch.diag(torch.tensor([3.0, 2.0, 0.5], dtype=torch.float64))
+    A = torch.cat([A, torch.zeros(3, 2, dtype=torch.float64)], 1)   # 3 x 5
+    assert sigma_nn(A) == pytest.approx(0.5)
+    assert sigma_nn(A.T) == 0.0                                      # 5 rows > 3 columns
+    with pytest.raises(ValueError, match="shape"):
+        sigma_nn(torch.zeros(3))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_pl_lemma_on_random_instances(seed):
+    """||grad Phi||^2 >= ||grad_{W_U} Phi||^2 >= 2 sigma_Nn(H)^2 Phi (eq. thm-pl)."""
+    for beta in (0.0, 0.5, 1.0):
+        params, X, Y, cfg = small(seed, beta)
+        phi, grads, _, H = loss_and_grad(params, X, Y, cfg)
+        g2 = sum(float(g.pow(2).sum()) for g in grads.values())
+        gU2 = float(grads["W_U"].pow(2).sum())
+        assert g2 >= gU2 >= 2 * sigma_nn(H) ** 2 * float(phi) * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_residual_and_ffn_lemmas_on_random_draws(seed):
+    gen = torch.Generator().manual_seed(seed)
+    beta = float(torch.rand(1, generator=gen)) * 2
+    L = 1 + seed % 2
+    cfg = ModelConfig(d=8, d_qk=8, m=8, c=1, L=L, beta=beta, activation=("relu", "gelu", "tanh")[seed % 3])
+    X, _ = synthetic_regression(2, 3, 8, 1, seed=seed)
+    params = init_params(cfg, seed=seed + 100)
+    for layer in range(1, L + 1):
+        r = residual_lemma(params, X, cfg, layer=layer)
+        assert r["sigma_Z"] >= r["weyl"] - 1e-10 and r["weyl"] >= r["crude"] - 1e-10
+        f = ffn_lemma(params, X, cfg, layer=layer)
+        assert f["sigma_H"] >= f["weyl"] - 1e-10 and f["weyl"] >= f["crude"] - 1e-10
+
+
+def test_counterexample_cancels_the_residual_and_beta_below_one_does_not():
+    params, X, cfg = collapse_counterexample(n=4, d=8)
+    Z = hidden_matrices(params, X, cfg)[0][0]
+    assert sigma_nn(stacked(X)) == pytest.approx(1.0)       # X has orthonormal rows: full rank
+    assert float(Z.norm()) < 1e-15                          # but Z = 0 up to round-off
+    params, X, cfg = collapse_counterexample(n=4, d=8, beta=0.5)
+    Z = hidden_matrices(params, X, cfg)[0][0]
+    assert sigma_nn(Z) == pytest.approx(0.5, abs=1e-12)     # Z = -X/2
+
+
+def test_hessian_norm_matches_the_exact_hessian_on_a_tiny_model():
+    params, X, Y, cfg = theorem_instance(0, N=1, n=2, d=3)
+    names = list(params)
+    flat = torch.cat([params[k].reshape(-1) for k in names])
+    sizes = [params[k].numel() for k in names]
+
+    def phi(v):
+        parts = torch.split(v, sizes)
+        return loss_fn({k: p.reshape(params[k].shape) for k, p, in zip(names, parts)})
+
+    from convres.model import loss
+    loss_fn = lambda p: loss(p, X, Y, cfg)  # noqa: E731
+    Hess = torch.autograd.functional.hessian(phi, flat)
+    exact = float(torch.linalg.eigvalsh(Hess).abs().max())
+    assert hessian_norm(params, X, Y, cfg, iters=300) == pytest.approx(exact, rel=1e-3)
+
+
+def test_checker_holds_on_a_good_instance_and_fails_where_it_should():
+    params, X, Y, cfg = small(0)
+    checks = {c.name: c for c in check_assumptions(params, X, Y, cfg)}
+    assert all(c.holds for c in checks.values()) and "non-vacuous rate" not in checks
+    # too many rows: N n = 12 > d = 8
+    p2, X2, Y2, cfg2 = theorem_instance(0, N=4, n=3, d=8)
+    assert not {c.name: c for c in check_assumptions(p2, X2, Y2, cfg2)}["width"].holds
+    # ReLU is not smooth
+    p3, X3, Y3, cfg3 = small(0, activation="relu")
+    assert not {c.name: c for c in check_assumptions(p3, X3, Y3, cfg3)}["smooth activation"].holds
+    # rank collapse of H_0: beta = 0 and uniform attention (all rows of a sequence equal)
+    p4, X4, Y4, cfg4 = small(0, beta=0.0)
+    p4["layer1.W_Q"] = torch.zeros_like(p4["layer1.W_Q"])
+    assert not {c.name: c for c in check_assumptions(p4, X4, Y4, cfg4)}["non-degenerate H_0"].holds
+    # a step too small for the horizon: vacuous guarantee
+    c = {c.name: c for c in check_assumptions(params, X, Y, cfg, mu=1e-9, steps=10)}
+    assert not c["non-vacuous rate"].holds
+    with pytest.raises(ValueError, match="pool"):
+        check_assumptions(params, X, Y[:, 0], cfg.replace(pool="mean"))
+
+
+@pytest.mark.parametrize("seed,beta,layers", [(0, 1.0, 1), (1, 1.0, 1), (2, 0.5, 1), (3, 1.0, 2)])
+def test_the_bound_holds_at_every_step_on_random_instances(seed, beta, layers):
+    params, X, Y, cfg = small(seed, beta, layers=layers)
+    r = theorem_run(params, X, Y, cfg, steps=60, seed=seed)
+    chk = r["check"]
+    assert r["alpha"] == pytest.approx(rate_alpha(params, X, cfg))
+    assert r["violations"] == 0 and r["max_excess"] <= FLOAT_TOL
+    assert (chk.pl_margin >= -1e-9).all()
+    assert (chk.descent_margin >= -1e-12 * r["initial_loss"]).all()
+    assert r["final_loss"] < r["initial_loss"]
+
+
+def test_verify_run_counts_a_violation():
+    params, X, Y, cfg = small(0)
+    r = theorem_run(params, X, Y, cfg, steps=20)
+    h = r["history"]
+    # a step size claimed 1000 times larger makes the bound (1 - mu alpha) false
+    fake = verify_run(h, np.ones(21), np.ones(21), r["mu"] * 1000, r["alpha"], r["L_hat"])
+    assert fake.violations > 0 and fake.max_excess > 0
+    with pytest.raises(ValueError, match="one value per iterate"):
+        verify_run(h, np.ones(3), np.ones(21), r["mu"], r["alpha"], r["L_hat"])
+
+
+def test_cli_theorem_json(capsys):
+    assert main(["theorem", "--steps", "30", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert list(out) == ["alpha", "mu", "mu_max", "sigma_min_Z0", "sigma_max_Z0", "assumptions_hold",
+                         "max_excess", "violations", "initial_loss", "final_loss", "steps"]
+    assert out["steps"] == 30 and out["violations"] == 0 and math.isfinite(out["alpha"])
+    assert out["mu"] <= out["mu_max"]
+
+
+def test_cli_theorem_without_residual_reports_a_vacuous_guarantee(capsys):
+    """The default instance with beta = 0: the bound is true but promises < 10% in 300 steps."""
+    assert main(["theorem", "--beta", "0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["assumptions_hold"] is False and out["violations"] == 0
+    assert out["mu"] * out["alpha"] * out["steps"] < math.log(1 / 0.9)
