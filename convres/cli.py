@@ -97,6 +97,142 @@ def _gd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- theorem: the book's linear-convergence theorem checked on a random instance -------------------
+
+THEOREM_FIELDS = ("alpha", "mu", "mu_max", "sigma_min_Z0", "sigma_max_Z0", "assumptions_hold",
+                  "max_excess", "violations", "initial_loss", "final_loss", "steps")
+
+
+def _theorem_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=int, default=0, help="seed of the data (weights: seed + 1; default 0)")
+    p.add_argument("--beta", type=nonnegative_float, default=1.0, help="residual coefficient (default 1)")
+    p.add_argument("--layers", type=positive_int, default=1, help="number of blocks L (default 1)")
+    p.add_argument("--steps", type=positive_int, default=300, help="gradient steps T (default 300)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+@command("theorem", "run GD with the theorem's step size and check Phi_{t+1} <= (1 - mu alpha) Phi_t "
+                    "at every step (book chapter 'The theorem')")(_theorem_args)
+def _theorem_run(args: argparse.Namespace) -> int:
+    from .theory import theorem_instance, theorem_run
+
+    r = theorem_run(*theorem_instance(args.seed, beta=args.beta, layers=args.layers), steps=args.steps)
+    summary = {k: r[k] for k in THEOREM_FIELDS}
+    if summary["max_excess"] != summary["max_excess"]:  # NaN: no step above the float floor
+        summary["max_excess"] = None
+    if args.json:
+        print_json(summary)
+    else:
+        for k, v in summary.items():
+            print(f"{k:>16}: {v}")
+        for a in r["assumptions"]:
+            print(f"  assumption {a['name']!r}: {a['statement']}: value {a['value']:.4g}, "
+                  f"threshold {a['threshold']:.4g}, holds={a['holds']}")
+    return 0
+
+
+# --- rank-collapse: sigma_min of Attn(X) with and without the residual as d_QK grows ---------------
+
+def _rank_collapse_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--beta", type=nonnegative_float, default=1.0, help="residual coefficient (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the Gaussian instance (default 0)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of {d_qk, sigma_min_attn, sigma_min_residual}")
+
+
+@command("rank-collapse", "sigma_min of Attn(X) and of Attn(X) + beta X for growing d_QK (scale 1/d_QK)")(_rank_collapse_args)
+def _rank_collapse_run(args: argparse.Namespace) -> int:
+    from .collapse import sigma_min_table
+
+    rows = sigma_min_table(args.beta, seed=args.seed)
+    if args.json:
+        print_json(rows)
+    else:
+        print(f"{'d_QK':>6}  {'sigma_min(Attn)':>16}  {'sigma_min(Attn + beta X)':>25}   (beta = {args.beta:g})")
+        for r in rows:
+            print(f"{r['d_qk']:>6}  {r['sigma_min_attn']:>16.3e}  {r['sigma_min_residual']:>25.3e}")
+    return 0
+
+
+# --- bench: the batched engine against a plain PyTorch loop (book chapter 'Performance') ----------
+
+def _bench_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", choices=("full", "book", "tiny"), default="full",
+                   help="sizes and repeats: full (the report), book (the chapter), tiny (tests); default full")
+    p.add_argument("--threads", type=int, default=1,
+                   help="PyTorch intra-op threads while timing (0: PyTorch's default; default 1)")
+    p.add_argument("--device", default="cpu", help="where both ways run: cpu, cuda, ... (default cpu)")
+    p.add_argument("--no-memory", action="store_true", help="skip the per-way memory measurement")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+@command("bench", "time a sweep of GD runs: plain PyTorch loop vs convres's batched engine; "
+                  "the result is also cached for the chapter 'Performance'")(_bench_args)
+def _bench_run(args: argparse.Namespace) -> int:
+    from .bench import cached_benchmark, format_report, run_benchmark
+
+    if args.threads < 0:
+        raise ValueError(f"--threads must be >= 0 (0: PyTorch's default), got {args.threads}.")
+    threads = args.threads or None
+    if args.no_memory:  # an incomplete result: not cached
+        result = run_benchmark(args.profile, threads=threads, device=args.device, memory=False)
+    else:  # always measured afresh, then cached for the chapter
+        result, _ = cached_benchmark(args.profile, threads=threads, device=args.device, refresh=True)
+    if args.json:
+        print_json(result)
+    else:
+        print(format_report(result))
+    return 0
+
+
+# --- reproduce: the book's experiments (chapters Simulations, Jena Climate, SST-2) ----------------
+
+def _reproduce_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", nargs="?", help="an experiment of --list, or 'all'")
+    p.add_argument("--list", action="store_true", help="list the experiments and their figures")
+    p.add_argument("--profile", choices=("smoke", "full"), default="smoke",
+                   help="smoke: the settings of the book's figures (default); full: more data/seeds/steps")
+    p.add_argument("--out", default="figures", help="folder for the PNG figures (default ./figures)")
+    p.add_argument("--refresh", action="store_true", help="recompute even if a cached result exists")
+    p.add_argument("--json", action="store_true", help="print the key numbers as one JSON object")
+
+
+@command("reproduce", "regenerate a figure of the book's experiments (cached; --list lists them)")(_reproduce_args)
+def _reproduce_run(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from .experiments import EXPERIMENTS, key_numbers, run_experiment
+
+    if args.list or args.name is None:
+        for name, e in EXPERIMENTS.items():
+            print(f"{name:<12} {e['title']}  [{e['chapter']}]")
+        print(f"{'all':<12} every experiment above")
+        return 0
+    names = list(EXPERIMENTS) if args.name == "all" else [args.name]
+    if names[0] not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {args.name!r}; choose one of {sorted(EXPERIMENTS)} or 'all' "
+                         "(see --list).")
+    from .plotting import EXPERIMENT_PLOTS
+
+    out, summary = Path(args.out), {}
+    for name in names:
+        t0 = time.perf_counter()
+        result = run_experiment(name, args.profile, progress=True, refresh=args.refresh)
+        fig = EXPERIMENT_PLOTS[name](result)
+        out.mkdir(parents=True, exist_ok=True)
+        png = out / f"{name}-{args.profile}.png"
+        fig.savefig(png, dpi=120, facecolor="white")
+        summary[name] = {"figure": str(png), "seconds": round(time.perf_counter() - t0, 2),
+                         **key_numbers(name, result)}
+        if not args.json:
+            print(f"{name}: {png} ({summary[name]['seconds']} s)")
+            for k, v in key_numbers(name, result).items():
+                print(f"  {k}: {v}")
+    if args.json:
+        print_json(summary[names[0]] if len(names) == 1 else summary)
+    return 0
+
+
 # --- entry point -----------------------------------------------------------------------------------
 
 def _import_subcommands() -> None:

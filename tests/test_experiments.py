@@ -1,0 +1,137 @@
+"""Experiments: settings, the runner and its cache, the data of the Jena and SST-2 tasks, the report's criteria, the CLI."""
+
+import json
+
+import numpy as np
+import pytest
+
+from convres import experiments as ex
+from convres.cli import main
+from convres.config import data_dir
+from convres.data import JENA_FEATURES
+
+TINY_SIM = dict(betas=[0.0, 1.0], seeds=[0], steps=20)
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def offline():
+    if not (data_dir() / "sst2" / "train.parquet").is_file():
+        pytest.skip("no offline data (set CONVRES_DATA_DIR)")
+
+
+def test_settings_are_copies_and_validated():
+    s = ex.settings("jena", "smoke")
+    s["betas"].append(7)
+    assert 7 not in ex.settings("jena", "smoke")["betas"]
+    with pytest.raises(ValueError, match="unknown experiment 'nope'"):
+        ex.settings("nope")
+    with pytest.raises(ValueError, match="unknown profile 'big'"):
+        ex.settings("jena", "big")
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['foo'\]"):
+        ex.run_experiment("simulations", overrides={"foo": 1})
+    for name in ex.EXPERIMENTS:  # the paper's sweeps: beta from 0 to 1, depths 2, 6, 10
+        for profile in ex.PROFILES:
+            s = ex.settings(name, profile)
+            if "betas" in s and name != "sst2":
+                assert 0.0 in s["betas"] and 1.0 in s["betas"] and len(s["seeds"]) >= 3
+    assert ex.settings("sst2")["depths"] == [2, 6, 10]
+
+
+def test_measured_rate_of_a_geometric_sequence():
+    loss = 5.0 * 0.9 ** np.arange(50)
+    assert ex.measured_rate(loss) == pytest.approx(0.1, rel=1e-12)
+    loss = np.r_[1.0, 0.5, 0.25, 1e-30, 1e-31]  # stops before the float floor
+    assert ex.measured_rate(loss) == pytest.approx(0.5, rel=1e-12)
+
+
+def test_simulations_run_and_cache(monkeypatch):
+    r = ex.run_experiment("simulations", overrides=TINY_SIM)
+    assert [x["beta"] for x in r["runs"]] == [0.0, 1.0]
+    assert all(len(x["loss"]) == 21 and x["loss"][-1] < x["loss"][0] for x in r["runs"])
+    assert all(x["bound_holds"] for x in r["runs"])
+    monkeypatch.setitem(ex._RUNNERS, "simulations", lambda *a, **k: pytest.fail("cache not used"))
+    assert ex.run_experiment("simulations", overrides=TINY_SIM) == r
+    k = ex.key_numbers("simulations", r)
+    assert set(k["median_rate_per_beta"]) == {"0", "1"}
+
+
+def test_same_result_after_a_second_computation():
+    a = ex.run_experiment("simulations", overrides=TINY_SIM)
+    b = ex.run_experiment("simulations", overrides=TINY_SIM, refresh=True)
+    assert a == b
+
+
+def test_jena_data_is_the_next_hour_temperature(offline):
+    s = ex.settings("jena", "full")
+    X, Y = ex.jena_data(s)
+    assert X.shape == (321, 24, 11) and Y.shape == (321, 24, 1)
+    t = list(JENA_FEATURES).index("T (degC)")
+    assert np.allclose(Y[:, :-1, 0], X[:, 1:, t])            # target = temperature one hour later
+    assert np.allclose(Y[:-1, -1, 0], X[1:, -2, t])         # ... also for the last position (stride 2)
+    flat = X[::12].reshape(-1, 11)                           # disjoint windows cover the rows
+    assert abs(float(flat.mean())) < 0.1
+
+
+def test_jena_tiny_run(offline):
+    r = ex.run_experiment("jena", overrides=dict(betas=[0.0, 1.0], seeds=[0, 1], steps=5, probe_steps=3,
+                                                 stride=24, end="2009-01-08 00:00"))
+    assert r["mu"] in [eta / r["N"] for eta in ex.settings("jena")["eta_grid"]]
+    assert len(r["runs"]) == 4 and all(len(x["loss"]) == 6 for x in r["runs"])
+
+
+def test_sst2_tiny_run(offline):
+    r = ex.run_experiment("sst2", overrides=dict(size=8, depths=[2], seeds=[0], steps=10, probe_steps=3,
+                                                 error_every=5, eta_grid=[0.1, 0.01]))
+    assert r["N"] == 8 and len(r["runs"]) == 2
+    for x in r["runs"]:
+        assert len(x["error"]) == 3 and all(0 <= e <= 1 for e in x["error"])
+        assert x["mu"] in (0.1 / 8, 0.01 / 8)
+
+
+def _fake(results_loss, betas):
+    return {"settings": {"steps": 10}, "runs": [
+        {"beta": b, "seed": s, "status": "max_steps", "loss": [1.0, v]}
+        for b, per_seed in zip(betas, results_loss) for s, v in enumerate(per_seed)]}
+
+
+def test_report_criteria_jena():
+    betas = [0.0, 0.1, 1.0]
+    rows = ex.claims({"jena": _fake([[5, 5, 5], [4, 4, 4], [1, 1, 1]], betas)})
+    assert [r["verdict"] for r in rows] == ["reproduced", "reproduced"]
+    rows = ex.claims({"jena": _fake([[5, 5, 5], [6, 4, 7], [1, 1, 1]], betas)})
+    assert [r["verdict"] for r in rows] == ["partly", "partly"]
+    rows = ex.claims({"jena": _fake([[1, 1, 1], [6, 6, 6], [3, 3, 3]], betas)})
+    assert [r["verdict"] for r in rows] == ["not reproduced", "not reproduced"]
+
+
+def test_report_criteria_sst2():
+    def fake(err):
+        return {"settings": {}, "runs": [
+            {"L": L, "beta": b, "seed": 0, "status": "max_steps", "loss": [1.0, e + 0.01], "error": [0.5, e]}
+            for (L, b), e in err.items()]}
+    good = {(2, 1.0): 0.2, (6, 1.0): 0.1, (10, 1.0): 0.0, (2, 0.0): 0.3, (6, 0.0): 0.4, (10, 0.0): 0.5}
+    assert [r["verdict"] for r in ex.claims({"sst2": fake(good)})] == ["reproduced"] * 3
+    bad = {(2, 1.0): 0.4, (6, 1.0): 0.5, (10, 1.0): 0.5, (2, 0.0): 0.3, (6, 0.0): 0.2, (10, 0.0): 0.1}
+    assert [r["verdict"] for r in ex.claims({"sst2": fake(bad)})] == ["not reproduced"] * 3
+
+
+def test_cli_list_and_errors(capsys):
+    assert main(["reproduce", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("simulations", "jena", "sst2", "all"))
+    assert main(["reproduce", "nope"]) == 2
+    assert "unknown experiment 'nope'" in capsys.readouterr().err
+
+
+def test_cli_reproduce_json(tmp_path, capsys, monkeypatch):
+    small = dict(ex.EXPERIMENTS["simulations"])
+    small["smoke"] = {**small["smoke"], **TINY_SIM}
+    monkeypatch.setitem(ex.EXPERIMENTS, "simulations", small)
+    assert main(["reproduce", "simulations", "--json", "--out", str(tmp_path)]) == 0
+    k = json.loads(capsys.readouterr().out)
+    assert set(k["median_rate_per_beta"]) == {"0", "1"} and (tmp_path / "simulations-smoke.png").is_file()
