@@ -32,25 +32,29 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from .model import ModelConfig, attention_matrix, attention_scale, init_params
-from .rank import rank_one_residual
+from .engine import torch_threads
+from .model import SCALES, ModelConfig, attention_scale, block, init_params
+from .model import loss as model_loss
+from .rank import rank_one_residual, singular_value_measures
 
 __all__ = [
     "MEASURES",
     "attention_output",
     "collapse_measures",
-    "measures_from_singular_values",
     "gaussian_instance",
+    "logit_margins",
     "spiked_instance",
     "common_argmax",
     "dqk_sweep",
     "dqk_sweep_seeds",
     "scale_sweep",
     "weyl_lower_bound",
+    "weyl_lower_bounds",
     "value_counterexample",
     "rank_one_floor",
     "gd_instance",
     "gd_collapse_runs",
+    "gd_attention_stats",
     "sigma_min_table",
 ]
 
@@ -91,6 +95,9 @@ def attention_output(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, W_V:
     """``(S, Attn(X), Z)`` with ``S = softmax_rows(s X W_Q W_K^T X^T)``, ``Attn(X) = S X W_V`` and
     ``Z = Attn(X) + beta X`` (book equations (model-S) and (model-Z)).
 
+    Computed by the model's own :func:`convres.model.block` (with the FFN switched off): once with
+    ``beta_attn = 0``, which gives ``Attn(X)`` exactly (no cancellation in ``Z - beta X``, which
+    matters when ``sigma_min(Attn(X))`` is at rounding level), and once with ``beta_attn = beta``.
     ``X`` is one sequence ``(n, d)`` or a batch ``(N, n, d)``; the results have the same leading
     dimensions.
     """
@@ -102,47 +109,31 @@ def attention_output(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, W_V:
                              f"{name} must be (d x ...).")
     if W_Q.shape != W_K.shape:
         raise ValueError(f"W_Q and W_K must have the same shape (d x d_qk), got {tuple(W_Q.shape)} and {tuple(W_K.shape)}.")
+    if W_V.shape[1] != X.shape[-1]:
+        raise ValueError(f"W_V must be (d x d) = ({X.shape[-1]} x {X.shape[-1]}) for the residual, got {tuple(W_V.shape)}.")
     s = _check_scale(s)
     beta = _check_beta("beta", beta)
-    S = attention_matrix(X, W_Q, W_K, s)
-    A = S @ X @ W_V
-    return S, A, A + beta * X
-
-
-def measures_from_singular_values(sv: torch.Tensor) -> dict[str, np.ndarray]:
-    """``sigma_min``, ``sigma_max``, condition number, effective rank and stable rank from the
-    singular values ``sv`` (last dimension, in decreasing order, as ``torch.linalg.svdvals``
-    returns them) of a matrix or a batch of matrices.
-
-    Effective rank: ``exp`` of the entropy of ``sigma_i / sum_j sigma_j`` (Roy & Vetterli 2007);
-    stable rank: ``sum_i sigma_i^2 / sigma_max^2``; the same definitions as :mod:`convres.rank`.
-    """
-    if not isinstance(sv, torch.Tensor) or sv.dim() < 1:
-        raise ValueError(f"sv must be a tensor of singular values, got {getattr(sv, 'shape', type(sv))}.")
-    s_max, s_min = sv[..., 0], sv[..., -1]
-    p = sv / sv.sum(-1, keepdim=True)
-    entropy = -(torch.where(p > 0, p * torch.log(p), torch.zeros_like(p))).sum(-1)
-    out = {
-        "sigma_min": s_min,
-        "sigma_max": s_max,
-        "condition": s_max / s_min,
-        "effective_rank": torch.exp(entropy),
-        "stable_rank": (sv ** 2).sum(-1) / s_max ** 2,
-    }
-    return {k: v.detach().cpu().numpy() for k, v in out.items()}
+    d, d_qk = W_Q.shape
+    no_ffn = {"W_1": X.new_zeros(d, 1), "W_2": X.new_zeros(1, d)}   # H = Z, unused here
+    W = {"W_Q": W_Q, "W_K": W_K, "W_V": W_V, **no_ffn}
+    cfg = ModelConfig(d=d, d_qk=d_qk, m=1, beta_attn=0.0, beta_ffn=0.0, scale=s)
+    S, A, _ = block(X, W, cfg)
+    Z = A if beta == 0 else block(X, W, cfg.replace(beta_attn=beta))[1]
+    return S, A, Z
 
 
 def collapse_measures(M: torch.Tensor) -> dict[str, float | np.ndarray]:
     """The book's collapse measures of ``M`` (one ``n x k`` matrix, or a batch ``(..., n, k)``).
 
-    ``sigma_min`` and ``sigma_max`` (of the ``min(n, k)`` singular values), the condition number
-    ``sigma_max / sigma_min``, the effective rank, the stable rank, and the relative distance to the
-    nearest matrix with identical rows, ``min_x ||M - 1 x^T||_F / ||M||_F``
+    The spectral ones from :func:`convres.rank.singular_value_measures` (``sigma_min``,
+    ``sigma_max``, condition number, effective rank, stable rank; one SVD per matrix) and the
+    relative distance to the nearest matrix with identical rows, ``min_x ||M - 1 x^T||_F / ||M||_F``
     (:func:`convres.rank.rank_one_residual`). Floats for one matrix, arrays for a batch.
     """
     _check_matrix("M", M, ndim=tuple(range(2, 8)))
-    out: dict = measures_from_singular_values(torch.linalg.svdvals(M))
-    out["rank_one_residual"] = rank_one_residual(M, relative=True).detach().cpu().numpy()
+    out = singular_value_measures(torch.linalg.svdvals(M))
+    out["rank_one_residual"] = rank_one_residual(M, relative=True)
+    out = {k: v.detach().cpu().numpy() for k, v in out.items()}
     if M.dim() == 2:
         out = {k: float(v) for k, v in out.items()}
     return out
@@ -153,22 +144,40 @@ def gaussian_instance(n: int, d: int, d_qk: int, seed: int = 0) -> dict[str, tor
     ``W_Q, W_K`` (``d x d_qk``), ``W_V`` (``d x d``) with i.i.d. ``N(0, 1/d)`` entries, the book's
     Gaussian initialization (:func:`convres.model.init_params`).
 
-    The columns of ``W_Q`` and ``W_K`` are drawn one after the other, so the first ``k`` columns of
-    an instance with ``d_qk = K >= k`` are an instance with ``d_qk = k``: a sweep over ``d_qk`` adds
-    query/key features to the *same* instance.
+    ``X`` and the weights come from two independent streams derived from ``seed``, and ``X`` is
+    drawn token by token, so changing ``n`` adds or removes rows of ``X`` and keeps the other rows
+    and all the weights. The columns of ``W_Q``
+    and ``W_K`` are drawn one after the other, so the first ``k`` columns of an instance with
+    ``d_qk = K >= k`` are an instance with ``d_qk = k``: a sweep over ``d_qk`` adds query/key
+    features to the *same* instance.
     """
     for name, v in (("n", n), ("d", d), ("d_qk", d_qk)):
         _check_int(name, v)
     if n > d:
         raise ValueError(f"the book's collapse measures need n <= d (so that X can have full row rank n), "
                          f"got n={n}, d={d}; use more features or fewer tokens.")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {seed!r}.")
-    gen = torch.Generator().manual_seed(seed)
-    X = torch.randn(n, d, generator=gen, dtype=DTYPE)
-    W_V = torch.randn(d, d, generator=gen, dtype=DTYPE) / math.sqrt(d)
-    QK = torch.randn(d_qk, 2, d, generator=gen, dtype=DTYPE) / math.sqrt(d)  # column by column
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise TypeError(f"seed must be an int >= 0, got {seed!r}.")
+    seed_X, seed_W = (int(ss.generate_state(1, np.uint64)[0]) for ss in np.random.SeedSequence(seed).spawn(2))
+    gen_X, gen_W = torch.Generator().manual_seed(seed_X), torch.Generator().manual_seed(seed_W)
+    X = torch.stack([torch.randn(d, generator=gen_X, dtype=DTYPE) for _ in range(n)])  # token by token
+    W_V = torch.randn(d, d, generator=gen_W, dtype=DTYPE) / math.sqrt(d)
+    QK = torch.randn(d_qk, 2, d, generator=gen_W, dtype=DTYPE) / math.sqrt(d)  # column by column
     return {"X": X, "W_Q": QK[:, 0, :].T.contiguous(), "W_K": QK[:, 1, :].T.contiguous(), "W_V": W_V}
+
+
+def logit_margins(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, token: int) -> torch.Tensor:
+    """Per row ``i`` of the (unscaled) logits ``L = X W_Q W_K^T X^T``: ``L_{i,token} - max_{j != token}
+    L_{ij}``. All positive means every row puts its largest attention weight on ``token``, at every
+    scale ``s > 0`` (the argmax of ``softmax(s L_i)`` does not depend on ``s``), and
+    ``||S - 1 e_token^T||`` decays like ``exp(-s min_i margin_i)`` as ``s`` grows."""
+    _check_matrix("X", X, ndim=(2,))
+    n = X.shape[0]
+    if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < n:
+        raise ValueError(f"token must be an index in [0, n) = [0, {n}), got {token!r}.")
+    L = (X @ W_Q) @ (X @ W_K).T
+    others = torch.cat([L[:, :token], L[:, token + 1:]], dim=1)
+    return L[:, token] - others.max(dim=1).values
 
 
 def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float = 6.0,
@@ -177,10 +186,14 @@ def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float
     favourite key: the saturated counterexample.
 
     Feature 0 of ``X`` is set to 1 for every token (a constant feature, like a bias) and feature 1 to
-    ``1`` for ``token`` and ``0`` for all others (a marker). The weights get a rank-one "key direction":
-    ``W_Q += strength * e_0 e_0^T`` and ``W_K += strength * e_1 e_0^T``, which adds
-    ``s * strength^2`` to the logit of ``token`` in every row (plus Gaussian cross terms). For large
-    ``s`` every row of ``S`` then tends to ``e_token^T`` (check with :func:`common_argmax`).
+    ``1`` for ``token`` and ``0`` for all others (a marker). Query/key column 0 is replaced by a
+    "key direction": ``W_Q[:, 0] = strength e_0`` and ``W_K[:, 0] = strength e_1`` (the Gaussian
+    column 0 is zeroed first), so this column adds exactly ``s * strength^2`` to the logit of
+    ``token`` in every row and nothing to the others; the other ``d_qk - 1`` columns stay Gaussian.
+
+    Raises ``ValueError`` unless every row's largest logit is on ``token``
+    (:func:`logit_margins` all positive): then for large ``s`` every row of ``S`` tends to
+    ``e_token^T``. Returns ``X, W_Q, W_K, W_V`` and the per-row ``margins``.
     """
     if d < 3:
         raise ValueError(f"spiked_instance needs d >= 3 (two structured features and Gaussian ones), got d={d}.")
@@ -194,9 +207,18 @@ def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float
     X[:, 1] = 0.0
     X[token, 1] = 1.0
     W_Q, W_K = inst["W_Q"].clone(), inst["W_K"].clone()
-    W_Q[0, 0] += strength
-    W_K[1, 0] += strength
-    return {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": inst["W_V"]}
+    W_Q[:, 0] = 0.0
+    W_K[:, 0] = 0.0
+    W_Q[0, 0] = strength
+    W_K[1, 0] = strength
+    margins = logit_margins(X, W_Q, W_K, token)
+    if not bool((margins > 0).all()):
+        bad = [int(i) for i in torch.nonzero(margins <= 0).flatten()]
+        raise ValueError(
+            f"spiked_instance(n={n}, d={d}, d_qk={d_qk}, seed={seed}, strength={strength}): rows {bad} "
+            f"do not put their largest logit on token {token} (the Gaussian columns outweigh the spike "
+            f"strength^2 = {strength ** 2:g}); use a larger strength or another seed.")
+    return {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": inst["W_V"], "margins": margins}
 
 
 def common_argmax(S: torch.Tensor) -> int | None:
@@ -208,27 +230,44 @@ def common_argmax(S: torch.Tensor) -> int | None:
 
 
 def _sweep(inst_at, points: Sequence, betas: Sequence[float]) -> dict[str, np.ndarray]:
-    """Shared loop of :func:`dqk_sweep` and :func:`scale_sweep`."""
-    betas = [_check_beta("betas[i]", b) for b in betas]
-    S_all, A_all, Z_all = [], [], []
+    """Shared loop of :func:`dqk_sweep` and :func:`scale_sweep` (many tiny matrices: one PyTorch
+    thread is faster than several, and much faster on a loaded machine)."""
+    betas = [_check_beta(f"betas[{i}]", b) for i, b in enumerate(betas)]
+    with torch_threads(1):
+        return _sweep_body(inst_at, points, betas)
+
+
+def _sweep_body(inst_at, points: Sequence, betas: list[float]) -> dict[str, np.ndarray]:
+    S_all, A_all, Z_all, rows = [], [], [], []
     for p in points:
         X, W_Q, W_K, W_V, s = inst_at(p)
         S, A, _ = attention_output(X, W_Q, W_K, W_V, s)
         S_all.append(S)
         A_all.append(A)
-        Z_all.append(torch.stack([A + b * X for b in betas]) if betas else A.new_zeros(0, *A.shape))
+        Z_all.append(torch.stack([attention_output(X, W_Q, W_K, W_V, s, b)[2] for b in betas])
+                     if betas else A.new_zeros(0, *A.shape))
+        sv_X = torch.linalg.svdvals(X)
+        logits = s * (X @ W_Q) @ (X @ W_K).T
+        norms = float(sv_X[0]) * float(torch.linalg.matrix_norm(W_V, ord=2))
+        rows.append((float(sv_X[-1]), float(sv_X[0]), norms, 0.5 * float(torch.linalg.matrix_norm(logits))))
     S, A, Z = torch.stack(S_all), torch.stack(A_all), torch.stack(Z_all)
     n = S.shape[-1]
     uniform = torch.full_like(S, 1.0 / n)
     out = {f"attn_{k}": v for k, v in collapse_measures(A).items()}
     out.update({f"Z_{k}": v for k, v in collapse_measures(Z).items()})  # (points, betas)
+    sv_A, sv_Z = torch.linalg.svdvals(A), torch.linalg.svdvals(Z)
+    out["attn_sv"] = sv_A.numpy()                                        # (points, n)
+    out["Z_sv"] = sv_Z.numpy()                                           # (points, betas, n)
     out["dist_uniform"] = torch.linalg.matrix_norm(S - uniform, ord=2).numpy()
-    picks = torch.argmax(S, dim=-1)                                      # (points, n)
+    out["S_rank_one_residual"] = rank_one_residual(S, relative=True).numpy()   # rows of S identical?
     top = S.mean(dim=-2).argmax(dim=-1)                                  # most attended token
     one_hot = torch.nn.functional.one_hot(top, n).to(S.dtype).unsqueeze(-2).expand_as(S)
     out["dist_one_hot"] = torch.linalg.matrix_norm(S - one_hot, ord=2).numpy()
-    out["same_argmax"] = (picks == picks[:, :1]).all(dim=-1).numpy()
-    out["sigma_min_X"] = np.array([float(torch.linalg.svdvals(inst_at(p)[0])[-1]) for p in points])
+    rows = np.array(rows)
+    out["sigma_min_X"], out["sigma_max_X"] = rows[:, 0], rows[:, 1]
+    # lemma rc-lem-uniform: sigma_2(Attn) <= ||S - U||_2 ||X||_2 ||W_V||_2 <= (1/2)||sL||_F ||X||_2 ||W_V||_2
+    out["uniform_bound"] = out["dist_uniform"] * rows[:, 2]
+    out["logit_bound"] = rows[:, 3] * rows[:, 2]
     out["betas"] = np.asarray(betas, dtype=np.float64)
     return out
 
@@ -242,16 +281,21 @@ def dqk_sweep(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *, n: i
     ``1/sqrt(d_qk)`` and ``S -> 1 1^T/n``; ``"1/sqrt(d_qk)"``: they stay of order one).
 
     Returns a dict of arrays: ``d_qk``; ``attn_<measure>`` (one value per ``d_qk``) and
-    ``Z_<measure>`` (``len(d_qks) x len(betas)``) for every measure of :data:`MEASURES`;
-    ``dist_uniform = ||S - 1 1^T/n||_2``, ``dist_one_hot`` (distance of ``S`` to ``1 e_j^T`` for its
-    most attended token ``j``), ``same_argmax``, ``sigma_min_X`` and ``betas``.
+    ``Z_<measure>`` (``len(d_qks) x len(betas)``) for every measure of :data:`MEASURES`; all singular
+    values ``attn_sv`` (``len(d_qks) x n``) and ``Z_sv`` (``len(d_qks) x len(betas) x n``);
+    ``dist_uniform = ||S - 1 1^T/n||_2``, ``S_rank_one_residual`` (relative distance of ``S`` to
+    the matrices with identical rows), ``dist_one_hot`` (distance of ``S`` to ``1 e_j^T`` for its
+    most attended token ``j``), ``sigma_min_X``, ``sigma_max_X``, the two upper bounds on
+    ``sigma_2(Attn(X))`` of the book's lemma ``rc-lem-uniform`` (``uniform_bound`` =
+    ``||S - 1 1^T/n||_2 ||X||_2 ||W_V||_2`` and ``logit_bound`` =
+    ``||s X W_Q W_K^T X^T||_F ||X||_2 ||W_V||_2 / 2``) and ``betas``.
     """
     if not isinstance(d_qks, Sequence) or len(d_qks) == 0:
         raise ValueError(f"d_qks must be a non-empty list of positive integers, got {d_qks!r}.")
-    for v in d_qks:
-        _check_int("d_qks[i]", v)
-    if scale not in ("1/d_qk", "1/sqrt(d_qk)", "1"):
-        raise ValueError(f"scale must be '1/d_qk', '1/sqrt(d_qk)' or '1', got {scale!r}.")
+    for i, v in enumerate(d_qks):
+        _check_int(f"d_qks[{i}]", v)
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}.")
     inst = gaussian_instance(n, d, max(d_qks), seed)
 
     def at(k):
@@ -293,15 +337,23 @@ def scale_sweep(scales: Sequence[float], betas: Sequence[float] = (0.1, 1.0), *,
     return out
 
 
-def weyl_lower_bound(X: torch.Tensor, A: torch.Tensor, beta: float) -> float:
-    """``beta sigma_min(X) - ||A||_2``: by Weyl's inequality a lower bound on ``sigma_min(A + beta X)``
-    (book lemma ``rc-lem-residual``, part 1). Informative only when it is positive."""
+def weyl_lower_bounds(X: torch.Tensor, A: torch.Tensor, beta: float) -> np.ndarray:
+    """``b_k = beta sigma_min(X) - sigma_{k+1}(A)`` for ``k = 0 .. r-1``: by Weyl's inequality
+    ``sigma_{n-k}(A + beta X) >= b_k`` (book lemma ``rc-lem-residual``, part 1). ``b_0`` bounds
+    ``sigma_min(Z)``; when ``A`` is close to rank one, ``b_1`` bounds the ``n - 1`` largest singular
+    values of ``Z`` by nearly ``beta sigma_min(X)``. A bound is informative only when positive."""
     _check_matrix("X", X, ndim=(2,))
     _check_matrix("A", A, ndim=(2,))
     if X.shape != A.shape:
         raise ValueError(f"X and A must have the same shape, got {tuple(X.shape)} and {tuple(A.shape)}.")
     beta = _check_beta("beta", beta)
-    return beta * float(torch.linalg.svdvals(X)[-1]) - float(torch.linalg.matrix_norm(A, ord=2))
+    return (beta * float(torch.linalg.svdvals(X)[-1]) - torch.linalg.svdvals(A)).numpy()
+
+
+def weyl_lower_bound(X: torch.Tensor, A: torch.Tensor, beta: float) -> float:
+    """``beta sigma_min(X) - ||A||_2``: by Weyl's inequality a lower bound on ``sigma_min(A + beta X)``
+    (book lemma ``rc-lem-residual``, part 1; ``k = 0`` of :func:`weyl_lower_bounds`)."""
+    return float(weyl_lower_bounds(X, A, beta)[0])
 
 
 def value_counterexample(n: int = 6, d: int = 8, *, beta: float = 1.0, seed: int = 0,
@@ -353,16 +405,65 @@ def gd_instance(*, N: int = 4, n: int = 4, d: int = 32, m: int = 32, d_qk: int =
     return X, Y, params, cfg
 
 
-def gd_collapse_runs(betas: Sequence[float] = (0.0, 1.0), *, mu: float = 0.002, steps: int = 600,
-                     record_every: int = 10, **instance) -> dict[float, object]:
+def _residual_pair(i: int, b) -> tuple[float, float]:
+    """``beta`` or ``(beta_attn, beta_ffn)`` -> ``(beta_attn, beta_ffn)``."""
+    if isinstance(b, (tuple, list)):
+        if len(b) != 2:
+            raise ValueError(f"betas[{i}] must be a number or a pair (beta_attn, beta_ffn), got {b!r}.")
+        return (_check_beta(f"betas[{i}][0] (beta_attn)", b[0]), _check_beta(f"betas[{i}][1] (beta_ffn)", b[1]))
+    b = _check_beta(f"betas[{i}]", b)
+    return (b, b)
+
+
+def gd_collapse_runs(betas: Sequence = (0.0, 1.0), *, mu: float = 0.002, steps: int = 600,
+                     record_every: int = 10, threads: int | None = 1, **instance) -> dict:
     """Gradient descent (:func:`convres.engine.gradient_descent_batch`) from the same
-    :func:`gd_instance` for every ``beta``: ``{beta: History}``."""
+    :func:`gd_instance` for every entry of ``betas``: ``{entry: History}``.
+
+    An entry is a number ``beta`` (both residuals, ``beta_attn = beta_ffn = beta``) or a pair
+    ``(beta_attn, beta_ffn)`` that switches the attention and FFN residuals separately. ``threads``:
+    PyTorch intra-op threads for the run (:func:`convres.engine.torch_threads`; the model is small,
+    one thread is fastest; ``None`` leaves the setting alone)."""
     from .engine import gradient_descent_batch
-    betas = [_check_beta("betas[i]", b) for b in betas]
+    pairs = [_residual_pair(i, b) for i, b in enumerate(betas)]
     X, Y, params, cfg = gd_instance(**instance)
-    runs = gradient_descent_batch([params] * len(betas), X, Y, [cfg.replace(beta=b) for b in betas],
-                                  mu, steps, record_every=record_every)
-    return {b: h for b, (_, h) in zip(betas, runs)}
+    cfgs = [cfg.replace(beta=1.0, beta_attn=ba, beta_ffn=bf) for ba, bf in pairs]
+    with torch_threads(threads):
+        runs = gradient_descent_batch([params] * len(pairs), X, Y, cfgs, mu, steps, record_every=record_every)
+    return {(tuple(b) if isinstance(b, list) else b): h for b, (_, h) in zip(betas, runs)}
+
+
+def gd_attention_stats(beta=0.0, *, mu: float = 0.002, **instance) -> dict[str, np.ndarray | float]:
+    """How uniform the attention of the gradient-descent experiment is at initialization and how
+    fast one step moves it (book section "The consequence for gradient descent").
+
+    On :func:`gd_instance` (keyword arguments ``instance``) with residual ``beta`` (a number or a
+    pair ``(beta_attn, beta_ffn)``): ``dist_uniform``, ``||S_i - 1 1^T/n||_2`` per sequence at
+    ``theta_0``, and ``logit_step``, ``||Delta_1||_F / mu`` with ``Delta_1`` the change of the scaled
+    logits ``s X_i W_Q W_K^T X_i^T`` (all sequences) after one step of size ``mu``. The gradient of a
+    logit with respect to ``W_Q, W_K`` carries the factor ``s``, and the change of the logits carries
+    it again, so with ``s = 1/d_qk`` the step moves the logits about ``d_qk`` times less per unit of
+    ``mu`` at ``d_qk`` than at ``d_qk = 1`` (times ``d_qk``-independent factors at initialization).
+    """
+    from .model import forward_trace
+    if isinstance(mu, bool) or not isinstance(mu, (int, float)) or not (math.isfinite(mu) and mu > 0):
+        raise ValueError(f"mu must be a positive step size, got {mu!r}.")
+    ba, bf = _residual_pair(0, beta)
+    X, Y, params, cfg = gd_instance(**instance)
+    cfg = cfg.replace(beta_attn=ba, beta_ffn=bf)
+    s = attention_scale(cfg)
+    theta = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    grads = torch.autograd.grad(model_loss(theta, X, Y, cfg), list(theta.values()))
+    new = {k: v.detach() - mu * g for (k, v), g in zip(theta.items(), grads)}
+
+    def logits(p):
+        return s * (X @ p["layer1.W_Q"]) @ (X @ p["layer1.W_K"]).transpose(-1, -2)
+
+    S0 = forward_trace(params, X, cfg).S[0]
+    n = X.shape[1]
+    dist = torch.linalg.matrix_norm(S0 - 1.0 / n, ord=2)
+    step = torch.linalg.vector_norm(logits(new) - logits(params)) / mu
+    return {"dist_uniform": dist.numpy(), "logit_step": float(step)}
 
 
 def sigma_min_table(beta: float = 1.0, d_qks: Sequence[int] = (1, 4, 16, 64, 256, 1024, 4096, 16384), *,

@@ -10,18 +10,20 @@ without a browser (:func:`update_image`).
 from __future__ import annotations
 
 import io
-import math
 
 import numpy as np
 import torch
 
 from .collapse import attention_output, collapse_measures, gaussian_instance, gd_collapse_runs
 
-__all__ = ["D_QK_CHOICES", "explorer_data", "explorer_figure", "figure_png", "update_image",
+__all__ = ["BETA_RANGE", "D_QK_CHOICES", "explorer_data", "explorer_figure", "figure_png", "update_image",
            "rank_collapse_explorer"]
 
 #: The values of the ``d_qk`` slider (powers of two).
 D_QK_CHOICES = tuple(2 ** k for k in range(0, 15))
+
+#: The range of the ``beta`` slider (the explorer refuses values outside it instead of clamping).
+BETA_RANGE = (0.0, 2.0)
 
 
 def explorer_data(beta: float = 1.0, d_qk: int = 64, n: int = 8, *, d: int = 16, seed: int = 0,
@@ -30,7 +32,8 @@ def explorer_data(beta: float = 1.0, d_qk: int = 64, n: int = 8, *, d: int = 16,
 
     The singular values of ``Attn(X)`` and of ``Z = Attn(X) + beta X`` on the
     :func:`convres.collapse.gaussian_instance` with ``n`` tokens, ``d`` features, ``d_qk`` query/key
-    features and scale ``1/d_qk``, with their collapse measures; with ``gd_steps > 0`` also two short
+    features and scale ``1/d_qk``, with their collapse measures. The weights do not depend on ``n``:
+    changing ``n`` adds or removes rows of ``X`` and keeps everything else; with ``gd_steps > 0`` also two short
     gradient-descent runs (:func:`convres.collapse.gd_collapse_runs`, ``N = 4`` sequences of ``n``
     tokens, ``d = 32``) for ``beta = 0`` and the chosen ``beta``.
     """
@@ -111,16 +114,22 @@ def update_image(image, label, beta: float, d_qk: int, n: int, gd_steps: int = 0
 
 def rank_collapse_explorer(beta: float = 1.0, d_qk: int = 64, n: int = 8, *, gd_steps: int = 60,
                            run_gd: bool = False, d: int = 16, seed: int = 0):
-    """The widget: sliders for ``beta``, ``d_qk`` (powers of two, scale ``1/d_qk``) and the number of
-    tokens ``n``, and a checkbox that re-runs ``gd_steps`` steps of gradient descent on every change
-    (slower: a few seconds per update on a laptop CPU)."""
+    """The widget: sliders for ``beta`` (in :data:`BETA_RANGE`, steps of 0.05), ``d_qk`` (one of
+    :data:`D_QK_CHOICES`, scale ``1/d_qk``) and the number of tokens ``n`` (2 to ``d``), and a
+    checkbox that re-runs ``gd_steps`` steps of gradient descent on every change (slower: about a
+    second per update on a laptop CPU). Initial values outside these ranges raise ``ValueError``
+    (a slider would silently clamp them)."""
     import ipywidgets as w
+    lo, hi = BETA_RANGE
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not lo <= beta <= hi:
+        raise ValueError(f"beta must be a number in [{lo:g}, {hi:g}] (the slider's range), got {beta!r}; "
+                         "for other values call explorer_data(beta, d_qk, n) directly.")
     if d_qk not in D_QK_CHOICES:
         raise ValueError(f"d_qk must be one of {D_QK_CHOICES}, got {d_qk!r}.")
     if isinstance(n, bool) or not isinstance(n, int) or not 2 <= n <= d:
         raise ValueError(f"n must be an integer in [2, d={d}], got {n!r}.")
     style = {"description_width": "initial"}
-    s_beta = w.FloatSlider(value=beta, min=0.0, max=2.0, step=0.05, description="beta", style=style,
+    s_beta = w.FloatSlider(value=beta, min=lo, max=hi, step=0.05, description="beta", style=style,
                            continuous_update=False)
     s_dqk = w.SelectionSlider(options=list(D_QK_CHOICES), value=d_qk, description="d_QK", style=style,
                               continuous_update=False)

@@ -5,10 +5,12 @@ import pytest
 import torch
 
 from convres.collapse import (attention_output, collapse_measures, common_argmax, dqk_sweep,
-                              dqk_sweep_seeds, gaussian_instance, rank_one_floor, scale_sweep,
-                              sigma_min_table, spiked_instance, value_counterexample, weyl_lower_bound)
+                              dqk_sweep_seeds, gaussian_instance, gd_attention_stats, gd_collapse_runs,
+                              logit_margins, rank_one_floor, scale_sweep, sigma_min_table,
+                              spiked_instance, value_counterexample, weyl_lower_bound,
+                              weyl_lower_bounds)
 from convres.model import ModelConfig, forward_trace, init_params
-from convres.rank import effective_rank
+from convres.rank import effective_rank, singular_value_measures, stable_rank
 
 
 def test_attention_output_matches_the_model():
@@ -34,6 +36,9 @@ def test_collapse_measures_on_known_matrices():
     mb = collapse_measures(B)
     assert mb["sigma_min"].shape == (3, 2)
     assert np.allclose(mb["effective_rank"], effective_rank(B).numpy())
+    assert np.allclose(mb["stable_rank"], stable_rank(B).numpy())
+    with pytest.raises(ValueError, match="singular values"):
+        singular_value_measures(torch.zeros(0))
 
 
 def test_gaussian_instance_is_nested_in_d_qk_and_deterministic():
@@ -41,6 +46,13 @@ def test_gaussian_instance_is_nested_in_d_qk_and_deterministic():
     assert torch.equal(a["W_Q"][:, :5], b["W_Q"]) and torch.equal(a["W_K"][:, :5], b["W_K"])
     assert torch.equal(a["X"], b["X"]) and torch.equal(a["W_V"], b["W_V"])
     assert not torch.equal(a["X"], gaussian_instance(4, 8, 16, seed=4)["X"])
+
+
+def test_gaussian_instance_n_changes_only_X():
+    a, b = gaussian_instance(3, 8, 16, seed=5), gaussian_instance(7, 8, 16, seed=5)
+    for w in ("W_Q", "W_K", "W_V"):
+        assert torch.equal(a[w], b[w])
+    assert torch.equal(a["X"], b["X"][:3])            # more tokens: rows added, the others kept
 
 
 def test_uniform_collapse_as_d_qk_grows():
@@ -67,12 +79,53 @@ def test_saturated_collapse_picks_one_token():
     assert ss["attn_sigma_min"][-1] < 1e-12 and ss["Z_sigma_min"][-1, 0] > 0.1
 
 
-def test_weyl_bound_holds_on_random_instances():
+def test_spike_adds_exactly_strength_squared():
+    inst, plain = spiked_instance(5, 9, 6, seed=3, strength=4.0), gaussian_instance(5, 9, 6, seed=3)
+    X = inst["X"]
+    L = (X @ inst["W_Q"]) @ (X @ inst["W_K"]).T
+    L_rest = (X @ inst["W_Q"][:, 1:]) @ (X @ inst["W_K"][:, 1:]).T
+    spike = torch.zeros(5, 5, dtype=torch.float64)
+    spike[:, 0] = 16.0
+    assert torch.allclose(L - L_rest, spike)
+    assert torch.equal(inst["W_Q"][:, 1:], plain["W_Q"][:, 1:])
+
+
+@pytest.mark.parametrize("seed", [17, 49] + list(range(8)))
+def test_spiked_instance_every_row_picks_the_token(seed):
+    inst = spiked_instance(8, 16, 16, seed=seed)
+    assert bool((inst["margins"] > 0).all())
+    for s in (1e-3, 1.0, 10.0):
+        S = attention_output(inst["X"], inst["W_Q"], inst["W_K"], inst["W_V"], s)[0]
+        assert common_argmax(S) == 0
+
+
+def test_spiked_instance_refuses_a_weak_spike():
+    with pytest.raises(ValueError, match="largest logit"):
+        for seed in range(20):                        # a weak spike fails on some seed
+            spiked_instance(8, 16, 16, seed=seed, strength=0.5)
+    g = gaussian_instance(4, 6, 3, seed=0)
+    m = logit_margins(g["X"], g["W_Q"], g["W_K"], 1)
+    L = (g["X"] @ g["W_Q"]) @ (g["X"] @ g["W_K"]).T
+    assert torch.allclose(m, L[:, 1] - L[:, [0, 2, 3]].max(dim=1).values)
+
+
+def test_weyl_bounds_hold_on_random_instances():
     for seed in range(20):
         g = gaussian_instance(5, 9, 4, seed=seed)
         for beta in (0.1, 1.0, 5.0):
             _, A, Z = attention_output(g["X"], g["W_Q"], g["W_K"], g["W_V"], 0.5, beta)
-            assert float(torch.linalg.svdvals(Z)[-1]) >= weyl_lower_bound(g["X"], A, beta) - 1e-12
+            sv_Z = torch.linalg.svdvals(Z).numpy()
+            b = weyl_lower_bounds(g["X"], A, beta)      # sigma_{n-k}(Z) >= b_k
+            assert np.all(sv_Z[::-1] >= b - 1e-12)
+            assert weyl_lower_bound(g["X"], A, beta) == pytest.approx(b[0])
+
+
+def test_uniform_attention_bound_holds():
+    # lemma rc-lem-uniform: sigma_2(Attn) <= ||S - U|| ||X|| ||W_V|| <= ||sL||_F/2 ||X|| ||W_V||
+    for scale in ("1/d_qk", "1/sqrt(d_qk)", "1"):
+        sw = dqk_sweep_seeds([1, 8, 64, 512], [1.0], seeds=range(6), n=5, d=9, scale=scale)
+        assert np.all(sw["attn_sv"][..., 1] <= sw["uniform_bound"] * (1 + 1e-10))
+        assert np.all(sw["uniform_bound"] <= sw["logit_bound"] * (1 + 1e-10))
 
 
 def test_value_counterexample_loses_rank_despite_residual():
@@ -115,6 +168,30 @@ def test_bad_input():
         dqk_sweep([1, 2], scale="2")
     with pytest.raises(ValueError, match="token"):
         spiked_instance(3, 5, 2, token=3)
+    with pytest.raises(ValueError, match=r"betas\[1\]"):
+        dqk_sweep([1, 2], [0.5, -1.0])
+    with pytest.raises(ValueError, match=r"d_qks\[1\]"):
+        dqk_sweep([1, 0])
+    with pytest.raises(ValueError, match=r"betas\[0\]\[1\]"):
+        gd_collapse_runs([(1.0, -1.0)], steps=1)
+
+
+def test_gd_runs_switch_the_two_residuals_separately():
+    runs = gd_collapse_runs([0.0, (1.0, 0.0), (0.0, 1.0), 1.0], steps=3, record_every=1, N=2, n=3, d=6,
+                            m=5, d_qk=4)
+    assert list(runs) == [0.0, (1.0, 0.0), (0.0, 1.0), 1.0]
+    z = {k: h.sigma_min_Z[0] for k, h in runs.items()}
+    assert z[0.0] == pytest.approx(z[(0.0, 1.0)]) and z[1.0] == pytest.approx(z[(1.0, 0.0)])
+    assert runs[1.0].loss[0] != pytest.approx(runs[(1.0, 0.0)].loss[0])
+
+
+def test_gd_attention_stats_logit_step_scales_like_one_over_d_qk():
+    small = [gd_attention_stats(0.0, d_qk=16, N=2, n=3, d=8, m=8, seed=s) for s in range(6)]
+    large = [gd_attention_stats(0.0, d_qk=1024, N=2, n=3, d=8, m=8, seed=s) for s in range(6)]
+    assert small[0]["dist_uniform"].shape == (2,)
+    ratio = np.median([r["logit_step"] for r in small]) / np.median([r["logit_step"] for r in large])
+    assert 64 / 4 < ratio < 64 * 4                    # 1024 / 16 = 64, up to instance factors
+    assert np.median([r["dist_uniform"].mean() for r in large]) < np.median([r["dist_uniform"].mean() for r in small])
 
 
 def test_cli_rank_collapse_json(capsys):

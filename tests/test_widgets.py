@@ -48,3 +48,14 @@ def test_sliders_redraw():
     assert "sigma_min(Attn)" in label.value
     with pytest.raises(ValueError, match="d_qk"):
         rank_collapse_explorer(d_qk=3)
+    with pytest.raises(ValueError, match="beta"):
+        rank_collapse_explorer(beta=2.5)
+
+
+def test_changing_n_keeps_the_weights():
+    small, large = explorer_data(1.0, 64, 4), explorer_data(1.0, 64, 8)
+    assert small["sv_X"].shape == (4,) and large["sv_X"].shape == (8,)
+    # the instance behind n = 4 is the first 4 tokens of the one behind n = 8, same weights
+    from convres.collapse import gaussian_instance
+    a, b = gaussian_instance(4, 16, 64), gaussian_instance(8, 16, 64)
+    assert all(np.array_equal(a[w].numpy(), b[w].numpy()) for w in ("W_Q", "W_K", "W_V"))
