@@ -1,7 +1,8 @@
 """Atomic files and a small on-disk cache of results keyed by configuration and package version.
 
 Results are stored as JSON (no pickle). A key is the SHA-256 of the canonical JSON of the
-configuration together with the convres version, so a new version never serves stale results.
+configuration together with the convres version and a fingerprint of the package's source code, so
+neither a new version nor an edited function ever serves stale results.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ import hashlib
 import json
 import os
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
 from . import __version__
 from .config import cache_dir
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "cache_key", "cached_json"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "cache_key", "cached_json", "source_fingerprint"]
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -46,9 +48,20 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+@lru_cache(maxsize=1)
+def source_fingerprint() -> str:
+    """SHA-256 (first 16 hex digits) of the source files of the ``convres`` package."""
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        h.update(path.name.encode("utf-8") + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def cache_key(config: Any) -> str:
-    """SHA-256 of the canonical JSON of ``config`` plus the package version (first 16 hex digits)."""
-    blob = json.dumps({"config": config, "convres": __version__}, sort_keys=True, default=str)
+    """SHA-256 of the canonical JSON of ``config``, the package version and
+    :func:`source_fingerprint` (first 16 hex digits)."""
+    blob = json.dumps({"config": config, "convres": __version__, "source": source_fingerprint()},
+                      sort_keys=True, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
