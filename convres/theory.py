@@ -14,11 +14,17 @@ columns. ``sigma_Nn(H)`` is the ``N n``-th largest singular value of ``H`` (0 wh
 * Together: ``Phi_{t+1} <= (1 - mu sigma_Nn(H_t)^2) Phi_t``; with ``alpha = (sigma_Nn(H_0)/2)^2``
   the uniform rate holds as long as ``sigma_Nn(H_t) >= sigma_Nn(H_0)/2``.
 * Residual lemma (thm-residual): ``sigma_min(Z) >= beta sigma_min(X) - ||Attn(X)||_2`` (Weyl).
+* Part (b)'s proper-initialization condition ``2 J_B sqrt(2 Phi_0) / alpha <= r <= r_sigma`` cannot
+  be certified here, but it can be certified to *fail* (:func:`part_b_check`): a lower bound of the
+  left side (``J_B >= J(theta_0)``) against an exact upper bound of ``r_sigma``
+  (:func:`r_sigma_upper`).
 
 The smoothness constant ``L_Phi`` is **estimated** (largest Hessian eigenvalue in absolute value,
 by power iteration with Hessian-vector products, at the initialization and at sampled points near
 it, times a safety factor); it is not a certified bound. The run then checks the descent-lemma
-inequality it stands for at every step (:func:`verify_run`).
+inequality it stands for at every step (:func:`verify_run`). Along a run, the measured
+``Phi_{t+1} <= Phi_t - mu/2 ||g_t||^2`` and ``sigma_Nn(H_t) >= sigma_0/2`` with the PL lemma imply
+the bound at step ``t`` whatever the true ``L_B`` is: that is what a run certifies.
 """
 
 from __future__ import annotations
@@ -32,13 +38,14 @@ import torch
 
 from .data import synthetic_regression
 from .gd import History, gradient_descent, loss_and_grad, stacked
-from .model import (ModelConfig, attention_matrix, attention_scale, forward_trace, init_params,
-                    layer_params, loss, validate_data, validate_params)
+from .model import (ModelConfig, activation, attention_matrix, attention_scale, forward_trace,
+                    init_params, layer_params, loss, validate_data, validate_params)
 
 __all__ = [
     "SMOOTH_ACTIVATIONS", "ACTIVATION_GAIN", "FLOAT_TOL", "LOSS_FLOOR",
     "sigma_nn", "hidden_matrices", "rate_alpha", "grad_norm", "hessian_norm", "smoothness_estimate",
-    "mu_max", "residual_lemma", "ffn_lemma", "collapse_counterexample", "AssumptionCheck",
+    "mu_max", "residual_lemma", "ffn_lemma", "collapse_counterexample", "r_sigma_upper",
+    "part_b_check", "AssumptionCheck",
     "check_assumptions", "RunCheck", "verify_run", "theorem_instance", "theorem_run",
 ]
 
@@ -64,6 +71,14 @@ def _check_cfg_params_data(params, X, Y, cfg):
     if cfg.pool is not None:
         raise ValueError(f"the theorem is stated per token (pool=None), got pool={cfg.pool!r}; "
                          "use ModelConfig(pool=None).")
+
+
+def _check_positive(name, value, *, integer=False, allow_inf=False):
+    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type or not (value > 0) or \
+            (not allow_inf and not math.isfinite(value)):
+        kind = "a positive integer" if integer else "a positive finite number"
+        raise ValueError(f"{name} must be {kind}, got {value!r}.")
 
 
 def sigma_nn(M: torch.Tensor) -> float:
@@ -108,25 +123,28 @@ def grad_norm(params, X, Y, cfg) -> tuple[float, float, float]:
 def hessian_norm(params, X, Y, cfg, *, iters: int = 20, seed: int = 0) -> float:
     """Estimate ``||nabla^2 Phi(theta)||_2`` (the largest absolute value of an eigenvalue) by power iteration.
 
-    Each iteration is one Hessian-vector product (forward-over-reverse with ``torch.func``). Power
-    iteration approaches the top eigenvalue from below, so this is an *estimate*, not a bound.
+    Each iteration is one exact Hessian-vector product (double backward through the gradient graph,
+    built once). Power iteration approaches the top eigenvalue from below, so this is an
+    *estimate*, not a bound.
     """
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
         raise ValueError(f"iters must be a positive integer, got {iters!r}.")
     names = list(params)
-    theta = tuple(params[k].detach() for k in names)
+    theta = tuple(params[k].detach().requires_grad_(True) for k in names)
+    with torch.enable_grad():
+        grads = torch.autograd.grad(loss(dict(zip(names, theta)), X, Y, cfg), theta, create_graph=True)
 
-    def phi(*ws):
-        return loss(dict(zip(names, ws)), X, Y, cfg)
+    def hvp(v):
+        with torch.enable_grad():
+            return torch.autograd.grad(grads, theta, grad_outputs=v, retain_graph=True)
 
-    grad_fn = torch.func.grad(phi, argnums=tuple(range(len(names))))
     gen = torch.Generator().manual_seed(seed)
     v = tuple(torch.randn(w.shape, generator=gen, dtype=w.dtype) for w in theta)
     nv = _flat_norm(v)
     v = tuple(t / nv for t in v)
     lam = 0.0
     for _ in range(iters):
-        _, hv = torch.func.jvp(grad_fn, theta, v)
+        hv = hvp(v)
         lam = _flat_norm(hv)
         if lam == 0.0:
             return 0.0
@@ -236,8 +254,10 @@ def collapse_counterexample(n: int = 4, d: int = 8, *, sharpness: float = 50.0, 
     and ``Z = S X W_V + beta X = (beta - 1) X + O(e^{-sharpness})``: with ``beta = 1`` the attention
     output cancels the residual. Returns ``(params, X, cfg)`` for one sequence (``N = 1``).
     """
-    if not (isinstance(n, int) and isinstance(d, int) and 1 <= n <= d):
+    if isinstance(n, bool) or isinstance(d, bool) or not (isinstance(n, int) and isinstance(d, int)
+                                                          and 1 <= n <= d):
         raise ValueError(f"need integers 1 <= n <= d, got n={n!r}, d={d!r}.")
+    _check_positive("sharpness", sharpness)
     cfg = ModelConfig(d=d, d_qk=d, m=d, c=1, beta=beta, scale=1.0, activation="gelu")
     gen = torch.Generator().manual_seed(0)
     Q, _ = torch.linalg.qr(torch.randn(d, n, generator=gen, dtype=torch.float64))
@@ -248,6 +268,61 @@ def collapse_counterexample(n: int = 4, d: int = 8, *, sharpness: float = 50.0, 
     params["layer1.W_K"] = math.sqrt(sharpness) * eye
     params["layer1.W_V"] = -eye
     return params, X, cfg
+
+
+def r_sigma_upper(params, X, cfg) -> float:
+    """An exact upper bound of ``r_sigma`` (eq. (thm-alpha)), from one explicit direction.
+
+    Let ``H_0 = A W_2 + beta_ffn Z`` be the last hidden matrix at ``params`` with
+    ``A = act(Z W_1)`` (last block), and ``(u, sigma_0, v)`` its ``N n``-th singular triple. If
+    ``u`` lies in the range of ``A``, replacing ``W_2`` by ``W_2 - c A^+ u v^T`` changes nothing
+    but ``H``, which becomes ``H_0 - c u v^T``, with ``sigma_Nn = sigma_0 - c`` for
+    ``0 <= c <= sigma_0``. For ``c > sigma_0/2`` this point, at distance ``c ||A^+ u||``, has
+    ``sigma_Nn(H) < sigma_0/2``, hence ``r_sigma <= (sigma_0/2) ||A^+ u||``. Returns that number
+    (``inf`` when ``u`` is not in the range of ``A`` or ``sigma_0 = 0``). Book: *The theorem*,
+    part (b) on the book's instances.
+    """
+    validate_params(params, cfg)
+    validate_data(X, None, cfg)
+    tr = forward_trace(params, X, cfg)
+    H = stacked(tr.H[-1].detach())
+    rows, cols = H.shape
+    if rows > cols:
+        return math.inf
+    U, S, _ = torch.linalg.svd(H, full_matrices=False)
+    sigma0, u = float(S[rows - 1]), U[:, rows - 1]
+    if sigma0 == 0.0:
+        return math.inf
+    W = layer_params(params, cfg.L)
+    A = activation(cfg.activation)(stacked(tr.Z[-1].detach()) @ W["W_1"])
+    w = torch.linalg.pinv(A) @ u  # the least-norm solution of A w = u
+    if float((A @ w - u).norm()) > 1e-8:
+        return math.inf
+    return sigma0 / 2 * float(w.norm())
+
+
+def part_b_check(params, X, Y, cfg) -> dict:
+    """Can part (b) of the book's theorem (eq. (thm-init)) apply to this instance?
+
+    Part (b) needs ``2 J_B sqrt(2 Phi_0) / alpha <= r <= r_sigma``. Since ``theta_0`` is in ``B``,
+    ``J_B >= J_0 := ||grad Phi(theta_0)|| / sqrt(2 Phi_0)``, so the left side is at least
+    ``radius_lower = 2 J_0 sqrt(2 Phi_0) / alpha``; and ``r_sigma <= r_sigma_upper``
+    (:func:`r_sigma_upper`). When ``radius_lower > r_sigma_upper`` no radius ``r`` satisfies the
+    condition: ``fails`` is then ``True``, a certificate (up to float64). ``fails = False`` does
+    **not** certify the condition (``J_B`` and ``r_sigma`` are not computed).
+    Returns ``{"J0", "radius_lower", "r_sigma_upper", "fails"}``.
+    """
+    _check_cfg_params_data(params, X, Y, cfg)
+    phi, grads, _, H = loss_and_grad(params, X, Y, cfg)
+    phi = float(phi)
+    alpha = (sigma_nn(H) / 2) ** 2
+    if phi == 0.0 or alpha == 0.0:
+        return {"J0": float("nan"), "radius_lower": math.inf if alpha == 0.0 else 0.0,
+                "r_sigma_upper": r_sigma_upper(params, X, cfg), "fails": alpha == 0.0}
+    J0 = _flat_norm(grads.values()) / math.sqrt(2 * phi)
+    lower = 2 * J0 * math.sqrt(2 * phi) / alpha
+    upper = r_sigma_upper(params, X, cfg)
+    return {"J0": J0, "radius_lower": lower, "r_sigma_upper": upper, "fails": lower > upper}
 
 
 @dataclasses.dataclass
@@ -278,6 +353,15 @@ def check_assumptions(params, X, Y, cfg, *, mu: float | None = None, steps: int 
       implies it. The theorem stays true without this one; it only says nothing useful.
     """
     _check_cfg_params_data(params, X, Y, cfg)
+    if (mu is None) != (steps is None):
+        raise ValueError(f"give both mu and steps (for the non-vacuous-rate check) or neither, got "
+                         f"mu={mu!r}, steps={steps!r}.")
+    if mu is not None:
+        _check_positive("mu", mu)
+        _check_positive("steps", steps, integer=True)
+    if isinstance(min_decrease, bool) or not isinstance(min_decrease, (int, float)) or \
+            not 0 < min_decrease < 1:
+        raise ValueError(f"min_decrease must be a number in (0, 1), got {min_decrease!r}.")
     N, n = X.shape[0], X.shape[1]
     Xs = stacked(X)
     _, Hs = hidden_matrices(params, X, cfg)
@@ -310,8 +394,12 @@ class RunCheck:
     Arrays over ``t = 0 .. T-1`` (steps whose loss is above ``LOSS_FLOOR * Phi_0``):
     ``excess = Phi_{t+1}/Phi_t - (1 - mu alpha)``; ``pl_margin = ||grad_{W_U}||^2 / (2 Phi_t) -
     sigma_Nn(H_t)^2`` (PL lemma, >= 0); ``descent_margin = Phi_t - mu (1 - L mu/2) ||g_t||^2 -
-    Phi_{t+1}`` (descent lemma with the estimated ``L``, >= 0); ``sigma_ratio =
-    sigma_Nn(H_t) / sigma_Nn(H_0)`` (>= 1/2 for the uniform rate).
+    Phi_{t+1}`` (descent lemma with the estimated ``L``, >= 0); ``half_margin = Phi_t -
+    (mu/2) ||g_t||^2 - Phi_{t+1}`` (the form the proof uses, >= 0); ``sigma_ratio =
+    sigma_Nn(H_t) / sigma_Nn(H_0)`` (>= 1/2 for the uniform rate). ``certified`` counts the steps
+    with ``half_margin >= 0`` and ``sigma_ratio >= 1/2``: at those, the PL lemma alone implies
+    ``Phi_{t+1} <= (1 - mu alpha) Phi_t``, whatever the true smoothness constant is.
+    ``max_distance = max_t ||theta_t - theta_0||`` (``nan`` when not given).
     """
 
     excess: np.ndarray
@@ -321,14 +409,18 @@ class RunCheck:
     violations: int
     max_excess: float
     checked_steps: int
+    half_margin: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    certified: int = 0
+    max_distance: float = float("nan")
 
 
 def verify_run(hist: History, grad_U: np.ndarray, sigma_H: np.ndarray, mu: float, alpha: float,
-               L_hat: float) -> RunCheck:
+               L_hat: float, distance: np.ndarray | None = None) -> RunCheck:
     """Check the theorem's inequalities along a run (see :class:`RunCheck`).
 
     ``grad_U[t] = ||grad_{W_U} Phi(theta_t)||_F`` and ``sigma_H[t] = sigma_Nn(H_t)`` for every
-    step ``t = 0 .. T``; :func:`theorem_run` records both. A step counts as a violation when
+    step ``t = 0 .. T``; :func:`theorem_run` records both (and ``distance[t] = ||theta_t -
+    theta_0||``, optional). A step counts as a violation when
     ``Phi_{t+1}/Phi_t > 1 - mu alpha + FLOAT_TOL``.
     """
     loss_ = np.asarray(hist.loss, dtype=np.float64)
@@ -345,11 +437,17 @@ def verify_run(hist: History, grad_U: np.ndarray, sigma_H: np.ndarray, mu: float
         pl = (grad_U ** 2 / (2 * loss_) - sigma_H ** 2)[:-1][keep]
     excess = (ratio - (1 - mu * alpha))[keep]
     descent = (loss_[:-1] - mu * (1 - L_hat * mu / 2) * g[:-1] ** 2 - loss_[1:])[keep]
+    half = (loss_[:-1] - mu / 2 * g[:-1] ** 2 - loss_[1:])[keep]
     sr = (sigma_H / sigma_H[0])[:-1][keep] if sigma_H[0] > 0 else np.zeros(int(keep.sum()))
+    tol = FLOAT_TOL * loss_[:-1][keep]  # round-off of the loss values themselves
+    if distance is not None and len(distance) != T + 1:
+        raise ValueError(f"distance needs one value per iterate ({T + 1}), got {len(distance)}.")
     return RunCheck(excess=excess, pl_margin=pl, descent_margin=descent, sigma_ratio=sr,
                     violations=int((excess > FLOAT_TOL).sum()),
                     max_excess=float(excess.max()) if len(excess) else float("nan"),
-                    checked_steps=int(keep.sum()))
+                    checked_steps=int(keep.sum()), half_margin=half,
+                    certified=int(((half >= -tol) & (sr >= 0.5)).sum()),
+                    max_distance=float(np.max(distance)) if distance is not None else float("nan"))
 
 
 def theorem_instance(seed: int = 0, *, beta: float = 1.0, layers: int = 1, N: int = 2, n: int = 4,
@@ -373,10 +471,14 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
     ``mu`` defaults to :func:`mu_max`. Returns a dict with the CLI's fields (``alpha``, ``mu``,
     ``mu_max``, ``sigma_min_Z0``, ``sigma_max_Z0``, ``assumptions_hold``, ``max_excess``,
     ``violations``, ``initial_loss``, ``final_loss``, ``steps``) plus ``assumptions`` (the table),
-    ``L_hat``, ``history`` (the :class:`History`), ``check`` (the :class:`RunCheck`) and
-    ``params_final`` (the last iterate).
+    ``L_hat``, ``history`` (the :class:`History`), ``check`` (the :class:`RunCheck`),
+    ``params_final`` (the last iterate) and ``part_b`` (:func:`part_b_check` at ``theta_0``).
     """
     _check_cfg_params_data(params, X, Y, cfg)
+    if isinstance(safety, bool) or not isinstance(safety, (int, float)) or not safety >= 1:
+        raise ValueError(f"safety must be a number >= 1, got {safety!r}.")
+    if mu is not None:
+        _check_positive("mu", mu)
     est = smoothness_estimate(params, X, Y, cfg, samples=smoothness_samples, seed=seed)
     L_hat = est["L_hat"]
     m_max = 1.0 / (safety * L_hat)
@@ -384,10 +486,15 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
     Zs, Hs = hidden_matrices(params, X, cfg)
     alpha = (sigma_nn(Hs[-1]) / 2) ** 2
     checks = check_assumptions(params, X, Y, cfg, mu=mu, steps=steps)
-    final, hist = gradient_descent(params, X, Y, cfg, mu, steps, record_every=1)
-    # ||grad_{W_U}|| = ||H^T R||_F from the recorded iterates: re-run the trajectory cheaply.
-    grad_U, sig_H = _replay(params, X, Y, cfg, mu, hist.steps)
-    chk = verify_run(hist, grad_U, sig_H, mu, alpha, L_hat)
+    grad_U, sig_H, dist = [], [], []
+
+    def record(t, theta, grads, HL):  # the quantities of the proof at every iterate theta_t
+        grad_U.append(float(grads["W_U"].norm()))
+        sig_H.append(sigma_nn(HL))
+        dist.append(_flat_norm(theta[k] - params[k] for k in theta))
+
+    final, hist = gradient_descent(params, X, Y, cfg, mu, steps, record_every=1, callback=record)
+    chk = verify_run(hist, grad_U, sig_H, mu, alpha, L_hat, dist)
     sZ = torch.linalg.svdvals(Zs[0])
     return {
         "alpha": alpha, "mu": mu, "mu_max": m_max,
@@ -397,17 +504,5 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
         "initial_loss": float(hist.loss[0]), "final_loss": float(hist.loss[-1]), "steps": hist.steps,
         "L_hat": L_hat, "assumptions": [c.to_dict() for c in checks],
         "history": hist, "check": chk, "params_final": final,
+        "part_b": part_b_check(params, X, Y, cfg),
     }
-
-
-def _replay(params, X, Y, cfg, mu, steps):
-    """``||grad_{W_U} Phi(theta_t)||_F`` and ``sigma_Nn(H_t)`` along the GD trajectory."""
-    theta = {k: v.detach().clone() for k, v in params.items()}
-    gU, sH = [], []
-    for t in range(steps + 1):
-        _, grads, _, HL = loss_and_grad(theta, X, Y, cfg)
-        gU.append(float(grads["W_U"].norm()))
-        sH.append(sigma_nn(HL))
-        if t < steps:
-            theta = {k: theta[k] - mu * grads[k] for k in theta}
-    return np.asarray(gU), np.asarray(sH)

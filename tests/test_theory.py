@@ -10,9 +10,10 @@ import torch
 from convres import ModelConfig, init_params, synthetic_regression
 from convres.cli import main
 from convres.gd import loss_and_grad, stacked
+from convres.model import activation, forward_trace
 from convres.theory import (FLOAT_TOL, check_assumptions, collapse_counterexample, ffn_lemma,
-                            hessian_norm, hidden_matrices, rate_alpha, residual_lemma, sigma_nn,
-                            theorem_instance, theorem_run, verify_run)
+                            hessian_norm, hidden_matrices, part_b_check, r_sigma_upper, rate_alpha,
+                            residual_lemma, sigma_nn, theorem_instance, theorem_run, verify_run)
 
 
 def small(seed=0, beta=1.0, **kw):
@@ -112,6 +113,61 @@ def test_the_bound_holds_at_every_step_on_random_instances(seed, beta, layers):
     assert (chk.pl_margin >= -1e-9).all()
     assert (chk.descent_margin >= -1e-12 * r["initial_loss"]).all()
     assert r["final_loss"] < r["initial_loss"]
+    # where the measured descent (mu/2 form) holds, the PL lemma gives Phi_{t+1} <= (1 - mu s_t^2) Phi_t
+    assert (chk.half_margin >= -1e-12 * r["initial_loss"]).all()
+    sigma_t = chk.sigma_ratio * 2 * math.sqrt(r["alpha"])
+    ratio = chk.excess + 1 - r["mu"] * r["alpha"]
+    assert (ratio <= 1 - r["mu"] * sigma_t ** 2 + FLOAT_TOL).all()
+    # certified steps: that, and sigma_t >= sigma_0 / 2 (seed 2, beta 0.5: sigma_t drops below it)
+    assert chk.certified == int((chk.sigma_ratio >= 0.5).sum())
+    assert 0 < chk.max_distance < math.inf
+
+
+@pytest.mark.parametrize("seed,layers", [(0, 1), (1, 1), (2, 2)])
+def test_r_sigma_upper_is_attained_by_an_explicit_point(seed, layers):
+    """Lemma thm-lem-rsigma: moving the last W_2 by c A^+ u v^T, c slightly above sigma_0/2, gives
+    sigma_Nn(H) < sigma_0/2 at distance c ||A^+ u||, just above the returned bound."""
+    params, X, Y, cfg = small(seed, layers=layers)
+    bound = r_sigma_upper(params, X, cfg)
+    tr = forward_trace(params, X, cfg)
+    H = stacked(tr.H[-1])
+    U, S, Vh = torch.linalg.svd(H, full_matrices=False)
+    k = H.shape[0] - 1
+    sigma0, u, v = float(S[k]), U[:, k], Vh[k]
+    A = activation(cfg.activation)(stacked(tr.Z[-1]) @ params[f"layer{layers}.W_1"])
+    c = 0.5001 * sigma0
+    step = c * torch.outer(torch.linalg.pinv(A) @ u, v)
+    moved = dict(params)
+    moved[f"layer{layers}.W_2"] = params[f"layer{layers}.W_2"] - step
+    assert sigma_nn(hidden_matrices(moved, X, cfg)[1][-1]) < sigma0 / 2
+    assert float(step.norm()) == pytest.approx(bound * 1.0002, rel=1e-9)
+
+
+def test_part_b_fails_on_the_default_instance_and_is_consistent():
+    params, X, Y, cfg = theorem_instance(0)
+    b = part_b_check(params, X, Y, cfg)
+    assert b["fails"] and b["radius_lower"] > b["r_sigma_upper"] > 0
+    phi, grads, _, H = loss_and_grad(params, X, Y, cfg)
+    g = math.sqrt(sum(float(t.pow(2).sum()) for t in grads.values()))
+    assert b["radius_lower"] == pytest.approx(2 * g / rate_alpha(params, X, cfg))
+
+
+def test_bad_arguments_raise_clear_errors():
+    params, X, Y, cfg = small(0)
+    with pytest.raises(ValueError, match="both mu and steps"):
+        check_assumptions(params, X, Y, cfg, mu=0.1)
+    with pytest.raises(ValueError, match="mu must be"):
+        check_assumptions(params, X, Y, cfg, mu=-1.0, steps=10)
+    with pytest.raises(ValueError, match="steps must be"):
+        check_assumptions(params, X, Y, cfg, mu=0.1, steps=0)
+    with pytest.raises(ValueError, match="min_decrease"):
+        check_assumptions(params, X, Y, cfg, min_decrease=1.5)
+    with pytest.raises(ValueError, match="safety"):
+        theorem_run(params, X, Y, cfg, steps=2, safety=0.5)
+    with pytest.raises(ValueError, match="sharpness"):
+        collapse_counterexample(sharpness=-1.0)
+    with pytest.raises(ValueError, match="n <= d"):
+        collapse_counterexample(n=True, d=8)
 
 
 def test_verify_run_counts_a_violation():
