@@ -58,7 +58,7 @@ PROFILES = {
     "full": dict(theorem=(8, 500), jena=(8, 50), repeats=5, jena_repeats=3, single_repeats=5,
                  default_threads_repeats=3),
     "book": dict(theorem=(8, 500), jena=(8, 3), repeats=3, jena_repeats=2, single_repeats=3,
-                 default_threads_repeats=1),
+                 default_threads_repeats=0),  # the chapter's time budget: no default-threads run
     "tiny": dict(theorem=(4, 20), jena=(2, 2), repeats=1, jena_repeats=1, single_repeats=1,
                  default_threads_repeats=0),
 }
@@ -383,6 +383,7 @@ def plot_speed(ax, result: dict) -> None:
         ax.annotate(f"{result['sweeps'][s]['speedup']:.1f}x", (x[i] + 0.2, engine[i]), ha="center",
                     va="bottom", fontsize=9)
     ax.set_xticks(x, [f"{s}\n({result['sweeps'][s]['configs']} configs)" for s in sizes])
+    ax.set_xlabel("instance size of the sweep")
     ax.set_yscale("log")
     ax.set_ylabel("configuration-steps per second")
     ax.legend(frameon=False)

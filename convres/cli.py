@@ -198,9 +198,11 @@ def _reproduce_args(p: argparse.ArgumentParser) -> None:
 
 @command("reproduce", "regenerate a figure of the book's experiments (cached; --list lists them)")(_reproduce_args)
 def _reproduce_run(args: argparse.Namespace) -> int:
+    import io
     import time
     from pathlib import Path
 
+    from .cache import atomic_write_bytes
     from .experiments import EXPERIMENTS, key_numbers, run_experiment
 
     if args.list or args.name is None:
@@ -221,7 +223,9 @@ def _reproduce_run(args: argparse.Namespace) -> int:
         fig = EXPERIMENT_PLOTS[name](result)
         out.mkdir(parents=True, exist_ok=True)
         png = out / f"{name}-{args.profile}.png"
-        fig.savefig(png, dpi=120, facecolor="white")
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=120, facecolor="white")
+        atomic_write_bytes(png, buf.getvalue())  # a reader never sees half a PNG
         summary[name] = {"figure": str(png), "seconds": round(time.perf_counter() - t0, 2),
                          **key_numbers(name, result)}
         if not args.json:

@@ -215,7 +215,7 @@ def sst2_path(split: str = "train", *, data_dir=None, download: bool = False) ->
 
         ds = load_dataset(*SST2_HUB, split=split)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".parquet.tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # then one atomic rename
         ds.to_parquet(str(tmp))
         os.replace(tmp, path)
         return path
@@ -292,6 +292,10 @@ def hash_embedding(token: str, d: int, seed: int = 0, dtype=torch.float64) -> to
     """A frozen Gaussian embedding of ``token``: ``d`` i.i.d. ``N(0, 1)`` entries drawn from a
     generator seeded with the SHA-256 of ``"<seed>:<token>"``. The same token always gets the same
     vector, on every machine, without a vocabulary."""
+    if not isinstance(token, str):
+        raise TypeError(f"token must be a str, got {type(token).__name__}.")
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        raise ValueError(f"d (the embedding dimension) must be a positive integer, got {d!r}.")
     digest = hashlib.sha256(f"{seed}:{token}".encode("utf-8")).digest()
     gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
     return torch.randn(d, generator=gen, dtype=torch.float64).to(dtype)
@@ -300,6 +304,8 @@ def hash_embedding(token: str, d: int, seed: int = 0, dtype=torch.float64) -> to
 def embed_tokens(sentences, d: int, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
     """``X`` of shape ``(N, n, d)`` from equal-length token lists, with :func:`hash_embedding`."""
     lengths = {len(s) for s in sentences}
+    if not lengths or 0 in lengths:
+        raise ValueError("sentences must be a non-empty list of non-empty token lists.")
     if len(lengths) != 1:
         raise ValueError(f"all sentences must have the same number of tokens, got lengths {sorted(lengths)}.")
     table = {t: hash_embedding(t, d, seed, torch.float64) for s in sentences for t in s}

@@ -89,6 +89,8 @@ def run_experiment(name: str, profile: str = "smoke", *, progress: bool = False,
     The result holds ``"settings"`` and the measured curves; see the ``_run_*`` functions.
     """
     cfg = settings(name, profile)
+    if overrides is not None and not isinstance(overrides, dict):
+        raise TypeError(f"overrides must be a dict of settings or None, got {type(overrides).__name__}.")
     if overrides:
         unknown = sorted(set(overrides) - set(cfg))
         if unknown:
@@ -166,11 +168,25 @@ def jena_data(s: dict, data_dir=None, dtype=torch.float64):
     ``stride`` hours; the target of position ``t`` of a window is the standardized temperature one
     hour later. Returns ``(X, Y)`` of shapes ``(N, window, 11)`` and ``(N, window, 1)``.
     """
-    from .data import JENA_FEATURES, load_jena
+    from .data import JENA_FEATURES, DataError, load_jena
 
+    for key in ("window", "stride"):
+        v = s.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"setting {key!r} must be a positive integer (hours), got {v!r}.")
+    if s.get("target") not in JENA_FEATURES:
+        raise ValueError(f"setting 'target' must be one of {JENA_FEATURES}, got {s.get('target')!r}.")
     df = load_jena(s["start"], s["end"], data_dir=data_dir, columns=JENA_FEATURES, freq=s["freq"])
     values = df.to_numpy(dtype=np.float64)
-    z = (values - values.mean(0)) / values.std(0)
+    if len(values) <= s["window"]:
+        raise DataError(f"{len(values)} rows in {s['start']} .. {s['end']} at {s['freq']}, but a window of "
+                        f"{s['window']} needs at least {s['window'] + 1} (one more for the last target); "
+                        "widen start/end or shorten the window.")
+    std = values.std(0)
+    if (std == 0).any():
+        raise DataError(f"feature(s) {[c for c, v in zip(df.columns, std) if v == 0]} are constant over "
+                        f"{s['start']} .. {s['end']}: they cannot be standardized; choose a longer window.")
+    z = (values - values.mean(0)) / std
     target = z[:, list(JENA_FEATURES).index(s["target"])]
     w, stride = s["window"], s["stride"]
     starts = range(0, len(z) - w, stride)           # the last window needs one more hour for its target
@@ -353,6 +369,9 @@ def claims(results: dict[str, dict]) -> list[dict]:
 
     Every comparison uses medians over seeds. The criteria (the book's) are in each row.
     """
+    unknown = sorted(set(results) - set(EXPERIMENTS))
+    if unknown:
+        raise ValueError(f"results has unknown experiment(s) {unknown}; expected keys among {sorted(EXPERIMENTS)}.")
     rows = []
     if "simulations" in results:
         res = results["simulations"]

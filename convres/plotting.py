@@ -9,6 +9,7 @@ figure exactly once: where the cell returns it (end the cell with ``fig``).
 
 from __future__ import annotations
 
+import warnings
 from typing import Mapping, Sequence
 
 import matplotlib
@@ -63,22 +64,25 @@ def plot_sigma_min(ax, histories: Mapping[str, "object"], *, which: str = "Z",
 # --- experiments (book chapters Simulations, Jena Climate, SST-2; convres.experiments) -------------
 
 def plot_band(ax, curves: Sequence[Sequence[float]], *, x=None, color=None, label=None,
-              log: bool = True) -> None:
+              log: bool = True, linestyle: str = "-") -> None:
     """Median over seeds of several curves with a min-max band (log scale by default).
 
     ``None`` entries (a run that stopped early, e.g. diverged) are left out of that step's band.
     """
+    if len(curves) == 0 or any(len(c) == 0 for c in curves):
+        raise ValueError(f"curves must be a non-empty list of non-empty curves, got lengths "
+                         f"{[len(c) for c in curves]}.")
     length = max(len(c) for c in curves)
     arr = np.full((len(curves), length), np.nan)
     for i, c in enumerate(curves):
         arr[i, :len(c)] = [np.nan if v is None else v for v in c]
     x = np.arange(length) if x is None else np.asarray(x)[:length]
-    with np.errstate(all="ignore"):
-        import warnings
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            med, lo, hi = np.nanmedian(arr, 0), np.nanmin(arr, 0), np.nanmax(arr, 0)
-    ax.plot(x, med, color=color, label=label)
+    if len(x) != length:
+        raise ValueError(f"x must have at least as many points as the longest curve ({length}), got {len(x)}.")
+    with warnings.catch_warnings():  # a step at which every run has stopped is left empty
+        warnings.simplefilter("ignore", RuntimeWarning)
+        med, lo, hi = np.nanmedian(arr, 0), np.nanmin(arr, 0), np.nanmax(arr, 0)
+    ax.plot(x, med, color=color, label=label, linestyle=linestyle)
     ax.fill_between(x, lo, hi, color=color, alpha=0.2, linewidth=0)
     if log:
         ax.set_yscale("log")
@@ -134,13 +138,12 @@ def plot_sst2(result: Mapping):
         for beta, style in ((1.0, "-"), (0.0, "--")):
             sel = [r for r in runs if r["L"] == L and r["beta"] == beta]
             name = f"L={L}, " + ("residual" if beta else "no residual")
-            before = len(ax1.lines)
-            plot_band(ax1, [r["loss"] for r in sel], color=color, label=name)
-            before2 = len(ax2.lines)
+            plot_band(ax1, [r["loss"] for r in sel], color=color, label=name, linestyle=style)
             xs = np.arange(0, s["steps"] + 1, s["error_every"])
-            plot_band(ax2, [r["error"] for r in sel], x=xs, color=color, label=name, log=False)
-            ax1.lines[before].set_linestyle(style)
-            ax2.lines[before2].set_linestyle(style)
+            if xs[-1] != s["steps"]:  # the last chunk of steps is shorter (convres.experiments._run_sst2)
+                xs = np.r_[xs, s["steps"]]
+            plot_band(ax2, [r["error"] for r in sel], x=xs, color=color, label=name, log=False,
+                      linestyle=style)
     ax1.set_xlabel("gradient-descent step $t$")
     ax1.set_ylabel(r"training loss $\Phi(\theta_t)$")
     ax2.set_xlabel("gradient-descent step $t$")

@@ -209,3 +209,12 @@ def test_offline_copies(offline):
     assert df.iloc[0]["T (degC)"] == pytest.approx(-8.05, abs=0.5)
     s = data.load_sst2("train", data_dir=offline)
     assert len(s) == 67_349 and s.label.sum() == 37_569
+
+
+def test_embedding_arguments_are_checked():
+    with pytest.raises(ValueError, match="d \\(the embedding dimension\\)"):
+        data.hash_embedding("film", 0)
+    with pytest.raises(TypeError, match="token must be a str"):
+        data.hash_embedding(3, 4)
+    with pytest.raises(ValueError, match="non-empty"):
+        data.embed_tokens([], 4)

@@ -237,3 +237,13 @@ def test_cached_benchmark_computes_when_missing_then_reads(monkeypatch, tmp_path
     assert bench.cached_benchmark("tiny", refresh=True)[1] is False and len(calls) == 2
     with pytest.raises(ValueError, match="profile"):
         bench.cached_benchmark("huge")
+
+
+def test_speed_figure_has_labelled_axes():
+    from convres.bench import plot_speed
+    from convres.plotting import figure
+
+    sweep_ = {"configs": 8, "plain_steps_per_s": 10.0, "engine_steps_per_s": 20.0, "speedup": 2.0}
+    fig, ax = figure(1)
+    plot_speed(ax, {"sweeps": {"theorem": sweep_, "jena": {**sweep_, "speedup": 0.5}}})
+    assert ax.get_xlabel() and ax.get_ylabel() and [t.get_text() for t in ax.texts] == ["2.0x", "0.5x"]

@@ -135,3 +135,27 @@ def test_cli_reproduce_json(tmp_path, capsys, monkeypatch):
     assert main(["reproduce", "simulations", "--json", "--out", str(tmp_path)]) == 0
     k = json.loads(capsys.readouterr().out)
     assert set(k["median_rate_per_beta"]) == {"0", "1"} and (tmp_path / "simulations-smoke.png").is_file()
+
+
+def test_bad_settings_and_results_give_clear_errors():
+    with pytest.raises(TypeError, match="overrides must be a dict"):
+        ex.run_experiment("simulations", overrides=[("steps", 3)])
+    for key, bad in (("window", 0), ("stride", 1.5), ("target", "wind")):
+        s = {**ex.settings("jena"), key: bad}
+        with pytest.raises(ValueError, match=f"setting '{key}'"):
+            ex.jena_data(s)
+    with pytest.raises(ValueError, match=r"unknown experiment\(s\) \['jenna'\]"):
+        ex.claims({"jenna": {}})
+
+
+def test_sst2_figure_when_steps_are_not_a_multiple_of_error_every():
+    from convres.plotting import plot_sst2
+
+    s = {"steps": 25, "error_every": 10}   # errors at steps 0, 10, 20 and 25
+    runs = [{"L": L, "beta": b, "seed": 0, "status": "max_steps", "loss": list(np.linspace(2, 1, 26)),
+             "error": [0.5, 0.4, 0.3, 0.2]} for L in (2, 6) for b in (0.0, 1.0)]
+    fig = plot_sst2({"settings": s, "runs": runs})
+    ax1, ax2 = fig.axes
+    assert list(ax2.lines[0].get_xdata()) == [0, 10, 20, 25]
+    assert [line.get_linestyle() for line in ax1.lines[:2]] == ["-", "--"]
+    assert all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes)
