@@ -17,7 +17,7 @@ from typing import Mapping
 import numpy as np
 import torch
 
-from .model import ModelConfig, forward_trace, validate_data, validate_params
+from .model import ModelConfig, forward_trace, validate
 
 __all__ = ["History", "gradient_descent", "gd_step", "loss_and_grad", "stacked", "extreme_singular_values"]
 
@@ -160,8 +160,7 @@ def gradient_descent(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: tor
             the weights, their gradient and the last hidden matrix ``(N, n, d)``; its return value
             is ignored. Used by :func:`convres.theory.theorem_run` to check the proof at every step.
     """
-    validate_params(params, cfg)
-    validate_data(X, Y, cfg)
+    validate(params, X, Y, cfg)
     _check_run_args(mu, steps, record_every, tol, blowup)
 
     theta = {k: v.detach().clone() for k, v in params.items()}

@@ -45,6 +45,7 @@ __all__ = [
     "layer_params",
     "loss",
     "param_shapes",
+    "validate",
     "validate_params",
     "validate_data",
 ]
@@ -259,13 +260,40 @@ def forward_trace(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: Mode
 
 
 def forward(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
-    """``F_Theta(X)``: ``(N, n, c)`` per token, or ``(N, c)`` with ``pool="mean"``."""
+    """``F_Theta(X)``: ``(N, n, c)`` per token, or ``(N, c)`` with ``pool="mean"``.
+
+    Checks its inputs (:func:`validate`); :func:`forward_trace` is the unchecked inner version.
+    """
+    validate(params, X, None, cfg)
     return forward_trace(params, X, cfg).F
 
 
 def loss(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
     """``Phi(theta) = 1/2 sum_i ||F(X_i) - Y_i||_F^2``, the book's one normalization (eq. (loss))."""
-    return 0.5 * (forward(params, X, cfg) - Y).pow(2).sum()
+    validate(params, X, Y, cfg)
+    return 0.5 * (forward_trace(params, X, cfg).F - Y).pow(2).sum()
+
+
+def validate(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor | None,
+             cfg: ModelConfig) -> None:
+    """Raise a clear error unless ``cfg``, ``params``, ``X`` (and ``Y``) fit together.
+
+    Combines :func:`validate_params` and :func:`validate_data` and checks that the data and the
+    weights share one dtype (float64 throughout the book).
+    """
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}; "
+                        "create one with convres.ModelConfig(d=..., d_qk=..., m=...).")
+    validate_params(params, cfg)
+    validate_data(X, Y, cfg)
+    dtypes = {w.dtype for w in params.values()}
+    if len(dtypes) > 1:
+        raise TypeError(f"the weights mix dtypes {sorted(map(str, dtypes))}; convert them to one, "
+                        "e.g. {k: w.double() for k, w in params.items()}.")
+    (dtype,) = dtypes
+    if X.dtype != dtype:
+        raise TypeError(f"X has dtype {X.dtype} but the weights have dtype {dtype}; convert one of "
+                        f"them, e.g. X.to({dtype}) (the book uses torch.float64).")
 
 
 def validate_params(params: Mapping[str, torch.Tensor], cfg: ModelConfig) -> None:

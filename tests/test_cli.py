@@ -32,6 +32,28 @@ def test_gd_json(capsys):
 
 def test_bad_argument_gives_a_clear_error():
     out = run("gd", "--mu", "-1")
-    assert out.returncode == 2 and "--mu: must be > 0" in out.stderr
+    assert out.returncode == 2 and "--mu: must be a finite number > 0" in out.stderr
     out = run("gd", "--activation", "nope")
-    assert out.returncode == 2 and "unknown activation" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and "invalid choice: 'nope'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_gd_activation_choices_match_the_model():
+    from convres.cli import build_parser
+    from convres.model import ACTIVATIONS
+    gd = build_parser()._subparsers._group_actions[0].choices["gd"]
+    (action,) = [a for a in gd._actions if a.dest == "activation"]
+    assert tuple(action.choices) == tuple(sorted(ACTIVATIONS))
+
+
+def test_nan_and_negative_seed_are_rejected_clearly():
+    out = run("gd", "--beta", "nan")
+    assert out.returncode == 2 and "finite number >= 0" in out.stderr
+    out = run("gd", "--seed", "-1")
+    assert out.returncode == 2 and "integer >= 0" in out.stderr
+
+
+def test_output_closed_early_is_not_a_traceback():
+    import subprocess, sys
+    p = subprocess.run(f"'{sys.executable}' -m convres gd --steps 5 | head -c 1", shell=True,
+                       capture_output=True, text=True)
+    assert "Traceback" not in p.stderr

@@ -140,3 +140,17 @@ def test_bad_data_is_rejected():
         validate_data(X, Y.float(), cfg)
     with pytest.raises(TypeError, match="torch.Tensor"):
         validate_data(X.numpy(), Y, cfg)
+
+
+def test_forward_and_loss_check_their_inputs():
+    cfg, params, X, Y = small_instance()
+    with pytest.raises(TypeError, match=r"X has dtype torch.float32 but the weights have dtype torch.float64"):
+        forward(params, X.float(), cfg)
+    with pytest.raises(ValueError, match="d=3"):
+        forward(params, X[..., :2], cfg)
+    with pytest.raises(ValueError, match="Y has shape"):
+        loss(params, X, Y[:1], cfg)
+    with pytest.raises(TypeError, match="ModelConfig"):
+        forward(params, X, {"d": 3})
+    with pytest.raises(TypeError, match="mix dtypes"):
+        forward(dict(params, W_U=params["W_U"].float()), X, cfg)
