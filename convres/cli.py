@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Callable
 
@@ -37,15 +38,22 @@ def print_json(obj) -> None:
 
 def positive_float(text: str) -> float:
     value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
     return value
 
 
 def nonnegative_float(text: str) -> float:
     value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
     return value
 
 
@@ -59,15 +67,16 @@ def positive_int(text: str) -> int:
 # --- gd: one gradient-descent run on a synthetic instance -----------------------------------------
 
 def _gd_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seed", type=int, default=0, help="seed of the data and the weights (default 0)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the data and the weights (default 0)")
     p.add_argument("--beta", type=nonnegative_float, default=1.0, help="residual coefficient (default 1)")
     p.add_argument("--layers", type=positive_int, default=1, help="number of blocks L (default 1)")
-    p.add_argument("--N", type=positive_int, default=4, help="number of sequences (default 4)")
-    p.add_argument("--n", type=positive_int, default=4, help="tokens per sequence (default 4)")
-    p.add_argument("--d", type=positive_int, default=16, help="feature dimension (default 16)")
+    p.add_argument("--N", type=positive_int, default=4, metavar="SEQUENCES", help="number of sequences N (default 4)")
+    p.add_argument("--n", type=positive_int, default=4, metavar="TOKENS", help="tokens per sequence n (default 4)")
+    p.add_argument("--d", type=positive_int, default=16, metavar="FEATURES", help="feature dimension d (default 16)")
     p.add_argument("--mu", type=positive_float, default=0.005, help="step size (default 0.005)")
     p.add_argument("--steps", type=positive_int, default=500, help="number of steps (default 500)")
-    p.add_argument("--activation", default="relu", help="FFN activation (relu, gelu, tanh, softplus)")
+    p.add_argument("--activation", default="relu", choices=("gelu", "relu", "softplus", "tanh"),
+                   help="FFN activation (default relu)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -100,10 +109,30 @@ def _gd_run(args: argparse.Namespace) -> int:
 # --- theorem: the book's linear-convergence theorem checked on a random instance -------------------
 
 THEOREM_FIELDS = ("alpha", "mu", "mu_max", "sigma_min_Z0", "sigma_max_Z0", "assumptions_hold",
-                  "max_excess", "violations", "initial_loss", "final_loss", "steps")
+                  "max_excess", "violations", "initial_loss", "final_loss", "steps",
+                  "sigma_min_H0", "mu_max_is_estimate", "part_b_holds")
+
+THEOREM_EPILOG = """\
+output fields (book chapters 'The theorem' and 'Assumptions'):
+  alpha              the rate (sigma_min_H0 / 2)^2 of part (a)
+  sigma_min_H0       sigma_Nn(H_0), the smallest singular value of the stacked last hidden matrix
+  mu, mu_max         step size used; mu_max = 1/(2 L_hat), L_hat ESTIMATED from sampled
+                     Hessian-vector products (not a certified smoothness bound)
+  mu_max_is_estimate always true (see mu_max)
+  sigma_min_Z0, sigma_max_Z0  extreme singular values of the stacked attention output Z_0
+  assumptions_hold   the CHECKED assumptions (A0)-(A4) hold: those of part (a), (A1)-(A3), plus
+                     full-rank input (A0) and a non-vacuous rate (A4). It says nothing about
+                     part (b), the whole-run statement.
+  part_b_holds       false: part (b)'s proper-initialization condition (A5) is certified to fail;
+                     null: not decided (convres can certify that (A5) fails, never that it holds)
+  max_excess, violations  largest Phi_{t+1}/Phi_t - (1 - mu alpha), and steps where it is > 1e-9
+  initial_loss, final_loss, steps  the run
+"""
 
 
 def _theorem_args(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = THEOREM_EPILOG
     p.add_argument("--seed", type=int, default=0, help="seed of the data (weights: seed + 1; default 0)")
     p.add_argument("--beta", type=nonnegative_float, default=1.0, help="residual coefficient (default 1)")
     p.add_argument("--layers", type=positive_int, default=1, help="number of blocks L (default 1)")
@@ -123,10 +152,18 @@ def _theorem_run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(summary)
     else:
+        labels = {"mu_max": "mu_max (estimated)", "assumptions_hold": "assumptions (A0)-(A4) hold",
+                  "part_b_holds": "part (b) holds"}
         for k, v in summary.items():
-            print(f"{k:>16}: {v}")
+            if k != "mu_max_is_estimate":
+                print(f"{labels.get(k, k):>26}: {'unknown' if v is None else v}")
+        b = r["part_b"]
+        print(f"  part (b) needs a radius >= {b['radius_lower']:.4g} but r_sigma <= "
+              f"{b['r_sigma_upper']:.4g}; only part (a) is checked along the run")
+        tags = {"full-rank input": "A0", "width": "A1", "smooth activation": "A2",
+                "non-degenerate H_0": "A3", "non-vacuous rate": "A4"}
         for a in r["assumptions"]:
-            print(f"  assumption {a['name']!r}: {a['statement']}: value {a['value']:.4g}, "
+            print(f"  ({tags.get(a['name'], '?')}) {a['name']!r}: {a['statement']}: value {a['value']:.4g}, "
                   f"threshold {a['threshold']:.4g}, holds={a['holds']}")
     return 0
 
@@ -135,21 +172,37 @@ def _theorem_run(args: argparse.Namespace) -> int:
 
 def _rank_collapse_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beta", type=nonnegative_float, default=1.0, help="residual coefficient (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the Gaussian instance (default 0)")
-    p.add_argument("--json", action="store_true", help="print a JSON list of {d_qk, sigma_min_attn, sigma_min_residual}")
+    p.add_argument("--seeds", type=positive_int, default=16,
+                   help="number K of Gaussian instances; the output is the median over K instances (default 16)")
+    p.add_argument("--seed", type=int, default=0, help="first seed: instances seed, ..., seed + K - 1 (default 0)")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON list of {d_qk, sigma_min_attn, sigma_min_residual} (medians over K instances), "
+                        "with sigma_min_attn_q10, sigma_min_attn_q90 and instances")
 
 
-@command("rank-collapse", "sigma_min of Attn(X) and of Attn(X) + beta X for growing d_QK (scale 1/d_QK)")(_rank_collapse_args)
+@command("rank-collapse", "median over K Gaussian instances of sigma_min(Attn(X)) and sigma_min(Attn(X) + beta X) "
+                          "for growing d_QK (scale 1/d_QK)")(_rank_collapse_args)
 def _rank_collapse_run(args: argparse.Namespace) -> int:
     from .collapse import sigma_min_table
 
-    rows = sigma_min_table(args.beta, seed=args.seed)
+    if args.seed < 0:
+        raise SystemExit(f"--seed must be >= 0, got {args.seed}")
+    rows = sigma_min_table(args.beta, seed=args.seed, seeds=args.seeds)
     if args.json:
         print_json(rows)
     else:
-        print(f"{'d_QK':>6}  {'sigma_min(Attn)':>16}  {'sigma_min(Attn + beta X)':>25}   (beta = {args.beta:g})")
+        import math
+        k = args.seeds
+        print(f"median over {k} instances (seeds {args.seed}..{args.seed + k - 1}; n = 8, d = 16, scale 1/d_QK, "
+              f"beta = {args.beta:g})")
+        print(f"{'d_QK':>6}  {'sigma_min(Attn)':>16}  {'10-90 % range':>21}  {'sigma_min(Attn + beta X)':>25}")
         for r in rows:
-            print(f"{r['d_qk']:>6}  {r['sigma_min_attn']:>16.3e}  {r['sigma_min_residual']:>25.3e}")
+            rng = f"{r['sigma_min_attn_q10']:.1e} - {r['sigma_min_attn_q90']:.1e}"
+            print(f"{r['d_qk']:>6}  {r['sigma_min_attn']:>16.3e}  {rng:>21}  {r['sigma_min_residual']:>25.3e}")
+        first, last = rows[0], rows[-1]
+        slope = math.log(last["sigma_min_attn"] / first["sigma_min_attn"]) / math.log(last["d_qk"] / first["d_qk"])
+        print(f"median sigma_min(Attn) from d_QK = {first['d_qk']} to {last['d_qk']}: x {last['sigma_min_attn'] / first['sigma_min_attn']:.3g} "
+              f"(~ d_QK^{slope:+.2f}); median sigma_min(Attn + beta X): x {last['sigma_min_residual'] / first['sigma_min_residual']:.3g}")
     return 0
 
 
@@ -169,7 +222,9 @@ def _bench_args(p: argparse.ArgumentParser) -> None:
                   "the result is also cached for the chapter 'Performance'")(_bench_args)
 def _bench_run(args: argparse.Namespace) -> int:
     from .bench import cached_benchmark, format_report, run_benchmark
+    from .engine import check_device
 
+    check_device(args.device)  # a clear error for 'gpu' or 'cuda' without CUDA, before any work
     if args.threads < 0:
         raise ValueError(f"--threads must be >= 0 (0: PyTorch's default), got {args.threads}.")
     threads = args.threads or None
@@ -193,6 +248,9 @@ def _reproduce_args(p: argparse.ArgumentParser) -> None:
                    help="smoke: the settings of the book's figures (default); full: more data/seeds/steps")
     p.add_argument("--out", default="figures", help="folder for the PNG figures (default ./figures)")
     p.add_argument("--refresh", action="store_true", help="recompute even if a cached result exists")
+    p.add_argument("--download", action="store_true",
+                   help="first download missing real data (jena, sst2) into the data directory "
+                        "($CONVRES_DATA_DIR, default ~/.cache/convres/data)")
     p.add_argument("--json", action="store_true", help="print the key numbers as one JSON object")
 
 
@@ -217,6 +275,19 @@ def _reproduce_run(args: argparse.Namespace) -> int:
     from .plotting import EXPERIMENT_PLOTS
 
     out, summary = Path(args.out), {}
+    try:  # before any work: --out must be (or become) a folder
+        out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ValueError(f"--out {out}: {out if out.exists() else 'a parent of it'} is an existing file, "
+                         "not a folder; pass a folder for the PNG figures (e.g. --out figures) or move "
+                         "that file away.") from None
+    if args.download:
+        from .data import DATASETS, download
+        for name in names:
+            if name in DATASETS:
+                path = download(name)
+                if not args.json:
+                    print(f"{name}: data in {path}")
     for name in names:
         t0 = time.perf_counter()
         result = run_experiment(name, args.profile, progress=True, refresh=args.refresh)
@@ -239,19 +310,7 @@ def _reproduce_run(args: argparse.Namespace) -> int:
 
 # --- entry point -----------------------------------------------------------------------------------
 
-def _import_subcommands() -> None:
-    """Import the modules that register further subcommands (kept lazy for a fast ``--help``)."""
-    import importlib
-    for module in _SUBCOMMAND_MODULES:
-        importlib.import_module(module, __package__)
-
-
-#: Modules whose import registers a subcommand with :func:`command`.
-_SUBCOMMAND_MODULES: list[str] = []
-
-
 def build_parser() -> argparse.ArgumentParser:
-    _import_subcommands()
     parser = argparse.ArgumentParser(
         prog="python -m convres",
         description="convres: companion of arXiv:2506.05249 (gradient descent on Transformers "
@@ -272,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     run = _COMMANDS[args.command][2]
     try:
         return int(run(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError) as err:
+    except BrokenPipeError:  # e.g. `python -m convres theorem | head`
+        sys.stderr.close()
+        return 0
+    except (ValueError, TypeError, OSError) as err:
         print(f"convres {args.command}: error: {err}", file=sys.stderr)
         return 2

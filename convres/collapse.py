@@ -56,6 +56,7 @@ __all__ = [
     "gd_collapse_runs",
     "gd_attention_stats",
     "sigma_min_table",
+    "TABLE_D_QKS",
 ]
 
 #: The measures of :func:`collapse_measures`, in the order the book reports them.
@@ -466,12 +467,27 @@ def gd_attention_stats(beta=0.0, *, mu: float = 0.002, **instance) -> dict[str, 
     return {"dist_uniform": dist.numpy(), "logit_step": float(step)}
 
 
-def sigma_min_table(beta: float = 1.0, d_qks: Sequence[int] = (1, 4, 16, 64, 256, 1024, 4096, 16384), *,
-                    n: int = 8, d: int = 16, seed: int = 0) -> list[dict[str, float]]:
-    """``[{"d_qk", "sigma_min_attn", "sigma_min_residual"}, ...]``: ``sigma_min(Attn(X))`` and
-    ``sigma_min(Attn(X) + beta X)`` on one :func:`gaussian_instance` with scale ``1/d_qk``
-    (the ``rank-collapse`` command)."""
+#: The ``d_qk`` values of the ``rank-collapse`` command: from 16 on, where the uniform-rows collapse
+#: dominates (at ``d_qk = 1`` the logit matrix has rank one, a different degeneracy, see the chapter).
+TABLE_D_QKS = (16, 64, 256, 1024, 4096, 16384)
+
+
+def sigma_min_table(beta: float = 1.0, d_qks: Sequence[int] = TABLE_D_QKS, *, n: int = 8, d: int = 16,
+                    seed: int = 0, seeds: int = 16) -> list[dict[str, float]]:
+    """``[{"d_qk", "sigma_min_attn", "sigma_min_residual", ...}, ...]``: the median over ``seeds``
+    :func:`gaussian_instance` s (seeds ``seed, ..., seed + seeds - 1``) of ``sigma_min(Attn(X))`` and
+    ``sigma_min(Attn(X) + beta X)`` with scale ``1/d_qk`` (the ``rank-collapse`` command, book chapter
+    "Rank collapse", figure ``fig-rc-uniform``). One instance fluctuates a lot (its ``sigma_min(Attn)``
+    need not fall from one ``d_qk`` to the next); the median shows the ``d_qk^{-1/2}`` trend.
+    Extra fields per row: ``sigma_min_attn_q10`` and ``sigma_min_attn_q90`` (10 % and 90 % quantiles
+    over the instances) and ``instances`` (= ``seeds``)."""
     beta = _check_beta("beta", beta)
-    sw = dqk_sweep(list(d_qks), [beta], n=n, d=d, seed=seed)
-    return [{"d_qk": int(k), "sigma_min_attn": float(a), "sigma_min_residual": float(z)}
-            for k, a, z in zip(sw["d_qk"], sw["attn_sigma_min"], sw["Z_sigma_min"][:, 0])]
+    _check_int("seeds", seeds)
+    _check_int("seed", seed, minimum=0)
+    sw = dqk_sweep_seeds(list(d_qks), [beta], seeds=list(range(seed, seed + seeds)), n=n, d=d)
+    a, z = sw["attn_sigma_min"], sw["Z_sigma_min"][:, :, 0]
+    med_a, med_z = np.median(a, axis=0), np.median(z, axis=0)
+    q10, q90 = np.quantile(a, 0.1, axis=0), np.quantile(a, 0.9, axis=0)
+    return [{"d_qk": int(k), "sigma_min_attn": float(ma), "sigma_min_residual": float(mz),
+             "sigma_min_attn_q10": float(lo), "sigma_min_attn_q90": float(hi), "instances": int(seeds)}
+            for k, ma, mz, lo, hi in zip(sw["d_qk"], med_a, med_z, q10, q90)]

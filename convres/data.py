@@ -19,7 +19,8 @@ from .model import _generator
 
 __all__ = ["synthetic_regression", "DataError", "sha256_file", "verify_checksum", "JENA_URL",
            "JENA_FEATURES", "JENA_ALL_FEATURES", "jena_path", "read_jena", "load_jena", "SST2_HUB",
-           "sst2_path", "load_sst2", "sst2_subset", "hash_embedding", "embed_tokens"]
+           "sst2_path", "load_sst2", "sst2_subset", "hash_embedding", "embed_tokens", "download",
+           "DATASETS"]
 
 
 def synthetic_regression(N: int, n: int, d: int, c: int = 1, *, seed: int | torch.Generator = 0,
@@ -109,9 +110,10 @@ def jena_path(data_dir=None, *, download: bool = False) -> Path:
     if download:
         return _atomic_download(JENA_URL, folder / "jena_climate_2009_2016.csv.zip")
     raise FileNotFoundError(
-        f"no Jena Climate file in {folder} (looked for {', '.join(JENA_FILES)}). Get it with "
-        f"convres.data.load_jena(download=True) (downloads {JENA_URL}), or put the zip there yourself, "
-        f"or point the data directory at an offline copy: data_dir=... or ${DATA_ENV}.")
+        f"no Jena Climate file in {folder} (looked for {', '.join(JENA_FILES)}). Download it with "
+        f"`python -m convres reproduce jena --download` or convres.data.load_jena(download=True) "
+        f"(about 13 MB from {JENA_URL}), or put the zip there yourself, or point the data directory "
+        f"at an offline copy: set {DATA_ENV}=/path/to/data (or pass data_dir=...).")
 
 
 def read_jena(path: str | os.PathLike, columns=JENA_FEATURES, *, sha256: str | None = None):
@@ -220,9 +222,10 @@ def sst2_path(split: str = "train", *, data_dir=None, download: bool = False) ->
         os.replace(tmp, path)
         return path
     raise FileNotFoundError(
-        f"SST-2 file {path} not found. Get it with convres.data.load_sst2(download=True) (loads "
-        f"{SST2_HUB[0]!r}, config {SST2_HUB[1]!r}, from the Hugging Face Hub), or point the data "
-        f"directory at an offline copy: data_dir=... or ${DATA_ENV}.")
+        f"SST-2 file {path} not found. Download it with `python -m convres reproduce sst2 --download` "
+        f"or convres.data.load_sst2(download=True) (loads {SST2_HUB[0]!r}, config {SST2_HUB[1]!r}, "
+        f"from the Hugging Face Hub, a few MB), or point the data directory at an offline copy: set "
+        f"{DATA_ENV}=/path/to/data (or pass data_dir=...).")
 
 
 def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, verify: bool = True):
@@ -310,3 +313,26 @@ def embed_tokens(sentences, d: int, seed: int = 0, dtype=torch.float64) -> torch
         raise ValueError(f"all sentences must have the same number of tokens, got lengths {sorted(lengths)}.")
     table = {t: hash_embedding(t, d, seed, torch.float64) for s in sentences for t in s}
     return torch.stack([torch.stack([table[t] for t in s]) for s in sentences]).to(dtype)
+
+
+# --- downloads for the command line -------------------------------------------------------------
+
+#: The real data sets the experiments read, and what ``download`` fetches for each.
+DATASETS = {
+    "jena": f"the Keras zip of Jena Climate 2009-2016 (about 13 MB, {JENA_URL})",
+    "sst2": f"the SST-2 training split of the Hugging Face dataset {SST2_HUB[0]}, config {SST2_HUB[1]} "
+            "(a few MB, saved as sst2/train.parquet)",
+}
+
+
+def download(dataset: str, *, data_dir=None) -> Path:
+    """Make sure ``dataset`` (``"jena"`` or ``"sst2"``) is in the data directory, downloading it if
+    missing (see :data:`DATASETS`); return its path. A file already there is kept as it is.
+
+    Used by ``python -m convres reproduce NAME --download``.
+    """
+    if dataset == "jena":
+        return jena_path(data_dir, download=True)
+    if dataset == "sst2":
+        return sst2_path("train", data_dir=data_dir, download=True)
+    raise ValueError(f"dataset must be one of {sorted(DATASETS)}, got {dataset!r}.")

@@ -33,7 +33,7 @@ import torch
 from .gd import History, _check_run_args, _progress
 from .model import ModelConfig, activation, attention_scale, validate_data, validate_params
 
-__all__ = ["gradient_descent_batch", "batched_loss", "torch_threads"]
+__all__ = ["gradient_descent_batch", "batched_loss", "torch_threads", "check_device"]
 
 
 # --- the batched model and its gradient ---------------------------------------------------------
@@ -156,6 +156,41 @@ def _extreme_sv(M: torch.Tensor) -> torch.Tensor:
 
 # --- the engine ---------------------------------------------------------------------------------
 
+def check_device(device) -> torch.device:
+    """``device`` as a :class:`torch.device` usable by this PyTorch build, or a ValueError.
+
+    Accepts ``None`` (returned as the CPU), a ``torch.device`` or a name such as ``"cpu"``,
+    ``"cuda"`` or ``"cuda:1"``. Raises ValueError, naming the device and the fix, for an unknown
+    device name, or for ``cuda`` (``mps``) when this PyTorch build or machine has no such device.
+    """
+    if device is None:
+        return torch.device("cpu")
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a str such as 'cpu' or 'cuda', or a torch.device, got "
+                        f"{type(device).__name__}.")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"unknown device {device!r}: use 'cpu', or 'cuda' (or 'cuda:0', ...) on a machine "
+                         "with an NVIDIA GPU and a CUDA build of PyTorch.") from None
+    if dev.type == "cuda":
+        if not torch.backends.cuda.is_built():
+            raise ValueError(f"device {device!r}: this PyTorch build ({torch.__version__}) has no CUDA support; "
+                             "use device 'cpu', or install a CUDA build of PyTorch.")
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: PyTorch was built with CUDA but no CUDA device is "
+                             "available on this machine (driver or GPU missing); use device 'cpu'.")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) here "
+                             f"(indices 0..{torch.cuda.device_count() - 1}).")
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"device {device!r}: Apple's MPS backend is not available here; use device 'cpu'.")
+    elif dev.type != "cpu":
+        raise ValueError(f"device {device!r} is not supported by convres; use 'cpu' or 'cuda'.")
+    return dev
+
+
 @dataclasses.dataclass
 class _Run:
     """The record of one configuration while the batch runs."""
@@ -252,7 +287,7 @@ def gradient_descent_batch(params_list: Sequence[Mapping[str, torch.Tensor]], X:
     for mu in mus:
         _check_run_args(mu, steps, record_every, tol, blowup)
 
-    dev = torch.device(device) if device is not None else params_list[0]["W_U"].device
+    dev = check_device(device) if device is not None else params_list[0]["W_U"].device
     names = list(params_list[0])
     theta = {k: torch.stack([p[k].detach().to(dev) for p in params_list]) for k in names}
     dtype = theta["W_U"].dtype

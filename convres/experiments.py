@@ -2,7 +2,7 @@
 
 Book chapters: *Simulations* (``book/simulations.md``), *Jena Climate* (``book/jena.md``),
 *SST-2* (``book/sst2.md``) and the *Reproduction report* (``book/report.md``). Paper:
-arXiv:2506.05249, Section "Experiments" (v1 and v4): (1) simulations, (2) Jena Climate with
+arXiv:2506.05249, its experiments as described in the abstract (v1 and v4): (1) simulations, (2) Jena Climate with
 residual coefficients beta from small values to 1, (3) SST-2 with depth L = 2, 6, 10 with and without
 residuals. Every size, seed, step size and window below is **the book's choice**: the paper's
 settings are not known to this project.
@@ -34,7 +34,10 @@ __all__ = ["EXPERIMENTS", "PROFILES", "settings", "run_experiment", "key_numbers
 PROFILES = ("smoke", "full")
 #: Version of the layout of the results; part of the cache key (bump it when a runner changes).
 RESULT_FORMAT = 2
-VERDICTS = ("reproduced", "partly", "not reproduced")
+#: The verdicts of the report. The fourth is for a row that checks one of the book's own inequalities
+#: a posteriori along the runs rather than a claim of the paper that could fail on its own (see
+#: :func:`claims`, the linear-convergence row).
+VERDICTS = ("reproduced", "partly", "not reproduced", "holds a posteriori")
 
 # --- declarative configurations (the book's settings) ----------------------------------------------
 
@@ -392,21 +395,33 @@ def claims(results: dict[str, dict]) -> list[dict]:
             measurement=f"beta = 0: final / initial loss between {min(drop):.2g} and {max(drop):.2g}",
             verdict=_verdict(all(stall), any(stall))))
         holds = [r["bound_holds"] for r in res["runs"]]
+        mu = res["settings"]["mu"]
+        slack = [r["rate"] / (mu * r["alpha0"]) for r in res["runs"]]
         rows.append(dict(
             experiment="simulations",
-            claim="Linear convergence Phi_{t+1} <= (1 - mu alpha) Phi_t (alpha from smallest singular values).",
-            criterion="the book's bound with alpha_t = sigma_min(H_t)^2 holds at every step of every run "
-                      "(partly: of some runs)",
-            measurement=f"holds in {sum(holds)} of {len(holds)} runs",
-            verdict=_verdict(all(holds), any(holds))))
+            claim="Linear convergence Phi_{t+1} <= (1 - mu alpha) Phi_t (alpha from smallest singular "
+                  "values; the paper's alpha is not known to us).",
+            criterion="a posteriori check, not a test of the paper's alpha: the per-step inequality of "
+                      "part (a) of the book's theorem, Phi_{t+1} <= (1 - mu sigma_min(H_t)^2) Phi_t, with "
+                      "sigma_min(H_t) measured along each run, at every step above the float floor of every "
+                      f"run (mu = {mu:g} and ReLU are outside the theorem's conditions; for a small step the "
+                      "inequality nearly follows from the book's lemmas). Otherwise partly (some runs) or "
+                      "not reproduced",
+            measurement=f"holds at every step in {sum(holds)} of {len(holds)} runs; loose: measured rate "
+                        f"{min(slack):.3g}x to {max(slack):.3g}x mu sigma_min(H_0)^2",
+            verdict=VERDICTS[3] if all(holds) else _verdict(False, any(holds))))
     if "jena" in results:
         res = results["jena"]
+        from .data import JENA_ALL_FEATURES, JENA_FEATURES
+        st = res["settings"]
+        data = (f"on the book's slice only: hourly rows {st['start']} .. {st['end']} "
+                f"({len(JENA_FEATURES)} of the {len(JENA_ALL_FEATURES)} features, no wind); ")
         fin = {k[0]: v for k, v in _median_by(res["runs"], ["beta"], _final).items()}
         betas = sorted(fin)
         dec = [fin[b] < fin[a] for a, b in zip(betas, betas[1:])]
         rows.append(dict(
             experiment="jena", claim="Larger beta converges faster.",
-            criterion=f"median final training loss after {res['settings']['steps']} steps at one common mu "
+            criterion=data + f"median final training loss after {res['settings']['steps']} steps at one common mu "
                       "decreases with beta at every step of the sweep (partly: beta = 1 below beta = 0 "
                       "only)",
             measurement="median final loss: " + ", ".join(f"beta={b:g}: {fin[b]:.3g}" for b in betas),
@@ -417,7 +432,7 @@ def claims(results: dict[str, dict]) -> list[dict]:
         wins = [by_seed[(small, sd)] < by_seed[(0.0, sd)] for sd in seeds]
         rows.append(dict(
             experiment="jena", claim="Even a small beta converges faster than no residual.",
-            criterion=f"smallest beta ({small:g}) ends below beta = 0 for every seed (partly: some seeds)",
+            criterion=data + f"smallest beta ({small:g}) ends below beta = 0 for every seed (partly: some seeds)",
             measurement=f"beta={small:g} below beta=0 in {sum(wins)} of {len(wins)} seeds "
                         f"(median {fin[small]:.3g} vs {fin[0.0]:.3g})",
             verdict=_verdict(all(wins), any(wins))))

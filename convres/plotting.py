@@ -32,10 +32,13 @@ def figure(ncols: int = 1, nrows: int = 1, *, width: float = 4.2, height: float 
 
 
 def beta_colors(betas: Sequence[float]) -> list:
-    """One colour per residual coefficient, from light (small beta) to dark (beta = 1)."""
+    """One colour per residual coefficient, from light (smallest beta) to dark (largest), spaced
+    evenly by rank (not by value), so that close values such as 0 and 0.1 get distinct colours."""
     cmap = matplotlib.colormaps["viridis"]
-    hi = max(max(betas), 1e-12)
-    return [cmap(0.85 - 0.75 * (b / hi)) for b in betas]
+    order = sorted(set(betas))
+    rank = {b: i for i, b in enumerate(order)}
+    k = len(order)
+    return [cmap(0.85 * (1 - rank[b] / (k - 1)) if k > 1 else 0.3) for b in betas]
 
 
 def plot_loss(ax, histories: Mapping[str, "object"], *, colors: Sequence | None = None,
@@ -117,8 +120,10 @@ def plot_jena(result: Mapping):
     runs = result["runs"]
     betas = sorted({r["beta"] for r in runs})
     fig, ax = figure(1, width=5.5, height=3.6)
-    for b, c in zip(betas, beta_colors(betas)):
-        plot_band(ax, [r["loss"] for r in runs if r["beta"] == b], color=c, label=rf"$\beta={b:g}$")
+    styles = ("-", "--", "-.", ":")
+    for i, (b, c) in enumerate(zip(betas, beta_colors(betas))):
+        plot_band(ax, [r["loss"] for r in runs if r["beta"] == b], color=c, label=rf"$\beta={b:g}$",
+                  linestyle=styles[i % len(styles)])
     ax.set_xlabel("gradient-descent step $t$")
     ax.set_ylabel(r"training loss $\Phi(\theta_t)$")
     ax.set_title(rf"Jena Climate, $N={result['N']}$ windows, $\mu={result['mu'] * 1e5:.3g}\times 10^{{-5}}$")

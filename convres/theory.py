@@ -470,9 +470,19 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
 
     ``mu`` defaults to :func:`mu_max`. Returns a dict with the CLI's fields (``alpha``, ``mu``,
     ``mu_max``, ``sigma_min_Z0``, ``sigma_max_Z0``, ``assumptions_hold``, ``max_excess``,
-    ``violations``, ``initial_loss``, ``final_loss``, ``steps``) plus ``assumptions`` (the table),
-    ``L_hat``, ``history`` (the :class:`History`), ``check`` (the :class:`RunCheck`),
-    ``params_final`` (the last iterate) and ``part_b`` (:func:`part_b_check` at ``theta_0``).
+    ``violations``, ``initial_loss``, ``final_loss``, ``steps``, ``sigma_min_H0``,
+    ``mu_max_is_estimate``, ``part_b_holds``) plus ``assumptions`` (the table), ``L_hat``,
+    ``history`` (the :class:`History`), ``check`` (the :class:`RunCheck`), ``params_final`` (the
+    last iterate) and ``part_b`` (:func:`part_b_check` at ``theta_0``).
+
+    ``assumptions_hold`` is ``True`` iff every check of :func:`check_assumptions` holds: (A0)-(A4)
+    of the chapter *Assumptions*, i.e. those of part (a) and the non-vacuous rate; it says nothing
+    about part (b). ``part_b_holds`` is ``False`` when :func:`part_b_check` certifies that part
+    (b)'s condition (A5) fails and ``None`` (unknown) otherwise: it is never ``True``, since ``J_B``
+    and ``r_sigma`` are not computed. ``sigma_min_H0 = sigma_Nn(H_0)``, so ``alpha =
+    (sigma_min_H0 / 2)^2``. ``mu_max = 1 / (safety * L_hat)`` with ``L_hat`` estimated from
+    sampled Hessian-vector products (:func:`smoothness_estimate`), not a certified bound, hence
+    ``mu_max_is_estimate = True``.
     """
     _check_cfg_params_data(params, X, Y, cfg)
     if isinstance(safety, bool) or not isinstance(safety, (int, float)) or not safety >= 1:
@@ -484,7 +494,8 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
     m_max = 1.0 / (safety * L_hat)
     mu = m_max if mu is None else mu
     Zs, Hs = hidden_matrices(params, X, cfg)
-    alpha = (sigma_nn(Hs[-1]) / 2) ** 2
+    sigma_H0 = sigma_nn(Hs[-1])
+    alpha = (sigma_H0 / 2) ** 2
     checks = check_assumptions(params, X, Y, cfg, mu=mu, steps=steps)
     grad_U, sig_H, dist = [], [], []
 
@@ -496,13 +507,16 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
     final, hist = gradient_descent(params, X, Y, cfg, mu, steps, record_every=1, callback=record)
     chk = verify_run(hist, grad_U, sig_H, mu, alpha, L_hat, dist)
     sZ = torch.linalg.svdvals(Zs[0])
+    part_b = part_b_check(params, X, Y, cfg)
     return {
         "alpha": alpha, "mu": mu, "mu_max": m_max,
         "sigma_min_Z0": sigma_nn(Zs[0]), "sigma_max_Z0": float(sZ[0]),
         "assumptions_hold": all(c.holds for c in checks),
         "max_excess": chk.max_excess, "violations": chk.violations,
         "initial_loss": float(hist.loss[0]), "final_loss": float(hist.loss[-1]), "steps": hist.steps,
+        "sigma_min_H0": sigma_H0, "mu_max_is_estimate": True,
+        "part_b_holds": False if part_b["fails"] else None,
         "L_hat": L_hat, "assumptions": [c.to_dict() for c in checks],
         "history": hist, "check": chk, "params_final": final,
-        "part_b": part_b_check(params, X, Y, cfg),
+        "part_b": part_b,
     }

@@ -2,9 +2,11 @@
 
 Book chapter: *Rank collapse and the residual* (``book/rank_collapse.md``), section "Explore it".
 Everything is computed by :mod:`convres.collapse` and drawn by :func:`explorer_figure`; the widget
-only wires sliders to :func:`explorer_data`. The figure is shown in an ``ipywidgets.Image`` (a PNG),
-so the executed page keeps the last picture in its saved widget state, and the update can be tested
-without a browser (:func:`update_image`).
+only wires sliders to :func:`explorer_data`. The figure is shown in an ``ipywidgets.Image`` (a PNG
+drawn at twice its display resolution, :data:`DISPLAY_WIDTH_PX` wide on the page), so the executed
+page keeps the last picture, sharp, in its saved widget state: the static site shows it without a
+kernel. The numbers under the sliders are plain text (no colours of their own, readable in light and
+dark themes). The update can be tested without a browser (:func:`update_image`).
 """
 
 from __future__ import annotations
@@ -16,14 +18,21 @@ import torch
 
 from .collapse import attention_output, collapse_measures, gaussian_instance, gd_collapse_runs
 
-__all__ = ["BETA_RANGE", "D_QK_CHOICES", "explorer_data", "explorer_figure", "figure_png", "update_image",
-           "rank_collapse_explorer"]
+__all__ = ["BETA_RANGE", "D_QK_CHOICES", "DISPLAY_WIDTH_PX", "explorer_data", "explorer_figure", "figure_png",
+           "summary_text", "update_image", "rank_collapse_explorer"]
 
 #: The values of the ``d_qk`` slider (powers of two).
 D_QK_CHOICES = tuple(2 ** k for k in range(0, 15))
 
 #: The range of the ``beta`` slider (the explorer refuses values outside it instead of clamping).
 BETA_RANGE = (0.0, 2.0)
+
+#: The explorer's figure: its width in inches, the largest width it is shown at on the page (CSS
+#: pixels; the book's content column is about 560 px wide) and the PNG resolution (2 image pixels
+#: per CSS pixel, so the picture stays sharp on high-density screens and is never upscaled).
+FIGURE_WIDTH_IN = 5.6
+DISPLAY_WIDTH_PX = 560
+EXPLORER_DPI = 2 * DISPLAY_WIDTH_PX / FIGURE_WIDTH_IN
 
 
 def explorer_data(beta: float = 1.0, d_qk: int = 64, n: int = 8, *, d: int = 16, seed: int = 0,
@@ -60,11 +69,11 @@ def explorer_data(beta: float = 1.0, d_qk: int = 64, n: int = 8, *, d: int = 16,
 
 def explorer_figure(data: dict):
     """The explorer's picture: the singular-value spectra of ``X``, ``Attn(X)`` and ``Z`` (log
-    scale), and, when ``data`` holds runs, their loss curves."""
+    scale), and, when ``data`` holds runs, their loss curves below (one column: the page is narrow)."""
     from .plotting import figure
-    ncols = 2 if data["runs"] else 1
-    fig, axes = figure(ncols, width=4.4, height=3.3)
-    ax = axes[0] if ncols == 2 else axes
+    nrows = 2 if data["runs"] else 1
+    fig, axes = figure(1, nrows, width=FIGURE_WIDTH_IN, height=3.4)
+    ax = axes[0] if nrows == 2 else axes
     k = np.arange(1, len(data["sv_attn"]) + 1)
     floor = 1e-17
     ax.semilogy(k, data["sv_X"], "s:", color="0.5", label=r"$X$")
@@ -73,9 +82,9 @@ def explorer_figure(data: dict):
                 label=rf"$Z$, $\beta={data['beta']:g}$")
     ax.set_xlabel(r"index $i$")
     ax.set_ylabel(r"singular value $\sigma_i$")
-    ax.set_title(rf"$d_{{QK}}={data['d_qk']}$, $n={data['n']}$, scale $1/d_{{QK}}$", fontsize=10)
+    ax.set_title(rf"$d_{{QK}}={data['d_qk']}$, $n={data['n']}$, scale $1/d_{{QK}}$", fontsize=11)
     ax.set_ylim(bottom=max(floor, 0.3 * float(np.min(np.maximum(data["sv_attn"], floor)))))
-    ax.legend(frameon=False, fontsize=8)
+    ax.legend(frameon=False, fontsize=10)
     if data["runs"]:
         ax2 = axes[1]
         for b, h in data["runs"].items():
@@ -83,12 +92,12 @@ def explorer_figure(data: dict):
                          color="tab:orange" if b == 0 else "tab:blue", label=rf"$\beta={b:g}$")
         ax2.set_xlabel("gradient-descent step $t$")
         ax2.set_ylabel(r"loss $\Phi(\theta_t)$")
-        ax2.set_title("gradient descent, same data and init", fontsize=10)
-        ax2.legend(frameon=False, fontsize=8)
+        ax2.set_title("gradient descent, same data and init", fontsize=11)
+        ax2.legend(frameon=False, fontsize=10)
     return fig
 
 
-def figure_png(fig, dpi: int = 90) -> bytes:
+def figure_png(fig, dpi: float = EXPLORER_DPI) -> bytes:
     """The PNG bytes of a matplotlib figure (then closed)."""
     import matplotlib.pyplot as plt
     buf = io.BytesIO()
@@ -97,10 +106,12 @@ def figure_png(fig, dpi: int = 90) -> bytes:
     return buf.getvalue()
 
 
-def _summary_html(data: dict) -> str:
+def summary_text(data: dict) -> str:
+    """The explorer's readout: plain text, no markup or colours of its own (it takes the page's
+    text colour, so it is readable in light and dark themes)."""
     a, z = data["attn"], data["Z"]
-    return (f"<code>sigma_min(Attn) = {a['sigma_min']:.2e}, effective rank {a['effective_rank']:.2f}; "
-            f"sigma_min(Z) = {z['sigma_min']:.2e}, effective rank {z['effective_rank']:.2f}</code>")
+    return (f"σ_min(Attn(X)) = {a['sigma_min']:.2e}, effective rank {a['effective_rank']:.2f};  "
+            f"σ_min(Z) = {z['sigma_min']:.2e}, effective rank {z['effective_rank']:.2f}")
 
 
 def update_image(image, label, beta: float, d_qk: int, n: int, gd_steps: int = 0, **kwargs) -> dict:
@@ -108,7 +119,7 @@ def update_image(image, label, beta: float, d_qk: int, n: int, gd_steps: int = 0
     and its numbers into ``label`` (an ``ipywidgets.HTML``). Returns the data."""
     data = explorer_data(beta, d_qk, n, gd_steps=gd_steps, **kwargs)
     image.value = figure_png(explorer_figure(data))
-    label.value = _summary_html(data)
+    label.value = summary_text(data)
     return data
 
 
@@ -135,7 +146,7 @@ def rank_collapse_explorer(beta: float = 1.0, d_qk: int = 64, n: int = 8, *, gd_
                               continuous_update=False)
     s_n = w.IntSlider(value=n, min=2, max=d, description="tokens n", style=style, continuous_update=False)
     c_gd = w.Checkbox(value=run_gd, description=f"re-run {gd_steps} GD steps", indent=False)
-    image = w.Image(format="png", layout=w.Layout(max_width="100%"))
+    image = w.Image(format="png", layout=w.Layout(width="100%", max_width=f"{DISPLAY_WIDTH_PX}px", height="auto"))
     label = w.HTML()
 
     def refresh(_change=None):

@@ -147,9 +147,24 @@ def test_rank_one_floor():
 
 
 def test_sigma_min_table():
-    rows = sigma_min_table(1.0, d_qks=(4, 4096))
-    assert [r["d_qk"] for r in rows] == [4, 4096]
+    rows = sigma_min_table(1.0, d_qks=(4, 4096), seeds=3)
+    assert [r["d_qk"] for r in rows] == [4, 4096] and rows[0]["instances"] == 3
     assert all(r["sigma_min_residual"] > 10 * r["sigma_min_attn"] for r in rows[1:])
+    assert all(r["sigma_min_attn_q10"] <= r["sigma_min_attn"] <= r["sigma_min_attn_q90"] for r in rows)
+    # the median over seeds 0..2 is the median of the three one-seed tables
+    one = [sigma_min_table(1.0, d_qks=(4, 4096), seed=s, seeds=1) for s in range(3)]
+    assert rows[1]["sigma_min_attn"] == pytest.approx(np.median([t[1]["sigma_min_attn"] for t in one]))
+    with pytest.raises(ValueError, match="seeds"):
+        sigma_min_table(1.0, seeds=0)
+
+
+def test_sigma_min_table_default_shows_the_collapse():
+    # the command's default: median over 16 instances falls at every step of d_QK (one instance does not)
+    rows = sigma_min_table(1.0)
+    attn = np.array([r["sigma_min_attn"] for r in rows])
+    res = np.array([r["sigma_min_residual"] for r in rows])
+    assert np.all(np.diff(attn) < 0) and attn[-1] < attn[0] / 10
+    assert np.all(res > 1.0) and res.max() / res.min() < 1.1
 
 
 def test_bad_input():
@@ -200,5 +215,8 @@ def test_cli_rank_collapse_json(capsys):
     from convres.cli import main
     assert main(["rank-collapse", "--beta", "0.5", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert set(rows[0]) == {"d_qk", "sigma_min_attn", "sigma_min_residual"}
+    assert {"d_qk", "sigma_min_attn", "sigma_min_residual"} <= set(rows[0])   # the schema
     assert rows[-1]["d_qk"] > rows[0]["d_qk"] and rows[-1]["sigma_min_residual"] > 0.1
+    assert rows[0]["instances"] == 16 and rows[-1]["sigma_min_attn"] < rows[0]["sigma_min_attn"] / 10
+    assert main(["rank-collapse", "--seeds", "2"]) == 0
+    assert "median over 2 instances" in capsys.readouterr().out

@@ -76,10 +76,21 @@ def test_environment_variable_sets_the_data_dir(tmp_path, monkeypatch):
 
 
 def test_missing_files_say_how_to_get_them(tmp_path):
-    with pytest.raises(FileNotFoundError, match="download=True.*CONVRES_DATA_DIR"):
+    with pytest.raises(FileNotFoundError, match="reproduce jena --download.*download=True.*CONVRES_DATA_DIR"):
         data.load_jena(data_dir=tmp_path)
-    with pytest.raises(FileNotFoundError, match="nyu-mll/glue.*CONVRES_DATA_DIR"):
+    with pytest.raises(FileNotFoundError, match="reproduce sst2 --download.*nyu-mll/glue.*CONVRES_DATA_DIR"):
         data.load_sst2("train", data_dir=tmp_path)
+
+
+def test_download_uses_the_loaders_and_keeps_present_files(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(data, "_atomic_download", lambda url, dest: calls.append((url, dest)) or dest)
+    dest = data.download("jena", data_dir=tmp_path)
+    assert calls == [(data.JENA_URL, tmp_path / "jena_climate" / "jena_climate_2009_2016.csv.zip")]
+    assert dest == calls[0][1]
+    (tmp_path / "sst2").mkdir()
+    (tmp_path / "sst2" / "train.parquet").write_bytes(b"present")
+    assert data.download("sst2", data_dir=tmp_path) == tmp_path / "sst2" / "train.parquet"  # no Hub call
 
 
 def test_wrong_columns(tmp_path):

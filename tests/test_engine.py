@@ -224,6 +224,38 @@ def test_cli_bench_json(capsys):
         assert isinstance(result[key], float), key
     assert result["max_abs_loss_diff"] < TOL and result["peak_memory_mb"] > 0
     assert set(result["sweeps"]) == {"theorem", "jena"}
+    # each top-level field says which sweep(s) it comes from
+    assert result["speedup_sweep"] == "theorem" and result["speedup"] == result["sweeps"]["theorem"]["speedup"]
+    assert result["max_abs_loss_diff_sweeps"] == ["theorem", "jena"]
+    assert result["max_abs_loss_diff"] == max(s["max_abs_loss_diff"] for s in result["sweeps"].values())
+    assert set(result["fields"]) == {"speedup", "single_run_seconds", "max_abs_loss_diff", "peak_memory_mb"}
+
+
+def test_check_device():
+    from convres.engine import check_device
+    assert check_device("cpu") == torch.device("cpu") and check_device(None) == torch.device("cpu")
+    assert check_device(torch.device("cpu")) == torch.device("cpu")
+    with pytest.raises(ValueError, match="unknown device 'gpu'.*'cuda'"):
+        check_device("gpu")
+    with pytest.raises(TypeError, match="device must be a str"):
+        check_device(0.5)
+    with pytest.raises(ValueError, match="not supported by convres"):
+        check_device("meta")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device 'cuda'.*(no CUDA support|no CUDA device)"):
+            check_device("cuda")
+
+
+def test_engine_and_bench_reject_bad_devices_clearly(capsys):
+    params, X, Y, cfgs, mus = sweep_instance("theorem", 2)
+    with pytest.raises(ValueError, match="unknown device 'gpu'"):
+        gradient_descent_batch(params, X, Y, cfgs, mus, 2, device="gpu")
+    assert main(["bench", "--profile", "tiny", "--device", "gpu"]) == 2
+    assert "unknown device 'gpu'" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["bench", "--profile", "tiny", "--device", "cuda"]) == 2
+        err = capsys.readouterr().err
+        assert "device 'cuda'" in err and "use device 'cpu'" in err and "Traceback" not in err
 
 
 def test_cached_benchmark_computes_when_missing_then_reads(monkeypatch, tmp_path):

@@ -94,7 +94,7 @@ def test_sst2_tiny_run(offline):
 
 
 def _fake(results_loss, betas):
-    return {"settings": {"steps": 10}, "runs": [
+    return {"settings": {"steps": 10, "start": "2009-01-01 01:00", "end": "2009-01-28 17:00"}, "runs": [
         {"beta": b, "seed": s, "status": "max_steps", "loss": [1.0, v]}
         for b, per_seed in zip(betas, results_loss) for s, v in enumerate(per_seed)]}
 
@@ -107,6 +107,24 @@ def test_report_criteria_jena():
     assert [r["verdict"] for r in rows] == ["partly", "partly"]
     rows = ex.claims({"jena": _fake([[1, 1, 1], [6, 6, 6], [3, 3, 3]], betas)})
     assert [r["verdict"] for r in rows] == ["not reproduced", "not reproduced"]
+
+
+def test_report_jena_rows_name_the_slice():
+    rows = ex.claims({"jena": _fake([[5, 5, 5], [4, 4, 4], [1, 1, 1]], [0.0, 0.1, 1.0])})
+    assert all("2009-01-01 01:00 .. 2009-01-28 17:00" in r["criterion"] and "11 of the 14 features"
+               in r["criterion"] for r in rows)
+
+
+def test_report_linear_convergence_row_is_an_a_posteriori_check():
+    def fake(holds):
+        return {"settings": {"mu": 0.01}, "runs": [
+            {"beta": b, "seed": 0, "status": "max_steps", "loss": [1.0, 1e-3], "rate": 0.05, "alpha0": 1.0,
+             "bound_holds": h} for b, h in zip([0.0, 1.0], holds)]}
+    row = ex.claims({"simulations": fake([True, True])})[2]
+    assert row["verdict"] == "holds a posteriori" and "part (a)" in row["criterion"]
+    assert "not a test of the paper's alpha" in row["criterion"] and "5x to 5x" in row["measurement"]
+    assert ex.claims({"simulations": fake([True, False])})[2]["verdict"] == "partly"
+    assert ex.claims({"simulations": fake([False, False])})[2]["verdict"] == "not reproduced"
 
 
 def test_report_criteria_sst2():
@@ -159,3 +177,69 @@ def test_sst2_figure_when_steps_are_not_a_multiple_of_error_every():
     assert list(ax2.lines[0].get_xdata()) == [0, 10, 20, 25]
     assert [line.get_linestyle() for line in ax1.lines[:2]] == ["-", "--"]
     assert all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes)
+
+
+def _fake_jena_zip(dest):
+    """A small file in the layout of the Keras zip (14 features, 10-minute rows, 2009-01-01 .. 01-09)."""
+    import io
+    import zipfile
+
+    import pandas as pd
+
+    from convres.data import JENA_ALL_FEATURES
+
+    time = pd.date_range("2009-01-01 00:10", "2009-01-09 00:00", freq="10min")
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(rng.normal(size=(len(time), len(JENA_ALL_FEATURES))), columns=JENA_ALL_FEATURES)
+    df.insert(0, "Date Time", time.strftime("%d.%m.%Y %H:%M:%S"))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("jena_climate_2009_2016.csv", df.to_csv(index=False))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(buf.getvalue())
+    return dest
+
+
+def test_cli_reproduce_download_fetches_missing_data_then_runs(tmp_path, capsys, monkeypatch):
+    import convres.data as data
+
+    calls = []
+    monkeypatch.setattr(data, "_atomic_download", lambda url, dest: calls.append(url) or _fake_jena_zip(dest))
+    monkeypatch.setenv("CONVRES_DATA_DIR", str(tmp_path / "data"))
+    small = dict(ex.EXPERIMENTS["jena"])
+    small["smoke"] = {**small["smoke"], **dict(betas=[0.0, 1.0], seeds=[0], steps=3, probe_steps=2,
+                                               stride=24, end="2009-01-08 00:00")}
+    monkeypatch.setitem(ex.EXPERIMENTS, "jena", small)
+    # without --download: a clear error naming the flag and the data-directory setting, no download
+    assert main(["reproduce", "jena", "--out", str(tmp_path / "figs")]) == 2
+    err = capsys.readouterr().err
+    assert "reproduce jena --download" in err and "CONVRES_DATA_DIR" in err and calls == []
+    assert main(["reproduce", "jena", "--download", "--json", "--out", str(tmp_path / "figs")]) == 0
+    assert calls == [data.JENA_URL]
+    assert (tmp_path / "data" / "jena_climate" / "jena_climate_2009_2016.csv.zip").is_file()
+    assert json.loads(capsys.readouterr().out)["diverged_runs"] == 0
+    assert main(["reproduce", "jena", "--download", "--json", "--out", str(tmp_path / "figs")]) == 0
+    assert calls == [data.JENA_URL]  # present now: not downloaded again
+
+
+def test_download_rejects_unknown_dataset():
+    from convres.data import download
+    with pytest.raises(ValueError, match="dataset must be one of"):
+        download("mnist")
+
+
+def test_cli_reproduce_out_is_a_file(tmp_path, capsys):
+    f = tmp_path / "taken.png"
+    f.write_text("x")
+    assert main(["reproduce", "simulations", "--out", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert str(f) in err and "is an existing file, not a folder" in err and "--out" in err
+
+
+def test_beta_colors_distinguish_adjacent_betas():
+    from convres.plotting import beta_colors
+
+    betas = [0.0, 0.1, 0.25, 0.5, 1.0]
+    rgb = np.array([c[:3] for c in beta_colors(betas)])
+    assert min(np.abs(rgb[i] - rgb[i + 1]).sum() for i in range(len(betas) - 1)) > 0.25
+    assert beta_colors([1.0, 0.0]) == beta_colors([0.0, 1.0])[::-1] and len(beta_colors([0.5])) == 1

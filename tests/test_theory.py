@@ -182,12 +182,36 @@ def test_verify_run_counts_a_violation():
 
 
 def test_cli_theorem_json(capsys):
-    assert main(["theorem", "--steps", "30", "--json"]) == 0
+    assert main(["theorem", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert list(out) == ["alpha", "mu", "mu_max", "sigma_min_Z0", "sigma_max_Z0", "assumptions_hold",
-                         "max_excess", "violations", "initial_loss", "final_loss", "steps"]
-    assert out["steps"] == 30 and out["violations"] == 0 and math.isfinite(out["alpha"])
-    assert out["mu"] <= out["mu_max"]
+                         "max_excess", "violations", "initial_loss", "final_loss", "steps",
+                         "sigma_min_H0", "mu_max_is_estimate", "part_b_holds"]
+    assert out["steps"] == 300 and out["violations"] == 0 and math.isfinite(out["alpha"])
+    assert out["mu"] <= out["mu_max"] and out["mu_max_is_estimate"] is True
+    assert out["alpha"] == pytest.approx((out["sigma_min_H0"] / 2) ** 2, rel=1e-12)
+    # the checked assumptions of part (a) hold, but part (b)'s condition is certified to fail
+    assert out["assumptions_hold"] is True and out["part_b_holds"] is False
+
+
+def test_cli_theorem_text_and_help_are_honest(capsys):
+    assert main(["theorem", "--steps", "5"]) == 0
+    text = capsys.readouterr().out
+    assert "mu_max (estimated)" in text and "part (b) holds: False" in text
+    assert "assumptions (A0)-(A4) hold: False" in text  # 5 steps: (A4) fails
+    with pytest.raises(SystemExit):
+        main(["theorem", "--help"])
+    help_text = capsys.readouterr().out
+    for phrase in ("part_b_holds", "sigma_min_H0", "ESTIMATED", "(A0)-(A4)", "(A5)"):
+        assert phrase in help_text
+
+
+def test_part_b_holds_is_never_claimed():
+    """part_b_holds is False (certified failure) or None (unknown), never True."""
+    params, X, Y, cfg = small(0)
+    r = theorem_run(params, X, Y, cfg, steps=2)
+    assert r["part_b_holds"] is (False if r["part_b"]["fails"] else None)
+    assert r["sigma_min_H0"] == pytest.approx(2 * math.sqrt(r["alpha"]))
 
 
 def test_cli_theorem_without_residual_reports_a_vacuous_guarantee(capsys):

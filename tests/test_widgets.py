@@ -25,14 +25,27 @@ def test_explorer_figure_with_runs():
     assert set(data["runs"]) == {0.0, 1.0}
     fig = explorer_figure(data)
     assert len(fig.axes) == 2 and len(fig.axes[1].lines) == 2
+    assert fig.axes[1].get_position().y1 < fig.axes[0].get_position().y0   # stacked: the page is narrow
     assert figure_png(fig).startswith(PNG)
+
+
+def test_picture_is_sharp_at_its_display_width():
+    # the PNG has at least 2 pixels per CSS pixel of its largest display width: never upscaled
+    import struct
+    from convres.widgets import DISPLAY_WIDTH_PX
+    png = figure_png(explorer_figure(explorer_data(1.0, 64, 4)))
+    width, height = struct.unpack(">II", png[16:24])
+    assert width >= 2 * DISPLAY_WIDTH_PX - 1 and 0.4 < height / width < 0.8
+    box = rank_collapse_explorer(beta=1.0, d_qk=64, n=4)
+    assert box.children[-1].layout.max_width == f"{DISPLAY_WIDTH_PX}px"
 
 
 def test_update_changes_image_and_label():
     img, label = ipywidgets.Image(format="png"), ipywidgets.HTML()
     update_image(img, label, 1.0, 4, 5)
     first = bytes(img.value)
-    assert first.startswith(PNG) and "sigma_min(Z)" in label.value
+    assert first.startswith(PNG) and "σ_min(Z) = " in label.value
+    assert "<" not in label.value and "color" not in label.value      # plain text: the page's colours
     data = update_image(img, label, 0.2, 16384, 3)
     assert bytes(img.value) != first and data["n"] == 3 and data["d_qk"] == 16384
 
@@ -45,7 +58,7 @@ def test_sliders_redraw():
     s_n.value = 6
     assert bytes(image.value) != before
     s_dqk.value = 4096
-    assert "sigma_min(Attn)" in label.value
+    assert "σ_min(Attn(X)) = " in label.value
     with pytest.raises(ValueError, match="d_qk"):
         rank_collapse_explorer(d_qk=3)
     with pytest.raises(ValueError, match="beta"):
