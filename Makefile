@@ -41,7 +41,8 @@ $(ASSETS): web/package.json web/package-lock.json $(STAMP)
 	touch $(ASSETS)
 
 book: $(STAMP) $(ASSETS)
-	$(BIN)/jupyter-book build book
+	# --all: re-read and re-execute every chapter, so a change in convres/ never leaves stale outputs
+	$(BIN)/jupyter-book build --all book
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests -q --ignore=tests/test_site.py
@@ -51,7 +52,7 @@ notebooks: $(STAMP)
 	  --nbval-cell-timeout=300 book
 
 strict-build: $(STAMP) $(ASSETS)
-	$(BIN)/jupyter-book build book -W -n --keep-going
+	$(BIN)/jupyter-book build --all book -W -n --keep-going
 
 # Opens every page of _build/html in headless Chromium, offline; screenshots in _build/screenshots.
 browser: $(STAMP)
