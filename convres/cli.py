@@ -191,7 +191,6 @@ def _rank_collapse_run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
     else:
-        import math
         k = args.seeds
         print(f"median over {k} instances (seeds {args.seed}..{args.seed + k - 1}; n = 8, d = 16, scale 1/d_QK, "
               f"beta = {args.beta:g})")
@@ -256,7 +255,6 @@ def _reproduce_args(p: argparse.ArgumentParser) -> None:
 
 @command("reproduce", "regenerate a figure of the book's experiments (cached; --list lists them)")(_reproduce_args)
 def _reproduce_run(args: argparse.Namespace) -> int:
-    import io
     import time
     from pathlib import Path
 
@@ -272,7 +270,7 @@ def _reproduce_run(args: argparse.Namespace) -> int:
     if names[0] not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {args.name!r}; choose one of {sorted(EXPERIMENTS)} or 'all' "
                          "(see --list).")
-    from .plotting import EXPERIMENT_PLOTS
+    from .plotting import EXPERIMENT_PLOTS, figure_png
 
     out, summary = Path(args.out), {}
     try:  # before any work: --out must be (or become) a folder
@@ -291,17 +289,13 @@ def _reproduce_run(args: argparse.Namespace) -> int:
     for name in names:
         t0 = time.perf_counter()
         result = run_experiment(name, args.profile, progress=True, refresh=args.refresh)
-        fig = EXPERIMENT_PLOTS[name](result)
-        out.mkdir(parents=True, exist_ok=True)
         png = out / f"{name}-{args.profile}.png"
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=120, facecolor="white")
-        atomic_write_bytes(png, buf.getvalue())  # a reader never sees half a PNG
-        summary[name] = {"figure": str(png), "seconds": round(time.perf_counter() - t0, 2),
-                         **key_numbers(name, result)}
+        atomic_write_bytes(png, figure_png(EXPERIMENT_PLOTS[name](result)))  # never half a PNG
+        numbers = key_numbers(name, result)
+        summary[name] = {"figure": str(png), "seconds": round(time.perf_counter() - t0, 2), **numbers}
         if not args.json:
             print(f"{name}: {png} ({summary[name]['seconds']} s)")
-            for k, v in key_numbers(name, result).items():
+            for k, v in numbers.items():
                 print(f"  {k}: {v}")
     if args.json:
         print_json(summary[names[0]] if len(names) == 1 else summary)

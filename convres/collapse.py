@@ -32,9 +32,10 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from .engine import torch_threads
-from .model import SCALES, ModelConfig, attention_scale, block, init_params
-from .model import loss as model_loss
+from .data import synthetic_regression
+from .engine import gradient_descent_batch, torch_threads
+from .gd import gd_step, loss_and_grad
+from .model import SCALES, ModelConfig, attention_scale, block, forward_trace, init_params
 from .rank import rank_one_residual, singular_value_measures
 
 __all__ = [
@@ -96,9 +97,9 @@ def attention_output(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, W_V:
     """``(S, Attn(X), Z)`` with ``S = softmax_rows(s X W_Q W_K^T X^T)``, ``Attn(X) = S X W_V`` and
     ``Z = Attn(X) + beta X`` (book equations (model-S) and (model-Z)).
 
-    Computed by the model's own :func:`convres.model.block` (with the FFN switched off): once with
-    ``beta_attn = 0``, which gives ``Attn(X)`` exactly (no cancellation in ``Z - beta X``, which
-    matters when ``sigma_min(Attn(X))`` is at rounding level), and once with ``beta_attn = beta``.
+    ``Attn(X)`` comes from the model's own :func:`convres.model.block` (FFN switched off,
+    ``beta_attn = 0``), exactly, with no cancellation in ``Z - beta X`` (which would matter when
+    ``sigma_min(Attn(X))`` is at rounding level); ``Z`` adds ``beta X`` to it, as ``block`` does.
     ``X`` is one sequence ``(n, d)`` or a batch ``(N, n, d)``; the results have the same leading
     dimensions.
     """
@@ -119,7 +120,7 @@ def attention_output(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, W_V:
     W = {"W_Q": W_Q, "W_K": W_K, "W_V": W_V, **no_ffn}
     cfg = ModelConfig(d=d, d_qk=d_qk, m=1, beta_attn=0.0, beta_ffn=0.0, scale=s)
     S, A, _ = block(X, W, cfg)
-    Z = A if beta == 0 else block(X, W, cfg.replace(beta_attn=beta))[1]
+    Z = A + beta * X  # what block() computes with beta_attn=beta (A already holds its 0*X)
     return S, A, Z
 
 
@@ -245,7 +246,7 @@ def _sweep_body(inst_at, points: Sequence, betas: list[float]) -> dict[str, np.n
         S, A, _ = attention_output(X, W_Q, W_K, W_V, s)
         S_all.append(S)
         A_all.append(A)
-        Z_all.append(torch.stack([attention_output(X, W_Q, W_K, W_V, s, b)[2] for b in betas])
+        Z_all.append(torch.stack([A + b * X for b in betas])
                      if betas else A.new_zeros(0, *A.shape))
         sv_X = torch.linalg.svdvals(X)
         logits = s * (X @ W_Q) @ (X @ W_K).T
@@ -397,7 +398,6 @@ def gd_instance(*, N: int = 4, n: int = 4, d: int = 32, m: int = 32, d_qk: int =
     ``scale`` (by default ``1/d_qk``: nearly uniform attention at initialization).
     Returns ``(X, Y, params, cfg)`` with ``cfg.beta = 1``; use ``cfg.replace(beta=...)``.
     """
-    from .data import synthetic_regression
     for name, v in (("N", N), ("n", n), ("d", d), ("m", m), ("d_qk", d_qk)):
         _check_int(name, v)
     cfg = ModelConfig(d=d, d_qk=d_qk, m=m, c=1, beta=1.0, scale=scale)
@@ -425,7 +425,6 @@ def gd_collapse_runs(betas: Sequence = (0.0, 1.0), *, mu: float = 0.002, steps: 
     ``(beta_attn, beta_ffn)`` that switches the attention and FFN residuals separately. ``threads``:
     PyTorch intra-op threads for the run (:func:`convres.engine.torch_threads`; the model is small,
     one thread is fastest; ``None`` leaves the setting alone)."""
-    from .engine import gradient_descent_batch
     pairs = [_residual_pair(i, b) for i, b in enumerate(betas)]
     X, Y, params, cfg = gd_instance(**instance)
     cfgs = [cfg.replace(beta=1.0, beta_attn=ba, beta_ffn=bf) for ba, bf in pairs]
@@ -446,16 +445,14 @@ def gd_attention_stats(beta=0.0, *, mu: float = 0.002, **instance) -> dict[str, 
     it again, so with ``s = 1/d_qk`` the step moves the logits about ``d_qk`` times less per unit of
     ``mu`` at ``d_qk`` than at ``d_qk = 1`` (times ``d_qk``-independent factors at initialization).
     """
-    from .model import forward_trace
     if isinstance(mu, bool) or not isinstance(mu, (int, float)) or not (math.isfinite(mu) and mu > 0):
         raise ValueError(f"mu must be a positive step size, got {mu!r}.")
     ba, bf = _residual_pair(0, beta)
     X, Y, params, cfg = gd_instance(**instance)
     cfg = cfg.replace(beta_attn=ba, beta_ffn=bf)
     s = attention_scale(cfg)
-    theta = {k: v.clone().requires_grad_(True) for k, v in params.items()}
-    grads = torch.autograd.grad(model_loss(theta, X, Y, cfg), list(theta.values()))
-    new = {k: v.detach() - mu * g for (k, v), g in zip(theta.items(), grads)}
+    _, grads, _, _ = loss_and_grad(params, X, Y, cfg)
+    new = gd_step(params, grads, mu)
 
     def logits(p):
         return s * (X @ p["layer1.W_Q"]) @ (X @ p["layer1.W_K"]).transpose(-1, -2)

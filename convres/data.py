@@ -7,12 +7,14 @@ Book chapters: *The model*, *The theorem*, *Simulations*, *Jena Climate*, *SST-2
 from __future__ import annotations
 
 import hashlib
-import zipfile
+import io
 import os
+import zipfile
 from pathlib import Path
 
 import torch
 
+from .cache import atomic_write_bytes
 from .config import DATA_ENV
 from .config import data_dir as data_dir_setting
 from .model import _generator
@@ -69,7 +71,6 @@ def _atomic_download(url: str, dest: Path) -> Path:
     """Download ``url`` to ``dest`` (a temporary file, then a rename); never reached offline."""
     import urllib.request
 
-    from .cache import atomic_write_bytes
 
     with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 (fixed https URL)
         atomic_write_bytes(dest, response.read())
@@ -216,10 +217,9 @@ def sst2_path(split: str = "train", *, data_dir=None, download: bool = False) ->
         from datasets import load_dataset
 
         ds = load_dataset(*SST2_HUB, split=split)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # then one atomic rename
-        ds.to_parquet(str(tmp))
-        os.replace(tmp, path)
+        buf = io.BytesIO()
+        ds.to_parquet(buf)
+        atomic_write_bytes(path, buf.getvalue())
         return path
     raise FileNotFoundError(
         f"SST-2 file {path} not found. Download it with `python -m convres reproduce sst2 --download` "

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .gd import History, _check_run_args, _progress
-from .model import ModelConfig, activation, attention_scale, validate_data, validate_params
+from .model import ModelConfig, activation, attention_scale, validate
 
 __all__ = ["gradient_descent_batch", "batched_loss", "torch_threads", "check_device"]
 
@@ -280,10 +280,9 @@ def gradient_descent_batch(params_list: Sequence[Mapping[str, torch.Tensor]], X:
         return []
     for i, (params, cfg) in enumerate(zip(params_list, cfgs)):
         try:
-            validate_params(params, cfg)
+            validate(params, X, Y, cfg)
         except (TypeError, ValueError) as err:
             raise type(err)(f"params_list[{i}]: {err}") from None
-    validate_data(X, Y, cfgs[0])
     for mu in mus:
         _check_run_args(mu, steps, record_every, tol, blowup)
 

@@ -147,7 +147,7 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None) -> dict:
         X, Y = synthetic_regression(s["N"], s["n"], s["d"], 1, seed=seed)
         cfgs = [ModelConfig(d=s["d"], d_qk=s["d_qk"], m=s["m"], c=1, beta=b, activation=s["activation"])
                 for b in s["betas"]]
-        params = [init_params(cfg, seed=1000 + seed) for cfg in cfgs]  # same weights for every beta
+        params = [init_params(cfgs[0], seed=1000 + seed)] * len(cfgs)  # same weights for every beta
         out = _batch(params, X, Y, cfgs, s["mu"], s["steps"], progress, record_every=1)
         for beta, p0, cfg, (_, h) in zip(s["betas"], params, cfgs, out):
             # the book's PL-type bound from the output layer: Phi_{t+1} <= (1 - mu sigma_min(H_t)^2) Phi_t

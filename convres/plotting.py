@@ -9,6 +9,7 @@ figure exactly once: where the cell returns it (end the cell with ``fig``).
 
 from __future__ import annotations
 
+import io
 import warnings
 from typing import Mapping, Sequence
 
@@ -16,7 +17,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 
-__all__ = ["figure", "plot_loss", "plot_sigma_min", "beta_colors", "plot_band", "plot_simulations",
+__all__ = ["figure", "figure_png", "plot_loss", "plot_sigma_min", "beta_colors", "plot_band", "plot_simulations",
            "plot_jena", "plot_sst2"]
 
 
@@ -29,6 +30,14 @@ def figure(ncols: int = 1, nrows: int = 1, *, width: float = 4.2, height: float 
         ax.set_facecolor("white")
         ax.grid(True, which="major", alpha=0.3)
     return fig, (axes[0, 0] if axes.size == 1 else axes.reshape(-1) if min(nrows, ncols) == 1 else axes)
+
+
+def figure_png(fig, dpi: float = 120) -> bytes:
+    """The PNG bytes of a matplotlib figure (white face), which is then closed."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, facecolor="white")
+    plt.close(fig)
+    return buf.getvalue()
 
 
 def beta_colors(betas: Sequence[float]) -> list:

@@ -39,7 +39,7 @@ import torch
 from .data import synthetic_regression
 from .gd import History, gradient_descent, loss_and_grad, stacked
 from .model import (ModelConfig, activation, attention_matrix, attention_scale, forward_trace,
-                    init_params, layer_params, loss, validate_data, validate_params)
+                    init_params, layer_params, loss, validate)
 
 __all__ = [
     "SMOOTH_ACTIVATIONS", "ACTIVATION_GAIN", "FLOAT_TOL", "LOSS_FLOOR",
@@ -64,10 +64,7 @@ LOSS_FLOOR = 1e-20
 
 
 def _check_cfg_params_data(params, X, Y, cfg):
-    if not isinstance(cfg, ModelConfig):
-        raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}.")
-    validate_params(params, cfg)
-    validate_data(X, Y, cfg)
+    validate(params, X, Y, cfg)
     if cfg.pool is not None:
         raise ValueError(f"the theorem is stated per token (pool=None), got pool={cfg.pool!r}; "
                          "use ModelConfig(pool=None).")
@@ -105,8 +102,7 @@ def hidden_matrices(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: Mo
 
 def rate_alpha(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig) -> float:
     """The theorem's rate ``alpha = (sigma_Nn(H_0) / 2)^2`` (eq. (thm-alpha))."""
-    validate_params(params, cfg)
-    validate_data(X, None, cfg)
+    validate(params, X, None, cfg)
     return (sigma_nn(hidden_matrices(params, X, cfg)[1][-1]) / 2) ** 2
 
 
@@ -201,8 +197,7 @@ def residual_lemma(params, X, cfg, *, layer: int = 1) -> dict:
     The last bound uses ``||S_i||_2 <= sqrt(n)`` for a row-stochastic ``n x n`` matrix. Returns the
     three numbers ``sigma_Z``, ``weyl`` (middle) and ``crude`` (right), and ``sigma_X``, ``attn_norm``.
     """
-    validate_params(params, cfg)
-    validate_data(X, None, cfg)
+    validate(params, X, None, cfg)
     if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= cfg.L:
         raise ValueError(f"layer must be an integer in 1..{cfg.L}, got {layer!r}.")
     tr = forward_trace(params, X, cfg)
@@ -228,8 +223,7 @@ def ffn_lemma(params, X, cfg, *, layer: int = 1) -> dict:
 
     with ``ell = ACTIVATION_GAIN[activation]``. Returns ``sigma_H``, ``weyl``, ``crude``.
     """
-    validate_params(params, cfg)
-    validate_data(X, None, cfg)
+    validate(params, X, None, cfg)
     if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= cfg.L:
         raise ValueError(f"layer must be an integer in 1..{cfg.L}, got {layer!r}.")
     tr = forward_trace(params, X, cfg)
@@ -282,8 +276,7 @@ def r_sigma_upper(params, X, cfg) -> float:
     (``inf`` when ``u`` is not in the range of ``A`` or ``sigma_0 = 0``). Book: *The theorem*,
     part (b) on the book's instances.
     """
-    validate_params(params, cfg)
-    validate_data(X, None, cfg)
+    validate(params, X, None, cfg)
     tr = forward_trace(params, X, cfg)
     H = stacked(tr.H[-1].detach())
     rows, cols = H.shape
@@ -497,14 +490,16 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
     sigma_H0 = sigma_nn(Hs[-1])
     alpha = (sigma_H0 / 2) ** 2
     checks = check_assumptions(params, X, Y, cfg, mu=mu, steps=steps)
-    grad_U, sig_H, dist = [], [], []
+    grad_U, dist = [], []
 
     def record(t, theta, grads, HL):  # the quantities of the proof at every iterate theta_t
         grad_U.append(float(grads["W_U"].norm()))
-        sig_H.append(sigma_nn(HL))
         dist.append(_flat_norm(theta[k] - params[k] for k in theta))
 
     final, hist = gradient_descent(params, X, Y, cfg, mu, steps, record_every=1, callback=record)
+    # sigma_Nn(H_t) at every step: the history's sigma_min(H_t) (record_every=1) when N n <= d
+    wide = X.shape[0] * X.shape[1] <= cfg.d
+    sig_H = list(hist.sigma_min_H) if wide else [0.0] * len(hist.sigma_min_H)
     chk = verify_run(hist, grad_U, sig_H, mu, alpha, L_hat, dist)
     sZ = torch.linalg.svdvals(Zs[0])
     part_b = part_b_check(params, X, Y, cfg)

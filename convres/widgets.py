@@ -16,6 +16,7 @@ import io
 import numpy as np
 import torch
 
+from . import plotting
 from .collapse import attention_output, collapse_measures, gaussian_instance, gd_collapse_runs
 
 __all__ = ["BETA_RANGE", "D_QK_CHOICES", "DISPLAY_WIDTH_PX", "explorer_data", "explorer_figure", "figure_png",
@@ -98,12 +99,8 @@ def explorer_figure(data: dict):
 
 
 def figure_png(fig, dpi: float = EXPLORER_DPI) -> bytes:
-    """The PNG bytes of a matplotlib figure (then closed)."""
-    import matplotlib.pyplot as plt
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, facecolor="white")
-    plt.close(fig)
-    return buf.getvalue()
+    """:func:`convres.plotting.figure_png` at the explorer's resolution (sharp at its display width)."""
+    return plotting.figure_png(fig, dpi=dpi)
 
 
 def summary_text(data: dict) -> str:

@@ -53,7 +53,7 @@ _SKIP = shutil.ignore_patterns("*.map", "embed.js", "embed.js.LICENSE.txt", "lib
 
 # Order of the API page; modules not listed follow in alphabetical order.
 API_ORDER = ["model", "gd", "engine", "theory", "rank", "collapse", "data", "experiments",
-             "cache", "config", "plotting", "widgets", "perf", "cli"]
+             "cache", "config", "plotting", "widgets", "bench", "cli"]
 
 
 def _check_assets(app) -> None:
