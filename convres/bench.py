@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from .cache import cache_key, cached_json
-from .config import cache_dir
+from .paths import cache_dir
 from .data import synthetic_regression
 from .engine import check_device, gradient_descent_batch, torch_threads
 from .gd import gradient_descent

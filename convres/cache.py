@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import __version__
-from .config import cache_dir
+from .paths import cache_dir
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "cache_key", "cached_json", "source_fingerprint"]
 

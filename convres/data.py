@@ -1,7 +1,7 @@
 """Data: synthetic instances for the theory chapters and the real-data loaders (Jena Climate, SST-2).
 
 Book chapters: *The model*, *The theorem*, *Simulations*, *Jena Climate*, *SST-2*. The data directory setting is
-:func:`convres.config.data_dir` (argument ``data_dir`` or ``$CONVRES_DATA_DIR``).
+:func:`convres.paths.data_dir` (argument ``data_dir`` or ``$CONVRES_DATA_DIR``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 
 from .cache import atomic_write_bytes
-from .config import DATA_ENV
-from .config import data_dir as data_dir_setting
+from .paths import DATA_ENV
+from .paths import data_dir as data_dir_setting
 from .model import _generator
 
 __all__ = ["synthetic_regression", "DataError", "sha256_file", "verify_checksum", "JENA_URL",

@@ -208,7 +208,7 @@ def test_hash_embeddings_are_frozen_and_seeded():
 
 @pytest.fixture
 def offline():
-    from convres.config import data_dir
+    from convres.paths import data_dir
     if not (data_dir() / "sst2" / "train.parquet").is_file():
         pytest.skip("no offline data (set CONVRES_DATA_DIR)")
     return data_dir()

@@ -7,7 +7,7 @@ import pytest
 
 from convres import experiments as ex
 from convres.cli import main
-from convres.config import data_dir
+from convres.paths import data_dir
 from convres.data import JENA_FEATURES
 
 TINY_SIM = dict(betas=[0.0, 1.0], seeds=[0], steps=20)
