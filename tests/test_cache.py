@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from convres import cache, config
+from convres import cache, paths
 
 
 def test_atomic_write_replaces_whole_file_and_leaves_no_temporary(tmp_path):
@@ -61,11 +61,11 @@ def test_key_depends_on_configuration_version_and_source(monkeypatch):
 
 
 def test_directory_settings(tmp_path, monkeypatch):
-    monkeypatch.setenv(config.DATA_ENV, str(tmp_path / "data"))
-    monkeypatch.setenv(config.CACHE_ENV, str(tmp_path / "cache"))
-    assert config.data_dir() == tmp_path / "data"
-    assert config.cache_dir() == tmp_path / "cache"
-    assert config.data_dir(tmp_path / "explicit") == tmp_path / "explicit"
-    monkeypatch.delenv(config.DATA_ENV)
+    monkeypatch.setenv(paths.DATA_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "cache"))
+    assert paths.data_dir() == tmp_path / "data"
+    assert paths.cache_dir() == tmp_path / "cache"
+    assert paths.data_dir(tmp_path / "explicit") == tmp_path / "explicit"
+    monkeypatch.delenv(paths.DATA_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert config.data_dir() == tmp_path / "xdg" / "convres" / "data"
+    assert paths.data_dir() == tmp_path / "xdg" / "convres" / "data"
