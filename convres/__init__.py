@@ -2,17 +2,18 @@
 Transformers with Residual Connections* (Qin, Zhou, Jiang, Zhu; arXiv:2506.05249).
 
 The model, exact full-batch gradient descent, the theory's computable quantities, data loaders,
-experiments, plots and widgets used by the book in ``book/``.
+experiments, plots and explorers used by the book in ``book/``.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-from .model import (ACTIVATIONS, SCALES, ModelConfig, attention_matrix, forward,  # noqa: E402
+from .model import (ACTIVATIONS, SCALES, ModelConfig, attention, check_inputs, forward,  # noqa: E402
                     forward_trace, init_params, loss)
-from .gd import History, gradient_descent  # noqa: E402
+from .gd import History, Run, gradient_descent  # noqa: E402
 from .data import synthetic_regression  # noqa: E402
 
 __all__ = [
-    "__version__", "ACTIVATIONS", "SCALES", "ModelConfig", "attention_matrix", "forward",
-    "forward_trace", "init_params", "loss", "History", "gradient_descent", "synthetic_regression",
+    "__version__", "ACTIVATIONS", "SCALES", "ModelConfig", "attention", "check_inputs", "forward",
+    "forward_trace", "init_params", "loss", "History", "Run", "gradient_descent",
+    "synthetic_regression",
 ]

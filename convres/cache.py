@@ -3,37 +3,87 @@
 Results are stored as JSON (no pickle). A key is the SHA-256 of the canonical JSON of the
 configuration together with the convres version and a fingerprint of the package's source code, so
 neither a new version nor an edited function ever serves stale results.
+
+The cache never costs a result: its directory is checked before anything is computed, and when it
+cannot be written the result is still returned, with one :class:`CacheWarning` naming the setting
+``CONVRES_CACHE_DIR``. An entry that is not what was stored (garbage, truncated, too deeply
+nested, another configuration, or rejected by the caller's ``check``) is recomputed, with a
+:class:`CacheWarning` naming the file.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
 import tempfile
+import time
+import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
 from . import __version__
-from .paths import cache_dir
+from .paths import CACHE_ENV, cache_dir
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "cache_key", "cached_json", "source_fingerprint"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "cache_key", "cached_json", "source_fingerprint",
+           "CacheWarning", "STALE_TMP_SECONDS"]
+
+#: Temporary files of :func:`atomic_write_bytes` older than this (seconds) belong to a writer that
+#: was killed; the next write into the same folder removes them.
+STALE_TMP_SECONDS = 3600
+
+
+class CacheWarning(UserWarning):
+    """The cache could not be used (the result is still returned) or an entry was recomputed."""
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where Linux tells it (``/proc/self/status``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore at once
+    os.umask(mask)
+    return mask
+
+
+def _remove_stale_temporaries(path: Path, max_age: float = STALE_TMP_SECONDS) -> None:
+    """Delete ``.<name>.*.tmp`` files next to ``path`` last modified more than ``max_age`` s ago
+    (left by a writer that was killed); files that vanish or cannot be removed are skipped."""
+    pattern = os.path.join(glob.escape(str(path.parent)), f".{glob.escape(path.name)}.*.tmp")
+    cutoff = time.time() - max_age
+    for tmp in glob.glob(pattern):
+        try:
+            info = os.lstat(tmp)
+            if info.st_mtime < cutoff and not os.path.isdir(tmp):
+                os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically: a temporary file in the same folder, then a rename.
 
-    A reader sees either the old file or the whole new one, never a half-written file.
+    A reader sees either the old file or the whole new one, never a half-written file. The file
+    gets the mode a plain ``open`` would give (``0o666`` less the umask). Stale temporary files
+    of earlier, killed writes of the same ``path`` are removed (:data:`STALE_TMP_SECONDS`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temporaries(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0o600
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -65,22 +115,98 @@ def cache_key(config: Any) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
+#: Cache folders already warned about in this process (the warning is given once per folder).
+_warned_folders: set[str] = set()
+
+
+def _warn_unusable(folder: Path, reason: str) -> None:
+    """One :class:`CacheWarning` per folder: results are computed but not cached."""
+    if str(folder) in _warned_folders:
+        return
+    _warned_folders.add(str(folder))
+    warnings.warn(f"convres cache: cannot write to {folder} ({reason}); results are computed and "
+                  f"returned but not cached. Set {CACHE_ENV} to a writable folder (or pass "
+                  "directory=...).", CacheWarning, stacklevel=3)
+
+
+def _unusable_reason(folder: Path, path: Path) -> str | None:
+    """Why ``path`` cannot be written in ``folder`` (``None``: it can). Creates ``folder`` and
+    writes and removes a small probe file there, so that a read-only mount, a missing permission or a
+    regular file in the way is found before anything is computed."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            return f"the entry {path.name} is a directory; remove it"
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".convres-probe.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except FileExistsError:
+        return "it exists and is not a directory"
+    except OSError as err:
+        return err.strerror or type(err).__name__
+    return None
+
+
+_MISSING = object()
+
+
+def _stored_result(path: Path, config: Any, check: Callable[[Any], Any] | None) -> Any:
+    """The result stored at ``path`` for ``config``, or ``_MISSING``. An entry that is unreadable,
+    not JSON, too deeply nested, not of the form ``{"config", "result"}``, written for another
+    configuration, or rejected by ``check`` gives one :class:`CacheWarning` naming the file."""
+    try:
+        raw = path.read_bytes()
+    except OSError:  # absent, or a directory (reported by _unusable_reason)
+        return _MISSING
+    try:
+        stored = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:  # JSONDecodeError is a ValueError
+        return _reject(path, f"not valid JSON: {type(err).__name__}")
+    if not isinstance(stored, dict) or "config" not in stored or "result" not in stored:
+        return _reject(path, "not a cache entry (no 'config' and 'result')")
+    if stored["config"] != json.loads(json.dumps(config, default=str)):
+        return _reject(path, "written for another configuration")
+    if check is not None:
+        try:
+            ok = check(stored["result"])
+        except Exception as err:  # the caller's check raises whatever its test hits (KeyError, ...)
+            return _reject(path, f"result rejected by the check: {type(err).__name__}: {err}")
+        if ok is False:
+            return _reject(path, "result rejected by the check")
+    return stored["result"]
+
+
+def _reject(path: Path, reason: str) -> object:
+    warnings.warn(f"convres cache: ignoring {path} ({reason}); recomputing it.", CacheWarning,
+                  stacklevel=4)
+    return _MISSING
+
+
 def cached_json(name: str, config: Any, compute: Callable[[], Any], *, directory=None,
-                refresh: bool = False) -> Any:
+                refresh: bool = False, check: Callable[[Any], Any] | None = None) -> Any:
     """Return ``compute()``, cached on disk as ``<cache>/<name>-<key>.json``.
 
-    ``config`` must be JSON-serializable and hold everything the result depends on. A corrupt
-    cache file is recomputed, never trusted.
+    ``config`` must be JSON-serializable and hold everything the result depends on. ``check``, if
+    given, is called with a stored result before it is served: raising (any exception) or
+    returning ``False`` marks the entry as not of the expected form. Such an entry, or a corrupt
+    one, is recomputed with a :class:`CacheWarning` naming the file. The cache directory is checked
+    before ``compute()`` runs; if it cannot be written (or the write fails anyway), the result is
+    returned uncached with one :class:`CacheWarning` naming ``CONVRES_CACHE_DIR``.
     """
-    path = cache_dir(directory) / f"{name}-{cache_key(config)}.json"
-    if not refresh and path.exists():
-        try:
-            stored = json.loads(path.read_text(encoding="utf-8"))
-            if stored.get("config") == json.loads(json.dumps(config, default=str)):
-                return stored["result"]
-        except (json.JSONDecodeError, KeyError, UnicodeDecodeError, AttributeError):
-            pass
+    folder = cache_dir(directory)
+    path = folder / f"{name}-{cache_key(config)}.json"
+    if not refresh:
+        result = _stored_result(path, config, check)
+        if result is not _MISSING:
+            return result
+    reason = _unusable_reason(folder, path)
+    if reason is not None:
+        _warn_unusable(folder, reason)
     result = compute()
-    atomic_write_text(path, json.dumps({"config": config, "convres": __version__, "result": result},
-                                       default=str))
+    if reason is None:
+        text = json.dumps({"config": config, "convres": __version__, "result": result}, default=str)
+        try:
+            atomic_write_text(path, text)
+        except OSError as err:
+            _warn_unusable(folder, err.strerror or type(err).__name__)
     return result

@@ -1,8 +1,9 @@
 """The command line: ``python -m convres SUBCOMMAND ...`` (``--help`` lists the subcommands).
 
-Each subcommand is a pair of functions registered with :func:`command`: one adds its arguments to
-an ``argparse`` parser, one runs it and returns the exit status. Output is plain text, or one JSON
-object with ``--json`` where the subcommand offers it.
+Each subcommand is a function ``run(args) -> exit status`` registered on its ``argparse``
+parser with ``set_defaults``. Output is plain text, or with ``--json`` one JSON document on stdout
+(written only once it is complete: never half a document). Every failure ends with one line on
+stderr naming what was asked and what to change; Ctrl-C exits with status 130.
 """
 
 from __future__ import annotations
@@ -10,299 +11,213 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import runpy
 import sys
-from typing import Callable
+import time
+import warnings
+from pathlib import Path
 
 from . import __version__
+from .cache import atomic_write_bytes
+from .collapse import sigma_min_table
+from .data import DATASETS, download, synthetic_regression
+from .experiments import EXPERIMENTS, PROFILES, claims, run_experiment
+from .gd import gradient_descent
+from .model import ACTIVATIONS, MAX_SEED, ModelConfig, init_params, memory_estimate
+from .plotting import figure_png
+from .theory import theorem_instance, theorem_run
 
-__all__ = ["main", "command"]
+__all__ = ["main", "build_parser"]
 
-_COMMANDS: dict[str, tuple[str, Callable, Callable]] = {}
-
-
-def command(name: str, help: str):
-    """Register ``add_arguments(parser)`` and return a decorator that registers ``run(args) -> int``."""
-    def register_args(add_arguments: Callable[[argparse.ArgumentParser], None]):
-        def register_run(run: Callable[[argparse.Namespace], int]):
-            _COMMANDS[name] = (help, add_arguments, run)
-            return run
-        return register_run
-    return register_args
-
-
-def print_json(obj) -> None:
-    """Print ``obj`` as one JSON object on stdout."""
-    json.dump(obj, sys.stdout, indent=2, sort_keys=False, allow_nan=False)
-    sys.stdout.write("\n")
+#: Upper bounds of the size arguments (far beyond what the book runs; they stop typos such as
+#: ``--N 10**30`` before any allocation).
+LIMITS = {"N": 10**6, "n": 10**4, "d": 10**5, "layers": 1000, "steps": 10**7}
 
 
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
+class Usage(ValueError):
+    """A request that cannot be run as given (the message says what to change)."""
 
 
-def nonnegative_float(text: str) -> float:
-    value = float(text)
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
+def write_json(obj) -> None:
+    """Print ``obj`` as one JSON document on stdout: serialized completely first (a NaN or an
+    unserializable value raises before anything is written)."""
+    text = json.dumps(obj, indent=2, allow_nan=False)
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
-def nonnegative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
-    return value
+def _number(kind, lo=None, hi=None, lo_open=False):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+        if kind is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        if lo is not None and (value <= lo if lo_open else value < lo) or hi is not None and value > hi:
+            left = f"> {lo:g}" if lo_open else f">= {lo:g}"
+            raise argparse.ArgumentTypeError(f"must be {left}" + (f" and <= {hi:g}" if hi is not None else "")
+                                             + f", got {text}")
+        return value
+    return parse
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
+positive_float = _number(float, 0, lo_open=True)
+beta_value = _number(float, 0, 1e3)
+seed_value = _number(int, 0, MAX_SEED - 1)  # the weights use seed + 1
 
 
-# --- gd: one gradient-descent run on a synthetic instance -----------------------------------------
-
-def _gd_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the data and the weights (default 0)")
-    p.add_argument("--beta", type=nonnegative_float, default=1.0, help="residual coefficient (default 1)")
-    p.add_argument("--layers", type=positive_int, default=1, help="number of blocks L (default 1)")
-    p.add_argument("--N", type=positive_int, default=4, metavar="SEQUENCES", help="number of sequences N (default 4)")
-    p.add_argument("--n", type=positive_int, default=4, metavar="TOKENS", help="tokens per sequence n (default 4)")
-    p.add_argument("--d", type=positive_int, default=16, metavar="FEATURES", help="feature dimension d (default 16)")
-    p.add_argument("--mu", type=positive_float, default=0.005, help="step size (default 0.005)")
-    p.add_argument("--steps", type=positive_int, default=500, help="number of steps (default 500)")
-    p.add_argument("--activation", default="relu", choices=("gelu", "relu", "softplus", "tanh"),
-                   help="FFN activation (default relu)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+def size(name: str):
+    return _number(int, 1, LIMITS[name])
 
 
-@command("gd", "run gradient descent on a random synthetic instance and summarize it")(_gd_args)
-def _gd_run(args: argparse.Namespace) -> int:
-    from .data import synthetic_regression
-    from .gd import gradient_descent
-    from .model import ModelConfig, init_params
+def _check_memory(cfg: ModelConfig, N: int, n: int, configs: int = 1) -> None:
+    """Refuse a run whose estimated memory exceeds what this machine has available."""
+    need = memory_estimate(cfg, N, n, configs=configs)
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return
+    if need > avail:
+        raise Usage(f"this run needs about {need / 2**30:.1f} GiB of memory (N={N}, n={n}, d={cfg.d}, "
+                    f"L={cfg.L}) but {avail / 2**30:.1f} GiB are available; use smaller sizes.")
 
+
+# --- gd ------------------------------------------------------------------------------------------
+
+def _gd(args) -> int:
     cfg = ModelConfig(d=args.d, d_qk=args.d, m=args.d, c=1, L=args.layers, beta=args.beta,
                       activation=args.activation)
+    _check_memory(cfg, args.N, args.n)
     X, Y = synthetic_regression(args.N, args.n, args.d, 1, seed=args.seed)
-    params = init_params(cfg, seed=args.seed + 1)
-    _, h = gradient_descent(params, X, Y, cfg, args.mu, args.steps, record_every=max(1, args.steps // 50))
-    summary = {
-        "status": h.status, "message": h.message, "steps": h.steps, "mu": h.mu,
-        "initial_loss": float(h.loss[0]) if len(h.loss) else None,
-        "final_loss": float(h.loss[-1]) if len(h.loss) else None,
-        "sigma_min_Z0": float(h.sigma_min_Z[0]) if len(h.sigma_min_Z) else None,
-        "sigma_min_H0": float(h.sigma_min_H[0]) if len(h.sigma_min_H) else None,
-    }
+    _, h = gradient_descent(init_params(cfg, seed=args.seed + 1), X, Y, cfg,
+                            args.mu, args.steps, record_every=max(1, args.steps // 50))
+    summary = {"status": h.status, "message": h.message, "steps": h.steps, "mu": h.mu,
+               "initial_loss": float(h.loss[0]) if len(h.loss) else None,
+               "final_loss": float(h.loss[-1]) if len(h.loss) else None,
+               "sigma_min_Z0": float(h.sigma_min_Z[0]) if len(h.sigma_min_Z) else None,
+               "sigma_min_H0": float(h.sigma_min_H[0]) if len(h.sigma_min_H) else None}
     if args.json:
-        print_json(summary)
+        write_json(summary)
     else:
-        for k, v in summary.items():
-            print(f"{k:>14}: {v}")
+        print("\n".join(f"{k:>14}: {v}" for k, v in summary.items()))
     return 0
 
 
-# --- theorem: the book's linear-convergence theorem checked on a random instance -------------------
-
-THEOREM_FIELDS = ("alpha", "mu", "mu_max", "sigma_min_Z0", "sigma_max_Z0", "assumptions_hold",
-                  "max_excess", "violations", "initial_loss", "final_loss", "steps",
-                  "sigma_min_H0", "mu_max_is_estimate", "part_b_holds")
+# --- theorem -------------------------------------------------------------------------------------
 
 THEOREM_EPILOG = """\
 output fields (book chapters 'The theorem' and 'Assumptions'):
+  status             the run: max_steps, converged or diverged (then nothing is verified)
   alpha              the rate (sigma_min_H0 / 2)^2 of part (a)
   sigma_min_H0       sigma_Nn(H_0), the smallest singular value of the stacked last hidden matrix
   mu, mu_max         step size used; mu_max = 1/(2 L_hat), L_hat ESTIMATED from sampled
                      Hessian-vector products (not a certified smoothness bound)
-  mu_max_is_estimate always true (see mu_max)
   sigma_min_Z0, sigma_max_Z0  extreme singular values of the stacked attention output Z_0
-  assumptions_hold   the CHECKED assumptions (A0)-(A4) hold: those of part (a), (A1)-(A3), plus
-                     full-rank input (A0) and a non-vacuous rate (A4). It says nothing about
-                     part (b), the whole-run statement.
-  part_b_holds       false: part (b)'s proper-initialization condition (A5) is certified to fail;
-                     null: not decided (convres can certify that (A5) fails, never that it holds)
-  max_excess, violations  largest Phi_{t+1}/Phi_t - (1 - mu alpha), and steps where it is > 1e-9
-  initial_loss, final_loss, steps  the run
+  assumptions_hold   the checked assumptions (A0)-(A4) hold (says nothing about part (b))
+  part_b_holds       false: part (b)'s condition (A5) is certified to fail; null: not decided
+  violations, max_excess  steps where Phi_{t+1}/Phi_t > 1 - mu alpha + 1e-9, and the largest
+                     excess (null when the run diverged: nothing was verified)
+  initial_loss, final_loss, steps, checked_steps  the run
 """
 
 
-def _theorem_args(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.epilog = THEOREM_EPILOG
-    p.add_argument("--seed", type=int, default=0, help="seed of the data (weights: seed + 1; default 0)")
-    p.add_argument("--beta", type=nonnegative_float, default=1.0, help="residual coefficient (default 1)")
-    p.add_argument("--layers", type=positive_int, default=1, help="number of blocks L (default 1)")
-    p.add_argument("--steps", type=positive_int, default=300, help="gradient steps T (default 300)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-@command("theorem", "run GD with the theorem's step size and check Phi_{t+1} <= (1 - mu alpha) Phi_t "
-                    "at every step (book chapter 'The theorem')")(_theorem_args)
-def _theorem_run(args: argparse.Namespace) -> int:
-    from .theory import theorem_instance, theorem_run
-
+def _theorem(args) -> int:
     r = theorem_run(*theorem_instance(args.seed, beta=args.beta, layers=args.layers), steps=args.steps)
-    summary = {k: r[k] for k in THEOREM_FIELDS}
-    if summary["max_excess"] != summary["max_excess"]:  # NaN: no step above the float floor
-        summary["max_excess"] = None
+    summary = r.summary()
     if args.json:
-        print_json(summary)
-    else:
-        labels = {"mu_max": "mu_max (estimated)", "assumptions_hold": "assumptions (A0)-(A4) hold",
-                  "part_b_holds": "part (b) holds"}
-        for k, v in summary.items():
-            if k != "mu_max_is_estimate":
-                print(f"{labels.get(k, k):>26}: {'unknown' if v is None else v}")
-        b = r["part_b"]
-        print(f"  part (b) needs a radius >= {b['radius_lower']:.4g} but r_sigma <= "
-              f"{b['r_sigma_upper']:.4g}; only part (a) is checked along the run")
-        tags = {"full-rank input": "A0", "width": "A1", "smooth activation": "A2",
-                "non-degenerate H_0": "A3", "non-vacuous rate": "A4"}
-        for a in r["assumptions"]:
-            print(f"  ({tags.get(a['name'], '?')}) {a['name']!r}: {a['statement']}: value {a['value']:.4g}, "
-                  f"threshold {a['threshold']:.4g}, holds={a['holds']}")
+        write_json(summary)
+        return 0
+    for k, v in summary.items():
+        print(f"{k:>20}: {'unknown' if v is None else v}")
+    b = r.part_b
+    print(f"  part (b) needs a radius >= {b['radius_lower']:.4g} but r_sigma <= {b['r_sigma_upper']:.4g}")
+    for a in r.assumptions:
+        print(f"  {a.name}: {a.statement}: value {a.value:.4g}, "
+              f"threshold {a.threshold:.4g}, holds={a.holds}")
     return 0
 
 
-# --- rank-collapse: sigma_min of Attn(X) with and without the residual as d_QK grows ---------------
+# --- rank-collapse -------------------------------------------------------------------------------
 
-def _rank_collapse_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--beta", type=nonnegative_float, default=1.0, help="residual coefficient (default 1)")
-    p.add_argument("--seeds", type=positive_int, default=16,
-                   help="number K of Gaussian instances; the output is the median over K instances (default 16)")
-    p.add_argument("--seed", type=int, default=0, help="first seed: instances seed, ..., seed + K - 1 (default 0)")
-    p.add_argument("--json", action="store_true",
-                   help="print a JSON list of {d_qk, sigma_min_attn, sigma_min_residual} (medians over K instances), "
-                        "with sigma_min_attn_q10, sigma_min_attn_q90 and instances")
-
-
-@command("rank-collapse", "median over K Gaussian instances of sigma_min(Attn(X)) and sigma_min(Attn(X) + beta X) "
-                          "for growing d_QK (scale 1/d_QK)")(_rank_collapse_args)
-def _rank_collapse_run(args: argparse.Namespace) -> int:
-    from .collapse import sigma_min_table
-
-    if args.seed < 0:
-        raise SystemExit(f"--seed must be >= 0, got {args.seed}")
+def _rank_collapse(args) -> int:
     rows = sigma_min_table(args.beta, seed=args.seed, seeds=args.seeds)
     if args.json:
-        print_json(rows)
-    else:
-        k = args.seeds
-        print(f"median over {k} instances (seeds {args.seed}..{args.seed + k - 1}; n = 8, d = 16, scale 1/d_QK, "
-              f"beta = {args.beta:g})")
-        print(f"{'d_QK':>6}  {'sigma_min(Attn)':>16}  {'10-90 % range':>21}  {'sigma_min(Attn + beta X)':>25}")
-        for r in rows:
-            rng = f"{r['sigma_min_attn_q10']:.1e} - {r['sigma_min_attn_q90']:.1e}"
-            print(f"{r['d_qk']:>6}  {r['sigma_min_attn']:>16.3e}  {rng:>21}  {r['sigma_min_residual']:>25.3e}")
-        first, last = rows[0], rows[-1]
-        slope = math.log(last["sigma_min_attn"] / first["sigma_min_attn"]) / math.log(last["d_qk"] / first["d_qk"])
-        print(f"median sigma_min(Attn) from d_QK = {first['d_qk']} to {last['d_qk']}: x {last['sigma_min_attn'] / first['sigma_min_attn']:.3g} "
-              f"(~ d_QK^{slope:+.2f}); median sigma_min(Attn + beta X): x {last['sigma_min_residual'] / first['sigma_min_residual']:.3g}")
+        write_json(rows)
+        return 0
+    k = args.seeds
+    print(f"median over {k} instances (n = 8, d = 16, scale 1/d_QK, beta = {args.beta:g})")
+    print(f"{'d_QK':>6}  {'sigma_min(Attn)':>16}  {'10-90 % range':>21}  {'sigma_min(Attn + beta X)':>25}")
+    for r in rows:
+        rng = f"{r['sigma_min_attn_q10']:.1e} - {r['sigma_min_attn_q90']:.1e}"
+        print(f"{r['d_qk']:>6}  {r['sigma_min_attn']:>16.3e}  {rng:>21}  {r['sigma_min_residual']:>25.3e}")
+    first, last = rows[0], rows[-1]
+    ratio = last["sigma_min_attn"] / first["sigma_min_attn"]
+    slope = math.log(ratio) / math.log(last["d_qk"] / first["d_qk"])
+    print(f"median sigma_min(Attn) from d_QK = {first['d_qk']} to {last['d_qk']}: x {ratio:.3g} (~ d_QK^{slope:+.2f}); "
+          f"median sigma_min(Attn + beta X): x {last['sigma_min_residual'] / first['sigma_min_residual']:.3g}")
     return 0
 
 
-# --- bench: the batched engine against a plain PyTorch loop (book chapter 'Performance') ----------
+# --- reproduce -----------------------------------------------------------------------------------
 
-def _bench_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", choices=("full", "book", "tiny"), default="full",
-                   help="sizes and repeats: full (the report), book (the chapter), tiny (tests); default full")
-    p.add_argument("--threads", type=int, default=1,
-                   help="PyTorch intra-op threads while timing (0: PyTorch's default; default 1)")
-    p.add_argument("--device", default="cpu", help="where both ways run: cpu, cuda, ... (default cpu)")
-    p.add_argument("--no-memory", action="store_true", help="skip the per-way memory measurement")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-@command("bench", "time a sweep of GD runs: plain PyTorch loop vs convres's batched engine; "
-                  "the result is also cached for the chapter 'Performance'")(_bench_args)
-def _bench_run(args: argparse.Namespace) -> int:
-    from .bench import cached_benchmark, format_report, run_benchmark
-    from .engine import check_device
-
-    check_device(args.device)  # a clear error for 'gpu' or 'cuda' without CUDA, before any work
-    if args.threads < 0:
-        raise ValueError(f"--threads must be >= 0 (0: PyTorch's default), got {args.threads}.")
-    threads = args.threads or None
-    if args.no_memory:  # an incomplete result: not cached
-        result = run_benchmark(args.profile, threads=threads, device=args.device, memory=False)
-    else:  # always measured afresh, then cached for the chapter
-        result, _ = cached_benchmark(args.profile, threads=threads, device=args.device, refresh=True)
-    if args.json:
-        print_json(result)
-    else:
-        print(format_report(result))
-    return 0
-
-
-# --- reproduce: the book's experiments (chapters Simulations, Jena Climate, SST-2) ----------------
-
-def _reproduce_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", nargs="?", help="an experiment of --list, or 'all'")
-    p.add_argument("--list", action="store_true", help="list the experiments and their figures")
-    p.add_argument("--profile", choices=("smoke", "full"), default="smoke",
-                   help="smoke: the settings of the book's figures (default); full: more data/seeds/steps")
-    p.add_argument("--out", default="figures", help="folder for the PNG figures (default ./figures)")
-    p.add_argument("--refresh", action="store_true", help="recompute even if a cached result exists")
-    p.add_argument("--download", action="store_true",
-                   help="first download missing real data (jena, sst2) into the data directory "
-                        "($CONVRES_DATA_DIR, default ~/.cache/convres/data)")
-    p.add_argument("--json", action="store_true", help="print the key numbers as one JSON object")
-
-
-@command("reproduce", "regenerate a figure of the book's experiments (cached; --list lists them)")(_reproduce_args)
-def _reproduce_run(args: argparse.Namespace) -> int:
-    import time
-    from pathlib import Path
-
-    from .cache import atomic_write_bytes
-    from .experiments import EXPERIMENTS, key_numbers, run_experiment
-
+def _reproduce(args) -> int:
     if args.list or args.name is None:
         for name, e in EXPERIMENTS.items():
-            print(f"{name:<12} {e['title']}  [{e['chapter']}]")
-        print(f"{'all':<12} every experiment above")
+            print(f"{name:<17} {e.title}  [{e.chapter}]")
+        print(f"{'all':<17} every experiment above")
         return 0
     names = list(EXPERIMENTS) if args.name == "all" else [args.name]
     if names[0] not in EXPERIMENTS:
-        raise ValueError(f"unknown experiment {args.name!r}; choose one of {sorted(EXPERIMENTS)} or 'all' "
-                         "(see --list).")
-    from .plotting import EXPERIMENT_PLOTS, figure_png
-
-    out, summary = Path(args.out), {}
-    try:  # before any work: --out must be (or become) a folder
+        raise Usage(f"unknown experiment {args.name!r}; choose one of {sorted(EXPERIMENTS)} or 'all' (see --list).")
+    out = Path(args.out)
+    try:  # before any work: --out must be (or become) a writable folder
         out.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise ValueError(f"--out {out}: {out if out.exists() else 'a parent of it'} is an existing file, "
-                         "not a folder; pass a folder for the PNG figures (e.g. --out figures) or move "
-                         "that file away.") from None
+        raise Usage(f"--out {out}: {out if out.exists() else 'a parent of it'} is an existing file, not a "
+                    "folder; pass a folder for the PNG figures (e.g. --out figures).") from None
+    except OSError as err:
+        raise Usage(f"--out {out}: cannot create this folder ({err.strerror}); pass a writable folder.") from None
     if args.download:
-        from .data import DATASETS, download
         for name in names:
             if name in DATASETS:
                 path = download(name)
                 if not args.json:
                     print(f"{name}: data in {path}")
+    report = {}
     for name in names:
         t0 = time.perf_counter()
-        result = run_experiment(name, args.profile, progress=True, refresh=args.refresh)
+        res = run_experiment(name, args.profile, progress=not args.json, refresh=args.refresh)
         png = out / f"{name}-{args.profile}.png"
-        atomic_write_bytes(png, figure_png(EXPERIMENT_PLOTS[name](result)))  # never half a PNG
-        numbers = key_numbers(name, result)
-        summary[name] = {"figure": str(png), "seconds": round(time.perf_counter() - t0, 2), **numbers}
+        atomic_write_bytes(png, figure_png(res.figure()))  # never half a PNG
+        report[name] = {"settings": res.settings, "summary": res.summary(), "claims": res.claims(),
+                        "seconds": round(time.perf_counter() - t0, 2), "figure": str(png)}
         if not args.json:
-            print(f"{name}: {png} ({summary[name]['seconds']} s)")
-            for k, v in numbers.items():
+            print(f"{name}: {png} ({report[name]['seconds']} s)")
+            for k, v in report[name]["summary"].items():
                 print(f"  {k}: {v}")
     if args.json:
-        print_json(summary[names[0]] if len(names) == 1 else summary)
+        write_json(report[names[0]] if len(names) == 1 else report)
     return 0
 
 
-# --- entry point -----------------------------------------------------------------------------------
+# --- bench ---------------------------------------------------------------------------------------
+
+BENCH_SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gd_speed.py"
+
+
+def _bench(args) -> int:
+    if not BENCH_SCRIPT.is_file():
+        raise Usage(f"the benchmark is a script of the repository ({BENCH_SCRIPT.name}), not part of the "
+                    "installed package; run it from a clone: python benchmarks/gd_speed.py")
+    try:
+        return int(runpy.run_path(str(BENCH_SCRIPT))["main"](args.options) or 0)
+    except SystemExit as done:  # the script's own argument errors (already printed)
+        return done.code if isinstance(done.code, int) else 2
+
+
+# --- entry point ---------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -311,23 +226,96 @@ def build_parser() -> argparse.ArgumentParser:
                     "with residual connections).")
     parser.add_argument("--version", action="version", version=f"convres {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (help_text, add_arguments, _) in _COMMANDS.items():
-        add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+
+    p = sub.add_parser("gd", help="run gradient descent on a random synthetic instance and summarize it")
+    p.add_argument("--seed", type=seed_value, default=0, help="seed of the data (weights: seed + 1; default 0)")
+    p.add_argument("--beta", type=beta_value, default=1.0, help="residual coefficient, 0 .. 1000 (default 1)")
+    p.add_argument("--layers", type=size("layers"), default=1, help="number of blocks L (default 1)")
+    p.add_argument("--N", type=size("N"), default=4, metavar="SEQUENCES", help="number of sequences N (default 4)")
+    p.add_argument("--n", type=size("n"), default=4, metavar="TOKENS", help="tokens per sequence n (default 4)")
+    p.add_argument("--d", type=size("d"), default=16, metavar="FEATURES", help="feature dimension d (default 16)")
+    p.add_argument("--mu", type=positive_float, default=0.005, help="step size (default 0.005)")
+    p.add_argument("--steps", type=size("steps"), default=500, help="number of steps (default 500)")
+    p.add_argument("--activation", default="relu", choices=sorted(ACTIVATIONS), help="FFN activation (default relu)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_gd)
+
+    p = sub.add_parser("theorem", help="run GD with the theorem's step size and check Phi_{t+1} <= "
+                       "(1 - mu alpha) Phi_t at every step (book chapter 'The theorem')",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=THEOREM_EPILOG)
+    p.add_argument("--seed", type=seed_value, default=0, help="seed of the data (weights: seed + 1; default 0)")
+    p.add_argument("--beta", type=beta_value, default=1.0, help="residual coefficient, 0 .. 1000 (default 1)")
+    p.add_argument("--layers", type=_number(int, 1, 20), default=1, help="number of blocks L, 1 .. 20 (default 1)")
+    p.add_argument("--steps", type=_number(int, 1, 10**5), default=300, help="gradient steps T (default 300)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_theorem)
+
+    p = sub.add_parser("rank-collapse", help="median over K Gaussian instances of sigma_min(Attn(X)) and "
+                       "sigma_min(Attn(X) + beta X) for growing d_QK (scale 1/d_QK)")
+    p.add_argument("--beta", type=beta_value, default=1.0, help="residual coefficient, 0 .. 1000 (default 1)")
+    p.add_argument("--seeds", type=_number(int, 1, 1000), default=16,
+                   help="number K of Gaussian instances, 1 .. 1000 (default 16)")
+    p.add_argument("--seed", type=_number(int, 0, MAX_SEED - 1000), default=0,
+                   help="first seed: instances seed, ..., seed + K - 1 (default 0)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of rows (medians over K instances)")
+    p.set_defaults(func=_rank_collapse)
+
+    p = sub.add_parser("reproduce", help="regenerate a figure of the book's experiments (cached; --list lists them)")
+    p.add_argument("name", nargs="?", help="an experiment of --list, or 'all'")
+    p.add_argument("--list", action="store_true", help="list the experiments and their chapters")
+    p.add_argument("--profile", choices=[p_ for p_ in PROFILES if p_ != "smoke"], default="book",
+                   help="book: the settings of the book's chapters (default); paper: larger")
+    p.add_argument("--out", default="figures", help="folder for the PNG figures (default ./figures)")
+    p.add_argument("--refresh", action="store_true", help="recompute even if a cached result exists")
+    p.add_argument("--download", action="store_true",
+                   help="first download missing real data (jena, sst2) into the data directory "
+                        "($CONVRES_DATA_DIR, default ~/.cache/convres/data)")
+    p.add_argument("--json", action="store_true", help="print settings, summary and claims as one JSON object")
+    p.set_defaults(func=_reproduce)
+
+    p = sub.add_parser("bench", help="time convres.gradient_descent against a plain PyTorch loop "
+                       "(runs benchmarks/gd_speed.py; --help there)", add_help=False)
+    p.add_argument("options", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_bench)
     return parser
 
 
+def _warning_line(message, category, filename, lineno, line=None) -> str:
+    return f"convres: {category.__name__}: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
+    warnings.formatwarning = _warning_line  # one line on stderr (stdout stays clean for --json)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "bench":  # every option belongs to the benchmark script
+        args.options = rest + args.options
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command is None:
         parser.print_help()
         return 2
-    run = _COMMANDS[args.command][2]
+    where = f"convres {args.command}"
     try:
-        return int(run(args) or 0)
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"{where}: interrupted; nothing was cached", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # e.g. `python -m convres theorem | head`
         sys.stderr.close()
         return 0
+    except MemoryError:
+        print(f"{where}: error: out of memory; use smaller sizes (--N, --n, --d, --layers).", file=sys.stderr)
+        return 2
+    except OverflowError as err:
+        print(f"{where}: error: a number overflowed ({err}); use a smaller --beta or smaller sizes.", file=sys.stderr)
+        return 2
+    except RuntimeError as err:
+        if "allocate" in str(err) or "memory" in str(err).lower():
+            print(f"{where}: error: out of memory; use smaller sizes (--N, --n, --d, --layers).", file=sys.stderr)
+            return 2
+        print(f"{where}: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
     except (ValueError, TypeError, OSError) as err:
-        print(f"convres {args.command}: error: {err}", file=sys.stderr)
+        print(f"{where}: error: {err}", file=sys.stderr)
         return 2

@@ -27,16 +27,17 @@ All functions work in float64 and draw randomness only from explicit seeds.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 
 from .data import synthetic_regression
-from .engine import gradient_descent_batch, torch_threads
-from .gd import gd_step, loss_and_grad
-from .model import SCALES, ModelConfig, attention_scale, block, forward_trace, init_params
-from .rank import rank_one_residual, singular_value_measures
+from .gd import gradient_descent, loss_and_grad
+from .model import SCALES, ModelConfig, attention, attention_scale, init_params
+from .rank import rank_one_residual, singular_value_measures, singular_values, weyl_lower_bounds
+from .runtime import torch_threads
 
 __all__ = [
     "MEASURES",
@@ -45,11 +46,9 @@ __all__ = [
     "gaussian_instance",
     "logit_margins",
     "spiked_instance",
-    "common_argmax",
     "dqk_sweep",
     "dqk_sweep_seeds",
     "scale_sweep",
-    "weyl_lower_bound",
     "weyl_lower_bounds",
     "value_counterexample",
     "rank_one_floor",
@@ -67,12 +66,12 @@ DTYPE = torch.float64
 
 
 def _check_int(name: str, value, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}; pass e.g. {name}={max(minimum, 4)}.")
 
 
 def _check_beta(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise TypeError(f"{name} must be a finite number, got {value!r}.")
     if value < 0:
         raise ValueError(f"{name} must be >= 0 (0 removes the residual), got {value!r}.")
@@ -80,7 +79,7 @@ def _check_beta(name: str, value) -> float:
 
 
 def _check_scale(value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and value > 0):
         raise ValueError(f"the attention scale s must be a positive finite number, got {value!r}.")
     return float(value)
 
@@ -95,13 +94,9 @@ def _check_matrix(name: str, M, ndim=(2, 3)) -> None:
 def attention_output(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, W_V: torch.Tensor,
                      s: float, beta: float = 0.0):
     """``(S, Attn(X), Z)`` with ``S = softmax_rows(s X W_Q W_K^T X^T)``, ``Attn(X) = S X W_V`` and
-    ``Z = Attn(X) + beta X`` (book equations (model-S) and (model-Z)).
-
-    ``Attn(X)`` comes from the model's own :func:`convres.model.block` (FFN switched off,
-    ``beta_attn = 0``), exactly, with no cancellation in ``Z - beta X`` (which would matter when
-    ``sigma_min(Attn(X))`` is at rounding level); ``Z`` adds ``beta X`` to it, as ``block`` does.
-    ``X`` is one sequence ``(n, d)`` or a batch ``(N, n, d)``; the results have the same leading
-    dimensions.
+    ``Z = Attn(X) + beta X`` (book equations (1) and (2)), from the model's own
+    :func:`convres.model.attention`. ``X`` is one sequence ``(n, d)`` or a batch ``(N, n, d)``; the
+    results have the same leading dimensions.
     """
     _check_matrix("X", X)
     for name, W in (("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V)):
@@ -113,15 +108,8 @@ def attention_output(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, W_V:
         raise ValueError(f"W_Q and W_K must have the same shape (d x d_qk), got {tuple(W_Q.shape)} and {tuple(W_K.shape)}.")
     if W_V.shape[1] != X.shape[-1]:
         raise ValueError(f"W_V must be (d x d) = ({X.shape[-1]} x {X.shape[-1]}) for the residual, got {tuple(W_V.shape)}.")
-    s = _check_scale(s)
-    beta = _check_beta("beta", beta)
-    d, d_qk = W_Q.shape
-    no_ffn = {"W_1": X.new_zeros(d, 1), "W_2": X.new_zeros(1, d)}   # H = Z, unused here
-    W = {"W_Q": W_Q, "W_K": W_K, "W_V": W_V, **no_ffn}
-    cfg = ModelConfig(d=d, d_qk=d_qk, m=1, beta_attn=0.0, beta_ffn=0.0, scale=s)
-    S, A, _ = block(X, W, cfg)
-    Z = A + beta * X  # what block() computes with beta_attn=beta (A already holds its 0*X)
-    return S, A, Z
+    S, A = attention(X, W_Q, W_K, W_V, _check_scale(s))
+    return S, A, A + _check_beta("beta", beta) * X
 
 
 def collapse_measures(M: torch.Tensor) -> dict[str, float | np.ndarray]:
@@ -133,7 +121,7 @@ def collapse_measures(M: torch.Tensor) -> dict[str, float | np.ndarray]:
     (:func:`convres.rank.rank_one_residual`). Floats for one matrix, arrays for a batch.
     """
     _check_matrix("M", M, ndim=tuple(range(2, 8)))
-    out = singular_value_measures(torch.linalg.svdvals(M))
+    out = singular_value_measures(singular_values(M, "M"))
     out["rank_one_residual"] = rank_one_residual(M, relative=True)
     out = {k: v.detach().cpu().numpy() for k, v in out.items()}
     if M.dim() == 2:
@@ -223,14 +211,6 @@ def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float
     return {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": inst["W_V"], "margins": margins}
 
 
-def common_argmax(S: torch.Tensor) -> int | None:
-    """The token every row of the attention matrix ``S`` (``n x n``) puts its largest weight on, or
-    ``None`` when the rows disagree."""
-    _check_matrix("S", S, ndim=(2,))
-    picks = torch.argmax(S, dim=-1)
-    return int(picks[0]) if bool((picks == picks[0]).all()) else None
-
-
 def _sweep(inst_at, points: Sequence, betas: Sequence[float]) -> dict[str, np.ndarray]:
     """Shared loop of :func:`dqk_sweep` and :func:`scale_sweep` (many tiny matrices: one PyTorch
     thread is faster than several, and much faster on a loaded machine)."""
@@ -248,16 +228,16 @@ def _sweep_body(inst_at, points: Sequence, betas: list[float]) -> dict[str, np.n
         A_all.append(A)
         Z_all.append(torch.stack([A + b * X for b in betas])
                      if betas else A.new_zeros(0, *A.shape))
-        sv_X = torch.linalg.svdvals(X)
+        sv_X = singular_values(X, "X")
         logits = s * (X @ W_Q) @ (X @ W_K).T
-        norms = float(sv_X[0]) * float(torch.linalg.matrix_norm(W_V, ord=2))
+        norms = float(sv_X[0]) * float(singular_values(W_V, "W_V")[0])
         rows.append((float(sv_X[-1]), float(sv_X[0]), norms, 0.5 * float(torch.linalg.matrix_norm(logits))))
     S, A, Z = torch.stack(S_all), torch.stack(A_all), torch.stack(Z_all)
     n = S.shape[-1]
     uniform = torch.full_like(S, 1.0 / n)
     out = {f"attn_{k}": v for k, v in collapse_measures(A).items()}
     out.update({f"Z_{k}": v for k, v in collapse_measures(Z).items()})  # (points, betas)
-    sv_A, sv_Z = torch.linalg.svdvals(A), torch.linalg.svdvals(Z)
+    sv_A, sv_Z = singular_values(A, "Attn(X)"), singular_values(Z, "Z")
     out["attn_sv"] = sv_A.numpy()                                        # (points, n)
     out["Z_sv"] = sv_Z.numpy()                                           # (points, betas, n)
     out["dist_uniform"] = torch.linalg.matrix_norm(S - uniform, ord=2).numpy()
@@ -339,25 +319,6 @@ def scale_sweep(scales: Sequence[float], betas: Sequence[float] = (0.1, 1.0), *,
     return out
 
 
-def weyl_lower_bounds(X: torch.Tensor, A: torch.Tensor, beta: float) -> np.ndarray:
-    """``b_k = beta sigma_min(X) - sigma_{k+1}(A)`` for ``k = 0 .. r-1``: by Weyl's inequality
-    ``sigma_{n-k}(A + beta X) >= b_k`` (book lemma ``rc-lem-residual``, part 1). ``b_0`` bounds
-    ``sigma_min(Z)``; when ``A`` is close to rank one, ``b_1`` bounds the ``n - 1`` largest singular
-    values of ``Z`` by nearly ``beta sigma_min(X)``. A bound is informative only when positive."""
-    _check_matrix("X", X, ndim=(2,))
-    _check_matrix("A", A, ndim=(2,))
-    if X.shape != A.shape:
-        raise ValueError(f"X and A must have the same shape, got {tuple(X.shape)} and {tuple(A.shape)}.")
-    beta = _check_beta("beta", beta)
-    return (beta * float(torch.linalg.svdvals(X)[-1]) - torch.linalg.svdvals(A)).numpy()
-
-
-def weyl_lower_bound(X: torch.Tensor, A: torch.Tensor, beta: float) -> float:
-    """``beta sigma_min(X) - ||A||_2``: by Weyl's inequality a lower bound on ``sigma_min(A + beta X)``
-    (book lemma ``rc-lem-residual``, part 1; ``k = 0`` of :func:`weyl_lower_bounds`)."""
-    return float(weyl_lower_bounds(X, A, beta)[0])
-
-
 def value_counterexample(n: int = 6, d: int = 8, *, beta: float = 1.0, seed: int = 0,
                          scale: float = 1.0, identity_attention: bool = False) -> dict[str, torch.Tensor]:
     """The instance where the residual does *not* save the rank: ``W_V = -beta I``.
@@ -390,47 +351,41 @@ def rank_one_floor(Y: torch.Tensor) -> float:
 
 def gd_instance(*, N: int = 4, n: int = 4, d: int = 32, m: int = 32, d_qk: int = 1024,
                 scale: str | float = "1/d_qk", seed: int = 0):
-    """The data, initial weights and configuration of the book's gradient-descent experiment.
+    """The book's gradient-descent instance for rank collapse: ``(params, X, Y, cfg)``.
 
     ``X`` and ``Y`` have i.i.d. ``N(0, 1)`` entries (:func:`convres.data.synthetic_regression`,
     one target per token); the weights are the Gaussian initialization
     (:func:`convres.model.init_params`) with ``d_qk`` query/key features and attention scale
-    ``scale`` (by default ``1/d_qk``: nearly uniform attention at initialization).
-    Returns ``(X, Y, params, cfg)`` with ``cfg.beta = 1``; use ``cfg.replace(beta=...)``.
+    ``scale`` (by default ``1/d_qk``: nearly uniform attention at initialization); ``cfg.beta = 1``.
     """
     for name, v in (("N", N), ("n", n), ("d", d), ("m", m), ("d_qk", d_qk)):
         _check_int(name, v)
     cfg = ModelConfig(d=d, d_qk=d_qk, m=m, c=1, beta=1.0, scale=scale)
     X, Y = synthetic_regression(N, n, d, 1, seed=seed)
-    params = init_params(cfg, seed=seed + 1)
-    return X, Y, params, cfg
+    return init_params(cfg, seed=seed + 1), X, Y, cfg
 
 
-def _residual_pair(i: int, b) -> tuple[float, float]:
-    """``beta`` or ``(beta_attn, beta_ffn)`` -> ``(beta_attn, beta_ffn)``."""
+def residual_config(cfg: ModelConfig, b) -> ModelConfig:
+    """``cfg`` with the residual ``b``: a number ``beta`` (both connections) or a pair
+    ``(beta_attn, beta_ffn)`` that switches the attention and FFN residuals separately."""
     if isinstance(b, (tuple, list)):
         if len(b) != 2:
-            raise ValueError(f"betas[{i}] must be a number or a pair (beta_attn, beta_ffn), got {b!r}.")
-        return (_check_beta(f"betas[{i}][0] (beta_attn)", b[0]), _check_beta(f"betas[{i}][1] (beta_ffn)", b[1]))
-    b = _check_beta(f"betas[{i}]", b)
-    return (b, b)
+            raise ValueError(f"a residual must be a number or a pair (beta_attn, beta_ffn), got {b!r}.")
+        return cfg.replace(beta=1.0, beta_attn=_check_beta("beta_attn", b[0]), beta_ffn=_check_beta("beta_ffn", b[1]))
+    return cfg.replace(beta=_check_beta("beta", b), beta_attn=None, beta_ffn=None)
 
 
 def gd_collapse_runs(betas: Sequence = (0.0, 1.0), *, mu: float = 0.002, steps: int = 600,
                      record_every: int = 10, threads: int | None = 1, **instance) -> dict:
-    """Gradient descent (:func:`convres.engine.gradient_descent_batch`) from the same
-    :func:`gd_instance` for every entry of ``betas``: ``{entry: History}``.
-
-    An entry is a number ``beta`` (both residuals, ``beta_attn = beta_ffn = beta``) or a pair
-    ``(beta_attn, beta_ffn)`` that switches the attention and FFN residuals separately. ``threads``:
-    PyTorch intra-op threads for the run (:func:`convres.engine.torch_threads`; the model is small,
-    one thread is fastest; ``None`` leaves the setting alone)."""
-    pairs = [_residual_pair(i, b) for i, b in enumerate(betas)]
-    X, Y, params, cfg = gd_instance(**instance)
-    cfgs = [cfg.replace(beta=1.0, beta_attn=ba, beta_ffn=bf) for ba, bf in pairs]
+    """Gradient descent (one sweep of :func:`convres.gradient_descent`) from the same
+    :func:`gd_instance` for every residual of ``betas`` (numbers or pairs, see
+    :func:`residual_config`): ``{residual: History}``. ``threads``: PyTorch intra-op threads for
+    the run (one is fastest for this small model; ``None`` leaves the setting alone)."""
+    params, X, Y, cfg = gd_instance(**instance)
+    cfgs = [residual_config(cfg, b) for b in betas]
     with torch_threads(threads):
-        runs = gradient_descent_batch([params] * len(pairs), X, Y, cfgs, mu, steps, record_every=record_every)
-    return {(tuple(b) if isinstance(b, list) else b): h for b, (_, h) in zip(betas, runs)}
+        runs = gradient_descent([params] * len(cfgs), X, Y, cfgs, mu, steps, record_every=record_every)
+    return {(tuple(b) if isinstance(b, list) else b): r.history for b, r in zip(betas, runs)}
 
 
 def gd_attention_stats(beta=0.0, *, mu: float = 0.002, **instance) -> dict[str, np.ndarray | float]:
@@ -438,28 +393,25 @@ def gd_attention_stats(beta=0.0, *, mu: float = 0.002, **instance) -> dict[str, 
     fast one step moves it (book section "The consequence for gradient descent").
 
     On :func:`gd_instance` (keyword arguments ``instance``) with residual ``beta`` (a number or a
-    pair ``(beta_attn, beta_ffn)``): ``dist_uniform``, ``||S_i - 1 1^T/n||_2`` per sequence at
-    ``theta_0``, and ``logit_step``, ``||Delta_1||_F / mu`` with ``Delta_1`` the change of the scaled
-    logits ``s X_i W_Q W_K^T X_i^T`` (all sequences) after one step of size ``mu``. The gradient of a
-    logit with respect to ``W_Q, W_K`` carries the factor ``s``, and the change of the logits carries
-    it again, so with ``s = 1/d_qk`` the step moves the logits about ``d_qk`` times less per unit of
+    pair): ``dist_uniform``, ``||S_i - 1 1^T/n||_2`` per sequence at ``theta_0``, and
+    ``logit_step``, ``||Delta_1||_F / mu`` with ``Delta_1`` the change of the scaled logits
+    ``s X_i W_Q W_K^T X_i^T`` (all sequences) after one step of size ``mu``. The gradient of a logit
+    with respect to ``W_Q, W_K`` carries the factor ``s``, and the change of the logits carries it
+    again, so with ``s = 1/d_qk`` the step moves the logits about ``d_qk`` times less per unit of
     ``mu`` at ``d_qk`` than at ``d_qk = 1`` (times ``d_qk``-independent factors at initialization).
     """
-    if isinstance(mu, bool) or not isinstance(mu, (int, float)) or not (math.isfinite(mu) and mu > 0):
+    if isinstance(mu, bool) or not isinstance(mu, numbers.Real) or not (math.isfinite(mu) and mu > 0):
         raise ValueError(f"mu must be a positive step size, got {mu!r}.")
-    ba, bf = _residual_pair(0, beta)
-    X, Y, params, cfg = gd_instance(**instance)
-    cfg = cfg.replace(beta_attn=ba, beta_ffn=bf)
+    params, X, Y, cfg = gd_instance(**instance)
+    cfg = residual_config(cfg, beta)
     s = attention_scale(cfg)
-    _, grads, _, _ = loss_and_grad(params, X, Y, cfg)
-    new = gd_step(params, grads, mu)
+    _, grads, tr = loss_and_grad(params, X, Y, cfg)
 
     def logits(p):
         return s * (X @ p["layer1.W_Q"]) @ (X @ p["layer1.W_K"]).transpose(-1, -2)
 
-    S0 = forward_trace(params, X, cfg).S[0]
-    n = X.shape[1]
-    dist = torch.linalg.matrix_norm(S0 - 1.0 / n, ord=2)
+    new = {k: params[k] - mu * grads[k] for k in ("layer1.W_Q", "layer1.W_K")}
+    dist = torch.linalg.matrix_norm(tr.S[0] - 1.0 / X.shape[1], ord=2)
     step = torch.linalg.vector_norm(logits(new) - logits(params)) / mu
     return {"dist_uniform": dist.numpy(), "logit_step": float(step)}
 

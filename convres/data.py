@@ -2,27 +2,53 @@
 
 Book chapters: *The model*, *The theorem*, *Simulations*, *Jena Climate*, *SST-2*. The data directory setting is
 :func:`convres.paths.data_dir` (argument ``data_dir`` or ``$CONVRES_DATA_DIR``).
+
+What is verified, and how:
+
+* **Checksums.** A file is checked against a SHA-256 only where one is recorded for it: a line of
+  ``<data_dir>/SHA256SUMS`` (the format of ``sha256sum``; the offline copy ships one, and
+  :func:`download` adds the files it writes), or, for the offline Jena slice, whose file name is
+  unique to it, :data:`JENA_FILES`. Any other file (your own SST-2 parquet, a CSV you exported) is
+  read unverified; :func:`load_sst2` says which case applied in ``df.attrs["checksum"]``.
+* **The Keras download** is checked when it arrives: a readable zip holding one CSV, whose CRC-32
+  (zip) and size and SHA-256 are compared with :data:`JENA_CSV_SIZE` and :data:`JENA_CSV_SHA256`.
+  Those two numbers come from a third-party copy of the file and could not be compared with the
+  download itself, so a difference is a warning, not an error (see :func:`check_jena_zip`).
+* **Content**, always: the Jena columns, the time format, finite numbers, no ``-9999`` sentinel,
+  physical ranges (:data:`JENA_BOUNDS`), increasing times on a regular grid where one is asked for;
+  the SST-2 schema, labels and missing values.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import numbers
 import os
+import re
+import warnings
 import zipfile
+import zlib
 from pathlib import Path
 
 import torch
 
-from .cache import atomic_write_bytes
+from .cache import atomic_write_bytes, atomic_write_text
 from .paths import DATA_ENV
 from .paths import data_dir as data_dir_setting
-from .model import _generator
+from .model import generator
 
-__all__ = ["synthetic_regression", "DataError", "sha256_file", "verify_checksum", "JENA_URL",
-           "JENA_FEATURES", "JENA_ALL_FEATURES", "jena_path", "read_jena", "load_jena", "SST2_HUB",
+__all__ = ["synthetic_regression", "DataError", "DataWarning", "sha256_file", "verify_checksum",
+           "read_checksums", "recorded_checksum", "standardize", "JENA_URL", "JENA_FEATURES",
+           "JENA_ALL_FEATURES", "JENA_BOUNDS", "JENA_SENTINEL", "JENA_CSV_SIZE", "JENA_CSV_SHA256",
+           "jena_path", "check_jena_zip", "read_jena", "load_jena", "SST2_HUB", "SST2_REVISION",
            "sst2_path", "load_sst2", "sst2_subset", "hash_embedding", "embed_tokens", "download",
            "DATASETS"]
+
+
+def _is_int(v) -> bool:
+    """An integer (Python or numpy), but not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 def synthetic_regression(N: int, n: int, d: int, c: int = 1, *, seed: int | torch.Generator = 0,
@@ -33,9 +59,10 @@ def synthetic_regression(N: int, n: int, d: int, c: int = 1, *, seed: int | torc
     Gaussian ``X`` is of full rank with probability one, as the theory requires.
     """
     for name, v in (("N", N), ("n", n), ("d", d), ("c", c)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        if not _is_int(v) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}.")
-    gen = _generator(seed)
+    N, n, d, c = int(N), int(n), int(d), int(c)
+    gen = generator(seed)
     X = torch.randn(N, n, d, generator=gen, dtype=torch.float64)
     Y = torch.randn(*((N, c) if pooled else (N, n, c)), generator=gen, dtype=torch.float64)
     return X.to(dtype), Y.to(dtype)
@@ -47,6 +74,14 @@ class DataError(ValueError):
     """A data file is missing, malformed or does not cover what an experiment needs."""
 
 
+class DataWarning(UserWarning):
+    """Something about a data file could not be verified (the data are still used)."""
+
+
+#: The checksum manifest of a data directory: ``<sha256>  <path relative to the directory>`` lines.
+CHECKSUMS = "SHA256SUMS"
+
+
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     """Hex SHA-256 of the bytes of ``path``."""
     h = hashlib.sha256()
@@ -56,31 +91,160 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def verify_checksum(path: str | os.PathLike, expected: str | None) -> None:
-    """Raise :class:`DataError` unless the SHA-256 of ``path`` is ``expected`` (``None``: no check)."""
+def verify_checksum(path: str | os.PathLike, expected: str | None, source: str = "convres.data") -> None:
+    """Raise :class:`DataError` unless the SHA-256 of ``path`` is ``expected`` (``None``: no check).
+
+    ``source`` says where ``expected`` is recorded, for the message.
+    """
     if expected is None:
         return
     got = sha256_file(path)
-    if got != expected:
+    if got != expected.lower():
+        own = (f"remove its line from {source}" if source.endswith(CHECKSUMS) else
+               "give it another name (this one is reserved for the published file)")
         raise DataError(
-            f"checksum mismatch for {path}: sha256 is {got}, expected {expected}. The file is corrupt "
-            "or not the published one; delete it and download it again (see convres.data).")
+            f"checksum mismatch for {path}: sha256 is {got}, but {source} records {expected}. The "
+            "file is corrupt or not the recorded one: delete it and download it again (or copy the "
+            f"offline copy again); if it is your own file, {own}.")
 
 
-def _atomic_download(url: str, dest: Path) -> Path:
-    """Download ``url`` to ``dest`` (a temporary file, then a rename); never reached offline."""
+def _require_file(path: Path, what: str) -> None:
+    """Raise :class:`DataError` if ``path`` exists but is not a regular file (a directory, ...)."""
+    if path.exists() and not path.is_file():
+        kind = "a directory" if path.is_dir() else "not a regular file"
+        raise DataError(f"{what} {path} is {kind}, not a data file: remove or rename it, then put the "
+                        "data file there (or download it again).")
+
+
+_CHECKSUM_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
+
+
+def _checksum_path(line: str) -> str | None:
+    """The path of a ``SHA256SUMS`` line (``None`` for any other line)."""
+    match = _CHECKSUM_LINE.match(line)
+    return Path(match.group(2)).as_posix().removeprefix("./") if match else None
+
+
+def read_checksums(data_dir=None) -> dict[str, str]:
+    """The ``SHA256SUMS`` manifest of the data directory as ``{relative path: sha256}`` (``{}`` if
+    there is none). Lines are ``sha256sum``'s: 64 hex digits, two spaces (or space and ``*``), the
+    path relative to the data directory. Blank lines and ``#`` comments are skipped; any other
+    line raises :class:`DataError` naming it."""
+    manifest = data_dir_setting(data_dir) / CHECKSUMS
+    if not manifest.is_file():
+        return {}
+    try:
+        text = manifest.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(f"{manifest} is not a text file of checksums ({err}); fix or delete it.") from err
+    sums = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        match = _CHECKSUM_LINE.match(line)
+        if match is None:
+            raise DataError(f"{manifest}, line {number}: expected '<sha256>  <path>' (as written by "
+                            f"sha256sum), got {line[:80]!r}. Fix or delete that line.")
+        sums[_checksum_path(line)] = match.group(1).lower()
+    return sums
+
+
+def recorded_checksum(path: Path, data_dir=None, builtin: dict[str, str | None] | None = None,
+                      builtin_source: str = "convres.data.JENA_FILES"):
+    """``(sha256, where it is recorded)`` for ``path``, or ``(None, None)`` if none is recorded.
+
+    Looked up in the data directory's ``SHA256SUMS``, then in ``builtin`` (file name -> sha256, for
+    names unique to one published file; ``builtin_source`` names that table in messages)."""
+    root = data_dir_setting(data_dir)
+    try:
+        rel = Path(path).relative_to(root).as_posix()
+    except ValueError:
+        rel = None
+    if rel is not None:
+        sums = read_checksums(root)
+        if rel in sums:
+            return sums[rel], str(root / CHECKSUMS)
+    if builtin and builtin.get(Path(path).name):
+        return builtin[Path(path).name], builtin_source
+    return None, None
+
+
+def _record_checksum(path: Path, data_dir=None) -> None:
+    """Add (or replace) the line of ``path`` in the data directory's ``SHA256SUMS``; a manifest that
+    cannot be written is a warning, not an error (the data file itself is in place)."""
+    root = data_dir_setting(data_dir)
+    manifest = root / CHECKSUMS
+    rel = Path(path).relative_to(root).as_posix()
+    try:
+        lines = manifest.read_text(encoding="utf-8").splitlines() if manifest.is_file() else []
+        kept = [ln for ln in lines if _checksum_path(ln) != rel]
+        atomic_write_text(manifest, "\n".join([*kept, f"{sha256_file(path)}  {rel}"]) + "\n")
+    except (OSError, ValueError) as err:  # unwritable, or not a text file
+        warnings.warn(f"could not record the checksum of {path} in {manifest} ({err}); later reads of "
+                      "it are not verified.", DataWarning, stacklevel=3)
+
+
+def _fetch(url: str, dest: Path, what: str) -> bytes:
+    """The bytes at ``url``; any network or HTTP failure raises :class:`DataError` naming ``url``
+    and the offline alternative (put the file at ``dest`` yourself, or set ``$CONVRES_DATA_DIR``)."""
+    import http.client
     import urllib.request
 
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 (fixed https URL)
+            return response.read()
+    except (OSError, http.client.HTTPException, ValueError) as err:  # URLError, HTTPError, timeouts
+        raise DataError(
+            f"could not download {what} from {url}: {getattr(err, 'reason', None) or err}. Without "
+            f"network, fetch that file on another machine and put it at {dest}, or point the data "
+            f"directory at an offline copy: set {DATA_ENV}=/path/to/data (a folder holding "
+            f"{dest.parent.name}/{dest.name}, or pass data_dir=...).") from err
 
-    with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 (fixed https URL)
-        atomic_write_bytes(dest, response.read())
-    return dest
+
+def standardize(values, names, *, context: str = ""):
+    """Column-wise z-scores ``(x - mean) / std`` of a ``(rows, features)`` array, with numpy's
+    ``mean(0)`` and population ``std(0)`` (as the Jena chapter does), as a float64 array.
+
+    Checks that ``values`` is 2-D with one name per column and at least two rows, that every value
+    is finite, and that no feature is constant or has a non-finite standard deviation (values so
+    large that their squares overflow). Raises :class:`DataError` naming the features (``context``,
+    e.g. ``" over 2009-01-01 .. 2009-01-28"``, is added to the message).
+    """
+    import numpy as np
+
+    x = np.asarray(values, dtype=np.float64)
+    names = [str(n) for n in names]
+    if x.ndim != 2 or x.shape[1] != len(names):
+        raise ValueError(f"values must be a (rows, features) array with one of names {names} per "
+                         f"column, got shape {x.shape}.")
+    if x.shape[0] < 2:
+        raise DataError(f"{x.shape[0]} row(s){context}: at least 2 are needed to standardize.")
+    finite = np.isfinite(x)
+    if not finite.all():
+        row, col = map(int, np.argwhere(~finite)[0])
+        bad = [n for n, ok in zip(names, finite.all(0)) if not ok]
+        raise DataError(f"feature(s) {bad} hold non-finite values{context} (the first at row {row}, "
+                        f"{names[col]!r} = {x[row, col]}): clean the data first.")
+    constant = x.max(0) == x.min(0)
+    if constant.any():
+        raise DataError(f"feature(s) {[n for n, c in zip(names, constant) if c]} are constant{context}: "
+                        "they cannot be standardized; use a longer window or drop them.")
+    with np.errstate(over="ignore", invalid="ignore"):
+        std = x.std(0)
+        z = (x - x.mean(0)) / std
+    if not np.isfinite(std).all():
+        raise DataError(f"feature(s) {[n for n, s in zip(names, std) if not np.isfinite(s)]} have a "
+                        f"non-finite standard deviation{context} (values too large to square): "
+                        "rescale or clean them first.")
+    return z
 
 
 # --- Jena Climate 2009-2016 ----------------------------------------------------------------------
 
 #: The Keras/TensorFlow download the paper's experiment expects (a zip holding one CSV).
 JENA_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/jena_climate_2009_2016.csv.zip"
+JENA_ZIP = "jena_climate_2009_2016.csv.zip"
+JENA_CSV = "jena_climate_2009_2016.csv"
 JENA_TIME = "Date Time"
 JENA_TIME_FORMAT = "%d.%m.%Y %H:%M:%S"
 #: The 14 features of the full file, in its column order.
@@ -90,11 +254,42 @@ JENA_ALL_FEATURES = (
     "wd (deg)")
 #: The 11 features the book uses: every feature but the wind columns (absent from the offline slice).
 JENA_FEATURES = JENA_ALL_FEATURES[:11]
-#: Files looked for in ``<data_dir>/jena_climate/``, first match wins, with their SHA-256 when known.
-#: The full file's checksum is not published by Keras, so it is not checked; the offline slice's is.
+#: The value the station files use for a missing reading (documented for the two wind speeds).
+JENA_SENTINEL = -9999.0
+#: Physically possible ranges ``(low, high)`` per column, inclusive and deliberately generous: a
+#: value outside is a recording or editing error, not weather. The station (Jena, about 155 m
+#: above sea level) measures pressure at its height (sea-level records are 870..1085 mbar);
+#: temperatures on Earth lie in -90..60 degC; potential temperature is T (K) scaled by
+#: (1000 / p)^0.286; saturation vapour pressure at 60 degC is about 200 mbar; relative humidity may
+#: exceed 100 % slightly (sensor tolerance), so the deficit VPmax - VPact may be slightly negative;
+#: air density at these pressures and temperatures is about 0.9..1.7 kg/m**3.
+JENA_BOUNDS: dict[str, tuple[float, float]] = {
+    "p (mbar)": (800.0, 1100.0),
+    "T (degC)": (-90.0, 60.0),
+    "Tpot (K)": (150.0, 400.0),
+    "Tdew (degC)": (-100.0, 60.0),
+    "rh (%)": (0.0, 105.0),
+    "VPmax (mbar)": (0.0, 250.0),
+    "VPact (mbar)": (0.0, 250.0),
+    "VPdef (mbar)": (-10.0, 250.0),
+    "sh (g/kg)": (0.0, 200.0),
+    "H2OC (mmol/mol)": (0.0, 400.0),
+    "rho (g/m**3)": (500.0, 2500.0),
+    "wv (m/s)": (0.0, 120.0),
+    "max. wv (m/s)": (0.0, 150.0),
+    "wd (deg)": (0.0, 360.0),
+}
+#: Size and SHA-256 of ``jena_climate_2009_2016.csv`` as recorded by a Git LFS pointer of a public
+#: copy (420,551 rows, quoted header, two decimals, LF). The size is the one the original Keras file
+#: should have, but these bytes were never compared with the Keras download itself, so
+#: :func:`check_jena_zip` warns, and does not fail, when a download differs.
+JENA_CSV_SIZE = 43_153_776
+JENA_CSV_SHA256 = "eb3df9da6c25039f10814ded0a14138bb0afa3612be9cf79cafdf1cf6f95172e"
+#: Files looked for in ``<data_dir>/jena_climate/``, first match wins, with the SHA-256 recorded for
+#: that name (``None``: none; the data directory's ``SHA256SUMS`` may still record one).
 JENA_FILES: dict[str, str | None] = {
-    "jena_climate_2009_2016.csv.zip": None,
-    "jena_climate_2009_2016.csv": None,
+    JENA_ZIP: None,
+    JENA_CSV: None,
     "jena_climate_2009_2016_SUBSET_2009-01-01_to_2009-01-28_12cols.csv.gz":
         "9de67d18a184d5ea11e9a5f5ab7e0b258d30ab1233b68f47589ac79aa5c19e83",
 }
@@ -103,13 +298,15 @@ JENA_FILES: dict[str, str | None] = {
 def jena_path(data_dir=None, *, download: bool = False) -> Path:
     """The Jena Climate file to read: the first of :data:`JENA_FILES` found in
     ``<data_dir>/jena_climate/``; with ``download=True`` and none found, the Keras zip is downloaded
-    there. Raises :class:`FileNotFoundError` saying how to get the data otherwise."""
+    there and checked (:func:`check_jena_zip`). Raises :class:`DataError` if one of those names is
+    a directory, and :class:`FileNotFoundError` saying how to get the data if none is there."""
     folder = data_dir_setting(data_dir) / "jena_climate"
     for name in JENA_FILES:
+        _require_file(folder / name, "Jena Climate file")
         if (folder / name).is_file():
             return folder / name
     if download:
-        return _atomic_download(JENA_URL, folder / "jena_climate_2009_2016.csv.zip")
+        return _download_jena(folder, data_dir)
     raise FileNotFoundError(
         f"no Jena Climate file in {folder} (looked for {', '.join(JENA_FILES)}). Download it with "
         f"`python -m convres reproduce jena --download` or convres.data.load_jena(download=True) "
@@ -117,43 +314,164 @@ def jena_path(data_dir=None, *, download: bool = False) -> Path:
         f"at an offline copy: set {DATA_ENV}=/path/to/data (or pass data_dir=...).")
 
 
-def read_jena(path: str | os.PathLike, columns=JENA_FEATURES, *, sha256: str | None = None):
+def _jena_member(archive: zipfile.ZipFile, source) -> zipfile.ZipInfo:
+    """The one CSV of a Jena zip (macOS ``__MACOSX/`` entries are ignored)."""
+    csvs = [i for i in archive.infolist() if not i.is_dir() and i.filename.lower().endswith(".csv")
+            and not i.filename.startswith("__MACOSX/")]
+    if len(csvs) != 1:
+        raise DataError(f"{source} should hold one CSV ({JENA_CSV}), but holds "
+                        f"{[i.filename for i in archive.infolist()]}; download the Keras zip again.")
+    return csvs[0]
+
+
+def check_jena_zip(payload: bytes, source: str = "the download") -> str:
+    """Check the bytes of a Keras Jena zip: a zip holding one CSV whose CRC-32 is right (a
+    truncated or damaged download raises :class:`DataError`), then its size and SHA-256 against
+    :data:`JENA_CSV_SIZE` and :data:`JENA_CSV_SHA256`.
+
+    Those reference numbers are unverified (see their comment), so a difference emits a
+    :class:`DataWarning` and the file is still used; its content is checked when it is read.
+    Returns ``"verified"`` or ``"differs"``."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(payload)) as archive:
+            member = _jena_member(archive, source)
+            csv = archive.read(member)  # checks the CRC-32
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error) as err:
+        raise DataError(f"{source} is not a readable zip ({len(payload)} bytes, starting "
+                        f"{payload[:16]!r}): {err}. Nothing was saved; download it again.") from err
+    size, digest = len(csv), hashlib.sha256(csv).hexdigest()
+    if (size, digest) == (JENA_CSV_SIZE, JENA_CSV_SHA256):
+        return "verified"
+    warnings.warn(
+        f"{member.filename} in {source} has {size:,} bytes and sha256 {digest}; the copy recorded in "
+        f"convres.data has {JENA_CSV_SIZE:,} bytes and sha256 {JENA_CSV_SHA256}. That record comes "
+        "from a third-party copy and is unverified, so the file is used; its columns, values and "
+        "times are still checked when it is read.", DataWarning, stacklevel=2)
+    return "differs"
+
+
+def _atomic_download(url: str, dest: Path) -> Path:
+    """Download the Keras Jena zip at ``url`` to ``dest``: fetched (:func:`_fetch`), checked
+    (:func:`check_jena_zip`), then written atomically, so a failed download leaves nothing."""
+    payload = _fetch(url, dest, "the Jena Climate zip")
+    check_jena_zip(payload, source=url)
+    atomic_write_bytes(dest, payload)
+    return dest
+
+
+def _download_jena(folder: Path, data_dir=None) -> Path:
+    """Download the Keras zip into ``folder`` and record its checksum in the data directory's
+    ``SHA256SUMS``."""
+    dest = folder / JENA_ZIP
+    _require_file(dest, "Jena Climate file")
+    _atomic_download(JENA_URL, dest)
+    _record_checksum(dest, data_dir)
+    return dest
+
+
+def _read_jena_csv(path: Path):
+    """``pandas.read_csv`` of a plain, ``.gz`` or zipped Jena CSV, with messages naming ``path``."""
+    import pandas as pd
+
+    try:
+        if path.suffix == ".zip":
+            with zipfile.ZipFile(path) as archive, archive.open(_jena_member(archive, path)) as f:
+                return pd.read_csv(f)
+        return pd.read_csv(path, compression="infer")
+    except pd.errors.EmptyDataError as err:
+        raise DataError(f"{path} is empty (no header, no rows): the file is truncated or was never "
+                        "written; delete it and download or copy it again.") from err
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:  # bad zip/gzip, encoding
+        raise DataError(f"cannot read {path} as a Jena Climate CSV: {err}") from err
+
+
+def _first_bad(path, df, bad, columns, what: str, fix):
+    """A :class:`DataError` for the boolean frame ``bad`` (rows x ``columns``): how many rows, and
+    the first bad cell by data row (0-based), file line, timestamp, column and value; ``fix(column)``
+    is the advice."""
+    rows = bad.any(axis=1).to_numpy()
+    i = int(rows.nonzero()[0][0])
+    col = columns[int(bad.iloc[i].to_numpy().nonzero()[0][0])]
+    cols = [c for c in columns if bad[c].any()]
+    value = df[col].iloc[i]
+    value = repr(value) if isinstance(value, str) else str(value)
+    return DataError(
+        f"{path}: {int(rows.sum())} row(s) with {what} in {cols}, the first at data row {i} (line "
+        f"{i + 2}, {df[JENA_TIME].iloc[i]}), column {col!r} = {value}. {fix(col)}")
+
+
+def read_jena(path: str | os.PathLike, columns=JENA_FEATURES, *, sha256: str | None = None,
+              checksum_source: str = "the caller"):
     """Read a Jena Climate CSV (plain, ``.gz`` or the Keras ``.zip``) into a ``pandas.DataFrame``
-    indexed by time (``Date Time`` parsed with ``%d.%m.%Y %H:%M:%S``) with the float64 ``columns``.
+    indexed by time (``Date Time`` parsed with ``%d.%m.%Y %H:%M:%S``) with the float64 ``columns``,
+    in file order.
 
     Accepts the original Keras file (quoted header, 14 features) and the offline slice (unquoted
-    header, 11 features). Raises :class:`DataError` for a checksum mismatch, missing columns, an
-    unparsable time, non-increasing times or NaN rows (naming the first bad row).
+    header, 11 features). Checks every row, and raises :class:`DataError` naming the file, the first
+    bad data row, its line, timestamp, column and value for: a checksum mismatch (when ``sha256`` is
+    given), an empty file, a header without rows, missing columns, an unparsable time, missing or
+    non-numeric values, infinite values, the ``-9999`` sentinel (:data:`JENA_SENTINEL`) and values
+    outside :data:`JENA_BOUNDS`. The order of the times is checked by :func:`load_jena`, on the
+    rows it selects (the full 2009-2016 file is not perfectly regular outside them).
     """
+    import numpy as np
     import pandas as pd
 
     path = Path(path)
+    _require_file(path, "Jena Climate file")
     if not path.is_file():
         raise FileNotFoundError(f"Jena Climate file {path} does not exist; see convres.data.jena_path.")
-    verify_checksum(path, sha256)
+    verify_checksum(path, sha256, checksum_source)
     columns = list(columns)
-    try:
-        df = pd.read_csv(path, compression="infer")
-    except (ValueError, OSError, zipfile.BadZipFile) as err:  # bad zip, empty file, ...
-        raise DataError(f"cannot read {path} as a Jena Climate CSV: {err}") from err
+    df = _read_jena_csv(path)
     missing = [c for c in [JENA_TIME, *columns] if c not in df.columns]
     if missing:
         raise DataError(
             f"{path} lacks the column(s) {missing}; it has {list(df.columns)}. Expected the Jena "
             f"Climate header ({JENA_TIME!r} then the features, e.g. {JENA_ALL_FEATURES[:2]}).")
+    if len(df) == 0:
+        raise DataError(f"{path} has a header but no data rows: the file is truncated; delete it and "
+                        "download or copy it again.")
     try:
         time = pd.to_datetime(df[JENA_TIME], format=JENA_TIME_FORMAT)
     except (ValueError, TypeError) as err:
         raise DataError(f"{path}: column {JENA_TIME!r} is not in the format {JENA_TIME_FORMAT!r}: {err}") from err
     values = df[columns].apply(pd.to_numeric, errors="coerce").astype("float64")
-    bad = values.isna().any(axis=1).to_numpy()
-    if bad.any():
-        i = int(bad.nonzero()[0][0])
-        raise DataError(
-            f"{path}: {int(bad.sum())} row(s) with missing or non-numeric values in {columns}, the "
-            f"first at data row {i} ({df[JENA_TIME].iloc[i]}). Clean or drop those rows first.")
+    bounds = {c: JENA_BOUNDS.get(c, (-np.inf, np.inf)) for c in columns}
+    low, high = (pd.Series({c: b[k] for c, b in bounds.items()}) for k in (0, 1))
+    checks = [
+        (values.isna(), "missing or non-numeric values", lambda c: "Clean or drop those rows first."),
+        (values.abs() == np.inf, "infinite values", lambda c: "Clean or drop those rows first."),
+        (values == JENA_SENTINEL, f"the missing-reading sentinel {JENA_SENTINEL:g}",
+         lambda c: "The station marks missing readings so: interpolate or drop those rows first "
+                   "(or leave that column out)."),
+        ((values < low) | (values > high), "values outside the physical range of their column",
+         lambda c: f"{c} must lie in {bounds[c][0]:g} .. {bounds[c][1]:g} (convres.data.JENA_BOUNDS); "
+                   "such a value is a recording or editing error: correct or drop those rows first."),
+    ]
+    for bad, what, fix in checks:
+        if bad.to_numpy().any():
+            raise _first_bad(path, df, bad, columns, what, fix)
     values.index = pd.DatetimeIndex(time, name=JENA_TIME)
     return values
+
+
+def _check_order(path: Path, times, rows) -> None:
+    """Raise :class:`DataError` unless ``times`` strictly increase; ``rows`` are their data rows."""
+    import numpy as np
+
+    step = np.diff(times.to_numpy())
+    zero = np.timedelta64(0, "ns")
+    if (step > zero).all():
+        return
+    k = int((step <= zero).nonzero()[0][0])
+    a, b = int(rows[k]), int(rows[k + 1])
+    if step[k] == zero:
+        raise DataError(f"{path}: duplicate time {times[k]} at data rows {a} and {b} (lines {a + 2} "
+                        f"and {b + 2}). Drop the duplicate rows first.")
+    raise DataError(f"{path}: the times are not in increasing order: data row {b} (line {b + 2}, "
+                    f"{times[k + 1]}) comes after data row {a} (line {a + 2}, {times[k]}). Sort the "
+                    f"file by {JENA_TIME!r} first.")
 
 
 def load_jena(start: str | None = None, end: str | None = None, *, data_dir=None,
@@ -162,13 +480,17 @@ def load_jena(start: str | None = None, end: str | None = None, *, data_dir=None
 
     With ``freq="1h"`` only the rows on exact multiples of that period are kept (hourly rows).
     Rows are selected by timestamp, never by row number, so the full Keras file and the offline
-    slice give the same rows where they overlap. Raises :class:`DataError` when the file does not
-    cover ``[start, end]`` or the selected rows are not on a regular grid (gaps or duplicates).
+    slice give the same rows where they overlap. Every row of the file is checked by
+    :func:`read_jena` (against the checksum recorded for it, if any: :func:`recorded_checksum`).
+    Raises :class:`DataError` when the file does not cover ``[start, end]``, or when the selected
+    rows are out of time order, hold a duplicate time, or (with ``freq``) miss a time of the grid,
+    naming the first such time.
     """
     import pandas as pd
 
     path = jena_path(data_dir, download=download)
-    df = read_jena(path, columns, sha256=JENA_FILES.get(path.name))
+    sha, source = recorded_checksum(path, data_dir, JENA_FILES)
+    df = read_jena(path, columns, sha256=sha, checksum_source=source or "convres.data")
     lo = pd.Timestamp(start) if start is not None else df.index.min()
     hi = pd.Timestamp(end) if end is not None else df.index.max()
     if lo > hi:
@@ -177,27 +499,39 @@ def load_jena(start: str | None = None, end: str | None = None, *, data_dir=None
         raise DataError(
             f"{path} covers {df.index.min()} .. {df.index.max()}, but {lo} .. {hi} is needed. "
             "Use a window inside the file, or the full file (convres.data.load_jena(download=True)).")
-    df = df[(df.index >= lo) & (df.index <= hi)]
+    keep = (df.index >= lo) & (df.index <= hi)
     if freq is not None:
         step = pd.Timedelta(freq)
-        df = df[(df.index - df.index.normalize()) % step == pd.Timedelta(0)]
+        keep &= (df.index - df.index.normalize()) % step == pd.Timedelta(0)
+    rows = keep.nonzero()[0]
+    df = df[keep]
+    _check_order(path, df.index, rows)
+    if freq is not None:
         expected = pd.date_range(lo.ceil(step), hi.floor(step), freq=step)
-        if len(df) != len(expected) or not (df.index == expected).all():
-            dup = int(df.index.duplicated().sum())
+        absent = expected.difference(df.index)
+        if len(absent):
             raise DataError(
-                f"{path}: the rows at every {freq} in {lo} .. {hi} are irregular ({len(df)} rows, "
-                f"{len(expected)} expected, {dup} duplicate times); choose another window.")
+                f"{path}: the rows at every {freq} in {lo} .. {hi} are irregular: {len(absent)} "
+                f"time(s) missing, the first {absent[0]} ({len(df)} rows, {len(expected)} expected). "
+                "The file has a gap there: choose a window without it, or fill the gap first.")
     return df
 
 
 # --- SST-2 (GLUE) --------------------------------------------------------------------------------
 
 SST2_HUB = ("nyu-mll/glue", "sst2")
+#: The commit of the Hub dataset ``nyu-mll/glue`` that downloads use (``revision=``), so a later
+#: edit of the dataset cannot change the book's data. It could not be checked from the machine
+#: this was written on (no access to the Hub); it is the revision that several independent public
+#: projects pin for ``nyu-mll/glue`` and that appears in ``datasets`` cache paths of that dataset
+#: (``glue/sst2/0.0.0/<revision>``). Check it with
+#: ``huggingface_hub.HfApi().dataset_info("nyu-mll/glue", revision=SST2_REVISION).sha``.
+SST2_REVISION = "bcdcba79d07bc864c1c254ccfcedcce55bcc9a8c"
 SST2_SPLITS = ("train", "validation", "test")
 SST2_COLUMNS = {"sentence": "string", "label": "int64", "idx": "int32"}
-#: SHA-256 of the parquet files of the offline copy (its data/README.md). A split downloaded from the
-#: Hub and written by ``datasets`` may differ byte-wise, so only files of exactly these sizes
-#: (:data:`_SST2_SIZES`) are checked.
+#: SHA-256 of the parquet files of the offline copy (its data/README.md). Used only to *recognize*
+#: that copy when no ``SHA256SUMS`` is there; a file that differs is not called corrupt (it may be
+#: your own, or a Hub download written by ``datasets``), it is just not verified.
 SST2_SHA256 = {
     "train": "143e0b2ae3a7e6687030bd42daa5bdeec6a7da8089e1aa0a45c8004f213e782f",
     "validation": "9ee822c3eeb0912f2525efcd219bdb8aef421366ad9cc20c6e2e72b700b98777",
@@ -205,21 +539,21 @@ SST2_SHA256 = {
 }
 
 
-def sst2_path(split: str = "train", *, data_dir=None, download: bool = False) -> Path:
+def sst2_path(split: str = "train", *, data_dir=None, download: bool = False,
+              revision: str = SST2_REVISION) -> Path:
     """``<data_dir>/sst2/<split>.parquet``; with ``download=True`` and no file, the split is
-    loaded from the Hub (``datasets.load_dataset("nyu-mll/glue", "sst2")``) and saved there."""
+    loaded from the Hub (``datasets.load_dataset("nyu-mll/glue", "sst2", revision=revision)``),
+    saved there and its checksum recorded in the data directory's ``SHA256SUMS``. Raises
+    :class:`DataError` if that path is a directory, or if the download fails."""
     if split not in SST2_SPLITS:
         raise ValueError(f"split must be one of {SST2_SPLITS}, got {split!r}.")
     path = data_dir_setting(data_dir) / "sst2" / f"{split}.parquet"
+    _require_file(path, "SST-2 file")
     if path.is_file():
         return path
     if download:
-        from datasets import load_dataset
-
-        ds = load_dataset(*SST2_HUB, split=split)
-        buf = io.BytesIO()
-        ds.to_parquet(buf)
-        atomic_write_bytes(path, buf.getvalue())
+        atomic_write_bytes(path, _hub_parquet(split, revision, path))
+        _record_checksum(path, data_dir)
         return path
     raise FileNotFoundError(
         f"SST-2 file {path} not found. Download it with `python -m convres reproduce sst2 --download` "
@@ -228,19 +562,54 @@ def sst2_path(split: str = "train", *, data_dir=None, download: bool = False) ->
         f"{DATA_ENV}=/path/to/data (or pass data_dir=...).")
 
 
+def _hub_parquet(split: str, revision: str, dest: Path) -> bytes:
+    """One SST-2 split from the Hub at ``revision``, as parquet bytes; failures name the dataset,
+    the revision and the offline alternative."""
+    try:
+        from datasets import load_dataset
+    except ImportError as err:
+        raise DataError("downloading SST-2 needs the `datasets` package (pip install datasets), or "
+                        f"put {dest.name} at {dest} yourself.") from err
+    try:
+        ds = load_dataset(*SST2_HUB, split=split, revision=revision)
+    except Exception as err:  # datasets and huggingface_hub raise many types (network, offline, 404)
+        raise DataError(
+            f"could not load {SST2_HUB[0]!r}, config {SST2_HUB[1]!r}, split {split!r} at revision "
+            f"{revision} from the Hugging Face Hub: {type(err).__name__}: {err}. Without network, "
+            f"put the parquet file of that split at {dest}, or point the data directory at an offline "
+            f"copy: set {DATA_ENV}=/path/to/data (or pass data_dir=...).") from err
+    buf = io.BytesIO()
+    ds.to_parquet(buf)
+    return buf.getvalue()
+
+
+def _sst2_checksum(path: Path, split: str, data_dir, verify: bool) -> str:
+    """Check ``path`` against the checksum recorded for it, if any; say what was checked."""
+    if not verify:
+        return "not checked (verify=False)"
+    sha, source = recorded_checksum(path, data_dir)
+    if sha is not None:
+        verify_checksum(path, sha, source)
+        return f"sha256 matches {source}"
+    if sha256_file(path) == SST2_SHA256.get(split):
+        return "sha256 matches the offline copy (convres.data.SST2_SHA256)"
+    return f"not verified: no checksum is recorded for this file (no line in {CHECKSUMS})"
+
+
 def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, verify: bool = True):
     """One SST-2 split as a ``pandas.DataFrame`` with columns ``sentence`` (str), ``label``
     (0/1, -1 in test) and ``idx``, read from the parquet layout of the Hub dataset.
 
-    With ``verify=True`` the SHA-256 is checked when the file has the size of the known offline
-    file of that split (:data:`SST2_SHA256`). Raises :class:`DataError` for wrong columns, missing values or labels
-    outside ``{-1, 0, 1}``.
+    With ``verify=True`` the file is checked against the SHA-256 recorded for it in the data
+    directory's ``SHA256SUMS`` (a mismatch raises :class:`DataError`); a file with no recorded
+    checksum is read unverified. ``df.attrs["checksum"]`` says which case applied. Always raises
+    :class:`DataError` for an unreadable file, wrong columns, missing values or labels outside
+    ``{-1, 0, 1}``.
     """
     import pyarrow.parquet as pq
 
     path = sst2_path(split, data_dir=data_dir, download=download)
-    if verify and split in SST2_SHA256 and os.path.getsize(path) == _SST2_SIZES.get(split):
-        verify_checksum(path, SST2_SHA256[split])
+    checked = _sst2_checksum(path, split, data_dir, verify)
     try:
         table = pq.read_table(path)
     except Exception as err:  # pyarrow raises several types for a bad file
@@ -257,11 +626,8 @@ def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, ve
         raise DataError(f"{path}: {int(df.isna().any(axis=1).sum())} row(s) with missing values, the first at row {i}.")
     if not df["label"].isin([-1, 0, 1]).all():
         raise DataError(f"{path}: labels must be 0, 1 (or -1 in test), got {sorted(df['label'].unique())[:5]}.")
+    df.attrs["checksum"] = checked
     return df
-
-
-#: Sizes of the known SST-2 parquet files (a file of another size is a user's own file: not checked).
-_SST2_SIZES = {"train": 2_970_520, "validation": 71_471, "test": 143_030}
 
 
 def sst2_subset(df, size: int, n_tokens: int):
@@ -274,10 +640,11 @@ def sst2_subset(df, size: int, n_tokens: int):
     """
     import numpy as np
 
-    if isinstance(size, bool) or not isinstance(size, int) or size < 2 or size % 2:
+    if not _is_int(size) or size < 2 or size % 2:
         raise ValueError(f"size must be an even integer >= 2, got {size!r}.")
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
+    if not _is_int(n_tokens) or n_tokens < 1:
         raise ValueError(f"n_tokens must be a positive integer, got {n_tokens!r}.")
+    size, n_tokens = int(size), int(n_tokens)
     tokens = df["sentence"].str.split()
     keep = tokens.str.len() == n_tokens
     chosen = []
@@ -297,11 +664,13 @@ def hash_embedding(token: str, d: int, seed: int = 0, dtype=torch.float64) -> to
     vector, on every machine, without a vocabulary."""
     if not isinstance(token, str):
         raise TypeError(f"token must be a str, got {type(token).__name__}.")
-    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+    if not _is_int(d) or d < 1:
         raise ValueError(f"d (the embedding dimension) must be a positive integer, got {d!r}.")
-    digest = hashlib.sha256(f"{seed}:{token}".encode("utf-8")).digest()
+    if not _is_int(seed):
+        raise ValueError(f"seed must be an integer, got {seed!r}.")
+    digest = hashlib.sha256(f"{int(seed)}:{token}".encode("utf-8")).digest()
     gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
-    return torch.randn(d, generator=gen, dtype=torch.float64).to(dtype)
+    return torch.randn(int(d), generator=gen, dtype=torch.float64).to(dtype)
 
 
 def embed_tokens(sentences, d: int, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
@@ -320,8 +689,8 @@ def embed_tokens(sentences, d: int, seed: int = 0, dtype=torch.float64) -> torch
 #: The real data sets the experiments read, and what ``download`` fetches for each.
 DATASETS = {
     "jena": f"the Keras zip of Jena Climate 2009-2016 (about 13 MB, {JENA_URL})",
-    "sst2": f"the SST-2 training split of the Hugging Face dataset {SST2_HUB[0]}, config {SST2_HUB[1]} "
-            "(a few MB, saved as sst2/train.parquet)",
+    "sst2": f"the SST-2 training split of the Hugging Face dataset {SST2_HUB[0]}, config {SST2_HUB[1]}, "
+            f"revision {SST2_REVISION[:12]} (a few MB, saved as sst2/train.parquet)",
 }
 
 

@@ -100,10 +100,11 @@ def plot_band(ax, curves: Sequence[Sequence[float]], *, x=None, color=None, labe
         ax.set_yscale("log")
 
 
-def plot_simulations(result: Mapping):
+def plot_simulations(result):
     """Chapter *Simulations*: loss curves per beta (median and band over seeds) and the measured
-    rate against the book's ``mu * sigma_min(H_0)^2``."""
-    runs, s = result["runs"], result["settings"]
+    rate against the book's ``mu * sigma_min(H_0)^2`` (``result``: a
+    :class:`convres.experiments.Result`)."""
+    runs, s = result.data["runs"], result.settings
     betas = sorted({r["beta"] for r in runs})
     colors = beta_colors(betas)
     fig, (ax1, ax2) = figure(2)
@@ -124,9 +125,9 @@ def plot_simulations(result: Mapping):
     return fig
 
 
-def plot_jena(result: Mapping):
+def plot_jena(result):
     """Chapter *Jena Climate*: training loss per beta (median and min-max band over seeds)."""
-    runs = result["runs"]
+    runs, data = result.data["runs"], result.data
     betas = sorted({r["beta"] for r in runs})
     fig, ax = figure(1, width=5.5, height=3.6)
     styles = ("-", "--", "-.", ":")
@@ -135,15 +136,15 @@ def plot_jena(result: Mapping):
                   linestyle=styles[i % len(styles)])
     ax.set_xlabel("gradient-descent step $t$")
     ax.set_ylabel(r"training loss $\Phi(\theta_t)$")
-    ax.set_title(rf"Jena Climate, $N={result['N']}$ windows, $\mu={result['mu'] * 1e5:.3g}\times 10^{{-5}}$")
+    ax.set_title(rf"Jena Climate, $N={data['N']}$ windows, $\mu={data['mu'] * 1e5:.3g}\times 10^{{-5}}$")
     ax.legend(frameon=False)
     return fig
 
 
-def plot_sst2(result: Mapping):
+def plot_sst2(result):
     """Chapter *SST-2*: training loss and training error per depth, with (solid) and without
     (dashed) residual connections, median and band over seeds."""
-    runs, s = result["runs"], result["settings"]
+    runs = result.data["runs"]
     depths = sorted({r["L"] for r in runs})
     cmap = matplotlib.colormaps["plasma"]
     fig, (ax1, ax2) = figure(2)
@@ -153,9 +154,7 @@ def plot_sst2(result: Mapping):
             sel = [r for r in runs if r["L"] == L and r["beta"] == beta]
             name = f"L={L}, " + ("residual" if beta else "no residual")
             plot_band(ax1, [r["loss"] for r in sel], color=color, label=name, linestyle=style)
-            xs = np.arange(0, s["steps"] + 1, s["error_every"])
-            if xs[-1] != s["steps"]:  # the last chunk of steps is shorter (convres.experiments._run_sst2)
-                xs = np.r_[xs, s["steps"]]
+            xs = max((r["error_steps"] for r in sel), key=len)
             plot_band(ax2, [r["error"] for r in sel], x=xs, color=color, label=name, log=False,
                       linestyle=style)
     ax1.set_xlabel("gradient-descent step $t$")
@@ -167,4 +166,42 @@ def plot_sst2(result: Mapping):
     return fig
 
 
-EXPERIMENT_PLOTS = {"simulations": plot_simulations, "jena": plot_jena, "sst2": plot_sst2}
+def plot_speedups(result: Mapping):
+    """Appendix *Performance*: grouped bars of the speed of ``convres.gradient_descent`` relative to
+    the plain loop and to the stacked graph, per benchmark row (``benchmarks/gd_speed.py``)."""
+    rows = result["rows"]
+    labels = [f"{r['size']}\n{r['dtype']}" for r in rows]
+    x = np.arange(len(rows))
+    fig, ax = figure(1, width=5.6, height=3.2)
+    for k, (key, name, hatch) in enumerate((("convres_vs_plain", "vs plain loop", ""),
+                                            ("convres_vs_stacked", "vs stacked graph", "//"))):
+        vals = [r[key] for r in rows]
+        bars = ax.bar(x + (k - 0.5) * 0.38, vals, 0.38, label=name, hatch=hatch,
+                      color=("tab:blue", "tab:orange")[k], edgecolor="black", linewidth=0.6)
+        ax.bar_label(bars, labels=[f"{v:.2g}x" for v in vals], fontsize=8, padding=2)
+    ax.axhline(1, color="k", lw=0.8)
+    ax.set_xticks(x, labels)
+    ax.set_ylabel("speed relative to the other loop")
+    ax.set_ylim(0, 1.2 * max(max(r["convres_vs_plain"], r["convres_vs_stacked"]) for r in rows))
+    ax.legend(frameon=False, loc="upper right")
+    return fig
+
+
+def plot_rank_collapse_gd(result):
+    """Chapter *Rank collapse*: loss (top, with the rank-one floor) and ``sigma_min`` of the stacked
+    ``Z_t`` (bottom) of the gradient-descent runs with and without residual connections."""
+    from .gd import History
+    colors = ["tab:olive", "tab:orange", "tab:blue", "tab:cyan", "tab:red"]
+    styles = ["-", "-", "-", "--", ":"]
+    fig, (ax1, ax2) = figure(1, 2, width=6.0, height=3.3)
+    for r, c, ls in zip(result.data["runs"], colors, styles):
+        h = History.from_dict(r["history"])
+        ax1.semilogy(np.arange(len(h.loss)), h.loss, color=c, ls=ls, label=r["name"])
+        ax2.semilogy(h.record_steps, h.sigma_min_Z, "o", ls=ls, ms=3, color=c, label=r["name"])
+    ax1.axhline(result.data["floor"], color="k", ls=":", lw=1, label="rank-one floor")
+    ax1.set_xlabel("gradient-descent step $t$")
+    ax1.set_ylabel(r"loss $\Phi(\theta_t)$")
+    ax2.set_xlabel("gradient-descent step $t$")
+    ax2.set_ylabel(r"$\sigma_{\min}(Z_t)$, $Z_t$ stacked")
+    ax1.legend(frameon=False, fontsize=9)
+    return fig

@@ -1,24 +1,62 @@
-"""Measures of (near) rank collapse of a matrix such as the attention output ``Attn(X)``.
+"""Singular values and measures of (near) rank collapse, in one place.
 
-Book chapters: *Rank collapse* (definition ``rc-def-measures``) and *Multi-layer*. All functions
-accept one matrix ``(n, k)`` or a batch ``(..., n, k)`` and return one value per matrix. The
-measures that depend only on the singular values are computed in one place,
-:func:`singular_value_measures`, which also accepts singular values computed once beforehand.
+Book chapters: *The model* (stacked matrices), *The theorem* (``sigma_Nn``), *Rank collapse*
+(definition ``rc-def-measures``) and *Multi-layer*. Functions accept one matrix ``(n, k)`` or a
+batch ``(..., n, k)`` and return one value per matrix. Every SVD goes through
+:func:`singular_values`, which refuses non-finite matrices with :class:`NonFiniteError` (LAPACK
+would otherwise print its own messages and return garbage).
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["singular_values", "singular_value_measures", "condition_number", "effective_rank",
-           "stable_rank", "rank_one_residual"]
+__all__ = ["NonFiniteError", "stacked", "singular_values", "extreme_singular_values", "sigma_nn",
+           "singular_value_measures", "weyl_lower_bounds", "rank_one_residual"]
 
 
-def singular_values(M: torch.Tensor) -> torch.Tensor:
+class NonFiniteError(ValueError):
+    """A matrix holds NaN or infinite entries where its singular values are asked for."""
+
+
+def stacked(M: torch.Tensor) -> torch.Tensor:
+    """Stack a batch ``(..., N, n, k)`` of ``N`` matrices into ``(..., N n, k)``: the rows of all
+    sequences, as the theory's ``Z`` and ``H``."""
+    return M.reshape(*M.shape[:-3], -1, M.shape[-1]) if M.dim() >= 3 else M
+
+
+def singular_values(M: torch.Tensor, name: str = "the matrix") -> torch.Tensor:
     """Singular values ``sigma_1 >= ... >= sigma_r`` of ``M`` (of each matrix of a batch)."""
     if not isinstance(M, torch.Tensor) or M.dim() < 2:
         raise ValueError(f"expected a matrix or a batch of matrices, got {getattr(M, 'shape', type(M))}.")
+    M = M.detach()
+    if not bool(torch.isfinite(M).all()):
+        raise NonFiniteError(f"{name} has NaN or infinite entries, so it has no singular values; the "
+                             "computation that produced it overflowed (check beta, the step size and "
+                             "the scale of the data).")
     return torch.linalg.svdvals(M)
+
+
+def extreme_singular_values(M: torch.Tensor) -> torch.Tensor:
+    """``(sigma_min, sigma_max)`` of the stacked matrix of ``M`` (``(N, n, k)``, or ``(B, N, n, k)``
+    for ``B`` configurations): a tensor of shape ``(2,)`` or ``(B, 2)``. ``sigma_min`` is the
+    smallest of the ``min(N n, k)`` singular values (``sigma_Nn`` when ``N n <= k``)."""
+    s = singular_values(stacked(M))
+    return torch.stack([s[..., -1], s[..., 0]], dim=-1)
+
+
+def sigma_nn(M: torch.Tensor) -> float:
+    """``sigma_{Nn}`` of the stacked matrix of ``M`` (``(N, n, d)`` or already ``(N n, d)``).
+
+    The ``N n``-th largest singular value: the smallest one of the ``N n x d`` matrix when
+    ``N n <= d``, and 0 when ``N n > d`` (the matrix then has a non-trivial left null space and the
+    PL lemma gives nothing).
+    """
+    if not isinstance(M, torch.Tensor) or M.dim() not in (2, 3):
+        raise ValueError(f"M must be a tensor of shape (N, n, d) or (N n, d), got {getattr(M, 'shape', M)!r}.")
+    A = stacked(M)
+    rows, cols = A.shape
+    return 0.0 if rows > cols else float(singular_values(A)[rows - 1])
 
 
 def singular_value_measures(sv: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -45,22 +83,16 @@ def singular_value_measures(sv: torch.Tensor) -> dict[str, torch.Tensor]:
     }
 
 
-def condition_number(M: torch.Tensor) -> torch.Tensor:
-    """``sigma_max / sigma_min`` (infinite when ``sigma_min = 0``)."""
-    return singular_value_measures(singular_values(M))["condition"]
-
-
-def effective_rank(M: torch.Tensor) -> torch.Tensor:
-    """``exp(H(p))`` with ``p_i = sigma_i / sum_j sigma_j`` and ``H`` the Shannon entropy.
-
-    Between 1 (rank one) and ``min(n, k)`` (all singular values equal); Roy & Vetterli (2007).
-    """
-    return singular_value_measures(singular_values(M))["effective_rank"]
-
-
-def stable_rank(M: torch.Tensor) -> torch.Tensor:
-    """``||M||_F^2 / ||M||_2^2``, a continuous lower bound of the rank."""
-    return singular_value_measures(singular_values(M))["stable_rank"]
+def weyl_lower_bounds(X: torch.Tensor, A: torch.Tensor, beta: float) -> torch.Tensor:
+    """``b_k = beta sigma_min(X) - sigma_{k+1}(A)``, ``k = 0 .. r-1``, for two matrices of one shape:
+    by Weyl's inequality ``sigma_{r-k}(A + beta X) >= b_k`` (book lemmas ``thm-lem-residual`` and
+    ``rc-lem-residual``). ``b_0`` bounds ``sigma_min(A + beta X)``; when ``A`` is close to rank one,
+    ``b_1`` bounds all but the smallest singular value by nearly ``beta sigma_min(X)``. A bound is
+    informative only when positive."""
+    if not (isinstance(X, torch.Tensor) and isinstance(A, torch.Tensor)) or X.dim() != 2 or X.shape != A.shape:
+        raise ValueError(f"X and A must be matrices of the same shape, got {getattr(X, 'shape', X)} and "
+                         f"{getattr(A, 'shape', A)}.")
+    return beta * singular_values(X, "X")[-1] - singular_values(A, "A")
 
 
 def rank_one_residual(M: torch.Tensor, *, relative: bool = False) -> torch.Tensor:

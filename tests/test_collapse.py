@@ -4,13 +4,18 @@ import numpy as np
 import pytest
 import torch
 
-from convres.collapse import (attention_output, collapse_measures, common_argmax, dqk_sweep,
-                              dqk_sweep_seeds, gaussian_instance, gd_attention_stats, gd_collapse_runs,
-                              logit_margins, rank_one_floor, scale_sweep, sigma_min_table,
-                              spiked_instance, value_counterexample, weyl_lower_bound,
-                              weyl_lower_bounds)
+from convres.collapse import (attention_output, collapse_measures, dqk_sweep, dqk_sweep_seeds,
+                              gaussian_instance, gd_attention_stats, gd_collapse_runs, logit_margins,
+                              rank_one_floor, scale_sweep, sigma_min_table, spiked_instance,
+                              value_counterexample, weyl_lower_bounds)
 from convres.model import ModelConfig, forward_trace, init_params
-from convres.rank import effective_rank, singular_value_measures, stable_rank
+from convres.rank import singular_value_measures
+
+
+def common_argmax(S):
+    """The token every row of S puts its largest weight on, or None when the rows disagree."""
+    picks = torch.argmax(S, dim=-1)
+    return int(picks[0]) if bool((picks == picks[0]).all()) else None
 
 
 def test_attention_output_matches_the_model():
@@ -35,8 +40,9 @@ def test_collapse_measures_on_known_matrices():
     B = torch.randn(3, 2, 4, 6, dtype=torch.float64)
     mb = collapse_measures(B)
     assert mb["sigma_min"].shape == (3, 2)
-    assert np.allclose(mb["effective_rank"], effective_rank(B).numpy())
-    assert np.allclose(mb["stable_rank"], stable_rank(B).numpy())
+    one = collapse_measures(B[1, 0])
+    assert mb["effective_rank"][1, 0] == pytest.approx(one["effective_rank"])
+    assert mb["stable_rank"][1, 0] == pytest.approx(one["stable_rank"])
     with pytest.raises(ValueError, match="singular values"):
         singular_value_measures(torch.zeros(0))
 
@@ -115,9 +121,8 @@ def test_weyl_bounds_hold_on_random_instances():
         for beta in (0.1, 1.0, 5.0):
             _, A, Z = attention_output(g["X"], g["W_Q"], g["W_K"], g["W_V"], 0.5, beta)
             sv_Z = torch.linalg.svdvals(Z).numpy()
-            b = weyl_lower_bounds(g["X"], A, beta)      # sigma_{n-k}(Z) >= b_k
+            b = weyl_lower_bounds(g["X"], A, beta).numpy()      # sigma_{n-k}(Z) >= b_k
             assert np.all(sv_Z[::-1] >= b - 1e-12)
-            assert weyl_lower_bound(g["X"], A, beta) == pytest.approx(b[0])
 
 
 def test_uniform_attention_bound_holds():
@@ -187,7 +192,7 @@ def test_bad_input():
         dqk_sweep([1, 2], [0.5, -1.0])
     with pytest.raises(ValueError, match=r"d_qks\[1\]"):
         dqk_sweep([1, 0])
-    with pytest.raises(ValueError, match=r"betas\[0\]\[1\]"):
+    with pytest.raises(ValueError, match="beta_ffn"):
         gd_collapse_runs([(1.0, -1.0)], steps=1)
 
 
@@ -215,7 +220,7 @@ def test_cli_rank_collapse_json(capsys):
     from convres.cli import main
     assert main(["rank-collapse", "--beta", "0.5", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert {"d_qk", "sigma_min_attn", "sigma_min_residual"} <= set(rows[0])   # the issue's schema
+    assert {"d_qk", "sigma_min_attn", "sigma_min_residual"} <= set(rows[0])
     assert rows[-1]["d_qk"] > rows[0]["d_qk"] and rows[-1]["sigma_min_residual"] > 0.1
     assert rows[0]["instances"] == 16 and rows[-1]["sigma_min_attn"] < rows[0]["sigma_min_attn"] / 10
     assert main(["rank-collapse", "--seeds", "2"]) == 0

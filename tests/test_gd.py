@@ -1,17 +1,48 @@
-"""Gradient descent: the update rule, monotone decrease, divergence, determinism, errors."""
+"""Gradient descent: the update rule, one run and sweeps (stacked or not: the same numbers),
+stopping rules, divergence, callbacks, devices, dtypes and bad input."""
 
 import numpy as np
 import pytest
 import torch
 
 from convres import ModelConfig, gradient_descent, init_params, loss, synthetic_regression
-from convres.gd import History
+from convres.gd import History, Run, Step, chunk_size
+
+TOL = 1e-10
 
 
 def instance(beta=1.0, L=1):
     cfg = ModelConfig(d=6, d_qk=6, m=6, c=1, L=L, beta=beta)
     X, Y = synthetic_regression(4, 3, 6, 1, seed=0)
     return cfg, init_params(cfg, seed=1), X, Y
+
+
+def sweep(L=1, activation="relu", pool=None, d=6, N=4, n=3):
+    cfg = ModelConfig(d=d, d_qk=d, m=d + 2, c=2, L=L, activation=activation, pool=pool)
+    X, Y = synthetic_regression(N, n, d, 2, seed=0, pooled=pool == "mean")
+    cfgs = [cfg.replace(beta=b) for b in (0.0, 0.3, 1.0, 1.0)]
+    params = [init_params(cfg, seed=s) for s in (1, 2, 3, 4)]
+    return params, X, Y, cfgs, [1e-3, 2e-3, 1e-3, 5e-4]
+
+
+def assert_same(runs_a, runs_b, tol=TOL):
+    """Two lists of runs agree: statuses, messages, every recorded array and the final weights."""
+    assert len(runs_a) == len(runs_b)
+    for (theta_a, ha), (theta_b, hb) in zip(runs_a, runs_b):
+        assert (ha.status, ha.message, ha.mu, ha.steps) == (hb.status, hb.message, hb.mu, hb.steps)
+        np.testing.assert_array_equal(ha.record_steps, hb.record_steps)
+        for field in ("loss", "grad_norm", "sigma_min_Z", "sigma_max_Z", "sigma_min_H", "sigma_max_H"):
+            a, b = getattr(ha, field), getattr(hb, field)
+            assert a.shape == b.shape, field
+            np.testing.assert_allclose(a, b, rtol=tol, atol=tol, err_msg=field)
+        assert list(theta_a) == list(theta_b)
+        for k in theta_a:
+            assert float((theta_a[k] - theta_b[k]).abs().max()) < tol, k
+            assert torch.isfinite(theta_a[k]).all()
+
+
+def one_by_one(params, X, Y, cfgs, mus, steps, **kw):
+    return [gradient_descent(p, X, Y, c, m, steps, **kw) for p, c, m in zip(params, cfgs, mus)]
 
 
 def test_one_step_is_params_minus_mu_grad():
@@ -24,22 +55,29 @@ def test_one_step_is_params_minus_mu_grad():
         assert torch.allclose(theta[k], v - mu * g, atol=1e-15, rtol=0)
     assert h.loss[0] == pytest.approx(float(loss(params, X, Y, cfg)), rel=1e-14)
     assert h.loss[1] == pytest.approx(float(loss(theta, X, Y, cfg)), rel=1e-14)
+    assert h.grad_norm[0] == pytest.approx(float(torch.sqrt(sum(g.pow(2).sum() for g in grads))), rel=1e-13)
+
+
+def test_a_run_is_a_named_pair():
+    cfg, params, X, Y = instance()
+    run = gradient_descent(params, X, Y, cfg, 0.01, 2)
+    assert isinstance(run, Run) and run.history is run[1] and run.params is run[0]
 
 
 def test_does_not_modify_its_input():
     cfg, params, X, Y = instance()
     before = {k: v.clone() for k, v in params.items()}
     gradient_descent(params, X, Y, cfg, mu=0.01, steps=3)
+    gradient_descent([params, params], X, Y, cfg, mu=0.01, steps=3)
     assert all(torch.equal(before[k], params[k]) for k in params)
 
 
-@pytest.mark.parametrize("beta,L", [(0.0, 1), (0.5, 1), (1.0, 1), (1.0, 2)])
+@pytest.mark.parametrize("beta,L", [(0.0, 1), (1.0, 1), (1.0, 2)])
 def test_small_step_decreases_the_loss_monotonically(beta, L):
     cfg, params, X, Y = instance(beta, L)
     _, h = gradient_descent(params, X, Y, cfg, mu=1e-3, steps=200)
     assert h.status == "max_steps" and h.steps == 200
     assert np.all(np.diff(h.loss) < 0)
-    assert np.all(h.ratio < 1)
 
 
 def test_huge_step_is_reported_as_divergence_without_nans():
@@ -51,18 +89,23 @@ def test_huge_step_is_reported_as_divergence_without_nans():
     assert all(torch.isfinite(v).all() for v in theta.values())
 
 
+def test_a_non_finite_start_blames_the_scale_not_mu():
+    cfg, params, X, Y = instance(beta=1e300)
+    theta, h = gradient_descent(params, X, Y, cfg, mu=0.01, steps=5)
+    assert h.status == "diverged" and "initial loss" in h.message and "mu" not in h.message
+    assert h.steps == 0 and len(h.loss) == 0
+    assert all(torch.equal(theta[k], params[k]) for k in params)   # the (finite) starting point
+
+
 def test_tolerance_stops_with_converged():
     cfg, params, X, Y = instance()
     _, h = gradient_descent(params, X, Y, cfg, mu=0.01, steps=5000, tol=1e-3)
     assert h.status == "converged" and h.loss[-1] <= 1e-3 < h.loss[-2]
+    assert len(h.grad_norm) == h.steps          # one gradient per step taken
 
 
 def test_same_seed_gives_bit_identical_history():
-    runs = []
-    for _ in range(2):
-        cfg, params, X, Y = instance()
-        runs.append(gradient_descent(params, X, Y, cfg, mu=0.01, steps=30)[1])
-    a, b = runs
+    a, b = (gradient_descent(*instance()[1:], instance()[0], mu=0.01, steps=30).history for _ in range(2))
     for field in ("loss", "grad_norm", "sigma_min_Z", "sigma_max_Z", "sigma_min_H", "sigma_max_H"):
         assert np.array_equal(getattr(a, field), getattr(b, field))
 
@@ -71,36 +114,158 @@ def test_record_every_and_singular_values():
     cfg, params, X, Y = instance()
     _, h = gradient_descent(params, X, Y, cfg, mu=0.01, steps=25, record_every=10)
     assert h.record_steps.tolist() == [0, 10, 20, 25]
-    assert len(h.loss) == len(h.grad_norm) == 26 and len(h.ratio) == 25
+    assert len(h.loss) == 26 and len(h.grad_norm) == 25 and len(h.ratio) == 25
     assert np.all(h.sigma_min_Z <= h.sigma_max_Z) and np.all(h.sigma_min_H > 0)
-    Z = torch.linalg.svdvals((torch.softmax(X @ params["layer1.W_Q"] @ params["layer1.W_K"].T
-                                            @ X.transpose(1, 2) / 6 ** 0.5, -1)
-                              @ X @ params["layer1.W_V"] + X).reshape(-1, 6))
+    S = torch.softmax(X @ params["layer1.W_Q"] @ params["layer1.W_K"].T @ X.transpose(1, 2) / 6 ** 0.5, -1)
+    Z = torch.linalg.svdvals((S @ X @ params["layer1.W_V"] + X).reshape(-1, 6))
     assert h.sigma_min_Z[0] == pytest.approx(float(Z[-1]), rel=1e-12)
 
 
 def test_history_round_trips_through_a_dict():
-    cfg, params, X, Y = instance()
-    _, h = gradient_descent(params, X, Y, cfg, mu=0.01, steps=5)
+    _, h = gradient_descent(*instance()[1:], instance()[0], mu=0.01, steps=5)
     h2 = History.from_dict(h.to_dict())
     assert np.array_equal(h.loss, h2.loss) and h2.status == h.status and h2.record_steps.dtype == np.int64
+
+
+@pytest.mark.parametrize("L,activation,pool", [(1, "relu", None), (2, "gelu", None), (2, "tanh", "mean")])
+@pytest.mark.parametrize("chunk", [1, 3, None])
+def test_a_sweep_equals_its_runs_one_by_one(L, activation, pool, chunk):
+    params, X, Y, cfgs, mus = sweep(L, activation, pool)
+    runs = gradient_descent(params, X, Y, cfgs, mus, 30, record_every=7, chunk=chunk)
+    assert_same(runs, one_by_one(params, X, Y, cfgs, mus, 30, record_every=7))
+
+
+def test_separate_residual_coefficients_and_other_scales():
+    cfg = ModelConfig(d=5, d_qk=3, m=4, c=1, scale="1/d_qk")
+    X, Y = synthetic_regression(3, 4, 5, 1, seed=5)
+    cfgs = [cfg.replace(beta_attn=0.0, beta_ffn=1.0), cfg.replace(beta_attn=1.0, beta_ffn=0.0), cfg.replace(beta=0.5)]
+    params = [init_params(cfg, seed=s) for s in (7, 8, 9)]
+    assert_same(gradient_descent(params, X, Y, cfgs, 2e-3, 40), one_by_one(params, X, Y, cfgs, [2e-3] * 3, 40))
+
+
+def test_configurations_of_different_sizes_in_one_sweep():
+    params, X, Y, cfgs, mus = sweep()
+    wide = cfgs[0].replace(m=11, activation="gelu")
+    p_wide = init_params(wide, seed=5)
+    runs = gradient_descent(params[:2] + [p_wide], X, Y, cfgs[:2] + [wide], mus[:3], 10)
+    assert_same(runs, one_by_one(params[:2] + [p_wide], X, Y, cfgs[:2] + [wide], mus[:3], 10))
+
+
+def test_a_diverging_configuration_stops_while_the_others_go_on():
+    params, X, Y, cfgs, _ = sweep(L=2)
+    mus = [1e-3, 0.5, 1e-3, 1e4]           # two of them blow up, at different steps
+    runs = gradient_descent(params, X, Y, cfgs, mus, 40, record_every=10, chunk=4)
+    assert_same(runs, one_by_one(params, X, Y, cfgs, mus, 40, record_every=10))
+    statuses = [h.status for _, h in runs]
+    assert statuses.count("diverged") == 2 and statuses.count("max_steps") == 2
+    assert len({h.steps for _, h in runs if h.diverged}) == 2
+
+
+def test_blowup_threshold_and_tolerance_per_configuration():
+    params, X, Y, cfgs, _ = sweep()
+    mus = [1e-3, 1.0, 1e-3, 1e-3]
+    runs = gradient_descent(params, X, Y, cfgs, mus, 30, blowup=2.0, chunk=4)
+    assert_same(runs, one_by_one(params, X, Y, cfgs, mus, 30, blowup=2.0))
+    assert any("exceeded 2 x the initial loss" in h.message for _, h in runs)
+    cfg = ModelConfig(d=6, d_qk=6, m=6, c=1)
+    X, Y = synthetic_regression(4, 3, 6, 1, seed=0)
+    cfgs = [cfg.replace(beta=b) for b in (0.5, 1.0, 1.0)]
+    params = [init_params(cfg, seed=s) for s in (1, 1, 2)]
+    runs = gradient_descent(params, X, Y, cfgs, [0.02, 0.02, 0.01], 400, tol=0.1, record_every=50, chunk=3)
+    assert_same(runs, one_by_one(params, X, Y, cfgs, [0.02, 0.02, 0.01], 400, tol=0.1, record_every=50))
+    assert all(h.status == "converged" for _, h in runs) and len({h.steps for _, h in runs}) == 3
+
+
+def test_zero_steps_and_empty_sweep():
+    params, X, Y, cfgs, mus = sweep()
+    assert_same(gradient_descent(params, X, Y, cfgs, mus, 0), one_by_one(params, X, Y, cfgs, mus, 0))
+    assert gradient_descent([], X, Y, [], [], 10) == []
+
+
+def test_callback_sees_every_iterate_of_every_run():
+    params, X, Y, cfgs, mus = sweep()
+    seen = []
+
+    def cb(step: Step):
+        seen.append((step.index, step.t, step.loss, step.grads is None))
+        assert step.F.shape == Y.shape and step.H_L.shape == X.shape and step.params["W_U"].shape == (6, 2)
+
+    runs = gradient_descent(params, X, Y, cfgs, mus, 4, callback=cb, chunk=2)
+    for i, (_, h) in enumerate(runs):
+        mine = [s for s in seen if s[0] == i]
+        assert [t for _, t, _, _ in mine] == list(range(5))
+        np.testing.assert_allclose([v for _, _, v, _ in mine], h.loss, rtol=1e-15)
+        assert [last for *_, last in mine] == [False] * 4 + [True]   # no gradient at the last iterate
+
+
+def test_chunk_size_stacks_small_problems_only():
+    cfg = ModelConfig(d=16, d_qk=16, m=16)
+    assert chunk_size(cfg, torch.zeros(2, 4, 16), 8) == 8
+    assert chunk_size(cfg.replace(d=11, d_qk=11, m=32), torch.zeros(321, 24, 11), 8) == 1
+
+
+@pytest.mark.parametrize("device", ["cpu", torch.device("cpu"), None])
+def test_device_argument_cpu(device):
+    params, X, Y, cfgs, mus = sweep()
+    runs = gradient_descent(params, X, Y, cfgs, mus, 5, device=device)
+    assert all(v.device.type == "cpu" for theta, _ in runs for v in theta.values())
+    with pytest.raises(ValueError, match="unknown device 'gpu'"):
+        gradient_descent(params, X, Y, cfgs, mus, 2, device="gpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_device_argument_cuda():  # pragma: no cover (no GPU on the CI machine)
+    params, X, Y, cfgs, mus = sweep()
+    runs = gradient_descent(params, X, Y, cfgs, mus, 20, device="cuda")
+    assert all(v.device.type == "cuda" for theta, _ in runs for v in theta.values())
+    for (_, ha), (_, hb) in zip(runs, one_by_one(params, X, Y, cfgs, mus, 20)):
+        np.testing.assert_allclose(ha.loss, hb.loss, rtol=1e-9)
+
+
+def test_float32_runs_and_matches_float64_roughly():
+    params, X, Y, cfgs, mus = sweep()
+    p32 = [{k: v.float() for k, v in p.items()} for p in params]
+    for (theta, ha), (_, hb) in zip(gradient_descent(p32, X.float(), Y.float(), cfgs, mus, 20),
+                                    one_by_one(params, X, Y, cfgs, mus, 20)):
+        assert theta["W_U"].dtype == torch.float32
+        np.testing.assert_allclose(ha.loss, hb.loss, rtol=1e-4)
 
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(mu=0.0), "mu"), (dict(mu=-1.0), "mu"), (dict(mu=float("inf")), "mu"),
     (dict(steps=-1), "steps"), (dict(steps=2.5), "steps"), (dict(record_every=0), "record_every"),
-    (dict(tol=-1.0), "tol"),
+    (dict(tol=-1.0), "tol"), (dict(blowup=float("nan")), "blowup"), (dict(chunk=0), "chunk"),
 ])
 def test_bad_run_arguments(kwargs, match):
     cfg, params, X, Y = instance()
-    args = dict(mu=0.01, steps=3) | kwargs
     with pytest.raises(ValueError, match=match):
-        gradient_descent(params, X, Y, cfg, **args)
+        gradient_descent(params, X, Y, cfg, **(dict(mu=0.01, steps=3) | kwargs))
 
 
-def test_mismatched_params_and_data():
+def test_numpy_scalars_are_accepted():
     cfg, params, X, Y = instance()
-    with pytest.raises(ValueError, match="expected"):
-        gradient_descent(params, X, Y, cfg.replace(d=5, d_qk=5, m=5), mu=0.01, steps=1)
-    with pytest.raises(ValueError, match="features"):
-        gradient_descent(params, X[..., :5], Y, cfg, mu=0.01, steps=1)
+    _, h = gradient_descent(params, X, Y, cfg, mu=np.float32(0.01), steps=np.int64(3))
+    assert h.steps == 3
+
+
+def test_bad_sweeps_give_clear_errors():
+    params, X, Y, cfgs, mus = sweep()
+    with pytest.raises(ValueError, match="same length"):
+        gradient_descent(params, X, Y, cfgs[:2], mus, 5)
+    with pytest.raises(TypeError, match="one params dict"):
+        gradient_descent(params[0], X, Y, cfgs, mus, 5)
+    with pytest.raises(ValueError, match=r"run 1: params\['W_U'\]"):
+        gradient_descent([params[0], dict(params[1], W_U=torch.zeros(3, 3, dtype=torch.float64))], X, Y,
+                         cfgs[0], 1e-3, 5)
+    with pytest.raises(ValueError, match="run 1: step size mu"):
+        gradient_descent(params, X, Y, cfgs, [1e-3, -1.0, 1e-3, 1e-3], 5)
+    with pytest.raises(TypeError, match="cfg must be a convres.ModelConfig"):
+        gradient_descent(params, X, Y, "relu", mus, 5)
+    with pytest.raises(ValueError, match="Y must have shape"):
+        gradient_descent(params, X, Y[:, :, :1], cfgs, mus, 5)
+
+
+def test_empty_data_is_refused():
+    cfg, params, X, Y = instance()
+    with pytest.raises(ValueError, match="at least one sequence"):
+        gradient_descent(params, X[:0], Y[:0], cfg, 0.01, 3)

@@ -1,23 +1,28 @@
-"""Rank-collapse measures on matrices whose answers are known."""
+"""Singular values and rank-collapse measures on matrices whose answers are known."""
 
 import pytest
 import torch
 
-from convres.rank import condition_number, effective_rank, rank_one_residual, stable_rank
+from convres.rank import (NonFiniteError, extreme_singular_values, rank_one_residual, sigma_nn,
+                          singular_value_measures, singular_values, stacked, weyl_lower_bounds)
+
+
+def measures(M):
+    return singular_value_measures(singular_values(M))
 
 
 def test_identity_has_full_effective_and_stable_rank():
-    eye = torch.eye(5, dtype=torch.float64)
-    assert float(effective_rank(eye)) == pytest.approx(5.0)
-    assert float(stable_rank(eye)) == pytest.approx(5.0)
-    assert float(condition_number(eye)) == pytest.approx(1.0)
+    m = measures(torch.eye(5, dtype=torch.float64))
+    assert float(m["effective_rank"]) == pytest.approx(5.0)
+    assert float(m["stable_rank"]) == pytest.approx(5.0)
+    assert float(m["condition"]) == pytest.approx(1.0)
 
 
 def test_identical_rows_have_zero_rank_one_residual():
     x = torch.randn(1, 4, dtype=torch.float64)
     M = x.repeat(6, 1)
     assert float(rank_one_residual(M)) < 1e-12
-    assert float(effective_rank(M)) == pytest.approx(1.0, abs=1e-6)
+    assert float(measures(M)["effective_rank"]) == pytest.approx(1.0, abs=1e-6)
     M2 = M + torch.randn(6, 4, dtype=torch.float64)
     assert float(rank_one_residual(M2)) > 0
     assert 0 < float(rank_one_residual(M2, relative=True)) <= 1
@@ -31,8 +36,27 @@ def test_rank_one_residual_is_the_minimum_over_x():
         assert float(torch.linalg.matrix_norm(M - x)) >= best - 1e-12
 
 
+def test_stacked_and_sigma_nn():
+    M = torch.randn(2, 3, 8, dtype=torch.float64)
+    S = stacked(M)
+    assert S.shape == (6, 8) and torch.equal(S[3], M[1, 0])
+    assert sigma_nn(M) == pytest.approx(float(torch.linalg.svdvals(S)[5]), rel=1e-14)
+    assert sigma_nn(torch.randn(3, 4, 2, dtype=torch.float64)) == 0.0        # N n > d
+    ext = extreme_singular_values(torch.randn(5, 2, 3, 8, dtype=torch.float64))   # 5 configurations
+    assert ext.shape == (5, 2) and bool((ext[:, 0] <= ext[:, 1]).all())
+
+
+def test_weyl_bounds_hold():
+    X, A = torch.randn(4, 6, dtype=torch.float64), 0.1 * torch.randn(4, 6, dtype=torch.float64)
+    b = weyl_lower_bounds(X, A, 1.0)
+    s = torch.linalg.svdvals(A + X)
+    assert bool((s.flip(0) >= b - 1e-12).all())
+
+
 def test_batches_and_bad_input():
     B = torch.randn(7, 4, 3, dtype=torch.float64)
-    assert effective_rank(B).shape == (7,)
+    assert measures(B)["effective_rank"].shape == (7,)
     with pytest.raises(ValueError, match="matrix"):
-        stable_rank(torch.ones(3))
+        singular_values(torch.ones(3))
+    with pytest.raises(NonFiniteError, match="Z has NaN or infinite entries"):
+        singular_values(torch.full((3, 3), float("inf")), "Z")

@@ -9,11 +9,13 @@ import torch
 
 from convres import ModelConfig, init_params, synthetic_regression
 from convres.cli import main
-from convres.gd import loss_and_grad, stacked
-from convres.model import activation, forward_trace
-from convres.theory import (FLOAT_TOL, check_assumptions, collapse_counterexample, ffn_lemma,
-                            hessian_norm, hidden_matrices, part_b_check, r_sigma_upper, rate_alpha,
-                            residual_lemma, sigma_nn, theorem_instance, theorem_run, verify_run)
+from convres.collapse import value_counterexample
+from convres.gd import loss_and_grad
+from convres.model import forward_trace
+from convres.rank import sigma_nn, stacked
+from convres.theory import (FLOAT_TOL, check_assumptions, ffn_lemma, hessian_norm, part_b_check,
+                            r_sigma_upper, rate_alpha, residual_lemma, theorem_instance, theorem_run,
+                            verify_run)
 
 
 def small(seed=0, beta=1.0, **kw):
@@ -34,7 +36,8 @@ def test_pl_lemma_on_random_instances(seed):
     """||grad Phi||^2 >= ||grad_{W_U} Phi||^2 >= 2 sigma_Nn(H)^2 Phi (eq. thm-pl)."""
     for beta in (0.0, 0.5, 1.0):
         params, X, Y, cfg = small(seed, beta)
-        phi, grads, _, H = loss_and_grad(params, X, Y, cfg)
+        phi, grads, tr = loss_and_grad(params, X, Y, cfg)
+        H = tr.H[-1]
         g2 = sum(float(g.pow(2).sum()) for g in grads.values())
         gU2 = float(grads["W_U"].pow(2).sum())
         assert g2 >= gU2 >= 2 * sigma_nn(H) ** 2 * float(phi) * (1 - 1e-12)
@@ -55,14 +58,12 @@ def test_residual_and_ffn_lemmas_on_random_draws(seed):
         assert f["sigma_H"] >= f["weyl"] - 1e-10 and f["weyl"] >= f["crude"] - 1e-10
 
 
-def test_counterexample_cancels_the_residual_and_beta_below_one_does_not():
-    params, X, cfg = collapse_counterexample(n=4, d=8)
-    Z = hidden_matrices(params, X, cfg)[0][0]
-    assert sigma_nn(stacked(X)) == pytest.approx(1.0)       # X has orthonormal rows: full rank
-    assert float(Z.norm()) < 1e-15                          # but Z = 0 up to round-off
-    params, X, cfg = collapse_counterexample(n=4, d=8, beta=0.5)
-    Z = hidden_matrices(params, X, cfg)[0][0]
-    assert sigma_nn(Z) == pytest.approx(0.5, abs=1e-12)     # Z = -X/2
+def test_counterexample_cancels_the_residual():
+    ce = value_counterexample(n=4, d=8, scale=30.0, identity_attention=True)
+    assert sigma_nn(ce["X"]) > 0.3                          # X has full rank
+    assert float(ce["Z"].norm()) < 1e-12                    # but Z = (I - S) X -> 0 as S -> I
+    half = value_counterexample(n=4, d=8, beta=0.5, scale=30.0, identity_attention=True)
+    assert float(half["Z"].norm()) < 1e-12                  # W_V = -beta I cancels any beta
 
 
 def test_hessian_norm_matches_the_exact_hessian_on_a_tiny_model():
@@ -107,19 +108,19 @@ def test_checker_holds_on_a_good_instance_and_fails_where_it_should():
 def test_the_bound_holds_at_every_step_on_random_instances(seed, beta, layers):
     params, X, Y, cfg = small(seed, beta, layers=layers)
     r = theorem_run(params, X, Y, cfg, steps=60, seed=seed)
-    chk = r["check"]
-    assert r["alpha"] == pytest.approx(rate_alpha(params, X, cfg))
-    assert r["violations"] == 0 and r["max_excess"] <= FLOAT_TOL
+    chk, out = r.check, r.summary()
+    assert r.alpha == pytest.approx(rate_alpha(params, X, cfg))
+    assert out["violations"] == 0 and out["max_excess"] <= FLOAT_TOL and out["status"] == "max_steps"
     assert (chk.pl_margin >= -1e-9).all()
-    assert (chk.descent_margin >= -1e-12 * r["initial_loss"]).all()
-    assert r["final_loss"] < r["initial_loss"]
+    assert (chk.descent_margin >= -1e-12 * out["initial_loss"]).all()
+    assert out["final_loss"] < out["initial_loss"]
     # where the measured descent (mu/2 form) holds, the PL lemma gives Phi_{t+1} <= (1 - mu s_t^2) Phi_t
-    assert (chk.half_margin >= -1e-12 * r["initial_loss"]).all()
-    sigma_t = chk.sigma_ratio * 2 * math.sqrt(r["alpha"])
-    ratio = chk.excess + 1 - r["mu"] * r["alpha"]
-    assert (ratio <= 1 - r["mu"] * sigma_t ** 2 + FLOAT_TOL).all()
-    # certified steps: that, and sigma_t >= sigma_0 / 2 (seed 2, beta 0.5: sigma_t drops below it)
-    assert chk.certified == int((chk.sigma_ratio >= 0.5).sum())
+    assert (chk.half_margin >= -1e-12 * out["initial_loss"]).all()
+    sigma_t = chk.sigma_ratio * 2 * math.sqrt(r.alpha)
+    ratio = chk.excess + 1 - r.mu * r.alpha
+    assert (ratio <= 1 - r.mu * sigma_t ** 2 + FLOAT_TOL).all()
+    # observed steps: that, and sigma_t >= sigma_0 / 2 (seed 2, beta 0.5: sigma_t drops below it)
+    assert chk.observed == int((chk.sigma_ratio >= 0.5).sum())
     assert 0 < chk.max_distance < math.inf
 
 
@@ -134,12 +135,12 @@ def test_r_sigma_upper_is_attained_by_an_explicit_point(seed, layers):
     U, S, Vh = torch.linalg.svd(H, full_matrices=False)
     k = H.shape[0] - 1
     sigma0, u, v = float(S[k]), U[:, k], Vh[k]
-    A = activation(cfg.activation)(stacked(tr.Z[-1]) @ params[f"layer{layers}.W_1"])
+    A = cfg.act(stacked(tr.Z[-1]) @ params[f"layer{layers}.W_1"])
     c = 0.5001 * sigma0
     step = c * torch.outer(torch.linalg.pinv(A) @ u, v)
     moved = dict(params)
     moved[f"layer{layers}.W_2"] = params[f"layer{layers}.W_2"] - step
-    assert sigma_nn(hidden_matrices(moved, X, cfg)[1][-1]) < sigma0 / 2
+    assert sigma_nn(forward_trace(moved, X, cfg).H[-1]) < sigma0 / 2
     assert float(step.norm()) == pytest.approx(bound * 1.0002, rel=1e-9)
 
 
@@ -147,7 +148,7 @@ def test_part_b_fails_on_the_default_instance_and_is_consistent():
     params, X, Y, cfg = theorem_instance(0)
     b = part_b_check(params, X, Y, cfg)
     assert b["fails"] and b["radius_lower"] > b["r_sigma_upper"] > 0
-    phi, grads, _, H = loss_and_grad(params, X, Y, cfg)
+    phi, grads, _ = loss_and_grad(params, X, Y, cfg)
     g = math.sqrt(sum(float(t.pow(2).sum()) for t in grads.values()))
     assert b["radius_lower"] == pytest.approx(2 * g / rate_alpha(params, X, cfg))
 
@@ -164,32 +165,35 @@ def test_bad_arguments_raise_clear_errors():
         check_assumptions(params, X, Y, cfg, min_decrease=1.5)
     with pytest.raises(ValueError, match="safety"):
         theorem_run(params, X, Y, cfg, steps=2, safety=0.5)
-    with pytest.raises(ValueError, match="sharpness"):
-        collapse_counterexample(sharpness=-1.0)
-    with pytest.raises(ValueError, match="n <= d"):
-        collapse_counterexample(n=True, d=8)
+    with pytest.raises(ValueError, match="steps must be"):
+        theorem_run(params, X, Y, cfg, steps=0)
 
 
 def test_verify_run_counts_a_violation():
     params, X, Y, cfg = small(0)
     r = theorem_run(params, X, Y, cfg, steps=20)
-    h = r["history"]
+    h, d = r.history, np.zeros(21)
     # a step size claimed 1000 times larger makes the bound (1 - mu alpha) false
-    fake = verify_run(h, np.ones(21), np.ones(21), r["mu"] * 1000, r["alpha"], r["L_hat"])
-    assert fake.violations > 0 and fake.max_excess > 0
-    with pytest.raises(ValueError, match="one value per iterate"):
-        verify_run(h, np.ones(3), np.ones(21), r["mu"], r["alpha"], r["L_hat"])
+    fake = verify_run(h, np.ones(20), np.ones(21), r.mu * 1000, r.alpha, r.L_hat, d)
+    assert fake.violations > 0 and fake.max_excess > 0 and not fake.every_step_observed
+    assert r.check.every_step_observed
+    with pytest.raises(ValueError, match="one gradient per step"):
+        verify_run(h, np.ones(3), np.ones(21), r.mu, r.alpha, r.L_hat, d)
+
+
+def test_a_diverged_run_verifies_nothing():
+    params, X, Y, cfg = small(0)
+    out = theorem_run(params, X, Y, cfg, steps=30, mu=1e3).summary()
+    assert out["status"] == "diverged" and out["violations"] is None and out["max_excess"] is None
 
 
 def test_cli_theorem_json(capsys):
     assert main(["theorem", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert list(out) == ["alpha", "mu", "mu_max", "sigma_min_Z0", "sigma_max_Z0", "assumptions_hold",
-                         "max_excess", "violations", "initial_loss", "final_loss", "steps",
-                         "sigma_min_H0", "mu_max_is_estimate", "part_b_holds"]
+    assert {"status", "alpha", "mu", "mu_max", "violations", "initial_loss", "final_loss", "steps",
+            "sigma_min_H0", "mu_max_is_estimate", "part_b_holds", "assumptions_hold"} <= set(out)
     assert out["steps"] == 300 and out["violations"] == 0 and math.isfinite(out["alpha"])
     assert out["mu"] <= out["mu_max"] and out["mu_max_is_estimate"] is True
-    assert out["alpha"] == pytest.approx((out["sigma_min_H0"] / 2) ** 2, rel=1e-12)
     # the checked assumptions of part (a) hold, but part (b)'s condition is certified to fail
     assert out["assumptions_hold"] is True and out["part_b_holds"] is False
 
@@ -197,8 +201,8 @@ def test_cli_theorem_json(capsys):
 def test_cli_theorem_text_and_help_are_honest(capsys):
     assert main(["theorem", "--steps", "5"]) == 0
     text = capsys.readouterr().out
-    assert "mu_max (estimated)" in text and "part (b) holds: False" in text
-    assert "assumptions (A0)-(A4) hold: False" in text  # 5 steps: (A4) fails
+    assert "mu_max_is_estimate: True" in text and "part_b_holds: False" in text
+    assert "assumptions_hold: False" in text  # 5 steps: (A4) fails
     with pytest.raises(SystemExit):
         main(["theorem", "--help"])
     help_text = capsys.readouterr().out
@@ -210,8 +214,7 @@ def test_part_b_holds_is_never_claimed():
     """part_b_holds is False (certified failure) or None (unknown), never True."""
     params, X, Y, cfg = small(0)
     r = theorem_run(params, X, Y, cfg, steps=2)
-    assert r["part_b_holds"] is (False if r["part_b"]["fails"] else None)
-    assert r["sigma_min_H0"] == pytest.approx(2 * math.sqrt(r["alpha"]))
+    assert r.summary()["part_b_holds"] is (False if r.part_b["fails"] else None)
 
 
 def test_cli_theorem_without_residual_reports_a_vacuous_guarantee(capsys):
