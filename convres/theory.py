@@ -87,6 +87,10 @@ def hessian_norm(params, X, Y, cfg, *, iters: int = 20, seed: int = 0) -> float:
     *estimate*, not a bound."""
     _positive("iters", iters, integer=True)
     check_inputs(params, X, Y, cfg)
+    return _hessian_norm(params, X, Y, cfg, iters, seed)
+
+
+def _hessian_norm(params, X, Y, cfg, iters, seed) -> float:
     names = list(params)
 
     def grad_at(*ws):
@@ -122,18 +126,23 @@ def smoothness_estimate(params, X, Y, cfg, *, radius: float | None = None, sampl
     _check_per_token(params, X, Y, cfg)
     if not isinstance(samples, numbers.Integral) or isinstance(samples, bool) or samples < 0:
         raise ValueError(f"samples must be a non-negative integer, got {samples!r}.")
+    _positive("iters", iters, integer=True)
+    return _smoothness(params, X, Y, cfg, radius, samples, iters, seed)
+
+
+def _smoothness(params, X, Y, cfg, radius, samples, iters, seed) -> dict:
     if radius is None:
         radius = 0.1 * _flat_norm(params.values())
     if not (isinstance(radius, numbers.Real) and math.isfinite(radius) and radius >= 0):
         raise ValueError(f"radius must be a finite number >= 0, got {radius!r}.")
-    at_init = hessian_norm(params, X, Y, cfg, iters=iters, seed=seed)
+    at_init = _hessian_norm(params, X, Y, cfg, iters, seed)
     gen = torch.Generator().manual_seed(seed + 1)
     sampled = []
     for _ in range(samples):
         u = {k: torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in params.items()}
         nu = _flat_norm(u.values())
-        sampled.append(hessian_norm({k: params[k] + radius * u[k] / nu for k in params}, X, Y, cfg,
-                                    iters=iters, seed=seed))
+        sampled.append(_hessian_norm({k: params[k] + radius * u[k] / nu for k in params}, X, Y, cfg,
+                                     iters, seed))
     L_hat = max([at_init] + sampled)
     if not math.isfinite(L_hat):
         raise ValueError("the Hessian of the loss is not finite at the initialization (overflow): "
@@ -215,6 +224,10 @@ def r_sigma_upper(params, X, cfg) -> float:
     (``inf`` when ``u`` is not in the range of ``A`` or ``sigma_0 = 0``).
     """
     check_inputs(params, X, None, cfg)
+    return _r_sigma_upper(params, X, cfg)
+
+
+def _r_sigma_upper(params, X, cfg) -> float:
     tr = _trace(params, X, cfg)
     H = stacked(tr.H[-1]).detach()
     rows, cols = H.shape
@@ -243,9 +256,13 @@ def part_b_check(params, X, Y, cfg) -> dict:
     Returns ``{"J0", "radius_lower", "r_sigma_upper", "fails"}``.
     """
     _check_per_token(params, X, Y, cfg)
+    return _part_b(params, X, Y, cfg)
+
+
+def _part_b(params, X, Y, cfg) -> dict:
     phi, grads, tr = _loss_and_grad(params, X, Y, cfg, None)
     phi, a = float(phi), alpha(sigma_nn(tr.H[-1].detach()))
-    upper = r_sigma_upper(params, X, cfg)
+    upper = _r_sigma_upper(params, X, cfg)
     if phi == 0.0 or a == 0.0:
         return {"J0": float("nan"), "radius_lower": math.inf if a == 0.0 else 0.0,
                 "r_sigma_upper": upper, "fails": a == 0.0}
@@ -288,6 +305,10 @@ def check_assumptions(params, X, Y, cfg, *, mu: float | None = None, steps: int 
         _positive("steps", steps, integer=True)
     if not isinstance(min_decrease, numbers.Real) or isinstance(min_decrease, bool) or not 0 < min_decrease < 1:
         raise ValueError(f"min_decrease must be a number in (0, 1), got {min_decrease!r}.")
+    return _assumptions(params, X, cfg, mu, steps, min_decrease)
+
+
+def _assumptions(params, X, cfg, mu, steps, min_decrease) -> list[AssumptionCheck]:
     N, n = X.shape[0], X.shape[1]
     Xs, H0 = stacked(X), stacked(_trace(params, X, cfg).H[-1]).detach()
     smooth = cfg.act.smooth
@@ -453,7 +474,9 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
         _positive("mu", mu)
     if not (isinstance(safety, numbers.Real) and not isinstance(safety, bool) and safety >= 1):
         raise ValueError(f"safety must be a number >= 1, got {safety!r}.")
-    L_hat = smoothness_estimate(params, X, Y, cfg, samples=smoothness_samples, seed=seed)["L_hat"]
+    if not isinstance(smoothness_samples, numbers.Integral) or smoothness_samples < 0:
+        raise ValueError(f"smoothness_samples must be a non-negative integer, got {smoothness_samples!r}.")
+    L_hat = _smoothness(params, X, Y, cfg, None, smoothness_samples, 20, seed)["L_hat"]
     m_max = 1.0 / (safety * L_hat)
     mu = m_max if mu is None else mu
     tr = _trace(params, X, cfg)
@@ -475,6 +498,6 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
         RunCheck(*(np.zeros(0),) * 5, 0, float("nan"), 0, 0, float("nan"))
     return TheoremRun(alpha=a, sigma_0=sigma_0, mu=mu, mu_max=m_max, L_hat=L_hat,
                       sigma_min_Z0=sigma_nn(tr.Z[0].detach()), sigma_max_Z0=float(sZ[0]),
-                      assumptions=check_assumptions(params, X, Y, cfg, mu=mu, steps=steps),
-                      part_b=part_b_check(params, X, Y, cfg), history=hist, check=check,
+                      assumptions=_assumptions(params, X, cfg, mu, steps, 0.9),
+                      part_b=_part_b(params, X, Y, cfg), history=hist, check=check,
                       params_final=final)
