@@ -22,7 +22,7 @@ from . import __version__
 from .cache import atomic_write_bytes
 from .collapse import sigma_min_table
 from .data import DATASETS, download, synthetic_regression
-from .experiments import EXPERIMENTS, PROFILES, claims, run_experiment
+from .experiments import EXPERIMENTS, PROFILES, run_experiment
 from .gd import gradient_descent
 from .model import ACTIVATIONS, MAX_SEED, ModelConfig, init_params, memory_estimate
 from .plotting import figure_png
@@ -56,9 +56,10 @@ def _number(kind, lo=None, hi=None, lo_open=False):
         if kind is float and not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
         if lo is not None and (value <= lo if lo_open else value < lo) or hi is not None and value > hi:
-            left = f"> {lo:g}" if lo_open else f">= {lo:g}"
-            raise argparse.ArgumentTypeError(f"must be {left}" + (f" and <= {hi:g}" if hi is not None else "")
-                                             + f", got {text}")
+            fmt = "{}" if kind is int else "{:g}"
+            left = ("> " if lo_open else ">= ") + fmt.format(lo)
+            right = f" and <= {fmt.format(hi)}" if hi is not None else ""
+            raise argparse.ArgumentTypeError(f"must be {left}{right}, got {text}")
         return value
     return parse
 

@@ -30,7 +30,7 @@ from .collapse import gd_attention_stats, gd_instance, rank_one_floor, residual_
 from .data import (JENA_ALL_FEATURES, JENA_FEATURES, DataError, embed_tokens, load_jena, load_sst2,
                    sst2_subset, standardize, synthetic_regression)
 from .gd import Step, gradient_descent
-from .model import ModelConfig, forward, init_params
+from .model import ModelConfig, init_params
 from .runtime import torch_threads
 from .theory import rate_alpha
 

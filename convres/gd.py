@@ -236,6 +236,10 @@ def gradient_descent(params, X: torch.Tensor, Y: torch.Tensor, cfg, mu, steps: i
         try:
             check_inputs(p, X, Y, c)
             _check_run_args(m, steps, record_every, tol, blowup)
+            if p["W_U"].dtype not in (torch.float64, torch.float32):
+                raise TypeError(f"gradient descent runs in torch.float64 or torch.float32 (its singular "
+                                f"values need them), got {p['W_U'].dtype}; convert the weights and data "
+                                "with .double() (or .float()).")
         except (TypeError, ValueError) as err:
             raise type(err)(err if single else f"run {i}: {err}") from None
     if chunk is not None and (not isinstance(chunk, numbers.Integral) or isinstance(chunk, bool) or chunk < 1):

@@ -335,7 +335,16 @@ def forward_trace(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: Mode
     ``(B,)`` tensor when the weights are stacked (one coefficient per configuration).
     """
     check_inputs(params, X, None, cfg, residual=residual)
-    return _trace(params, X, cfg, residual)
+    return _finite_output(_trace(params, X, cfg, residual))
+
+
+def _finite_output(trace: Trace) -> Trace:
+    """``trace``, or a clear error when the forward pass of finite inputs overflowed."""
+    if not _all_finite(trace.F):
+        raise ValueError("the forward pass overflowed (the output has NaN or infinite entries although "
+                         "the inputs are finite): the data or beta are too large for the dtype; "
+                         "standardize X or use a smaller beta.")
+    return trace
 
 
 def forward(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig, *,
@@ -350,7 +359,7 @@ def loss(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, c
     """``Phi(theta) = 1/2 sum_i ||F(X_i) - Y_i||_F^2``, the book's one normalization (equation (5));
     shape ``(B,)`` when the weights are stacked."""
     check_inputs(params, X, Y, cfg, residual=residual)
-    return squared_error(_trace(params, X, cfg, residual).F, Y)
+    return squared_error(_finite_output(_trace(params, X, cfg, residual)).F, Y)
 
 
 # --- the one place where inputs are checked ------------------------------------------------------

@@ -265,6 +265,13 @@ def test_bad_sweeps_give_clear_errors():
         gradient_descent(params, X, Y[:, :, :1], cfgs, mus, 5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_is_refused_clearly(dtype):
+    cfg, params, X, Y = instance()
+    with pytest.raises(TypeError, match="float64 or torch.float32"):
+        gradient_descent({k: v.to(dtype) for k, v in params.items()}, X.to(dtype), Y.to(dtype), cfg, 0.01, 3)
+
+
 def test_empty_data_is_refused():
     cfg, params, X, Y = instance()
     with pytest.raises(ValueError, match="at least one sequence"):

@@ -212,6 +212,14 @@ def test_bad_data_is_rejected():
         check_inputs(params, X.long(), Y, cfg)
 
 
+def test_an_overflowing_forward_pass_is_an_error_not_nan():
+    cfg, params, X, Y = small_instance()
+    with pytest.raises(ValueError, match="the forward pass overflowed"):
+        forward(params, X * 1e200, cfg)
+    with pytest.raises(ValueError, match="the forward pass overflowed"):
+        loss(params, X * 1e160, Y, cfg)
+
+
 def test_forward_and_loss_check_their_inputs():
     cfg, params, X, Y = small_instance()
     with pytest.raises(TypeError, match=r"X has dtype torch.float32 but the weights have dtype torch.float64"):
