@@ -47,7 +47,7 @@ def test_gd_json(capsys):
     (("gd", "--beta", "1e300"), "--beta: must be >= 0 and <= 1000"),
     (("gd", "--seed", "-1"), "--seed: must be >= 0"),
     (("gd", "--seed", str(2**70)), "--seed: must be >= 0 and <= "),
-    (("gd", "--N", str(10**30)), "--N: must be >= 1 and <= 1e+06"),
+    (("gd", "--N", str(10**30)), "--N: must be >= 1 and <= 1000000"),
     (("gd", "--layers", "1000000000"), "--layers: must be >= 1 and <= 1000"),
     (("theorem", "--seed", "-5"), "--seed: must be >= 0"),
     (("rank-collapse", "--seed", "-1"), "--seed: must be >= 0"),
