@@ -8,9 +8,9 @@ the smallest singular value stays positive.
 For one sequence ``X`` (``n x d``, ``n <= d``) and weights ``W_Q, W_K`` (``d x d_qk``), ``W_V``
 (``d x d``) and an attention scale ``s``::
 
-    S       = softmax_rows( s X W_Q W_K^T X^T )      (book equation (model-S))
+    S       = softmax_rows( s X W_Q W_K^T X^T )      (book equation (1))
     Attn(X) = S X W_V
-    Z       = Attn(X) + beta X                        (book equation (model-Z))
+    Z       = Attn(X) + beta X                        (book equation (2))
 
 Two ways ``S`` degenerates, both built here on explicit instances:
 
@@ -343,7 +343,7 @@ def value_counterexample(n: int = 6, d: int = 8, *, beta: float = 1.0, seed: int
 
 def rank_one_floor(Y: torch.Tensor) -> float:
     """``1/2 sum_i ||Y_i - 1 ybar_i^T||_F^2`` with ``ybar_i`` the mean row of ``Y_i``: the smallest loss
-    (book equation (loss)) of any model whose output has identical rows within each sequence, as a
+    (book equation (5)) of any model whose output has identical rows within each sequence, as a
     collapsed attention output forces when there is no residual."""
     _check_matrix("Y", Y, ndim=(3,))
     return 0.5 * float(rank_one_residual(Y).pow(2).sum())
