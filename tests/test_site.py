@@ -8,13 +8,21 @@ protocol over a pipe (no extra Python package), and fails when a page
 - has a broken internal link, anchor or image, or requests anything that is not on the site
   (every other host is unreachable for the browser: the site must work offline);
 - has a saved widget that did not render, or a widget that rendered as an error;
-- shows a Python traceback (outside cells tagged ``raises-exception``) or a JavaScript error;
+- shows a Python traceback (outside cells tagged ``raises-exception``), throws a JavaScript error or
+  writes an error to the console (including failed requests, e.g. a missing favicon);
 - has a figure without alt text, a transparent figure (unreadable on the dark theme), a figure
   shown twice by one cell, or a figure printed as text (``<Figure size ...>``).
 
 The build must have no execution-error reports (``_build/html/reports/``), and every chapter must
 offer its executed notebook for download. Screenshots of every page (and one in the dark theme) go
 to ``_build/screenshots/``.
+
+Every explorer (``convres.explorers``, drawn by ``web/explorer.js``) is played as a reader would:
+each slider is moved with the keyboard (End, Home, arrows) and one with the mouse, and after every
+move the drawn curves (the SVG path data and markers of every chart, mapped back through the
+chart's axes), the legend, the readout and the slider's value must change and equal the data the
+page embeds for that position; the explorer must also fit a 390 px wide phone screen. A page with
+saved ipywidgets next to MathJax 3 must not throw (the MathJax 2 shim of ``web/mathjax2-shim.js``).
 
 Run it after building the book (``make browser``; ``make test`` runs it after the strict build).
 Without a built site or a Chromium it is skipped with the reason, unless ``CONVRES_SITE_REQUIRED=1``
@@ -164,7 +172,7 @@ class Tab:
         target = browser.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         self.session = browser.call("Target.attachToTarget",
                                     {"targetId": target, "flatten": True})["sessionId"]
-        for domain in ("Page", "Runtime", "Network"):
+        for domain in ("Page", "Runtime", "Network", "Log"):
             self.call(f"{domain}.enable")
         self.call("Emulation.setDeviceMetricsOverride",
                   {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False})
@@ -199,6 +207,17 @@ class Tab:
             raise RuntimeError(f"page script failed: {res['exceptionDetails']}")
         return res["result"].get("value")
 
+    def screenshot_element(self, element_id: str, path: Path, width: int = WIDTH):
+        """A screenshot of one element, scrolled to the top of the viewport (which must be tall
+        enough to hold it): drawn as a reader sees it, without resizing the page."""
+        top, h = self.evaluate(f"""(() => {{ const e = document.getElementById({json.dumps(element_id)});
+            e.scrollIntoView(); const r = e.getBoundingClientRect();
+            return [r.top + scrollY, r.height]; }})()""")
+        clip = {"x": 0, "y": max(0, top - 8), "width": width, "height": h + 16, "scale": 1}
+        data = self.call("Page.captureScreenshot", {"format": "png", "clip": clip}, timeout=60)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(data["data"]))
+
     def screenshot(self, path: Path, height: int):
         clip = {"x": 0, "y": 0, "width": WIDTH, "height": min(height, MAX_SHOT_HEIGHT), "scale": 1}
         data = self.call("Page.captureScreenshot", {"format": "png", "clip": clip,
@@ -212,6 +231,7 @@ INSPECT = r"""
 (async () => {
   const sleep = ms => new Promise(r => setTimeout(r, ms));
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+  if (window.convresExplorersReady) await window.convresExplorersReady;
   const views = [...document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]')];
   const area = v => { const a = v.previousElementSibling;
                       return a && a.classList.contains('widget-subarea') ? a : null; };
@@ -276,6 +296,18 @@ INSPECT = r"""
 
 # --------------------------------------------------------------------------- fixtures
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    extra: dict[str, bytes] = {}  # pages a test serves from memory (path -> HTML)
+
+    def do_GET(self):
+        body = self.extra.get(urlsplit(self.path).path)
+        if body is None:
+            return super().do_GET()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def log_message(self, *args):
         pass
 
@@ -325,6 +357,30 @@ def _check_link(url: str, base: str) -> str | None:
     return None
 
 
+def _console_problems(events: list[dict], site: str) -> list[str]:
+    """Everything a page load or an interaction must not produce: a request outside the site, a
+    failed request, an uncaught JavaScript error, an error written to the console."""
+    problems = []
+    for msg in events:
+        method, params = msg.get("method"), msg.get("params", {})
+        if method == "Network.requestWillBeSent":
+            url = params["request"]["url"]
+            if url.startswith(("http:", "https:")) and not url.startswith(site):
+                problems.append(f"request outside the site (works only online): {url}")
+        elif method == "Network.responseReceived" and params["response"]["status"] >= 400:
+            problems.append(f"HTTP {params['response']['status']}: {params['response']['url']}")
+        elif method == "Runtime.exceptionThrown":
+            d = params["exceptionDetails"]
+            problems.append("JavaScript error: " + (d.get("exception", {}).get("description") or d["text"])[:300])
+        elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+            args = " ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", []))
+            problems.append(f"console.{params['type']}: {args[:300]}")
+        elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
+            e = params["entry"]
+            problems.append(f"console error ({e.get('source')}): {e.get('text', '')[:200]} {e.get('url', '')}")
+    return problems
+
+
 # --------------------------------------------------------------------------- the tests
 def test_no_execution_error_reports():
     if not PAGES:
@@ -345,6 +401,7 @@ def test_page(page, site, tab):
         return
     events = tab.open(site + page)
     info = tab.evaluate(INSPECT, timeout=40)
+    events += tab._drain()  # what happened after the load event (MathJax, explorers) counts too
     tab.screenshot(SHOTS / page.replace("/", "__").replace(".html", ".png"), info["height"])
 
     problems = []
@@ -366,17 +423,7 @@ def test_page(page, site, tab):
     problems += [p for link in info["links"] if link.startswith(site)
                  for p in [_check_link(link, site)] if p]
 
-    for msg in events:
-        method, params = msg.get("method"), msg.get("params", {})
-        if method == "Network.requestWillBeSent":
-            url = params["request"]["url"]
-            if url.startswith(("http:", "https:")) and not url.startswith(site):
-                problems.append(f"request outside the site (works only online): {url}")
-        elif method == "Network.responseReceived" and params["response"]["status"] >= 400:
-            problems.append(f"HTTP {params['response']['status']}: {params['response']['url']}")
-        elif method == "Runtime.exceptionThrown":
-            d = params["exceptionDetails"]
-            problems.append("JavaScript error: " + (d.get("exception", {}).get("description") or d["text"])[:300])
+    problems += _console_problems(events, site)
     assert not problems, f"{page}:\n  " + "\n  ".join(dict.fromkeys(problems))
 
 
@@ -391,7 +438,8 @@ def test_notebook_downloads_are_executed(site):
         assert f'_sources/{page.replace(".html", ".ipynb")}' in (SITE / page).read_text(), \
             f"{page}: the page does not link its .ipynb download"
         nb = json.loads(nb_path.read_text())
-        code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+        code = [c for c in nb["cells"] if c["cell_type"] == "code"
+                and "skip-execution" not in c.get("metadata", {}).get("tags", [])]
         assert all(c.get("execution_count") for c in code), f"{page}: the .ipynb has unexecuted cells"
         assert any(c.get("outputs") for c in code), f"{page}: the .ipynb has no outputs"
 
@@ -420,8 +468,362 @@ def test_site_javascript_is_pinned():
     web = ROOT / "web"
     wanted = json.loads((web / "package.json").read_text())["dependencies"]
     locked = json.loads((web / "package-lock.json").read_text())["packages"]
-    assert set(wanted) == {"mathjax", "requirejs", "@jupyter-widgets/html-manager"}
+    assert set(wanted) == {"mathjax", "requirejs", "@jupyter-widgets/html-manager", "vega", "vega-lite"}
     for name, version in wanted.items():
         assert re.fullmatch(r"\d+\.\d+\.\d+", version), f"{name}: {version!r} is not an exact version"
         assert locked[f"node_modules/{name}"]["version"] == version, f"{name}: lock file differs"
         assert locked[f"node_modules/{name}"]["integrity"].startswith("sha512-")
+
+
+# --------------------------------------------------------------------------- the explorers
+EXPLORER_MARK = 'class="convres-explorer'
+EXPLORER_PAGES = [p for p in PAGES if EXPLORER_MARK in (SITE / p).read_text(errors="replace")]
+PHONE = 390
+
+# What an explorer shows now: the raw pixel coordinates of every line (SVG path data) and marker of
+# every chart, the scales' domains and ranges, the legend, the readout and the sliders.
+READ_EXPLORER = r"""
+(async (id) => {
+  if (!(window.convresExplorers || {})[id] && window.convresExplorersReady) await window.convresExplorersReady;
+  const ex = window.convresExplorers[id];
+  await ex.idle();
+  const root = document.getElementById(id);
+  const num = /-?\d*\.?\d+(?:e[-+]?\d+)?/gi;
+  const charts = {};
+  for (const [name, view] of Object.entries(ex.views)) {
+    const box = root.querySelector(`.cx-chart[data-chart="${name}"]`);
+    const lines = [...box.querySelectorAll('.mark-line path')].map(p => {
+      const v = (p.getAttribute('d').match(num) || []).map(Number);
+      const pts = [];
+      for (let i = 0; i + 1 < v.length; i += 2) pts.push([v[i], v[i + 1]]);
+      return {d: p.getAttribute('d'), pts};
+    });
+    const symbols = [...box.querySelectorAll('.mark-symbol path')].filter(p => !p.closest('.role-legend'))
+      .map(p => /translate\(([-\d.e]+),\s*([-\d.e]+)\)/.exec(p.getAttribute('transform') || ''))
+      .map(m => m ? [Number(m[1]), Number(m[2])] : null);
+    const legend = [...box.querySelectorAll('.role-legend-label text')].map(t => t.textContent);
+    const sx = view.scale('x'), sy = view.scale('y');
+    const svg = box.querySelector('svg');
+    charts[name] = {lines, symbols, legend, x: [sx.domain(), sx.range(), sx.type],
+                    y: [sy.domain(), sy.range(), sy.type], width: svg ? svg.getBoundingClientRect().width : 0};
+  }
+  const readout = [...root.querySelectorAll('.cx-readout .cx-line')].map(l => ({
+    text: l.textContent,
+    numbers: [...l.querySelectorAll('.cx-num')].map(s => [Number(s.dataset.value), s.textContent])}));
+  const sliders = [...root.querySelectorAll('input[type=range]')].map(i => ({
+    name: i.dataset.control, index: Number(i.value), shown: i.parentElement.querySelector(
+      `output[for="${i.id}"]`).textContent, label: i.getAttribute('aria-valuetext')}));
+  return {position: root.dataset.position, charts, readout, sliders,
+          overflow: root.scrollWidth - root.clientWidth, width: root.getBoundingClientRect().width};
+})
+"""
+
+
+def _explorers_of(page: str) -> list[dict]:
+    """The data each explorer of a built page embeds (the JSON that explorer.js reads)."""
+    text = (SITE / page).read_text(encoding="utf-8")
+    found = re.findall(r'<div class="convres-explorer[^"]*" id="([^"]+)".*?'
+                       r'<script type="application/json" class="cx-data">(.*?)</script>', text, re.S)
+    return [{"id": i, "data": json.loads(raw.replace("<\\/", "</")), "bytes": len(raw.encode())}
+            for i, raw in found]
+
+
+def _pixels(value: float, axis) -> float:
+    """``value`` mapped to pixels by a chart axis ``[domain, range, type]`` as the page reports it."""
+    (d0, d1), (r0, r1), kind = axis
+    if kind == "log":
+        import math
+        value, d0, d1 = math.log(value), math.log(d0), math.log(d1)
+    return r0 + (value - d0) / (d1 - d0) * (r1 - r0)
+
+
+def _check_explorer_state(state: dict, data: dict, key: str) -> list[str]:
+    """Differences between what the explorer shows and what its data hold for position ``key``."""
+    from convres.explorers import readout_text, series_rows
+    rec, problems = data["positions"][key], []
+    if state["position"] != key:
+        return [f"the explorer shows position {state['position']!r}, the sliders are at {key!r}"]
+    for k, (c, s) in enumerate(zip(data["controls"], state["sliders"])):
+        i = int(key.split(",")[k])
+        if s["shown"] != c["text"][i]:
+            problems.append(f"slider {c['name']} shows {s['shown']!r}, its value is {c['text'][i]!r}")
+    for chart in data["charts"]:
+        got, name = state["charts"][chart["name"]], chart["name"]
+        enc = chart["spec"]["layer"][0]["encoding"]
+        for axis, spec_axis in (("x", enc["x"]), ("y", enc["y"])):
+            if [float(v) for v in got[axis][0]] != [float(v) for v in spec_axis["scale"]["domain"]]:
+                problems.append(f"{name}: {axis} axis domain {got[axis][0]}, the data say "
+                                f"{spec_axis['scale']['domain']}")
+        expected = [(s["key"], rows) for s in chart["series"] if (rows := series_rows(s, rec, chart.get("floor")))]
+        px = [[(_pixels(r["x"], got["x"]), _pixels(r["y"], got["y"])) for r in rows] for _, rows in expected]
+        drawn = [line["pts"] for line in got["lines"]]
+        if len(drawn) != len(px):
+            problems.append(f"{name}: {len(drawn)} lines drawn, the data have {len(px)} series")
+        for (skey, _), want in zip(expected, px):
+            if not any(len(d) == len(want) and all(abs(a - c) < 0.05 and abs(b - e) < 0.05
+                                                    for (a, b), (c, e) in zip(d, want)) for d in drawn):
+                problems.append(f"{name}: no drawn line matches the series {skey!r} of position {key}")
+        want_marks = sorted((round(x, 1), round(y, 1)) for rows, pts in zip([r for _, r in expected], px)
+                            for r, (x, y) in zip(rows, pts) if r["m"])
+        got_marks = sorted((round(x, 1), round(y, 1)) for x, y in got["symbols"] if x is not None)
+        if len(want_marks) != len(got_marks) or any(abs(a - c) > 0.15 or abs(b - d) > 0.15
+                                                    for (a, b), (c, d) in zip(want_marks, got_marks)):
+            problems.append(f"{name}: markers differ from the data ({len(got_marks)} drawn, "
+                            f"{len(want_marks)} expected)")
+        labels = rec.get("labels", {})
+        want_legend = [labels.get(s["key"], s["key"]) for s in chart["series"]]
+        if got["legend"] != want_legend:
+            problems.append(f"{name}: legend {got['legend']}, the data say {want_legend}")
+    want_text = readout_text(rec["readout"])
+    if [line["text"] for line in state["readout"]] != want_text:
+        problems.append(f"readout {[line['text'] for line in state['readout']]}, the data say {want_text}")
+    want_numbers = [p[0] if isinstance(p, list) else p for line in rec["readout"] for p in line
+                    if not isinstance(p, str)]
+    got_numbers = [v for line in state["readout"] for v, _ in line["numbers"]]
+    if got_numbers != want_numbers:
+        problems.append(f"readout numbers {got_numbers}, the data say {want_numbers}")
+    return problems
+
+
+def _key_press(tab: Tab, key: str) -> None:
+    codes = {"ArrowRight": 39, "ArrowLeft": 37, "Home": 36, "End": 35}
+    for kind in ("keyDown", "keyUp"):
+        tab.call("Input.dispatchKeyEvent", {"type": kind, "key": key, "code": key,
+                                            "windowsVirtualKeyCode": codes[key],
+                                            "nativeVirtualKeyCode": codes[key]})
+
+
+def _click_slider(tab: Tab, input_id: str, index: int, count: int) -> None:
+    """A mouse click on the slider's track where position ``index`` of ``count`` lies."""
+    box = tab.evaluate(f"""(() => {{ const i = document.getElementById({json.dumps(input_id)});
+        i.scrollIntoView({{block: 'center'}}); const r = i.getBoundingClientRect();
+        return [r.left, r.top, r.width, r.height]; }})()""")
+    thumb = 16  # Chromium's thumb: the track's ends are half a thumb inside the box
+    x = box[0] + thumb / 2 + (box[2] - thumb) * index / (count - 1)
+    y = box[1] + box[3] / 2
+    for kind in ("mousePressed", "mouseReleased"):
+        tab.call("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left",
+                                              "clickCount": 1})
+
+
+def _wait_position(tab: Tab, explorer_id: str, key: str) -> dict:
+    for _ in range(100):
+        state = tab.evaluate(f"({READ_EXPLORER})({json.dumps(explorer_id)})")
+        if state["position"] == key:
+            return state
+        tab.evaluate("new Promise(r => setTimeout(r, 50))")
+    return state
+
+
+def _fingerprint(state: dict) -> tuple:
+    return (tuple(line["d"] for c in state["charts"].values() for line in c["lines"]),
+            tuple(line["text"] for line in state["readout"]))
+
+
+@pytest.mark.parametrize("page", EXPLORER_PAGES or ["(no explorer)"])
+def test_explorers_play(page, site, tab):
+    """Move every slider of every explorer of ``page`` as a reader would; after each move the page
+    must show exactly the embedded data of the new position, and something must have changed."""
+    if page not in EXPLORER_PAGES:
+        _skip_or_fail("no page with an explorer in the built site")
+    explorers = _explorers_of(page)
+    assert explorers, f"{page}: explorer element without its data"
+    tab.call("Emulation.setDeviceMetricsOverride",
+             {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False})
+    events = tab.open(site + page)
+    timing = tab.evaluate("""(async () => { await window.convresExplorersReady;
+        const nav = performance.getEntriesByType('navigation')[0];
+        return [nav.loadEventEnd, window.convresExplorersDrawnAt]; })()""")
+    print(f"\n{page}: load event at {timing[0]:.0f} ms, explorers drawn at {timing[1]:.0f} ms; "
+          + ", ".join(f"{e['id']}: {e['bytes'] / 1000:.0f} kB of data" for e in explorers))
+    problems = []
+    for ex in explorers:
+        eid, data = ex["id"], ex["data"]
+        if ex["bytes"] > 2_000_000:
+            problems.append(f"{eid}: {ex['bytes']} bytes of embedded data, more than 2 MB")
+        state = _wait_position(tab, eid, data["start"])
+        problems += [f"{eid} at the start: {p}" for p in _check_explorer_state(state, data, data["start"])]
+        tab.screenshot_element(eid, SHOTS / f"explorer__{eid}.png")
+        index = [int(i) for i in data["start"].split(",")]
+        for k, control in enumerate(data["controls"]):
+            input_id = f"{eid}-{control['name']}"
+            count = len(control["values"])
+            # keyboard: to the end, the start, one and two steps right; then a mouse click
+            click = count - 2 if count - 2 != 2 else count - 1
+            moves = [("End", count - 1), ("Home", 0), ("ArrowRight", 1), ("ArrowRight", 2),
+                     ("click", click)]
+            tab.evaluate(f"document.getElementById({json.dumps(input_id)}).focus(); 1")
+            previous, visited = ",".join(map(str, index)), set()
+            for how, target in moves:
+                before = _fingerprint(state)
+                if how == "click":
+                    _click_slider(tab, input_id, target, count)
+                else:
+                    _key_press(tab, how)
+                index[k] = target
+                key = ",".join(map(str, index))
+                state = _wait_position(tab, eid, key)
+                where = f"{eid}, {control['name']} moved by {how} to {control['text'][target]}"
+                got = [s["index"] for s in state["sliders"]][k]
+                if got != target:
+                    problems.append(f"{where}: the slider is at position {got}, not {target}")
+                    index[k] = got
+                    continue
+                problems += [f"{where}: {p}" for p in _check_explorer_state(state, data, key)]
+                moved = key != previous
+                if moved:
+                    visited.add(key)
+                if moved and _fingerprint(state) == before:
+                    problems.append(f"{where}: neither the figure nor the readout changed")
+                previous = key
+            if len(visited) < 3:
+                problems.append(f"{eid}, {control['name']}: only {len(visited)} positions visited")
+            # back to the start value, by keyboard
+            start = int(data["start"].split(",")[k])
+            _key_press(tab, "Home")
+            for _ in range(start):
+                _key_press(tab, "ArrowRight")
+            index[k] = start
+            state = _wait_position(tab, eid, data["start"])
+            problems += [f"{eid}, {control['name']} back to its start: {p}"
+                         for p in _check_explorer_state(state, data, data["start"])]
+    events += tab._drain()
+    problems += _console_problems(events, site)
+    assert not problems, f"{page}:\n  " + "\n  ".join(dict.fromkeys(problems))
+
+
+@pytest.mark.parametrize("page", EXPLORER_PAGES or ["(no explorer)"])
+def test_explorers_on_a_phone(page, site, tab):
+    """At 390 px (a phone) every explorer fits the screen, draws its charts and still plays."""
+    if page not in EXPLORER_PAGES:
+        _skip_or_fail("no page with an explorer in the built site")
+    # a phone's width; tall enough to hold a whole explorer in one screenshot
+    tab.call("Emulation.setDeviceMetricsOverride",
+             {"width": PHONE, "height": 2000, "deviceScaleFactor": 2, "mobile": True})
+    try:
+        events = tab.open(site + page)
+        tab.evaluate("window.convresExplorersReady.then(() => 1)")
+        problems = []
+        for ex in _explorers_of(page):
+            eid, data = ex["id"], ex["data"]
+            state = _wait_position(tab, eid, data["start"])
+            if state["overflow"] > 1 or state["width"] > PHONE:
+                problems.append(f"{eid}: wider than the screen ({state['width']:.0f} px, overflow "
+                                f"{state['overflow']} px)")
+            for name, chart in state["charts"].items():
+                if not chart["lines"] or chart["width"] > state["width"] + 1:
+                    problems.append(f"{eid}: chart {name} not drawn or wider than the explorer")
+            problems += [f"{eid} on a phone: {p}" for p in _check_explorer_state(state, data, data["start"])]
+            tab.screenshot_element(eid, SHOTS / f"phone__{eid}.png", width=PHONE)
+            # one move by keyboard at this size too
+            tab.evaluate(f"document.getElementById({json.dumps(eid + '-' + data['controls'][0]['name'])}).focus(); 1")
+            _key_press(tab, "Home")
+            index = data["start"].split(",")
+            index[0] = "0"
+            key = ",".join(index)
+            problems += [f"{eid} on a phone, after Home: {p}"
+                         for p in _check_explorer_state(_wait_position(tab, eid, key), data, key)]
+        events += tab._drain()
+        problems += _console_problems(events, site)
+        assert not problems, f"{page}:\n  " + "\n  ".join(dict.fromkeys(problems))
+    finally:
+        tab.call("Emulation.setDeviceMetricsOverride",
+                 {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False})
+
+
+# --------------------------------------------------------------------------- saved widgets and MathJax 3
+def _widget_page(with_shim: bool, explorer: str = "") -> bytes:
+    """A page like one Jupyter Book writes for a notebook with a saved widget (MathJax 3 from the
+    site, require.js, the embed manager; with or without the MathJax 2 shim), holding one HTMLMath
+    widget whose description and value are TeX, and optionally an explorer's element (which must
+    then load Vega through require.js)."""
+    ipywidgets = pytest.importorskip("ipywidgets")
+    from ipywidgets.embed import embed_data
+    widget = ipywidgets.HTMLMath(value=r"\(x^2 + \beta\)", description=r"\(\mu\)")
+    data = embed_data(views=[widget])
+    shim = '<script src="_static/convres/mathjax2-shim.js"></script>' if with_shim else ""
+    return f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>widget check</title><link rel="icon" href="_static/favicon.svg">
+<script>window.MathJax = {{"options": {{"processHtmlClass": "tex2jax_process|mathjax_process|math|output_area"}}}}</script>
+<script defer="defer" src="_static/vendor/mathjax/tex-mml-chtml.js"></script>
+<script type="application/vnd.jupyter.widget-state+json">{json.dumps(data["manager_state"])}</script>
+{shim}
+<script>var require = {{paths: {{'@jupyter-widgets/html-manager/dist': new URL('_static/vendor/html-manager', document.baseURI).href}}}};</script>
+<script src="_static/vendor/require.js"></script>
+<script src="_static/vendor/html-manager/embed-amd.js"></script>
+{'<link rel="stylesheet" href="_static/convres/explorer.css">' if explorer else ""}
+{'<script defer="defer" src="_static/convres/explorer.js"></script>' if explorer else ""}
+</head><body><main><div class="cell_output"><div class="output text_html">
+<script type="application/vnd.jupyter.widget-view+json">{json.dumps(data["view_specs"][0])}</script>
+</div></div>{explorer}</main></body></html>""".encode()
+
+
+def test_saved_widgets_with_mathjax3(site, tab):
+    """The embed manager typesets widget labels through MathJax 2's ``MathJax.Hub.Queue``: with the
+    site's MathJax 3 and the shim, a page with a saved widget throws nothing and its TeX is
+    typeset; without the shim, the same page throws (so the check can fail)."""
+    # an explorer on the same page, if the site has one: its Vega then comes through require.js
+    explorer = ""
+    for page in EXPLORER_PAGES[:1]:
+        found = re.search(r'<div class="convres-explorer.*?</script>\s*</div>', (SITE / page).read_text(), re.S)
+        explorer = found.group(0) if found else ""
+    results = {}
+    for with_shim in (True, False):
+        path = f"__widget_check_{int(with_shim)}.html"
+        _QuietHandler.extra["/" + path] = _widget_page(with_shim, explorer if with_shim else "")
+        events = tab.open(site + path)
+        results[with_shim] = tab.evaluate("""(async () => {
+            const sleep = ms => new Promise(r => setTimeout(r, ms));
+            for (let t = 0; t < 100 && !document.querySelector('.widget-htmlmath'); t++) await sleep(50);
+            if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+            await sleep(300);
+            const w = document.querySelector('.widget-htmlmath');
+            if (window.convresExplorersReady) await window.convresExplorersReady;
+            const lines = document.querySelectorAll('.convres-explorer .mark-line path').length;
+            return {rendered: !!w, typeset: w ? w.querySelectorAll('mjx-container').length : 0,
+                    explorerLines: lines, amd: !!(window.requirejs && window.requirejs.defined('vega'))}; })()""")
+        results[with_shim]["problems"] = _console_problems(events + tab._drain(), site)
+    good, bad = results[True], results[False]
+    print(f"\nwidget page with the shim: {good}")
+    assert good["rendered"] and not good["problems"], f"with the shim: {good}"
+    assert good["typeset"] >= 2, f"with the shim the widget's TeX was not typeset: {good}"
+    if EXPLORER_PAGES:   # the explorer drew its charts, with Vega loaded as an AMD module
+        assert good["explorerLines"] > 0 and good["amd"], f"explorer next to require.js: {good}"
+    assert any("Queue" in p for p in bad["problems"]), \
+        f"without the shim the page should throw the MathJax 2 error (else this check proves nothing): {bad}"
+
+
+def _same(a, b, rtol: float = 1e-4) -> bool:
+    """Equal up to the 5 significant digits a page embeds (numbers, lists of numbers, the rest)."""
+    import numpy as np
+    if isinstance(b, (int, float)) and not isinstance(b, bool) and isinstance(a, (int, float)):
+        return bool(np.isclose(a, b, rtol=rtol, atol=0))
+    if isinstance(b, list) and isinstance(a, list) and b and not isinstance(b[0], str):
+        return len(a) == len(b) and bool(np.allclose(a, b, rtol=rtol, atol=0))
+    return a == b
+
+
+def test_explorer_data_is_what_convres_computes():
+    """The data a built page embeds are what convres computes now: a few positions of every explorer
+    recomputed (one run at a time, off the page's batched grid) from the grid settings it embeds."""
+    if not EXPLORER_PAGES:
+        _skip_or_fail("no page with an explorer in the built site")
+    from convres import explorers
+
+    recompute = {"rank-collapse": explorers.rank_collapse_position, "convergence": explorers.convergence_position}
+    problems = []
+    for page in EXPLORER_PAGES:
+        for ex in _explorers_of(page):
+            data = ex["data"]
+            keys = [data["start"], ",".join("0" * len(data["controls"])),
+                    ",".join(str(len(c["values"]) - 1) for c in data["controls"])]
+            for key in dict.fromkeys(keys):
+                values = [c["values"][int(i)] for c, i in zip(data["controls"], key.split(","))]
+                now = explorers._rounded(recompute[data["name"]](*values, data["grid"]))
+                stored = data["positions"][key]
+                for field, value in now.items():
+                    if field in ("labels", "readout"):
+                        continue
+                    if not _same(stored.get(field), value):
+                        problems.append(f"{page} {ex['id']} at {key} ({values}): {field} differs from "
+                                        "what convres computes now (rebuild the book)")
+    assert not problems, "\n  ".join(problems)

@@ -2,17 +2,23 @@
 
 Jobs for the published site:
 
-1. **No CDN.** MathJax, require.js and the ipywidgets embed manager are installed from the npm
-   registry at exact versions (``web/package.json`` and its lock file, ``make assets``) into
-   ``web/node_modules/`` (git-ignored). This extension copies the files the pages need straight
-   into the output, ``_build/html/_static/vendor/``, where ``mathjax_path`` and ``nb_ipywidgets_js``
-   in ``_config.yml`` point (Sphinx resolves those relative to ``_static``). They are never put in
-   a *source* static folder (``book/_static``): Jupyter Book 1 would inject every ``.js``/``.css``
-   found there into every page.
-2. **API reference.** ``book/api.md`` gets one ``automodule`` section per public module of
+1. **No CDN.** MathJax, require.js, the ipywidgets embed manager, Vega and Vega-Lite are installed
+   from the npm registry at exact versions (``web/package.json`` and its lock file, ``make
+   assets``) into ``web/node_modules/`` (git-ignored). This extension copies the files the pages
+   need straight into the output, ``_build/html/_static/vendor/``, where ``mathjax_path`` and
+   ``nb_ipywidgets_js`` in ``_config.yml`` point (Sphinx resolves those relative to ``_static``).
+   The site's own scripts (``web/explorer.js``, ``web/explorer.css``, ``web/mathjax2-shim.js``) go
+   to ``_build/html/_static/convres/``. None of them is put in a *source* static folder
+   (``book/_static``): Jupyter Book 1 would inject every ``.js``/``.css`` found there into every
+   page.
+2. **Explorers.** A page that holds an explorer (``convres.explorers``: an element of class
+   ``convres-explorer``) loads ``explorer.js`` and ``explorer.css``, which draw it with Vega-Lite;
+   other pages load neither. Pages with saved ipywidgets load ``mathjax2-shim.js`` first
+   (``nb_ipywidgets_js``), which gives the embed manager the MathJax 2 call it makes.
+3. **API reference.** ``book/api.md`` gets one ``automodule`` section per public module of
    ``convres`` (found with ``pkgutil``), so a new module is documented without editing the page;
    ``convres.name`` re-exports resolve to the module that defines them.
-3. **Clean pages.** Figures are rendered inline even when ``MPLBACKEND`` is set in the
+4. **Clean pages.** Figures are rendered inline even when ``MPLBACKEND`` is set in the
    environment, and inline scripts that Jupyter Book 1 registers twice (a JavaScript error on
    every page) are included once.
 """
@@ -47,13 +53,23 @@ ASSETS = [
     ("requirejs/package.json", "requirejs-package.json"),
     ("@jupyter-widgets/html-manager/dist", "html-manager"),
     ("@jupyter-widgets/html-manager/package.json", "html-manager/package.json"),
+    ("vega/build/vega.min.js", "vega/vega.min.js"),
+    ("vega/LICENSE", "vega/LICENSE"),
+    ("vega/package.json", "vega/package.json"),
+    ("vega-lite/build/vega-lite.min.js", "vega-lite/vega-lite.min.js"),
+    ("vega-lite/LICENSE", "vega-lite/LICENSE"),
+    ("vega-lite/package.json", "vega-lite/package.json"),
 ]
+WEB = Path(__file__).resolve().parent
+OWN = "_static/convres"  # folder of the output that holds the site's own scripts
+OWN_FILES = ["explorer.js", "explorer.css", "mathjax2-shim.js"]
+EXPLORER_MARK = 'class="convres-explorer'  # what convres.explorers.Explorer.html() writes
 # Files of html-manager/dist the pages never load (source maps, the non-AMD bundles).
 _SKIP = shutil.ignore_patterns("*.map", "embed.js", "embed.js.LICENSE.txt", "libembed-amd.js")
 
 # Order of the API page; modules not listed follow in alphabetical order.
-API_ORDER = ["model", "gd", "engine", "theory", "rank", "collapse", "data", "experiments",
-             "cache", "config", "plotting", "widgets", "bench", "cli"]
+API_ORDER = ["model", "gd", "rank", "theory", "certify", "collapse", "data", "experiments",
+             "cache", "paths", "runtime", "plotting", "explorers", "show", "cli"]
 
 
 def _check_assets(app) -> None:
@@ -73,6 +89,10 @@ def _check_assets(app) -> None:
             shutil.copytree(source, target, ignore=_SKIP, dirs_exist_ok=True)
         else:
             shutil.copy2(source, target)
+    own = Path(app.outdir) / OWN
+    own.mkdir(parents=True, exist_ok=True)
+    for name in OWN_FILES:
+        shutil.copy2(WEB / name, own / name)
 
 
 def api_modules() -> list[str]:
@@ -151,6 +171,10 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
             unique.append(js)
     if "script_files" in context:
         context["script_files"][:] = unique
+    # Explorers: their script (it loads Vega and Vega-Lite itself) and style, on their pages only.
+    if EXPLORER_MARK in (context.get("body") or ""):
+        app.add_css_file(f"{OWN.removeprefix('_static/')}/explorer.css")
+        app.add_js_file(f"{OWN.removeprefix('_static/')}/explorer.js", defer="defer")
     # The widget manager loads its fonts from the folder require.js reports for it, which is the
     # page's folder unless require.js is told (a global `require` before require.js is its config).
     if any(str(getattr(js, "filename", "") or "").endswith("embed-amd.js") for js in unique):
