@@ -186,10 +186,12 @@ def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float
     ``e_token^T``. Returns ``X, W_Q, W_K, W_V`` and the per-row ``margins``.
     """
     if d < 3:
-        raise ValueError(f"spiked_instance needs d >= 3 (two structured features and Gaussian ones), got d={d}.")
+        raise ValueError("spiked_instance needs d >= 3 (two structured features and "
+                         f"Gaussian ones), got d={d}.")
     if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < n:
         raise ValueError(f"token must be an index in [0, n) = [0, {n}), got {token!r}.")
-    if isinstance(strength, bool) or not isinstance(strength, (int, float)) or not math.isfinite(strength):
+    if isinstance(strength, bool) or not isinstance(strength, numbers.Real) \
+            or not math.isfinite(strength):
         raise TypeError(f"strength must be a finite number, got {strength!r}.")
     inst = gaussian_instance(n, d, d_qk, seed)
     X = inst["X"].clone()
@@ -205,9 +207,11 @@ def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float
     if not bool((margins > 0).all()):
         bad = [int(i) for i in torch.nonzero(margins <= 0).flatten()]
         raise ValueError(
-            f"spiked_instance(n={n}, d={d}, d_qk={d_qk}, seed={seed}, strength={strength}): rows {bad} "
-            f"do not put their largest logit on token {token} (the Gaussian columns outweigh the spike "
-            f"strength^2 = {strength ** 2:g}); use a larger strength or another seed.")
+            f"spiked_instance(n={n}, d={d}, d_qk={d_qk}, seed={seed}, "
+            f"strength={strength}): "
+            f"rows {bad} do not put their largest logit on token {token} (the Gaussian "
+            f"columns outweigh the spike strength^2 = {strength ** 2:g}); use a larger "
+            "strength or another seed.")
     return {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": inst["W_V"], "margins": margins}
 
 

@@ -280,11 +280,13 @@ def attention(X, W_Q, W_K, W_V, s: float):
     return S, _linear(S @ X, W_V)
 
 
-def block(X, W: Mapping[str, torch.Tensor], *, s: float, act: Activation, beta_attn, beta_ffn):
+def block(X, W: Mapping[str, torch.Tensor], *, s: float, act: Activation,
+          beta_attn, beta_ffn):
     """One block, book equations (1)-(3): returns ``(S, A, Z, H)`` for input ``X``."""
-    S, A = attention(X, W["W_Q"], W["W_K"], W["W_V"], s)
-    Z = A + _coefficient(beta_attn, X) * X                                  # (2)
-    H = _linear(act(_linear(Z, W["W_1"])), W["W_2"]) + _coefficient(beta_ffn, Z) * Z  # (3)
+    S, A = attention(X, W["W_Q"], W["W_K"], W["W_V"], s)                 # (1)
+    Z = A + _coefficient(beta_attn, X) * X                              # (2)
+    FFN = _linear(act(_linear(Z, W["W_1"])), W["W_2"])
+    H = FFN + _coefficient(beta_ffn, Z) * Z                             # (3)
     return S, A, Z, H
 
 

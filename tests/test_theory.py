@@ -13,9 +13,9 @@ from convres.collapse import value_counterexample
 from convres.gd import loss_and_grad
 from convres.model import forward_trace
 from convres.rank import sigma_nn, stacked
-from convres.theory import (FLOAT_TOL, check_assumptions, ffn_lemma, hessian_norm, part_b_check,
-                            r_sigma_upper, rate_alpha, residual_lemma, theorem_instance, theorem_run,
-                            verify_run)
+from convres.theory import (FLOAT_TOL, check_assumptions, ffn_lemma, ffn_theorem_run, hessian_norm,
+                            part_b_check, r_sigma_upper, rate_alpha, residual_lemma, theorem_instance,
+                            theorem_run, verify_run)
 
 
 def small(seed=0, beta=1.0, **kw):
@@ -145,12 +145,40 @@ def test_r_sigma_upper_is_attained_by_an_explicit_point(seed, layers):
 
 
 def test_part_b_fails_on_the_default_instance_and_is_consistent():
+    """Part (b'): rho = 4 sqrt(2 Phi_0) / sigma_0 exceeds the upper bound of r_sigma (a certified
+    failure); the lower bound of convres.certify lies below the upper bound; the old (A5) radius
+    is larger than rho by 2 J_0 / sigma_0 >= 2."""
     params, X, Y, cfg = theorem_instance(0)
     b = part_b_check(params, X, Y, cfg)
-    assert b["fails"] and b["radius_lower"] > b["r_sigma_upper"] > 0
-    phi, grads, _ = loss_and_grad(params, X, Y, cfg)
+    assert b["fails"] and b["holds"] is None and b["rho"] > b["r_sigma_upper"] > b["r_sigma_lower"] > 0
+    phi, grads, tr = loss_and_grad(params, X, Y, cfg)
+    sigma_0 = sigma_nn(tr.H[-1])
+    assert b["rho"] == pytest.approx(4 * math.sqrt(2 * float(phi)) / sigma_0)
     g = math.sqrt(sum(float(t.pow(2).sum()) for t in grads.values()))
-    assert b["radius_lower"] == pytest.approx(2 * g / rate_alpha(params, X, cfg))
+    assert b["radius_lower_A5"] == pytest.approx(2 * g / rate_alpha(params, X, cfg))
+    assert b["radius_lower_A5"] / b["rho"] == pytest.approx(2 * b["J0"] / sigma_0)
+    assert b["radius_lower_A5"] >= 2 * b["rho"]
+
+
+def test_part_b_holds_on_a_certified_instance():
+    from convres.certify import certified_instance
+    params, X, Y, cfg = certified_instance(0, d=512, N=1, n=1)
+    b = part_b_check(params, X, Y, cfg)
+    assert b["holds"] is True and not b["fails"] and b["rho"] < b["r_sigma_lower"] <= b["r_sigma_upper"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_path_length_lemma_on_runs(seed):
+    """Lemma thm-lem-path: where the descent inequality holds at every step, the path length
+    sum_t mu ||g_t|| is at most 2 sqrt(2 Phi_0 / lambda), lambda = min_t ||g_t||^2 / (2 Phi_t)."""
+    params, X, Y, cfg = small(seed)
+    r = theorem_run(params, X, Y, cfg, steps=80, seed=seed)
+    h = r.history
+    assert (r.check.half_margin >= -1e-12 * h.loss[0]).all()
+    lam = float(np.min(h.grad_norm ** 2 / (2 * h.loss[:-1])))
+    path = float(np.sum(r.mu * h.grad_norm))
+    assert r.check.max_distance <= path * (1 + 1e-9)
+    assert path <= 2 * math.sqrt(2 * h.loss[0] / lam)
 
 
 def test_bad_arguments_raise_clear_errors():
@@ -206,15 +234,16 @@ def test_cli_theorem_text_and_help_are_honest(capsys):
     with pytest.raises(SystemExit):
         main(["theorem", "--help"])
     help_text = capsys.readouterr().out
-    for phrase in ("part_b_holds", "sigma_min_H0", "ESTIMATED", "(A0)-(A4)", "(A5)"):
+    for phrase in ("part_b_holds", "sigma_min_H0", "ESTIMATED", "(A0)-(A4)", "(A5)", "--certify", "rho"):
         assert phrase in help_text
 
 
-def test_part_b_holds_is_never_claimed():
-    """part_b_holds is False (certified failure) or None (unknown), never True."""
+def test_part_b_holds_follows_the_certificates():
+    """part_b_holds is False (certified failure), True (certified) or None (undecided)."""
     params, X, Y, cfg = small(0)
     r = theorem_run(params, X, Y, cfg, steps=2)
-    assert r.summary()["part_b_holds"] is (False if r.part_b["fails"] else None)
+    b = r.part_b
+    assert r.summary()["part_b_holds"] is (False if b["fails"] else b["holds"])
 
 
 def test_cli_theorem_without_residual_reports_a_vacuous_guarantee(capsys):
@@ -223,3 +252,112 @@ def test_cli_theorem_without_residual_reports_a_vacuous_guarantee(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["assumptions_hold"] is False and out["violations"] == 0
     assert out["mu"] * out["alpha"] * out["steps"] < math.log(1 / 0.9)
+
+
+# --- the FFN theorem (thm-ffn) ---------------------------------------------------------------------
+
+def ffn_instance(seed=0, pool=None, L=1, m=24, N=3, n=4, activation="gelu"):
+    cfg = ModelConfig(d=8, d_qk=8, m=m, c=1, L=L, activation=activation, pool=pool)
+    X, Y = synthetic_regression(N, n, 8, 1, seed=seed, pooled=pool == "mean")
+    return init_params(cfg, seed=seed + 1), X, Y, cfg
+
+
+@pytest.mark.parametrize("pool,L", [(None, 1), ("mean", 1), ("mean", 2), (None, 2)])
+def test_ffn_pl_lemma_holds_at_every_recorded_step(pool, L):
+    """||grad_{W_2} Phi||^2 >= 2 sigma_rows(M~)^2 sigma_c(W_U)^2 Phi at every recorded step."""
+    params, X, Y, cfg = ffn_instance(pool=pool, L=L)
+    r = ffn_theorem_run(params, X, Y, cfg, mu=0.002, steps=40, record_every=5, smoothness_iters=5)
+    out = r.summary()
+    assert out["rows"] == (3 if pool == "mean" else 12) and out["readout"] == ("pooled" if pool else "per token")
+    assert out["min_lemma_margin"] >= -1e-9 and len(r.lemma_margin) == 8
+    assert out["recorded_steps"] == 9 and out["checked_steps"] == 40
+    assert set(out["hypotheses"]) >= {"width", "output_dim", "smooth_activation", "full_rank_activations",
+                                      "full_rank_readout", "non_vacuous_rate", "step_size",
+                                      "sigma_M_along_run", "sigma_U_along_run", "descent_along_run"}
+    for h in out["hypotheses"].values():
+        assert set(h) >= {"holds", "value", "threshold"}
+    json.dumps(out, allow_nan=False)
+
+
+def test_ffn_theorem_holds_at_every_step_with_a_small_step():
+    params, X, Y, cfg = ffn_instance(pool="mean")
+    r = ffn_theorem_run(params, X, Y, cfg, mu=0.002, steps=60, record_every=1)
+    out = r.summary()
+    assert out["violations"] == 0 and out["observed_steps"] == 60 and out["hypotheses"]["descent_along_run"]["holds"]
+    assert out["alpha_ffn"] == pytest.approx((out["sigma_M0"] * out["sigma_U0"] / 4) ** 2)
+    assert (r.pl_margin >= -1e-9).all()
+    # the bound at each step follows from the PL lemma at that step and the measured descent
+    ratio = r.bound_excess + 1 - r.mu * r.alpha_ffn
+    assert (ratio <= 1 + 1e-12).all()
+
+
+def test_ffn_theorem_sees_rank_collapse_per_token_but_not_pooled():
+    """beta = 0 and uniform attention: identical rows per sequence, sigma_Nn(M) = 0 per token;
+    pooled, the N mean rows stay distinct and sigma_N(PM) > 0."""
+    for pool, collapsed in ((None, True), ("mean", False)):
+        params, X, Y, cfg = ffn_instance(pool=pool)
+        cfg = cfg.replace(beta=0.0)
+        params["layer1.W_Q"] = torch.zeros_like(params["layer1.W_Q"])
+        out = ffn_theorem_run(params, X, Y, cfg, mu=0.001, steps=2, smoothness_iters=0).summary()
+        assert (not out["hypotheses"]["full_rank_activations"]["holds"]) is collapsed
+        assert "step_size" not in out["hypotheses"]
+
+
+def test_ffn_theorem_reports_a_too_narrow_ffn_and_counts_violations():
+    params, X, Y, cfg = ffn_instance(m=6)                      # 12 rows per token > m = 6
+    out = ffn_theorem_run(params, X, Y, cfg, mu=0.002, steps=3, smoothness_iters=0).summary()
+    assert not out["hypotheses"]["width"]["holds"] and out["alpha_ffn"] == 0
+    params, X, Y, cfg = ffn_instance(pool="mean")
+    big = ffn_theorem_run(params, X, Y, cfg, mu=0.2, steps=20).summary()   # mu far above 1/L
+    assert big["violations"] is None or big["violations"] > 0 or big["status"] == "diverged"
+    assert not big["hypotheses"]["step_size"]["holds"]
+
+
+def test_ffn_theorem_run_float32_and_bad_input():
+    params, X, Y, cfg = ffn_instance(pool="mean")
+    p32 = {k: v.float() for k, v in params.items()}
+    out = ffn_theorem_run(p32, X.float(), Y.float(), cfg, mu=0.002, steps=10, smoothness_iters=0).summary()
+    assert out["dtype"] == "float32" and out["violations"] == 0
+    with pytest.raises(ValueError, match="mu must be"):
+        ffn_theorem_run(params, X, Y, cfg, mu=0.0, steps=3)
+    with pytest.raises(ValueError, match="record_every"):
+        ffn_theorem_run(params, X, Y, cfg, mu=0.1, steps=3, record_every=0)
+    with pytest.raises(ValueError, match="shape"):
+        ffn_theorem_run(params, X, Y[:, None], cfg, mu=0.1, steps=3)
+
+
+# --- scope ------------------------------------------------------------------------------------------
+
+def test_scope_table_is_computed_from_the_settings():
+    from convres.experiments import settings
+    from convres.theory import scope_table
+    rows = scope_table()
+    assert {r["experiment"].split()[0] for r in rows} == {"simulations", "jena", "sst2", "rank_collapse_gd"}
+    assert not any(r["holds"] for r in rows if r["hypothesis"] == "per-token readout"
+                   and r["experiment"].startswith("sst2"))
+    assert {r["theorem"] for r in rows} == {"thm-main", "thm-ffn"}
+    for r in rows:
+        assert set(r) == {"experiment", "theorem", "hypothesis", "holds", "value", "threshold", "note"}
+        assert isinstance(r["holds"], bool)
+    by = {(r["experiment"], r["theorem"], r["hypothesis"]): r for r in rows}
+    s = settings("sst2")
+    sst = by[(f"sst2 L={s['depths'][0]}", "thm-ffn", "(F1) width m >= rows")]
+    assert sst["value"] == s["m"] and sst["holds"] == (s["m"] >= sst["threshold"])
+    assert not by[(f"sst2 L={s['depths'][0]}", "thm-main", "per-token readout")]["holds"]
+    sim = settings("simulations")
+    first = (sim.get("regimes") or [dict(N=sim["N"])])[0]
+    label = next(r["experiment"] for r in rows if r["experiment"].startswith("simulations"))
+    w = by[(label, "thm-main", "(A1) width N n <= d")]
+    assert w["value"] == first.get("N", sim["N"]) * sim["n"] and w["threshold"] == sim["d"]
+
+
+def test_scope_rows_decide_each_hypothesis():
+    from convres.theory import parameter_count, scope_rows
+    cfg = ModelConfig(d=11, d_qk=11, m=16, c=1, activation="relu")
+    rows = {r["hypothesis"]: r for r in scope_rows("jena-like", cfg, 107, 24) if r["theorem"] == "thm-main"}
+    assert parameter_count(cfg) == 726
+    assert not rows["(A1) width N n <= d"]["holds"] and not rows["any PL: parameters p >= outputs"]["holds"]
+    assert not rows["(A2) smooth activation"]["holds"]
+    wide = scope_rows("wide", ModelConfig(d=8, d_qk=8, m=64, c=1, activation="gelu", pool="mean"), 32, 10)
+    ffn = {r["hypothesis"]: r["holds"] for r in wide if r["theorem"] == "thm-ffn"}
+    assert all(ffn.values())

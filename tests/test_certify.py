@@ -1,0 +1,277 @@
+"""The certified bounds (convres.certify): try to break them on random instances.
+
+Every bound of lemmas thm-lem-chain, thm-lem-rlo, thm-lem-jup and thm-lem-lup (book chapter *The
+theorem*) is an inequality that must hold at every point of the ball; these tests sample points
+(random, concentrated on one block, and found by an adversarial ascent), measure the bounded
+quantity exactly and compare. The mutant tests show that the checks can fail: a bound with a
+term removed is caught.
+"""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from convres import ModelConfig, init_params, synthetic_regression
+from convres.certify import (BLOCKS, ENVELOPE_TOL, centre, certificate, certified_instance, certified_run,
+                             chain, crossing, jacobian_upper, r_sigma_lower, second_order, smoothness_upper,
+                             width_sweep)
+from convres.certify import _centre, _r_sigma_lower, _smoothness_upper
+from convres.cli import main
+from convres.model import _trace
+from convres.rank import sigma_nn, stacked
+from convres.theory import hessian_norm, r_sigma_upper
+
+INSTANCES = 200
+CHUNKS = 10
+
+
+def random_instance(k: int):
+    """A small random instance of every kind the bounds allow: shapes, residuals, scales,
+    activations, branch and readout scales, input scale; ``(params, X, Y, cfg, rng)``."""
+    g = np.random.default_rng(k)
+    N, n = int(g.integers(1, 3)), int(g.integers(2, 4))
+    cfg = ModelConfig(d=int(g.integers(N * n, N * n + 5)), d_qk=int(g.integers(1, 5)), m=int(g.integers(2, 7)),
+                      c=int(g.integers(1, 3)), beta_attn=float(g.uniform(0, 1.5)),
+                      beta_ffn=float(g.uniform(0, 1.5)), activation=("gelu", "tanh", "softplus")[k % 3],
+                      scale=("1/sqrt(d_qk)", "1/d_qk", 1.0, 3.0)[int(g.integers(4))])
+    X, Y = synthetic_regression(N, n, cfg.d, cfg.c, seed=k)
+    X = X * float(g.uniform(0.3, 2.0))
+    params = init_params(cfg, seed=k + 1, branch_scale=float(np.exp(g.uniform(np.log(0.05), np.log(2.0)))))
+    params["W_U"] = params["W_U"] * float(np.exp(g.uniform(np.log(0.1), np.log(2.0))))
+    return params, X, Y, cfg, g
+
+
+class Flat:
+    """The model as a function of one flat parameter vector (for exact Jacobians and Hessians)."""
+
+    def __init__(self, params, X, Y, cfg):
+        self.keys = list(params)
+        self.shapes = [params[k].shape for k in self.keys]
+        self.sizes = [params[k].numel() for k in self.keys]
+        self.theta0 = torch.cat([params[k].reshape(-1) for k in self.keys])
+        self.X, self.Y, self.cfg = X, Y, cfg
+
+    def unflat(self, v):
+        return {k: t.reshape(s) for k, t, s in zip(self.keys, torch.split(v, self.sizes), self.shapes)}
+
+    def F(self, v):
+        return _trace(self.unflat(v), self.X, self.cfg).F.reshape(-1)
+
+    def phi(self, v):
+        return 0.5 * (_trace(self.unflat(v), self.X, self.cfg).F - self.Y).pow(2).sum()
+
+    def parts(self, v):
+        """``(S, Z, M, H)`` at ``v``, stacked."""
+        p = self.unflat(v)
+        tr = _trace(p, self.X, self.cfg)
+        Z = stacked(tr.Z[0])
+        return tr.S[0], Z, self.cfg.act(Z @ p["layer1.W_1"]), stacked(tr.H[0])
+
+    def point(self, r: float, g, block: int | None = None):
+        """A point at distance ``r`` from the centre: a random direction, or one in a single block."""
+        u = torch.as_tensor(g.standard_normal(self.theta0.shape[0]), dtype=torch.float64)
+        if block is not None:
+            mask = torch.zeros_like(u)
+            offsets = np.cumsum([0] + self.sizes)
+            k = [i for i, key in enumerate(self.keys) if key.endswith(BLOCKS[block])][0]
+            mask[offsets[k]:offsets[k + 1]] = 1.0
+            u = u * mask
+        return self.theta0 + r * u / u.norm()
+
+
+def _radius(c, k, g):
+    """The ball: the certified radius of thm-lem-rlo for even k, a random one for odd k."""
+    return float(_r_sigma_lower(c)) if k % 2 == 0 else float(g.uniform(0.05, 1.0))
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_no_sampled_point_of_the_ball_breaks_a_bound(chunk):
+    """200 random instances, two points of B_r each (one random, one in a single block): the
+    increments of S_i, Z, M, H, the Jacobian norm and (at the first point) the exact Hessian norm
+    stay below their bounds; on B_{r_sigma_lower}, sigma_Nn(H) >= sigma_0 / 2."""
+    worst = {}
+    for k in range(chunk * INSTANCES // CHUNKS, (chunk + 1) * INSTANCES // CHUNKS):
+        params, X, Y, cfg, g = random_instance(k)
+        c = _centre(params, X, Y, cfg)
+        r = _radius(c, k, g)
+        ch = chain(c, r)
+        L_up, J_up, _ = _smoothness_upper(c, r)
+        f = Flat(params, X, Y, cfg)
+        S0, Z0, M0, H0 = f.parts(f.theta0)
+        for j, block in enumerate((None, int(g.integers(6)))):
+            v = f.point(r * math.sqrt(float(g.uniform(0.25, 1.0))), g, block)
+            S, Z, M, H = f.parts(v)
+            ratios = {
+                "S": float(((S - S0).flatten(1).norm(dim=1) / torch.as_tensor(ch.dS_i).clamp_min(1e-300)).max()),
+                "Z": float((Z - Z0).norm()) / ch.delta_Z if ch.delta_Z > 0 else float((Z - Z0).norm()) * 1e300,
+                "M": float((M - M0).norm()) / ch.delta_M,
+                "H": float(torch.linalg.matrix_norm(H - H0, 2)) / ch.delta_H,
+                "J": float(torch.linalg.matrix_norm(torch.autograd.functional.jacobian(f.F, v, vectorize=True), 2)) / J_up,
+            }
+            if j == 0 and k % 2 == 1:
+                ratios["L"] = float(torch.linalg.eigvalsh(torch.autograd.functional.hessian(f.phi, v, vectorize=True)).abs().max()) / L_up
+            if k % 2 == 0 and c.sigma_0 > 0:
+                ratios["sigma"] = (c.sigma_0 / 2) / max(sigma_nn(H), 1e-300)
+            for name, q in ratios.items():
+                worst[name] = max(worst.get(name, 0.0), q)
+    assert all(q <= 1 + 1e-9 for q in worst.values()), worst
+
+
+@pytest.mark.parametrize("k", range(0, 20, 2))
+def test_hessian_power_iteration_at_random_points_stays_below_L_upper(k):
+    """Power iteration with exact Hessian-vector products (theory.hessian_norm) at the centre and
+    at two random points of B_{r_sigma_lower}: never above L_upper."""
+    params, X, Y, cfg, g = random_instance(k)
+    c = _centre(params, X, Y, cfg)
+    r = float(_r_sigma_lower(c))
+    L_up = _smoothness_upper(c, r)[0]
+    f = Flat(params, X, Y, cfg)
+    for v in (f.theta0, f.point(r, g), f.point(r * 0.5, g)):
+        assert hessian_norm(f.unflat(v), X, Y, cfg, iters=20, seed=k) <= L_up * (1 + 1e-9)
+
+
+def ascend(f, r, objective, g, steps=20):
+    """Projected gradient ascent of ``objective(v)`` on the ball of radius ``r`` around the
+    centre, from the best of four random points of its sphere; returns the best point found."""
+    v = max((f.point(r, g) for _ in range(4)), key=lambda w: float(objective(w)))
+    best, best_val = v, float(objective(v))
+    for _ in range(steps):
+        v = v.detach().requires_grad_(True)
+        grad, = torch.autograd.grad(objective(v), v)
+        v = v.detach() + 0.5 * r * grad / grad.norm().clamp_min(1e-300)
+        step = v - f.theta0
+        v = f.theta0 + step * min(1.0, r / float(step.norm()))
+        if float(objective(v)) > best_val:
+            best, best_val = v, float(objective(v))
+    return best
+
+
+@pytest.mark.parametrize("k", range(0, 24, 2))
+def test_an_adversarial_ascent_breaks_neither_r_sigma_lower_nor_delta_H(k):
+    """Projected gradient steps that lower sigma_Nn(H(theta)), and others that raise
+    ||H(theta) - H_0||_2, inside B_{r_sigma_lower}: sigma_Nn(H) stays >= sigma_0 / 2 and the
+    increment <= delta_H; the explicit point of thm-lem-rsigma lies outside the ball."""
+    params, X, Y, cfg, g = random_instance(k)
+    c = _centre(params, X, Y, cfg)
+    r = float(_r_sigma_lower(c))
+    f = Flat(params, X, Y, cfg)
+    H0 = f.parts(f.theta0)[3]
+    low = ascend(f, r, lambda v: -torch.linalg.svdvals(f.parts(v)[3])[-1], g)
+    assert sigma_nn(f.parts(low)[3]) >= c.sigma_0 / 2 * (1 - 1e-12)
+    far = ascend(f, r, lambda v: torch.linalg.matrix_norm(f.parts(v)[3] - H0, 2), g)
+    assert float(torch.linalg.matrix_norm(f.parts(far)[3] - H0, 2)) <= chain(c, r).delta_H * (1 + 1e-12)
+    assert r_sigma_upper(params, X, cfg) >= r
+
+
+def test_mutant_bounds_are_caught():
+    """The checks can fail: without its second-order term the L bound is broken at a sampled
+    point of some instance, and a third of delta_H is broken by the ascent on some instance."""
+    broken_L = broken_H = False
+    for k in range(0, 60, 2):
+        params, X, Y, cfg, g = random_instance(k)
+        c = _centre(params, X, Y, cfg)
+        r = float(_r_sigma_lower(c))
+        _, J_up, _ = _smoothness_upper(c, r)
+        f = Flat(params, X, Y, cfg)
+        if not broken_L:
+            hess = torch.autograd.functional.hessian(f.phi, f.point(r, g), vectorize=True)
+            broken_L = float(torch.linalg.eigvalsh(hess).abs().max()) > 0.5 * J_up ** 2
+        if not broken_H:
+            H0 = f.parts(f.theta0)[3]
+            far = ascend(f, r, lambda v: torch.linalg.matrix_norm(f.parts(v)[3] - H0, 2), g)
+            broken_H = float(torch.linalg.matrix_norm(f.parts(far)[3] - H0, 2)) > chain(c, r).delta_H / 3
+        if broken_L and broken_H:
+            break
+    assert broken_L and broken_H
+
+
+def test_chain_is_monotone_in_the_radius_and_exact_at_the_centre():
+    params, X, Y, cfg, _ = random_instance(3)
+    c = centre(params, X, Y, cfg)
+    prev = None
+    for r in (0.0, 0.01, 0.1, 0.5, 1.0):
+        ch = chain(c, r)
+        if prev is not None:
+            assert ch.delta_H >= prev.delta_H and (ch.dF >= prev.dF - 1e-15).all()
+        prev = ch
+    ch0 = chain(c, 0.0)
+    assert ch0.delta_H == 0.0 and ch0.Hbar == pytest.approx(c.h0)
+    # at the centre the W_U block of the Jacobian bound is ||H_0||_2, which is attained
+    assert jacobian_upper(params, X, Y, cfg, 0.0) >= c.h0
+    assert smoothness_upper(params, X, Y, cfg, 0.0) >= c.h0 ** 2
+    assert second_order(c, ch0) >= 0
+
+
+def test_the_book_instance_and_fresh_seeds_are_certified():
+    """The certified regime at N n = 2, d = 1024 (seeds 0-5): ratio < 1 with margin."""
+    ratios = [certificate(*certified_instance(seed)).ratio for seed in range(4)]
+    assert max(ratios) < 0.85, ratios
+
+
+def test_a_certified_run_meets_every_certified_claim():
+    params, X, Y, cfg = certified_instance(1, d=1024)
+    run = certified_run(params, X, Y, cfg, steps=8)
+    cert, out = run.certificate, run.summary()
+    assert cert.certified and out["violations"] == 0 and out["checked_steps"] == 9
+    assert out["final_loss"] <= (1 - cert.mu * cert.alpha) ** out["steps"] * out["initial_loss"]
+    assert run.distance.max() <= cert.rho and run.path[-1] <= cert.rho
+    assert run.sigma.min() >= cert.sigma_0 / 2
+    assert (run.ratio <= 1 - cert.mu * cert.alpha + ENVELOPE_TOL).all()
+
+
+def test_a_failed_certificate_is_a_result_not_an_error(capsys):
+    params, X, Y, cfg = certified_instance(0, d=64)
+    cert = certificate(params, X, Y, cfg)
+    assert not cert.certified and cert.ratio > 1 and math.isfinite(cert.L_upper)
+    assert main(["theorem", "--certify", "--d", "64", "--steps", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["certified"] is False and out["ratio"] > 1 and out["steps"] == 3
+
+
+def test_cli_certify_json(capsys):
+    assert main(["theorem", "--certify", "--steps", "5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    need = {"certified", "ratio", "r_sigma_lower", "L_upper", "mu", "alpha", "initial_loss", "final_loss",
+            "steps", "violations", "status", "N", "n", "d"}
+    assert need <= set(out)
+    assert out["certified"] is True and out["ratio"] < 1 and out["violations"] == 0
+    assert out["final_loss"] <= (1 - out["mu"] * out["alpha"]) ** out["steps"] * out["initial_loss"]
+    assert (out["N"], out["n"], out["d"], out["steps"]) == (1, 2, 1024, 5)
+
+
+def test_cli_certify_refuses_what_it_cannot_certify(capsys):
+    assert main(["theorem", "--certify", "--layers", "2"]) == 2
+    assert "--certify" in capsys.readouterr().err
+    assert main(["theorem", "--certify", "--N", "4", "--n", "4", "--d", "8"]) == 2
+    assert "N n <= d" in capsys.readouterr().err
+
+
+def test_width_sweep_and_crossing():
+    rows = width_sweep([128, 1024], [(1, 2)], [0])
+    assert [r["d"] for r in rows] == [128, 1024]
+    assert rows[0]["ratio"] > 1 > rows[1]["ratio"]
+    d_star = crossing([r["d"] for r in rows], [r["ratio"] for r in rows])
+    assert 128 < d_star < 1024
+    assert crossing([1, 2], [2.0, 1.5]) == math.inf and crossing([4, 8], [0.5, 0.2]) == 4
+    assert crossing([1, 4], [2.0, 0.5]) == pytest.approx(2.0)
+
+
+def test_bad_inputs_name_the_argument():
+    params, X, Y, cfg = certified_instance(0, d=16)
+    with pytest.raises(ValueError, match="L = 1"):
+        p2 = init_params(cfg.replace(L=2), seed=0)
+        centre(p2, X, Y, cfg.replace(L=2))
+    with pytest.raises(ValueError, match="pool"):
+        centre(params, X, Y[:, 0], cfg.replace(pool="mean"))
+    with pytest.raises(ValueError, match="smooth activation"):
+        centre(params, X, Y, cfg.replace(activation="relu"))
+    with pytest.raises(ValueError, match="radius"):
+        smoothness_upper(params, X, Y, cfg, -1.0)
+    with pytest.raises(ValueError, match="readout_scale"):
+        certified_instance(0, readout_scale=0.0)
+    with pytest.raises(ValueError, match="steps"):
+        certified_run(params, X, Y, cfg, steps=0)
+    assert r_sigma_lower(params, X, Y, cfg) > 0
