@@ -3,6 +3,8 @@
 #   make test   unit tests, every chapter executed by nbval, strict book build, browser check
 # `make lock` refreshes requirements.lock (every package, exact versions, sha256) after an edit of
 # requirements.txt or pyproject.toml.
+# `make pdf` builds the whole book as one PDF, _build/latex/convres.pdf (TeX Live, see below); a
+# `make book` after it serves the PDF with the site and links it from every page.
 # `make assets` installs the site's pinned JavaScript (MathJax, require.js, ipywidgets embed manager)
 # from the npm registry into web/node_modules (git-ignored); the book build copies it into the site.
 PYTHON      ?= python3
@@ -22,12 +24,13 @@ LOCK_VENV   ?= .venv-lock
 NPM         ?= $(abspath $(BIN))/npm
 ASSETS      := web/node_modules/.convres-installed
 
-.PHONY: book test unit notebooks strict-build browser assets venv lock clean help
+.PHONY: book pdf test unit notebooks strict-build browser assets venv lock clean help
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make book   build the book into _build/html (creates $(VENV) on first use)"
 	@echo "make test   run every test: unit tests, notebooks (nbval), strict book build, browser check"
+	@echo "make pdf    build the whole book as _build/latex/convres.pdf (needs TeX Live: $(TEX_PACKAGES))"
 
 venv: $(STAMP)
 
@@ -71,8 +74,46 @@ book: $(STAMP) $(ASSETS)
 	# --all: re-read and re-execute every chapter, so a change in convres/ never leaves stale outputs
 	$(BIN)/jupyter-book build --all book
 
+# The whole-book PDF: Jupyter Book 1's pdflatex builder with XeLaTeX and Sphinx's LaTeX class
+# (_config.yml, `latex:`), from Debian's TeX Live. On Debian/Ubuntu the packages below are checked
+# and, when missing, installed with apt-get if this runs as root, else named (then install them and
+# rerun); elsewhere xelatex and latexmk must be on PATH (a TeX Live with the LaTeX "extra" packages
+# and the GNU FreeFont fonts). JB1 exits non-zero when latexmk does; the old PDF is removed first,
+# so a PDF that is there afterwards is this build's, and any LaTeX error in its log fails.
+TEX_PACKAGES := texlive-xetex texlive-latex-recommended texlive-latex-extra \
+                texlive-fonts-recommended latexmk lmodern fonts-freefont-otf
+PDF          := _build/latex/convres.pdf
+
+pdf: $(STAMP)
+	@if command -v dpkg-query >/dev/null 2>&1; then \
+	  missing=$$(for p in $(TEX_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+	    | grep -q 'install ok installed' || echo $$p; done | tr '\n' ' '); \
+	  if [ -n "$$missing" ]; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	      echo "make pdf: installing $$missing"; \
+	      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	        $$missing >/dev/null || exit 1; \
+	    else \
+	      echo "make pdf needs the Debian packages: $$missing"; \
+	      echo "  install them (sudo apt-get install $$missing) and run make pdf again"; exit 1; \
+	    fi; \
+	  fi; \
+	else \
+	  for c in xelatex latexmk; do command -v $$c >/dev/null 2>&1 \
+	    || { echo "make pdf needs $$c (TeX Live with XeLaTeX, LaTeX extra packages, FreeFont)"; exit 1; }; done; \
+	fi
+	rm -f $(PDF)
+	$(BIN)/jupyter-book build book --builder pdflatex -W -n --keep-going
+	@test -s $(PDF) || { echo "make pdf: no $(PDF) was written"; exit 1; }
+	@if grep -n '^! ' _build/latex/convres.log; then echo "make pdf: LaTeX errors (above, in _build/latex/convres.log)"; exit 1; fi
+	@echo "make pdf: wrote $(PDF); make book now serves it with the site"
+	@command -v pdfinfo >/dev/null 2>&1 && pdfinfo $(PDF) | grep '^Pages' || true
+
+# The checks of the built site (browser, links, line lengths) run after the build, in `browser`.
+SITE_TESTS := tests/test_site.py tests/test_links.py tests/test_lines.py
+
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests -q --ignore=tests/test_site.py
+	$(BIN)/python -m pytest tests -q $(addprefix --ignore=,$(SITE_TESTS))
 
 notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
@@ -81,9 +122,11 @@ notebooks: $(STAMP)
 strict-build: $(STAMP) $(ASSETS)
 	$(BIN)/jupyter-book build --all book -W -n --keep-going
 
-# Opens every page of _build/html in headless Chromium, offline; screenshots in _build/screenshots.
+# Opens every page of _build/html in headless Chromium, offline (desktop, phone, dark theme, print;
+# screenshots in _build/screenshots), checks every link out of the site and the length of every
+# line of code and output.
 browser: $(STAMP)
-	CONVRES_SITE_REQUIRED=1 $(BIN)/python -m pytest tests/test_site.py -q
+	CONVRES_SITE_REQUIRED=1 $(BIN)/python -m pytest $(SITE_TESTS) -q
 
 # The browser check runs after the strict build, even under make -j.
 test: unit notebooks strict-build

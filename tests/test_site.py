@@ -13,9 +13,15 @@ protocol over a pipe (no extra Python package), and fails when a page
 - has a figure without alt text, a transparent figure (unreadable on the dark theme), a figure
   shown twice by one cell, or a figure printed as text (``<Figure size ...>``).
 
+Every page is also opened at 390 px as on a phone (the page must not be wider than the screen, and
+no table of the text may scroll sideways), in the dark theme, and as printed (sidebars hidden,
+code and outputs wrapped so that nothing is cut at the right edge); none of these may write an
+error to the console either.
+
 The build must have no execution-error reports (``_build/html/reports/``), and every chapter must
-offer its executed notebook for download. Screenshots of every page (and one in the dark theme) go
-to ``_build/screenshots/``.
+offer its executed notebook for download. Screenshots of every page go to ``_build/screenshots/``,
+for a person to look at: ``<page>.png`` (1280 px, light), ``dark__<page>.png``, ``phone__<page>.png``
+(390 px) and ``print__<page>.png`` (the print layout, A4 width).
 
 Every explorer (``convres.explorers``, drawn by ``web/explorer.js``) is played as a reader would:
 each slider is moved with the keyboard (End, Home, arrows) and one with the mouse, and after every
@@ -218,8 +224,20 @@ class Tab:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data["data"]))
 
-    def screenshot(self, path: Path, height: int):
-        clip = {"x": 0, "y": 0, "width": WIDTH, "height": min(height, MAX_SHOT_HEIGHT), "scale": 1}
+    def screenshot_page(self, path: Path, height: int, width: int = WIDTH, mobile: bool = False):
+        """The whole page (up to MAX_SHOT_HEIGHT) with the viewport made that tall, which draws it
+        as a screen does (a capture beyond the viewport misplaces the dark theme's layout)."""
+        height = min(height, MAX_SHOT_HEIGHT)
+        self.call("Emulation.setDeviceMetricsOverride",
+                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile})
+        self.evaluate("new Promise(r => requestAnimationFrame(() => setTimeout(r, 100)))")
+        data = self.call("Page.captureScreenshot", {"format": "png", "clip": {
+            "x": 0, "y": 0, "width": width, "height": height, "scale": 1}}, timeout=60)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(data["data"]))
+
+    def screenshot(self, path: Path, height: int, width: int = WIDTH):
+        clip = {"x": 0, "y": 0, "width": width, "height": min(height, MAX_SHOT_HEIGHT), "scale": 1}
         data = self.call("Page.captureScreenshot", {"format": "png", "clip": clip,
                                                     "captureBeyondViewport": True}, timeout=60)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -442,25 +460,6 @@ def test_notebook_downloads_are_executed(site):
                 and "skip-execution" not in c.get("metadata", {}).get("tags", [])]
         assert all(c.get("execution_count") for c in code), f"{page}: the .ipynb has unexecuted cells"
         assert any(c.get("outputs") for c in code), f"{page}: the .ipynb has no outputs"
-
-
-def test_dark_theme_screenshot(site, tab):
-    """One screenshot in the dark theme (figures keep their white face), for a human to look at:
-    of the page with the most figures and widgets."""
-    def richness(p):  # figures and widgets in cell outputs
-        text = (SITE / p).read_text()
-        return text.count('<img alt') + 3 * text.count("application/vnd.jupyter.widget-view+json")
-    page = max(PAGES, key=richness)
-    tab.open(site + page)
-    tab.evaluate("localStorage.setItem('mode', 'dark'); localStorage.setItem('theme', 'dark'); 1")
-    try:
-        tab.open(site + page)
-        info = tab.evaluate(INSPECT, timeout=40)
-        assert tab.evaluate("document.documentElement.dataset.theme") == "dark"
-        tab.screenshot(SHOTS / ("dark__" + page.replace("/", "__").replace(".html", ".png")),
-                       info["height"])
-    finally:
-        tab.evaluate("localStorage.clear(); 1")
 
 
 def test_site_javascript_is_pinned():
@@ -827,3 +826,146 @@ def test_explorer_data_is_what_convres_computes():
                         problems.append(f"{page} {ex['id']} at {key} ({values}): {field} differs from "
                                         "what convres computes now (rebuild the book)")
     assert not problems, "\n  ".join(problems)
+
+
+# --------------------------------------------------------------------------- phone, dark theme, print
+PRINT_WIDTH = 718  # px: an A4 page (210 mm at 96 px per inch) less Chromium's default margins
+
+# Waits until the page is drawn as a reader sees it: MathJax, explorers, images, and site.js's
+# second look at the tables after MathJax; returns the page's height.
+SETTLE = r"""
+(async () => {
+  const sleep = ms => new Promise(r => setTimeout(r, ms));
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+  if (window.convresExplorersReady) await window.convresExplorersReady;
+  await Promise.all([...document.images].map(i => i.complete ? null : i.decode().catch(() => null)));
+  await sleep(250);
+  return document.documentElement.scrollHeight;
+})()
+"""
+
+# What sticks out to the right: the page's own width, the outermost visible elements beyond the
+# screen that are not inside a scrolling box (they widen the page), the tables of the text whose
+# box scrolls sideways, and (for print) the code and output blocks that are cut.
+LAYOUT = r"""
+(() => {
+  const vw = document.documentElement.clientWidth;
+  const shown = e => { const s = getComputedStyle(e);
+                       return s.display !== 'none' && s.visibility !== 'hidden' && s.position !== 'fixed'; };
+  const inScroller = e => { for (let a = e.parentElement; a && a !== document.body; a = a.parentElement) {
+                              const s = getComputedStyle(a);
+                              if (s.overflowX !== 'visible' || s.position === 'fixed') return true; }
+                            return false; };
+  const name = e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') +
+                    [...e.classList].slice(0, 2).map(c => '.' + c).join('');
+  const wide = [];
+  for (const e of document.querySelectorAll('body *')) {
+    const r = e.getBoundingClientRect();
+    if (!r.width || r.right <= vw + 1 || !shown(e) || inScroller(e)) continue;
+    const p = e.parentElement.getBoundingClientRect();
+    if (p.right > vw + 1 && e.parentElement !== document.body) continue;  // report the outermost
+    wide.push(`${name(e)} ends at ${Math.round(r.right)} px: ` +
+              (e.textContent || '').trim().replace(/\s+/g, ' ').slice(0, 60));
+  }
+  const main = document.querySelector('main') || document.body;
+  const tables = [...main.querySelectorAll('table.table')]
+    .filter(t => t.parentElement.scrollWidth > t.parentElement.clientWidth + 1)
+    .map(t => `${t.parentElement.scrollWidth - t.parentElement.clientWidth} px too wide: ` +
+              (t.querySelector('tr') || t).textContent.trim().replace(/\s+/g, ' ').slice(0, 60));
+  const cut = [...main.querySelectorAll('pre')].filter(e => shown(e) && e.scrollWidth > e.clientWidth + 1)
+    .map(e => `${e.scrollWidth - e.clientWidth} px cut: ` + e.textContent.trim().split('\n')[0].slice(0, 60));
+  const sidebars = [...document.querySelectorAll('.bd-sidebar-primary, .bd-sidebar-secondary')]
+    .filter(e => getComputedStyle(e).display !== 'none' && e.getBoundingClientRect().width > 0).map(name);
+  const math = [...main.querySelectorAll('mjx-container[display="true"]')]
+    .filter(e => e.scrollWidth > e.clientWidth + 1).length;
+  return {vw, scrollWidth: document.documentElement.scrollWidth, wide: wide.slice(0, 10),
+          tables, cut, sidebars, math, theme: document.documentElement.dataset.theme};
+})()
+"""
+
+
+def _redirect(page: str) -> bool:
+    return 'http-equiv="Refresh"' in (SITE / page).read_text(errors="replace")[:2000]
+
+
+def _shot_name(kind: str, page: str) -> str:
+    return f"{kind}__" + page.replace("/", "__").replace(".html", ".png")
+
+
+def _view(tab, page, site, *, width, height, mobile=False, media="", dark=False):
+    """Open ``page`` at ``width`` px (emulating a phone, print media or the dark colour scheme),
+    wait until it is drawn, return (its height, LAYOUT, the console problems)."""
+    tab.call("Emulation.setDeviceMetricsOverride",
+             {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile})
+    tab.call("Emulation.setEmulatedMedia", {"media": media, "features": [
+        {"name": "prefers-color-scheme", "value": "dark" if dark else "light"}]})
+    events = tab.open(site + page)
+    full = tab.evaluate(SETTLE, timeout=40)
+    layout = tab.evaluate(LAYOUT, timeout=40)
+    return full, layout, _console_problems(events + tab._drain(), site)
+
+
+def _reset(tab):
+    tab.call("Emulation.setEmulatedMedia", {"media": "", "features": []})
+    tab.call("Emulation.setDeviceMetricsOverride",
+             {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False})
+
+
+@pytest.mark.parametrize("page", PAGES or ["(no built site)"])
+def test_phone(page, site, tab):
+    """At 390 px on a phone: the page is not wider than the screen (wide code and equations scroll
+    inside their own box), no table of the text scrolls sideways, nothing goes to the console.
+    Screenshot ``phone__<page>.png``."""
+    if page not in PAGES or _redirect(page):
+        pytest.skip("no page here (index.html only forwards)")
+    try:
+        full, info, problems = _view(tab, page, site, width=PHONE, height=844, mobile=True)
+        tab.screenshot_page(SHOTS / _shot_name("phone", page), full, width=PHONE, mobile=True)
+    finally:
+        _reset(tab)
+    if info["scrollWidth"] > info["vw"]:
+        problems.append(f"the page is {info['scrollWidth']} px wide on a {info['vw']} px screen; "
+                        "sticking out: " + "; ".join(info["wide"] or ["(not found)"]))
+    problems += [f"table scrolls sideways, {t}" for t in info["tables"]]
+    assert not problems, f"{page} at {PHONE} px:\n  " + "\n  ".join(dict.fromkeys(problems))
+
+
+@pytest.mark.parametrize("page", PAGES or ["(no built site)"])
+def test_dark_theme(page, site, tab):
+    """In the dark theme (the reader's system setting; the site starts in "auto"): the theme
+    switches and nothing goes to the console. Screenshot ``dark__<page>.png``, for a person to see
+    that figures keep their white face and text stays readable."""
+    if page not in PAGES or _redirect(page):
+        pytest.skip("no page here (index.html only forwards)")
+    try:
+        full, info, problems = _view(tab, page, site, width=WIDTH, height=HEIGHT, dark=True)
+        tab.screenshot_page(SHOTS / _shot_name("dark", page), full)
+    finally:
+        _reset(tab)
+    if info["theme"] != "dark":
+        problems.append(f"the theme is {info['theme']!r} with a dark system setting")
+    assert not problems, f"{page} in the dark theme:\n  " + "\n  ".join(dict.fromkeys(problems))
+
+
+@pytest.mark.parametrize("page", PAGES or ["(no built site)"])
+def test_print(page, site, tab):
+    """Printed (print media, the width of an A4 page): no sidebars, and no code or output block
+    and no table is cut at the right edge (web/site.css wraps them). Screenshot
+    ``print__<page>.png``. Display equations wider than the page are counted, not failed (an
+    equation cannot wrap; the chapter has to split it)."""
+    if page not in PAGES or _redirect(page):
+        pytest.skip("no page here (index.html only forwards)")
+    try:
+        full, info, problems = _view(tab, page, site, width=PRINT_WIDTH, height=HEIGHT, media="print")
+        tab.screenshot_page(SHOTS / _shot_name("print", page), full, width=PRINT_WIDTH)
+    finally:
+        _reset(tab)
+    if info["math"]:
+        print(f"\n{page}: {info['math']} display equations wider than the printed page")
+    problems += [f"sidebar printed: {s}" for s in info["sidebars"]]
+    problems += [f"code or output {c}" for c in info["cut"]]
+    problems += [f"table cut, {t}" for t in info["tables"]]
+    if info["scrollWidth"] > info["vw"]:
+        problems.append(f"the printed page is {info['scrollWidth']} px wide, the paper "
+                        f"{info['vw']} px: " + "; ".join(info["wide"] or ["(not found)"]))
+    assert not problems, f"{page} printed:\n  " + "\n  ".join(dict.fromkeys(problems))

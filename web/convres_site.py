@@ -20,7 +20,24 @@ Jobs for the published site:
    ``convres.name`` re-exports resolve to the module that defines them.
 4. **Clean pages.** Figures are rendered inline even when ``MPLBACKEND`` is set in the
    environment, and inline scripts that Jupyter Book 1 registers twice (a JavaScript error on
-   every page) are included once.
+   every page) are included once. One search box (the sidebar's; the theme's empty top bar with a
+   second one is switched off). ``web/site.css`` and ``web/site.js`` (every page): print rules
+   (code and outputs wrap, no sidebars), API signatures that fit a phone, and tables of the text
+   that do not fit a phone shown as one card per row.
+5. **One repository URL.** ``repository.url`` of ``_config.yml`` is the only place the URL is
+   written: every ``{{ repository_url }}`` in a page's source becomes it (code blocks included),
+   like the theme's buttons and Binder links, which JB1 derives from the same setting.
+6. **API page.** Constants whose value is long or an object repr are shown without it (their
+   docstrings say what they hold), so no signature line runs across the page.
+7. **Citations in one style.** The reference lists label each work the way the text cites it,
+   "Qin et al., 2025" (``bibtex_default_style: convres``: pybtex's ``plain`` sorting and entry
+   format with author-year labels).
+8. **The whole-book PDF.** For the LaTeX builder (``make pdf``) the book is given a book's shape:
+   the introduction is one chapter, each part of ``_toc.yml`` a ``\part`` (a caption starting
+   with "Appendix" starts the appendix), the chapters' empty "References" sections and the
+   Bibliography page are dropped, and the references are listed once, at the end, each work once,
+   sorted by author. When ``_build/latex/convres.pdf`` exists, the next HTML build serves it as
+   ``convres.pdf`` and lists it in every page's download menu; without it, no page links it.
 """
 
 from __future__ import annotations
@@ -31,7 +48,10 @@ import shutil
 import sys
 from pathlib import Path
 
+from docutils import nodes
+from sphinx import addnodes
 from sphinx.errors import ExtensionError
+from sphinx.ext.autodoc import AttributeDocumenter, DataDocumenter
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -62,7 +82,7 @@ ASSETS = [
 ]
 WEB = Path(__file__).resolve().parent
 OWN = "_static/convres"  # folder of the output that holds the site's own scripts
-OWN_FILES = ["explorer.js", "explorer.css", "mathjax2-shim.js"]
+OWN_FILES = ["explorer.js", "explorer.css", "mathjax2-shim.js", "site.css", "site.js"]
 EXPLORER_MARK = 'class="convres-explorer'  # what convres.explorers.Explorer.html() writes
 # Files of html-manager/dist the pages never load (source maps, the non-AMD bundles).
 _SKIP = shutil.ignore_patterns("*.map", "embed.js", "embed.js.LICENSE.txt", "libembed-amd.js")
@@ -200,11 +220,259 @@ def _inline_figures(app, config) -> None:
         del os.environ["MPLBACKEND"]
 
 
+# --------------------------------------------------------------------------- one repository URL
+REPOSITORY_MARK = "{{ repository_url }}"
+
+
+def repository_url(config) -> str:
+    """``repository.url`` of ``_config.yml`` (JB1 passes it to the theme as ``repository_url``)."""
+    url = (config.html_theme_options or {}).get("repository_url", "")
+    return url.rstrip("/")
+
+
+def _one_search_box(app, config) -> None:
+    # pydata-sphinx-theme 0.17 fills an empty `navbar_persistent` with a search button: a top bar
+    # that holds only a second search box next to the sidebar's. Asked for explicitly, it stays
+    # empty and the top bar is not drawn (narrow screens keep the article header's search icon).
+    config.html_theme_options.setdefault("navbar_persistent", [])
+
+
+def _insert_repository_url(app, docname: str, source: list) -> None:
+    if REPOSITORY_MARK not in source[0]:
+        return
+    url = repository_url(app.config)
+    if not url:
+        raise ExtensionError(f"convres_site: {docname} uses {REPOSITORY_MARK} but _config.yml "
+                             "sets no repository.url")
+    source[0] = source[0].replace(REPOSITORY_MARK, url)
+
+
+# --------------------------------------------------------------------------- API page
+def _noisy(value) -> bool:
+    text = repr(value)
+    return len(text) > 100 or "<" in text
+
+
+class _QuietDataDocumenter(DataDocumenter):
+    """Module constants: the value is shown only when it is short and readable."""
+
+    priority = DataDocumenter.priority + 1
+
+    def should_suppress_value_header(self) -> bool:
+        return super().should_suppress_value_header() or _noisy(self.object)
+
+
+class _QuietAttributeDocumenter(AttributeDocumenter):
+    """Class attributes: likewise."""
+
+    priority = AttributeDocumenter.priority + 1
+
+    def should_suppress_value_header(self) -> bool:
+        return super().should_suppress_value_header() or _noisy(self.object)
+
+
+# --------------------------------------------------------------------------- citations
+def _register_citation_style() -> None:
+    """pybtex style ``convres``: ``plain`` (entries sorted by author, year, title) with labels
+    as the text cites them: "He", "Nguyen and Mondelli", "Qin et al." and the year, plus a, b, ...
+    when two works get the same label."""
+    import pybtex.plugin
+    from pybtex.richtext import Text
+    from pybtex.style.formatting.plain import Style as Plain
+    from pybtex.style.labels import BaseLabelStyle
+
+    def surname(person) -> str:
+        return Text.from_latex(" ".join(person.prelast_names + person.last_names)).render_as("text")
+
+    class AuthorYearLabels(BaseLabelStyle):
+        def format_labels(self, sorted_entries):
+            labels = []
+            for entry in sorted_entries:
+                people = entry.persons.get("author") or entry.persons.get("editor") or []
+                names = [surname(p) for p in people] or [entry.fields.get("title", "Anon.")[:20]]
+                who = names[0] if len(names) == 1 else (
+                    f"{names[0]} and {names[1]}" if len(names) == 2 else f"{names[0]} et al.")
+                labels.append(f"{who}, {entry.fields.get('year', 'n.d.')}")
+            for label in set(labels):
+                same = [k for k, x in enumerate(labels) if x == label]
+                if len(same) > 1:
+                    for suffix, k in zip("abcdefghijklmnopqrstuvwxyz", same):
+                        labels[k] = label + suffix
+            yield from labels
+
+    class Style(Plain):
+        default_label_style = AuthorYearLabels
+
+    pybtex.plugin.register_plugin("pybtex.style.formatting", "convres", Style, force=True)
+
+
+# --------------------------------------------------------------------------- the whole-book PDF
+PDF_NAME = "convres.pdf"
+
+
+def _built_pdf(app) -> Path | None:
+    """The PDF of ``make pdf`` (``_build/latex/convres.pdf``), if there is one."""
+    pdf = Path(app.outdir).parent / "latex" / PDF_NAME
+    return pdf if pdf.is_file() else None
+
+
+def _link_pdf(app, pagename, templatename, context, doctree) -> None:
+    # Runs after the theme's header buttons (priority 501): the whole book next to this page's
+    # downloads, only when the PDF exists (so a site built without `make pdf` links nothing).
+    if app.builder.format != "html" or not app.env.convres_pdf:
+        return
+    for button in context.get("header_buttons", []):
+        if button.get("label") != "download-buttons":
+            continue
+        for item in button["buttons"]:
+            if item.get("label") == "download-pdf-button":   # the theme's window.print()
+                item.update(text="print", icon="fas fa-print",
+                            tooltip="Print this page (or save it as a PDF)")
+        button["buttons"].append({
+            "type": "link", "url": context["pathto"](PDF_NAME, 1), "text": "book .pdf",
+            "tooltip": "The whole book as one PDF", "icon": "fas fa-book",
+            "label": "download-book-pdf-button"})
+
+
+def _find_pdf(app) -> None:
+    if app.builder.name == "latex":
+        # Sphinx names the PDF's table of contents after the first part ("The paper's theory").
+        app.builder.get_contentsname = lambda indexfile: "Contents"
+    pdf = _built_pdf(app) if app.builder.format == "html" else None
+    app.env.convres_pdf = str(pdf) if pdf else ""
+    if pdf:
+        logger.info(f"convres_site: serving {pdf} as {PDF_NAME} and linking it from every page")
+
+
+def _pdf_outdated(app, env, added, changed, removed) -> list[str]:
+    # The download menu of every page depends on whether the PDF exists: when that changes since
+    # the last build, every page is written again.
+    previous = getattr(env, "convres_pdf_linked", None)
+    now = bool(getattr(env, "convres_pdf", ""))
+    env.convres_pdf_linked = now
+    return sorted(env.found_docs) if previous is not None and previous != now else []
+
+
+def _copy_pdf(app, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    target = Path(app.outdir) / PDF_NAME
+    if app.env.convres_pdf:
+        shutil.copy2(app.env.convres_pdf, target)
+    else:
+        target.unlink(missing_ok=True)  # the copy of an earlier build, which no page links now
+
+
+def _pdf_shape(app, doctree, docname: str) -> None:
+    """The LaTeX builder's one big doctree (every chapter inlined into the root document) turned
+    into a book; see job 8 of the module docstring."""
+    if app.builder.name != "latex" or docname != app.config.root_doc:
+        return
+    from sphinx.builders.latex.nodes import thebibliography
+
+    top = next(iter(doctree.findall(nodes.section)), None)
+    if top is None:
+        return
+    # Parts: the caption of each toctree of the root document, before its first chapter.
+    parts = {}
+    for toc in app.env.get_doctree(docname).findall(addnodes.toctree):
+        if toc.get("caption") and toc["entries"]:
+            parts[toc["entries"][0][1]] = toc["caption"]
+    chapters = {n["docname"]: n for n in doctree.findall(addnodes.start_of_file)}
+    for first, caption in parts.items():
+        if first in chapters:
+            tex = r"\part{%s}" % _latex_escape(caption)
+            if caption.lower().startswith("appendix"):
+                rest = caption.split(":", 1)[1].strip() if ":" in caption else caption
+                rest = rest[:1].upper() + rest[1:]
+                tex = r"\appendix" + "\n" + r"\part{%s}" % _latex_escape(rest)
+            node = chapters[first]
+            node.parent.insert(node.parent.index(node), nodes.raw("", tex, format="latex"))
+    # The introduction as one chapter: its text and sections (not the chapters that follow) go
+    # into a chapter with the root document's title; that title itself is the book's title page.
+    title = top.next_node(nodes.title)
+    intro = nodes.section(ids=list(top["ids"]), names=list(top["names"]))
+    top["ids"], top["names"] = [], []
+    intro += nodes.title(title.astext(), title.astext())
+    for child in list(top.children):
+        if child is title or (isinstance(child, nodes.compound)
+                              and "toctree-wrapper" in child["classes"]):
+            continue
+        top.remove(child)
+        intro += child
+    top.insert(top.index(title) + 1, intro)
+    # No empty "References" sections (their citations went to the one bibliography at the end)
+    # and no Bibliography chapter (the end is the bibliography).
+    for section in list(doctree.findall(nodes.section)):
+        heading = section.next_node(nodes.title)
+        if heading is not None and heading.parent is section and heading.astext() == "References" \
+                and not any(c.astext().strip() for c in section.children if c is not heading):
+            section.parent.remove(section)
+    if "bibliography" in chapters:
+        chapters["bibliography"].parent.remove(chapters["bibliography"])
+    # Proofs (sphinx-proof writes each as an admonition without a title, which LaTeX draws as an
+    # empty box heading): plain text opening with an italic "Proof." and closing with a square.
+    for box in list(doctree.findall(nodes.admonition)):
+        if "proof" not in box["classes"] or not box.children \
+                or isinstance(box.children[0], nodes.title):
+            continue
+        body = list(box.children)
+        first = body[0].next_node(nodes.Text) if isinstance(body[0], nodes.paragraph) else None
+        if first is not None and first.astext().startswith("Proof. "):
+            first.parent.replace(first, nodes.Text(first.astext()[len("Proof. "):]))
+            body[0].insert(0, nodes.emphasis("Proof.", "Proof."))
+            body[0].insert(1, nodes.Text(" "))
+        qed = nodes.raw("", r"\hfill\ensuremath{\square}", format="latex")
+        if isinstance(body[-1], nodes.paragraph):
+            body[-1] += qed
+        else:
+            body.append(nodes.paragraph("", "", qed))
+        box.replace_self(body)
+    # One bibliography: each work once (every chapter listed its own), sorted by its label; the
+    # links to the copies that are dropped land on the one kept, and links to the Bibliography
+    # page on the first entry.
+    for bib in doctree.findall(thebibliography):
+        kept: dict[str, nodes.citation] = {}
+        for citation in list(bib.children):
+            key = citation.astext()
+            if key in kept:
+                bib.remove(citation)
+                kept[key] += nodes.raw("", r"\hypertarget{cite.%s:%s}{}" % (
+                    citation["docname"], citation["ids"][0]), format="latex")
+            else:
+                kept[key] = citation
+        ordered = sorted(kept.values(), key=lambda c: c[0].astext().lower())
+        bib.children = []
+        bib.extend(ordered)
+        if ordered:
+            ordered[0] += nodes.raw("", r"\label{\detokenize{bibliography::doc}}", format="latex")
+        break
+
+
+def _latex_escape(text: str) -> str:
+    for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("$", r"\$"),
+                 ("#", r"\#"), ("_", r"\_"), ("{", r"\{"), ("}", r"\}")):
+        text = text.replace(a, b)
+    return text
+
+
 def setup(app):
+    _register_citation_style()
+    app.add_css_file(f"{OWN.removeprefix('_static/')}/site.css")
+    app.add_js_file(f"{OWN.removeprefix('_static/')}/site.js", defer="defer")
+    app.add_autodocumenter(_QuietDataDocumenter, override=True)
+    app.add_autodocumenter(_QuietAttributeDocumenter, override=True)
     app.connect("config-inited", _inline_figures)
+    app.connect("config-inited", _one_search_box, priority=100)
     app.connect("builder-inited", _check_assets)
+    app.connect("builder-inited", _find_pdf)
     app.connect("source-read", _api_source)
+    app.connect("source-read", _insert_repository_url)
     app.connect("env-get-outdated", _api_always_outdated)
+    app.connect("env-get-outdated", _pdf_outdated)
+    app.connect("html-page-context", _link_pdf, priority=950)
+    app.connect("doctree-resolved", _pdf_shape)
+    app.connect("build-finished", _copy_pdf)
     app.connect("missing-reference", _resolve_convres_name)
     app.connect("autodoc-process-docstring", _keep_attribute_docstring, priority=400)
     app.connect("autodoc-process-docstring", _restore_attribute_docstring, priority=600)
