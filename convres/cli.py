@@ -26,6 +26,7 @@ from .experiments import EXPERIMENTS, PROFILES, run_experiment
 from .gd import gradient_descent
 from .model import ACTIVATIONS, MAX_SEED, ModelConfig, init_params, memory_estimate
 from .plotting import figure_png
+from .runtime import check_device
 from .theory import theorem_instance, theorem_run
 
 __all__ = ["main", "build_parser"]
@@ -116,16 +117,36 @@ output fields (book chapters 'The theorem' and 'Assumptions'):
   mu, mu_max         step size used; mu_max = 1/(2 L_hat), L_hat ESTIMATED from sampled
                      Hessian-vector products (not a certified smoothness bound)
   sigma_min_Z0, sigma_max_Z0  extreme singular values of the stacked attention output Z_0
-  assumptions_hold   the checked assumptions (A0)-(A4) hold (says nothing about part (b))
-  part_b_holds       false: part (b)'s condition (A5) is certified to fail; null: not decided
+  assumptions_hold   the checked assumptions (A0)-(A4) hold (says nothing about part (b'))
+  rho                4 sqrt(2 Phi_0) / sigma_0, the left side of part (b') (exact)
+  r_sigma_upper, r_sigma_lower  bounds on the radius where sigma_Nn(H) >= sigma_0 / 2
+  part_b_holds       part (b') (A5): false = certified to fail (rho >= r_sigma_upper),
+                     true = certified to hold (rho < r_sigma_lower), null = not decided
   violations, max_excess  steps where Phi_{t+1}/Phi_t > 1 - mu alpha + 1e-9, and the largest
                      excess (null when the run diverged: nothing was verified)
-  initial_loss, final_loss, steps, checked_steps  the run
+  initial_loss, final_loss, steps, checked_steps, observed_steps  the run (observed_steps: steps
+                     at which every hypothesis of part (a) was measured to hold)
+
+with --certify (an instance of the certified regime: branch scale 0.01, readout scale 0.1,
+attention scale 1/d_QK, gelu, d_QK = d, m = d/4, targets +-1; GD with mu = 1/L_upper):
+  certified          every hypothesis of part (b') is established by rigorous bounds computed
+                     before the run (float64 round-off aside): ratio < 1
+  ratio              rho / r_sigma_lower (certified iff < 1); a failed certificate is a result
+  r_sigma_lower      certified lower bound on r_sigma; L_upper, J_upper: certified upper bounds
+                     of L_B and J_B on the ball of radius `radius`
+  mu, alpha, mu_alpha  mu = 1/L_upper, alpha = (sigma_0/2)^2: Phi_t <= (1 - mu alpha)^t Phi_0
+  violations         steps (while Phi_t > 1e-20 Phi_0) where a certified claim failed: the
+                     per-step contraction, the envelope, ||theta_t - theta_0|| <= rho, or
+                     sigma_Nn(H_t) >= sigma_0 / 2
+  envelope_final     (1 - mu alpha)^steps initial_loss; N, n, d: the sizes
 """
 
 
 def _theorem(args) -> int:
-    r = theorem_run(*theorem_instance(args.seed, beta=args.beta, layers=args.layers), steps=args.steps)
+    if args.certify:
+        return _theorem_certify(args)
+    steps = 300 if args.steps is None else args.steps
+    r = theorem_run(*theorem_instance(args.seed, beta=args.beta, layers=args.layers), steps=steps)
     summary = r.summary()
     if args.json:
         write_json(summary)
@@ -133,10 +154,30 @@ def _theorem(args) -> int:
     for k, v in summary.items():
         print(f"{k:>20}: {'unknown' if v is None else v}")
     b = r.part_b
-    print(f"  part (b) needs a radius >= {b['radius_lower']:.4g} but r_sigma <= {b['r_sigma_upper']:.4g}")
+    print(f"  part (b') needs rho = {b['rho']:.4g} < r <= r_sigma, and r_sigma <= {b['r_sigma_upper']:.4g}")
     for a in r.assumptions:
         print(f"  {a.name}: {a.statement}: value {a.value:.4g}, "
               f"threshold {a.threshold:.4g}, holds={a.holds}")
+    return 0
+
+
+def _theorem_certify(args) -> int:
+    from .certify import certified_instance, certified_run
+    if args.beta != 1.0 or args.layers != 1:
+        raise Usage("--certify uses the certified regime (beta = 1, one layer); drop --beta and --layers.")
+    N, n, d = args.N, args.n, args.d
+    if N * n > d:
+        raise Usage(f"--certify needs N n <= d, got N n = {N * n} > d = {d}; use a larger --d.")
+    steps = 60 if args.steps is None else args.steps
+    params, X, Y, cfg = certified_instance(args.seed, N=N, n=n, d=d)
+    _check_memory(cfg, N, n)
+    summary = {**certified_run(params, X, Y, cfg, steps=steps).summary(), "N": N, "n": n, "d": d,
+               "m": cfg.m, "seed": args.seed}
+    if args.json:
+        write_json(summary)
+        return 0
+    for k, v in summary.items():
+        print(f"{k:>16}: {'unknown' if v is None else v}")
     return 0
 
 
@@ -180,6 +221,7 @@ def _reproduce(args) -> int:
                     "folder; pass a folder for the PNG figures (e.g. --out figures).") from None
     except OSError as err:
         raise Usage(f"--out {out}: cannot create this folder ({err.strerror}); pass a writable folder.") from None
+    check_device(args.device)  # before any work: an unknown or absent device is a usage error
     if args.download:
         for name in names:
             if name in DATASETS:
@@ -189,10 +231,14 @@ def _reproduce(args) -> int:
     report = {}
     for name in names:
         t0 = time.perf_counter()
-        res = run_experiment(name, args.profile, progress=not args.json, refresh=args.refresh)
+        res = run_experiment(name, args.profile, progress=not args.json, refresh=args.refresh,
+                             device=args.device)
         png = out / f"{name}-{args.profile}.png"
-        atomic_write_bytes(png, figure_png(res.figure()))  # never half a PNG
-        report[name] = {"settings": res.settings, "summary": res.summary(), "claims": res.claims(),
+        atomic_write_bytes(png, figure_png(res.figure(), dpi=200))  # never half a PNG
+        report[name] = {"settings": res.settings, "summary": res.summary(),
+                        "claims": [{k: c[k] for k in ("experiment", "claim", "verdict", "measurement",
+                                                      "evidence", "criterion", "figure")}
+                                   for c in res.claims()],
                         "seconds": round(time.perf_counter() - t0, 2), "figure": str(png)}
         if not args.json:
             print(f"{name}: {png} ({report[name]['seconds']} s)")
@@ -247,7 +293,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=seed_value, default=0, help="seed of the data (weights: seed + 1; default 0)")
     p.add_argument("--beta", type=beta_value, default=1.0, help="residual coefficient, 0 .. 1000 (default 1)")
     p.add_argument("--layers", type=_number(int, 1, 20), default=1, help="number of blocks L, 1 .. 20 (default 1)")
-    p.add_argument("--steps", type=_number(int, 1, 10**5), default=300, help="gradient steps T (default 300)")
+    p.add_argument("--steps", type=_number(int, 1, 10**5), default=None,
+                   help="gradient steps T (default 300; 60 with --certify)")
+    p.add_argument("--certify", action="store_true",
+                   help="certify an instance of the certified regime before the run (rigorous bounds), "
+                        "then run GD with mu = 1/L_upper and check the certified envelope at every step")
+    p.add_argument("--N", type=_number(int, 1, 64), default=1, metavar="SEQUENCES",
+                   help="with --certify: number of sequences N (default 1)")
+    p.add_argument("--n", type=_number(int, 1, 64), default=2, metavar="TOKENS",
+                   help="with --certify: tokens per sequence n (default 2)")
+    p.add_argument("--d", type=_number(int, 1, 8192), default=1024, metavar="FEATURES",
+                   help="with --certify: width d = d_QK (m = d/4; default 1024)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_theorem)
 
@@ -261,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON list of rows (medians over K instances)")
     p.set_defaults(func=_rank_collapse)
 
-    p = sub.add_parser("reproduce", help="regenerate a figure of the book's experiments (cached; --list lists them)")
+    p = sub.add_parser("reproduce", help="run an experiment of the book (cached; --list lists them) and write "
+                       "its figure; --json prints settings, summary and claims")
     p.add_argument("name", nargs="?", help="an experiment of --list, or 'all'")
     p.add_argument("--list", action="store_true", help="list the experiments and their chapters")
     p.add_argument("--profile", choices=[p_ for p_ in PROFILES if p_ != "smoke"], default="book",
@@ -272,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="first download missing real data (jena, sst2) into the data directory "
                         "($CONVRES_DATA_DIR, default ~/.cache/convres/data)")
     p.add_argument("--json", action="store_true", help="print settings, summary and claims as one JSON object")
+    p.add_argument("--device", default="cpu",
+                   help="where gradient descent runs: cpu (default) or cuda (a CUDA build of PyTorch "
+                        "and a GPU; results are cached per device)")
     p.set_defaults(func=_reproduce)
 
     p = sub.add_parser("bench", help="time convres.gradient_descent against a plain PyTorch loop "

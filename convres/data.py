@@ -42,7 +42,8 @@ __all__ = ["synthetic_regression", "DataError", "DataWarning", "sha256_file", "v
            "read_checksums", "recorded_checksum", "standardize", "JENA_URL", "JENA_FEATURES",
            "JENA_ALL_FEATURES", "JENA_BOUNDS", "JENA_SENTINEL", "JENA_CSV_SIZE", "JENA_CSV_SHA256",
            "jena_path", "check_jena_zip", "read_jena", "load_jena", "SST2_HUB", "SST2_REVISION",
-           "sst2_path", "load_sst2", "sst2_subset", "hash_embedding", "embed_tokens", "download",
+           "sst2_path", "load_sst2", "sst2_subset", "sst2_prefixes", "ppmi_embeddings", "embed_with",
+           "hash_embedding", "embed_tokens", "download",
            "DATASETS"]
 
 
@@ -658,6 +659,151 @@ def sst2_subset(df, size: int, n_tokens: int):
     return [tokens[i] for i in chosen], df.loc[chosen, "label"].to_numpy(dtype=np.int64)
 
 
+def sst2_prefixes(df, n_tokens: int, size: int | None = None):
+    """The first ``n_tokens`` whitespace tokens of every sentence of ``df`` that has at least that
+    many, in file order; with ``size``, only the first ``size/2`` negative and the first ``size/2``
+    positive of them (a balanced subset). Book chapter *SST-2*.
+
+    One length for every sentence means no padding and no mask: the model sees exactly the fixed
+    input ``X`` of the theory. GLUE's SST-2 is lower-cased and PTB-tokenized, so splitting on
+    whitespace recovers its tokens. Returns ``(tokens, labels, rows)``: the token lists, a
+    ``numpy`` array of 0/1 and the row positions in ``df`` they come from.
+    """
+    import numpy as np
+
+    if not _is_int(n_tokens) or n_tokens < 1:
+        raise ValueError(f"n_tokens must be a positive integer, got {n_tokens!r}.")
+    if size is not None and (not _is_int(size) or size < 2 or size % 2):
+        raise ValueError(f"size must be an even integer >= 2 (half of each label) or None (every "
+                         f"qualifying sentence), got {size!r}.")
+    n_tokens = int(n_tokens)
+    tokens = df["sentence"].str.split().tolist()
+    labels = df["label"].to_numpy(dtype=np.int64)
+    if len(labels) and not np.isin(labels, (0, 1)).all():
+        raise DataError(f"labels must be 0 or 1 (a labelled split, not 'test'), got "
+                        f"{sorted(set(labels.tolist()))[:5]}.")
+    keep = np.array([len(t) >= n_tokens for t in tokens], dtype=bool)
+    if size is None:
+        rows = np.nonzero(keep)[0]
+        if len(rows) == 0:
+            raise DataError(f"no sentence has at least {n_tokens} tokens.")
+    else:
+        chosen = []
+        for label in (0, 1):
+            found = np.nonzero(keep & (labels == label))[0][: int(size) // 2]
+            if len(found) < int(size) // 2:
+                raise DataError(f"only {len(found)} sentences with label {label} and at least "
+                                f"{n_tokens} tokens; need {int(size) // 2}.")
+            chosen.append(found)
+        rows = np.sort(np.concatenate(chosen))
+    return [tokens[i][:n_tokens] for i in rows], labels[rows], rows
+
+
+def ppmi_embeddings(sentences, d: int, *, vocab_size: int = 5000, smoothing: float = 0.75,
+                    seed: int = 0, iterations: int = 4):
+    """Word vectors from unlabelled text: a truncated SVD of the positive pointwise mutual
+    information (PPMI) of word co-occurrence within a sentence (book chapter *SST-2*).
+
+    The vocabulary is the ``vocab_size`` most frequent tokens (ties in alphabetical order);
+    ``C[w, c]`` counts the ordered pairs of positions ``(i, j)``, ``i != j``, of one sentence with
+    token ``w`` at ``i`` and ``c`` at ``j``. With the context distribution raised to ``smoothing``
+    (Levy, Goldberg and Dagan 2015), ``PPMI[w, c] = max(0, log(P(w, c) / (P(w) P_s(c))))``. The
+    vectors are ``U_d S_d^(1/2)`` of its ``d`` leading singular triples, found by subspace
+    iteration from a Gaussian start drawn with ``seed`` (``iterations`` rounds); each column's sign
+    is fixed so that its largest entry is positive. No labels are used; the same text gives the
+    same vectors.
+
+    Returns ``(vocab, vectors)``: the token list and a float64 ``numpy`` array ``(len(vocab), d)``.
+    """
+    import numpy as np
+
+    if not _is_int(d) or d < 1:
+        raise ValueError(f"d (the embedding dimension) must be a positive integer, got {d!r}.")
+    if not _is_int(vocab_size) or vocab_size < 2:
+        raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}.")
+    if isinstance(smoothing, bool) or not isinstance(smoothing, numbers.Real) or not 0 < smoothing <= 1:
+        raise ValueError(f"smoothing must be a number in (0, 1], got {smoothing!r}.")
+    if not _is_int(iterations) or iterations < 1:
+        raise ValueError(f"iterations must be a positive integer, got {iterations!r}.")
+    sentences = [list(s) for s in sentences]
+    if not sentences or not all(sentences):
+        raise ValueError("sentences must be a non-empty list of non-empty token lists.")
+    counts: dict[str, int] = {}
+    for s in sentences:
+        for t in s:
+            counts[t] = counts.get(t, 0) + 1
+    vocab = sorted(counts, key=lambda t: (-counts[t], t))[: int(vocab_size)]
+    V = len(vocab)
+    if d > V:
+        raise ValueError(f"d = {d} exceeds the vocabulary ({V} distinct tokens); use d <= {V}.")
+    index = {t: i for i, t in enumerate(vocab)}
+    width = max(len(s) for s in sentences)
+    ids = np.full((len(sentences), width), -1, dtype=np.int64)
+    for k, s in enumerate(sentences):
+        ids[k, :len(s)] = [index.get(t, -1) for t in s]
+    codes = []
+    for lag in range(1, width):      # every pair of positions (i, i + lag), both orders
+        a, b = ids[:, :-lag].ravel(), ids[:, lag:].ravel()
+        ok = (a >= 0) & (b >= 0)
+        codes += [a[ok] * V + b[ok], b[ok] * V + a[ok]]
+    C = np.bincount(np.concatenate(codes), minlength=V * V).reshape(V, V).astype(np.float64)
+    del codes
+    total = C.sum()
+    if total == 0:
+        raise ValueError("no two vocabulary tokens share a sentence: the text is too short.")
+    p_w = C.sum(1) / total
+    p_c = C.sum(0) ** smoothing
+    p_c = p_c / p_c.sum()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pmi = np.log(C / total) - np.log(p_w)[:, None] - np.log(p_c)[None, :]
+    M = np.where(np.isfinite(pmi) & (pmi > 0), pmi, 0.0)
+    rng = np.random.default_rng(int(seed))
+    k = min(V, d + 16)
+    Q = np.linalg.qr(M @ rng.standard_normal((V, k)))[0]
+    for _ in range(int(iterations)):
+        Q = np.linalg.qr(M @ (M.T @ Q))[0]
+    U, S, _ = np.linalg.svd(Q.T @ M, full_matrices=False)
+    vectors = (Q @ U[:, :d]) * np.sqrt(S[:d])
+    flip = np.sign(vectors[np.abs(vectors).argmax(0), np.arange(d)])
+    return vocab, vectors * flip
+
+
+def embed_with(sentences, vocab, vectors, *, mean=None, std=None, dtype=torch.float64):
+    """``X`` of shape ``(N, n, d)`` from equal-length token lists and a table ``vocab -> vectors``
+    (e.g. :func:`ppmi_embeddings`), every coordinate standardized as ``(v - mean) / std``.
+
+    ``mean`` and ``std`` (length ``d``) default to the statistics of the in-vocabulary tokens of
+    ``sentences`` themselves; pass the training ones to embed held-out text the same way. A token
+    outside the vocabulary gets the zero vector (after standardization: the mean). Returns
+    ``(X, (mean, std), oov)`` with ``oov`` the fraction of tokens outside the vocabulary.
+    """
+    import numpy as np
+
+    lengths = {len(s) for s in sentences}
+    if not lengths or 0 in lengths:
+        raise ValueError("sentences must be a non-empty list of non-empty token lists.")
+    if len(lengths) != 1:
+        raise ValueError(f"all sentences must have the same number of tokens, got lengths {sorted(lengths)}.")
+    vectors = np.asarray(vectors, dtype=np.float64)
+    if vectors.ndim != 2 or vectors.shape[0] != len(vocab):
+        raise ValueError(f"vectors must be a (len(vocab), d) array, got shape {vectors.shape} for "
+                         f"{len(vocab)} tokens.")
+    index = {t: i for i, t in enumerate(vocab)}
+    ids = np.array([[index.get(t, -1) for t in s] for s in sentences], dtype=np.int64)
+    known = ids >= 0
+    if mean is None or std is None:
+        if not known.any():
+            raise ValueError("no token of sentences is in the vocabulary: cannot standardize.")
+        seen = vectors[ids[known]]
+        mean, std = seen.mean(0), seen.std(0)
+    mean, std = np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64)
+    if not (np.isfinite(std).all() and (std > 0).all()):
+        raise ValueError("every embedding coordinate needs a finite, positive standard deviation.")
+    table = np.vstack([(vectors - mean) / std, np.zeros((1, vectors.shape[1]))])
+    X = table[np.where(known, ids, len(vocab))]
+    return torch.tensor(X, dtype=dtype), (mean, std), float(1.0 - known.mean())
+
+
 def hash_embedding(token: str, d: int, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
     """A frozen Gaussian embedding of ``token``: ``d`` i.i.d. ``N(0, 1)`` entries drawn from a
     generator seeded with the SHA-256 of ``"<seed>:<token>"``. The same token always gets the same
@@ -689,8 +835,9 @@ def embed_tokens(sentences, d: int, seed: int = 0, dtype=torch.float64) -> torch
 #: The real data sets the experiments read, and what ``download`` fetches for each.
 DATASETS = {
     "jena": f"the Keras zip of Jena Climate 2009-2016 (about 13 MB, {JENA_URL})",
-    "sst2": f"the SST-2 training split of the Hugging Face dataset {SST2_HUB[0]}, config {SST2_HUB[1]}, "
-            f"revision {SST2_REVISION[:12]} (a few MB, saved as sst2/train.parquet)",
+    "sst2": f"the SST-2 training and validation splits of the Hugging Face dataset {SST2_HUB[0]}, config "
+            f"{SST2_HUB[1]}, revision {SST2_REVISION[:12]} (a few MB, saved as sst2/train.parquet and "
+            "sst2/validation.parquet)",
 }
 
 
@@ -698,10 +845,13 @@ def download(dataset: str, *, data_dir=None) -> Path:
     """Make sure ``dataset`` (``"jena"`` or ``"sst2"``) is in the data directory, downloading it if
     missing (see :data:`DATASETS`); return its path. A file already there is kept as it is.
 
-    Used by ``python -m convres reproduce NAME --download``.
+    Used by ``python -m convres reproduce NAME --download``. For SST-2 both the training and the
+    validation split are fetched; the path of the training split is returned.
     """
     if dataset == "jena":
         return jena_path(data_dir, download=True)
     if dataset == "sst2":
-        return sst2_path("train", data_dir=data_dir, download=True)
+        path = sst2_path("train", data_dir=data_dir, download=True)
+        sst2_path("validation", data_dir=data_dir, download=True)  # the SST-2 chapter's accuracy
+        return path
     raise ValueError(f"dataset must be one of {sorted(DATASETS)}, got {dataset!r}.")

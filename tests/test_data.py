@@ -98,6 +98,7 @@ def test_download_keeps_present_files(tmp_path, monkeypatch):
     assert data.download("jena", data_dir=tmp_path) == zip_path
     (tmp_path / "sst2").mkdir()
     (tmp_path / "sst2" / "train.parquet").write_bytes(b"present")
+    (tmp_path / "sst2" / "validation.parquet").write_bytes(b"present")
     assert data.download("sst2", data_dir=tmp_path) == tmp_path / "sst2" / "train.parquet"
 
 
@@ -530,7 +531,8 @@ def test_sst2_download_is_pinned_to_a_revision(tmp_path, monkeypatch):
                       "idx": pa.array(range(6), pa.int32())})
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append((a, k)) or FakeDataset(table))
     path = data.download("sst2", data_dir=tmp_path)
-    assert calls == [(("nyu-mll/glue", "sst2"), {"split": "train", "revision": data.SST2_REVISION})]
+    assert calls == [(("nyu-mll/glue", "sst2"), {"split": split, "revision": data.SST2_REVISION})
+                     for split in ("train", "validation")]
     assert len(data.SST2_REVISION) == 40 and int(data.SST2_REVISION, 16) >= 0  # a commit, not a branch
     assert path == tmp_path / "sst2" / "train.parquet"
     df = data.load_sst2("train", data_dir=tmp_path)
@@ -585,3 +587,95 @@ def test_numpy_integers_are_accepted_and_bools_are_not():
         data.synthetic_regression(True, 3, 4)
     with pytest.raises(ValueError, match="even integer"):
         data.sst2_subset(df, np.float64(4), 4)
+
+
+# --- SST-2 at a fixed length, PPMI word vectors (chapter SST-2) ----------------------------------
+
+LONG = ["a good fun film here ", "a bad dull film here x ", "no ", "good fun and good film ",
+        "dull and bad and dull ", "bad film ", "fun good good fun film "]
+LONG_LABELS = [1, 0, 0, 1, 0, 0, 1]
+
+
+def test_sst2_prefixes_cut_sentences_of_at_least_n_tokens():
+    df = pd.DataFrame({"sentence": LONG, "label": LONG_LABELS})
+    tokens, labels, rows = data.sst2_prefixes(df, 5)
+    assert rows.tolist() == [0, 1, 3, 4, 6]              # every sentence with >= 5 tokens, file order
+    assert tokens[1] == ["a", "bad", "dull", "film", "here"] and all(len(t) == 5 for t in tokens)
+    assert labels.tolist() == [1, 0, 1, 0, 1]
+    tokens, labels, rows = data.sst2_prefixes(df, 5, size=4)   # balanced: the first 2 of each label
+    assert rows.tolist() == [0, 1, 3, 4] and labels.tolist() == [1, 0, 1, 0]
+    with pytest.raises(DataError, match="only 2 sentences with label 0 and at least 5 tokens; need 3"):
+        data.sst2_prefixes(df, 5, size=6)
+    with pytest.raises(DataError, match="no sentence has at least 9 tokens"):
+        data.sst2_prefixes(df, 9)
+    with pytest.raises(ValueError, match="size must be an even integer"):
+        data.sst2_prefixes(df, 5, size=3)
+    with pytest.raises(ValueError, match="n_tokens must be a positive integer"):
+        data.sst2_prefixes(df, 0)
+    test = pd.DataFrame({"sentence": LONG, "label": [-1] * len(LONG)})
+    with pytest.raises(DataError, match="a labelled split, not 'test'"):
+        data.sst2_prefixes(test, 5)
+
+
+def test_ppmi_embeddings_are_deterministic_and_follow_cooccurrence():
+    sents = [s.split() for s in LONG] * 3
+    vocab, E = data.ppmi_embeddings(sents, 3, vocab_size=8)
+    vocab2, E2 = data.ppmi_embeddings(sents, 3, vocab_size=8)
+    assert vocab == vocab2 and np.array_equal(E, E2)
+    assert E.shape == (8, 3) and len(vocab) == 8
+    counts = {t: sum(s.count(t) for s in sents) for t in vocab}
+    order = sorted(counts, key=lambda t: (-counts[t], t))
+    assert vocab == order                                  # most frequent first, ties alphabetical
+    assert (E[np.abs(E).argmax(0), range(3)] > 0).all()    # the largest entry of each column is positive
+    # with d = len(vocab) the vectors reproduce the PPMI matrix: U S^(1/2) (U S^(1/2))^T = U S U^T
+    vocab, E = data.ppmi_embeddings(sents, 8, vocab_size=8, iterations=20)
+    unit = E / np.linalg.norm(E, axis=1, keepdims=True)
+    i = {t: k for k, t in enumerate(vocab)}
+    assert unit[i["good"]] @ unit[i["fun"]] > unit[i["good"]] @ unit[i["dull"]]
+
+
+def test_ppmi_embedding_arguments_are_checked():
+    sents = [s.split() for s in LONG]
+    with pytest.raises(ValueError, match="d \\(the embedding dimension\\)"):
+        data.ppmi_embeddings(sents, 0)
+    with pytest.raises(ValueError, match="exceeds the vocabulary"):
+        data.ppmi_embeddings(sents, 50)
+    with pytest.raises(ValueError, match="smoothing must be a number in \\(0, 1\\]"):
+        data.ppmi_embeddings(sents, 2, smoothing=0)
+    with pytest.raises(ValueError, match="non-empty list of non-empty token lists"):
+        data.ppmi_embeddings([["a"], []], 2)
+    with pytest.raises(ValueError, match="vocab_size must be an integer >= 2"):
+        data.ppmi_embeddings(sents, 2, vocab_size=1)
+
+
+def test_embed_with_standardizes_over_the_given_tokens_and_zeroes_unknown_ones():
+    vocab, vectors = ["a", "b", "c"], np.array([[1.0, 10.0], [3.0, 30.0], [5.0, 20.0]])
+    X, (mean, std), oov = data.embed_with([["a", "b"], ["c", "a"]], vocab, vectors)
+    seen = vectors[[0, 1, 2, 0]]
+    assert np.allclose(mean, seen.mean(0)) and np.allclose(std, seen.std(0)) and oov == 0
+    flat = X.reshape(-1, 2).numpy()
+    assert np.allclose(flat.mean(0), 0) and np.allclose(flat.std(0), 1)
+    Xv, _, oov_v = data.embed_with([["a", "zzz"]], vocab, vectors, mean=mean, std=std)
+    assert oov_v == 0.5 and torch.equal(Xv[0, 1], torch.zeros(2, dtype=torch.float64))
+    assert torch.allclose(Xv[0, 0], X[0, 0])                # the training statistics are reused
+    with pytest.raises(ValueError, match="same number of tokens"):
+        data.embed_with([["a"], ["a", "b"]], vocab, vectors)
+    with pytest.raises(ValueError, match="no token of sentences is in the vocabulary"):
+        data.embed_with([["x", "y"]], vocab, vectors)
+    with pytest.raises(ValueError, match=r"\(len\(vocab\), d\) array"):
+        data.embed_with([["a"]], vocab, vectors[:2])
+    with pytest.raises(ValueError, match="finite, positive standard deviation"):
+        data.embed_with([["a"]], vocab, vectors, mean=np.zeros(2), std=np.array([1.0, 0.0]))
+
+
+def test_jena_task_names_constant_features_of_the_training_rows(tmp_path):
+    """A feature that never changes over the training rows cannot be standardized: the error names
+    it and the rows it was computed over, before any training."""
+    from convres.experiments import jena_data, settings
+
+    write_slice(tmp_path)   # 30 hours; only pressure and temperature vary in these rows
+    s = {**settings("jena", "smoke"), "start": "2009-01-01 00:10", "train_end": "2009-01-01 20:00",
+         "end": "2009-01-02 06:00", "window": 6, "horizon": 1, "stride": 6}
+    with pytest.raises(DataError, match=r"\['Tpot \(K\)', 'Tdew \(degC\)'.*are constant over the "
+                                        r"training rows 2009-01-01 00:10 \.\. 2009-01-01 20:00"):
+        jena_data(s, data_dir=tmp_path)

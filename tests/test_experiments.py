@@ -1,17 +1,26 @@
-"""Experiments: settings, the runner and its cache, the data of the Jena and SST-2 tasks, the report's criteria, the CLI."""
+"""Experiments: settings, the runner and its cache, the data of the Jena and SST-2 tasks, the report's
+criteria, the figures, the command line."""
 
 import dataclasses
 import json
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+import torch
 
 from convres import experiments as ex
 from convres.cli import main
+from convres.data import JENA_FEATURES, DataError
+from convres.gd import History
 from convres.paths import data_dir
-from convres.data import JENA_FEATURES
 
-TINY_SIM = dict(betas=[0.0, 1.0], seeds=[0], steps=20)
+TINY_SIM = dict(betas=[0.0, 1.0], seeds=[0], steps=20, sizes=[4], d_qks=[1024],
+                regimes=[dict(name="wide", N=4, d_qk=32, scale="1/sqrt(d_qk)", stall_possible=False,
+                              why="the output layer alone can fit"),
+                         dict(name="uniform attention", N=4, d_qk=1024, scale="1/d_qk")])
 
 
 @pytest.fixture(autouse=True)
@@ -21,7 +30,7 @@ def fresh_cache(tmp_path, monkeypatch):
 
 @pytest.fixture
 def offline():
-    if not (data_dir() / "sst2" / "train.parquet").is_file():
+    if not (data_dir() / "sst2" / "validation.parquet").is_file():
         pytest.skip("no offline data (set CONVRES_DATA_DIR)")
 
 
@@ -36,6 +45,8 @@ def small_profile(monkeypatch, name, **changes):
         e, profiles={**e.profiles, "book": {**e.profiles["book"], **changes}}))
 
 
+# --- settings and the runner -----------------------------------------------------------------------
+
 def test_settings_are_copies_and_validated():
     s = ex.settings("jena", "book")
     s["betas"].append(7)
@@ -46,12 +57,50 @@ def test_settings_are_copies_and_validated():
         ex.settings("jena", "big")
     with pytest.raises(ValueError, match=r"unknown setting\(s\) \['foo'\]"):
         ex.run_experiment("simulations", overrides={"foo": 1})
-    for name in ("simulations", "jena"):  # the paper's sweeps: beta from 0 to 1, depths 2, 6, 10
+    for name in ("simulations", "jena"):  # the paper's sweeps: beta from 0 to 1, >= 5 seeds
         for profile in ("book", "paper"):
             s = ex.settings(name, profile)
-            if "betas" in s:
-                assert 0.0 in s["betas"] and 1.0 in s["betas"] and len(s["seeds"]) >= 3
-    assert ex.settings("sst2")["depths"] == [2, 6, 10]
+            assert 0.0 in s["betas"] and 1.0 in s["betas"] and len(s["seeds"]) >= 5
+    for profile in ("book", "paper"):
+        s = ex.settings("sst2", profile)
+        assert s["depths"] == [2, 6, 10] and s["betas"] == [0.0, 1.0] and len(s["seeds"]) >= 3
+        assert s["n_train"] >= 2048 and s["n_tokens"] == 10
+    assert ex.settings("sst2", "paper")["n_train"] >= 4 * ex.settings("sst2")["n_train"]
+
+
+def test_the_book_profiles_name_the_three_regimes_and_the_whole_jena_slice():
+    s = ex.settings("simulations")
+    regimes = {r["name"]: r for r in s["regimes"]}
+    assert set(regimes) == {"wide", "narrow", "uniform attention"}
+    assert regimes["wide"]["N"] * s["n"] <= s["d"] < regimes["narrow"]["N"] * s["n"]
+    assert regimes["uniform attention"]["scale"] == "1/d_qk" and regimes["uniform attention"]["d_qk"] >= 1024
+    cells = ex._sim_cells(s)
+    assert all((r["N"], r["d_qk"], r["scale"]) in cells for r in s["regimes"]) and len(cells) == len(set(cells))
+    j = ex.settings("jena")
+    assert j["freq"] == "10min" and (j["start"], j["end"]) == ("2009-01-01 00:10", "2009-01-28 18:40")
+
+
+@pytest.mark.parametrize("key", ["betas", "seeds", "sizes", "d_qks", "regimes"])
+def test_empty_lists_are_refused(key):
+    with pytest.raises(ValueError, match=f"'{key}' of 'simulations' must be a non-empty list"):
+        ex.run_experiment("simulations", overrides={key: []})
+
+
+def test_bad_list_entries_are_refused():
+    with pytest.raises(ValueError, match="'seeds'"):
+        ex.run_experiment("jena", overrides={"seeds": []})
+    with pytest.raises(ValueError, match="'depths' of 'sst2' must be a non-empty list"):
+        ex.run_experiment("sst2", overrides={"depths": []})
+    with pytest.raises(ValueError, match="'eta_grid' of 'sst2' must be a non-empty list"):
+        ex.run_experiment("sst2", overrides={"eta_grid": []})
+    with pytest.raises(ValueError, match="non-negative integers, got -1"):
+        ex.run_experiment("simulations", overrides={"seeds": [-1]})
+    with pytest.raises(ValueError, match="repeated values"):
+        ex.run_experiment("simulations", overrides={"betas": [0.0, 0.0]})
+    with pytest.raises(ValueError, match=r"'eta_grid' of 'jena' must hold finite numbers > 0"):
+        ex.run_experiment("jena", overrides={"eta_grid": [0.01, 0.0]})
+    with pytest.raises(ValueError, match="unknown device"):
+        ex.run_experiment("simulations", overrides=TINY_SIM, device="tpu")
 
 
 def test_measured_rate_of_a_geometric_sequence():
@@ -61,24 +110,26 @@ def test_measured_rate_of_a_geometric_sequence():
     assert ex.measured_rate(loss) == pytest.approx(0.5, rel=1e-12)
 
 
+# --- simulations -----------------------------------------------------------------------------------
+
 def test_simulations_run_and_cache(monkeypatch):
     r = ex.run_experiment("simulations", overrides=TINY_SIM)
-    assert [x["beta"] for x in r.data["runs"]] == [0.0, 1.0]
-    assert all(len(x["loss"]) == 21 and x["loss"][-1] < x["loss"][0] for x in r.data["runs"])
-    assert all(x["bound_holds"] for x in r.data["runs"])
+    cells = {(c["N"], c["d_qk"], c["scale"]): c for c in r.data["cells"]}
+    assert set(cells) == {(4, 32, "1/sqrt(d_qk)"), (4, 1024, "1/d_qk")}
+    wide = cells[(4, 32, "1/sqrt(d_qk)")]
+    assert wide["regime"] == "wide" and [x["beta"] for x in wide["runs"]] == [0.0, 1.0]
+    assert all(len(x["loss"]) == 21 and x["ratio"] < 1 and "bound_holds" in x for x in wide["runs"])
+    assert wide["mu"] == pytest.approx(ex.settings("simulations")["eta"] / 16)
     e = ex.EXPERIMENTS["simulations"]
     monkeypatch.setitem(ex.EXPERIMENTS, "simulations",
                         dataclasses.replace(e, run=lambda *a, **k: pytest.fail("cache not used")))
     assert ex.run_experiment("simulations", overrides=TINY_SIM).data == r.data
     k = r.summary()
-    assert [x["beta"] for x in k["median_rate_per_beta"]] == [0.0, 1.0]
-
-
-def test_empty_lists_are_refused():
-    with pytest.raises(ValueError, match="'betas' of 'simulations' must be a non-empty list"):
-        ex.run_experiment("simulations", overrides={"betas": []})
-    with pytest.raises(ValueError, match="'seeds'"):
-        ex.run_experiment("jena", overrides={"seeds": []})
+    assert list(k)[:len(ex.SUMMARY_KEYS)] == list(ex.SUMMARY_KEYS)
+    assert k["regimes"] == ["wide", "uniform attention"] and k["seeds"] == [0] and k["steps"] == 20
+    assert [x["beta"] for x in k["per_regime"][0]["per_beta"]] == [0.0, 1.0]
+    pd_ = ex.phase_diagram(r, "d_qk")
+    assert pd_["x"] == [1024] and len(pd_["log_ratio"]) == 1 and len(pd_["log_ratio"][0]) == 2
 
 
 def test_same_result_after_a_second_computation():
@@ -87,80 +138,292 @@ def test_same_result_after_a_second_computation():
     assert a.data == b.data
 
 
-def test_jena_data_is_the_next_hour_temperature(offline):
-    s = ex.settings("jena", "paper")
-    X, Y = ex.jena_data(s)
-    assert X.shape == (321, 24, 11) and Y.shape == (321, 24, 1)
-    t = list(JENA_FEATURES).index("T (degC)")
-    assert np.allclose(Y[:, :-1, 0], X[:, 1:, t])            # target = temperature one hour later
-    assert np.allclose(Y[:-1, -1, 0], X[1:, -2, t])         # ... also for the last position (stride 2)
-    flat = X[::12].reshape(-1, 11)                           # disjoint windows cover the rows
-    assert abs(float(flat.mean())) < 0.1
+def _sim_result(ratios, regimes=None, steps=300):
+    """A simulations result with one regime per entry of ``ratios``: {beta: [(ratio, last_half)...]}."""
+    regimes = regimes or [dict(name=f"r{i}", N=4, d_qk=32, scale="1/sqrt(d_qk)") for i in range(len(ratios))]
+    cells = []
+    for reg, per_beta in zip(regimes, ratios):
+        runs = [{"beta": b, "seed": k, "status": "max_steps", "ratio": r, "last_half": h, "rate": -np.log(r) / steps}
+                for b, vals in per_beta.items() for k, (r, h) in enumerate(vals)]
+        cells.append(dict(N=reg["N"], n=4, d=32, d_qk=reg["d_qk"], scale=reg["scale"], regime=reg["name"],
+                          mu=0.002, rows_per_dim=0.5, runs=runs))
+    s = dict(ex.settings("simulations"), regimes=regimes, steps=steps)
+    return result("simulations", s, {"cells": cells, "steps": steps})
 
 
-def test_jena_tiny_run(offline):
-    r = ex.run_experiment("jena", overrides=dict(betas=[0.0, 1.0], seeds=[0, 1], steps=5, probe_steps=3,
-                                                 stride=24, end="2009-01-08 00:00"))
-    r = r.data
-    assert r["mu"] in [eta / r["N"] for eta in ex.settings("jena")["eta_grid"]]
-    assert len(r["runs"]) == 4 and all(len(x["loss"]) == 6 for x in r["runs"])
+def test_a_stall_is_a_plateau_not_a_slow_descent():
+    s = ex.settings("simulations")
+    assert ex._stalled({"ratio": 0.8, "last_half": 0.99}, s)
+    assert not ex._stalled({"ratio": 0.1, "last_half": 0.3}, s)      # slow but descending
+    assert not ex._stalled({"ratio": 1e-3, "last_half": 0.99}, s)    # a plateau below 1%: converged
+    assert ex._stalled({"ratio": None, "last_half": None}, s)        # diverged
 
 
-def test_sst2_tiny_run(offline):
-    r = ex.run_experiment("sst2", overrides=dict(size=8, depths=[2], seeds=[0], steps=10, probe_steps=3,
-                                                 error_every=5, eta_grid=[0.1, 0.01])).data
-    assert r["N"] == 8 and len(r["runs"]) == 2
-    for x in r["runs"]:
-        assert len(x["error"]) == 3 and all(0 <= e <= 1 for e in x["error"])
-        assert x["mu"] in (0.1 / 8, 0.01 / 8)
+def test_stall_verdict_per_regime():
+    stall, fit = (0.8, 0.99), (1e-12, 1e-6)
+    rows = ex.claims({"simulations": _sim_result([{0.0: [stall] * 3, 1.0: [fit] * 3},
+                                                  {0.0: [stall, fit, fit], 1.0: [fit] * 3},
+                                                  {0.0: [fit] * 3, 1.0: [fit] * 3},
+                                                  {0.0: [stall] * 3, 1.0: [stall] * 3}])})
+    stalls = [r for r in rows if r["claim"].startswith("Without the residual")]
+    assert [r["verdict"] for r in stalls] == ["reproduced", "partly", "not reproduced", "inconclusive"]
+    assert "residual runs stall too" in stalls[3]["criterion"]
+    wide = [dict(name="wide", N=4, d_qk=32, scale="1/sqrt(d_qk)", stall_possible=False, why="it can fit")]
+    row = ex.claims({"simulations": _sim_result([{0.0: [fit] * 3, 1.0: [fit] * 3}], wide)})[1]
+    assert row["verdict"] == "inconclusive" and "it can fit" in row["criterion"]
 
 
-def _fake(results_loss, betas):
-    return result("jena", {"steps": 10, "start": "2009-01-01 01:00", "end": "2009-01-28 17:00", "freq": "1h"},
-                  {"runs": [{"beta": b, "seed": s, "status": "max_steps", "loss": [1.0, v]}
-                            for b, per_seed in zip(betas, results_loss) for s, v in enumerate(per_seed)]})
-
-
-def test_report_criteria_jena():
-    betas = [0.0, 0.1, 1.0]
-    rows = ex.claims({"jena": _fake([[5, 5, 5], [4, 4, 4], [1, 1, 1]], betas)})
-    assert [r["verdict"] for r in rows] == ["reproduced", "reproduced"]
-    rows = ex.claims({"jena": _fake([[5, 5, 5], [6, 4, 7], [1, 1, 1]], betas)})
-    assert [r["verdict"] for r in rows] == ["partly", "partly"]
-    rows = ex.claims({"jena": _fake([[1, 1, 1], [6, 6, 6], [3, 3, 3]], betas)})
-    assert [r["verdict"] for r in rows] == ["not reproduced", "not reproduced"]
-
-
-def test_report_jena_rows_name_the_slice():
-    rows = ex.claims({"jena": _fake([[5, 5, 5], [4, 4, 4], [1, 1, 1]], [0.0, 0.1, 1.0])})
-    assert all("2009-01-01 01:00 .. 2009-01-28 17:00" in r["criterion"] and "11 of the 14 features"
-               in r["criterion"] for r in rows)
+def test_faster_claim_needs_monotone_rates_in_every_regime():
+    mono = {0.0: [(0.5, 0.8)], 0.5: [(0.1, 0.5)], 1.0: [(0.01, 0.2)]}
+    bump = {0.0: [(0.1, 0.8)], 0.5: [(0.5, 0.5)], 1.0: [(0.01, 0.2)]}
+    assert ex.claims({"simulations": _sim_result([mono, mono])})[0]["verdict"] == "reproduced"
+    assert ex.claims({"simulations": _sim_result([mono, bump])})[0]["verdict"] == "partly"
+    worse = {0.0: [(0.01, 0.8)], 1.0: [(0.5, 0.2)]}
+    assert ex.claims({"simulations": _sim_result([worse])})[0]["verdict"] == "not reproduced"
 
 
 def test_report_linear_convergence_row_is_an_a_posteriori_check():
     def fake(holds):
-        return result("simulations", {"mu": 0.01, "N": 4, "n": 4, "d": 32}, {"runs": [
-            {"beta": b, "seed": 0, "status": "max_steps", "loss": [1.0, 1e-3], "rate": 0.05, "alpha0": 1.0,
-             "bound_holds": h} for b, h in zip([0.0, 1.0], holds)]})
-    row = ex.claims({"simulations": fake([True, True])})[2]
+        res = _sim_result([{0.0: [(1e-3, 0.1)], 1.0: [(1e-3, 0.1)]}],
+                          [dict(name="wide", N=4, d_qk=32, scale="1/sqrt(d_qk)")])
+        for x, h in zip(res.data["cells"][0]["runs"], holds):
+            x.update(alpha0=1.0, bound_holds=h, rate=0.01)
+        return res
+    row = ex.claims({"simulations": fake([True, True])})[-1]
     assert row["verdict"] == "holds a posteriori" and "part (a)" in row["criterion"]
     assert "not a test of the paper's alpha" in row["criterion"] and "5x to 5x" in row["measurement"]
-    assert ex.claims({"simulations": fake([True, False])})[2]["verdict"] == "partly"
-    assert ex.claims({"simulations": fake([False, False])})[2]["verdict"] == "not reproduced"
+    assert ex.claims({"simulations": fake([True, False])})[-1]["verdict"] == "partly"
+    assert ex.claims({"simulations": fake([False, False])})[-1]["verdict"] == "not reproduced"
+
+
+# --- Jena --------------------------------------------------------------------------------------------
+
+def test_jena_data_splits_standardizes_on_training_rows_and_looks_ahead(offline):
+    s = ex.settings("jena", "book")
+    task = ex.jena_data(s)
+    assert task.rows == 4000 and task.train_rows == 3 * 7 * 144 and task.val_rows == 4000 - task.train_rows
+    w, h, stride = s["window"], s["horizon"], s["stride"]
+    assert task.X.shape == (len(range(0, task.train_rows - w - h + 1, stride)), w, 11)
+    assert task.X_val.shape[1:] == (w, 11) and task.Y_val.shape[-1] == 1
+    t = list(JENA_FEATURES).index(s["target"])
+    assert np.allclose(task.Y[:, :-h, 0], task.X[:, h:, t])        # target = temperature h rows later
+    flat = task.X.reshape(-1, 11)                                   # disjoint windows: the training rows
+    assert abs(float(flat.mean())) < 0.1 and abs(float(flat.std()) - 1) < 0.1
+    persistence = float(((task.X_val[..., t] - task.Y_val[..., 0]) ** 2).mean())
+    assert task.persistence["val"] == pytest.approx(persistence)
+
+
+def test_jena_tiny_run(offline):
+    r = ex.run_experiment("jena", "smoke")
+    d = r.data
+    assert d["mu"] in [eta / d["N"] for eta in ex.settings("jena")["eta_grid"]]
+    assert len(d["runs"]) == 3 and all(len(x["loss"]) == 11 and len(x["val_mse"]) == 3 for x in d["runs"])
+    k = r.summary()
+    assert k["rows"] == d["rows"] and k["n_train"] == d["N"] and k["n_val"] == d["N_val"]
+    assert {"persistence_val_mse", "per_beta"} <= set(k)
+
+
+def test_bad_jena_settings_give_clear_errors():
+    for key, bad in (("window", 0), ("stride", 1.5), ("horizon", 0), ("target", "wind")):
+        s = {**ex.settings("jena"), key: bad}
+        with pytest.raises(ValueError, match=f"setting '{key}'"):
+            ex.jena_data(s)
+
+
+def test_jena_split_outside_the_window_or_too_short_is_refused(offline):
+    s = ex.settings("jena")
+    with pytest.raises(ValueError, match="'train_end'.*strictly between"):
+        ex.jena_data({**s, "train_end": "2009-02-01 00:00"})
+    with pytest.raises(DataError, match="held-out rows, but a window of 24 rows"):
+        ex.jena_data({**s, "train_end": "2009-01-28 16:00"})
+
+
+def _fake_jena(final, betas):
+    runs = [{"beta": b, "seed": k, "status": "max_steps", "loss": [1.0, v], "train_mse": [1.0, v],
+             "val_mse": [1.0, v]} for b, per_seed in zip(betas, final) for k, v in enumerate(per_seed)]
+    s = {**ex.settings("jena"), "steps": 1}
+    return result("jena", s, {"runs": runs, "N": 1, "n": 2, "rows": 4000, "train_rows": 3024})
+
+
+def test_report_criteria_jena():
+    betas = [0.0, 0.1, 1.0]
+    rows = ex.claims({"jena": _fake_jena([[5, 5, 5], [4, 4, 4], [1, 1, 1]], betas)})
+    assert [r["verdict"] for r in rows] == ["reproduced", "reproduced"]
+    assert all("4,000 rows every 10min" in r["criterion"] and "11 of the 14 features" in r["criterion"]
+               for r in rows)
+    rows = ex.claims({"jena": _fake_jena([[5, 5, 5], [6, 4, 7], [1, 1, 1]], betas)})
+    assert [r["verdict"] for r in rows] == ["partly", "partly"]
+    rows = ex.claims({"jena": _fake_jena([[1, 1, 1], [6, 6, 6], [3, 3, 3]], betas)})
+    assert [r["verdict"] for r in rows] == ["not reproduced", "not reproduced"]
+
+
+# --- SST-2 -------------------------------------------------------------------------------------------
+
+WORDS_POS = "good great fun fine nice warm".split()
+WORDS_NEG = "bad dull poor awful weak cold".split()
+
+
+def write_tiny_sst2(folder, n_train=24, n_val=12, seed=0):
+    """SST-2 parquet files in the Hub layout: sentences of 10-12 tokens drawn from a few sentiment
+    words and neutral ones."""
+    rng = np.random.default_rng(seed)
+    neutral = "the film a of and is it this".split()
+
+    def sentences(count):
+        out, labels = [], []
+        for i in range(count):
+            label = i % 2
+            words = list(rng.choice(WORDS_POS if label else WORDS_NEG, 4)) + list(rng.choice(neutral, 6 + i % 3))
+            rng.shuffle(words)
+            out.append(" ".join(words) + " ")
+            labels.append(label)
+        return out + ["too short "], labels + [1]
+
+    (folder / "sst2").mkdir(parents=True, exist_ok=True)
+    for split, count in (("train", n_train), ("validation", n_val)):
+        sents, labels = sentences(count)
+        pq.write_table(pa.table({"sentence": pa.array(sents, pa.string()), "label": pa.array(labels, pa.int64()),
+                                 "idx": pa.array(range(len(labels)), pa.int32())}), folder / "sst2" / f"{split}.parquet")
+    return folder
+
+
+SST2_TINY = dict(n_train=16, depths=[1, 2], seeds=[0, 1], eta_grid=[0.3, 0.1], probe_steps=3, steps=6,
+                 eval_every=3, check_steps=3, vocab_size=20, d=4, d_qk=4, m=4,
+                 wide=dict(ex.settings("sst2", "smoke")["wide"], n_train=8, m=16))
+
+
+def test_sst2_data_on_files_in_the_real_format(tmp_path):
+    write_tiny_sst2(tmp_path)
+    s = {**ex.settings("sst2", "smoke"), **SST2_TINY}
+    task = ex.sst2_data(s, data_dir=tmp_path)
+    assert task.X.shape == (16, 10, 4) and task.X.dtype == torch.float32 and task.Y.shape == (16, 1)
+    assert task.X_val.shape == (12, 10, 4) and len(task.tokens_val) == 12     # every sentence >= 10 tokens
+    assert int(task.labels.sum()) == 8 and set(task.Y[:, 0].tolist()) == {-1.0, 1.0}
+    flat = task.X.reshape(-1, 4).double()
+    assert torch.allclose(flat.mean(0), torch.zeros(4, dtype=torch.float64), atol=1e-5)
+    assert task.info["vocab_size"] == 20 and task.info["oov_train"] == 0
+    again = ex.sst2_data(s, data_dir=tmp_path)
+    assert torch.equal(task.X, again.X) and torch.equal(task.X_val, again.X_val)   # deterministic
+
+
+def test_sst2_tiny_run_with_both_protocols_baselines_and_the_wide_model(tmp_path):
+    write_tiny_sst2(tmp_path)
+    r = ex.run_experiment("sst2", "smoke", overrides=SST2_TINY, data_dir=tmp_path)
+    d = r.data
+    assert d["N"] == 16 and d["N_val"] == 12 and d["eta_common"] in SST2_TINY["eta_grid"]
+    assert len(d["probe"]) == 2 * 2 * 2                  # configurations x grid (seeds pooled)
+    configs = {(x["L"], x["beta"]) for x in d["runs"]}
+    assert configs == {(1, 0.0), (1, 1.0), (2, 0.0), (2, 1.0)}
+    for c in configs:
+        runs = [x for x in d["runs"] if (x["L"], x["beta"]) == c]
+        assert {p for x in runs for p in x["protocols"]} == {"common", "best"}
+        assert all(len(x["error"]) == 3 and len(x["val_accuracy"]) == 3 for x in runs)
+        assert all(0 <= v <= 1 for x in runs for v in x["error"] + x["val_accuracy"])
+    assert d["float64_check"]["max_rel_diff"] < 1e-4
+    assert set(d["baselines"]) == {"ppmi", "hashed", "majority_val_accuracy"}
+    w = d["wide"]
+    assert w["N"] == 8 and w["m"] == 16 and len(w["runs"]) == 1
+    summary = w["runs"][0]["summary"]
+    assert {"alpha_ffn", "mu", "hypotheses", "violations", "checked_steps", "observed_steps",
+            "initial_loss", "final_loss", "status"} <= set(summary)
+    assert summary["hypotheses"]["width"]["holds"] is True
+    k = r.summary()
+    assert k["n_train"] == 16 and k["n_val"] == 12 and k["dtype"] == "float32"
+    assert {m["protocol"] for m in k["per_model"]} == {"common", "best"}
+
+
+def _history(v):
+    loss = np.array([1.0, 1e9]) if v is None else np.array(v, dtype=float)
+    return History(loss=loss, grad_norm=np.ones(1), record_steps=np.zeros(1, int), sigma_min_Z=np.ones(1),
+                   sigma_max_Z=np.ones(1), sigma_min_H=np.ones(1), sigma_max_H=np.ones(1),
+                   status="diverged" if v is None else "max_steps", message="", mu=0.1)
+
+
+def _fake_probe(losses):
+    """``{(config, eta): [History per seed]}`` from {(config, eta): [(first, last) or None (diverged)]}."""
+    return {key: [_history(v) for v in (vs if isinstance(vs, list) else [vs])] for key, vs in losses.items()}
+
+
+def test_step_size_protocols_from_the_probe():
+    a, b, c = (2, 1.0), (2, 0.0), (6, 0.0)
+    s = {"eta_grid": [1.0, 0.3, 0.1], "tie": 1e-4}
+    probe = _fake_probe({(a, 1.0): [(1, 0.4), None], (a, 0.3): [(1, 0.5), (1, 0.5)], (a, 0.1): [(1, 0.6)] * 2,
+                         (b, 1.0): [(1, 0.2)] * 2, (b, 0.3): [(1, 0.3)] * 2, (b, 0.1): [(1, 0.4)] * 2,
+                         (c, 1.0): [(1, 0.99999)] * 2, (c, 0.3): [(1, 0.999999)] * 2, (c, 0.1): [(1, 1.0)] * 2})
+    common, best = ex._choose_etas(s, probe)
+    assert common == 0.3                         # one seed of a diverges at 1.0: the largest stable is 0.3
+    assert best == {a: 0.3, b: 1.0, c: 0.3}      # c: a tie within 1e-4 goes to the common step
+    with pytest.raises(RuntimeError, match="no step size"):
+        ex._choose_etas(s, _fake_probe({(a, 1.0): None, (a, 0.3): None, (a, 0.1): (1, 2.0)}))
+
+
+def _fake_sst2(err):
+    """SST-2 runs whose final training errors are ``err[(L, beta)]`` under both protocols."""
+    return result("sst2", {}, {"runs": [
+        {"L": L, "beta": b, "seed": 0, "status": "max_steps", "loss": [1.0, e + 0.01], "error": [0.5, e],
+         "val_accuracy": [0.5, 1 - e], "protocols": ["common", "best"], "eta": 0.1}
+        for (L, b), e in err.items()]})
 
 
 def test_report_criteria_sst2():
-    def fake(err):
-        return result("sst2", {}, {"runs": [
-            {"L": L, "beta": b, "seed": 0, "status": "max_steps", "loss": [1.0, e + 0.01], "error": [0.5, e]}
-            for (L, b), e in err.items()]})
-    good = {(2, 1.0): 0.2, (6, 1.0): 0.1, (10, 1.0): 0.0, (2, 0.0): 0.3, (6, 0.0): 0.4, (10, 0.0): 0.5}
-    assert [r["verdict"] for r in ex.claims({"sst2": fake(good)})] == ["reproduced"] * 3
+    good = {(2, 1.0): 0.2, (6, 1.0): 0.1, (10, 1.0): 0.05, (2, 0.0): 0.3, (6, 0.0): 0.4, (10, 0.0): 0.5}
+    assert [r["verdict"] for r in ex.claims({"sst2": _fake_sst2(good)})] == ["reproduced"] * 3
     ceiling = {(2, 1.0): 0.0, (6, 1.0): 0.0, (10, 1.0): 0.0, (2, 0.0): 0.3, (6, 0.0): 0.4, (10, 0.0): 0.5}
-    assert ex.claims({"sst2": fake(ceiling)})[1]["verdict"] == "inconclusive"
+    assert ex.claims({"sst2": _fake_sst2(ceiling)})[1]["verdict"] == "inconclusive"
     bad = {(2, 1.0): 0.4, (6, 1.0): 0.5, (10, 1.0): 0.5, (2, 0.0): 0.3, (6, 0.0): 0.2, (10, 0.0): 0.1}
-    assert [r["verdict"] for r in ex.claims({"sst2": fake(bad)})] == ["not reproduced"] * 3
+    assert [r["verdict"] for r in ex.claims({"sst2": _fake_sst2(bad)})] == ["not reproduced"] * 3
 
+
+def test_pooled_baseline_reads_a_linear_signal():
+    X = torch.zeros(4, 2, 3)
+    X[:2, :, 0], X[2:, :, 0] = 1.0, -1.0
+    labels = np.array([1, 1, 0, 0])
+    out = ex.pooled_baseline(X, labels, X.flip(0), labels[::-1].copy())
+    assert out == {"train_accuracy": 1.0, "val_accuracy": 1.0}
+
+
+# --- figures ---------------------------------------------------------------------------------------
+
+def _no_legend_inside(fig):
+    return all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
+
+
+def test_figures_have_labels_markers_and_one_legend_outside_the_data(tmp_path):
+    from convres import plotting
+
+    sim = ex.run_experiment("simulations", overrides=TINY_SIM)
+    fig = plotting.plot_simulations(sim)
+    assert _no_legend_inside(fig) and all(ax.get_ylabel() for ax in fig.axes)
+    assert all(line.get_marker() not in (None, "None", "") for line in fig.axes[0].lines[:2])
+    fig = plotting.plot_phase_diagram(sim)
+    assert len(fig.axes) == 3 and all(ax.get_xlabel() for ax in fig.axes[:2])
+    write_tiny_sst2(tmp_path)
+    sst = ex.run_experiment("sst2", "smoke", overrides={**SST2_TINY, "wide": None}, data_dir=tmp_path)
+    for fig in (plotting.plot_sst2(sst), plotting.plot_sst2(sst, "common"), plotting.plot_sst2_summary(sst)):
+        assert _no_legend_inside(fig) and all(ax.get_ylabel() for ax in fig.axes)
+    assert plotting.thumbnail_png(plotting.plot_sst2(sst)).startswith(b"\x89PNG")
+    image = plotting.show(plotting.plot_sst2(sst), width=300)
+    assert image.width == 300
+
+
+def test_jena_figure(offline):
+    from convres import plotting
+
+    fig = plotting.plot_jena(ex.run_experiment("jena", "smoke"))
+    assert _no_legend_inside(fig) and [ax.get_ylabel() for ax in fig.axes] == ["training MSE", "held-out MSE"]
+
+
+def test_beta_colors_distinguish_adjacent_betas():
+    from convres.plotting import beta_colors
+
+    betas = [0.0, 0.1, 0.25, 0.5, 1.0]
+    rgb = np.array([c[:3] for c in beta_colors(betas)])
+    assert min(np.abs(rgb[i] - rgb[i + 1]).sum() for i in range(len(betas) - 1)) > 0.25
+    assert beta_colors([1.0, 0.0]) == beta_colors([0.0, 1.0])[::-1] and len(beta_colors([0.5])) == 1
+    assert all(sum(c[:3]) < 2.2 for c in beta_colors(betas))   # no pale colour on white
+
+
+# --- the command line ---------------------------------------------------------------------------------
 
 def test_cli_list_and_errors(capsys):
     assert main(["reproduce", "--list"]) == 0
@@ -172,43 +435,21 @@ def test_cli_list_and_errors(capsys):
 
 def test_cli_reproduce_json(tmp_path, capsys, monkeypatch):
     small_profile(monkeypatch, "simulations", **TINY_SIM)
-    assert main(["reproduce", "simulations", "--json", "--out", str(tmp_path)]) == 0
+    assert main(["reproduce", "simulations", "--json", "--out", str(tmp_path), "--device", "cpu"]) == 0
     k = json.loads(capsys.readouterr().out)
     assert {"settings", "summary", "claims"} <= set(k) and k["settings"]["steps"] == 20
-    assert [x["beta"] for x in k["summary"]["median_rate_per_beta"]] == [0.0, 1.0]
-    assert {"claim", "verdict", "measurement"} <= set(k["claims"][0])
+    assert set(ex.SUMMARY_KEYS) <= set(k["summary"])
+    assert k["summary"]["regimes"] == ["wide", "uniform attention"] and k["summary"]["device"] == "cpu"
+    assert all({"claim", "verdict", "measurement", "evidence", "figure"} <= set(c) for c in k["claims"])
     assert (tmp_path / "simulations-book.png").is_file()
-
-
-def test_bad_settings_and_results_give_clear_errors():
-    with pytest.raises(TypeError, match="overrides must be a dict"):
-        ex.run_experiment("simulations", overrides=[("steps", 3)])
-    for key, bad in (("window", 0), ("stride", 1.5), ("target", "wind")):
-        s = {**ex.settings("jena"), key: bad}
-        with pytest.raises(ValueError, match=f"setting '{key}'"):
-            ex.jena_data(s)
-    with pytest.raises(ValueError, match=r"unknown experiment\(s\) \['jenna'\]"):
-        ex.claims({"jenna": None})
-
-
-def test_sst2_figure_when_steps_are_not_a_multiple_of_error_every():
-    from convres.plotting import plot_sst2
-
-    runs = [{"L": L, "beta": b, "seed": 0, "status": "max_steps", "loss": list(np.linspace(2, 1, 26)),
-             "error": [0.5, 0.4, 0.3, 0.2], "error_steps": [0, 10, 20, 25]} for L in (2, 6) for b in (0.0, 1.0)]
-    fig = plot_sst2(result("sst2", {"steps": 25, "error_every": 10}, {"runs": runs}))
-    ax1, ax2 = fig.axes
-    assert list(ax2.lines[0].get_xdata()) == [0, 10, 20, 25]
-    assert [line.get_linestyle() for line in ax1.lines[:2]] == ["-", "--"]
-    assert all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes)
+    assert main(["reproduce", "simulations", "--json", "--out", str(tmp_path), "--device", "cuda:7"]) == 2
+    assert "cuda" in capsys.readouterr().err
 
 
 def _fake_jena_zip(dest):
     """A small file in the layout of the Keras zip (14 features, 10-minute rows, 2009-01-01 .. 01-09)."""
     import io
     import zipfile
-
-    import pandas as pd
 
     from convres.data import JENA_ALL_FEATURES, JENA_BOUNDS
 
@@ -230,8 +471,7 @@ def test_cli_reproduce_download_fetches_missing_data_then_runs(tmp_path, capsys,
     calls = []
     monkeypatch.setattr(data, "_atomic_download", lambda url, dest: calls.append(url) or _fake_jena_zip(dest))
     monkeypatch.setenv("CONVRES_DATA_DIR", str(tmp_path / "data"))
-    small_profile(monkeypatch, "jena", betas=[0.0, 1.0], seeds=[0], steps=3, probe_steps=2, stride=24,
-                  end="2009-01-08 00:00")
+    small_profile(monkeypatch, "jena", **ex.settings("jena", "smoke"))
     # without --download: a clear error naming the flag and the data-directory setting, no download
     assert main(["reproduce", "jena", "--out", str(tmp_path / "figs")]) == 2
     err = capsys.readouterr().err
@@ -239,7 +479,8 @@ def test_cli_reproduce_download_fetches_missing_data_then_runs(tmp_path, capsys,
     assert main(["reproduce", "jena", "--download", "--json", "--out", str(tmp_path / "figs")]) == 0
     assert calls == [data.JENA_URL]
     assert (tmp_path / "data" / "jena_climate" / "jena_climate_2009_2016.csv.zip").is_file()
-    assert json.loads(capsys.readouterr().out)["summary"]["diverged_runs"] == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert summary["diverged_runs"] == 0 and summary["rows"] == 3 * 144
     assert main(["reproduce", "jena", "--download", "--json", "--out", str(tmp_path / "figs")]) == 0
     assert calls == [data.JENA_URL]  # present now: not downloaded again
 
@@ -258,10 +499,37 @@ def test_cli_reproduce_out_is_a_file(tmp_path, capsys):
     assert str(f) in err and "is an existing file, not a folder" in err and "--out" in err
 
 
-def test_beta_colors_distinguish_adjacent_betas():
-    from convres.plotting import beta_colors
+# --- the reproduction report's tables ------------------------------------------------------------------
 
-    betas = [0.0, 0.1, 0.25, 0.5, 1.0]
-    rgb = np.array([c[:3] for c in beta_colors(betas)])
-    assert min(np.abs(rgb[i] - rgb[i + 1]).sum() for i in range(len(betas) - 1)) > 0.25
-    assert beta_colors([1.0, 0.0]) == beta_colors([0.0, 1.0])[::-1] and len(beta_colors([0.5])) == 1
+def test_report_tables_from_small_results(tmp_path):
+    from convres import report
+
+    write_tiny_sst2(tmp_path)
+    results = {"simulations": ex.run_experiment("simulations", overrides=TINY_SIM),
+               "sst2": ex.run_experiment("sst2", "smoke", overrides=SST2_TINY, data_dir=tmp_path)}
+    rows = ex.claims(results)
+    page = report.claims_html(rows, {"fig-sst2-final": b"\x89PNG"})
+    assert page.count("<tr>") == len(rows) + 1 and 'href="sst2.html#fig-sst2-final"' in page
+    assert 'href="simulations.html#fig-sim-regimes">figure</a>' in page     # no thumbnail given
+    assert all(report.VERDICT_COLORS[r["verdict"]] in page for r in rows)
+    assert "<details>" in report.criteria_html(rows)
+    counts = report.verdict_counts_html(rows)
+    assert all(v in counts for v in ex.VERDICTS)
+    assert set(report.settings_table(results)["experiment"]) == {"simulations", "sst2"}
+    spread = report.spread_table(results)
+    assert {"median", "min to max", "seeds"} <= set(spread.columns) and len(spread) > 0
+    compute = report.compute_table(results, "test machine")
+    assert list(compute["experiment"]) == ["simulations", "sst2"] and (compute["gradient-descent runs"] > 0).all()
+    assert "SST-2 wide FFN" in set(report.deviations_table(results)["what"])
+    with pytest.raises(ValueError, match="unknown verdict"):
+        report.badge("great")
+
+
+def test_scope_summary_folds_the_theory_rows():
+    from convres.report import scope_summary
+
+    rows = [{"experiment": "a", "theorem": "t", "hypothesis": "h1", "holds": True, "value": 1.0, "threshold": 1.0},
+            {"experiment": "a", "theorem": "t", "hypothesis": "h2", "holds": False, "value": 3.0, "threshold": 2.0},
+            {"experiment": "b", "theorem": "t", "hypothesis": "h1", "holds": True, "value": 1.0, "threshold": 1.0}]
+    t = scope_summary(rows)
+    assert t["shape hypotheses"].tolist() == ["fail: h2 (3 vs 2)", "all hold"]
