@@ -117,7 +117,7 @@ unit: $(STAMP)
 
 notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
-	  --nbval-cell-timeout=300 book
+	  --nbval-cell-timeout=900 book
 
 strict-build: $(STAMP) $(ASSETS)
 	$(BIN)/jupyter-book build --all book -W -n --keep-going

@@ -221,7 +221,10 @@ def format_report(result: dict) -> str:
 
 
 def _threads(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
     if not 0 <= value <= max_threads():
         raise argparse.ArgumentTypeError(f"must be an integer in 0 .. {max_threads()} (0: PyTorch's default)")
     return value

@@ -2,7 +2,8 @@
 Transformers with Residual Connections* (Qin, Zhou, Jiang, Zhu; arXiv:2506.05249).
 
 The model, exact full-batch gradient descent, the theory's computable quantities, data loaders,
-experiments, plots and explorers used by the book in ``book/``.
+experiments, plots and explorers (Vega-Lite charts drawn from precomputed grids, see
+:mod:`convres.explorers`) used by the book in ``book/``.
 """
 
 __version__ = "0.2.0"

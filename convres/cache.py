@@ -7,8 +7,10 @@ neither a new version nor an edited function ever serves stale results.
 The cache never costs a result: its directory is checked before anything is computed, and when it
 cannot be written the result is still returned, with one :class:`CacheWarning` naming the setting
 ``CONVRES_CACHE_DIR``. An entry that is not what was stored (garbage, truncated, too deeply
-nested, another configuration, or rejected by the caller's ``check``) is recomputed, with a
-:class:`CacheWarning` naming the file.
+nested, another configuration, rejected by the caller's ``check``, or a result that no longer
+matches the SHA-256 stored with it, e.g. after a hand edit) is recomputed, with a
+:class:`CacheWarning` naming the file. (The checksum finds edits and damage, not an adversary who
+can write the cache folder and recompute it.)
 """
 
 from __future__ import annotations
@@ -150,6 +152,12 @@ def _unusable_reason(folder: Path, path: Path) -> str | None:
 _MISSING = object()
 
 
+def _result_digest(result: Any) -> str:
+    """SHA-256 of the canonical JSON (sorted keys) of a result as JSON gives it back."""
+    text = json.dumps(result, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def _stored_result(path: Path, config: Any, check: Callable[[Any], Any] | None) -> Any:
     """The result stored at ``path`` for ``config``, or ``_MISSING``. An entry that is unreadable,
     not JSON, too deeply nested, not of the form ``{"config", "result"}``, written for another
@@ -173,6 +181,8 @@ def _stored_result(path: Path, config: Any, check: Callable[[Any], Any] | None) 
             return _reject(path, f"result rejected by the check: {type(err).__name__}: {err}")
         if ok is False:
             return _reject(path, "result rejected by the check")
+    if stored.get("sha256") != _result_digest(stored["result"]):
+        return _reject(path, "its result does not match the sha256 stored with it: edited or damaged")
     return stored["result"]
 
 
@@ -188,8 +198,9 @@ def cached_json(name: str, config: Any, compute: Callable[[], Any], *, directory
 
     ``config`` must be JSON-serializable and hold everything the result depends on. ``check``, if
     given, is called with a stored result before it is served: raising (any exception) or
-    returning ``False`` marks the entry as not of the expected form. Such an entry, or a corrupt
-    one, is recomputed with a :class:`CacheWarning` naming the file. The cache directory is checked
+    returning ``False`` marks the entry as not of the expected form. Such an entry, a corrupt one,
+    or one whose result differs from the SHA-256 written with it, is recomputed with a
+    :class:`CacheWarning` naming the file. The cache directory is checked
     before ``compute()`` runs; if it cannot be written (or the write fails anyway), the result is
     returned uncached with one :class:`CacheWarning` naming ``CONVRES_CACHE_DIR``.
     """
@@ -204,7 +215,9 @@ def cached_json(name: str, config: Any, compute: Callable[[], Any], *, directory
         _warn_unusable(folder, reason)
     result = compute()
     if reason is None:
-        text = json.dumps({"config": config, "convres": __version__, "result": result}, default=str)
+        entry = json.loads(json.dumps({"config": config, "convres": __version__, "result": result},
+                                      default=str))  # the entry as a later read will see it
+        text = json.dumps({**entry, "sha256": _result_digest(entry["result"])})
         try:
             atomic_write_text(path, text)
         except OSError as err:

@@ -371,6 +371,10 @@ def main(argv: list[str] | None = None) -> int:
     except OverflowError as err:
         print(f"{where}: error: a number overflowed ({err}); use a smaller --beta or smaller sizes.", file=sys.stderr)
         return 2
+    except ArithmeticError as err:  # a division by zero or a floating-point trap on a degenerate instance
+        print(f"{where}: error: the computation failed ({type(err).__name__}: {err}); the instance is "
+              "degenerate or too large: use a smaller --beta, smaller sizes or another --seed.", file=sys.stderr)
+        return 2
     except RuntimeError as err:
         if "allocate" in str(err) or "memory" in str(err).lower():
             print(f"{where}: error: out of memory; use smaller sizes (--N, --n, --d, --layers).", file=sys.stderr)

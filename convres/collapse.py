@@ -1,9 +1,10 @@
 """Rank collapse of softmax attention, the counterexamples, and what the residual does about it.
 
-Book chapter: *Rank collapse and the residual* (``book/rank_collapse.md``). Paper: arXiv:2506.05249,
-the discussion "why residual connections matter" (v1 and v4): softmax attention can degenerate
-towards a rank-one output, ``sigma_min(Attn(X)) -> 0``; with the residual ``Z = Attn(X) + beta X``
-the smallest singular value stays positive.
+Book chapters: *Rank collapse and what the residual does about it* (``book/rank_collapse.md``) and
+*Rank collapse under gradient descent* (``book/rank_collapse_gd.md``). Paper: arXiv:2506.05249,
+as its abstract and summary put it (v1 and v4; the book has not read the full text): softmax
+attention can degenerate towards a rank-one output, ``sigma_min(Attn(X)) -> 0``; with the residual
+``Z = Attn(X) + beta X`` the smallest singular value stays positive.
 
 For one sequence ``X`` (``n x d``, ``n <= d``) and weights ``W_Q, W_K`` (``d x d_qk``), ``W_V``
 (``d x d``) and an attention scale ``s``::
@@ -251,7 +252,8 @@ def _sweep_body(inst_at, points: Sequence, betas: list[float]) -> dict[str, np.n
     out["dist_one_hot"] = torch.linalg.matrix_norm(S - one_hot, ord=2).numpy()
     rows = np.array(rows)
     out["sigma_min_X"], out["sigma_max_X"] = rows[:, 0], rows[:, 1]
-    # lemma rc-lem-uniform: sigma_2(Attn) <= ||S - U||_2 ||X||_2 ||W_V||_2 <= (1/2)||sL||_F ||X||_2 ||W_V||_2
+    # the book's lemma on nearly uniform attention:
+    # sigma_2(Attn) <= ||S - U||_2 ||X||_2 ||W_V||_2 <= (1/2)||sL||_F ||X||_2 ||W_V||_2
     out["uniform_bound"] = out["dist_uniform"] * rows[:, 2]
     out["logit_bound"] = rows[:, 3] * rows[:, 2]
     out["betas"] = np.asarray(betas, dtype=np.float64)
@@ -272,7 +274,8 @@ def dqk_sweep(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *, n: i
     ``dist_uniform = ||S - 1 1^T/n||_2``, ``S_rank_one_residual`` (relative distance of ``S`` to
     the matrices with identical rows), ``dist_one_hot`` (distance of ``S`` to ``1 e_j^T`` for its
     most attended token ``j``), ``sigma_min_X``, ``sigma_max_X``, the two upper bounds on
-    ``sigma_2(Attn(X))`` of the book's lemma ``rc-lem-uniform`` (``uniform_bound`` =
+    ``sigma_2(Attn(X))`` of the book's lemma "Nearly uniform attention gives a nearly rank-one
+    output" (chapter *Rank collapse*; ``uniform_bound`` =
     ``||S - 1 1^T/n||_2 ||X||_2 ||W_V||_2`` and ``logit_bound`` =
     ``||s X W_Q W_K^T X^T||_F ||X||_2 ||W_V||_2 / 2``) and ``betas``.
     """
@@ -394,7 +397,7 @@ def gd_collapse_runs(betas: Sequence = (0.0, 1.0), *, mu: float = 0.002, steps: 
 
 def gd_attention_stats(beta=0.0, *, mu: float = 0.002, **instance) -> dict[str, np.ndarray | float]:
     """How uniform the attention of the gradient-descent experiment is at initialization and how
-    fast one step moves it (book section "The consequence for gradient descent").
+    fast one step moves it (book chapter *Rank collapse under gradient descent*).
 
     On :func:`gd_instance` (keyword arguments ``instance``) with residual ``beta`` (a number or a
     pair): ``dist_uniform``, ``||S_i - 1 1^T/n||_2`` per sequence at ``theta_0``, and
@@ -430,7 +433,7 @@ def sigma_min_table(beta: float = 1.0, d_qks: Sequence[int] = TABLE_D_QKS, *, n:
     """``[{"d_qk", "sigma_min_attn", "sigma_min_residual", ...}, ...]``: the median over ``seeds``
     :func:`gaussian_instance` s (seeds ``seed, ..., seed + seeds - 1``) of ``sigma_min(Attn(X))`` and
     ``sigma_min(Attn(X) + beta X)`` with scale ``1/d_qk`` (the ``rank-collapse`` command, book chapter
-    "Rank collapse", figure ``fig-rc-uniform``). One instance fluctuates a lot (its ``sigma_min(Attn)``
+    *Rank collapse*, its first figure). One instance fluctuates a lot (its ``sigma_min(Attn)``
     need not fall from one ``d_qk`` to the next); the median shows the ``d_qk^{-1/2}`` trend.
     Extra fields per row: ``sigma_min_attn_q10`` and ``sigma_min_attn_q90`` (10 % and 90 % quantiles
     over the instances) and ``instances`` (= ``seeds``)."""

@@ -435,8 +435,15 @@ def read_jena(path: str | os.PathLike, columns=JENA_FEATURES, *, sha256: str | N
                         "download or copy it again.")
     try:
         time = pd.to_datetime(df[JENA_TIME], format=JENA_TIME_FORMAT)
-    except (ValueError, TypeError) as err:
-        raise DataError(f"{path}: column {JENA_TIME!r} is not in the format {JENA_TIME_FORMAT!r}: {err}") from err
+    except (ValueError, TypeError) as err:  # name the first bad time, not pandas' advice on its arguments
+        bad = pd.to_datetime(df[JENA_TIME], format=JENA_TIME_FORMAT, errors="coerce").isna().to_numpy()
+        where = ""
+        if bad.any():
+            i = int(bad.nonzero()[0][0])
+            where = f"{int(bad.sum())} time(s) are not, the first at data row {i} (line {i + 2}): " \
+                    f"{df[JENA_TIME].iloc[i]!r}. "
+        raise DataError(f"{path}: column {JENA_TIME!r} must hold times in the format {JENA_TIME_FORMAT!r} "
+                        f"(e.g. '01.01.2009 00:10:00'); {where}Correct those times first.") from err
     values = df[columns].apply(pd.to_numeric, errors="coerce").astype("float64")
     bounds = {c: JENA_BOUNDS.get(c, (-np.inf, np.inf)) for c in columns}
     low, high = (pd.Series({c: b[k] for c, b in bounds.items()}) for k in (0, 1))
@@ -475,6 +482,63 @@ def _check_order(path: Path, times, rows) -> None:
                     f"file by {JENA_TIME!r} first.")
 
 
+def _timestamp(name: str, value):
+    """``value`` (a string such as ``"2009-01-01 01:00"``, a ``datetime`` or a ``pandas.Timestamp``)
+    as a timezone-naive ``pandas.Timestamp``; a ValueError or TypeError naming ``name`` otherwise."""
+    import datetime
+
+    import numpy as np
+    import pandas as pd
+
+    example = "'2009-01-01 01:00' (year-month-day hour:minute)"
+    if not isinstance(value, (str, datetime.date, np.datetime64)):
+        raise TypeError(f"{name} must be a timestamp string such as {example}, or a datetime, got {value!r}.")
+    try:
+        ts = pd.Timestamp(value)
+    except (ValueError, TypeError, OverflowError) as err:
+        raise ValueError(f"{name} {value!r} is not a timestamp ({str(err).splitlines()[0]}); use the form "
+                         f"{example}.") from None
+    if ts is pd.NaT:
+        raise ValueError(f"{name} {value!r} is not a timestamp (NaT); use the form {example}.")
+    if ts.tzinfo is not None:
+        raise ValueError(f"{name} {value!r} has a time zone, but the Jena times are local station times "
+                         f"without one; drop the time zone, as in {example}.")
+    return ts
+
+
+def _period(freq):
+    """``freq`` (a string such as ``"10min"`` or ``"1h"``, or a ``timedelta``) as a positive
+    ``pandas.Timedelta``; a ValueError or TypeError naming ``freq`` otherwise."""
+    import datetime
+
+    import pandas as pd
+
+    if not isinstance(freq, (str, datetime.timedelta)):
+        raise TypeError(f"freq must be a duration string such as '10min' or '1h' (or a timedelta), got "
+                        f"{freq!r}.")
+    try:
+        step = pd.Timedelta(freq)
+    except (ValueError, TypeError, OverflowError) as err:
+        raise ValueError(f"freq {freq!r} is not a duration ({str(err).splitlines()[0]}); use e.g. '10min', "
+                         "'1h' or '1D'.") from None
+    if step is pd.NaT or step <= pd.Timedelta(0):
+        raise ValueError(f"freq must be a positive duration such as '10min' or '1h', got {freq!r}.")
+    return step
+
+
+def _spacing(index):
+    """The most common time step between consecutive rows of ``index`` (``None`` for < 2 rows)."""
+    import numpy as np
+    import pandas as pd
+
+    steps = np.diff(index.to_numpy())
+    steps = steps[steps > np.timedelta64(0, "ns")]
+    if len(steps) == 0:
+        return None
+    values, counts = np.unique(steps, return_counts=True)
+    return pd.Timedelta(values[counts.argmax()])
+
+
 def load_jena(start: str | None = None, end: str | None = None, *, data_dir=None,
               columns=JENA_FEATURES, freq: str | None = None, download: bool = False):
     """Jena Climate rows with ``start <= time <= end`` (timestamps like ``"2009-01-01 01:00"``).
@@ -489,11 +553,15 @@ def load_jena(start: str | None = None, end: str | None = None, *, data_dir=None
     """
     import pandas as pd
 
+    lo, hi = (None if t is None else _timestamp(name, t) for name, t in (("start", start), ("end", end)))
+    step = None if freq is None else _period(freq)
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"start {start!r} is after end {end!r}.")
     path = jena_path(data_dir, download=download)
     sha, source = recorded_checksum(path, data_dir, JENA_FILES)
     df = read_jena(path, columns, sha256=sha, checksum_source=source or "convres.data")
-    lo = pd.Timestamp(start) if start is not None else df.index.min()
-    hi = pd.Timestamp(end) if end is not None else df.index.max()
+    lo = df.index.min() if lo is None else lo
+    hi = df.index.max() if hi is None else hi
     if lo > hi:
         raise ValueError(f"start {start!r} is after end {end!r}.")
     if lo < df.index.min() or hi > df.index.max():
@@ -501,15 +569,20 @@ def load_jena(start: str | None = None, end: str | None = None, *, data_dir=None
             f"{path} covers {df.index.min()} .. {df.index.max()}, but {lo} .. {hi} is needed. "
             "Use a window inside the file, or the full file (convres.data.load_jena(download=True)).")
     keep = (df.index >= lo) & (df.index <= hi)
-    if freq is not None:
-        step = pd.Timedelta(freq)
+    window = df.index[keep]
+    if step is not None:
         keep &= (df.index - df.index.normalize()) % step == pd.Timedelta(0)
     rows = keep.nonzero()[0]
     df = df[keep]
     _check_order(path, df.index, rows)
-    if freq is not None:
+    if step is not None:
         expected = pd.date_range(lo.ceil(step), hi.floor(step), freq=step)
         absent = expected.difference(df.index)
+        spacing = _spacing(window.sort_values()) if len(absent) else None
+        if spacing is not None and step % spacing != pd.Timedelta(0):
+            raise ValueError(f"freq {freq!r} is not a multiple of the spacing of the rows of {path} "
+                             f"({spacing}), so no grid of that period fits them; use a multiple of "
+                             "it, e.g. '10min' or '1h'.")
         if len(absent):
             raise DataError(
                 f"{path}: the rows at every {freq} in {lo} .. {hi} are irregular: {len(absent)} "

@@ -32,8 +32,8 @@ import torch
 from . import plotting
 from .cache import cached_json
 from .collapse import gd_attention_stats, gd_instance, rank_one_floor, residual_config
-from .data import (JENA_ALL_FEATURES, JENA_FEATURES, DataError, embed_tokens, embed_with, load_jena,
-                   load_sst2, ppmi_embeddings, sst2_prefixes, standardize, synthetic_regression)
+from .data import (JENA_ALL_FEATURES, JENA_FEATURES, DataError, _timestamp, embed_tokens, embed_with,
+                   load_jena, load_sst2, ppmi_embeddings, sst2_prefixes, standardize, synthetic_regression)
 from .gd import Step, gradient_descent
 from .model import ModelConfig, forward, init_params
 from .runtime import check_device, torch_threads
@@ -504,16 +504,14 @@ def jena_data(s: dict, data_dir=None, dtype=torch.float64) -> JenaTask:
     inside one part; the target of position ``t`` is the standardized ``target`` ``horizon`` rows
     later. Returns a :class:`JenaTask`.
     """
-    import pandas as pd
-
     window, stride, horizon = (_positive_int(s, k) for k in ("window", "stride", "horizon"))
     if s.get("target") not in JENA_FEATURES:
         raise ValueError(f"setting 'target' must be one of {JENA_FEATURES}, got {s.get('target')!r}.")
-    df = load_jena(s["start"], s["end"], data_dir=data_dir, columns=JENA_FEATURES, freq=s["freq"])
-    split = pd.Timestamp(s["train_end"])
-    if not pd.Timestamp(s["start"]) < split < pd.Timestamp(s["end"]):
+    split = _timestamp("setting 'train_end'", s["train_end"])
+    if not _timestamp("setting 'start'", s["start"]) < split < _timestamp("setting 'end'", s["end"]):
         raise ValueError(f"setting 'train_end' ({s['train_end']}) must lie strictly between start "
                          f"({s['start']}) and end ({s['end']}).")
+    df = load_jena(s["start"], s["end"], data_dir=data_dir, columns=JENA_FEATURES, freq=s["freq"])
     train, val = df[df.index <= split], df[df.index > split]
     need = window + horizon
     for part, rows in (("training", train), ("held-out", val)):
@@ -1015,7 +1013,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
         _run_sst2, _sst2_numbers, _sst2_claims, plotting.plot_sst2),
     Experiment(
         "rank_collapse_gd", "Rank collapse: gradient descent with and without residuals at d_QK = 64, 1024",
-        "book/rank_collapse.md",
+        "book/rank_collapse_gd.md",
         {"book": _RC, "paper": _RC,
          "smoke": dict(_RC, steps=10, stat_seeds=[0], runs=_RC["runs"][1:3])},
         _run_rank_collapse_gd, _rank_collapse_numbers, lambda res: [], plotting.plot_rank_collapse_gd),

@@ -1,7 +1,7 @@
 """Interactive explorers that work on the book's static site: grids computed by convres, drawn in the browser.
 
-Book chapters: *Rank collapse* (``book/rank_collapse.md``, section "Explore it") and *Explore
-convergence* (``book/explore_convergence.md``).
+Book chapters: *Rank collapse under gradient descent* (``book/rank_collapse_gd.md``, section
+"Explore it") and *Explore convergence* (``book/explore_convergence.md``).
 
 The published book has no Python kernel, so an explorer is computed at build time on a grid of
 slider positions. Every position holds exactly what convres computes for it (singular values,
@@ -664,19 +664,28 @@ def rank_collapse_live(beta: float = 1.0, d_qk: int = 1024, n: int = 8, grid: Ma
                               continuous_update=False)
     s_n = w.IntSlider(value=n, min=2, max=g["d"], description="tokens n", style=style,
                       continuous_update=False)
+    return _live_explorer({"beta": s_beta, "d_qk": s_dqk, "n": s_n}, g,
+                          rank_collapse_position, rank_collapse_figure)
+
+
+def _live_explorer(sliders: Mapping, g: Mapping, position, figure):
+    """A kernel explorer: ``sliders`` (name -> ipywidget, in the order of ``position``'s arguments)
+    above a readout and the static frame ``figure(position(*values, g), g, values)``, redrawn on every
+    change."""
+    import ipywidgets as w
     image = w.Image(format="png", layout=w.Layout(width="100%", max_width=f"{DISPLAY_WIDTH_PX}px"))
     readout = w.HTML()
 
     def refresh(_change=None):
-        rec = _rounded(rank_collapse_position(s_beta.value, s_dqk.value, s_n.value, g))
-        image.value = _png(rank_collapse_figure(rec, g, {"beta": s_beta.value, "d_qk": s_dqk.value,
-                                                         "n": s_n.value}))
+        values = {k: ctrl.value for k, ctrl in sliders.items()}
+        rec = _rounded(position(*values.values(), g))
+        image.value = _png(figure(rec, g, values))
         readout.value = "<br>".join(html.escape(t) for t in readout_text(rec["readout"]))
 
-    for ctrl in (s_beta, s_dqk, s_n):
+    for ctrl in sliders.values():
         ctrl.observe(refresh, names="value")
     refresh()
-    return w.VBox([s_beta, s_dqk, s_n, readout, image])
+    return w.VBox([*sliders.values(), readout, image])
 
 
 def _png(fig) -> bytes:
@@ -875,16 +884,5 @@ def convergence_live(beta: float = 1.0, mu: float = 0.002, d_qk: int = 32, grid:
                             continuous_update=False, readout_format=".2g")
     s_dqk = w.SelectionSlider(options=d_qks, value=d_qk, description="d_QK", style=style,
                               continuous_update=False)
-    image = w.Image(format="png", layout=w.Layout(width="100%", max_width=f"{DISPLAY_WIDTH_PX}px"))
-    readout = w.HTML()
-
-    def refresh(_change=None):
-        rec = _rounded(convergence_position(s_beta.value, s_mu.value, s_dqk.value, g))
-        image.value = _png(convergence_figure(rec, g, {"beta": s_beta.value, "mu": s_mu.value,
-                                                       "d_qk": s_dqk.value}))
-        readout.value = "<br>".join(html.escape(t) for t in readout_text(rec["readout"]))
-
-    for ctrl in (s_beta, s_mu, s_dqk):
-        ctrl.observe(refresh, names="value")
-    refresh()
-    return w.VBox([s_beta, s_mu, s_dqk, readout, image])
+    return _live_explorer({"beta": s_beta, "mu": s_mu, "d_qk": s_dqk}, g,
+                          convergence_position, convergence_figure)

@@ -337,23 +337,32 @@ def plot_speedups(result: Mapping):
     return fig
 
 
+def _math_label(name: str) -> str:
+    """A run name such as ``"beta = 0, d_QK = 64"`` with its symbols typeset."""
+    return name.replace("beta", r"$\beta$").replace("d_QK", r"$d_{QK}$")
+
+
 def plot_rank_collapse_gd(result):
-    """Chapter *Rank collapse*: loss (top, with the rank-one floor) and ``sigma_min`` of the stacked
-    ``Z_t`` (bottom) of the gradient-descent runs with and without residual connections."""
+    """Chapter *Rank collapse under gradient descent*: loss (top, with the rank-one floor) and
+    ``sigma_min`` of the stacked ``Z_t`` (bottom) of the gradient-descent runs with and without
+    residual connections. Two panels stacked, one legend above them (outside the data), each run
+    with its own colour, line style and marker (readable in grey and on a 390 px screen)."""
     from .gd import History
-    colors = ["tab:olive", "tab:orange", "tab:blue", "tab:cyan", "tab:red"]
+    colors = ["#1b9e77", "#d95f02", "#2c3e9e", "#7570b3", "#c2185b"]
     styles = ["-", "-", "-", "--", ":"]
-    fig, (ax1, ax2) = figure(1, 2, width=6.0, height=3.3)
-    for r, c, ls in zip(result.data["runs"], colors, styles):
+    fig, (ax1, ax2) = _stacked(2, width=4.8, height=2.3)
+    for r, c, ls, mk in zip(result.data["runs"], colors, styles, MARKERS):
         h = History.from_dict(r["history"])
-        ax1.semilogy(np.arange(len(h.loss)), h.loss, color=c, ls=ls, label=r["name"])
-        ax2.semilogy(h.record_steps, h.sigma_min_Z, "o", ls=ls, ms=3, color=c, label=r["name"])
-    ax1.axhline(result.data["floor"], color="k", ls=":", lw=1, label="rank-one floor")
-    ax1.set_xlabel("gradient-descent step $t$")
+        t = np.arange(len(h.loss))
+        ax1.semilogy(t, h.loss, color=c, ls=ls, marker=mk, ms=4, markevery=max(1, len(t) // 6),
+                     label=_math_label(r["name"]))
+        ax2.semilogy(h.record_steps, h.sigma_min_Z, color=c, ls=ls, marker=mk, ms=4,
+                     markevery=max(1, len(h.record_steps) // 6), label=_math_label(r["name"]))
+    ax1.axhline(result.data["floor"], color="k", ls=(0, (1, 1)), lw=1.2, label="rank-one floor")
     ax1.set_ylabel(r"loss $\Phi(\theta_t)$")
     ax2.set_xlabel("gradient-descent step $t$")
-    ax2.set_ylabel(r"$\sigma_{\min}(Z_t)$, $Z_t$ stacked")
-    ax1.legend(frameon=False, fontsize=9)
+    ax2.set_ylabel(r"$\sigma_{\min}(Z_t)$")
+    _legend_on_top(fig, [ax1, ax2], ncol=2, fontsize=8)
     return fig
 
 

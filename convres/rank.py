@@ -85,8 +85,8 @@ def singular_value_measures(sv: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def weyl_lower_bounds(X: torch.Tensor, A: torch.Tensor, beta: float) -> torch.Tensor:
     """``b_k = beta sigma_min(X) - sigma_{k+1}(A)``, ``k = 0 .. r-1``, for two matrices of one shape:
-    by Weyl's inequality ``sigma_{r-k}(A + beta X) >= b_k`` (book lemmas ``thm-lem-residual`` and
-    ``rc-lem-residual``). ``b_0`` bounds ``sigma_min(A + beta X)``; when ``A`` is close to rank one,
+    by Weyl's inequality ``sigma_{r-k}(A + beta X) >= b_k`` (the residual lemma of the *Theorem*
+    chapter, ``thm-lem-residual``, with its general margin). ``b_0`` bounds ``sigma_min(A + beta X)``; when ``A`` is close to rank one,
     ``b_1`` bounds all but the smallest singular value by nearly ``beta sigma_min(X)``. A bound is
     informative only when positive."""
     if not (isinstance(X, torch.Tensor) and isinstance(A, torch.Tensor)) or X.dim() != 2 or X.shape != A.shape:

@@ -114,6 +114,8 @@ def _hessian_norm(params, X, Y, cfg, iters, seed) -> float:
     for _ in range(iters):
         hv = torch.func.jvp(grad_at, theta, v)[1]
         lam = _flat_norm(hv[k] for k in names)
+        if not math.isfinite(lam):  # the product, or its norm, overflowed: no finite estimate
+            return math.inf
         if lam == 0.0:
             return 0.0
         v = tuple(hv[k] / lam for k in names)
@@ -168,7 +170,8 @@ def mu_max(params, X, Y, cfg, *, safety: float = 2.0, **kwargs) -> float:
     """
     if not (isinstance(safety, numbers.Real) and not isinstance(safety, bool) and safety >= 1):
         raise ValueError(f"safety must be a number >= 1, got {safety!r}.")
-    return 1.0 / (safety * smoothness_estimate(params, X, Y, cfg, **kwargs)["L_hat"])
+    L_hat = smoothness_estimate(params, X, Y, cfg, **kwargs)["L_hat"]
+    return math.inf if L_hat == 0 else 1.0 / (safety * L_hat)
 
 
 def _layer(cfg, layer):
@@ -508,7 +511,10 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
     if not isinstance(smoothness_samples, numbers.Integral) or smoothness_samples < 0:
         raise ValueError(f"smoothness_samples must be a non-negative integer, got {smoothness_samples!r}.")
     L_hat = _smoothness(params, X, Y, cfg, None, smoothness_samples, 20, seed)["L_hat"]
-    m_max = 1.0 / (safety * L_hat)
+    m_max = math.inf if L_hat == 0 else 1.0 / (safety * L_hat)
+    if mu is None and L_hat == 0:
+        raise ValueError("the estimated Hessian of the loss is 0 at the initialization, so the theorem's "
+                         "step size 1/(safety L_hat) is not defined; pass mu=... explicitly.")
     mu = m_max if mu is None else mu
     tr = _trace(params, X, cfg)
     sigma_0 = sigma_nn(tr.H[-1].detach())
