@@ -298,7 +298,9 @@ INSPECT = r"""
                         .filter(e => /<Figure size \d+x\d+ with/.test(e.textContent))
                         .map(e => e.textContent.trim().slice(0, 80));
   const doubled = [...main.querySelectorAll('.cell')].flatMap(c => {
-    const srcs = [...c.querySelectorAll('.cell_output img')].map(i => i.getAttribute('src'));
+    // a linked thumbnail (the report's claims table) may repeat; a drawn figure may not
+    const srcs = [...c.querySelectorAll('.cell_output img')].filter(i => !i.closest('a'))
+                   .map(i => i.getAttribute('src'));
     return srcs.filter((x, k) => srcs.indexOf(x) !== k); });
   const links = [...document.querySelectorAll('a[href]')].map(a => a.href);
   const downloads = [...document.querySelectorAll('a[href$=".ipynb"]')].map(a => a.getAttribute('href'));
