@@ -115,9 +115,23 @@ SITE_TESTS := tests/test_site.py tests/test_links.py tests/test_lines.py
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests -q $(addprefix --ignore=,$(SITE_TESTS))
 
+# Every chapter executed by nbval, in two processes (one per core: the experiments run one PyTorch
+# thread each). The chapters that compute the experiments (simulations, Jena, SST-2; the intro and
+# the report read the same results) run in one process, one after another, so that each experiment
+# is computed once and then read from the cache; every other chapter runs in the other process.
+NBVAL := $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
+  --nbval-cell-timeout=900
+EXPERIMENT_CHAPTERS := book/intro.md book/jena.md book/report.md book/simulations.md book/sst2.md
+OTHER_CHAPTERS := $(filter-out $(EXPERIMENT_CHAPTERS),$(sort $(wildcard book/*.md)))
+
 notebooks: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
-	  --nbval-cell-timeout=900 book
+	@mkdir -p _build
+	@echo "nbval: $(EXPERIMENT_CHAPTERS) (log in _build/nbval-experiments.log), in parallel with the other chapters"
+	@$(NBVAL) $(EXPERIMENT_CHAPTERS) > _build/nbval-experiments.log 2>&1 & pid=$$!; \
+	  $(NBVAL) $(OTHER_CHAPTERS); other=$$?; \
+	  wait $$pid; experiments=$$?; \
+	  echo "nbval, experiment chapters:"; cat _build/nbval-experiments.log; \
+	  test $$other = 0 && test $$experiments = 0
 
 strict-build: $(STAMP) $(ASSETS)
 	$(BIN)/jupyter-book build --all book -W -n --keep-going
