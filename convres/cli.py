@@ -142,6 +142,12 @@ attention scale 1/d_QK, gelu, d_QK = d, m = d/4, targets +-1; GD with mu = 1/L_u
 """
 
 
+def _print_fields(summary: dict, width: int) -> None:
+    """One line per field, names right-aligned in ``width`` columns; ``None`` prints as unknown."""
+    for k, v in summary.items():
+        print(f"{k:>{width}}: {'unknown' if v is None else v}")
+
+
 def _theorem(args) -> int:
     if args.certify:
         return _theorem_certify(args)
@@ -151,8 +157,7 @@ def _theorem(args) -> int:
     if args.json:
         write_json(summary)
         return 0
-    for k, v in summary.items():
-        print(f"{k:>20}: {'unknown' if v is None else v}")
+    _print_fields(summary, 20)
     b = r.part_b
     print(f"  part (b') needs rho = {b['rho']:.4g} < r <= r_sigma, and r_sigma <= {b['r_sigma_upper']:.4g}")
     for a in r.assumptions:
@@ -176,8 +181,7 @@ def _theorem_certify(args) -> int:
     if args.json:
         write_json(summary)
         return 0
-    for k, v in summary.items():
-        print(f"{k:>16}: {'unknown' if v is None else v}")
+    _print_fields(summary, 16)
     return 0
 
 

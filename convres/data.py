@@ -36,7 +36,7 @@ import torch
 from .cache import atomic_write_bytes, atomic_write_text
 from .paths import DATA_ENV
 from .paths import data_dir as data_dir_setting
-from .model import generator
+from .model import _is_int, generator
 
 __all__ = ["synthetic_regression", "DataError", "DataWarning", "sha256_file", "verify_checksum",
            "read_checksums", "recorded_checksum", "standardize", "JENA_URL", "JENA_FEATURES",
@@ -47,9 +47,11 @@ __all__ = ["synthetic_regression", "DataError", "DataWarning", "sha256_file", "v
            "DATASETS"]
 
 
-def _is_int(v) -> bool:
-    """An integer (Python or numpy), but not a bool."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+def _check_positive_int(name: str, v) -> None:
+    """A ValueError naming ``name`` unless ``v`` is an integer >= 1 (not a bool)."""
+    if not _is_int(v) or v < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}.")
 
 
 def synthetic_regression(N: int, n: int, d: int, c: int = 1, *, seed: int | torch.Generator = 0,
@@ -60,8 +62,7 @@ def synthetic_regression(N: int, n: int, d: int, c: int = 1, *, seed: int | torc
     Gaussian ``X`` is of full rank with probability one, as the theory requires.
     """
     for name, v in (("N", N), ("n", n), ("d", d), ("c", c)):
-        if not _is_int(v) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}.")
+        _check_positive_int(name, v)
     N, n, d, c = int(N), int(n), int(d), int(c)
     gen = generator(seed)
     X = torch.randn(N, n, d, generator=gen, dtype=torch.float64)
@@ -716,8 +717,7 @@ def sst2_subset(df, size: int, n_tokens: int):
 
     if not _is_int(size) or size < 2 or size % 2:
         raise ValueError(f"size must be an even integer >= 2, got {size!r}.")
-    if not _is_int(n_tokens) or n_tokens < 1:
-        raise ValueError(f"n_tokens must be a positive integer, got {n_tokens!r}.")
+    _check_positive_int("n_tokens", n_tokens)
     size, n_tokens = int(size), int(n_tokens)
     tokens = df["sentence"].str.split()
     keep = tokens.str.len() == n_tokens
@@ -744,8 +744,7 @@ def sst2_prefixes(df, n_tokens: int, size: int | None = None):
     """
     import numpy as np
 
-    if not _is_int(n_tokens) or n_tokens < 1:
-        raise ValueError(f"n_tokens must be a positive integer, got {n_tokens!r}.")
+    _check_positive_int("n_tokens", n_tokens)
     if size is not None and (not _is_int(size) or size < 2 or size % 2):
         raise ValueError(f"size must be an even integer >= 2 (half of each label) or None (every "
                          f"qualifying sentence), got {size!r}.")
@@ -790,14 +789,12 @@ def ppmi_embeddings(sentences, d: int, *, vocab_size: int = 5000, smoothing: flo
     """
     import numpy as np
 
-    if not _is_int(d) or d < 1:
-        raise ValueError(f"d (the embedding dimension) must be a positive integer, got {d!r}.")
+    _check_positive_int("d (the embedding dimension)", d)
     if not _is_int(vocab_size) or vocab_size < 2:
         raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}.")
     if isinstance(smoothing, bool) or not isinstance(smoothing, numbers.Real) or not 0 < smoothing <= 1:
         raise ValueError(f"smoothing must be a number in (0, 1], got {smoothing!r}.")
-    if not _is_int(iterations) or iterations < 1:
-        raise ValueError(f"iterations must be a positive integer, got {iterations!r}.")
+    _check_positive_int("iterations", iterations)
     sentences = [list(s) for s in sentences]
     if not sentences or not all(sentences):
         raise ValueError("sentences must be a non-empty list of non-empty token lists.")
@@ -883,8 +880,7 @@ def hash_embedding(token: str, d: int, seed: int = 0, dtype=torch.float64) -> to
     vector, on every machine, without a vocabulary."""
     if not isinstance(token, str):
         raise TypeError(f"token must be a str, got {type(token).__name__}.")
-    if not _is_int(d) or d < 1:
-        raise ValueError(f"d (the embedding dimension) must be a positive integer, got {d!r}.")
+    _check_positive_int("d (the embedding dimension)", d)
     if not _is_int(seed):
         raise ValueError(f"seed must be an integer, got {seed!r}.")
     digest = hashlib.sha256(f"{int(seed)}:{token}".encode("utf-8")).digest()

@@ -24,7 +24,7 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from .model import ModelConfig, Trace, _trace, check_inputs, squared_error
+from .model import ModelConfig, Trace, _is_real, _trace, check_inputs, squared_error
 from .rank import extreme_singular_values
 from .runtime import check_device
 
@@ -152,10 +152,6 @@ def chunk_size(cfg: ModelConfig, X: torch.Tensor, count: int) -> int:
     N, n = X.shape[0], X.shape[1]
     width = max(cfg.d, cfg.d_qk, cfg.m, n)
     return max(1, min(count, STACK_MAX)) if N * n * width <= STACK_LIMIT else 1
-
-
-def _is_real(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
 def _check_run_args(mu, steps, record_every, tol, blowup):
