@@ -35,7 +35,8 @@ import torch
 from torch import nn
 
 import convres
-from convres import ModelConfig, gradient_descent, init_params, synthetic_regression
+from convres import ModelConfig, init_params, synthetic_regression
+from convres import sweep as convres_sweep
 from convres.cache import cached_json
 from convres.model import attention_scale
 from convres.runtime import check_device, max_threads, torch_threads
@@ -148,7 +149,7 @@ def way_stacked(params, X, Y, cfgs, mus, steps):
 
 
 def way_convres(params, X, Y, cfgs, mus, steps):
-    runs = gradient_descent(params, X, Y, cfgs, mus, steps, record_every=steps)
+    runs = convres_sweep(params, X, Y, cfgs, mus, steps)
     bad = [r.history.message for r in runs if r.history.status != "max_steps"]
     if bad:
         raise RuntimeError(f"a benchmark run stopped early ({bad[0]}); the sweep must run all steps.")

@@ -3,18 +3,18 @@ Transformers with Residual Connections* (Qin, Zhou, Jiang, Zhu; arXiv:2506.05249
 
 The model, exact full-batch gradient descent, the theory's computable quantities, data loaders,
 experiments, plots and explorers (Vega-Lite charts drawn from precomputed grids, see
-:mod:`convres.explorers`) used by the book in ``book/``.
+:mod:`convres.explorers`) used by the book in ``book/``. The modules form layers; each imports
+only from the layers below it (``tests/test_layers.py`` holds the order).
 """
 
-__version__ = "0.2.0"
-
-from .model import (ACTIVATIONS, SCALES, ModelConfig, attention, check_inputs, forward,  # noqa: E402
-                    forward_trace, init_params, loss)
-from .gd import History, Run, gradient_descent  # noqa: E402
-from .data import synthetic_regression  # noqa: E402
+from ._version import __version__
+from .gd import History, Run, gradient_descent, sweep
+from .instances import synthetic_regression
+from .model import (ACTIVATIONS, SCALES, ModelConfig, attention, check_inputs, forward,
+                    forward_trace, init_params, loss, phi)
 
 __all__ = [
     "__version__", "ACTIVATIONS", "SCALES", "ModelConfig", "attention", "check_inputs", "forward",
-    "forward_trace", "init_params", "loss", "History", "Run", "gradient_descent",
+    "forward_trace", "init_params", "loss", "phi", "History", "Run", "gradient_descent", "sweep",
     "synthetic_regression",
 ]

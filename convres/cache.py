@@ -15,97 +15,38 @@ can write the cache folder and recompute it.)
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
 import tempfile
-import time
 import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from . import __version__
+from ._version import __version__
+from .files import FileRefused, atomic_write_bytes, atomic_write_text, read_regular
 from .paths import CACHE_ENV, cache_dir
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "cache_key", "cached_json", "source_fingerprint",
-           "CacheWarning", "STALE_TMP_SECONDS"]
+           "CacheWarning", "MAX_ENTRY_BYTES"]
 
-#: Temporary files of :func:`atomic_write_bytes` older than this (seconds) belong to a writer that
-#: was killed; the next write into the same folder removes them.
-STALE_TMP_SECONDS = 3600
+#: The largest cache entry that is read (bytes); a larger file is not a convres entry.
+MAX_ENTRY_BYTES = 256 * 2**20
 
 
 class CacheWarning(UserWarning):
     """The cache could not be used (the result is still returned) or an entry was recomputed."""
 
 
-def _umask() -> int:
-    """The process umask, read without changing it where Linux tells it (``/proc/self/status``)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)  # elsewhere: set and restore at once
-    os.umask(mask)
-    return mask
-
-
-def _remove_stale_temporaries(path: Path, max_age: float = STALE_TMP_SECONDS) -> None:
-    """Delete ``.<name>.*.tmp`` files next to ``path`` last modified more than ``max_age`` s ago
-    (left by a writer that was killed); files that vanish or cannot be removed are skipped."""
-    pattern = os.path.join(glob.escape(str(path.parent)), f".{glob.escape(path.name)}.*.tmp")
-    cutoff = time.time() - max_age
-    for tmp in glob.glob(pattern):
-        try:
-            info = os.lstat(tmp)
-            if info.st_mtime < cutoff and not os.path.isdir(tmp):
-                os.unlink(tmp)
-        except OSError:
-            pass
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, then a rename.
-
-    A reader sees either the old file or the whole new one, never a half-written file. The file
-    gets the mode a plain ``open`` would give (``0o666`` less the umask). Stale temporary files
-    of earlier, killed writes of the same ``path`` are removed (:data:`STALE_TMP_SECONDS`).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temporaries(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0o600
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """:func:`atomic_write_bytes` for UTF-8 text."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
 @lru_cache(maxsize=1)
 def source_fingerprint() -> str:
-    """SHA-256 (first 16 hex digits) of the source files of the ``convres`` package."""
+    """SHA-256 (first 16 hex digits) of the source files of the ``convres`` package (every
+    ``.py`` file of the package and its subpackages)."""
+    root = Path(__file__).resolve().parent
     h = hashlib.sha256()
-    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
-        h.update(path.name.encode("utf-8") + b"\0" + path.read_bytes() + b"\0")
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode("utf-8") + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 
@@ -163,8 +104,12 @@ def _stored_result(path: Path, config: Any, check: Callable[[Any], Any] | None) 
     not JSON, too deeply nested, not of the form ``{"config", "result"}``, written for another
     configuration, or rejected by ``check`` gives one :class:`CacheWarning` naming the file."""
     try:
-        raw = path.read_bytes()
-    except OSError:  # absent, or a directory (reported by _unusable_reason)
+        raw = read_regular(path, max_bytes=MAX_ENTRY_BYTES, what="cache entry")
+    except FileNotFoundError:
+        return _MISSING
+    except FileRefused as err:
+        return _reject(path, str(err))
+    except OSError:  # unreadable (reported by _unusable_reason)
         return _MISSING
     try:
         stored = json.loads(raw.decode("utf-8"))

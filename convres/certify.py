@@ -28,38 +28,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 
 import numpy as np
 import torch
 
-from .data import synthetic_regression
-from .gd import gradient_descent, Step
-from .model import ModelConfig, _trace, attention_scale, check_inputs, init_params, layer_params
-from .rank import singular_values, sigma_nn, stacked
+from .checks import contraction_check, tolerance
+from .gd import Step, gradient_descent
+from .instances import certified_instance
+from .lemmas import alpha, flat_norm, hessian_norm, path_radius, r_sigma_upper
+from .model import attention_scale, check_inputs, forward_trace, layer_params
+from .rank import sigma_nn, spectral_norm, stacked
+from .values import as_int, as_real
 
 __all__ = ["Centre", "Chain", "Certificate", "CertifiedRun", "centre", "chain", "delta_H",
-           "r_sigma_lower", "jacobian_upper", "smoothness_upper", "certificate",
-           "certified_instance", "certified_run", "sampled_estimates", "width_sweep", "crossing",
-           "spectral_norm", "second_order", "CERTIFIED_REGIME", "BLOCKS"]
+           "r_sigma_lower", "jacobian_upper", "smoothness_upper", "certificate", "check_certifiable",
+           "certified_run", "sampled_estimates", "width_sweep", "crossing", "second_order", "BLOCKS"]
 
 #: The weight blocks, in the order of the vectors of :class:`Chain`.
 BLOCKS = ("W_Q", "W_K", "W_V", "W_1", "W_2", "W_U")
 _Q, _K, _V, _1, _2, _U = range(6)
-
-#: Relative tolerance for comparing measured losses with the certified envelope (float64).
-ENVELOPE_TOL = 1e-9
-
-
-def spectral_norm(W: torch.Tensor) -> float:
-    """``||W||_2`` in float64: an SVD for small matrices, else the largest eigenvalue of the
-    smaller Gram matrix (one symmetric eigenvalue problem, about half the time of an SVD)."""
-    W = W.detach().to(torch.float64)
-    if min(W.shape) <= 128:
-        return float(singular_values(W)[0])
-    G = W.T @ W if W.shape[1] <= W.shape[0] else W @ W.T
-    return math.sqrt(max(float(torch.linalg.eigvalsh(G)[-1]), 0.0))
-
 
 @dataclasses.dataclass(frozen=True)
 class Centre:
@@ -97,17 +84,19 @@ class Centre:
 
     @property
     def alpha(self) -> float:
-        """``alpha = (sigma_0 / 2)^2``."""
-        return (self.sigma_0 / 2) ** 2
+        """``alpha = (sigma_0 / 2)^2`` (:func:`convres.lemmas.alpha`)."""
+        return alpha(self.sigma_0)
 
     @property
     def rho(self) -> float:
-        """``rho = 4 sqrt(2 Phi_0) / sigma_0``, the path-length radius of part (b') (``inf`` if
-        ``sigma_0 = 0``)."""
-        return 4 * self.R0 / self.sigma_0 if self.sigma_0 > 0 else math.inf
+        """The path-length radius of part (b') (:func:`convres.lemmas.path_radius`)."""
+        return path_radius(0.5 * self.R0 ** 2, self.sigma_0)
 
 
-def _check(params, X, Y, cfg):
+def check_certifiable(params, X, Y, cfg) -> None:
+    """Raise a clear error unless the certified bounds apply to this instance: valid inputs
+    (:func:`convres.model.check_inputs`), one block, per-token readout, smooth activation, one
+    configuration."""
     check_inputs(params, X, Y, cfg)
     if cfg.L != 1:
         raise ValueError(f"the certified bounds are for one block (L = 1), got L = {cfg.L}; "
@@ -122,26 +111,25 @@ def _check(params, X, Y, cfg):
                          "axis of stacked configurations).")
 
 
-def centre(params, X, Y, cfg) -> Centre:
+def _norms(T: torch.Tensor) -> np.ndarray:
+    """``||T_i||_2`` of every matrix of a batch, float64."""
+    return torch.linalg.matrix_norm(T, ord=2).numpy().astype(np.float64)
+
+
+def centre(params, X, Y, cfg, weight_norms: dict | None = None) -> Centre:
     """The centre quantities of :class:`Centre` at ``params`` (one block, per token, smooth
-    activation), in float64."""
-    _check(params, X, Y, cfg)
-    return _centre(params, X, Y, cfg)
-
-
-def _centre(params, X, Y, cfg, weight_norms: dict | None = None) -> Centre:
+    activation; see :func:`check_certifiable`), in float64. ``weight_norms``: the norms of
+    :func:`_weight_norms` when already computed for these weights."""
     p = {k: v.detach().to(torch.float64) for k, v in params.items()}
     X, Y = X.detach().to(torch.float64), Y.detach().to(torch.float64)
     W = layer_params(p, 1)
     with torch.no_grad():
-        tr = _trace(p, X, cfg)
+        tr = forward_trace(p, X, cfg)
     S, Z, H = tr.S[0], tr.Z[0], tr.H[0]
-    norms = lambda T: torch.linalg.matrix_norm(T, ord=2).numpy().astype(np.float64)  # noqa: E731
-    M = cfg.act(stacked(Z) @ W["W_1"])
     return Centre(
-        x_i=norms(X), q_i=norms(X @ W["W_Q"]), k_i=norms(X @ W["W_K"]), v_i=norms(X @ W["W_V"]),
-        sx_i=norms(S @ X), x=spectral_norm(stacked(X)), sx=spectral_norm(stacked(S @ X)),
-        z0=spectral_norm(stacked(Z)), a0=spectral_norm(M), h0=spectral_norm(stacked(H)),
+        x_i=_norms(X), q_i=_norms(X @ W["W_Q"]), k_i=_norms(X @ W["W_K"]), v_i=_norms(X @ W["W_V"]),
+        sx_i=_norms(S @ X), x=spectral_norm(stacked(X)), sx=spectral_norm(stacked(S @ X)),
+        z0=spectral_norm(stacked(Z)), a0=spectral_norm(stacked(tr.M[0])), h0=spectral_norm(stacked(H)),
         sigma_0=sigma_nn(H), **(weight_norms or _weight_norms(p)), R0=float((tr.F - Y).norm()), s=attention_scale(cfg),
         n=int(X.shape[1]), beta_f=float(cfg.residual[1]), lip=float(cfg.act.lip),
         lip2=float(cfg.act.lip2))
@@ -247,7 +235,10 @@ def delta_H(c: Centre, r: float) -> float:
     return chain(c, r).delta_H
 
 
-def _r_sigma_lower(c: Centre, iters: int = 40) -> float:
+def r_sigma_lower(c: Centre, iters: int = 40) -> float:
+    """Lemma ``thm-lem-rlo``: a lower bound of ``r_sigma``, the largest ``r`` (to bisection
+    accuracy, always on the safe side) with ``delta_H(r) <= sigma_0 / 2``; by Weyl's inequality
+    ``sigma_Nn(H(theta)) >= sigma_0 - delta_H(r) >= sigma_0 / 2`` on ``B_r``."""
     target = c.sigma_0 / 2
     if not target > 0:
         return 0.0
@@ -260,13 +251,6 @@ def _r_sigma_lower(c: Centre, iters: int = 40) -> float:
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if delta_H(c, mid) <= target else (lo, mid)
     return lo
-
-
-def r_sigma_lower(params, X, Y, cfg) -> float:
-    """Lemma ``thm-lem-rlo``: a lower bound of ``r_sigma``, the largest ``r`` (to bisection
-    accuracy, always on the safe side) with ``delta_H(r) <= sigma_0 / 2``; by Weyl's inequality
-    ``sigma_Nn(H(theta)) >= sigma_0 - delta_H(r) >= sigma_0 / 2`` on ``B_r``."""
-    return _r_sigma_lower(centre(params, X, Y, cfg))
 
 
 def _sym(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -307,23 +291,16 @@ def _smoothness_upper(c: Centre, r: float) -> tuple[float, float, float]:
     return J ** 2 + (c.R0 + r * J) * M2, J, M2
 
 
-def jacobian_upper(params, X, Y, cfg, r: float) -> float:
-    """Lemma ``thm-lem-jup``: ``||dF(r)|| >= sup_{B_r} ||J(theta)||_2 >= J_B``, ``J`` the Jacobian of
-    ``theta -> vec F_theta(X)``."""
-    _radius(r)
-    return float(np.linalg.norm(chain(centre(params, X, Y, cfg), r).dF))
+def jacobian_upper(c: Centre, r: float) -> float:
+    """Lemma ``thm-lem-lup`` (first part): ``||dF(r)|| >= sup_{B_r} ||J(theta)||_2 >= J_B``, ``J``
+    the Jacobian of ``theta -> vec F_theta(X)``."""
+    return float(np.linalg.norm(chain(c, as_real("the radius r", r, minimum=0.0)).dF))
 
 
-def smoothness_upper(params, X, Y, cfg, r: float) -> float:
+def smoothness_upper(c: Centre, r: float) -> float:
     """Lemma ``thm-lem-lup``: ``L_upper(r) = J_up^2 + (||R_0|| + r J_up) M_2 >= sup_{B_r}
     ||hess Phi||_2 >= L_B``."""
-    _radius(r)
-    return _smoothness_upper(centre(params, X, Y, cfg), r)[0]
-
-
-def _radius(r):
-    if isinstance(r, bool) or not isinstance(r, numbers.Real) or not (math.isfinite(r) and r >= 0):
-        raise ValueError(f"the radius r must be a finite number >= 0, got {r!r}.")
+    return _smoothness_upper(c, as_real("the radius r", r, minimum=0.0))[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -368,8 +345,8 @@ def certificate(params, X, Y, cfg) -> Certificate:
     constants*): ``rho = 4 sqrt(2 Phi_0) / sigma_0`` exactly, ``r_sigma_lower``, and on the ball of
     radius ``r_sigma_lower`` the upper bounds ``L_upper`` and ``J_upper``. ``certified`` iff
     ``rho < r_sigma_lower``. A failed certificate is a result (``certified=False``, its ratio)."""
-    _check(params, X, Y, cfg)
-    return _certificate(_centre(params, X, Y, cfg))
+    check_certifiable(params, X, Y, cfg)
+    return certificate_of(centre(params, X, Y, cfg))
 
 
 #: The ball of part (b') is taken just above the path-length radius: ``r = min(r_sigma_lower,
@@ -378,8 +355,9 @@ def certificate(params, X, Y, cfg) -> Certificate:
 BALL_MARGIN = 1.01
 
 
-def _certificate(c: Centre) -> Certificate:
-    r_lo = _r_sigma_lower(c)
+def certificate_of(c: Centre) -> Certificate:
+    """The :class:`Certificate` from the centre quantities ``c`` (see :func:`certificate`)."""
+    r_lo = r_sigma_lower(c)
     rho = c.rho
     ratio = rho / r_lo if r_lo > 0 else math.inf
     certified = bool(c.sigma_0 > 0 and ratio < 1)
@@ -388,44 +366,6 @@ def _certificate(c: Centre) -> Certificate:
     return Certificate(certified=certified, ratio=ratio, rho=rho, r_sigma_lower=r_lo, radius=radius,
                        L_upper=L, J_upper=J, M2=M2, mu=1.0 / L, alpha=c.alpha, sigma_0=c.sigma_0,
                        sigma_max_H0=c.h0, initial_loss=0.5 * c.R0 ** 2)
-
-
-# --- the certified regime ---------------------------------------------------------------------------
-
-#: The book's certified regime (chapter *The theorem*): small value and FFN branches, a small
-#: readout, slow attention (scale 1/d_QK), gelu, beta = 1, d_QK = d, a narrow FFN (m = d/4) and
-#: targets of size one (random signs).
-CERTIFIED_REGIME = dict(branch_scale=0.01, readout_scale=0.1, scale="1/d_qk", activation="gelu",
-                        beta=1.0, ffn_ratio=0.25, targets="sign")
-
-
-def certified_instance(seed: int = 0, *, N: int = 1, n: int = 2, d: int = 1024,
-                       branch_scale: float = 0.01, readout_scale: float = 0.1,
-                       scale: str | float = "1/d_qk", activation: str = "gelu", beta: float = 1.0,
-                       ffn_ratio: float = 0.25, targets: str = "sign"):
-    """An instance of the book's certified regime: ``(params, X, Y, cfg)``.
-
-    ``X`` with i.i.d. ``N(0, 1)`` entries and Gaussian targets drawn by
-    :func:`convres.synthetic_regression` (seed ``seed``); with ``targets="sign"`` (default) each
-    target is replaced by its sign, so ``||Y||_F^2 = N n`` exactly (``"gaussian"`` keeps them).
-    Gaussian weights (:func:`convres.init_params`, seed ``seed + 1``) with the value and FFN
-    branches ``W_V, W_2`` scaled by ``branch_scale`` and the readout ``W_U`` by ``readout_scale``;
-    ``d_QK = d``, FFN width ``m = max(1, round(ffn_ratio d))``, one output, attention scale
-    ``scale`` (default ``1/d_QK``).
-    """
-    for name, v in (("readout_scale", readout_scale), ("ffn_ratio", ffn_ratio)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (math.isfinite(v) and v > 0):
-            raise ValueError(f"{name} must be a positive finite number, got {v!r}.")
-    if targets not in ("sign", "gaussian"):
-        raise ValueError(f"targets must be 'sign' or 'gaussian', got {targets!r}.")
-    cfg = ModelConfig(d=d, d_qk=d, m=max(1, round(ffn_ratio * d)), c=1, beta=beta,
-                      activation=activation, scale=scale)
-    X, Y = synthetic_regression(N, n, d, 1, seed=seed)
-    if targets == "sign":
-        Y = torch.where(Y >= 0, 1.0, -1.0).to(Y.dtype)
-    params = init_params(cfg, seed=seed + 1, branch_scale=branch_scale)
-    params["W_U"] = params["W_U"] * readout_scale
-    return params, X, Y, cfg
 
 
 @dataclasses.dataclass
@@ -489,49 +429,46 @@ def certified_run(params, X, Y, cfg, *, steps: int = 100, cert: Certificate | No
     ``mu = 1 / L_upper`` and check at every step what the certificate promises (see
     :class:`CertifiedRun`). On an instance that is not certified the same checks are made: they
     are then observations, not consequences of a theorem."""
-    _check(params, X, Y, cfg)
-    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
-        raise ValueError(f"steps must be a positive integer, got {steps!r}.")
-    cert = _certificate(_centre(params, X, Y, cfg)) if cert is None else cert
+    check_certifiable(params, X, Y, cfg)
+    steps = as_int("steps", steps, minimum=1)
+    cert = certificate_of(centre(params, X, Y, cfg)) if cert is None else cert
     dist, sig = [], []
     theta0 = {k: v.detach() for k, v in params.items()}
 
     def record(step: Step):
-        dist.append(math.sqrt(sum(float((step.params[k] - theta0[k]).pow(2).sum()) for k in theta0)))
-        sig.append(sigma_nn(step.H_L))
+        dist.append(flat_norm(step.params[k] - theta0[k] for k in theta0))
+        sig.append(sigma_nn(step.trace.H[-1]))
 
-    _, hist = gradient_descent(params, X, Y, cfg, cert.mu, int(steps), record_every=int(steps),
-                               callback=record)
+    _, hist = gradient_descent(params, X, Y, cfg, cert.mu, steps, callback=record)
     loss = np.asarray(hist.loss, dtype=np.float64)
-    T = len(loss) - 1
-    t = np.arange(T + 1)
+    T = hist.steps
     mu_alpha = cert.mu * cert.alpha
-    envelope = loss[0] * (1 - mu_alpha) ** t
-    path = np.concatenate([[0.0], np.cumsum(cert.mu * np.asarray(hist.grad_norm[:T], dtype=np.float64))])
-    dist_a, sig_a = np.asarray(dist[:T + 1]), np.asarray(sig[:T + 1])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = loss[1:] / loss[:-1]
-    live = loss > 1e-20 * loss[0]
-    step_live = live[:-1]
+    envelope = loss[0] * (1 - mu_alpha) ** np.arange(T + 1)
+    path = np.concatenate([[0.0], np.cumsum(cert.mu * hist.grad_norm)])
+    dist_a, sig_a = np.asarray(dist), np.asarray(sig)
+    tol = tolerance(params["W_U"].dtype)
+    contraction = contraction_check(loss, mu_alpha, tol=tol)
+    live = np.zeros(T + 1, dtype=bool)
+    live[contraction.steps] = True
     bad = np.zeros(T + 1, dtype=bool)
-    bad[1:] |= step_live & (ratio > (1 - mu_alpha) * (1 + ENVELOPE_TOL))
-    bad |= live & (loss > envelope * (1 + ENVELOPE_TOL))
+    bad[contraction.steps + 1] |= contraction.excess > tol
+    bad |= live & (loss > envelope * (1 + tol))
     if cert.certified:
-        bad |= (dist_a > cert.rho * (1 + ENVELOPE_TOL)) | (path > cert.rho * (1 + ENVELOPE_TOL))
-        bad |= sig_a < cert.sigma_0 / 2 * (1 - ENVELOPE_TOL)
+        bad |= (dist_a > cert.rho * (1 + tol)) | (path > cert.rho * (1 + tol))
+        bad |= sig_a < cert.sigma_0 / 2 * (1 - tol)
     return CertifiedRun(certificate=cert, loss=loss, envelope=envelope, distance=dist_a, path=path,
-                        sigma=sig_a, ratio=ratio, violations=int(bad.sum()), checked_steps=int(live.sum()),
-                        status=hist.status)
+                        sigma=sig_a, ratio=hist.ratio, violations=int(bad.sum()),
+                        checked_steps=contraction.checked_steps, status=hist.status)
 
 
 def _ascend_delta_H(theta0, X, cfg, r, start, steps) -> float:
     """The largest ``||H(theta) - H_0||_2`` that projected gradient ascent finds on ``B_r``
     (``steps`` steps from ``start``): a lower estimate of what ``delta_H(r)`` bounds."""
     with torch.no_grad():
-        H0 = stacked(_trace(theta0, X, cfg).H[0])
+        H0 = stacked(forward_trace(theta0, X, cfg).H[0])
 
     def value(p):
-        return torch.linalg.matrix_norm(stacked(_trace(p, X, cfg).H[0]) - H0, 2)
+        return torch.linalg.matrix_norm(stacked(forward_trace(p, X, cfg).H[0]) - H0, 2)
 
     p, best = start, 0.0
     for _ in range(steps + 1):
@@ -563,8 +500,7 @@ def sampled_estimates(params, X, Y, cfg, cert: Certificate, *, samples: int = 1,
       ``delta_H_bound``; ``r_sigma_upper``: the explicit point of lemma thm-lem-rsigma
       (``r_sigma_lower <= r_sigma <= r_sigma_upper``).
     """
-    from .theory import _hessian_norm, _r_sigma_upper
-    _check(params, X, Y, cfg)
+    check_certifiable(params, X, Y, cfg)
     gen = torch.Generator().manual_seed(seed)
     theta0 = {k: v.detach() for k, v in params.items()}
 
@@ -576,7 +512,7 @@ def sampled_estimates(params, X, Y, cfg, cert: Certificate, *, samples: int = 1,
     def jac_norm(p):
         leaves = {k: v.detach().requires_grad_(True) for k, v in p.items()}
         with torch.enable_grad():
-            F = _trace(leaves, X, cfg).F.reshape(-1)
+            F = forward_trace(leaves, X, cfg).F.reshape(-1)
             rows = [torch.cat([g.reshape(-1) for g in torch.autograd.grad(F[i], list(leaves.values()),
                                                                           retain_graph=True)])
                     for i in range(F.numel())]
@@ -584,14 +520,14 @@ def sampled_estimates(params, X, Y, cfg, cert: Certificate, *, samples: int = 1,
         return math.sqrt(max(float(torch.linalg.eigvalsh(G @ G.T)[-1]), 0.0))
 
     pts = [point(cert.radius) for _ in range(samples)]
-    L_hat = max(_hessian_norm(p, X, Y, cfg, iters, seed) for p in [theta0] + pts)
+    L_hat = max(hessian_norm(p, X, Y, cfg, iters=iters, seed=seed) for p in [theta0] + pts)
     J_0 = jac_norm(theta0)
     J_hat = max([J_0] + [jac_norm(p) for p in pts])
     dH = _ascend_delta_H(theta0, X, cfg, cert.r_sigma_lower, point(cert.r_sigma_lower), ascent_steps)
-    c = _centre(params, X, Y, cfg)
+    c = centre(params, X, Y, cfg)
     return {"L_hat": L_hat, "L_lower": c.h0 ** 2, "J_0": J_0, "J_hat": J_hat, "delta_H_hat": dH,
             "delta_H_bound": chain(c, cert.r_sigma_lower).delta_H,
-            "r_sigma_upper": _r_sigma_upper(params, X, cfg)}
+            "r_sigma_upper": r_sigma_upper(params, X, cfg)}
 
 
 # --- the width sweep ----------------------------------------------------------------------------------
@@ -608,10 +544,10 @@ def width_sweep(widths, shapes, seeds, **regime) -> list[dict]:
             norms = None
             for N, n in shapes:
                 params, X, Y, cfg = certified_instance(seed, N=N, n=n, d=d, **regime)
-                _check(params, X, Y, cfg)
+                check_certifiable(params, X, Y, cfg)
                 p64 = {k: v.detach().to(torch.float64) for k, v in params.items()}
                 norms = norms or _weight_norms(p64)
-                cert = _certificate(_centre(params, X, Y, cfg, norms))
+                cert = certificate_of(centre(params, X, Y, cfg, norms))
                 rows.append(dict(d=int(d), N=int(N), n=int(n), Nn=int(N * n), seed=int(seed),
                                  ratio=cert.ratio, rho=cert.rho, r_sigma_lower=cert.r_sigma_lower,
                                  sigma_0=cert.sigma_0, initial_loss=cert.initial_loss,

@@ -18,16 +18,18 @@ import time
 import warnings
 from pathlib import Path
 
-from . import __version__
-from .cache import atomic_write_bytes
+from ._version import __version__
+from .certify import certified_run
 from .collapse import sigma_min_table
-from .data import DATASETS, download, synthetic_regression
+from .data import DATASETS, download
 from .experiments import EXPERIMENTS, PROFILES, run_experiment
+from .files import atomic_write_bytes
 from .gd import gradient_descent
+from .instances import certified_instance, synthetic_regression, theorem_instance
 from .model import ACTIVATIONS, MAX_SEED, ModelConfig, init_params, memory_estimate
 from .plotting import figure_png
 from .runtime import check_device
-from .theory import theorem_instance, theorem_run
+from .theory import theorem_run
 
 __all__ = ["main", "build_parser"]
 
@@ -94,7 +96,7 @@ def _gd(args) -> int:
     _check_memory(cfg, args.N, args.n)
     X, Y = synthetic_regression(args.N, args.n, args.d, 1, seed=args.seed)
     _, h = gradient_descent(init_params(cfg, seed=args.seed + 1), X, Y, cfg,
-                            args.mu, args.steps, record_every=max(1, args.steps // 50))
+                            args.mu, args.steps)
     summary = {"status": h.status, "message": h.message, "steps": h.steps, "mu": h.mu,
                "initial_loss": float(h.loss[0]) if len(h.loss) else None,
                "final_loss": float(h.loss[-1]) if len(h.loss) else None,
@@ -112,16 +114,21 @@ def _gd(args) -> int:
 THEOREM_EPILOG = """\
 output fields (book chapters 'The theorem' and 'Assumptions'):
   status             the run: max_steps, converged or diverged (then nothing is verified)
-  alpha              the rate (sigma_min_H0 / 2)^2 of part (a)
-  sigma_min_H0       sigma_Nn(H_0), the smallest singular value of the stacked last hidden matrix
+  alpha              the rate (sigma_nn_H0 / 2)^2 of part (a)
+  sigma_nn_H0        sigma_Nn(H_0), the N n-th singular value of the stacked last hidden matrix
+                     (0 when N n > d)
   mu, mu_max         step size used; mu_max = 1/(2 L_hat), L_hat ESTIMATED from sampled
                      Hessian-vector products (not a certified smoothness bound)
   sigma_min_Z0, sigma_max_Z0  extreme singular values of the stacked attention output Z_0
-  assumptions_hold   the checked assumptions (A0)-(A4) hold (says nothing about part (b'))
+  assumptions_hold   the checked assumptions (A0)-(A4) hold (says nothing about part (b') or
+                     about mu <= 1/L_B, which part (a) also needs)
   rho                4 sqrt(2 Phi_0) / sigma_0, the left side of part (b') (exact)
   r_sigma_upper, r_sigma_lower  bounds on the radius where sigma_Nn(H) >= sigma_0 / 2
+  mu_certified       1/L_upper when the instance is certified (rho < r_sigma_lower), else null
+  run_step_certified the run's mu is at most mu_certified
   part_b_holds       part (b') (A5): false = certified to fail (rho >= r_sigma_upper),
-                     true = certified to hold (rho < r_sigma_lower), null = not decided
+                     true = certified to hold for this run's step (run_step_certified),
+                     null = not decided
   violations, max_excess  steps where Phi_{t+1}/Phi_t > 1 - mu alpha + 1e-9, and the largest
                      excess (null when the run diverged: nothing was verified)
   initial_loss, final_loss, steps, checked_steps, observed_steps  the run (observed_steps: steps
@@ -167,7 +174,6 @@ def _theorem(args) -> int:
 
 
 def _theorem_certify(args) -> int:
-    from .certify import certified_instance, certified_run
     if args.beta != 1.0 or args.layers != 1:
         raise Usage("--certify uses the certified regime (beta = 1, one layer); drop --beta and --layers.")
     N, n, d = args.N, args.n, args.d

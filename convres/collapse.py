@@ -28,17 +28,17 @@ All functions work in float64 and draw randomness only from explicit seeds.
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 
-from .data import synthetic_regression
-from .gd import gradient_descent, loss_and_grad
-from .model import SCALES, ModelConfig, attention, attention_scale, init_params
-from .rank import rank_one_residual, singular_value_measures, singular_values, weyl_lower_bounds
+from .gd import loss_and_grad
+from .instances import collapse_instance
+from .model import SCALES, ModelConfig, attention, attention_logits, attention_scale
+from .rank import rank_one_residual, singular_value_measures, singular_values, spectral_norm
 from .runtime import torch_threads
+from .values import as_int, as_real
 
 __all__ = [
     "MEASURES",
@@ -50,11 +50,8 @@ __all__ = [
     "dqk_sweep",
     "dqk_sweep_seeds",
     "scale_sweep",
-    "weyl_lower_bounds",
     "value_counterexample",
     "rank_one_floor",
-    "gd_instance",
-    "gd_collapse_runs",
     "gd_attention_stats",
     "sigma_min_table",
     "TABLE_D_QKS",
@@ -66,23 +63,16 @@ MEASURES = ("sigma_min", "sigma_max", "condition", "effective_rank", "stable_ran
 DTYPE = torch.float64
 
 
-def _check_int(name: str, value, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}; pass e.g. {name}={max(minimum, 4)}.")
+def _check_int(name: str, value, minimum: int = 1) -> int:
+    return as_int(name, value, minimum=minimum)
 
 
 def _check_beta(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise TypeError(f"{name} must be a finite number, got {value!r}.")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0 (0 removes the residual), got {value!r}.")
-    return float(value)
+    return as_real(f"{name} (0 removes the residual)", value, minimum=0.0)
 
 
 def _check_scale(value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and value > 0):
-        raise ValueError(f"the attention scale s must be a positive finite number, got {value!r}.")
-    return float(value)
+    return as_real("the attention scale s", value, minimum=0.0, above=True)
 
 
 def _check_matrix(name: str, M, ndim=(2, 3)) -> None:
@@ -147,8 +137,7 @@ def gaussian_instance(n: int, d: int, d_qk: int, seed: int = 0) -> dict[str, tor
     if n > d:
         raise ValueError(f"the book's collapse measures need n <= d (so that X can have full row rank n), "
                          f"got n={n}, d={d}; use more features or fewer tokens.")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise TypeError(f"seed must be an int >= 0, got {seed!r}.")
+    seed = as_int("seed", seed, minimum=0)
     seed_X, seed_W = (int(ss.generate_state(1, np.uint64)[0]) for ss in np.random.SeedSequence(seed).spawn(2))
     gen_X, gen_W = torch.Generator().manual_seed(seed_X), torch.Generator().manual_seed(seed_W)
     X = torch.stack([torch.randn(d, generator=gen_X, dtype=DTYPE) for _ in range(n)])  # token by token
@@ -191,9 +180,7 @@ def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float
                          f"Gaussian ones), got d={d}.")
     if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < n:
         raise ValueError(f"token must be an index in [0, n) = [0, {n}), got {token!r}.")
-    if isinstance(strength, bool) or not isinstance(strength, numbers.Real) \
-            or not math.isfinite(strength):
-        raise TypeError(f"strength must be a finite number, got {strength!r}.")
+    strength = as_real("strength", strength)
     inst = gaussian_instance(n, d, d_qk, seed)
     X = inst["X"].clone()
     X[:, 0] = 1.0
@@ -234,8 +221,8 @@ def _sweep_body(inst_at, points: Sequence, betas: list[float]) -> dict[str, np.n
         Z_all.append(torch.stack([A + b * X for b in betas])
                      if betas else A.new_zeros(0, *A.shape))
         sv_X = singular_values(X, "X")
-        logits = s * (X @ W_Q) @ (X @ W_K).T
-        norms = float(sv_X[0]) * float(singular_values(W_V, "W_V")[0])
+        logits = attention_logits(X, W_Q, W_K, s)
+        norms = float(sv_X[0]) * spectral_norm(W_V)
         rows.append((float(sv_X[-1]), float(sv_X[0]), norms, 0.5 * float(torch.linalg.matrix_norm(logits))))
     S, A, Z = torch.stack(S_all), torch.stack(A_all), torch.stack(Z_all)
     n = S.shape[-1]
@@ -356,50 +343,11 @@ def rank_one_floor(Y: torch.Tensor) -> float:
     return 0.5 * float(rank_one_residual(Y).pow(2).sum())
 
 
-def gd_instance(*, N: int = 4, n: int = 4, d: int = 32, m: int = 32, d_qk: int = 1024,
-                scale: str | float = "1/d_qk", seed: int = 0):
-    """The book's gradient-descent instance for rank collapse: ``(params, X, Y, cfg)``.
-
-    ``X`` and ``Y`` have i.i.d. ``N(0, 1)`` entries (:func:`convres.data.synthetic_regression`,
-    one target per token); the weights are the Gaussian initialization
-    (:func:`convres.model.init_params`) with ``d_qk`` query/key features and attention scale
-    ``scale`` (by default ``1/d_qk``: nearly uniform attention at initialization); ``cfg.beta = 1``.
-    """
-    for name, v in (("N", N), ("n", n), ("d", d), ("m", m), ("d_qk", d_qk)):
-        _check_int(name, v)
-    cfg = ModelConfig(d=d, d_qk=d_qk, m=m, c=1, beta=1.0, scale=scale)
-    X, Y = synthetic_regression(N, n, d, 1, seed=seed)
-    return init_params(cfg, seed=seed + 1), X, Y, cfg
-
-
-def residual_config(cfg: ModelConfig, b) -> ModelConfig:
-    """``cfg`` with the residual ``b``: a number ``beta`` (both connections) or a pair
-    ``(beta_attn, beta_ffn)`` that switches the attention and FFN residuals separately."""
-    if isinstance(b, (tuple, list)):
-        if len(b) != 2:
-            raise ValueError(f"a residual must be a number or a pair (beta_attn, beta_ffn), got {b!r}.")
-        return cfg.replace(beta=1.0, beta_attn=_check_beta("beta_attn", b[0]), beta_ffn=_check_beta("beta_ffn", b[1]))
-    return cfg.replace(beta=_check_beta("beta", b), beta_attn=None, beta_ffn=None)
-
-
-def gd_collapse_runs(betas: Sequence = (0.0, 1.0), *, mu: float = 0.002, steps: int = 600,
-                     record_every: int = 10, threads: int | None = 1, **instance) -> dict:
-    """Gradient descent (one sweep of :func:`convres.gradient_descent`) from the same
-    :func:`gd_instance` for every residual of ``betas`` (numbers or pairs, see
-    :func:`residual_config`): ``{residual: History}``. ``threads``: PyTorch intra-op threads for
-    the run (one is fastest for this small model; ``None`` leaves the setting alone)."""
-    params, X, Y, cfg = gd_instance(**instance)
-    cfgs = [residual_config(cfg, b) for b in betas]
-    with torch_threads(threads):
-        runs = gradient_descent([params] * len(cfgs), X, Y, cfgs, mu, steps, record_every=record_every)
-    return {(tuple(b) if isinstance(b, list) else b): r.history for b, r in zip(betas, runs)}
-
-
 def gd_attention_stats(beta=0.0, *, mu: float = 0.002, **instance) -> dict[str, np.ndarray | float]:
     """How uniform the attention of the gradient-descent experiment is at initialization and how
     fast one step moves it (book chapter *Rank collapse under gradient descent*).
 
-    On :func:`gd_instance` (keyword arguments ``instance``) with residual ``beta`` (a number or a
+    On :func:`convres.instances.collapse_instance` (keyword arguments ``instance``) with residual ``beta`` (a number or a
     pair): ``dist_uniform``, ``||S_i - 1 1^T/n||_2`` per sequence at ``theta_0``, and
     ``logit_step``, ``||Delta_1||_F / mu`` with ``Delta_1`` the change of the scaled logits
     ``s X_i W_Q W_K^T X_i^T`` (all sequences) after one step of size ``mu``. The gradient of a logit
@@ -407,19 +355,14 @@ def gd_attention_stats(beta=0.0, *, mu: float = 0.002, **instance) -> dict[str, 
     again, so with ``s = 1/d_qk`` the step moves the logits about ``d_qk`` times less per unit of
     ``mu`` at ``d_qk`` than at ``d_qk = 1`` (times ``d_qk``-independent factors at initialization).
     """
-    if isinstance(mu, bool) or not isinstance(mu, numbers.Real) or not (math.isfinite(mu) and mu > 0):
-        raise ValueError(f"mu must be a positive step size, got {mu!r}.")
-    params, X, Y, cfg = gd_instance(**instance)
-    cfg = residual_config(cfg, beta)
+    mu = as_real("mu (the step size)", mu, minimum=0.0, above=True)
+    params, X, Y, cfg = collapse_instance(**instance)
+    cfg = cfg.with_residual(beta)
     s = attention_scale(cfg)
     _, grads, tr = loss_and_grad(params, X, Y, cfg)
-
-    def logits(p):
-        return s * (X @ p["layer1.W_Q"]) @ (X @ p["layer1.W_K"]).transpose(-1, -2)
-
-    new = {k: params[k] - mu * grads[k] for k in ("layer1.W_Q", "layer1.W_K")}
+    W_Q, W_K = (params[k] - mu * grads[k] for k in ("layer1.W_Q", "layer1.W_K"))
     dist = torch.linalg.matrix_norm(tr.S[0] - 1.0 / X.shape[1], ord=2)
-    step = torch.linalg.vector_norm(logits(new) - logits(params)) / mu
+    step = torch.linalg.vector_norm(attention_logits(X, W_Q, W_K, s) - tr.logits[0]) / mu
     return {"dist_uniform": dist.numpy(), "logit_step": float(step)}
 
 

@@ -4,43 +4,45 @@ Book chapter: *The model* (``book/model.md``, equation (6)), used by every later
 is ``theta_{t+1} = theta_t - mu grad Phi(theta_t)`` with ``Phi`` the loss of
 :func:`convres.model.loss`: no momentum, no adaptive steps, no mini-batches.
 
-:func:`gradient_descent` runs one configuration, or a sweep of them (different initial weights,
-residual coefficients and step sizes on the same data). A sweep is not a loop of single runs:
-configurations that share the model's sizes are stacked on a leading axis and advanced together
-(one batched forward pass, one autograd backward pass on ``sum_b Phi_b``, whose gradient is, slice
-by slice, the gradient of each ``Phi_b``). Small problems gain from stacking; large ones do not
-(their working set leaves the cache), so the sweep is cut into chunks by problem size
-(:func:`chunk_size`). Each configuration stops on its own (converged, diverged or out of steps) and
-leaves the stack; the others go on. The results equal those of the configurations run one by one.
+:func:`gradient_descent` runs one configuration and :func:`sweep` a list of them (different initial
+weights, residual coefficients and step sizes on the same data). Both run the same loop on a
+*stack*: the weights of every configuration that shares the model's sizes get a leading axis and
+advance together (one batched forward pass, one autograd backward pass on ``sum_b Phi_b``, whose
+gradient is, slice by slice, the gradient of each ``Phi_b``); one run is a stack of one. Large
+problems gain nothing from stacking (their working set leaves the cache), so a sweep is cut into
+chunks by problem size (:func:`chunk_size`). Each configuration stops on its own (converged,
+diverged or out of steps) and leaves the stack; the results equal those of the configurations run
+one by one.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import torch
 
-from .model import ModelConfig, Trace, _is_real, _trace, check_inputs, squared_error
+from .model import ModelConfig, Trace, check_inputs, forward_trace, squared_error
 from .rank import extreme_singular_values
 from .runtime import check_device
+from .values import as_int, as_real, is_real
 
-__all__ = ["History", "Run", "Step", "gradient_descent", "loss_and_grad", "chunk_size"]
+__all__ = ["History", "Run", "Step", "gradient_descent", "sweep", "loss_and_grad", "chunk_size",
+           "stopping_rule", "STACK_LIMIT", "STACK_MAX", "BLOWUP"]
 
 
 @dataclasses.dataclass
 class History:
-    """What one gradient-descent run records.
+    """What one gradient-descent run records. Whatever the status, ``len(loss) == steps + 1`` and
+    ``len(grad_norm) == steps``.
 
     Attributes:
-        loss: ``Phi(theta_t)`` for ``t = 0 .. steps`` (every step).
-        grad_norm: ``||grad Phi(theta_t)||`` (Euclidean norm over all weights) for every step taken,
-            ``t = 0 .. steps-1`` (no gradient is computed at the last iterate).
-        record_steps: the steps ``t`` at which singular values were recorded (every ``record_every``
-            steps, and the last one).
+        loss: ``Phi(theta_t)`` for ``t = 0 .. steps``, every iterate the run kept.
+        grad_norm: ``||grad Phi(theta_t)||`` (Euclidean norm over all weights) for the steps taken,
+            ``t = 0 .. steps-1``.
+        record_steps: the steps ``t`` at which singular values were recorded (``0``, every
+            ``record_every`` steps if asked, and the last iterate).
         sigma_min_Z, sigma_max_Z: extreme singular values of the stacked first-block attention
             output ``Z`` (with its residual), at ``record_steps``; ``sigma_min`` is the smallest of
             the ``min(N n, d)`` singular values (``sigma_Nn`` when ``N n <= d``).
@@ -48,6 +50,8 @@ class History:
         status: ``"converged"`` (loss reached ``tol``), ``"max_steps"`` or ``"diverged"``.
         message: a sentence that explains the status.
         mu: the step size.
+        diverged_at: the step whose loss or gradient was not finite or blew up (``None`` unless
+            the run diverged); the history ends at the iterate before it.
     """
 
     loss: np.ndarray
@@ -60,11 +64,12 @@ class History:
     status: str
     message: str
     mu: float
+    diverged_at: int | None = None
 
     @property
     def steps(self) -> int:
-        """Number of gradient steps taken."""
-        return max(0, len(self.loss) - 1)
+        """Number of gradient steps kept: ``len(loss) - 1``."""
+        return len(self.loss) - 1
 
     @property
     def ratio(self) -> np.ndarray:
@@ -84,8 +89,12 @@ class History:
     @classmethod
     def from_dict(cls, d: Mapping) -> "History":
         """The inverse of :meth:`to_dict`."""
-        return cls(**{f.name: np.asarray(d[f.name], dtype=np.int64 if f.name == "record_steps" else np.float64)
-                      if isinstance(d[f.name], list) else d[f.name] for f in dataclasses.fields(cls)})
+        def value(name):
+            v = d.get(name)
+            if isinstance(v, list):
+                return np.asarray(v, dtype=np.int64 if name == "record_steps" else np.float64)
+            return v
+        return cls(**{f.name: value(f.name) for f in dataclasses.fields(cls) if f.name in d})
 
 
 class Run(NamedTuple):
@@ -99,43 +108,36 @@ class Run(NamedTuple):
 @dataclasses.dataclass(frozen=True)
 class Step:
     """What a ``callback`` sees at iterate ``t`` of configuration ``index`` (its position in the
-    sweep): the weights ``theta_t``, their gradient, ``Phi(theta_t)``, the output ``F`` and the
-    first block's ``Z`` and the last ``H`` (shapes ``(N, n, .)``), all detached."""
+    sweep): the weights ``theta_t`` and their gradient (copies: editing them changes neither the
+    run nor the caller's weights; ``grads`` is ``None`` at the last iterate), ``Phi(theta_t)`` and
+    the detached :class:`~convres.model.Trace` of the forward pass (``trace.F``, ``trace.Z[0]``,
+    ``trace.H[-1]``, ...)."""
 
     t: int
     index: int
     params: dict[str, torch.Tensor]
-    grads: dict[str, torch.Tensor]
+    grads: dict[str, torch.Tensor] | None
     loss: float
-    F: torch.Tensor
-    Z_1: torch.Tensor
-    H_L: torch.Tensor
+    trace: Trace
 
 
 def loss_and_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,
                   cfg: ModelConfig, *, residual=None):
     """``(Phi(theta), grad Phi(theta), trace)`` in one forward and one backward pass (autograd);
-    ``trace`` is the detached :class:`convres.model.Trace` of the forward pass."""
+    ``trace`` is the detached :class:`convres.model.Trace` of the forward pass. Checks its inputs
+    (:func:`convres.model.check_inputs`)."""
     check_inputs(params, X, Y, cfg, residual=residual)
     phi, grads, tr = _loss_and_grad(params, X, Y, cfg, residual)
-    return phi, grads, Trace(*([t.detach() for t in field] for field in tr[:4]), tr.F.detach())
+    return phi, grads, tr.detach()
 
 
 def _loss_and_grad(params, X, Y, cfg, residual):
-    """Unchecked :func:`loss_and_grad`; the trace is not detached (its graph is already freed)."""
     leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
     with torch.enable_grad():
-        tr = _trace(leaves, X, cfg, residual)
+        tr = forward_trace(leaves, X, cfg, residual=residual)
         phi = squared_error(tr.F, Y)
         grads = torch.autograd.grad(phi.sum(), list(leaves.values()))
     return phi.detach(), dict(zip(leaves, grads)), tr
-
-
-def _loss_only(params, X, Y, cfg, residual):
-    """``(Phi, None, trace)`` without a backward pass."""
-    with torch.no_grad():
-        tr = _trace(params, X, cfg, residual)
-        return squared_error(tr.F, Y), None, tr
 
 
 #: Stack configurations only while one configuration's largest activation (rows ``N n`` times the
@@ -144,6 +146,8 @@ def _loss_only(params, X, Y, cfg, residual):
 STACK_LIMIT = 16_384
 #: At most this many configurations in one stack.
 STACK_MAX = 64
+#: A run diverges when its loss exceeds this many times its initial value (the default ``blowup``).
+BLOWUP = 1e6
 
 
 def chunk_size(cfg: ModelConfig, X: torch.Tensor, count: int) -> int:
@@ -154,38 +158,74 @@ def chunk_size(cfg: ModelConfig, X: torch.Tensor, count: int) -> int:
     return max(1, min(count, STACK_MAX)) if N * n * width <= STACK_LIMIT else 1
 
 
-def _check_run_args(mu, steps, record_every, tol, blowup):
-    if not _is_real(mu) or not math.isfinite(mu) or mu <= 0:
-        raise ValueError(f"step size mu must be a positive finite number, got {mu!r}.")
-    if not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or steps < 0:
-        raise ValueError(f"steps must be a non-negative integer, got {steps!r}.")
-    if not isinstance(record_every, numbers.Integral) or isinstance(record_every, bool) or record_every < 1:
-        raise ValueError(f"record_every must be a positive integer, got {record_every!r}.")
-    if not _is_real(tol) or not tol >= 0:
-        raise ValueError(f"tol must be a number >= 0 (0 runs all steps), got {tol!r}.")
-    if not _is_real(blowup) or not blowup > 1:
-        raise ValueError(f"blowup must be a number > 1, got {blowup!r}.")
+def stopping_rule(t: int, phi: float, phi_0: float, *, tol: float, blowup: float, steps: int,
+                  mu: float) -> tuple[str, str] | None:
+    """The status of a run whose iterate ``t`` has loss ``phi`` (``phi_0`` at ``t = 0``), as
+    ``(status, message)``, or ``None`` while it goes on. Divergence: a non-finite loss, or one
+    above ``blowup * phi_0``; convergence: ``phi <= tol``; the end: ``t == steps``."""
+    if not np.isfinite(phi):
+        if t == 0:
+            return "diverged", ("the initial loss is not finite: no step was taken; check the scale "
+                                "of beta and of the data")
+        return "diverged", f"the loss became non-finite at step {t} (mu={mu:g} too large?)"
+    if t > 0 and phi > blowup * phi_0:
+        return "diverged", (f"loss {phi:.3g} at step {t} exceeded {blowup:g} x the initial loss "
+                            f"(mu={mu:g} too large?)")
+    if phi <= tol:
+        return "converged", f"loss {phi:.3g} <= tol={tol:g} at step {t}"
+    if t == steps:
+        return "max_steps", f"ran all {steps} steps"
+    return None
 
 
-def _as_sweep(params, cfg, mu):
-    """``(params_list, cfgs, mus, single)``: one run or a sweep, in one form."""
-    if isinstance(params, Mapping):
-        if not isinstance(cfg, ModelConfig) or not _is_real(mu):
-            raise TypeError("for one run pass one params dict, one ModelConfig and one step size mu; "
-                            "for a sweep pass lists of them (params may be a list of dicts).")
-        return [params], [cfg], [mu], True
-    if not isinstance(params, Sequence) or isinstance(params, (str, bytes)):
-        raise TypeError(f"params must be a dict of weights (one run) or a list of them (a sweep), "
-                        f"got {type(params).__name__}.")
-    n = len(params)
-    cfgs = [cfg] * n if isinstance(cfg, ModelConfig) else list(cfg) if isinstance(cfg, Sequence) else None
-    mus = [mu] * n if _is_real(mu) else list(mu) if isinstance(mu, (Sequence, np.ndarray)) else None
+def gradient_descent(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,
+                     cfg: ModelConfig, mu: float, steps: int, **options) -> Run:
+    """Run at most ``steps`` steps of full-batch gradient descent from ``params`` with step size
+    ``mu``; return a :class:`Run`. The options are those of :func:`sweep`. Every run stops on its
+    own:
+
+    * ``status="converged"`` when ``Phi(theta_t) <= tol``;
+    * ``status="diverged"`` when the loss or gradient becomes NaN/infinite or the loss exceeds
+      ``blowup`` times its initial value; the history then ends at the last finite iterate and the
+      returned weights are that iterate: no NaN is ever returned;
+    * ``status="max_steps"`` otherwise.
+
+    ``params`` is not modified. For a list of configurations use :func:`sweep`.
+    """
+    if not isinstance(params, Mapping):
+        raise TypeError(f"gradient_descent runs one configuration (a dict of weights); for a list "
+                        f"of them use convres.sweep(...), got {type(params).__name__}.")
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(f"cfg must be a convres.ModelConfig (one run; for several use convres.sweep), "
+                        f"got {type(cfg).__name__}.")
+    return sweep([params], X, Y, cfg, as_real("the step size mu", mu, minimum=0.0, above=True),
+                 steps, **options)[0]
+
+
+def _as_lists(params, cfg, mu) -> tuple[list, list, list]:
+    if isinstance(params, Mapping) or not isinstance(params, Sequence) or isinstance(params, (str, bytes)):
+        raise TypeError(f"sweep takes a list of weight dicts (one per configuration); for one run use "
+                        f"convres.gradient_descent, got {type(params).__name__}.")
+    k = len(params)
+    cfgs = [cfg] * k if isinstance(cfg, ModelConfig) else list(cfg) if isinstance(cfg, Sequence) else None
+    mus = [mu] * k if is_real(mu) else list(mu) if isinstance(mu, (Sequence, np.ndarray)) else None
     if cfgs is None or mus is None:
         raise TypeError(f"cfg must be a ModelConfig or a list of them and mu a number or a list of "
                         f"numbers, got {type(cfg).__name__} and {type(mu).__name__}.")
-    if len(cfgs) != n or len(mus) != n:
-        raise ValueError(f"params, cfg and mu must have the same length, got {n}, {len(cfgs)}, {len(mus)}.")
-    return list(params), cfgs, [float(m) if isinstance(m, np.floating) else m for m in mus], False
+    if len(cfgs) != k or len(mus) != k:
+        raise ValueError(f"params, cfg and mu must have the same length, got {k}, {len(cfgs)}, {len(mus)}.")
+    return list(params), cfgs, mus
+
+
+def _check_run(p, X, Y, cfg, mu) -> float:
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}.")
+    check_inputs(p, X, Y, cfg)
+    if p["W_U"].dtype not in (torch.float64, torch.float32):
+        raise TypeError(f"gradient descent runs in torch.float64 or torch.float32 (its singular "
+                        f"values need them), got {p['W_U'].dtype}; convert the weights and data "
+                        "with .double() (or .float()).")
+    return as_real("the step size mu", mu, minimum=0.0, above=True)
 
 
 def _shared(cfg: ModelConfig) -> ModelConfig:
@@ -193,53 +233,46 @@ def _shared(cfg: ModelConfig) -> ModelConfig:
     return cfg.replace(beta=1.0, beta_attn=None, beta_ffn=None)
 
 
-def gradient_descent(params, X: torch.Tensor, Y: torch.Tensor, cfg, mu, steps: int, *,
-                     record_every: int = 1, tol: float = 0.0, blowup: float = 1e6,
-                     progress: bool = False, callback: Callable[[Step], None] | None = None,
-                     device=None, chunk: int | None = None):
-    """Run ``steps`` steps of full-batch gradient descent; return a :class:`Run` (one run) or a list
-    of them (a sweep), in the order given.
-
-    One run: ``gradient_descent(params, X, Y, cfg, mu, steps)``. A sweep:
-    ``gradient_descent([params_1, ...], X, Y, [cfg_1, ...], [mu_1, ...], steps)`` (one ``cfg`` or
-    one ``mu`` is used for every run). Every run starts from its own weights and stops on its own:
-
-    * ``status="converged"`` when ``Phi(theta_t) <= tol``;
-    * ``status="diverged"`` when the loss or gradient becomes NaN/infinite or the loss exceeds
-      ``blowup`` times its initial value. The history then ends at the last finite iterate and the
-      returned weights are that iterate: no NaN is ever returned.
-    * ``status="max_steps"`` otherwise.
+def sweep(params: Sequence[Mapping[str, torch.Tensor]], X: torch.Tensor, Y: torch.Tensor, cfg, mu,
+          steps: int, *, record_every: int | None = None, tol: float = 0.0, blowup: float = BLOWUP,
+          progress: bool = False, callback: Callable[[Step], None] | None = None, device=None,
+          chunk: int | None = None) -> list[Run]:
+    """Gradient descent for a list of configurations on the same data, in the order given; see
+    :func:`gradient_descent` for the stopping rules.
 
     Args:
-        params: initial weights (e.g. :func:`convres.init_params`), or a list of them; not modified.
+        params: the initial weights of each configuration (e.g. :func:`convres.init_params`); not
+            modified.
         X: inputs ``(N, n, d)``; Y: targets ``(N, n, c)`` (or ``(N, c)`` with ``pool="mean"``).
-        cfg: the model configuration, or one per run.
-        mu: the step size (> 0), or one per run.
+        cfg: the model configuration, or one per configuration.
+        mu: the step size (> 0), or one per configuration.
         steps: the largest number of steps.
-        record_every: singular values are recorded every this many steps (and at the last step).
+        record_every: singular values of ``Z_1`` and ``H_L`` are recorded at ``t = 0``, at the last
+            iterate and, if given, every ``record_every`` steps (each record costs an SVD).
         tol: stop when the loss falls to this value (0: run all steps).
         blowup: divergence threshold relative to the initial loss.
         progress: show a progress bar (tqdm).
-        callback: ``callback(step)`` with a :class:`Step`, called at every iterate whose loss is
-            kept in the history, for every run; its return value is ignored.
+        callback: ``callback(step)`` with a :class:`Step`, called at every iterate kept in the
+            history, for every configuration; its return value is ignored.
         device: where to run (e.g. ``"cuda"``); ``None`` keeps the device of the weights. The
             returned weights live there.
         chunk: how many configurations to stack at once; ``None`` chooses by problem size
             (:func:`chunk_size`).
     """
-    params_list, cfgs, mus, single = _as_sweep(params, cfg, mu)
+    params_list, cfgs, mus = _as_lists(params, cfg, mu)
+    steps = as_int("steps", steps, minimum=0)
+    record_every = None if record_every is None else as_int("record_every", record_every, minimum=1)
+    tol = as_real("tol", tol, minimum=0.0, finite=False)
+    blowup = as_real("blowup", blowup, minimum=1.0, above=True, finite=False)
+    chunk = None if chunk is None else as_int("chunk", chunk, minimum=1)
+    if torch.is_inference_mode_enabled():
+        raise RuntimeError("gradient descent needs autograd, which torch.inference_mode() turns off; "
+                           "call it outside that block.")
     for i, (p, c, m) in enumerate(zip(params_list, cfgs, mus)):
         try:
-            check_inputs(p, X, Y, c)
-            _check_run_args(m, steps, record_every, tol, blowup)
-            if p["W_U"].dtype not in (torch.float64, torch.float32):
-                raise TypeError(f"gradient descent runs in torch.float64 or torch.float32 (its singular "
-                                f"values need them), got {p['W_U'].dtype}; convert the weights and data "
-                                "with .double() (or .float()).")
+            mus[i] = _check_run(p, X, Y, c, m)
         except (TypeError, ValueError) as err:
-            raise type(err)(err if single else f"run {i}: {err}") from None
-    if chunk is not None and (not isinstance(chunk, numbers.Integral) or isinstance(chunk, bool) or chunk < 1):
-        raise ValueError(f"chunk must be a positive integer or None, got {chunk!r}.")
+            raise type(err)(err if len(params_list) == 1 else f"configuration {i}: {err}") from None
     dev = check_device(device) if device is not None else None
     groups: dict = {}
     for i, (p, c) in enumerate(zip(params_list, cfgs)):
@@ -250,16 +283,16 @@ def gradient_descent(params, X: torch.Tensor, Y: torch.Tensor, cfg, mu, steps: i
         chunks += [idx[j:j + size] for j in range(0, len(idx), size)]
     bar = _progress(steps * len(chunks), progress)
     results: list = [None] * len(params_list)
-    for idx in chunks:
-        runs = _descend([params_list[i] for i in idx], X, Y, [cfgs[i] for i in idx], [mus[i] for i in idx],
-                        steps, record_every, tol, blowup, dev, bar,
-                        None if callback is None else (lambda step, idx=idx: callback(
-                            dataclasses.replace(step, index=idx[step.index]))))
-        for i, r in zip(idx, runs):
-            results[i] = r
-    if bar is not None:
-        bar.close()
-    return results[0] if single else results
+    try:
+        for idx in chunks:
+            loop = _Loop([params_list[i] for i in idx], X, Y, [cfgs[i] for i in idx],
+                         [mus[i] for i in idx], dev, record_every, idx, callback)
+            for i, r in zip(idx, loop.run(steps, tol, blowup, bar)):
+                results[i] = r
+    finally:
+        if bar is not None:
+            bar.close()
+    return results
 
 
 @dataclasses.dataclass
@@ -273,30 +306,8 @@ class _Record:
     sv: list = dataclasses.field(default_factory=list)
     status: str = "max_steps"
     message: str = ""
+    diverged_at: int | None = None
     params: dict | None = None
-
-    def check(self, t: int, phi: float, gnorm: float | None, blowup: float, tol: float, steps: int) -> bool:
-        """Apply the stopping rules at iterate ``t`` (``gnorm`` is ``None`` at the last one); record
-        it unless it diverged. True: stop."""
-        if not (math.isfinite(phi) and (gnorm is None or math.isfinite(gnorm))):
-            self.status = "diverged"
-            self.message = (f"the initial loss or gradient is not finite (loss {phi:.3g}): no step was "
-                            "taken; check the scale of beta and of the data" if t == 0 else
-                            f"loss or gradient became non-finite at step {t} (mu={self.mu:g} too large?)")
-            return True
-        if self.losses and phi > blowup * self.losses[0]:
-            self.status = "diverged"
-            self.message = (f"loss {phi:.3g} at step {t} exceeded {blowup:g} x the initial loss "
-                            f"(mu={self.mu:g} too large?)")
-            return True
-        self.losses.append(phi)
-        if phi <= tol:
-            self.status, self.message = "converged", f"loss {phi:.3g} <= tol={tol:g} at step {t}"
-            return True
-        self.message = f"ran all {steps} steps"
-        if gnorm is not None:
-            self.gnorms.append(gnorm)
-        return t == steps
 
     def run(self) -> Run:
         sv = np.asarray(self.sv, dtype=np.float64).reshape(-1, 4)
@@ -305,88 +316,114 @@ class _Record:
             grad_norm=np.asarray(self.gnorms, dtype=np.float64),
             record_steps=np.asarray(self.rec, dtype=np.int64),
             sigma_min_Z=sv[:, 0], sigma_max_Z=sv[:, 1], sigma_min_H=sv[:, 2], sigma_max_H=sv[:, 3],
-            status=self.status, message=self.message, mu=float(self.mu)))
+            status=self.status, message=self.message, mu=float(self.mu), diverged_at=self.diverged_at))
 
 
-def _descend(params_list, X, Y, cfgs, mus, steps, record_every, tol, blowup, dev, bar, callback):
-    """The loop, for one chunk of configurations sharing ``_shared(cfg)``: stacked when there are
-    several (a leading axis on every weight), plain weights for one."""
-    cfg = cfgs[0]
-    dev = dev or params_list[0]["W_U"].device
-    X, Y = X.to(dev), Y.to(dev)
-    records = [_Record(mu=m) for m in mus]
-    active = list(range(len(records)))      # records[active[j]] is slice j of the stack
-    stack = len(records) > 1
-    if stack:
-        theta = {k: torch.stack([p[k].detach().to(dev) for p in params_list]) for k in params_list[0]}
-        dtype = theta["W_U"].dtype
-        residual = tuple(torch.tensor(v, dtype=dtype, device=dev) for v in zip(*(c.residual for c in cfgs)))
-        mu_t = torch.tensor(mus, dtype=dtype, device=dev).view(-1, 1, 1)
-    else:
-        theta, residual = {k: v.detach().to(dev) for k, v in params_list[0].items()}, cfg.residual
-    prev = theta                             # the last iterate with a finite loss
-    for t in range(steps + 1):
-        last = t == steps                  # no step is taken from the last iterate: no gradient
-        phi, grads, tr = _loss_only(theta, X, Y, cfg, residual) if last else \
-            _loss_and_grad(theta, X, Y, cfg, residual)
-        F, Z1, HL = tr.F.detach(), tr.Z[0].detach(), tr.H[-1].detach()
-        del tr
-        if last:
-            phis, gnorms = phi.double().reshape(-1).tolist(), [None] * len(active)
-        else:
-            flat = torch.cat([g.reshape(len(active) if stack else 1, -1) for g in grads.values()], dim=1)
-            gnorm = torch.linalg.vector_norm(flat, dim=1)
-            phis, gnorms = torch.stack([phi.double().reshape(-1), gnorm.double()]).tolist()
-        keep, finite = [], []
-        for j, i in enumerate(active):
-            r = records[i]
-            stop = r.check(t, phis[j], gnorms[j], blowup, tol, steps)
-            if r.status != "diverged":
-                finite.append(j)
-                if t % record_every == 0 or stop:
-                    r.rec.append(t)
-                if callback is not None:
-                    at = (lambda v: v[j]) if stack else (lambda v: v)
-                    callback(Step(t, i, {k: at(v) for k, v in theta.items()},
-                                  None if last else {k: at(v) for k, v in grads.items()}, phis[j],
-                                  at(F), at(Z1), at(HL)))
-            if stop:
-                src = prev if r.status == "diverged" else theta
-                r.params = {k: (v[j] if stack else v).detach().clone() for k, v in src.items()}
-            else:
-                keep.append(j)
-        _record_singular_values(records, active, finite, t, Z1, HL, stack)
-        if bar is not None:
-            bar.update(1)
-        if not keep:
-            break
-        if len(keep) < len(active):
-            sel = torch.tensor(keep, device=dev)
-            theta, grads = ({k: v[sel] for k, v in d.items()} for d in (theta, grads))
-            residual = tuple(b[sel] for b in residual)
-            mu_t = mu_t[sel]
-            active = [active[j] for j in keep]
-        prev = theta
-        theta = ({k: torch.addcmul(v, mu_t, grads[k], value=-1.0) for k, v in theta.items()} if stack
-                 else {k: torch.add(v, grads[k], alpha=-mus[0]) for k, v in theta.items()})
-    if bar is not None and t < steps:
-        bar.update(steps - t)
-    return [r.run() for r in records]
+class _Loop:
+    """The loop for one chunk of configurations sharing ``_shared(cfg)``, always on a stack: every
+    weight has a leading axis over the configurations still running (``active``)."""
 
+    def __init__(self, params_list, X, Y, cfgs, mus, dev, record_every, index, callback):
+        dev = dev or params_list[0]["W_U"].device
+        self.cfg, self.X, self.Y = cfgs[0], X.to(dev), Y.to(dev)
+        self.theta = {k: torch.stack([p[k].detach().to(dev) for p in params_list]) for k in params_list[0]}
+        dtype = self.theta["W_U"].dtype
+        self.residual = tuple(torch.tensor(v, dtype=dtype, device=dev) for v in zip(*(c.residual for c in cfgs)))
+        self.mu = torch.tensor(mus, dtype=dtype, device=dev).view(-1, 1, 1)
+        self.records = [_Record(mu=m) for m in mus]
+        self.active = list(range(len(mus)))
+        self.record_every, self.index, self.callback = record_every, index, callback
 
-def _record_singular_values(records, active, finite, t, Z1, HL, stack: bool) -> None:
-    """Extreme singular values of ``Z_1`` and ``H_L`` for the finite configurations recording at
-    ``t`` (one batched SVD for all of them)."""
-    rows = [j for j in finite if records[active[j]].rec[-1:] == [t]]
-    if not rows:
-        return
-    if stack:
-        sel = torch.tensor(rows, device=Z1.device)
-        Z1, HL = Z1[sel], HL[sel]
-    sv = torch.cat([extreme_singular_values(Z1).reshape(-1, 2), extreme_singular_values(HL).reshape(-1, 2)],
-                   dim=1).cpu().tolist()
-    for j, row in zip(rows, sv):
-        records[active[j]].sv.append(tuple(row))
+    def run(self, steps, tol, blowup, bar) -> list[Run]:
+        self.prev = self.theta              # the previous iterate, slice by slice
+        for t in range(steps + 1):
+            phi, grads, tr = self._evaluate(last=t == steps)
+            phis = phi.double().tolist()
+            gnorms = [None] * len(phis) if grads is None else _grad_norms(grads).tolist()
+            keep = [j for j, i in enumerate(self.active)
+                    if self._advance(t, j, i, phis[j], gnorms[j], tol, blowup, steps, grads, tr)]
+            self._record_spectra(t, tr)
+            if bar is not None:
+                bar.update(1)
+            if not keep:
+                break
+            if len(keep) < len(self.active):
+                sel = torch.tensor(keep, device=self.mu.device)
+                self.theta = {k: v[sel] for k, v in self.theta.items()}
+                grads = {k: g[sel] for k, g in grads.items()}
+                self.residual = tuple(b[sel] for b in self.residual)
+                self.mu = self.mu[sel]
+                self.active = [self.active[j] for j in keep]
+            self.prev = self.theta
+            self.theta = {k: torch.addcmul(v, self.mu, grads[k], value=-1.0) for k, v in self.theta.items()}
+        if bar is not None and t < steps:
+            bar.update(steps - t)
+        return [r.run() for r in self.records]
+
+    def _evaluate(self, last: bool):
+        if last:  # no step is taken from the last iterate: no gradient
+            with torch.no_grad():
+                tr = forward_trace(self.theta, self.X, self.cfg, residual=self.residual)
+                return squared_error(tr.F, self.Y), None, tr
+        return _loss_and_grad(self.theta, self.X, self.Y, self.cfg, self.residual)
+
+    def _advance(self, t, j, i, phi, gnorm, tol, blowup, steps, grads, tr) -> bool:
+        """Apply the stopping rules to configuration ``i`` (slice ``j``) at iterate ``t`` and
+        record it. True: it goes on."""
+        r = self.records[i]
+        rule = stopping_rule(t, phi, r.losses[0] if r.losses else phi, tol=tol, blowup=blowup,
+                             steps=steps, mu=r.mu)
+        if rule is not None and rule[0] == "diverged":     # iterate t is not kept
+            r.status, r.message, r.diverged_at = *rule, t
+            if r.gnorms:
+                r.gnorms.pop()                              # the gradient that led here
+            if t == 0:
+                r.losses.append(phi)                        # the non-finite start, for the record
+            r.params = {k: v[j].detach().clone() for k, v in (self.prev if t else self.theta).items()}
+            return False
+        r.losses.append(phi)
+        if rule is None and not np.isfinite(gnorm):
+            rule = ("diverged", f"the gradient became non-finite at step {t}; no step was taken "
+                                f"from it (mu={r.mu:g} too large?)")
+            r.diverged_at = t + 1
+        self._notify(t, j, i, phi, grads if rule is None else None, tr)
+        if rule is not None:
+            r.status, r.message = rule
+            r.rec.append(t)
+            r.params = {k: v[j].detach().clone() for k, v in self.theta.items()}
+            return False
+        r.gnorms.append(gnorm)
+        if t == 0 or (self.record_every is not None and t % self.record_every == 0):
+            r.rec.append(t)
+        return True
+
+    def _notify(self, t, j, i, phi, grads, tr):
+        if self.callback is None:
+            return
+        tensors = [*self.theta.values(), *(grads or {}).values()]
+        versions = [v._version for v in tensors]
+        self.callback(Step(t, self.index[i], {k: v[j].detach() for k, v in self.theta.items()},
+                           None if grads is None else {k: g[j] for k, g in grads.items()},
+                           phi, tr.select(j).detach()))
+        if [v._version for v in tensors] != versions:
+            raise RuntimeError("the callback modified step.params or step.grads in place, which would "
+                               "change the run; copy them first (step.params[k].clone()).")
+
+    def _record_spectra(self, t, tr):
+        """Extreme singular values of ``Z_1`` and ``H_L`` for the configurations recording at ``t``
+        (one batched SVD for all of them)."""
+        rows = [j for j, i in enumerate(self.active) if self.records[i].rec[-1:] == [t]]
+        if not rows:
+            return
+        sel = torch.tensor(rows, device=tr.F.device)
+        Z1, HL = tr.Z[0].detach()[sel], tr.H[-1].detach()[sel]
+        sv = torch.cat([extreme_singular_values(Z1), extreme_singular_values(HL)], dim=1).cpu().tolist()
+        for j, row in zip(rows, sv):
+            self.records[self.active[j]].sv.append(tuple(row))
+
+def _grad_norms(grads: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """``||grad||`` per configuration of a stacked gradient."""
+    return torch.stack([g.flatten(1).pow(2).sum(1) for g in grads.values()]).sum(0).sqrt().double()
 
 
 def _progress(total: int, enabled: bool):

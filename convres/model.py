@@ -5,7 +5,8 @@ Book chapter: *The model* (``book/model.md``), equations (1)-(4) there. One bloc
     S    = softmax_rows( s X W_Q W_K^T X^T )        (1)  n x n, rows sum to 1
     A    = S X W_V                                  (1)  the attention output Attn(X)
     Z    = A + beta_attn X                          (2)
-    H    = act(Z W_1) W_2 + beta_ffn Z              (3)
+    M    = act(Z W_1)                               (3)  the FFN activations
+    H    = M W_2 + beta_ffn Z                       (3)
     F    = H W_U                                    (4)
 
 With ``beta_attn = beta_ffn = 1`` this is the paper's ``F = (FFN(Attn(X) + X) + Attn(X) + X) W_U``;
@@ -17,27 +18,32 @@ Parameters are a plain ``dict`` of tensors named in the paper's notation: block 
 holds ``"layer{l}.W_Q"``, ..., ``"layer{l}.W_2"`` and the model holds ``"W_U"``. Every weight may
 carry one extra leading axis of ``B`` *configurations* (a sweep): the forward pass then evaluates
 all of them at once with batched matrix products, and the residual coefficients may be tensors of
-shape ``(B,)``. :func:`forward` and :func:`loss` are pure functions of ``(params, X)``, so
-``torch.func.grad`` and ``torch.func.vmap`` apply to them; :func:`check_inputs` is the one place
-where inputs are checked.
+shape ``(B,)``.
+
+:func:`forward_trace` and :func:`phi` are the pure forward pass and loss, with no checks: the
+functions that ``torch.func.grad`` and ``torch.func.vmap`` trace and that the package calls inside
+its loops. :func:`forward` and :func:`loss` are the entry points for a user's call: they check
+their inputs first (:func:`check_inputs`, the one check: types, shapes, dtypes, devices and finite
+values) and refuse an overflowing forward pass.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from typing import Callable, Mapping, NamedTuple
 
 import torch
 import torch.nn.functional as nnf
 
 from .runtime import check_device
+from .values import MAX_SEED, as_int, as_real, as_seed
 
 __all__ = [
-    "Activation", "ACTIVATIONS", "SCALES", "ModelConfig", "Trace", "attention", "attention_scale",
-    "block", "check_inputs", "forward", "forward_trace", "init_params", "generator",
-    "layer_params", "loss", "memory_estimate", "param_shapes", "squared_error",
+    "Activation", "ACTIVATIONS", "SCALES", "ModelConfig", "Trace", "attention", "attention_logits",
+    "attention_scale", "block", "check_inputs", "forward", "forward_trace", "init_params",
+    "generator", "layer_params", "loss", "memory_estimate", "param_shapes", "phi", "squared_error",
+    "stack_size", "linear", "MAX_SEED",
 ]
 
 
@@ -85,16 +91,8 @@ SCALES = ("1/sqrt(d_qk)", "1/d_qk", "1")
 
 LAYER_WEIGHTS = ("W_Q", "W_K", "W_V", "W_1", "W_2")
 POOLS = (None, "mean")
-#: Largest seed accepted (``torch.Generator.manual_seed`` takes a 64-bit integer).
-MAX_SEED = 2**63 - 1
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def _is_real(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+#: The residual coefficients of one block, as :attr:`ModelConfig.residual` gives them.
+RESIDUAL_NAMES = ("beta_attn", "beta_ffn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,21 +128,18 @@ class ModelConfig:
 
     def __post_init__(self):
         for name in ("d", "d_qk", "m", "c", "L"):
-            value = getattr(self, name)
-            if not _is_int(value) or value < 1:
-                raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}; "
-                                 f"pass e.g. {name}=4.")
-            object.__setattr__(self, name, int(value))
+            try:
+                object.__setattr__(self, name, as_int(f"ModelConfig.{name}", getattr(self, name), minimum=1))
+            except ValueError as err:
+                raise ValueError(f"{str(err)[:-1]}; pass e.g. {name}=4.") from None
         for name in ("beta", "beta_attn", "beta_ffn"):
             value = getattr(self, name)
-            if value is None and name != "beta":
-                continue
-            if not _is_real(value) or not math.isfinite(value):
-                raise TypeError(f"ModelConfig.{name} must be a finite number, got {value!r}.")
-            if value < 0:
-                raise ValueError(f"ModelConfig.{name} must be >= 0 (0 removes the residual, 1 is "
-                                 f"the paper's model), got {value!r}.")
-            object.__setattr__(self, name, float(value))
+            if value is not None or name == "beta":
+                try:
+                    object.__setattr__(self, name, as_real(f"ModelConfig.{name}", value, minimum=0.0))
+                except ValueError as err:
+                    raise ValueError(f"{str(err)[:-1]} (0 removes the residual, 1 is the paper's "
+                                     "model).") from None
         if not isinstance(self.activation, str) or self.activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {self.activation!r}; choose one of "
                              f"{sorted(ACTIVATIONS)}.")
@@ -168,6 +163,15 @@ class ModelConfig:
         """A copy with some fields changed (checked again)."""
         return dataclasses.replace(self, **changes)
 
+    def with_residual(self, b) -> "ModelConfig":
+        """A copy with the residual ``b``: a number ``beta`` (both connections) or a pair
+        ``(beta_attn, beta_ffn)`` that sets the attention and FFN residuals separately."""
+        if isinstance(b, (tuple, list)):
+            if len(b) != 2:
+                raise ValueError(f"a residual must be a number or a pair (beta_attn, beta_ffn), got {b!r}.")
+            return self.replace(beta=1.0, beta_attn=b[0], beta_ffn=b[1])
+        return self.replace(beta=b, beta_attn=None, beta_ffn=None)
+
 
 def attention_scale(cfg: ModelConfig) -> float:
     """The scale ``s`` of the attention logits ``s X W_Q W_K^T X^T``."""
@@ -177,9 +181,7 @@ def attention_scale(cfg: ModelConfig) -> float:
         if s not in named:
             raise ValueError(f"unknown attention scale {s!r}; choose one of {SCALES} or a positive number.")
         return named[s]
-    if not _is_real(s) or not (math.isfinite(s) and s > 0):
-        raise ValueError(f"attention scale must be one of {SCALES} or a positive number, got {s!r}.")
-    return float(s)
+    return as_real(f"the attention scale (one of {SCALES} or a number)", s, minimum=0.0, above=True)
 
 
 def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
@@ -207,9 +209,13 @@ def generator(seed: int | torch.Generator) -> torch.Generator:
     itself when it already is a generator."""
     if isinstance(seed, torch.Generator):
         return seed
-    if not _is_int(seed) or not 0 <= seed <= MAX_SEED:
-        raise ValueError(f"seed must be an integer in 0 .. 2**63 - 1 or a torch.Generator, got {seed!r}.")
-    return torch.Generator().manual_seed(int(seed))
+    return torch.Generator().manual_seed(as_seed("seed", seed))
+
+
+def _check_dtype(dtype) -> None:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
+        raise TypeError(f"dtype must be a real floating-point torch dtype (torch.float64 or "
+                        f"torch.float32), got {dtype!r}.")
 
 
 def init_params(cfg: ModelConfig, seed: int | torch.Generator = 0, *, dtype=torch.float64,
@@ -219,8 +225,8 @@ def init_params(cfg: ModelConfig, seed: int | torch.Generator = 0, *, dtype=torc
     Every entry is drawn independently from ``N(0, std^2)`` with ``std = 1/sqrt(fan_in)``:
     ``W_Q, W_K, W_V, W_1, W_U`` use ``1/sqrt(d)``, ``W_2`` uses ``1/sqrt(m)``. The two residual
     branches of each block (``W_V`` and ``W_2``) are multiplied by ``branch_scale``, by default
-    ``1/sqrt(L)`` (1 for the single-layer model), which keeps a deep stack without normalization at
-    a bounded scale. Gaussian matrices are of full rank with probability one.
+    ``1/sqrt(L)`` (1 for the single-layer model), which keeps a deep stack *with* residual
+    connections at a bounded scale. Gaussian matrices are of full rank with probability one.
 
     Args:
         cfg: the model's sizes and options.
@@ -231,13 +237,9 @@ def init_params(cfg: ModelConfig, seed: int | torch.Generator = 0, *, dtype=torc
     """
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}.")
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
-        raise TypeError(f"dtype must be a real floating-point torch dtype (torch.float64 or "
-                        f"torch.float32), got {dtype!r}.")
-    if branch_scale is None:
-        branch_scale = 1.0 / math.sqrt(cfg.L)
-    if not _is_real(branch_scale) or not (math.isfinite(branch_scale) and branch_scale > 0):
-        raise ValueError(f"branch_scale must be a positive finite number, got {branch_scale!r}.")
+    _check_dtype(dtype)
+    branch_scale = 1.0 / math.sqrt(cfg.L) if branch_scale is None else \
+        as_real("branch_scale", branch_scale, minimum=0.0, above=True)
     device = check_device(device)
     gen = generator(seed)
     params = {}
@@ -253,9 +255,9 @@ def layer_params(params: Mapping[str, torch.Tensor], l: int) -> dict[str, torch.
     return {w: params[f"layer{l}.{w}"] for w in LAYER_WEIGHTS}
 
 
-# --- the forward pass ---------------------------------------------------------------------------
+# --- the forward pass (pure: no checks) ---------------------------------------------------------
 
-def _linear(A: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+def linear(A: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     """``A W``. ``W`` is ``(p, q)``, or ``(B, p, q)`` for ``B`` configurations with ``A`` of shape
     ``(B, ..., p)``: one batched product over all rows of each configuration."""
     if W.dim() == 2:
@@ -272,54 +274,75 @@ def _coefficient(beta, like: torch.Tensor):
     return beta
 
 
+def attention_logits(X, W_Q, W_K, s: float):
+    """The attention logits ``s X W_Q W_K^T X^T`` (book equation (1)), ``(..., n, n)``."""
+    return s * linear(X, W_Q) @ linear(X, W_K).transpose(-1, -2)
+
+
 def attention(X, W_Q, W_K, W_V, s: float):
     """``(S, A)``: the attention matrix ``S = softmax_rows(s X W_Q W_K^T X^T)`` and the attention
     output ``A = Attn(X) = S X W_V`` (book equation (1)), for ``X`` of shape ``(..., n, d)``."""
-    logits = s * _linear(X, W_Q) @ _linear(X, W_K).transpose(-1, -2)
-    S = torch.softmax(logits, dim=-1)
-    return S, _linear(S @ X, W_V)
+    S = torch.softmax(attention_logits(X, W_Q, W_K, s), dim=-1)
+    return S, linear(S @ X, W_V)
 
 
-def block(X, W: Mapping[str, torch.Tensor], *, s: float, act: Activation,
-          beta_attn, beta_ffn):
-    """One block, book equations (1)-(3): returns ``(S, A, Z, H)`` for input ``X``."""
-    S, A = attention(X, W["W_Q"], W["W_K"], W["W_V"], s)                 # (1)
+def block(X, W: Mapping[str, torch.Tensor], *, s: float, act: Activation, beta_attn, beta_ffn):
+    """One block, book equations (1)-(3): ``(logits, S, A, Z, M, H)`` for input ``X``."""
+    logits = attention_logits(X, W["W_Q"], W["W_K"], s)
+    S = torch.softmax(logits, dim=-1)                                   # (1)
+    A = linear(S @ X, W["W_V"])
     Z = A + _coefficient(beta_attn, X) * X                              # (2)
-    FFN = _linear(act(_linear(Z, W["W_1"])), W["W_2"])
-    H = FFN + _coefficient(beta_ffn, Z) * Z                             # (3)
-    return S, A, Z, H
+    M = act(linear(Z, W["W_1"]))                                        # (3)
+    H = linear(M, W["W_2"]) + _coefficient(beta_ffn, Z) * Z
+    return logits, S, A, Z, M, H
 
 
 class Trace(NamedTuple):
-    """Every intermediate of a forward pass: per block ``S``, ``A``, ``Z``, ``H`` (lists of
-    length ``L``) and the output ``F``."""
+    """Every intermediate of a forward pass: per block the ``logits``, ``S``, ``A``, ``Z``, ``M``
+    and ``H`` (lists of length ``L``) and the output ``F``."""
 
+    logits: list
     S: list
     A: list
     Z: list
+    M: list
     H: list
     F: torch.Tensor
 
+    def detach(self) -> "Trace":
+        """The same trace with every tensor detached from the autograd graph."""
+        return Trace(*([t.detach() for t in field] for field in self[:6]), self.F.detach())
 
-def _stack_size(params: Mapping[str, torch.Tensor]) -> int | None:
+    def select(self, index) -> "Trace":
+        """Configuration ``index`` (an int or an index tensor) of a stacked trace."""
+        return Trace(*([t[index] for t in field] for field in self[:6]), self.F[index])
+
+
+def stack_size(params: Mapping[str, torch.Tensor]) -> int | None:
     """``B`` when the weights carry a leading axis of ``B`` configurations, else ``None``."""
     return params["W_U"].shape[0] if params["W_U"].dim() == 3 else None
 
 
-def _trace(params, X, cfg, residual=None) -> Trace:
-    """The forward pass, unchecked (see :func:`forward_trace`)."""
+def forward_trace(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig, *,
+                  residual=None) -> Trace:
+    """The forward pass keeping every block's intermediates (book equations (1)-(4)); pure and
+    unchecked (see :func:`check_inputs`).
+
+    ``residual = (beta_attn, beta_ffn)`` overrides the coefficients of ``cfg``; each may be a
+    ``(B,)`` tensor when the weights are stacked (one coefficient per configuration).
+    """
     beta_attn, beta_ffn = cfg.residual if residual is None else residual
-    B = _stack_size(params)
-    H = X if B is None else X.expand(B, *X.shape)
+    B = stack_size(params)
+    H = X if B is None or X.dim() == 4 else X.expand(B, *X.shape)
     s, act = attention_scale(cfg), cfg.act
-    out = Trace([], [], [], [], None)
+    fields: list[list] = [[], [], [], [], [], []]
     for l in range(1, cfg.L + 1):
-        for name, value in zip(("S", "A", "Z", "H"), block(H, layer_params(params, l), s=s, act=act,
-                                                          beta_attn=beta_attn, beta_ffn=beta_ffn)):
-            getattr(out, name).append(value)
-        H = out.H[-1]
+        out = block(H, layer_params(params, l), s=s, act=act, beta_attn=beta_attn, beta_ffn=beta_ffn)
+        for field, value in zip(fields, out):
+            field.append(value)
+        H = out[-1]
     last = H.mean(dim=-2) if cfg.pool == "mean" else H
-    return out._replace(F=_linear(last, params["W_U"]))
+    return Trace(*fields, linear(last, params["W_U"]))
 
 
 def squared_error(F: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
@@ -329,103 +352,105 @@ def squared_error(F: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     return 0.5 * (R.pow(2).flatten(1).sum(1) if F.dim() > Y.dim() else R.pow(2).sum())
 
 
-def forward_trace(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig, *,
-                  residual=None) -> Trace:
-    """The forward pass keeping every block's ``S``, ``A``, ``Z``, ``H`` (for the theory chapters).
-
-    ``residual = (beta_attn, beta_ffn)`` overrides the coefficients of ``cfg``; each may be a
-    ``(B,)`` tensor when the weights are stacked (one coefficient per configuration).
-    """
-    check_inputs(params, X, None, cfg, residual=residual)
-    return _finite_output(_trace(params, X, cfg, residual))
+def phi(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cfg: ModelConfig, *,
+        residual=None) -> torch.Tensor:
+    """``Phi(theta) = 1/2 sum_i ||F(X_i) - Y_i||_F^2`` (book equation (5)), pure and unchecked: the
+    function to hand to ``torch.func.grad`` and ``torch.func.vmap`` (``vmap(grad(phi))`` gives the
+    gradient of every configuration of a stack). :func:`loss` is the same value with checks."""
+    return squared_error(forward_trace(params, X, cfg, residual=residual).F, Y)
 
 
-def _finite_output(trace: Trace) -> Trace:
-    """``trace``, or a clear error when the forward pass of finite inputs overflowed."""
-    if not _all_finite(trace.F):
+def _finite_output(F: torch.Tensor) -> torch.Tensor:
+    if not bool(torch.isfinite(F).all()):
         raise ValueError("the forward pass overflowed (the output has NaN or infinite entries although "
                          "the inputs are finite): the data or beta are too large for the dtype; "
                          "standardize X or use a smaller beta.")
-    return trace
+    return F
 
 
 def forward(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig, *,
             residual=None) -> torch.Tensor:
     """``F_Theta(X)`` (book equation (4)): ``(N, n, c)`` per token, or ``(N, c)`` with
-    ``pool="mean"``; with a leading axis ``B`` when the weights are stacked."""
-    return forward_trace(params, X, cfg, residual=residual).F
+    ``pool="mean"``; with a leading axis ``B`` when the weights are stacked. An entry point: its
+    inputs are checked (:func:`check_inputs`) and an overflow is an error, not a NaN."""
+    check_inputs(params, X, None, cfg, residual=residual)
+    return _finite_output(forward_trace(params, X, cfg, residual=residual).F)
 
 
 def loss(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cfg: ModelConfig, *,
          residual=None) -> torch.Tensor:
-    """``Phi(theta) = 1/2 sum_i ||F(X_i) - Y_i||_F^2``, the book's one normalization (equation (5));
-    shape ``(B,)`` when the weights are stacked."""
+    """``Phi(theta)``, the book's one normalization (equation (5)); shape ``(B,)`` when the weights
+    are stacked. An entry point, checked as :func:`forward` is; to differentiate or vectorize
+    it with ``torch.func``, use the pure :func:`phi`."""
     check_inputs(params, X, Y, cfg, residual=residual)
-    return squared_error(_finite_output(_trace(params, X, cfg, residual)).F, Y)
+    return squared_error(_finite_output(forward_trace(params, X, cfg, residual=residual).F), Y)
 
 
 # --- the one place where inputs are checked ------------------------------------------------------
 
-def _all_finite(t: torch.Tensor) -> bool:
-    """Whether every entry of ``t`` is finite. Inside ``torch.func.vmap`` the values are not
-    concrete (a data-dependent branch is not allowed there): the check is then skipped, and the
-    caller of ``vmap`` checks its inputs."""
-    try:
-        return bool(torch.isfinite(t).all())
-    except RuntimeError as err:
-        if "vmap" in str(err):
-            return True
-        raise
-
-
 def check_inputs(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor | None,
-                 cfg: ModelConfig, *, residual=None) -> int | None:
+                 cfg: ModelConfig, *, residual=None, finite: bool = True) -> int | None:
     """Raise a clear error unless ``cfg``, ``params``, ``X`` (and ``Y``) fit together; return the
     number ``B`` of stacked configurations (``None`` for plain weights).
 
     Checks: ``params`` holds exactly the weights of ``cfg`` with their shapes (all with one
-    leading axis ``B``, or none), every tensor is real floating point, finite and of one dtype;
-    ``X`` is ``(N, n, d)`` with ``N, n >= 1``; ``Y`` is ``(N, n, c)``, or ``(N, c)`` with
-    ``pool="mean"``; a ``residual`` override is a pair of finite numbers ``>= 0`` or ``(B,)``
-    tensors.
+    leading axis ``B``, or none); every tensor is a dense (strided) real floating-point tensor,
+    not an inference-mode tensor, of one dtype and on one device; ``X`` is ``(N, n, d)`` with
+    ``N, n >= 1``; ``Y`` is ``(N, n, c)``, or ``(N, c)`` with ``pool="mean"``; a ``residual``
+    override is a pair of numbers ``>= 0`` or of ``(B,)`` tensors. With ``finite=True`` every
+    value is also checked to be finite (a data-dependent test: not inside ``torch.func.vmap``).
     """
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}; "
                         "create one with convres.ModelConfig(d=..., d_qk=..., m=...).")
-    B = _check_params(params, cfg)
-    _check_tensor("X", X, (None, None, cfg.d), "(N sequences, n tokens, d features)",
+    B = _check_params(params, cfg, finite)
+    _check_tensor("X", X, (None, None, cfg.d), "(N sequences, n tokens, d features)", finite,
                   hint="for a single sequence use X.unsqueeze(0)")
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise ValueError(f"X has shape {tuple(X.shape)}: it needs at least one sequence and one token.")
     if Y is not None:
         N, n = X.shape[:2]
         expected = (N, cfg.c) if cfg.pool == "mean" else (N, n, cfg.c)
-        _check_tensor("Y", Y, expected, f"(N={N}, n={n}, c={cfg.c}) for pool={cfg.pool!r}")
-    dtype = params["W_U"].dtype
+        _check_tensor("Y", Y, expected, f"(N={N}, n={n}, c={cfg.c}) for pool={cfg.pool!r}", finite)
+    W_U = params["W_U"]
     for name, t in (("X", X), ("Y", Y)):
-        if t is not None and t.dtype != dtype:
-            raise TypeError(f"{name} has dtype {t.dtype} but the weights have dtype {dtype}; convert "
-                            f"it with {name}.to({dtype}) (the book's theory uses torch.float64).")
+        if t is None:
+            continue
+        if t.dtype != W_U.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but the weights have dtype {W_U.dtype}; "
+                            f"convert it with {name}.to({W_U.dtype}) (the book's theory uses "
+                            "torch.float64).")
+        if t.device != W_U.device:
+            raise ValueError(f"{name} is on {t.device} but the weights are on {W_U.device}; move it "
+                             f"with {name}.to({str(W_U.device)!r}).")
     if residual is not None:
-        _check_residual(residual, B)
+        _check_residual(residual, B, finite)
     return B
 
 
-def _check_tensor(name, t, shape, meaning, hint=""):
+def _check_tensor(name, t, shape, meaning, finite, hint=""):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape {meaning}, got {type(t).__name__}; "
                         f"convert it with torch.as_tensor(..., dtype=torch.float64).")
+    if t.layout != torch.strided:
+        raise TypeError(f"{name} is a {t.layout} tensor; convres needs dense tensors: use "
+                        f"{name}.to_dense().")
+    if t.device.type == "meta":
+        raise ValueError(f"{name} is a 'meta' tensor (a shape without values); create it with data.")
     if not t.is_floating_point():
         raise TypeError(f"{name} must be a real floating-point tensor, got dtype {t.dtype}; convert "
                         f"it with {name}.to(torch.float64).")
+    if t.is_inference():
+        raise ValueError(f"{name} was created under torch.inference_mode(), so autograd cannot use "
+                         f"it; create it outside that block or pass {name}.clone() made outside it.")
     if t.dim() != len(shape) or any(e is not None and e != g for e, g in zip(shape, t.shape)):
         raise ValueError(f"{name} must have shape {meaning}, got {tuple(t.shape)}"
                          + (f"; {hint}" if hint else "") + ".")
-    if not _all_finite(t):
+    if finite and not bool(torch.isfinite(t).all()):
         raise ValueError(f"{name} contains NaN or infinite entries; clean or impute it first.")
 
 
-def _check_params(params, cfg) -> int | None:
+def _check_params(params, cfg, finite) -> int | None:
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a dict of tensors, got {type(params).__name__}; create it "
                         "with convres.init_params(cfg).")
@@ -437,34 +462,36 @@ def _check_params(params, cfg) -> int | None:
     W_U = params["W_U"]
     B = W_U.shape[0] if isinstance(W_U, torch.Tensor) and W_U.dim() == 3 else None
     lead = () if B is None else (B,)
-    dtypes = set()
+    kinds = set()
     for name, shape in expected.items():
         w = params[name]
+        label = f"params[{name!r}]"
         if not isinstance(w, torch.Tensor):
-            raise TypeError(f"params[{name!r}] must be a torch.Tensor, got {type(w).__name__}.")
+            raise TypeError(f"{label} must be a torch.Tensor, got {type(w).__name__}.")
         if tuple(w.shape) != lead + shape:
-            raise ValueError(f"params[{name!r}] has shape {tuple(w.shape)}, expected {lead + shape} "
+            raise ValueError(f"{label} has shape {tuple(w.shape)}, expected {lead + shape} "
                              f"(d={cfg.d}, d_qk={cfg.d_qk}, m={cfg.m}, c={cfg.c}"
                              + (f", {B} stacked configurations" if B else "") + ").")
-        if not w.is_floating_point():
-            raise TypeError(f"params[{name!r}] has dtype {w.dtype}; the weights must be real floating "
-                            "point: {k: w.double() for k, w in params.items()}.")
-        if not _all_finite(w):
-            raise ValueError(f"params[{name!r}] contains NaN or infinite entries.")
-        dtypes.add(w.dtype)
-    if len(dtypes) > 1:
-        raise TypeError(f"the weights mix dtypes {sorted(map(str, dtypes))}; convert them to one, "
-                        "e.g. {k: w.double() for k, w in params.items()}.")
+        _check_tensor(label, w, lead + shape, str(lead + shape), finite)
+        kinds.add((w.dtype, w.device))
+    if len({k[0] for k in kinds}) > 1:
+        raise TypeError(f"the weights mix dtypes {sorted(str(k[0]) for k in kinds)}; convert them to "
+                        "one, e.g. {k: w.double() for k, w in params.items()}.")
+    if len({k[1] for k in kinds}) > 1:
+        raise ValueError(f"the weights lie on several devices {sorted(str(k[1]) for k in kinds)}; "
+                         "move them to one, e.g. {k: w.to('cpu') for k, w in params.items()}.")
     return B
 
 
-def _check_residual(residual, B):
+def _check_residual(residual, B, finite):
     if not (isinstance(residual, (tuple, list)) and len(residual) == 2):
         raise ValueError(f"residual must be a pair (beta_attn, beta_ffn), got {residual!r}.")
-    for name, beta in zip(("beta_attn", "beta_ffn"), residual):
-        if isinstance(beta, torch.Tensor):
+    for name, beta in zip(RESIDUAL_NAMES, residual):
+        if isinstance(beta, torch.Tensor) and beta.dim() > 0:
             if B is None or tuple(beta.shape) != (B,):
                 raise ValueError(f"residual {name} is a tensor of shape {tuple(beta.shape)}; it must "
                                  f"have shape (B,) = ({B},) for stacked weights, or be a number.")
-        elif not _is_real(beta) or not math.isfinite(beta) or beta < 0:
-            raise ValueError(f"residual {name} must be a finite number >= 0, got {beta!r}.")
+            if finite and not bool(((beta >= 0) & torch.isfinite(beta)).all()):
+                raise ValueError(f"residual {name} must hold finite numbers >= 0, got {beta.tolist()}.")
+        else:
+            as_real(f"residual {name}", beta, minimum=0.0)

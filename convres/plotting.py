@@ -17,8 +17,11 @@ import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 
-__all__ = ["figure", "figure_png", "plot_loss", "plot_sigma_min", "beta_colors", "plot_band", "plot_simulations",
+from .gd import History
+
+__all__ = ["figure", "figure_png", "plot_loss", "beta_colors", "plot_band", "plot_simulations",
            "plot_phase_diagram", "plot_jena", "plot_sst2", "plot_sst2_summary", "show", "thumbnail_png",
+           "plot_speedups", "plot_rank_collapse_gd", "plot_certified_run", "plot_certificate_sweep",
            "MARKERS"]
 
 
@@ -64,20 +67,6 @@ def plot_loss(ax, histories: Mapping[str, "object"], *, colors: Sequence | None 
     ax.legend(frameon=False)
 
 
-def plot_sigma_min(ax, histories: Mapping[str, "object"], *, which: str = "Z",
-                   colors: Sequence | None = None) -> None:
-    """``sigma_min`` of the stacked ``Z`` (or ``H``) along the run, log scale."""
-    for i, (label, h) in enumerate(histories.items()):
-        color = None if colors is None else colors[i]
-        ax.semilogy(h.record_steps, getattr(h, f"sigma_min_{which}"), label=label, color=color)
-    ax.set_xlabel("gradient-descent step $t$")
-    ax.set_ylabel(rf"$\sigma_{{\min}}({which}_t)$")
-    ax.legend(frameon=False)
-
-
-# --- experiments (book chapters Simulations, Jena Climate, SST-2; convres.experiments) -------------
-
-#: Markers for curves told apart by more than colour (residual coefficients, depths).
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 #: Width (CSS pixels) at which the book shows an experiment figure; :func:`show` saves it at twice
 #: that many pixels (sharp on high-density screens).
@@ -179,13 +168,12 @@ def plot_simulations(result):
     return fig
 
 
-def plot_phase_diagram(result):
+def plot_phase_diagram(s: Mapping, diagrams: Mapping[str, dict]):
     """Chapter *Simulations*: the phase diagrams, ``log10`` of the median loss ratio
     ``Phi_T / Phi_0`` after all steps, over beta x d_QK (attention scale ``1/d_QK``) and over
-    beta x ``N n / d``; cells of the named regimes are framed, values are printed in the cells."""
-    from .experiments import phase_diagram
-
-    s = result.settings
+    beta x ``N n / d`` (``diagrams["d_qk"]``, ``diagrams["size"]``, as
+    :func:`convres.experiments.phase_diagram` computes them from the settings ``s``); cells of the
+    named regimes are framed, values are printed in the cells."""
     fig, axes = _stacked(2, height=2.7)
     for ax in axes:
         ax.grid(False)
@@ -196,7 +184,7 @@ def plot_phase_diagram(result):
                lambda x: (int(round(x * s["d"] / s["n"])), s["d_qk"], s["scale"])))
     image = None
     for ax, (axis, xlabel, cell_of) in zip(axes, panels):
-        pd_ = phase_diagram(result, axis)
+        pd_ = diagrams[axis]
         z = np.array([[np.nan if v is None else v for v in row] for row in pd_["log_ratio"]]).T
         # blue: converged; red: above the stall threshold (the colour changes there)
         norm = matplotlib.colors.TwoSlopeNorm(vmin=-12, vcenter=pd_["stall"], vmax=0)
@@ -347,7 +335,6 @@ def plot_rank_collapse_gd(result):
     ``sigma_min`` of the stacked ``Z_t`` (bottom) of the gradient-descent runs with and without
     residual connections. Two panels stacked, one legend above them (outside the data), each run
     with its own colour, line style and marker (readable in grey and on a 390 px screen)."""
-    from .gd import History
     colors = ["#1b9e77", "#d95f02", "#2c3e9e", "#7570b3", "#c2185b"]
     styles = ["-", "-", "-", "--", ":"]
     fig, (ax1, ax2) = _stacked(2, width=4.8, height=2.3)

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from convres import cache, paths
+from convres import cache, files, paths
 
 
 def test_atomic_write_replaces_whole_file_and_leaves_no_temporary(tmp_path):
@@ -201,10 +201,10 @@ def test_stale_temporary_files_are_removed(tmp_path):
                          tmp_path / ".other.json.dead0000.tmp")
     for f in (old, fresh, other):
         f.write_bytes(b"partial")
-    two_hours_ago = os.stat(fresh).st_mtime - 2 * cache.STALE_TMP_SECONDS
+    two_hours_ago = os.stat(fresh).st_mtime - 2 * files.STALE_TMP_SECONDS
     os.utime(old, (two_hours_ago, two_hours_ago))
     os.utime(other, (two_hours_ago, two_hours_ago))
-    cache.atomic_write_text(path, "done")
+    files.atomic_write_text(path, "done")
     assert not old.exists()
     assert fresh.exists()   # may belong to a writer still at work
     assert other.exists()   # another file's temporaries are that write's business

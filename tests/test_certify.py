@@ -15,14 +15,16 @@ import pytest
 import torch
 
 from convres import ModelConfig, init_params, synthetic_regression
-from convres.certify import (BLOCKS, ENVELOPE_TOL, centre, certificate, certified_instance, certified_run,
-                             chain, crossing, jacobian_upper, r_sigma_lower, second_order, smoothness_upper,
+from convres.certify import (BLOCKS, centre, certificate, certified_run, chain, check_certifiable,
+                             crossing, jacobian_upper, r_sigma_lower, second_order, smoothness_upper,
                              width_sweep)
-from convres.certify import _centre, _r_sigma_lower, _smoothness_upper
+from convres.certify import _smoothness_upper
+from convres.checks import FLOAT_TOL as ENVELOPE_TOL
 from convres.cli import main
-from convres.model import _trace
+from convres.instances import certified_instance
+from convres.lemmas import hessian_norm, r_sigma_upper
+from convres.model import forward_trace
 from convres.rank import sigma_nn, stacked
-from convres.theory import hessian_norm, r_sigma_upper
 
 INSTANCES = 200
 CHUNKS = 10
@@ -58,15 +60,15 @@ class Flat:
         return {k: t.reshape(s) for k, t, s in zip(self.keys, torch.split(v, self.sizes), self.shapes)}
 
     def F(self, v):
-        return _trace(self.unflat(v), self.X, self.cfg).F.reshape(-1)
+        return forward_trace(self.unflat(v), self.X, self.cfg).F.reshape(-1)
 
     def phi(self, v):
-        return 0.5 * (_trace(self.unflat(v), self.X, self.cfg).F - self.Y).pow(2).sum()
+        return 0.5 * (forward_trace(self.unflat(v), self.X, self.cfg).F - self.Y).pow(2).sum()
 
     def parts(self, v):
         """``(S, Z, M, H)`` at ``v``, stacked."""
         p = self.unflat(v)
-        tr = _trace(p, self.X, self.cfg)
+        tr = forward_trace(p, self.X, self.cfg)
         Z = stacked(tr.Z[0])
         return tr.S[0], Z, self.cfg.act(Z @ p["layer1.W_1"]), stacked(tr.H[0])
 
@@ -84,7 +86,7 @@ class Flat:
 
 def _radius(c, k, g):
     """The ball: the certified radius of thm-lem-rlo for even k, a random one for odd k."""
-    return float(_r_sigma_lower(c)) if k % 2 == 0 else float(g.uniform(0.05, 1.0))
+    return float(r_sigma_lower(c)) if k % 2 == 0 else float(g.uniform(0.05, 1.0))
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
@@ -95,7 +97,7 @@ def test_no_sampled_point_of_the_ball_breaks_a_bound(chunk):
     worst = {}
     for k in range(chunk * INSTANCES // CHUNKS, (chunk + 1) * INSTANCES // CHUNKS):
         params, X, Y, cfg, g = random_instance(k)
-        c = _centre(params, X, Y, cfg)
+        c = centre(params, X, Y, cfg)
         r = _radius(c, k, g)
         ch = chain(c, r)
         L_up, J_up, _ = _smoothness_upper(c, r)
@@ -125,8 +127,8 @@ def test_hessian_power_iteration_at_random_points_stays_below_L_upper(k):
     """Power iteration with exact Hessian-vector products (theory.hessian_norm) at the centre and
     at two random points of B_{r_sigma_lower}: never above L_upper."""
     params, X, Y, cfg, g = random_instance(k)
-    c = _centre(params, X, Y, cfg)
-    r = float(_r_sigma_lower(c))
+    c = centre(params, X, Y, cfg)
+    r = float(r_sigma_lower(c))
     L_up = _smoothness_upper(c, r)[0]
     f = Flat(params, X, Y, cfg)
     for v in (f.theta0, f.point(r, g), f.point(r * 0.5, g)):
@@ -155,8 +157,8 @@ def test_an_adversarial_ascent_breaks_neither_r_sigma_lower_nor_delta_H(k):
     ||H(theta) - H_0||_2, inside B_{r_sigma_lower}: sigma_Nn(H) stays >= sigma_0 / 2 and the
     increment <= delta_H; the explicit point of thm-lem-rsigma lies outside the ball."""
     params, X, Y, cfg, g = random_instance(k)
-    c = _centre(params, X, Y, cfg)
-    r = float(_r_sigma_lower(c))
+    c = centre(params, X, Y, cfg)
+    r = float(r_sigma_lower(c))
     f = Flat(params, X, Y, cfg)
     H0 = f.parts(f.theta0)[3]
     low = ascend(f, r, lambda v: -torch.linalg.svdvals(f.parts(v)[3])[-1], g)
@@ -172,8 +174,8 @@ def test_mutant_bounds_are_caught():
     broken_L = broken_H = False
     for k in range(0, 60, 2):
         params, X, Y, cfg, g = random_instance(k)
-        c = _centre(params, X, Y, cfg)
-        r = float(_r_sigma_lower(c))
+        c = centre(params, X, Y, cfg)
+        r = float(r_sigma_lower(c))
         _, J_up, _ = _smoothness_upper(c, r)
         f = Flat(params, X, Y, cfg)
         if not broken_L:
@@ -200,8 +202,8 @@ def test_chain_is_monotone_in_the_radius_and_exact_at_the_centre():
     ch0 = chain(c, 0.0)
     assert ch0.delta_H == 0.0 and ch0.Hbar == pytest.approx(c.h0)
     # at the centre the W_U block of the Jacobian bound is ||H_0||_2, which is attained
-    assert jacobian_upper(params, X, Y, cfg, 0.0) >= c.h0
-    assert smoothness_upper(params, X, Y, cfg, 0.0) >= c.h0 ** 2
+    assert jacobian_upper(c, 0.0) >= c.h0
+    assert smoothness_upper(c, 0.0) >= c.h0 ** 2
     assert second_order(c, ch0) >= 0
 
 
@@ -215,7 +217,7 @@ def test_a_certified_run_meets_every_certified_claim():
     params, X, Y, cfg = certified_instance(1, d=1024)
     run = certified_run(params, X, Y, cfg, steps=8)
     cert, out = run.certificate, run.summary()
-    assert cert.certified and out["violations"] == 0 and out["checked_steps"] == 9
+    assert cert.certified and out["violations"] == 0 and out["checked_steps"] == 8
     assert out["final_loss"] <= (1 - cert.mu * cert.alpha) ** out["steps"] * out["initial_loss"]
     assert run.distance.max() <= cert.rho and run.path[-1] <= cert.rho
     assert run.sigma.min() >= cert.sigma_0 / 2
@@ -263,15 +265,15 @@ def test_bad_inputs_name_the_argument():
     params, X, Y, cfg = certified_instance(0, d=16)
     with pytest.raises(ValueError, match="L = 1"):
         p2 = init_params(cfg.replace(L=2), seed=0)
-        centre(p2, X, Y, cfg.replace(L=2))
+        certificate(p2, X, Y, cfg.replace(L=2))
     with pytest.raises(ValueError, match="pool"):
-        centre(params, X, Y[:, 0], cfg.replace(pool="mean"))
+        check_certifiable(params, X, Y[:, 0], cfg.replace(pool="mean"))
     with pytest.raises(ValueError, match="smooth activation"):
-        centre(params, X, Y, cfg.replace(activation="relu"))
+        certified_run(params, X, Y, cfg.replace(activation="relu"))
     with pytest.raises(ValueError, match="radius"):
-        smoothness_upper(params, X, Y, cfg, -1.0)
+        smoothness_upper(centre(params, X, Y, cfg), -1.0)
     with pytest.raises(ValueError, match="readout_scale"):
         certified_instance(0, readout_scale=0.0)
     with pytest.raises(ValueError, match="steps"):
         certified_run(params, X, Y, cfg, steps=0)
-    assert r_sigma_lower(params, X, Y, cfg) > 0
+    assert r_sigma_lower(centre(params, X, Y, cfg)) > 0

@@ -5,11 +5,13 @@ import pytest
 import torch
 
 from convres.collapse import (attention_output, collapse_measures, dqk_sweep, dqk_sweep_seeds,
-                              gaussian_instance, gd_attention_stats, gd_collapse_runs, logit_margins,
+                              gaussian_instance, gd_attention_stats, logit_margins,
                               rank_one_floor, scale_sweep, sigma_min_table, spiked_instance,
-                              value_counterexample, weyl_lower_bounds)
+                              value_counterexample)
+from convres.gd import sweep
+from convres.instances import collapse_instance
 from convres.model import ModelConfig, forward_trace, init_params
-from convres.rank import singular_value_measures
+from convres.rank import singular_value_measures, weyl_lower_bounds
 
 
 def common_argmax(S):
@@ -193,13 +195,14 @@ def test_bad_input():
     with pytest.raises(ValueError, match=r"d_qks\[1\]"):
         dqk_sweep([1, 0])
     with pytest.raises(ValueError, match="beta_ffn"):
-        gd_collapse_runs([(1.0, -1.0)], steps=1)
+        ModelConfig(d=4, d_qk=4, m=4).with_residual((1.0, -1.0))
 
 
 def test_gd_runs_switch_the_two_residuals_separately():
-    runs = gd_collapse_runs([0.0, (1.0, 0.0), (0.0, 1.0), 1.0], steps=3, record_every=1, N=2, n=3, d=6,
-                            m=5, d_qk=4)
-    assert list(runs) == [0.0, (1.0, 0.0), (0.0, 1.0), 1.0]
+    residuals = [0.0, (1.0, 0.0), (0.0, 1.0), 1.0]
+    params, X, Y, cfg = collapse_instance(N=2, n=3, d=6, m=5, d_qk=4)
+    out = sweep([params] * 4, X, Y, [cfg.with_residual(b) for b in residuals], 0.002, 3, record_every=1)
+    runs = dict(zip(residuals, (r.history for r in out)))
     z = {k: h.sigma_min_Z[0] for k, h in runs.items()}
     assert z[0.0] == pytest.approx(z[(0.0, 1.0)]) and z[1.0] == pytest.approx(z[(1.0, 0.0)])
     assert runs[1.0].loss[0] != pytest.approx(runs[(1.0, 0.0)].loss[0])

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from convres import data
+from convres.instances import synthetic_regression
 from convres.data import DataError
 
 FULL_HEADER = ",".join(f'"{c}"' for c in ("Date Time", *data.JENA_ALL_FEATURES))  # Keras: quoted
@@ -92,8 +93,8 @@ def test_missing_files_say_how_to_get_them(tmp_path):
 def test_download_keeps_present_files(tmp_path, monkeypatch):
     def no_network(*args, **kwargs):
         raise AssertionError("nothing should be downloaded")
-    monkeypatch.setattr(data, "_fetch", no_network)
-    monkeypatch.setattr(data, "_hub_parquet", no_network)
+    monkeypatch.setattr(data.jena, "fetch", no_network)
+    monkeypatch.setattr(data.sst2, "_hub_parquet", no_network)
     zip_path = write_full_zip(tmp_path)
     assert data.download("jena", data_dir=tmp_path) == zip_path
     (tmp_path / "sst2").mkdir()
@@ -165,14 +166,14 @@ def test_sst2_roundtrip_and_subset(tmp_path):
     df = data.load_sst2("train", data_dir=tmp_path)
     assert list(df.columns) == ["sentence", "label", "idx"] and len(df) == 6
     assert df.sentence[0] == "a b c d "  # the trailing space is kept, as on the Hub
-    tokens, labels = data.sst2_subset(df, 4, 4)
+    tokens, labels, _ = data.sst2_prefixes(df, 4, 4)
     assert tokens == [["a", "b", "c", "d"], ["one", "two", "three", "four"], ["w", "x", "y", "z"],
                       ["e", "f", "g", "h"]]
     assert labels.tolist() == [0, 1, 1, 0]
     with pytest.raises(DataError, match="only 2 sentences with label 1"):
-        data.sst2_subset(df, 6, 4)
+        data.sst2_prefixes(df, 4, 6)
     with pytest.raises(ValueError, match="even integer"):
-        data.sst2_subset(df, 3, 4)
+        data.sst2_prefixes(df, 4, 3)
 
 
 def test_sst2_wrong_schema(tmp_path):
@@ -458,7 +459,7 @@ def keras_zip_bytes(rows=None):
 def test_download_failure_names_the_url_and_the_offline_alternative(tmp_path, server, monkeypatch):
     """Review row 85: '<urlopen error [Errno -2] Name or service not known>' and nothing else."""
     base, _ = server
-    monkeypatch.setattr(data, "JENA_URL", f"{base}/missing.zip")
+    monkeypatch.setattr(data.jena, "JENA_URL", f"{base}/missing.zip")
     with pytest.raises(DataError) as err:
         data.download("jena", data_dir=tmp_path)
     msg = str(err.value)
@@ -467,7 +468,7 @@ def test_download_failure_names_the_url_and_the_offline_alternative(tmp_path, se
     with socket.socket() as s:  # a port nobody listens on: connection refused
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    monkeypatch.setattr(data, "JENA_URL", f"http://127.0.0.1:{port}/jena.zip")
+    monkeypatch.setattr(data.jena, "JENA_URL", f"http://127.0.0.1:{port}/jena.zip")
     with pytest.raises(DataError, match=f"could not download .*127.0.0.1:{port}/jena.zip.*CONVRES_DATA_DIR"):
         data.download("jena", data_dir=tmp_path)
     assert not (tmp_path / "jena_climate").exists()
@@ -476,7 +477,7 @@ def test_download_failure_names_the_url_and_the_offline_alternative(tmp_path, se
 def test_download_checks_the_zip_and_records_its_checksum(tmp_path, server, monkeypatch):
     base, files = server
     files["/jena.zip"] = payload = keras_zip_bytes()
-    monkeypatch.setattr(data, "JENA_URL", f"{base}/jena.zip")
+    monkeypatch.setattr(data.jena, "JENA_URL", f"{base}/jena.zip")
     with pytest.warns(data.DataWarning, match="43,153,776 bytes.*unverified, so the file is used"):
         path = data.download("jena", data_dir=tmp_path)
     assert path.read_bytes() == payload
@@ -490,8 +491,8 @@ def test_download_checks_the_zip_and_records_its_checksum(tmp_path, server, monk
 def test_zip_matching_the_recorded_csv_is_verified(monkeypatch):
     payload = keras_zip_bytes()
     csv = zipfile.ZipFile(io.BytesIO(payload)).read("jena_climate_2009_2016.csv")
-    monkeypatch.setattr(data, "JENA_CSV_SIZE", len(csv))
-    monkeypatch.setattr(data, "JENA_CSV_SHA256", hashlib.sha256(csv).hexdigest())
+    monkeypatch.setattr(data.jena, "JENA_CSV_SIZE", len(csv))
+    monkeypatch.setattr(data.jena, "JENA_CSV_SHA256", hashlib.sha256(csv).hexdigest())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert data.check_jena_zip(payload) == "verified"
@@ -502,7 +503,7 @@ def test_download_that_is_not_a_good_zip_writes_nothing(tmp_path, server, monkey
     base, files = server
     payload = keras_zip_bytes()
     files["/jena.zip"] = payload[: len(payload) // 2] if body == "truncated" else body
-    monkeypatch.setattr(data, "JENA_URL", f"{base}/jena.zip")
+    monkeypatch.setattr(data.jena, "JENA_URL", f"{base}/jena.zip")
     with pytest.raises(DataError, match=f"{base}/jena.zip is not a readable zip.*Nothing was saved"):
         data.download("jena", data_dir=tmp_path)
     assert not (tmp_path / "jena_climate" / "jena_climate_2009_2016.csv.zip").exists()
@@ -578,15 +579,15 @@ def test_standardize_names_constant_and_non_finite_features():
 
 
 def test_numpy_integers_are_accepted_and_bools_are_not():
-    X, Y = data.synthetic_regression(np.int64(2), np.int32(3), np.int64(4))
+    X, Y = synthetic_regression(np.int64(2), np.int32(3), np.int64(4))
     assert X.shape == (2, 3, 4) and Y.shape == (2, 3, 1)
     assert torch.equal(data.hash_embedding("film", np.int64(8), np.int64(1)), data.hash_embedding("film", 8, 1))
     df = pd.DataFrame({"sentence": SENTS, "label": LABELS})
-    assert data.sst2_subset(df, np.int64(4), np.int64(4))[1].tolist() == [0, 1, 1, 0]
+    assert data.sst2_prefixes(df, np.int64(4), np.int64(4))[1].tolist() == [0, 1, 1, 0]
     with pytest.raises(ValueError, match="N must be a positive integer, got True"):
-        data.synthetic_regression(True, 3, 4)
+        synthetic_regression(True, 3, 4)
     with pytest.raises(ValueError, match="even integer"):
-        data.sst2_subset(df, np.float64(4), 4)
+        data.sst2_prefixes(df, 4, np.float64(4))
 
 
 # --- SST-2 at a fixed length, PPMI word vectors (chapter SST-2) ----------------------------------

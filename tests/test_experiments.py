@@ -35,7 +35,7 @@ def offline():
 
 
 def result(name, settings, data):
-    return ex.Result(name, "book", settings, data, 0.0)
+    return ex.Result(ex.EXPERIMENTS[name], "book", settings, data, 0.0)
 
 
 def small_profile(monkeypatch, name, **changes):
@@ -74,7 +74,7 @@ def test_the_book_profiles_name_the_three_regimes_and_the_whole_jena_slice():
     assert set(regimes) == {"wide", "narrow", "uniform attention"}
     assert regimes["wide"]["N"] * s["n"] <= s["d"] < regimes["narrow"]["N"] * s["n"]
     assert regimes["uniform attention"]["scale"] == "1/d_qk" and regimes["uniform attention"]["d_qk"] >= 1024
-    cells = ex._sim_cells(s)
+    cells = ex.simulations._sim_cells(s)
     assert all((r["N"], r["d_qk"], r["scale"]) in cells for r in s["regimes"]) and len(cells) == len(set(cells))
     j = ex.settings("jena")
     assert j["freq"] == "10min" and (j["start"], j["end"]) == ("2009-01-01 00:10", "2009-01-28 18:40")
@@ -93,7 +93,7 @@ def test_bad_list_entries_are_refused():
         ex.run_experiment("sst2", overrides={"depths": []})
     with pytest.raises(ValueError, match="'eta_grid' of 'sst2' must be a non-empty list"):
         ex.run_experiment("sst2", overrides={"eta_grid": []})
-    with pytest.raises(ValueError, match="non-negative integers, got -1"):
+    with pytest.raises(ValueError, match="non-negative integer, got -1"):
         ex.run_experiment("simulations", overrides={"seeds": [-1]})
     with pytest.raises(ValueError, match="repeated values"):
         ex.run_experiment("simulations", overrides={"betas": [0.0, 0.0]})
@@ -153,10 +153,10 @@ def _sim_result(ratios, regimes=None, steps=300):
 
 def test_a_stall_is_a_plateau_not_a_slow_descent():
     s = ex.settings("simulations")
-    assert ex._stalled({"ratio": 0.8, "last_half": 0.99}, s)
-    assert not ex._stalled({"ratio": 0.1, "last_half": 0.3}, s)      # slow but descending
-    assert not ex._stalled({"ratio": 1e-3, "last_half": 0.99}, s)    # a plateau below 1%: converged
-    assert ex._stalled({"ratio": None, "last_half": None}, s)        # diverged
+    assert ex.stalled({"ratio": 0.8, "last_half": 0.99}, s)
+    assert not ex.stalled({"ratio": 0.1, "last_half": 0.3}, s)      # slow but descending
+    assert not ex.stalled({"ratio": 1e-3, "last_half": 0.99}, s)    # a plateau below 1%: converged
+    assert ex.stalled({"ratio": None, "last_half": None}, s)        # diverged
 
 
 def test_stall_verdict_per_regime():
@@ -350,11 +350,11 @@ def test_step_size_protocols_from_the_probe():
     probe = _fake_probe({(a, 1.0): [(1, 0.4), None], (a, 0.3): [(1, 0.5), (1, 0.5)], (a, 0.1): [(1, 0.6)] * 2,
                          (b, 1.0): [(1, 0.2)] * 2, (b, 0.3): [(1, 0.3)] * 2, (b, 0.1): [(1, 0.4)] * 2,
                          (c, 1.0): [(1, 0.99999)] * 2, (c, 0.3): [(1, 0.999999)] * 2, (c, 0.1): [(1, 1.0)] * 2})
-    common, best = ex._choose_etas(s, probe)
+    common, best = ex.sst2._choose_etas(s, probe)
     assert common == 0.3                         # one seed of a diverges at 1.0: the largest stable is 0.3
     assert best == {a: 0.3, b: 1.0, c: 0.3}      # c: a tie within 1e-4 goes to the common step
     with pytest.raises(RuntimeError, match="no step size"):
-        ex._choose_etas(s, _fake_probe({(a, 1.0): None, (a, 0.3): None, (a, 0.1): (1, 2.0)}))
+        ex.sst2._choose_etas(s, _fake_probe({(a, 1.0): None, (a, 0.3): None, (a, 0.1): (1, 2.0)}))
 
 
 def _fake_sst2(err):
@@ -395,7 +395,7 @@ def test_figures_have_labels_markers_and_one_legend_outside_the_data(tmp_path):
     fig = plotting.plot_simulations(sim)
     assert _no_legend_inside(fig) and all(ax.get_ylabel() for ax in fig.axes)
     assert all(line.get_marker() not in (None, "None", "") for line in fig.axes[0].lines[:2])
-    fig = plotting.plot_phase_diagram(sim)
+    fig = ex.phase_figure(sim)
     assert len(fig.axes) == 3 and all(ax.get_xlabel() for ax in fig.axes[:2])
     write_tiny_sst2(tmp_path)
     sst = ex.run_experiment("sst2", "smoke", overrides={**SST2_TINY, "wide": None}, data_dir=tmp_path)
@@ -469,7 +469,7 @@ def test_cli_reproduce_download_fetches_missing_data_then_runs(tmp_path, capsys,
     import convres.data as data
 
     calls = []
-    monkeypatch.setattr(data, "_atomic_download", lambda url, dest: calls.append(url) or _fake_jena_zip(dest))
+    monkeypatch.setattr(data.jena, "_atomic_download", lambda url, dest: calls.append(url) or _fake_jena_zip(dest))
     monkeypatch.setenv("CONVRES_DATA_DIR", str(tmp_path / "data"))
     small_profile(monkeypatch, "jena", **ex.settings("jena", "smoke"))
     # without --download: a clear error naming the flag and the data-directory setting, no download
@@ -526,7 +526,7 @@ def test_report_tables_from_small_results(tmp_path):
 
 
 def test_scope_summary_folds_the_theory_rows():
-    from convres.report import scope_summary
+    from convres.scope import scope_summary
 
     rows = [{"experiment": "a", "theorem": "t", "hypothesis": "h1", "holds": True, "value": 1.0, "threshold": 1.0},
             {"experiment": "a", "theorem": "t", "hypothesis": "h2", "holds": False, "value": 3.0, "threshold": 2.0},

@@ -16,16 +16,18 @@ import torch
 import convres
 from convres import explorers as ex
 from convres.collapse import attention_output, collapse_measures, gaussian_instance, rank_one_floor
-from convres.theory import rate_alpha
+from convres import vega
+from convres.gd import BLOWUP
+from convres.lemmas import rate_alpha
 
 PNG = b"\x89PNG\r\n\x1a\n"
 ROOT = Path(__file__).resolve().parents[1]
 
 # Small grids: the same code paths as the book's, in about a second.
-RC = {"betas": [0.0, 0.3, 1.0], "d_qks": [4, 64], "ns": [2, 5],
-      "gd": {"steps": 6, "record_every": 2}, "start": {"beta": 1.0, "d_qk": 64, "n": 5}}
-CV = {"betas": [0.0, 1.0], "mus": [0.002, 0.3], "d_qks": [4, 16], "steps": 12, "record_every": 4,
-      "start": {"beta": 1.0, "mu": 0.002, "d_qk": 16}}
+RC = {"betas": [0.0, 0.3, 1.0], "d_qks": [4, 64], "ns": [2, 5], "gd": {"steps": 6, "record_every": 2}}
+RC_START = {"beta": 1.0, "d_qk": 64, "n": 5}
+CV = {"betas": [0.0, 1.0], "mus": [0.002, 0.3], "d_qks": [4, 16], "steps": 12, "record_every": 4}
+CV_START = {"beta": 1.0, "mu": 0.002, "d_qk": 16}
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +49,7 @@ def close(a, b, rtol=1e-4):
 
 
 def test_rank_collapse_positions_are_what_convres_computes():
-    data = embedded(ex.rank_collapse_explorer(RC))
+    data = embedded(ex.rank_collapse_explorer(RC, start=RC_START))
     g = {**ex.RANK_COLLAPSE_GRID, **RC, "gd": {**ex.RANK_COLLAPSE_GRID["gd"], **RC["gd"]}}
     assert len(data["positions"]) == 3 * 2 * 2 and data["start"] == "2,1,1"
     for key in ("2,1,1", "0,0,0", "1,1,0"):
@@ -75,7 +77,7 @@ def test_rank_collapse_positions_are_what_convres_computes():
 
 
 def test_convergence_positions_are_what_convres_computes():
-    data = embedded(ex.convergence_explorer(CV))
+    data = embedded(ex.convergence_explorer(CV, start=CV_START))
     g = {**ex.CONVERGENCE_GRID, **CV}
     assert len(data["positions"]) == 2 * 2 * 2
     statuses = set()
@@ -87,7 +89,7 @@ def test_convergence_positions_are_what_convres_computes():
         X, Y = convres.synthetic_regression(g["N"], g["n"], g["d"], 1, seed=g["seed"])
         params = convres.init_params(cfg, seed=g["init_seed"])
         _, h = convres.gradient_descent(params, X, Y, cfg, mu, g["steps"], record_every=g["record_every"],
-                                        tol=g["tol"], blowup=ex.BLOWUP)
+                                        tol=g["tol"], blowup=BLOWUP)
         assert close(rec["loss"], h.loss) and close(rec["smin_Z"], h.sigma_min_Z)
         assert close(rec["smin_H"], h.sigma_min_H) and rec["status"] == h.status
         alpha = rate_alpha(params, X, cfg)
@@ -99,7 +101,7 @@ def test_convergence_positions_are_what_convres_computes():
 
 
 def test_page_element_mime_bundle_and_static_frame():
-    explorer = ex.rank_collapse_explorer(RC)
+    explorer = ex.rank_collapse_explorer(RC, start=RC_START)
     bundle = explorer._repr_mimebundle_()
     assert set(bundle) == {"text/html", "image/png", "text/plain"}
     html = bundle["text/html"]
@@ -108,13 +110,13 @@ def test_page_element_mime_bundle_and_static_frame():
     png = base64.b64decode(bundle["image/png"])
     assert png.startswith(PNG)
     width, height = struct.unpack(">II", png[16:24])
-    assert width == 2 * ex.DISPLAY_WIDTH_PX and height > width / 2     # 2x, two stacked panels
+    assert width == 2 * vega.DISPLAY_WIDTH_PX and height > width / 2     # 2x, two stacked panels
     assert f"{explorer.data_bytes() / 1000:.0f} kB of data" in html
     assert "= 12 positions" in explorer.note   # computed from the grid, not typed
 
 
 def test_data_cannot_end_the_script_element(monkeypatch):
-    explorer = ex.rank_collapse_explorer(RC)
+    explorer = ex.rank_collapse_explorer(RC, start=RC_START)
     explorer.positions[explorer.start_key]["readout"][0][0] = "</script><b>"
     assert "</script><b>" not in explorer.html() and embedded(explorer)["positions"]
 
@@ -128,13 +130,13 @@ def test_explorer_checks(monkeypatch):
         ex.rank_collapse_data({**RC, "betas": [0.3, 1.0]})
     with pytest.raises(ValueError, match="distinct"):
         ex.convergence_data({**CV, "mus": [0.1, 0.1]})
-    monkeypatch.setattr(ex, "MAX_DATA_BYTES", 1000)
+    monkeypatch.setattr(vega, "MAX_DATA_BYTES", 1000)
     with pytest.raises(ValueError, match="MAX_DATA_BYTES"):
-        ex.rank_collapse_explorer(RC)
+        ex.rank_collapse_explorer(RC, start=RC_START)
 
 
 def test_record_lookup_and_cache():
-    explorer = ex.convergence_explorer(CV)
+    explorer = ex.convergence_explorer(CV, start=CV_START)
     assert explorer.record(beta=0.0, mu=0.3, d_qk=4) is explorer.positions["0,1,0"]
     with pytest.raises(ValueError, match="not a grid value"):
         explorer.record(beta=0.5, mu=0.3, d_qk=4)
@@ -144,12 +146,12 @@ def test_record_lookup_and_cache():
 
 def test_series_rows_and_floor():
     rec = {"a": [3.0, 0.0, 1e-9], "steps": [0, 5, 10], "c": 2.0}
-    rows = ex.series_rows({"key": "A", "y": "a", "x": "steps", "every": 2}, rec, floor=1e-6)
+    rows = vega.series_rows({"key": "A", "y": "a", "x": "steps", "every": 2}, rec, floor=1e-6)
     assert [r["y"] for r in rows] == [3.0, 1e-6, 1e-6] and [r["m"] for r in rows] == [True, False, True]
-    assert [r["x"] for r in ex.series_rows({"key": "A", "y": "a", "x": "index1"}, rec)] == [1, 2, 3]
-    const = ex.series_rows({"key": "C", "y": "c", "x": None, "const_x": [0, 60]}, rec)
+    assert [r["x"] for r in vega.series_rows({"key": "A", "y": "a", "x": "index1"}, rec)] == [1, 2, 3]
+    const = vega.series_rows({"key": "C", "y": "c", "x": None, "const_x": [0, 60]}, rec)
     assert [(r["x"], r["y"]) for r in const] == [(0, 2.0), (60, 2.0)]
-    assert ex.series_rows({"key": "B", "y": "missing", "x": "index0"}, rec) == []
+    assert vega.series_rows({"key": "B", "y": "missing", "x": "index0"}, rec) == []
 
 
 @pytest.mark.parametrize("x, text", [(5.249e-4, "5.25 × 10⁻⁴"), (1.41, "1.41"), (0.0479, "0.0479"),
@@ -157,11 +159,11 @@ def test_series_rows_and_floor():
                                      (0.00999, "9.99 × 10⁻³"), (1.125, "1.13"), (0, "0"),
                                      (-2.5e7, "-2.50 × 10⁷")])
 def test_format_number(x, text):
-    assert ex.format_number(x) == text
+    assert vega.format_number(x) == text
 
 
 def test_readout_text():
-    assert ex.readout_text([["σ<sub>min</sub> = ", 5.249e-4, " after ", [60, "int"], " steps"]]) == \
+    assert vega.readout_text([["σ<sub>min</sub> = ", 5.249e-4, " after ", [60, "int"], " steps"]]) == \
         ["σmin = 5.25 × 10⁻⁴ after 60 steps"]
 
 
@@ -177,7 +179,7 @@ def test_javascript_formats_numbers_like_python():
     xs += [1.125, 2.375, 0.0625, 999.5, 9995.0, 0.0099951, 1e-20, 1e6]
     script = fmt + f"\nconsole.log(JSON.stringify({json.dumps(xs)}.map(x => fmt(x))));\n"
     out = json.loads(subprocess.run([node, "-e", script], capture_output=True, text=True, check=True).stdout)
-    assert out == [ex.format_number(x) for x in xs]
+    assert out == [vega.format_number(x) for x in xs]
 
 
 def test_grid_matches_the_simulations_chapter():
@@ -191,11 +193,11 @@ def test_grid_matches_the_simulations_chapter():
 
 
 def test_static_frames():
-    rc = ex.rank_collapse_explorer(RC)
+    rc = ex.rank_collapse_explorer(RC, start=RC_START)
     fig = rc.figure(rc.positions[rc.start_key], rc.start_values)
     assert len(fig.axes) == 2 and fig.axes[1].get_position().y1 < fig.axes[0].get_position().y0
     assert all(line.get_marker() not in (None, "None", "") for line in fig.axes[0].lines)  # markers too
-    cv = ex.convergence_explorer(CV)
+    cv = ex.convergence_explorer(CV, start=CV_START)
     fig = cv.figure(cv.positions[cv.start_key], cv.start_values)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert any("envelope" in t for t in labels)

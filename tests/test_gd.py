@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from convres import ModelConfig, gradient_descent, init_params, loss, synthetic_regression
+from convres import sweep as run_sweep
 from convres.gd import History, Run, Step, chunk_size
 
 TOL = 1e-10
@@ -68,7 +69,7 @@ def test_does_not_modify_its_input():
     cfg, params, X, Y = instance()
     before = {k: v.clone() for k, v in params.items()}
     gradient_descent(params, X, Y, cfg, mu=0.01, steps=3)
-    gradient_descent([params, params], X, Y, cfg, mu=0.01, steps=3)
+    run_sweep([params, params], X, Y, cfg, mu=0.01, steps=3)
     assert all(torch.equal(before[k], params[k]) for k in params)
 
 
@@ -93,7 +94,7 @@ def test_a_non_finite_start_blames_the_scale_not_mu():
     cfg, params, X, Y = instance(beta=1e300)
     theta, h = gradient_descent(params, X, Y, cfg, mu=0.01, steps=5)
     assert h.status == "diverged" and "initial loss" in h.message and "mu" not in h.message
-    assert h.steps == 0 and len(h.loss) == 0
+    assert h.steps == 0 and len(h.loss) == 1 and not np.isfinite(h.loss[0]) and h.diverged_at == 0
     assert all(torch.equal(theta[k], params[k]) for k in params)   # the (finite) starting point
 
 
@@ -131,7 +132,7 @@ def test_history_round_trips_through_a_dict():
 @pytest.mark.parametrize("chunk", [1, 3, None])
 def test_a_sweep_equals_its_runs_one_by_one(L, activation, pool, chunk):
     params, X, Y, cfgs, mus = sweep(L, activation, pool)
-    runs = gradient_descent(params, X, Y, cfgs, mus, 30, record_every=7, chunk=chunk)
+    runs = run_sweep(params, X, Y, cfgs, mus, 30, record_every=7, chunk=chunk)
     assert_same(runs, one_by_one(params, X, Y, cfgs, mus, 30, record_every=7))
 
 
@@ -140,21 +141,21 @@ def test_separate_residual_coefficients_and_other_scales():
     X, Y = synthetic_regression(3, 4, 5, 1, seed=5)
     cfgs = [cfg.replace(beta_attn=0.0, beta_ffn=1.0), cfg.replace(beta_attn=1.0, beta_ffn=0.0), cfg.replace(beta=0.5)]
     params = [init_params(cfg, seed=s) for s in (7, 8, 9)]
-    assert_same(gradient_descent(params, X, Y, cfgs, 2e-3, 40), one_by_one(params, X, Y, cfgs, [2e-3] * 3, 40))
+    assert_same(run_sweep(params, X, Y, cfgs, 2e-3, 40), one_by_one(params, X, Y, cfgs, [2e-3] * 3, 40))
 
 
 def test_configurations_of_different_sizes_in_one_sweep():
     params, X, Y, cfgs, mus = sweep()
     wide = cfgs[0].replace(m=11, activation="gelu")
     p_wide = init_params(wide, seed=5)
-    runs = gradient_descent(params[:2] + [p_wide], X, Y, cfgs[:2] + [wide], mus[:3], 10)
+    runs = run_sweep(params[:2] + [p_wide], X, Y, cfgs[:2] + [wide], mus[:3], 10)
     assert_same(runs, one_by_one(params[:2] + [p_wide], X, Y, cfgs[:2] + [wide], mus[:3], 10))
 
 
 def test_a_diverging_configuration_stops_while_the_others_go_on():
     params, X, Y, cfgs, _ = sweep(L=2)
     mus = [1e-3, 0.5, 1e-3, 1e4]           # two of them blow up, at different steps
-    runs = gradient_descent(params, X, Y, cfgs, mus, 40, record_every=10, chunk=4)
+    runs = run_sweep(params, X, Y, cfgs, mus, 40, record_every=10, chunk=4)
     assert_same(runs, one_by_one(params, X, Y, cfgs, mus, 40, record_every=10))
     statuses = [h.status for _, h in runs]
     assert statuses.count("diverged") == 2 and statuses.count("max_steps") == 2
@@ -164,22 +165,22 @@ def test_a_diverging_configuration_stops_while_the_others_go_on():
 def test_blowup_threshold_and_tolerance_per_configuration():
     params, X, Y, cfgs, _ = sweep()
     mus = [1e-3, 1.0, 1e-3, 1e-3]
-    runs = gradient_descent(params, X, Y, cfgs, mus, 30, blowup=2.0, chunk=4)
+    runs = run_sweep(params, X, Y, cfgs, mus, 30, blowup=2.0, chunk=4)
     assert_same(runs, one_by_one(params, X, Y, cfgs, mus, 30, blowup=2.0))
     assert any("exceeded 2 x the initial loss" in h.message for _, h in runs)
     cfg = ModelConfig(d=6, d_qk=6, m=6, c=1)
     X, Y = synthetic_regression(4, 3, 6, 1, seed=0)
     cfgs = [cfg.replace(beta=b) for b in (0.5, 1.0, 1.0)]
     params = [init_params(cfg, seed=s) for s in (1, 1, 2)]
-    runs = gradient_descent(params, X, Y, cfgs, [0.02, 0.02, 0.01], 400, tol=0.1, record_every=50, chunk=3)
+    runs = run_sweep(params, X, Y, cfgs, [0.02, 0.02, 0.01], 400, tol=0.1, record_every=50, chunk=3)
     assert_same(runs, one_by_one(params, X, Y, cfgs, [0.02, 0.02, 0.01], 400, tol=0.1, record_every=50))
     assert all(h.status == "converged" for _, h in runs) and len({h.steps for _, h in runs}) == 3
 
 
 def test_zero_steps_and_empty_sweep():
     params, X, Y, cfgs, mus = sweep()
-    assert_same(gradient_descent(params, X, Y, cfgs, mus, 0), one_by_one(params, X, Y, cfgs, mus, 0))
-    assert gradient_descent([], X, Y, [], [], 10) == []
+    assert_same(run_sweep(params, X, Y, cfgs, mus, 0), one_by_one(params, X, Y, cfgs, mus, 0))
+    assert run_sweep([], X, Y, [], [], 10) == []
 
 
 def test_callback_sees_every_iterate_of_every_run():
@@ -188,9 +189,10 @@ def test_callback_sees_every_iterate_of_every_run():
 
     def cb(step: Step):
         seen.append((step.index, step.t, step.loss, step.grads is None))
-        assert step.F.shape == Y.shape and step.H_L.shape == X.shape and step.params["W_U"].shape == (6, 2)
+        assert step.trace.F.shape == Y.shape and step.trace.H[-1].shape == X.shape
+        assert step.params["W_U"].shape == (6, 2)
 
-    runs = gradient_descent(params, X, Y, cfgs, mus, 4, callback=cb, chunk=2)
+    runs = run_sweep(params, X, Y, cfgs, mus, 4, callback=cb, chunk=2)
     for i, (_, h) in enumerate(runs):
         mine = [s for s in seen if s[0] == i]
         assert [t for _, t, _, _ in mine] == list(range(5))
@@ -207,16 +209,16 @@ def test_chunk_size_stacks_small_problems_only():
 @pytest.mark.parametrize("device", ["cpu", torch.device("cpu"), None])
 def test_device_argument_cpu(device):
     params, X, Y, cfgs, mus = sweep()
-    runs = gradient_descent(params, X, Y, cfgs, mus, 5, device=device)
+    runs = run_sweep(params, X, Y, cfgs, mus, 5, device=device)
     assert all(v.device.type == "cpu" for theta, _ in runs for v in theta.values())
     with pytest.raises(ValueError, match="unknown device 'gpu'"):
-        gradient_descent(params, X, Y, cfgs, mus, 2, device="gpu")
+        run_sweep(params, X, Y, cfgs, mus, 2, device="gpu")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_device_argument_cuda():  # pragma: no cover (no GPU on the CI machine)
     params, X, Y, cfgs, mus = sweep()
-    runs = gradient_descent(params, X, Y, cfgs, mus, 20, device="cuda")
+    runs = run_sweep(params, X, Y, cfgs, mus, 20, device="cuda")
     assert all(v.device.type == "cuda" for theta, _ in runs for v in theta.values())
     for (_, ha), (_, hb) in zip(runs, one_by_one(params, X, Y, cfgs, mus, 20)):
         np.testing.assert_allclose(ha.loss, hb.loss, rtol=1e-9)
@@ -225,7 +227,7 @@ def test_device_argument_cuda():  # pragma: no cover (no GPU on the CI machine)
 def test_float32_runs_and_matches_float64_roughly():
     params, X, Y, cfgs, mus = sweep()
     p32 = [{k: v.float() for k, v in p.items()} for p in params]
-    for (theta, ha), (_, hb) in zip(gradient_descent(p32, X.float(), Y.float(), cfgs, mus, 20),
+    for (theta, ha), (_, hb) in zip(run_sweep(p32, X.float(), Y.float(), cfgs, mus, 20),
                                     one_by_one(params, X, Y, cfgs, mus, 20)):
         assert theta["W_U"].dtype == torch.float32
         np.testing.assert_allclose(ha.loss, hb.loss, rtol=1e-4)
@@ -251,18 +253,20 @@ def test_numpy_scalars_are_accepted():
 def test_bad_sweeps_give_clear_errors():
     params, X, Y, cfgs, mus = sweep()
     with pytest.raises(ValueError, match="same length"):
-        gradient_descent(params, X, Y, cfgs[:2], mus, 5)
-    with pytest.raises(TypeError, match="one params dict"):
-        gradient_descent(params[0], X, Y, cfgs, mus, 5)
-    with pytest.raises(ValueError, match=r"run 1: params\['W_U'\]"):
-        gradient_descent([params[0], dict(params[1], W_U=torch.zeros(3, 3, dtype=torch.float64))], X, Y,
+        run_sweep(params, X, Y, cfgs[:2], mus, 5)
+    with pytest.raises(TypeError, match="list of weight dicts"):
+        run_sweep(params[0], X, Y, cfgs, mus, 5)
+    with pytest.raises(TypeError, match="convres.sweep"):
+        gradient_descent(params, X, Y, cfgs, mus, 5)
+    with pytest.raises(ValueError, match=r"configuration 1: params\['W_U'\]"):
+        run_sweep([params[0], dict(params[1], W_U=torch.zeros(3, 3, dtype=torch.float64))], X, Y,
                          cfgs[0], 1e-3, 5)
-    with pytest.raises(ValueError, match="run 1: step size mu"):
-        gradient_descent(params, X, Y, cfgs, [1e-3, -1.0, 1e-3, 1e-3], 5)
+    with pytest.raises(ValueError, match="configuration 1: the step size mu"):
+        run_sweep(params, X, Y, cfgs, [1e-3, -1.0, 1e-3, 1e-3], 5)
     with pytest.raises(TypeError, match="cfg must be a convres.ModelConfig"):
-        gradient_descent(params, X, Y, "relu", mus, 5)
+        run_sweep(params, X, Y, "relu", mus, 5)
     with pytest.raises(ValueError, match="Y must have shape"):
-        gradient_descent(params, X, Y[:, :, :1], cfgs, mus, 5)
+        run_sweep(params, X, Y[:, :, :1], cfgs, mus, 5)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -13,9 +13,10 @@ from convres.collapse import value_counterexample
 from convres.gd import loss_and_grad
 from convres.model import forward_trace
 from convres.rank import sigma_nn, stacked
-from convres.theory import (FLOAT_TOL, check_assumptions, ffn_lemma, ffn_theorem_run, hessian_norm,
-                            part_b_check, r_sigma_upper, rate_alpha, residual_lemma, theorem_instance,
-                            theorem_run, verify_run)
+from convres.checks import FLOAT_TOL
+from convres.instances import theorem_instance
+from convres.lemmas import ffn_lemma, hessian_norm, r_sigma_upper, rate_alpha, residual_lemma
+from convres.theory import check_assumptions, ffn_theorem_run, part_b_check, theorem_run, verify_run
 
 
 def small(seed=0, beta=1.0, **kw):
@@ -117,7 +118,7 @@ def test_the_bound_holds_at_every_step_on_random_instances(seed, beta, layers):
     # where the measured descent (mu/2 form) holds, the PL lemma gives Phi_{t+1} <= (1 - mu s_t^2) Phi_t
     assert (chk.half_margin >= -1e-12 * out["initial_loss"]).all()
     sigma_t = chk.sigma_ratio * 2 * math.sqrt(r.alpha)
-    ratio = chk.excess + 1 - r.mu * r.alpha
+    ratio = chk.contraction.excess + 1 - r.mu * r.alpha
     assert (ratio <= 1 - r.mu * sigma_t ** 2 + FLOAT_TOL).all()
     # observed steps: that, and sigma_t >= sigma_0 / 2 (seed 2, beta 0.5: sigma_t drops below it)
     assert chk.observed == int((chk.sigma_ratio >= 0.5).sum())
@@ -189,8 +190,6 @@ def test_bad_arguments_raise_clear_errors():
         check_assumptions(params, X, Y, cfg, mu=-1.0, steps=10)
     with pytest.raises(ValueError, match="steps must be"):
         check_assumptions(params, X, Y, cfg, mu=0.1, steps=0)
-    with pytest.raises(ValueError, match="min_decrease"):
-        check_assumptions(params, X, Y, cfg, min_decrease=1.5)
     with pytest.raises(ValueError, match="safety"):
         theorem_run(params, X, Y, cfg, steps=2, safety=0.5)
     with pytest.raises(ValueError, match="steps must be"):
@@ -202,11 +201,11 @@ def test_verify_run_counts_a_violation():
     r = theorem_run(params, X, Y, cfg, steps=20)
     h, d = r.history, np.zeros(21)
     # a step size claimed 1000 times larger makes the bound (1 - mu alpha) false
-    fake = verify_run(h, np.ones(20), np.ones(21), r.mu * 1000, r.alpha, r.L_hat, d)
+    fake = verify_run(h, np.ones(20), np.ones(21), r.mu * 1000, r.alpha, r.L_hat, d, tol=FLOAT_TOL)
     assert fake.violations > 0 and fake.max_excess > 0 and not fake.every_step_observed
     assert r.check.every_step_observed
     with pytest.raises(ValueError, match="one gradient per step"):
-        verify_run(h, np.ones(3), np.ones(21), r.mu, r.alpha, r.L_hat, d)
+        verify_run(h, np.ones(3), np.ones(21), r.mu, r.alpha, r.L_hat, d, tol=FLOAT_TOL)
 
 
 def test_a_diverged_run_verifies_nothing():
@@ -219,7 +218,7 @@ def test_cli_theorem_json(capsys):
     assert main(["theorem", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {"status", "alpha", "mu", "mu_max", "violations", "initial_loss", "final_loss", "steps",
-            "sigma_min_H0", "mu_max_is_estimate", "part_b_holds", "assumptions_hold"} <= set(out)
+            "sigma_nn_H0", "mu_max_is_estimate", "part_b_holds", "assumptions_hold"} <= set(out)
     assert out["steps"] == 300 and out["violations"] == 0 and math.isfinite(out["alpha"])
     assert out["mu"] <= out["mu_max"] and out["mu_max_is_estimate"] is True
     # the checked assumptions of part (a) hold, but part (b)'s condition is certified to fail
@@ -234,16 +233,24 @@ def test_cli_theorem_text_and_help_are_honest(capsys):
     with pytest.raises(SystemExit):
         main(["theorem", "--help"])
     help_text = capsys.readouterr().out
-    for phrase in ("part_b_holds", "sigma_min_H0", "ESTIMATED", "(A0)-(A4)", "(A5)", "--certify", "rho"):
+    for phrase in ("part_b_holds", "sigma_nn_H0", "ESTIMATED", "(A0)-(A4)", "(A5)", "--certify", "rho"):
         assert phrase in help_text
 
 
 def test_part_b_holds_follows_the_certificates():
-    """part_b_holds is False (certified failure), True (certified) or None (undecided)."""
+    """part_b_holds is False (certified failure), True (certified for this run's step) or None."""
     params, X, Y, cfg = small(0)
     r = theorem_run(params, X, Y, cfg, steps=2)
     b = r.part_b
-    assert r.summary()["part_b_holds"] is (False if b["fails"] else b["holds"])
+    assert r.summary()["part_b_holds"] is (False if b["fails"] else None)
+    # a certified instance: True only when the run's step is at most the certified one
+    from convres.instances import certified_instance
+    params, X, Y, cfg = certified_instance(0, d=1024)
+    fast = theorem_run(params, X, Y, cfg, steps=2, smoothness_samples=0).summary()
+    assert fast["mu_certified"] is not None and fast["mu"] > fast["mu_certified"]
+    assert fast["part_b_holds"] is None and fast["run_step_certified"] is False
+    slow = theorem_run(params, X, Y, cfg, steps=2, mu=fast["mu_certified"], smoothness_samples=0).summary()
+    assert slow["part_b_holds"] is True and slow["run_step_certified"] is True
 
 
 def test_cli_theorem_without_residual_reports_a_vacuous_guarantee(capsys):
@@ -287,7 +294,7 @@ def test_ffn_theorem_holds_at_every_step_with_a_small_step():
     assert out["alpha_ffn"] == pytest.approx((out["sigma_M0"] * out["sigma_U0"] / 4) ** 2)
     assert (r.pl_margin >= -1e-9).all()
     # the bound at each step follows from the PL lemma at that step and the measured descent
-    ratio = r.bound_excess + 1 - r.mu * r.alpha_ffn
+    ratio = r.contraction.excess + 1 - r.mu * r.alpha_ffn
     assert (ratio <= 1 + 1e-12).all()
 
 
@@ -330,7 +337,7 @@ def test_ffn_theorem_run_float32_and_bad_input():
 
 def test_scope_table_is_computed_from_the_settings():
     from convres.experiments import settings
-    from convres.theory import scope_table
+    from convres.scope import scope_table
     rows = scope_table()
     assert {r["experiment"].split()[0] for r in rows} == {"simulations", "jena", "sst2", "rank_collapse_gd"}
     assert not any(r["holds"] for r in rows if r["hypothesis"] == "per-token readout"
@@ -352,7 +359,8 @@ def test_scope_table_is_computed_from_the_settings():
 
 
 def test_scope_rows_decide_each_hypothesis():
-    from convres.theory import parameter_count, scope_rows
+    from convres.lemmas import parameter_count
+    from convres.scope import scope_rows
     cfg = ModelConfig(d=11, d_qk=11, m=16, c=1, activation="relu")
     rows = {r["hypothesis"]: r for r in scope_rows("jena-like", cfg, 107, 24) if r["theorem"] == "thm-main"}
     assert parameter_count(cfg) == 726

@@ -1,0 +1,95 @@
+"""How the theory's inequalities are checked along a run: one record, one tolerance policy.
+
+Book chapter *The theorem* (sections on what a run observes and what is certified). Every check
+that a measured loss curve obeys a contraction ``Phi_{t+1} <= (1 - mu alpha_t) Phi_t`` goes through
+:func:`contraction_check`, with the tolerance of :func:`tolerance` and the floor
+:data:`LOSS_FLOOR`; every hypothesis of a theorem, evaluated on an instance or decided by the
+shapes of an experiment, is a :class:`Hypothesis`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import torch
+
+__all__ = ["FLOAT_TOL", "LOSS_FLOOR", "tolerance", "Hypothesis", "Contraction", "contraction_check"]
+
+#: Relative round-off tolerance of float64 losses: a measured ratio may exceed a bound by this much.
+FLOAT_TOL = 1e-9
+
+#: Steps whose loss is below ``LOSS_FLOOR * Phi_0`` are not checked (float64 round-off dominates).
+LOSS_FLOOR = 1e-20
+
+
+def tolerance(dtype: torch.dtype | str = torch.float64) -> float:
+    """The relative tolerance of a check on losses computed in ``dtype``: :data:`FLOAT_TOL` in
+    float64, ``100 eps`` otherwise (``1.2e-5`` in float32)."""
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    return FLOAT_TOL if dtype == torch.float64 else 100 * torch.finfo(dtype).eps
+
+
+@dataclasses.dataclass(frozen=True)
+class Hypothesis:
+    """One hypothesis of a theorem on one instance (or one experiment's shapes): ``holds`` iff
+    ``value`` meets ``threshold`` (``None`` when it is not decided). ``kind`` says how it is
+    known: ``"certified"`` (bounded before the run), ``"observed"`` (measured along the run),
+    ``"estimated"`` (compared with an estimate, which can refute but not establish it) or
+    ``"exact"`` (a property of the shapes or of the instance at ``theta_0``)."""
+
+    name: str
+    statement: str
+    value: float | None
+    threshold: float
+    holds: bool | None
+    kind: str = "exact"
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        v = self.value
+        return {**dataclasses.asdict(self),
+                "value": None if v is None or not math.isfinite(v) else float(v),
+                "holds": None if self.holds is None else bool(self.holds)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Contraction:
+    """A loss curve checked against ``Phi_{t+1} <= (1 - rate_t) Phi_t``: ``steps`` are the checked
+    ``t`` (those with ``Phi_t > LOSS_FLOOR Phi_0``), ``excess[k] = Phi_{t+1}/Phi_t - (1 - rate_t)``
+    at ``t = steps[k]``; a violation is an excess above ``tolerance``."""
+
+    steps: np.ndarray
+    excess: np.ndarray
+    tolerance: float
+
+    @property
+    def checked_steps(self) -> int:
+        return int(len(self.steps))
+
+    @property
+    def violations(self) -> int:
+        return int((self.excess > self.tolerance).sum())
+
+    @property
+    def max_excess(self) -> float:
+        return float(self.excess.max()) if len(self.excess) else math.nan
+
+    @property
+    def holds(self) -> bool:
+        """At least one step was checked and none violated the bound."""
+        return self.checked_steps > 0 and self.violations == 0
+
+
+def contraction_check(loss, rate, *, tol: float = FLOAT_TOL, floor: float = LOSS_FLOOR) -> Contraction:
+    """Check ``Phi_{t+1} <= (1 - rate_t) Phi_t`` for ``t = 0 .. T-1`` on the losses ``loss``
+    (``Phi_0 .. Phi_T``); ``rate`` is ``mu alpha`` (a number) or one value per step. Steps whose
+    loss is at most ``floor * Phi_0`` are skipped (round-off)."""
+    loss = np.asarray(loss, dtype=np.float64)
+    T = max(len(loss) - 1, 0)
+    rate = np.broadcast_to(np.asarray(rate, dtype=np.float64), (T,))
+    live = np.nonzero(loss[:T] > floor * loss[0])[0] if T else np.zeros(0, dtype=int)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        excess = loss[live + 1] / loss[live] - (1 - rate[live])
+    return Contraction(steps=live, excess=excess, tolerance=float(tol))

@@ -1,0 +1,144 @@
+"""Frozen word vectors for the SST-2 chapter: PPMI-SVD vectors and hashed Gaussian vectors.
+
+Book chapter *SST-2*: the PPMI vectors are computed from the unlabelled training text; the hashed
+vectors are a floor baseline that carries no meaning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import numbers
+
+import torch
+
+from ..values import as_int, is_int
+
+__all__ = ["ppmi_embeddings", "embed_with", "hash_embedding", "embed_tokens"]
+
+
+def ppmi_embeddings(sentences, d: int, *, vocab_size: int = 5000, smoothing: float = 0.75,
+                    seed: int = 0, iterations: int = 4):
+    """Word vectors from unlabelled text: a truncated SVD of the positive pointwise mutual
+    information (PPMI) of word co-occurrence within a sentence (book chapter *SST-2*).
+
+    The vocabulary is the ``vocab_size`` most frequent tokens (ties in alphabetical order);
+    ``C[w, c]`` counts the ordered pairs of positions ``(i, j)``, ``i != j``, of one sentence with
+    token ``w`` at ``i`` and ``c`` at ``j``. With the context distribution raised to ``smoothing``
+    (Levy, Goldberg and Dagan 2015), ``PPMI[w, c] = max(0, log(P(w, c) / (P(w) P_s(c))))``. The
+    vectors are ``U_d S_d^(1/2)`` of its ``d`` leading singular triples, found by subspace
+    iteration from a Gaussian start drawn with ``seed`` (``iterations`` rounds); each column's sign
+    is fixed so that its largest entry is positive. No labels are used; the same text gives the
+    same vectors.
+
+    Returns ``(vocab, vectors)``: the token list and a float64 ``numpy`` array ``(len(vocab), d)``.
+    """
+    import numpy as np
+
+    d = as_int("d (the embedding dimension)", d, minimum=1)
+    if not is_int(vocab_size) or vocab_size < 2:
+        raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}.")
+    if isinstance(smoothing, bool) or not isinstance(smoothing, numbers.Real) or not 0 < smoothing <= 1:
+        raise ValueError(f"smoothing must be a number in (0, 1], got {smoothing!r}.")
+    iterations = as_int("iterations", iterations, minimum=1)
+    sentences = [list(s) for s in sentences]
+    if not sentences or not all(sentences):
+        raise ValueError("sentences must be a non-empty list of non-empty token lists.")
+    counts: dict[str, int] = {}
+    for s in sentences:
+        for t in s:
+            counts[t] = counts.get(t, 0) + 1
+    vocab = sorted(counts, key=lambda t: (-counts[t], t))[: int(vocab_size)]
+    V = len(vocab)
+    if d > V:
+        raise ValueError(f"d = {d} exceeds the vocabulary ({V} distinct tokens); use d <= {V}.")
+    index = {t: i for i, t in enumerate(vocab)}
+    width = max(len(s) for s in sentences)
+    ids = np.full((len(sentences), width), -1, dtype=np.int64)
+    for k, s in enumerate(sentences):
+        ids[k, :len(s)] = [index.get(t, -1) for t in s]
+    codes = []
+    for lag in range(1, width):      # every pair of positions (i, i + lag), both orders
+        a, b = ids[:, :-lag].ravel(), ids[:, lag:].ravel()
+        ok = (a >= 0) & (b >= 0)
+        codes += [a[ok] * V + b[ok], b[ok] * V + a[ok]]
+    C = np.bincount(np.concatenate(codes), minlength=V * V).reshape(V, V).astype(np.float64)
+    del codes
+    total = C.sum()
+    if total == 0:
+        raise ValueError("no two vocabulary tokens share a sentence: the text is too short.")
+    p_w = C.sum(1) / total
+    p_c = C.sum(0) ** smoothing
+    p_c = p_c / p_c.sum()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pmi = np.log(C / total) - np.log(p_w)[:, None] - np.log(p_c)[None, :]
+    M = np.where(np.isfinite(pmi) & (pmi > 0), pmi, 0.0)
+    rng = np.random.default_rng(int(seed))
+    k = min(V, d + 16)
+    Q = np.linalg.qr(M @ rng.standard_normal((V, k)))[0]
+    for _ in range(int(iterations)):
+        Q = np.linalg.qr(M @ (M.T @ Q))[0]
+    U, S, _ = np.linalg.svd(Q.T @ M, full_matrices=False)
+    vectors = (Q @ U[:, :d]) * np.sqrt(S[:d])
+    flip = np.sign(vectors[np.abs(vectors).argmax(0), np.arange(d)])
+    return vocab, vectors * flip
+
+
+def embed_with(sentences, vocab, vectors, *, mean=None, std=None, dtype=torch.float64):
+    """``X`` of shape ``(N, n, d)`` from equal-length token lists and a table ``vocab -> vectors``
+    (e.g. :func:`ppmi_embeddings`), every coordinate standardized as ``(v - mean) / std``.
+
+    ``mean`` and ``std`` (length ``d``) default to the statistics of the in-vocabulary tokens of
+    ``sentences`` themselves; pass the training ones to embed held-out text the same way. A token
+    outside the vocabulary gets the zero vector (after standardization: the mean). Returns
+    ``(X, (mean, std), oov)`` with ``oov`` the fraction of tokens outside the vocabulary.
+    """
+    import numpy as np
+
+    lengths = {len(s) for s in sentences}
+    if not lengths or 0 in lengths:
+        raise ValueError("sentences must be a non-empty list of non-empty token lists.")
+    if len(lengths) != 1:
+        raise ValueError(f"all sentences must have the same number of tokens, got lengths {sorted(lengths)}.")
+    vectors = np.asarray(vectors, dtype=np.float64)
+    if vectors.ndim != 2 or vectors.shape[0] != len(vocab):
+        raise ValueError(f"vectors must be a (len(vocab), d) array, got shape {vectors.shape} for "
+                         f"{len(vocab)} tokens.")
+    index = {t: i for i, t in enumerate(vocab)}
+    ids = np.array([[index.get(t, -1) for t in s] for s in sentences], dtype=np.int64)
+    known = ids >= 0
+    if mean is None or std is None:
+        if not known.any():
+            raise ValueError("no token of sentences is in the vocabulary: cannot standardize.")
+        seen = vectors[ids[known]]
+        mean, std = seen.mean(0), seen.std(0)
+    mean, std = np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64)
+    if not (np.isfinite(std).all() and (std > 0).all()):
+        raise ValueError("every embedding coordinate needs a finite, positive standard deviation.")
+    table = np.vstack([(vectors - mean) / std, np.zeros((1, vectors.shape[1]))])
+    X = table[np.where(known, ids, len(vocab))]
+    return torch.tensor(X, dtype=dtype), (mean, std), float(1.0 - known.mean())
+
+
+def hash_embedding(token: str, d: int, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
+    """A frozen Gaussian embedding of ``token``: ``d`` i.i.d. ``N(0, 1)`` entries drawn from a
+    generator seeded with the SHA-256 of ``"<seed>:<token>"``. The same token always gets the same
+    vector, on every machine, without a vocabulary."""
+    if not isinstance(token, str):
+        raise TypeError(f"token must be a str, got {type(token).__name__}.")
+    d = as_int("d (the embedding dimension)", d, minimum=1)
+    if not is_int(seed):
+        raise ValueError(f"seed must be an integer, got {seed!r}.")
+    digest = hashlib.sha256(f"{int(seed)}:{token}".encode("utf-8")).digest()
+    gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
+    return torch.randn(int(d), generator=gen, dtype=torch.float64).to(dtype)
+
+
+def embed_tokens(sentences, d: int, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
+    """``X`` of shape ``(N, n, d)`` from equal-length token lists, with :func:`hash_embedding`."""
+    lengths = {len(s) for s in sentences}
+    if not lengths or 0 in lengths:
+        raise ValueError("sentences must be a non-empty list of non-empty token lists.")
+    if len(lengths) != 1:
+        raise ValueError(f"all sentences must have the same number of tokens, got lengths {sorted(lengths)}.")
+    table = {t: hash_embedding(t, d, seed, torch.float64) for s in sentences for t in s}
+    return torch.stack([torch.stack([table[t] for t in s]) for s in sentences]).to(dtype)

@@ -1,0 +1,100 @@
+"""The book's experiments: one record per experiment, one module each, cached results.
+
+Book chapters: *Simulations*, *Jena Climate*, *SST-2*, *Rank collapse under gradient descent*, *The
+theorem* and the *Reproduction report*. Paper: arXiv:2506.05249, its experiments as described in
+the abstract (v1 and v4): (1) simulations, (2) Jena Climate with residual coefficients beta from
+small values to 1, (3) SST-2 with depth L = 2, 6, 10 with and without residuals. Every size, seed,
+step size and window is **the book's choice**: the paper's settings are not known to this project.
+
+Each module defines one :class:`~convres.experiments.base.Experiment` (its settings per profile:
+``"book"``, what the chapters show; ``"paper"``, larger; ``"smoke"``, unit tests only; its runner,
+key numbers, claims, figure, scope shapes and report rows). :data:`EXPERIMENTS` collects them;
+:func:`run_experiment` runs one (or loads its cached result) and returns a
+:class:`~convres.experiments.base.Result`.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Mapping
+
+from ..cache import cached_json
+from ..runtime import check_device, torch_threads
+from . import explorers, jena, rank_collapse, simulations, sst2, theorem
+from .base import (PROFILES, RESULT_FORMAT, SUMMARY_KEYS, VERDICTS, Experiment, Result, Shape,
+                   check_settings, measured_rate, output_rows)
+from .jena import JenaTask, jena_data
+from .simulations import phase_diagram, phase_figure, stalled
+from .sst2 import SST2Task, pooled_baseline, sst2_data
+
+__all__ = ["Experiment", "Result", "Shape", "EXPERIMENTS", "PROFILES", "VERDICTS", "SUMMARY_KEYS",
+           "settings", "run_experiment", "claims", "measured_rate", "output_rows", "phase_diagram",
+           "phase_figure", "stalled", "jena_data", "JenaTask", "sst2_data", "SST2Task", "pooled_baseline"]
+
+#: Every experiment of the book, by name.
+EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
+    simulations.EXPERIMENT, jena.EXPERIMENT, sst2.EXPERIMENT, rank_collapse.EXPERIMENT,
+    theorem.CERTIFIED, theorem.WIDTH_SWEEP, theorem.FFN_RUNS, explorers.RANK_COLLAPSE,
+    explorers.CONVERGENCE)}
+
+
+def _experiment(name: str) -> Experiment:
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS)}.")
+    return EXPERIMENTS[name]
+
+
+def settings(name: str, profile: str = "book") -> dict:
+    """A copy of the settings of experiment ``name`` under ``profile``."""
+    e = _experiment(name)
+    if profile not in e.profiles:
+        raise ValueError(f"unknown profile {profile!r}; choose one of {sorted(e.profiles)}.")
+    return copy.deepcopy(e.profiles[profile])
+
+
+def _stored_ok(stored) -> bool:
+    return isinstance(stored, dict) and {"name", "profile", "settings", "data", "seconds"} <= set(stored) \
+        and isinstance(stored["data"], dict)
+
+
+def run_experiment(name: str, profile: str = "book", *, progress: bool = False, refresh: bool = False,
+                   data_dir=None, overrides: dict | None = None, device=None) -> Result:
+    """Run experiment ``name`` under ``profile`` (or load its cached result); return a :class:`Result`.
+
+    ``overrides`` replaces some settings (a different configuration, hence a different cache key).
+    ``device`` (e.g. ``"cuda"``) runs the gradient descent there; it is part of the cache key
+    (a result computed on another device may differ in round-off).
+    """
+    e = _experiment(name)
+    s = settings(name, profile)
+    if overrides is not None and not isinstance(overrides, dict):
+        raise TypeError(f"overrides must be a dict of settings or None, got {type(overrides).__name__}.")
+    if overrides:
+        unknown = sorted(set(overrides) - set(s))
+        if unknown:
+            raise ValueError(f"unknown setting(s) {unknown} for {name!r}; known: {sorted(s)}.")
+        s.update(copy.deepcopy(overrides))
+    check_settings(name, s)
+    dev = check_device(device)
+    key = {"experiment": name, "settings": s, "format": RESULT_FORMAT}
+    if dev.type != "cpu":
+        key["device"] = str(dev)
+
+    def compute():
+        t0 = time.perf_counter()
+        with torch_threads(1):  # small models: one thread is fastest (appendix Performance)
+            data = e.run(s, progress=progress, data_dir=data_dir, device=dev)
+        data["device"] = str(dev)
+        return Result(e, profile, s, data, time.perf_counter() - t0).to_json()
+
+    stored = cached_json(f"experiment-{name}", key, compute, refresh=refresh, check=_stored_ok)
+    return Result(e, stored["profile"], stored["settings"], stored["data"], stored["seconds"])
+
+
+def claims(results: Mapping[str, Result]) -> list[dict]:
+    """Every row of the reproduction report, from ``results`` (name -> :class:`Result`)."""
+    unknown = sorted(set(results) - set(EXPERIMENTS))
+    if unknown:
+        raise ValueError(f"results has unknown experiment(s) {unknown}; expected keys among {sorted(EXPERIMENTS)}.")
+    return [row for name in EXPERIMENTS if name in results for row in results[name].claims()]

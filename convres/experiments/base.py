@@ -1,0 +1,219 @@
+"""What every experiment shares: the :class:`Experiment` record, the :class:`Result` and the helpers.
+
+An experiment module (``simulations``, ``jena``, ``sst2``, ...) defines one :class:`Experiment`
+named ``EXPERIMENT``; the package collects them into :data:`convres.experiments.EXPERIMENTS`.
+Nothing outside the record knows an experiment by its name: the report, the scope table and the
+command line loop over the records and call their hooks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import torch
+
+from ..model import ModelConfig
+from ..values import as_int, json_safe
+
+__all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
+           "RESULT_FORMAT", "check_settings", "measured_rate", "finite_list", "dtype_of", "stable",
+           "median_by", "spread", "final", "verdict", "positive_int", "output_rows"]
+
+PROFILES = ("book", "paper", "smoke")
+#: Version of the layout of the results; part of the cache key (bump it when a runner changes).
+RESULT_FORMAT = 5
+#: The verdicts of the reproduction report. "inconclusive": the setting cannot show the effect (a
+#: ceiling, or a regime where it cannot appear); "holds a posteriori": a row that checks one of the
+#: book's own inequalities along the runs rather than a claim of the paper that could fail on its own.
+VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "holds a posteriori")
+#: The fields every :meth:`Result.summary` starts with (``None`` where one does not apply):
+#: training and validation sequences, raw data rows, the simulation regimes, seeds, steps, the
+#: wall time of the computation, dtype and device.
+SUMMARY_KEYS = ("n_train", "n_val", "rows", "regimes", "seeds", "steps", "wall_seconds", "dtype", "device")
+#: Settings that must be non-empty lists.
+LIST_SETTINGS = ("betas", "seeds", "depths", "eta_grid", "sizes", "d_qks", "regimes")
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """One model of an experiment as the theory's scope sees it: a label, the model and the data
+    shape ``N`` sequences of ``n`` tokens (no data loaded, nothing trained)."""
+
+    label: str
+    cfg: ModelConfig
+    N: int
+    n: int
+    note: str = ""
+
+
+def _no_report(result: "Result") -> dict:
+    return {"settings": None, "spread": [], "runs": len(result.data.get("runs", [])), "deviations": []}
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """One experiment of the book and everything the book and the command line ask of it.
+
+    Attributes:
+        name, title, chapter: how the command line and the report name it.
+        profiles: the settings per profile (see :data:`PROFILES`).
+        run: ``run(settings, progress=..., data_dir=..., device=...) -> data``, a JSON-able dict.
+        key_numbers: ``key_numbers(result) -> dict``, the figure's numbers.
+        claims: ``claims(result) -> [row]``, the rows of the reproduction report.
+        plot: ``plot(result) -> Figure``.
+        shapes: ``shapes(settings) -> [Shape]``, the models for the theory's scope table.
+        report: ``report(result) -> {"settings", "spread", "runs", "deviations"}``: the row of the
+            report's settings table (or ``None``), its rows of the seeds-and-spread table, the
+            number of gradient-descent runs, and its rows of the deviations table.
+        paper: what the paper's abstract and summary say about the setting (nothing more is known).
+        in_report: whether the reproduction report shows it.
+    """
+
+    name: str
+    title: str
+    chapter: str
+    profiles: Mapping[str, dict]
+    run: Callable[..., dict]
+    key_numbers: Callable[["Result"], dict]
+    claims: Callable[["Result"], list]
+    plot: Callable[["Result"], Any] | None = None
+    shapes: Callable[[dict], list] = lambda settings: []
+    report: Callable[["Result"], dict] = _no_report
+    paper: str = ""
+    in_report: bool = True
+
+    @property
+    def page(self) -> str:
+        """The chapter's page name, e.g. ``"simulations"`` for ``book/simulations.md``."""
+        return self.chapter.removeprefix("book/").removesuffix(".md")
+
+
+@dataclasses.dataclass
+class Result:
+    """A finished experiment: its record, profile, settings, the runner's data and its wall time."""
+
+    experiment: Experiment
+    profile: str
+    settings: dict
+    data: dict
+    seconds: float
+
+    @property
+    def name(self) -> str:
+        return self.experiment.name
+
+    def summary(self) -> dict:
+        """The fields of :data:`SUMMARY_KEYS`, then the key numbers, JSON-ready (a non-finite
+        number becomes ``None``)."""
+        s = self.settings
+        head = {k: None for k in SUMMARY_KEYS}
+        head.update(seeds=list(s["seeds"]) if "seeds" in s else None, steps=s.get("steps"),
+                    wall_seconds=round(float(self.seconds), 1), dtype=s.get("dtype", "float64"),
+                    device=self.data.get("device", "cpu"))
+        return json_safe({**head, **self.experiment.key_numbers(self)})
+
+    def claims(self) -> list[dict]:
+        """The experiment's rows of the reproduction report."""
+        return [dict(experiment=self.name, **row) for row in self.experiment.claims(self)]
+
+    def figure(self):
+        """The experiment's figure (matplotlib)."""
+        return self.experiment.plot(self)
+
+    def report(self) -> dict:
+        """The experiment's rows of the report's tables (see :attr:`Experiment.report`)."""
+        return self.experiment.report(self)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "profile": self.profile, "settings": self.settings, "data": self.data,
+                "seconds": self.seconds}
+
+
+def check_settings(name: str, s: dict) -> None:
+    """Refuse settings that would run nothing or silently mean something else."""
+    for key in LIST_SETTINGS:
+        if key in s and (not isinstance(s[key], list) or not s[key]):
+            raise ValueError(f"setting {key!r} of {name!r} must be a non-empty list, got {s[key]!r}.")
+    for seed in s.get("seeds", []):
+        as_int(f"setting 'seeds' of {name!r}", seed, minimum=0)
+    for key in ("betas", "eta_grid"):
+        for v in s.get(key, []):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 \
+                    or (key == "eta_grid" and v == 0):
+                raise ValueError(f"setting {key!r} of {name!r} must hold finite numbers "
+                                 f"{'> 0' if key == 'eta_grid' else '>= 0'}, got {v!r}.")
+        if key in s and len(set(s[key])) != len(s[key]):
+            raise ValueError(f"setting {key!r} of {name!r} has repeated values: {s[key]!r}.")
+    if len(set(s.get("seeds", []))) != len(s.get("seeds", [])):
+        raise ValueError(f"setting 'seeds' of {name!r} has repeated values: {s['seeds']!r}.")
+
+
+def output_rows(cfg: ModelConfig, X: torch.Tensor) -> int:
+    """``R``, the number of output rows the loss sums over: sequences for a pooled readout,
+    sequences x tokens per token. Step sizes are written ``mu = eta / R``: ``eta`` is the step on
+    the loss averaged over the rows, so a grid of ``eta`` means the same at every size."""
+    return X.shape[0] if cfg.pool == "mean" else X.shape[0] * X.shape[1]
+
+
+def measured_rate(loss, floor: float = 1e-20) -> float:
+    """Average per-step linear rate ``r`` with ``Phi_t ~ Phi_0 (1 - r)^t``, measured from ``t = 0``
+    to the last step before the loss first reaches ``floor`` (float64 round-off): ``r = 1 -
+    (Phi_T / Phi_0)^(1/T)``."""
+    loss = np.asarray(loss, dtype=np.float64)
+    below = np.nonzero(loss <= floor)[0]
+    T = (int(below[0]) if len(below) else len(loss)) - 1
+    if T < 1:
+        return float("nan")
+    return float(1.0 - (loss[T] / loss[0]) ** (1.0 / T))
+
+
+def finite_list(x) -> list:
+    """The values of ``x`` as floats, non-finite ones as ``None`` (JSON)."""
+    return [float(v) if math.isfinite(v) else None for v in np.asarray(x, dtype=np.float64)]
+
+
+def dtype_of(s: dict, key: str = "dtype") -> torch.dtype:
+    """The dtype a setting names: ``"float64"`` (default) or ``"float32"``."""
+    name = s.get(key, "float64")
+    if name not in ("float64", "float32"):
+        raise ValueError(f"setting {key!r} must be 'float64' or 'float32', got {name!r}.")
+    return getattr(torch, name)
+
+
+def stable(h) -> bool:
+    """Not diverged and the loss at the end of the run not above its start."""
+    return bool(h.status != "diverged" and len(h.loss) > 1 and h.loss[-1] <= h.loss[0])
+
+
+def median_by(runs, keys, value):
+    """Median of ``value(run)`` per group of runs with equal ``run[k]`` for ``k`` in ``keys``."""
+    groups: dict[tuple, list] = {}
+    for r in runs:
+        groups.setdefault(tuple(r[k] for k in keys), []).append(value(r))
+    return {k: float(np.median(v)) for k, v in groups.items()}
+
+
+def spread(values) -> dict:
+    """Median, min and max of ``values`` (``None`` entries dropped), with their count."""
+    v = np.asarray([x for x in values if x is not None], dtype=np.float64)
+    if len(v) == 0:
+        return {"median": None, "min": None, "max": None, "count": 0}
+    return {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max()), "count": int(len(v))}
+
+
+def final(r, field="loss"):
+    """The last value of ``r[field]``, ``inf`` for a diverged run."""
+    v = r[field][-1]
+    return math.inf if v is None or r["status"] == "diverged" else float(v)
+
+
+def verdict(all_ok: bool, some_ok: bool) -> str:
+    return VERDICTS[0] if all_ok else VERDICTS[1] if some_ok else VERDICTS[2]
+
+
+def positive_int(s: dict, key: str) -> int:
+    """Setting ``key`` as a positive integer."""
+    return as_int(f"setting {key!r}", s.get(key), minimum=1)

@@ -1,0 +1,101 @@
+"""The book's random instances: synthetic data and one builder of ``(params, X, Y)``.
+
+Book chapters: *The model*, *The theorem*, *Rank collapse under gradient descent*, *Simulations*
+and the explorers. Every instance is Gaussian data from :func:`synthetic_regression` (seed
+``seed``) and the Gaussian initialization :func:`convres.model.init_params` (seed ``seed + 1``
+unless ``weight_seed`` is given); :func:`problem` is the one builder, and the named instances
+below are its settings.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .model import ModelConfig, generator, init_params
+from .values import as_int, as_real
+
+__all__ = ["synthetic_regression", "problem", "theorem_instance", "collapse_instance",
+           "certified_instance", "CERTIFIED_REGIME", "TARGETS"]
+
+#: How the targets are drawn: i.i.d. ``N(0, 1)``, or their signs (``||Y||_F^2 = N n c`` exactly).
+TARGETS = ("gaussian", "sign")
+
+
+def synthetic_regression(N: int, n: int, d: int, c: int = 1, *, seed: int | torch.Generator = 0,
+                         dtype=torch.float64, pooled: bool = False):
+    """A random regression instance: ``X`` with i.i.d. ``N(0, 1)`` entries, shape ``(N, n, d)``, and
+    targets ``Y`` with i.i.d. ``N(0, 1)`` entries, shape ``(N, n, c)`` (``(N, c)`` if ``pooled``).
+
+    Gaussian ``X`` is of full rank with probability one, as the theory requires.
+    """
+    N, n, d, c = (as_int(name, v, minimum=1) for name, v in (("N", N), ("n", n), ("d", d), ("c", c)))
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
+        raise TypeError(f"dtype must be a real floating-point torch dtype (torch.float64 or "
+                        f"torch.float32), got {dtype!r}.")
+    gen = generator(seed)
+    X = torch.randn(N, n, d, generator=gen, dtype=torch.float64)
+    Y = torch.randn(*((N, c) if pooled else (N, n, c)), generator=gen, dtype=torch.float64)
+    return X.to(dtype), Y.to(dtype)
+
+
+def problem(cfg: ModelConfig, N: int, n: int, seed: int = 0, *, weight_seed: int | None = None,
+            branch_scale: float | None = None, readout_scale: float = 1.0,
+            targets: str = "gaussian", dtype=torch.float64):
+    """``(params, X, Y)``: :func:`synthetic_regression` data ``(N, n, cfg.d)`` with ``cfg.c``
+    targets per token (per sequence with ``pool="mean"``) from ``seed``, the targets replaced by
+    their signs with ``targets="sign"``, and :func:`convres.model.init_params` weights from
+    ``weight_seed`` (default ``seed + 1``) with ``branch_scale`` on ``W_V, W_2`` and the readout
+    ``W_U`` multiplied by ``readout_scale``."""
+    if targets not in TARGETS:
+        raise ValueError(f"targets must be one of {TARGETS}, got {targets!r}.")
+    readout_scale = as_real("readout_scale", readout_scale, minimum=0.0, above=True)
+    X, Y = synthetic_regression(N, n, cfg.d, cfg.c, seed=seed, dtype=dtype, pooled=cfg.pool == "mean")
+    if targets == "sign":
+        Y = torch.where(Y >= 0, 1.0, -1.0).to(dtype)
+    params = init_params(cfg, seed=seed + 1 if weight_seed is None else weight_seed, dtype=dtype,
+                         branch_scale=branch_scale)
+    if readout_scale != 1.0:
+        params["W_U"] = params["W_U"] * readout_scale
+    return params, X, Y
+
+
+def theorem_instance(seed: int = 0, *, beta: float = 1.0, layers: int = 1, N: int = 2, n: int = 4,
+                     d: int = 16, activation: str = "gelu", scale: str | float = "1/sqrt(d_qk)",
+                     d_qk: int | None = None):
+    """The book's verification instance (chapter *The theorem*): ``(params, X, Y, cfg)`` with FFN
+    width ``m = d``, one output, ``d_QK = d`` unless given."""
+    cfg = ModelConfig(d=d, d_qk=d if d_qk is None else d_qk, m=d, c=1, L=layers, beta=beta,
+                      activation=activation, scale=scale)
+    return (*problem(cfg, N, n, seed), cfg)
+
+
+def collapse_instance(*, N: int = 4, n: int = 4, d: int = 32, m: int = 32, d_qk: int = 1024,
+                      scale: str | float = "1/d_qk", seed: int = 0):
+    """The gradient-descent instance of the chapter *Rank collapse under gradient descent*:
+    ``(params, X, Y, cfg)``, ReLU, one target per token, attention scale ``1/d_qk`` by default
+    (nearly uniform attention at initialization), ``cfg.beta = 1``."""
+    cfg = ModelConfig(d=d, d_qk=d_qk, m=m, c=1, beta=1.0, scale=scale)
+    return (*problem(cfg, N, n, seed), cfg)
+
+
+#: The book's certified regime (chapter *The theorem*): small value and FFN branches, a small
+#: readout, slow attention (scale 1/d_QK), gelu, beta = 1, d_QK = d, a narrow FFN (m = d/4) and
+#: targets of size one (random signs).
+CERTIFIED_REGIME = dict(branch_scale=0.01, readout_scale=0.1, scale="1/d_qk", activation="gelu",
+                        beta=1.0, ffn_ratio=0.25, targets="sign")
+
+
+def certified_instance(seed: int = 0, *, N: int = 1, n: int = 2, d: int = 1024, **regime):
+    """An instance of the certified regime: ``(params, X, Y, cfg)``, with ``d_QK = d``, FFN width
+    ``m = max(1, round(ffn_ratio d))`` and the settings of :data:`CERTIFIED_REGIME` (``regime``
+    overrides them)."""
+    unknown = sorted(set(regime) - set(CERTIFIED_REGIME))
+    if unknown:
+        raise ValueError(f"unknown setting(s) {unknown} of the certified regime; known: "
+                         f"{sorted(CERTIFIED_REGIME)}.")
+    r = {**CERTIFIED_REGIME, **regime}
+    ratio = as_real("ffn_ratio", r["ffn_ratio"], minimum=0.0, above=True)
+    cfg = ModelConfig(d=d, d_qk=d, m=max(1, round(ratio * d)), c=1, beta=r["beta"],
+                      activation=r["activation"], scale=r["scale"])
+    return (*problem(cfg, N, n, seed, branch_scale=r["branch_scale"],
+                     readout_scale=r["readout_scale"], targets=r["targets"]), cfg)

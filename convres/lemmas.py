@@ -1,0 +1,241 @@
+"""The theory's lemmas as computable quantities: each formula in one place.
+
+Book chapters: *Assumptions*, *The theorem* and *Multi-layer*. Notation: the stacked matrices ``Z``
+(first block's attention output with its residual) and ``H`` (last hidden matrix, the input of
+``W_U``) have ``N n`` rows and ``d`` columns; ``sigma_0 = sigma_Nn(H_0)``
+(:func:`convres.rank.sigma_nn`, 0 when ``N n > d``); ``M = act(Z W_1)`` are the FFN activations.
+
+These functions are the mathematics: they do not check their tensors (the runs of
+:mod:`convres.theory` and :mod:`convres.certify`, which call them, check their inputs once with
+:func:`convres.model.check_inputs`). Pass weights from :func:`convres.init_params` and data of
+the shapes of the config.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import torch
+
+from .model import ModelConfig, forward_trace, layer_params, phi
+from .rank import sigma_k, sigma_nn, singular_values, spectral_norm, stacked, weyl_lower_bounds
+from .values import as_int, as_real
+
+__all__ = ["alpha", "path_radius", "alpha_ffn", "rate_alpha", "flat_norm", "hessian_norm",
+           "smoothness_estimate", "mu_max", "residual_lemma", "ffn_lemma", "r_sigma_upper",
+           "ffn_rows", "activation_rows", "ffn_sigmas", "parameter_count", "chain_bound"]
+
+
+def alpha(sigma_0: float) -> float:
+    """The theorem's rate ``alpha = (sigma_0 / 2)^2`` (equation (thm-alpha))."""
+    return (sigma_0 / 2) ** 2
+
+
+def path_radius(phi_0: float, sigma_0: float) -> float:
+    """``rho = 4 sqrt(2 Phi_0) / sigma_0 = 2 sqrt(2 Phi_0 / alpha)``: the left side of part (b') of
+    ``thm-main``, a bound on the path length (hence on ``||theta_t - theta_0||``) of the whole run
+    (``inf`` when ``sigma_0 = 0``)."""
+    return 4 * math.sqrt(2 * phi_0) / sigma_0 if sigma_0 > 0 else math.inf
+
+
+def alpha_ffn(sigma_M0: float, sigma_U0: float) -> float:
+    """The FFN theorem's rate ``alpha' = (sigma_M0 sigma_U0 / 4)^2`` (equation (thm-ffn-alpha)):
+    the PL constant ``sigma_rows(M~)^2 sigma_c(W_U)^2`` with both singular values at half their
+    initial values."""
+    return (sigma_M0 * sigma_U0 / 4) ** 2
+
+
+def rate_alpha(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig) -> float:
+    """``alpha`` of an instance: :func:`alpha` of ``sigma_Nn(H_0)``, ``H_0`` the last hidden matrix."""
+    with torch.no_grad():
+        return alpha(sigma_nn(forward_trace(params, X, cfg).H[-1]))
+
+
+def flat_norm(tensors) -> float:
+    """The Euclidean norm of a collection of tensors taken as one vector."""
+    return math.sqrt(sum(float(t.detach().double().pow(2).sum()) for t in tensors))
+
+
+def hessian_norm(params, X, Y, cfg, *, iters: int = 20, seed: int = 0) -> float:
+    """Estimate ``||nabla^2 Phi(theta)||_2`` (the largest absolute value of an eigenvalue) by power
+    iteration. Each iteration is one exact Hessian-vector product (``torch.func.jvp`` of
+    ``torch.func.grad``). Power iteration approaches the top eigenvalue from below, so this is an
+    *estimate*, not a bound (``inf`` when a product overflows)."""
+    iters = as_int("iters", iters, minimum=1)
+    names = list(params)
+
+    def grad_at(*ws):
+        return torch.func.grad(lambda p: phi(p, X, Y, cfg))(dict(zip(names, ws)))
+
+    theta = tuple(params[k].detach() for k in names)
+    gen = torch.Generator().manual_seed(seed)
+    v = tuple(torch.randn(w.shape, generator=gen, dtype=w.dtype) for w in theta)
+    lam = flat_norm(v)
+    v = tuple(t / lam for t in v)
+    for _ in range(iters):
+        hv = torch.func.jvp(grad_at, theta, v)[1]
+        lam = flat_norm(hv[k] for k in names)
+        if not math.isfinite(lam):
+            return math.inf
+        if lam == 0.0:
+            return 0.0
+        v = tuple(hv[k] / lam for k in names)
+    return lam
+
+
+def smoothness_estimate(params, X, Y, cfg, *, radius: float | None = None, samples: int = 1,
+                        iters: int = 20, seed: int = 0) -> dict:
+    """Estimate a smoothness constant ``L_Phi`` of ``Phi`` near ``params`` (book: *The theorem*).
+
+    The largest :func:`hessian_norm` at ``params`` and at ``samples`` points at distance ``radius``
+    in random directions (``radius`` defaults to 10% of ``||theta||``). Returns ``{"L_hat",
+    "at_init", "samples", "radius"}``. A lower estimate, not a bound: the run checks the
+    descent-lemma inequality it is used for.
+    """
+    samples = as_int("samples", samples, minimum=0)
+    radius = 0.1 * flat_norm(params.values()) if radius is None else as_real("radius", radius, minimum=0.0)
+    at_init = hessian_norm(params, X, Y, cfg, iters=iters, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    sampled = []
+    for _ in range(samples):
+        u = {k: torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in params.items()}
+        nu = flat_norm(u.values())
+        point = {k: params[k] + radius * u[k] / nu for k in params}
+        sampled.append(hessian_norm(point, X, Y, cfg, iters=iters, seed=seed))
+    L_hat = max([at_init] + sampled)
+    if not math.isfinite(L_hat):
+        raise ValueError("the Hessian of the loss is not finite at the initialization (overflow): "
+                         "check the scale of beta and of the data.")
+    return {"L_hat": L_hat, "at_init": at_init, "samples": sampled, "radius": float(radius)}
+
+
+def mu_max(params, X, Y, cfg, *, safety: float = 2.0, **kwargs) -> float:
+    """The theorem's largest step size ``mu_max = 1 / (safety * L_hat)`` (equation (thm-mu)), with
+    ``L_hat`` from :func:`smoothness_estimate`; ``safety`` (default 2) absorbs the error of the
+    estimate and the change of the Hessian along the run."""
+    safety = as_real("safety", safety, minimum=1.0)
+    L_hat = smoothness_estimate(params, X, Y, cfg, **kwargs)["L_hat"]
+    return math.inf if L_hat == 0 else 1.0 / (safety * L_hat)
+
+
+def _layer(cfg: ModelConfig, layer) -> int:
+    return as_int("layer", layer, minimum=1, maximum=cfg.L)
+
+
+def residual_lemma(params, X, cfg, *, layer: int = 1) -> dict:
+    """Both sides of the residual lemma (thm-residual) for block ``layer``'s input ``X_in``.
+
+    With ``A = Attn(X_in)`` stacked and ``Z = A + beta_attn X_in``::
+
+        sigma_Nn(Z) >= beta sigma_Nn(X_in) - ||A||_2 >= beta sigma_Nn(X_in) - sqrt(n) ||X_in||_2 ||W_V||_2
+
+    The last bound uses ``||S_i||_2 <= sqrt(n)`` for a row-stochastic ``n x n`` matrix. Returns
+    ``sigma_Z``, ``weyl`` (middle), ``crude`` (right), ``sigma_X`` and ``attn_norm``.
+    """
+    layer = _layer(cfg, layer)
+    with torch.no_grad():
+        tr = forward_trace(params, X, cfg)
+    X_in = stacked(X if layer == 1 else tr.H[layer - 2])
+    A = stacked(tr.A[layer - 1])
+    beta = cfg.residual[0]
+    attn_norm = spectral_norm(A)
+    crude_norm = math.sqrt(X.shape[1]) * spectral_norm(X_in) * spectral_norm(layer_params(params, layer)["W_V"])
+    sigma_X = sigma_nn(X_in)
+    weyl = float(weyl_lower_bounds(X_in, A, beta)[0]) if X_in.shape[0] <= X_in.shape[1] \
+        else beta * sigma_X - attn_norm
+    return {"sigma_Z": sigma_nn(tr.Z[layer - 1]), "sigma_X": sigma_X, "attn_norm": attn_norm,
+            "weyl": weyl, "crude": beta * sigma_X - crude_norm}
+
+
+def ffn_lemma(params, X, cfg, *, layer: int = 1) -> dict:
+    """Both sides of the FFN lemma (thm-ffn): ``H = FFN(Z) + beta Z`` gives::
+
+        sigma_Nn(H) >= beta sigma_Nn(Z) - ||FFN(Z)||_2 >= beta sigma_Nn(Z) - gain ||Z W_1||_F ||W_2||_2
+
+    with ``gain = cfg.act.gain``. Returns ``sigma_H``, ``sigma_Z``, ``ffn_norm``, ``weyl``, ``crude``.
+    """
+    layer = _layer(cfg, layer)
+    with torch.no_grad():
+        tr = forward_trace(params, X, cfg)
+    W = layer_params(params, layer)
+    Z, H = stacked(tr.Z[layer - 1]), stacked(tr.H[layer - 1])
+    beta = cfg.residual[1]
+    ffn_norm = spectral_norm(H - beta * Z)
+    crude_norm = cfg.act.gain * float(torch.linalg.matrix_norm(Z @ W["W_1"])) * spectral_norm(W["W_2"])
+    sZ = sigma_nn(Z)
+    return {"sigma_H": sigma_nn(H), "sigma_Z": sZ, "ffn_norm": ffn_norm,
+            "weyl": beta * sZ - ffn_norm, "crude": beta * sZ - crude_norm}
+
+
+def r_sigma_upper(params, X, cfg) -> float:
+    """An exact upper bound of ``r_sigma`` (equation (thm-alpha)), from one explicit direction
+    (lemma thm-lem-rsigma).
+
+    Let ``H_0 = M W_2 + beta_ffn Z`` be the last hidden matrix at ``params`` with
+    ``M = act(Z W_1)`` (last block), and ``(u, sigma_0, v)`` its ``N n``-th singular triple. If
+    ``u`` lies in the range of ``M``, replacing ``W_2`` by ``W_2 - c M^+ u v^T`` changes nothing
+    but ``H``, which becomes ``H_0 - c u v^T``, with ``sigma_Nn = sigma_0 - c`` for
+    ``0 <= c <= sigma_0``. For ``c > sigma_0/2`` this point, at distance ``c ||M^+ u||``, has
+    ``sigma_Nn(H) < sigma_0/2``, hence ``r_sigma <= (sigma_0/2) ||M^+ u||``. Returns that number
+    (``inf`` when ``u`` is not in the range of ``M`` or ``sigma_0 = 0``).
+    """
+    with torch.no_grad():
+        tr = forward_trace(params, X, cfg)
+    H = stacked(tr.H[-1])
+    rows, cols = H.shape
+    if rows > cols:
+        return math.inf
+    singular_values(H, "H_0")  # a named error if H_0 is not finite
+    U, S, _ = torch.linalg.svd(H, full_matrices=False)
+    sigma0, u = float(S[rows - 1]), U[:, rows - 1]
+    if sigma0 == 0.0:
+        return math.inf
+    M = stacked(tr.M[-1])
+    w = torch.linalg.pinv(M) @ u  # the least-norm solution of M w = u
+    if float((M @ w - u).norm()) > 1e-8:
+        return math.inf
+    return sigma0 / 2 * float(w.norm())
+
+
+def ffn_rows(cfg: ModelConfig, N: int, n: int) -> int:
+    """The number of output rows the FFN theorem must cover: ``N n`` per token, ``N`` pooled."""
+    return N if cfg.pool == "mean" else N * n
+
+
+def activation_rows(M: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
+    """``M~``: the last block's activations ``M = act(Z_L W_1)`` (``(N, n, m)``) stacked
+    (``N n x m``), or their mean over the tokens of each sequence (``N x m``, ``pool="mean"``)."""
+    return M.mean(dim=-2) if cfg.pool == "mean" else stacked(M)
+
+
+def ffn_sigmas(params, X, cfg) -> dict:
+    """The FFN theorem's constants at ``params`` (book: *The theorem*, equation (thm-ffn-alpha)):
+    ``rows`` (``N n`` per token, ``N`` pooled), ``sigma_M = sigma_rows(M~)`` of the last block's
+    activations (their mean per sequence when pooled), ``sigma_U = sigma_c(W_U)`` and
+    ``alpha_ffn = (sigma_M sigma_U / 4)^2``."""
+    with torch.no_grad():
+        M = activation_rows(forward_trace(params, X, cfg).M[-1], cfg)
+    sM, sU = sigma_k(M), sigma_k(params["W_U"].T)
+    return {"rows": ffn_rows(cfg, X.shape[0], X.shape[1]), "sigma_M": sM, "sigma_U": sU,
+            "alpha_ffn": alpha_ffn(sM, sU)}
+
+
+def parameter_count(cfg: ModelConfig) -> int:
+    """``p``, the number of trainable weights: ``L (2 d d_qk + d^2 + 2 d m) + d c``."""
+    return cfg.L * (2 * cfg.d * cfg.d_qk + cfg.d * cfg.d + 2 * cfg.d * cfg.m) + cfg.d * cfg.c
+
+
+def chain_bound(params, X, cfg) -> float:
+    """The multi-layer chain lower bound (book chapter *Multi-layer*, equation (ml-chain)):
+    ``b_0 = sigma_Nn(X)``, ``b^Z_l = beta_attn b_{l-1} - ||Attn_l||_2``,
+    ``b_l = beta_ffn b^Z_l - ||FFN_l||_2``, so that ``sigma_Nn(H^(L)) >= b_L`` (informative only
+    when positive)."""
+    with torch.no_grad():
+        tr = forward_trace(params, X, cfg)
+    beta_attn, beta_ffn = cfg.residual
+    b = sigma_nn(X)
+    for l in range(cfg.L):
+        b = beta_attn * b - spectral_norm(stacked(tr.A[l]))
+        b = beta_ffn * b - spectral_norm(stacked(tr.H[l] - beta_ffn * tr.Z[l]))
+    return b

@@ -1,0 +1,88 @@
+"""Which experiment lies inside which theorem: the shape hypotheses of the book's two theorems.
+
+Book chapter *The theorem* (section *Scope*), the *Reproduction report* and the intro. The rows
+are computed from each experiment's :attr:`~convres.experiments.Experiment.shapes` (no data
+loaded, nothing trained). Only the hypotheses that the shapes decide are listed: the width
+conditions, the smoothness of the activation, the readout, and the parameter count ``p >=
+outputs`` below which no PL inequality (hence no linear convergence to zero loss) is possible
+under any theorem. The other hypotheses (non-degenerate start, step size, the whole-run radius)
+depend on the weights and are measured or certified in the chapters.
+"""
+
+from __future__ import annotations
+
+from .experiments import EXPERIMENTS, settings
+from .lemmas import parameter_count
+from .model import ModelConfig
+
+__all__ = ["THEOREMS", "scope_rows", "scope_table", "scope_summary", "covered"]
+
+#: The theorems of the book that :func:`scope_table` evaluates: label -> short name.
+THEOREMS = {"thm-main": "through W_U (per token; ml-thm for L > 1)",
+            "thm-ffn": "through the last W_2 (per token or pooled)"}
+
+
+def scope_rows(label: str, cfg: ModelConfig, N: int, n: int, note: str = "") -> list[dict]:
+    """The hypotheses of both theorems that the shapes of one model decide, for a model ``cfg``
+    trained on ``N`` sequences of ``n`` tokens: dicts with ``experiment``, ``theorem``,
+    ``hypothesis``, ``holds``, ``value``, ``threshold`` and ``note``."""
+    pooled = cfg.pool == "mean"
+    rows_out = N if pooled else N * n
+    p = parameter_count(cfg)
+    smooth = cfg.act.smooth
+    act = f"{cfg.activation}: " + ("smooth" if smooth else "not smooth (act' jumps)")
+
+    def row(theorem, hypothesis, holds, value, threshold, why):
+        return {"experiment": label, "theorem": theorem, "hypothesis": hypothesis, "holds": bool(holds),
+                "value": float(value), "threshold": float(threshold), "note": why}
+
+    pl = ("any PL: parameters p >= outputs", p >= rows_out * cfg.c, p, rows_out * cfg.c,
+          "a PL inequality needs rank J = outputs; fewer weights exclude it")
+    return [
+        row("thm-main", "per-token readout", not pooled, 0.0 if pooled else 1.0, 1.0,
+            "the theorem through W_U is stated per token" + ("; this model pools" if pooled else "")),
+        row("thm-main", "(A1) width N n <= d", N * n <= cfg.d, N * n, cfg.d,
+            f"N n = {N} x {n}" + (f"; {note}" if note else "")),
+        row("thm-main", "(A2) smooth activation", smooth, smooth, 1.0, act),
+        row("thm-main", *pl),
+        row("thm-ffn", "(F1) width m >= rows", cfg.m >= rows_out, cfg.m, rows_out,
+            f"rows = {'N (pooled)' if pooled else 'N n (per token)'} = {rows_out}"),
+        row("thm-ffn", "(F2) outputs c <= d", cfg.c <= cfg.d, cfg.c, cfg.d, "sigma_c(W_U) > 0 possible"),
+        row("thm-ffn", "(A2) smooth activation", smooth, smooth, 1.0, act),
+        row("thm-ffn", *pl),
+    ]
+
+
+def scope_table(profile: str = "book", experiments=None) -> list[dict]:
+    """:func:`scope_rows` of every model of every experiment of the report (or of the names in
+    ``experiments``) under ``profile``."""
+    names = [n for n, e in EXPERIMENTS.items() if e.in_report or n == "rank_collapse_gd"] \
+        if experiments is None else ([experiments] if isinstance(experiments, str) else list(experiments))
+    rows = []
+    for name in names:
+        if name not in EXPERIMENTS:
+            raise ValueError(f"unknown experiment {name!r}; choose among {sorted(EXPERIMENTS)}.")
+        for shape in EXPERIMENTS[name].shapes(settings(name, profile)):
+            rows += scope_rows(shape.label, shape.cfg, shape.N, shape.n, shape.note)
+    return rows
+
+
+def covered(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """``(experiment model, theorem) -> failing rows`` (empty: every shape hypothesis holds)."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        out.setdefault((r["experiment"], r["theorem"]), [])
+        if not r["holds"]:
+            out[(r["experiment"], r["theorem"])].append(r)
+    return out
+
+
+def scope_summary(rows: list[dict]):
+    """The scope table folded to one row per experiment model and theorem (a ``DataFrame``):
+    covered (every shape hypothesis holds) or the hypotheses that fail."""
+    import pandas as pd
+
+    return pd.DataFrame([{"experiment": e, "theorem": th, "shape hypotheses": "all hold" if not bad else
+                          "fail: " + "; ".join(f"{r['hypothesis']} ({r['value']:g} vs {r['threshold']:g})"
+                                               for r in bad)}
+                         for (e, th), bad in covered(rows).items()])

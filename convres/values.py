@@ -1,0 +1,112 @@
+"""One coercion per kind of scalar argument, shared by the API and the command line.
+
+Every public function that takes a size, a count, a seed, a coefficient or a step size checks it
+here, so the same value gets the same answer whatever its type: a Python ``int``/``float``, a
+NumPy scalar or a 0-dimensional real PyTorch tensor are accepted alike; ``bool``, complex numbers,
+strings, NaN and values outside the stated range are refused with an error that names the
+argument, the range and the value received: a :class:`TypeError` for a real number that is not a
+number at all, a :class:`ValueError` otherwise (an integer argument given a non-integer included).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+import torch
+
+__all__ = ["is_int", "is_real", "as_int", "as_real", "as_seed", "json_safe", "MAX_SEED"]
+
+#: Largest seed accepted (``torch.Generator.manual_seed`` takes a 64-bit integer).
+MAX_SEED = 2**63 - 1
+
+
+def _scalar(v):
+    """``v`` as a plain Python number when it is a 0-d real tensor or array, else ``v``."""
+    if isinstance(v, torch.Tensor):
+        if v.dim() != 0 or v.is_complex() or v.dtype == torch.bool:
+            return v
+        return v.item()
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        return v.item()
+    return v
+
+
+def is_int(v) -> bool:
+    """Whether ``v`` is an integer (Python, NumPy or an integer 0-d tensor), not a bool."""
+    v = _scalar(v)
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def is_real(v) -> bool:
+    """Whether ``v`` is a real number (Python, NumPy or a real 0-d tensor), not a bool."""
+    v = _scalar(v)
+    return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+
+
+def _range(minimum, maximum, *, above: bool = False) -> str:
+    if minimum == 0 and maximum is None:
+        return "> 0" if above else ">= 0"
+    if minimum is not None and maximum is not None and not above:
+        return f"in {minimum:g} .. {maximum:g}"
+    lo = "" if minimum is None else (f"> {minimum:g}" if above else f">= {minimum:g}")
+    hi = "" if maximum is None else f"<= {maximum:g}"
+    return " and ".join(p for p in (lo, hi) if p)
+
+
+def as_int(name: str, v, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``v`` as an ``int`` in ``[minimum, maximum]``; a ValueError naming ``name`` otherwise."""
+    w = _scalar(v)
+    if maximum is None and minimum in (0, 1):
+        what = "a positive integer" if minimum == 1 else "a non-negative integer"
+    else:
+        rng = _range(minimum, maximum)
+        what = f"an integer{' ' + rng if rng else ''}"
+    if not is_int(w) or (minimum is not None and int(w) < minimum) or (maximum is not None and int(w) > maximum):
+        raise ValueError(f"{name} must be {what}, got {v!r}.")
+    return int(w)
+
+
+def as_real(name: str, v, *, minimum: float | None = None, maximum: float | None = None,
+            above: bool = False, finite: bool = True) -> float:
+    """``v`` as a ``float``, finite (unless ``finite=False``), ``>= minimum`` (``> minimum`` with
+    ``above=True``) and ``<= maximum``; a ValueError naming ``name`` otherwise."""
+    w = _scalar(v)
+    rng = _range(minimum, maximum, above=above)
+    finite_ = "finite " if finite else ""
+    what = f"a positive {finite_}number" if rng == "> 0" else f"a {finite_}number{' ' + rng if rng else ''}"
+    if not is_real(w):
+        raise TypeError(f"{name} must be {what}, got {type(v).__name__} {v!r}.")
+    w = float(w)
+    if math.isnan(w) or (finite and not math.isfinite(w)):
+        raise ValueError(f"{name} must be {what}, got {v!r}.")
+    if minimum is not None and (w <= minimum if above else w < minimum):
+        raise ValueError(f"{name} must be {what}, got {v!r}.")
+    if maximum is not None and w > maximum:
+        raise ValueError(f"{name} must be {what}, got {v!r}.")
+    return w
+
+
+def as_seed(name: str, v) -> int:
+    """A seed: an integer in ``0 .. 2**63 - 1``."""
+    w = _scalar(v)
+    if not is_int(w) or not 0 <= int(w) <= MAX_SEED:
+        raise ValueError(f"{name} must be an integer in 0 .. 2**63 - 1, got {v!r}.")
+    return int(w)
+
+
+def json_safe(x):
+    """``x`` with NumPy scalars and arrays turned into Python numbers and lists and every
+    non-finite float into ``None``: what JSON (and the book's tables) can hold."""
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return json_safe(x.tolist())
+    if isinstance(x, (np.floating, np.integer, np.bool_)):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x

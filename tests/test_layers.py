@@ -1,0 +1,89 @@
+"""The package's layers: every import inside convres points down this order, and no private name
+crosses a module. A new module must be placed here; an import that points up fails the test."""
+
+import ast
+from pathlib import Path
+
+import convres
+
+ROOT = Path(convres.__file__).resolve().parent
+
+#: Every module of the package, bottom layer first (a module may import only those before it).
+LAYERS = [
+    ["_version", "values", "paths", "runtime", "show", "files"],       # leaves
+    ["model", "rank", "cache"],                                        # the model, spectra, cache
+    ["gd", "instances", "data.checksums", "data.jena", "data.sst2", "data.embeddings", "data"],
+    ["lemmas", "collapse"],                                            # the lemmas, rank collapse
+    ["checks", "certify"],                                             # checks and certified bounds
+    ["theory"],                                                        # the theorems along runs
+    ["plotting", "vega"],                                              # figures and charts
+    ["experiments.base", "experiments.simulations", "experiments.jena", "experiments.sst2",
+     "experiments.rank_collapse", "experiments.theorem", "experiments.explorers", "experiments",
+     "scope"],                                                         # experiments
+    ["explorers", "report"],                                           # pages
+    ["cli", "__main__", "__init__"],                                   # entry points
+]
+ORDER = [m for layer in LAYERS for m in layer]
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _package_of(name: str, path: Path) -> list[str]:
+    parts = name.split(".") if name != "__init__" else []
+    return parts if path.name == "__init__.py" else parts[:-1]
+
+
+def _imports(path: Path):
+    """``(target module, imported names)`` of every import of a convres module in ``path``,
+    in-function imports included."""
+    name = _module_name(path)
+    package = _package_of(name, path)
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level + 1] if node.level > 1 else package
+                target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            elif node.module and node.module.startswith("convres"):
+                target = node.module.removeprefix("convres").lstrip(".")
+            else:
+                continue
+            names = [a.name for a in node.names]
+            submodules = [n for n in names if f"{target}.{n}" in ORDER]
+            for n in submodules:
+                yield f"{target}.{n}", []
+            if len(submodules) < len(names):
+                yield target, [n for n in names if n not in submodules]
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("convres."):
+                    yield a.name.removeprefix("convres."), []
+
+
+def _modules():
+    return {_module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def test_every_module_has_a_layer():
+    assert sorted(_modules()) == sorted(ORDER), "place new modules in LAYERS"
+
+
+def test_imports_point_down():
+    up = []
+    for name, path in _modules().items():
+        for target, _ in _imports(path):
+            if target not in ORDER or ORDER.index(target) >= ORDER.index(name):
+                up.append(f"{name} imports {target}")
+    assert not up, up
+
+
+def test_no_private_name_crosses_a_module():
+    crossing = [f"{name} imports {target}.{n}" for name, path in _modules().items()
+                for target, names in _imports(path) for n in names
+                if n.startswith("_") and not (n.startswith("__") and n.endswith("__"))]
+    assert not crossing, crossing
