@@ -24,20 +24,21 @@ LOCK_VENV   ?= .venv-lock
 NPM         ?= $(abspath $(BIN))/npm
 ASSETS      := web/node_modules/.convres-installed
 
-.PHONY: book pdf test unit notebooks strict-build browser assets venv lock clean help
+.PHONY: book pdf test lint unit notebooks strict-build browser assets venv lock clean help
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make book   build the book into _build/html (creates $(VENV) on first use)"
 	@echo "make test   run every test: unit tests, notebooks (nbval), strict book build, browser check"
 	@echo "make pdf    build the whole book as _build/latex/convres.pdf (needs TeX Live: $(TEX_PACKAGES))"
+	@echo "make lint   ruff (lint rules of pyproject.toml) and mypy on convres/"
 
 venv: $(STAMP)
 
 $(STAMP): $(LOCK) requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "convres needs Python >= 3.11; set PYTHON=python3.11 or newer")'
 	@# a pin of requirements.txt that the lock does not hold means the lock is stale
-	@$(PYTHON) -c 'import re, sys; lock = open("$(LOCK)").read().lower(); pins = [l.split("#")[0].strip().split("==") for l in open("requirements.txt").read().lower().splitlines() if "==" in l.split("#")[0]]; stale = [f"{n}=={v}" for n, v in pins if not re.search("^" + re.escape(re.sub(r"[-_.]+", "-", n) + "==" + v) + " ", lock, re.M)]; sys.exit(f"$(LOCK) lacks {stale} of requirements.txt: run make lock" if stale else 0)'
+	@$(PYTHON) -c 'import re, sys; lock = open("$(LOCK)").read().lower(); pins = [l.split("#")[0].strip().split("==") for l in open("requirements.txt").read().lower().splitlines() if "==" in l.split("#")[0]]; stale = [f"{n}=={v}" for n, v in pins if n != "torch" and not re.search("^" + re.escape(re.sub(r"[-_.]+", "-", n) + "==" + v) + " ", lock, re.M)]; sys.exit(f"$(LOCK) lacks {stale} of requirements.txt: run make lock" if stale else 0)'
 	$(PYTHON) -m venv $(VENV)
 	# torch: the CPU build, from a local wheel when there is one, else from the CPU index
 	$(BIN)/pip install --no-index --no-deps torch==2.13.0 2>/dev/null \
@@ -112,6 +113,12 @@ pdf: $(STAMP)
 # The checks of the built site (browser, links, line lengths) run after the build, in `browser`.
 SITE_TESTS := tests/test_site.py tests/test_links.py tests/test_lines.py
 
+# ruff's lint rules (pyproject.toml: line length, imports, pyflakes, bugbear, ...) on the package
+# and the benchmark, and mypy on the package.
+lint: $(STAMP)
+	$(BIN)/ruff check convres benchmarks conftest.py
+	$(BIN)/mypy
+
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests -q $(addprefix --ignore=,$(SITE_TESTS))
 
@@ -143,8 +150,10 @@ strict-build: $(STAMP) $(ASSETS)
 browser: $(STAMP)
 	CONVRES_SITE_REQUIRED=1 $(BIN)/python -m pytest $(SITE_TESTS) -q
 
-# The browser check runs after the strict build, even under make -j.
-test: unit notebooks strict-build
+# Lint and unit tests first (a typo fails in a minute), then the chapters, the strict build and the
+# browser check, which runs after the strict build even under make -j.
+test: lint unit
+	$(MAKE) --no-print-directory notebooks strict-build
 	$(MAKE) --no-print-directory browser
 
 clean:

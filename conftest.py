@@ -8,7 +8,6 @@ Run with ``pytest --nbval-lax --nbval-current-env book``.
 
 from pathlib import Path
 
-
 BOOK = Path(__file__).resolve().parent / "book"
 
 

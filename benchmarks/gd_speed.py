@@ -70,7 +70,8 @@ class PlainTransformer(nn.Module):
     def __init__(self, cfg: ModelConfig, params):
         super().__init__()
         self.cfg = cfg
-        self.w = nn.ParameterDict({k.replace(".", "_"): nn.Parameter(v.detach().clone()) for k, v in params.items()})
+        self.w = nn.ParameterDict({k.replace(".", "_"): nn.Parameter(v.detach().clone())
+                                   for k, v in params.items()})
 
     def forward(self, X):
         cfg, w, s = self.cfg, self.w, attention_scale(self.cfg)
@@ -90,7 +91,8 @@ class StackedTransformer(nn.Module):
     def __init__(self, cfgs, params_list):
         super().__init__()
         self.cfg = cfgs[0]
-        self.w = nn.ParameterDict({k.replace(".", "_"): nn.Parameter(torch.stack([p[k].detach() for p in params_list]))
+        self.w = nn.ParameterDict({k.replace(".", "_"): nn.Parameter(torch.stack([p[k].detach()
+                                                                                  for p in params_list]))
                                    for k in params_list[0]})
         dtype = params_list[0]["W_U"].dtype
         self.b_attn = torch.tensor([c.residual[0] for c in cfgs], dtype=dtype).view(-1, 1, 1, 1)
@@ -114,7 +116,8 @@ def sweep(size: str, dtype: str = "float64", device=None):
     ``beta = BETAS[i % 4]``, weights from seed ``1 + i // 4`` and step ``mus[(i // 4) % 2]``."""
     z = SIZES[size]
     dt = getattr(torch, dtype)
-    base = ModelConfig(d=z["d"], d_qk=z["d_qk"], m=z["m"], L=z["L"], activation=z["activation"], pool=z["pool"])
+    base = ModelConfig(d=z["d"], d_qk=z["d_qk"], m=z["m"], L=z["L"], activation=z["activation"],
+                       pool=z["pool"])
     X, Y = synthetic_regression(z["N"], z["n"], z["d"], 1, seed=0, dtype=dt, pooled=z["pool"] == "mean")
     k = z["configs"]
     cfgs = [base.replace(beta=BETAS[i % len(BETAS)]) for i in range(k)]
@@ -141,7 +144,8 @@ def _descend(model, X, Y, mus, steps):
 
 
 def way_plain(params, X, Y, cfgs, mus, steps):
-    return np.concatenate([_descend(PlainTransformer(c, p), X, Y, [m], steps) for p, c, m in zip(params, cfgs, mus)])
+    return np.concatenate([_descend(PlainTransformer(c, p), X, Y, [m], steps)
+                           for p, c, m in zip(params, cfgs, mus)])
 
 
 def way_stacked(params, X, Y, cfgs, mus, steps):
@@ -176,7 +180,8 @@ def measure(size: str, dtype: str, steps: int, repeats: int, device=None) -> dic
              for w in ("plain", "stacked")}
     # the largest difference of the loss curves, relative to each run's initial loss (a relative
     # difference at the float64 floor of a converged run would be meaningless)
-    diff = {w: float(np.max(np.abs(losses[w] - losses["convres"]) / losses["convres"][:, :1])) for w in ("plain", "stacked")}
+    diff = {w: float(np.max(np.abs(losses[w] - losses["convres"]) / losses["convres"][:, :1]))
+            for w in ("plain", "stacked")}
     z = SIZES[size]
     return {"size": size, "dtype": dtype, "steps": steps, "repeats": repeats, "configs": z["configs"],
             "shape": f"{z['N']} x {z['n']} x {z['d']}, m = {z['m']}, L = {z['L']}",

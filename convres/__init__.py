@@ -10,8 +10,18 @@ only from the layers below it (``tests/test_layers.py`` holds the order).
 from ._version import __version__
 from .gd import History, Run, gradient_descent, sweep
 from .instances import synthetic_regression
-from .model import (ACTIVATIONS, SCALES, ModelConfig, attention, check_inputs, forward,
-                    forward_trace, init_params, loss, phi)
+from .model import (
+                    ACTIVATIONS,
+                    SCALES,
+                    ModelConfig,
+                    attention,
+                    check_inputs,
+                    forward,
+                    forward_trace,
+                    init_params,
+                    loss,
+                    phi,
+)
 
 __all__ = [
     "__version__", "ACTIVATIONS", "SCALES", "ModelConfig", "attention", "check_inputs", "forward",

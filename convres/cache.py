@@ -20,9 +20,10 @@ import json
 import os
 import tempfile
 import warnings
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ._version import __version__
 from .files import FileRefused, atomic_write_bytes, atomic_write_text, read_regular

@@ -130,7 +130,8 @@ def centre(params, X, Y, cfg, weight_norms: dict | None = None) -> Centre:
         x_i=_norms(X), q_i=_norms(X @ W["W_Q"]), k_i=_norms(X @ W["W_K"]), v_i=_norms(X @ W["W_V"]),
         sx_i=_norms(S @ X), x=spectral_norm(stacked(X)), sx=spectral_norm(stacked(S @ X)),
         z0=spectral_norm(stacked(Z)), a0=spectral_norm(stacked(tr.M[0])), h0=spectral_norm(stacked(H)),
-        sigma_0=sigma_nn(H), **(weight_norms or _weight_norms(p)), R0=float((tr.F - Y).norm()), s=attention_scale(cfg),
+        sigma_0=sigma_nn(H), **(weight_norms or _weight_norms(p)), R0=float((tr.F - Y).norm()),
+        s=attention_scale(cfg),
         n=int(X.shape[1]), beta_f=float(cfg.residual[1]), lip=float(cfg.act.lip),
         lip2=float(cfg.act.lip2))
 

@@ -55,7 +55,8 @@ def _number(kind, lo=None, hi=None, lo_open=False):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, got "
+                                             f"{text!r}") from None
         if kind is float and not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
         if lo is not None and (value <= lo if lo_open else value < lo) or hi is not None and value > hi:
@@ -96,7 +97,7 @@ def _gd(args) -> int:
     _check_memory(cfg, args.N, args.n)
     X, Y = synthetic_regression(args.N, args.n, args.d, 1, seed=args.seed)
     _, h = gradient_descent(init_params(cfg, seed=args.seed + 1), X, Y, cfg,
-                            args.mu, args.steps)
+                            args.mu, args.steps, record_every=args.steps)
     summary = {"status": h.status, "message": h.message, "steps": h.steps, "mu": h.mu,
                "initial_loss": float(h.loss[0]) if len(h.loss) else None,
                "final_loss": float(h.loss[-1]) if len(h.loss) else None,
@@ -207,8 +208,10 @@ def _rank_collapse(args) -> int:
     first, last = rows[0], rows[-1]
     ratio = last["sigma_min_attn"] / first["sigma_min_attn"]
     slope = math.log(ratio) / math.log(last["d_qk"] / first["d_qk"])
-    print(f"median sigma_min(Attn) from d_QK = {first['d_qk']} to {last['d_qk']}: x {ratio:.3g} (~ d_QK^{slope:+.2f}); "
-          f"median sigma_min(Attn + beta X): x {last['sigma_min_residual'] / first['sigma_min_residual']:.3g}")
+    print(f"median sigma_min(Attn) from d_QK = {first['d_qk']} to {last['d_qk']}: x {ratio:.3g} (~ "
+          f"d_QK^{slope:+.2f}); "
+          "median sigma_min(Attn + beta X): x "
+          f"{last['sigma_min_residual'] / first['sigma_min_residual']:.3g}")
     return 0
 
 
@@ -222,7 +225,8 @@ def _reproduce(args) -> int:
         return 0
     names = list(EXPERIMENTS) if args.name == "all" else [args.name]
     if names[0] not in EXPERIMENTS:
-        raise Usage(f"unknown experiment {args.name!r}; choose one of {sorted(EXPERIMENTS)} or 'all' (see --list).")
+        raise Usage(f"unknown experiment {args.name!r}; choose one of {sorted(EXPERIMENTS)} or 'all' (see "
+                    "--list).")
     out = Path(args.out)
     try:  # before any work: --out must be (or become) a writable folder
         out.mkdir(parents=True, exist_ok=True)
@@ -230,7 +234,8 @@ def _reproduce(args) -> int:
         raise Usage(f"--out {out}: {out if out.exists() else 'a parent of it'} is an existing file, not a "
                     "folder; pass a folder for the PNG figures (e.g. --out figures).") from None
     except OSError as err:
-        raise Usage(f"--out {out}: cannot create this folder ({err.strerror}); pass a writable folder.") from None
+        raise Usage(f"--out {out}: cannot create this folder ({err.strerror}); pass a writable "
+                    "folder.") from None
     check_device(args.device)  # before any work: an unknown or absent device is a usage error
     if args.download:
         for name in names:
@@ -238,7 +243,7 @@ def _reproduce(args) -> int:
                 path = download(name)
                 if not args.json:
                     print(f"{name}: data in {path}")
-    report = {}
+    report: dict[str, dict] = {}
     for name in names:
         t0 = time.perf_counter()
         res = run_experiment(name, args.profile, progress=not args.json, refresh=args.refresh,
@@ -285,24 +290,31 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("gd", help="run gradient descent on a random synthetic instance and summarize it")
-    p.add_argument("--seed", type=seed_value, default=0, help="seed of the data (weights: seed + 1; default 0)")
+    p.add_argument("--seed", type=seed_value, default=0, help="seed of the data (weights: seed + 1; default "
+                                                              "0)")
     p.add_argument("--beta", type=beta_value, default=1.0, help="residual coefficient, 0 .. 1000 (default 1)")
     p.add_argument("--layers", type=size("layers"), default=1, help="number of blocks L (default 1)")
-    p.add_argument("--N", type=size("N"), default=4, metavar="SEQUENCES", help="number of sequences N (default 4)")
-    p.add_argument("--n", type=size("n"), default=4, metavar="TOKENS", help="tokens per sequence n (default 4)")
-    p.add_argument("--d", type=size("d"), default=16, metavar="FEATURES", help="feature dimension d (default 16)")
+    p.add_argument("--N", type=size("N"), default=4, metavar="SEQUENCES", help="number of sequences N "
+                                                                               "(default 4)")
+    p.add_argument("--n", type=size("n"), default=4, metavar="TOKENS", help="tokens per sequence n (default "
+                                                                            "4)")
+    p.add_argument("--d", type=size("d"), default=16, metavar="FEATURES", help="feature dimension d (default "
+                                                                               "16)")
     p.add_argument("--mu", type=positive_float, default=0.005, help="step size (default 0.005)")
     p.add_argument("--steps", type=size("steps"), default=500, help="number of steps (default 500)")
-    p.add_argument("--activation", default="relu", choices=sorted(ACTIVATIONS), help="FFN activation (default relu)")
+    p.add_argument("--activation", default="relu", choices=sorted(ACTIVATIONS),
+                   help="FFN activation (default relu)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_gd)
 
     p = sub.add_parser("theorem", help="run GD with the theorem's step size and check Phi_{t+1} <= "
                        "(1 - mu alpha) Phi_t at every step (book chapter 'The theorem')",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=THEOREM_EPILOG)
-    p.add_argument("--seed", type=seed_value, default=0, help="seed of the data (weights: seed + 1; default 0)")
+    p.add_argument("--seed", type=seed_value, default=0, help="seed of the data (weights: seed + 1; default "
+                                                              "0)")
     p.add_argument("--beta", type=beta_value, default=1.0, help="residual coefficient, 0 .. 1000 (default 1)")
-    p.add_argument("--layers", type=_number(int, 1, 20), default=1, help="number of blocks L, 1 .. 20 (default 1)")
+    p.add_argument("--layers", type=_number(int, 1, 20), default=1, help="number of blocks L, 1 .. 20 "
+                                                                         "(default 1)")
     p.add_argument("--steps", type=_number(int, 1, 10**5), default=None,
                    help="gradient steps T (default 300; 60 with --certify)")
     p.add_argument("--certify", action="store_true",
@@ -327,7 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON list of rows (medians over K instances)")
     p.set_defaults(func=_rank_collapse)
 
-    p = sub.add_parser("reproduce", help="run an experiment of the book (cached; --list lists them) and write "
+    p = sub.add_parser("reproduce", help="run an experiment of the book (cached; --list lists them) and "
+                                         "write "
                        "its figure; --json prints settings, summary and claims")
     p.add_argument("name", nargs="?", help="an experiment of --list, or 'all'")
     p.add_argument("--list", action="store_true", help="list the experiments and their chapters")
@@ -338,7 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--download", action="store_true",
                    help="first download missing real data (jena, sst2) into the data directory "
                         "($CONVRES_DATA_DIR, default ~/.cache/convres/data)")
-    p.add_argument("--json", action="store_true", help="print settings, summary and claims as one JSON object")
+    p.add_argument("--json", action="store_true", help="print settings, summary and claims as one JSON "
+                                                       "object")
     p.add_argument("--device", default="cpu",
                    help="where gradient descent runs: cpu (default) or cuda (a CUDA build of PyTorch "
                         "and a GPU; results are cached per device)")
@@ -379,15 +393,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{where}: error: out of memory; use smaller sizes (--N, --n, --d, --layers).", file=sys.stderr)
         return 2
     except OverflowError as err:
-        print(f"{where}: error: a number overflowed ({err}); use a smaller --beta or smaller sizes.", file=sys.stderr)
+        print(f"{where}: error: a number overflowed ({err}); use a smaller --beta or smaller sizes.",
+              file=sys.stderr)
         return 2
     except ArithmeticError as err:  # a division by zero or a floating-point trap on a degenerate instance
         print(f"{where}: error: the computation failed ({type(err).__name__}: {err}); the instance is "
-              "degenerate or too large: use a smaller --beta, smaller sizes or another --seed.", file=sys.stderr)
+              "degenerate or too large: use a smaller --beta, smaller sizes or another --seed.",
+              file=sys.stderr)
         return 2
     except RuntimeError as err:
         if "allocate" in str(err) or "memory" in str(err).lower():
-            print(f"{where}: error: out of memory; use smaller sizes (--N, --n, --d, --layers).", file=sys.stderr)
+            print(f"{where}: error: out of memory; use smaller sizes (--N, --n, --d, --layers).",
+                  file=sys.stderr)
             return 2
         print(f"{where}: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2

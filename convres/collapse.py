@@ -28,7 +28,8 @@ All functions work in float64 and draw randomness only from explicit seeds.
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -79,7 +80,8 @@ def _check_matrix(name: str, M, ndim=(2, 3)) -> None:
     if not isinstance(M, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(M).__name__}.")
     if M.dim() not in ndim:
-        raise ValueError(f"{name} must have {' or '.join(map(str, ndim))} dimensions, got shape {tuple(M.shape)}.")
+        raise ValueError(f"{name} must have {' or '.join(map(str, ndim))} dimensions, got shape "
+                         f"{tuple(M.shape)}.")
 
 
 def attention_output(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, W_V: torch.Tensor,
@@ -96,9 +98,11 @@ def attention_output(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, W_V:
             raise ValueError(f"{name} has {W.shape[0]} rows but X has d={X.shape[-1]} features; "
                              f"{name} must be (d x ...).")
     if W_Q.shape != W_K.shape:
-        raise ValueError(f"W_Q and W_K must have the same shape (d x d_qk), got {tuple(W_Q.shape)} and {tuple(W_K.shape)}.")
+        raise ValueError(f"W_Q and W_K must have the same shape (d x d_qk), got {tuple(W_Q.shape)} and "
+                         f"{tuple(W_K.shape)}.")
     if W_V.shape[1] != X.shape[-1]:
-        raise ValueError(f"W_V must be (d x d) = ({X.shape[-1]} x {X.shape[-1]}) for the residual, got {tuple(W_V.shape)}.")
+        raise ValueError(f"W_V must be (d x d) = ({X.shape[-1]} x {X.shape[-1]}) for the residual, got "
+                         f"{tuple(W_V.shape)}.")
     S, A = attention(X, W_Q, W_K, W_V, _check_scale(s))
     return S, A, A + _check_beta("beta", beta) * X
 
@@ -112,12 +116,10 @@ def collapse_measures(M: torch.Tensor) -> dict[str, float | np.ndarray]:
     (:func:`convres.rank.rank_one_residual`). Floats for one matrix, arrays for a batch.
     """
     _check_matrix("M", M, ndim=tuple(range(2, 8)))
-    out = singular_value_measures(singular_values(M, "M"))
-    out["rank_one_residual"] = rank_one_residual(M, relative=True)
-    out = {k: v.detach().cpu().numpy() for k, v in out.items()}
-    if M.dim() == 2:
-        out = {k: float(v) for k, v in out.items()}
-    return out
+    measures = singular_value_measures(singular_values(M, "M"))
+    measures["rank_one_residual"] = rank_one_residual(M, relative=True)
+    out: dict[str, Any] = {k: v.detach().cpu().numpy() for k, v in measures.items()}
+    return {k: float(v) for k, v in out.items()} if M.dim() == 2 else out
 
 
 def gaussian_instance(n: int, d: int, d_qk: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -227,7 +229,7 @@ def _sweep_body(inst_at, points: Sequence, betas: list[float]) -> dict[str, np.n
     S, A, Z = torch.stack(S_all), torch.stack(A_all), torch.stack(Z_all)
     n = S.shape[-1]
     uniform = torch.full_like(S, 1.0 / n)
-    out = {f"attn_{k}": v for k, v in collapse_measures(A).items()}
+    out: dict[str, Any] = {f"attn_{k}": v for k, v in collapse_measures(A).items()}
     out.update({f"Z_{k}": v for k, v in collapse_measures(Z).items()})  # (points, betas)
     sv_A, sv_Z = singular_values(A, "Attn(X)"), singular_values(Z, "Z")
     out["attn_sv"] = sv_A.numpy()                                        # (points, n)
@@ -237,12 +239,12 @@ def _sweep_body(inst_at, points: Sequence, betas: list[float]) -> dict[str, np.n
     top = S.mean(dim=-2).argmax(dim=-1)                                  # most attended token
     one_hot = torch.nn.functional.one_hot(top, n).to(S.dtype).unsqueeze(-2).expand_as(S)
     out["dist_one_hot"] = torch.linalg.matrix_norm(S - one_hot, ord=2).numpy()
-    rows = np.array(rows)
-    out["sigma_min_X"], out["sigma_max_X"] = rows[:, 0], rows[:, 1]
+    table = np.array(rows)
+    out["sigma_min_X"], out["sigma_max_X"] = table[:, 0], table[:, 1]
     # the book's lemma on nearly uniform attention:
     # sigma_2(Attn) <= ||S - U||_2 ||X||_2 ||W_V||_2 <= (1/2)||sL||_F ||X||_2 ||W_V||_2
-    out["uniform_bound"] = out["dist_uniform"] * rows[:, 2]
-    out["logit_bound"] = rows[:, 3] * rows[:, 2]
+    out["uniform_bound"] = out["dist_uniform"] * table[:, 2]
+    out["logit_bound"] = table[:, 3] * table[:, 2]
     out["betas"] = np.asarray(betas, dtype=np.float64)
     return out
 
@@ -306,7 +308,8 @@ def scale_sweep(scales: Sequence[float], betas: Sequence[float] = (0.1, 1.0), *,
     scales = [_check_scale(s) for s in scales]
     missing = {"X", "W_Q", "W_K", "W_V"} - set(instance)
     if missing:
-        raise ValueError(f"instance must hold X, W_Q, W_K and W_V (e.g. from spiked_instance), missing {sorted(missing)}.")
+        raise ValueError("instance must hold X, W_Q, W_K and W_V (e.g. from spiked_instance), missing "
+                         f"{sorted(missing)}.")
     out = _sweep(lambda s: (instance["X"], instance["W_Q"], instance["W_K"], instance["W_V"], s),
                  scales, betas)
     out["scale"] = np.asarray(scales, dtype=np.float64)
@@ -347,8 +350,8 @@ def gd_attention_stats(beta=0.0, *, mu: float = 0.002, **instance) -> dict[str, 
     """How uniform the attention of the gradient-descent experiment is at initialization and how
     fast one step moves it (book chapter *Rank collapse under gradient descent*).
 
-    On :func:`convres.instances.collapse_instance` (keyword arguments ``instance``) with residual ``beta`` (a number or a
-    pair): ``dist_uniform``, ``||S_i - 1 1^T/n||_2`` per sequence at ``theta_0``, and
+    On :func:`convres.instances.collapse_instance` (keyword arguments ``instance``) with residual
+    ``beta`` (a number or a pair): ``dist_uniform``, ``||S_i - 1 1^T/n||_2`` per sequence at ``theta_0``, and
     ``logit_step``, ``||Delta_1||_F / mu`` with ``Delta_1`` the change of the scaled logits
     ``s X_i W_Q W_K^T X_i^T`` (all sequences) after one step of size ``mu``. The gradient of a logit
     with respect to ``W_Q, W_K`` carries the factor ``s``, and the change of the logits carries it

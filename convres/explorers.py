@@ -14,16 +14,36 @@ for any slider value.
 from __future__ import annotations
 
 import html
-from typing import Mapping
-
+from collections.abc import Mapping
 
 from .experiments import run_experiment
-from .experiments.explorers import (CONVERGENCE_GRID, GRID_LISTS, RANK_COLLAPSE_GRID,
-                                    convergence_position, rank_collapse_position)
+from .experiments.explorers import (
+    CONVERGENCE_GRID,
+    GRID_LISTS,
+    RANK_COLLAPSE_GRID,
+    convergence_position,
+    rank_collapse_position,
+)
 from .plotting import figure
-from .vega import (COLORS, DISPLAY_WIDTH_PX, FIGURE_WIDTH_IN, Explorer, add_static_labels,
-                   decade_text, draw_chart, explorer_png, log_domain, make_control, merge_grid,
-                   readout_text, rounded, series_spec, value_text, vega_chart, with_labels)
+from .vega import (
+    COLORS,
+    DISPLAY_WIDTH_PX,
+    FIGURE_WIDTH_IN,
+    Explorer,
+    add_static_labels,
+    decade_text,
+    draw_chart,
+    explorer_png,
+    log_domain,
+    make_control,
+    merge_grid,
+    readout_text,
+    rounded,
+    series_spec,
+    value_text,
+    vega_chart,
+    with_labels,
+)
 
 __all__ = ["RANK_COLLAPSE_GRID", "CONVERGENCE_GRID", "START", "SIGMA_FLOOR", "rank_collapse_data",
            "rank_collapse_explorer", "rank_collapse_figure", "rank_collapse_live", "convergence_data",
@@ -92,7 +112,8 @@ def rank_collapse_explorer(grid: Mapping | None = None, *, start: Mapping | None
     s = {**START["rank-collapse"], **(start or {})}
     controls = [
         make_control("beta", "β", "residual coefficient", g["betas"], s["beta"]),
-        make_control("d_qk", "d<sub>QK</sub>", "query/key width (scale 1/d<sub>QK</sub>)", g["d_qks"], s["d_qk"]),
+        make_control("d_qk", "d<sub>QK</sub>", "query/key width (scale 1/d<sub>QK</sub>)", g["d_qks"],
+                     s["d_qk"]),
         make_control("n", "n", "tokens", g["ns"], s["n"]),
     ]
     size = len(g["betas"]) * len(g["d_qks"]) * len(g["ns"])
@@ -227,7 +248,8 @@ def convergence_explorer(grid: Mapping | None = None, *, start: Mapping | None =
     controls = [
         make_control("beta", "β", "residual coefficient", g["betas"], s["beta"]),
         make_control("mu", "μ", "step size", g["mus"], s["mu"]),
-        make_control("d_qk", "d<sub>QK</sub>", "query/key width (scale 1/d<sub>QK</sub>)", g["d_qks"], s["d_qk"]),
+        make_control("d_qk", "d<sub>QK</sub>", "query/key width (scale 1/d<sub>QK</sub>)", g["d_qks"],
+                     s["d_qk"]),
     ]
     charts = _cv_charts(g, data["positions"])
     add_static_labels(charts, data["positions"])

@@ -10,6 +10,7 @@ is capped, and a symbolic link is followed only when its target stays inside the
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import stat
@@ -77,10 +78,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0o600
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
 
 

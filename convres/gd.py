@@ -18,7 +18,8 @@ one by one.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping, NamedTuple, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -41,8 +42,8 @@ class History:
         loss: ``Phi(theta_t)`` for ``t = 0 .. steps``, every iterate the run kept.
         grad_norm: ``||grad Phi(theta_t)||`` (Euclidean norm over all weights) for the steps taken,
             ``t = 0 .. steps-1``.
-        record_steps: the steps ``t`` at which singular values were recorded (``0``, every
-            ``record_every`` steps if asked, and the last iterate).
+        record_steps: the steps ``t`` at which singular values were recorded (every
+            ``record_every`` steps and the last iterate; none unless ``record_every`` was given).
         sigma_min_Z, sigma_max_Z: extreme singular values of the stacked first-block attention
             output ``Z`` (with its residual), at ``record_steps``; ``sigma_min`` is the smallest of
             the ``min(N n, d)`` singular values (``sigma_Nn`` when ``N n <= d``).
@@ -87,7 +88,7 @@ class History:
                 for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "History":
+    def from_dict(cls, d: Mapping) -> History:
         """The inverse of :meth:`to_dict`."""
         def value(name):
             v = d.get(name)
@@ -247,8 +248,9 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X: torch.Tensor, Y: torc
         cfg: the model configuration, or one per configuration.
         mu: the step size (> 0), or one per configuration.
         steps: the largest number of steps.
-        record_every: singular values of ``Z_1`` and ``H_L`` are recorded at ``t = 0``, at the last
-            iterate and, if given, every ``record_every`` steps (each record costs an SVD).
+        record_every: if given, the extreme singular values of ``Z_1`` and ``H_L`` are recorded every
+            ``record_every`` steps (``t = 0`` included) and at the last iterate; each record costs
+            an SVD, so by default nothing is recorded (``record_every=steps``: the start and the end).
         tol: stop when the loss falls to this value (0: run all steps).
         blowup: divergence threshold relative to the initial loss.
         progress: show a progress bar (tqdm).
@@ -307,7 +309,7 @@ class _Record:
     status: str = "max_steps"
     message: str = ""
     diverged_at: int | None = None
-    params: dict | None = None
+    params: dict = dataclasses.field(default_factory=dict)
 
     def run(self) -> Run:
         sv = np.asarray(self.sv, dtype=np.float64).reshape(-1, 4)
@@ -328,7 +330,8 @@ class _Loop:
         self.cfg, self.X, self.Y = cfgs[0], X.to(dev), Y.to(dev)
         self.theta = {k: torch.stack([p[k].detach().to(dev) for p in params_list]) for k in params_list[0]}
         dtype = self.theta["W_U"].dtype
-        self.residual = tuple(torch.tensor(v, dtype=dtype, device=dev) for v in zip(*(c.residual for c in cfgs)))
+        self.residual = tuple(torch.tensor(v, dtype=dtype, device=dev)
+                              for v in zip(*(c.residual for c in cfgs)))
         self.mu = torch.tensor(mus, dtype=dtype, device=dev).view(-1, 1, 1)
         self.records = [_Record(mu=m) for m in mus]
         self.active = list(range(len(mus)))
@@ -389,11 +392,12 @@ class _Loop:
         self._notify(t, j, i, phi, grads if rule is None else None, tr)
         if rule is not None:
             r.status, r.message = rule
-            r.rec.append(t)
+            if self.record_every is not None:
+                r.rec.append(t)
             r.params = {k: v[j].detach().clone() for k, v in self.theta.items()}
             return False
         r.gnorms.append(gnorm)
-        if t == 0 or (self.record_every is not None and t % self.record_every == 0):
+        if self.record_every is not None and t % self.record_every == 0:
             r.rec.append(t)
         return True
 

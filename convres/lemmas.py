@@ -14,7 +14,7 @@ the shapes of the config.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 
@@ -140,7 +140,8 @@ def residual_lemma(params, X, cfg, *, layer: int = 1) -> dict:
     A = stacked(tr.A[layer - 1])
     beta = cfg.residual[0]
     attn_norm = spectral_norm(A)
-    crude_norm = math.sqrt(X.shape[1]) * spectral_norm(X_in) * spectral_norm(layer_params(params, layer)["W_V"])
+    W_V = layer_params(params, layer)["W_V"]
+    crude_norm = math.sqrt(X.shape[1]) * spectral_norm(X_in) * spectral_norm(W_V)
     sigma_X = sigma_nn(X_in)
     weyl = float(weyl_lower_bounds(X_in, A, beta)[0]) if X_in.shape[0] <= X_in.shape[1] \
         else beta * sigma_X - attn_norm

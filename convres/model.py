@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Mapping, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as nnf
@@ -69,7 +70,8 @@ class Activation:
         return self.fn(x)
 
     def __repr__(self) -> str:
-        return f"Activation(smooth={self.smooth}, gain={self.gain:g}, lip={self.lip:.4g}, lip2={self.lip2:.4g})"
+        return (f"Activation(smooth={self.smooth}, gain={self.gain:g}, lip={self.lip:.4g}, "
+                f"lip2={self.lip2:.4g})")
 
 
 _SQRT2PI = math.sqrt(2 * math.pi)
@@ -159,11 +161,11 @@ class ModelConfig:
         """The FFN activation (an entry of :data:`ACTIVATIONS`)."""
         return ACTIVATIONS[self.activation]
 
-    def replace(self, **changes) -> "ModelConfig":
+    def replace(self, **changes) -> ModelConfig:
         """A copy with some fields changed (checked again)."""
         return dataclasses.replace(self, **changes)
 
-    def with_residual(self, b) -> "ModelConfig":
+    def with_residual(self, b) -> ModelConfig:
         """A copy with the residual ``b``: a number ``beta`` (both connections) or a pair
         ``(beta_attn, beta_ffn)`` that sets the attention and FFN residuals separately."""
         if isinstance(b, (tuple, list)):
@@ -309,13 +311,13 @@ class Trace(NamedTuple):
     H: list
     F: torch.Tensor
 
-    def detach(self) -> "Trace":
+    def detach(self) -> Trace:
         """The same trace with every tensor detached from the autograd graph."""
-        return Trace(*([t.detach() for t in field] for field in self[:6]), self.F.detach())
+        return Trace._make([*([t.detach() for t in field] for field in self[:6]), self.F.detach()])
 
-    def select(self, index) -> "Trace":
+    def select(self, index) -> Trace:
         """Configuration ``index`` (an int or an index tensor) of a stacked trace."""
-        return Trace(*([t[index] for t in field] for field in self[:6]), self.F[index])
+        return Trace._make([*([t[index] for t in field] for field in self[:6]), self.F[index]])
 
 
 def stack_size(params: Mapping[str, torch.Tensor]) -> int | None:
@@ -342,7 +344,7 @@ def forward_trace(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: Mode
             field.append(value)
         H = out[-1]
     last = H.mean(dim=-2) if cfg.pool == "mean" else H
-    return Trace(*fields, linear(last, params["W_U"]))
+    return Trace._make([*fields, linear(last, params["W_U"])])
 
 
 def squared_error(F: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,8 @@ def data_dir(path: str | os.PathLike | None = None) -> Path:
 
 
 def cache_dir(path: str | os.PathLike | None = None) -> Path:
-    """The results cache: ``path`` if given, else ``$CONVRES_CACHE_DIR``, else ``~/.cache/convres/results``."""
+    """The results cache: ``path`` if given, else ``$CONVRES_CACHE_DIR``, else
+    ``~/.cache/convres/results``."""
     if path is not None:
         return Path(path).expanduser()
     env = os.environ.get(CACHE_ENV)

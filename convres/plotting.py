@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import warnings
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -55,7 +55,7 @@ def beta_colors(betas: Sequence[float]) -> list:
     return [cmap(0.8 * (1 - rank[b] / (k - 1)) if k > 1 else 0.3) for b in betas]
 
 
-def plot_loss(ax, histories: Mapping[str, "object"], *, colors: Sequence | None = None,
+def plot_loss(ax, histories: Mapping[str, History], *, colors: Sequence | None = None,
               ylabel: str = r"loss $\Phi(\theta_t)$") -> None:
     """Loss curves ``Phi(theta_t)`` against ``t`` on a log scale, one per labelled History."""
     for i, (label, h) in enumerate(histories.items()):
@@ -105,7 +105,8 @@ def plot_band(ax, curves: Sequence[Sequence[float]], *, x=None, color=None, labe
         arr[i, :len(c)] = [np.nan if v is None else v for v in c]
     x = np.arange(length) if x is None else np.asarray(x)[:length]
     if len(x) != length:
-        raise ValueError(f"x must have at least as many points as the longest curve ({length}), got {len(x)}.")
+        raise ValueError(f"x must have at least as many points as the longest curve ({length}), got "
+                         f"{len(x)}.")
     with warnings.catch_warnings():  # a step at which every run has stopped is left empty
         warnings.simplefilter("ignore", RuntimeWarning)
         med, lo, hi = np.nanmedian(arr, 0), np.nanmin(arr, 0), np.nanmax(arr, 0)
@@ -178,9 +179,11 @@ def plot_phase_diagram(s: Mapping, diagrams: Mapping[str, dict]):
     for ax in axes:
         ax.grid(False)
     regimes = {(r["N"], r["d_qk"], r["scale"]): r["name"] for r in s["regimes"]}
-    panels = (("d_qk", r"$d_{QK}$ (attention scale $1/d_{QK}$, " + f"$N n = {s['N'] * s['n']}$, $d = {s['d']}$)",
+    panels = (("d_qk", r"$d_{QK}$ (attention scale $1/d_{QK}$, " + f"$N n = {s['N'] * s['n']}$, $d = "
+                                                                   f"{s['d']}$)",
                lambda x: (s["N"], x, "1/d_qk")),
-              ("size", r"$N n / d$ (" + f"$n = {s['n']}$, $d = {s['d']}$, $d_{{QK}} = {s['d_qk']}$, scale {s['scale']})",
+              ("size", r"$N n / d$ (" + f"$n = {s['n']}$, $d = {s['d']}$, $d_{{QK}} = {s['d_qk']}$, scale "
+                                        f"{s['scale']})",
                lambda x: (int(round(x * s["d"] / s["n"])), s["d_qk"], s["scale"])))
     image = None
     for ax, (axis, xlabel, cell_of) in zip(axes, panels):

@@ -56,7 +56,8 @@ def sigma_nn(M: torch.Tensor) -> float:
     PL lemma gives nothing).
     """
     if not isinstance(M, torch.Tensor) or M.dim() not in (2, 3):
-        raise ValueError(f"M must be a tensor of shape (N, n, d) or (N n, d), got {getattr(M, 'shape', M)!r}.")
+        raise ValueError("M must be a tensor of shape (N, n, d) or (N n, d), got "
+                         f"{getattr(M, 'shape', M)!r}.")
     A = stacked(M)
     rows, cols = A.shape
     return 0.0 if rows > cols else float(singular_values(A)[rows - 1])
@@ -118,10 +119,12 @@ def singular_value_measures(sv: torch.Tensor) -> dict[str, torch.Tensor]:
 def weyl_lower_bounds(X: torch.Tensor, A: torch.Tensor, beta: float) -> torch.Tensor:
     """``b_k = beta sigma_min(X) - sigma_{k+1}(A)``, ``k = 0 .. r-1``, for two matrices of one shape:
     by Weyl's inequality ``sigma_{r-k}(A + beta X) >= b_k`` (the residual lemma of the *Theorem*
-    chapter, ``thm-lem-residual``, with its general margin). ``b_0`` bounds ``sigma_min(A + beta X)``; when ``A`` is close to rank one,
+    chapter, ``thm-lem-residual``, with its general margin). ``b_0`` bounds ``sigma_min(A + beta X)``;
+    when ``A`` is close to rank one,
     ``b_1`` bounds all but the smallest singular value by nearly ``beta sigma_min(X)``. A bound is
     informative only when positive."""
-    if not (isinstance(X, torch.Tensor) and isinstance(A, torch.Tensor)) or X.dim() != 2 or X.shape != A.shape:
+    tensors = isinstance(X, torch.Tensor) and isinstance(A, torch.Tensor)
+    if not tensors or X.dim() != 2 or X.shape != A.shape:
         raise ValueError(f"X and A must be matrices of the same shape, got {getattr(X, 'shape', X)} and "
                          f"{getattr(A, 'shape', A)}.")
     return beta * singular_values(X, "X")[-1] - singular_values(A, "A")

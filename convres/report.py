@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import html
-from typing import Mapping
+from collections.abc import Mapping
 
 from .experiments import EXPERIMENTS, VERDICTS, Result
 
@@ -66,7 +66,8 @@ def criteria_html(rows: list[dict]) -> str:
     items = "".join(f"<li><b>{html.escape(r['claim'])}</b> ({html.escape(r['experiment'])}): "
                     f"{badge(r['verdict'])}<br>criterion: {html.escape(r['criterion'])}<br>"
                     f"measurement: {html.escape(r['measurement'])}</li>" for r in rows)
-    return f"<details><summary>How each verdict is decided (criteria and measurements)</summary><ol>{items}</ol></details>"
+    return ("<details><summary>How each verdict is decided (criteria and measurements)</summary>"
+            f"<ol>{items}</ol></details>")
 
 
 def _fmt(x, spec="{:.3g}") -> str:
@@ -95,7 +96,8 @@ def spread_table(results: Mapping[str, Result]):
             fmt = r["format"]
             rows.append({"experiment": name, "configuration": r["configuration"],
                          "measurement": r["measurement"], "median": _fmt(r["median"], fmt),
-                         "min to max": "" if r["min"] is None else f"{fmt.format(r['min'])} to {fmt.format(r['max'])}",
+                         "min to max": "" if r["min"] is None else
+                         f"{fmt.format(r['min'])} to {fmt.format(r['max'])}",
                          "seeds": "" if r["seeds"] is None else r["seeds"]})
     return pd.DataFrame(rows)
 
@@ -106,7 +108,8 @@ def compute_table(results: Mapping[str, Result], machine: str):
 
     return pd.DataFrame([{"experiment": name, "wall time (s)": round(res.seconds),
                           "gradient-descent runs": res.report()["runs"],
-                          "steps per run": res.settings["steps"], "dtype": res.settings.get("dtype", "float64"),
+                          "steps per run": res.settings["steps"],
+                          "dtype": res.settings.get("dtype", "float64"),
                           "device": res.data.get("device", "cpu"), "machine": machine}
                          for name, res in results.items()])
 

@@ -24,8 +24,9 @@ def _without_docstring(obj) -> str:
     code = textwrap.dedent(inspect.getsource(obj))
     body = ast.parse(code).body[0]
     lines = code.splitlines()
-    first = body.body[0] if getattr(body, "body", None) else None
-    if isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant) \
+    inner = getattr(body, "body", None)
+    first = inner[0] if inner else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
             and isinstance(first.value.value, str):
         del lines[first.lineno - 1:first.end_lineno]
     return "\n".join(lines)

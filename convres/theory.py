@@ -24,11 +24,20 @@ import math
 import numpy as np
 import torch
 
-from .certify import certificate_of, centre
+from .certify import centre, certificate_of
 from .checks import Contraction, Hypothesis, contraction_check, tolerance
 from .gd import History, Step, gradient_descent, loss_and_grad
-from .lemmas import (activation_rows, alpha, alpha_ffn, ffn_rows, flat_norm, hessian_norm,
-                     path_radius, r_sigma_upper, smoothness_estimate)
+from .lemmas import (
+    activation_rows,
+    alpha,
+    alpha_ffn,
+    ffn_rows,
+    flat_norm,
+    hessian_norm,
+    path_radius,
+    r_sigma_upper,
+    smoothness_estimate,
+)
 from .model import check_inputs, forward_trace
 from .rank import sigma_k, sigma_nn, singular_values, spectral_norm, stacked
 from .values import as_int, as_real, as_seed

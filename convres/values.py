@@ -63,7 +63,9 @@ def as_int(name: str, v, *, minimum: int | None = None, maximum: int | None = No
     else:
         rng = _range(minimum, maximum)
         what = f"an integer{' ' + rng if rng else ''}"
-    if not is_int(w) or (minimum is not None and int(w) < minimum) or (maximum is not None and int(w) > maximum):
+    low = minimum is not None and is_int(w) and int(w) < minimum
+    high = maximum is not None and is_int(w) and int(w) > maximum
+    if not is_int(w) or low or high:
         raise ValueError(f"{name} must be {what}, got {v!r}.")
     return int(w)
 

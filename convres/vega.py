@@ -19,8 +19,8 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Callable, Mapping, Sequence
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -211,15 +211,17 @@ def series_rows(series: Mapping, record: Mapping, floor: float | None = None) ->
     """The rows ``{x, y, s, m}`` that ``explorer.js`` draws for one series of one position (the
     same rule, in Python, for tests and for the static figure); ``[]`` when the record lacks it.
     With a chart's ``floor``, values below it (zeros included) are drawn at the floor."""
+    xs: list
+    ys: list
     if "const_x" in series:
         v = record.get(series["y"])
         if v is None:
             return []
         xs, ys = series["const_x"], [v] * len(series["const_x"])
     else:
-        ys = record.get(series["y"])
-        if ys is None:
+        if record.get(series["y"]) is None:
             return []
+        ys = list(record[series["y"]])
         if series["x"] == "index1":
             xs = list(range(1, len(ys) + 1))
         elif series["x"] == "index0":
@@ -272,7 +274,8 @@ class Explorer:
                              f"MAX_DATA_BYTES = {MAX_DATA_BYTES}; use a coarser grid.")
 
     def _all_keys(self):
-        return [position_key(*idx) for idx in itertools.product(*(range(len(c["values"])) for c in self.controls))]
+        ranges = (range(len(c["values"])) for c in self.controls)
+        return [position_key(*idx) for idx in itertools.product(*ranges)]
 
     @property
     def start_key(self) -> str:

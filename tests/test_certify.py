@@ -15,10 +15,21 @@ import pytest
 import torch
 
 from convres import ModelConfig, init_params, synthetic_regression
-from convres.certify import (BLOCKS, centre, certificate, certified_run, chain, check_certifiable,
-                             crossing, jacobian_upper, r_sigma_lower, second_order, smoothness_upper,
-                             width_sweep)
-from convres.certify import _smoothness_upper
+from convres.certify import (
+    BLOCKS,
+    _smoothness_upper,
+    centre,
+    certificate,
+    certified_run,
+    chain,
+    check_certifiable,
+    crossing,
+    jacobian_upper,
+    r_sigma_lower,
+    second_order,
+    smoothness_upper,
+    width_sweep,
+)
 from convres.checks import FLOAT_TOL as ENVELOPE_TOL
 from convres.cli import main
 from convres.instances import certified_instance

@@ -91,7 +91,8 @@ def test_allocator_failure_is_one_line(capsys, monkeypatch):
     import convres.cli as cli
 
     def oom(*a, **k):
-        raise RuntimeError("[enforce fail] DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB")
+        raise RuntimeError("[enforce fail] DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+                           "8 GB")
     monkeypatch.setattr(cli, "sigma_min_table", oom)
     code, _, err = run_main(capsys, "rank-collapse")
     assert code == 2 and "out of memory" in err and len(err.strip().splitlines()) == 1

@@ -4,10 +4,20 @@ import numpy as np
 import pytest
 import torch
 
-from convres.collapse import (attention_output, collapse_measures, dqk_sweep, dqk_sweep_seeds,
-                              gaussian_instance, gd_attention_stats, logit_margins,
-                              rank_one_floor, scale_sweep, sigma_min_table, spiked_instance,
-                              value_counterexample)
+from convres.collapse import (
+    attention_output,
+    collapse_measures,
+    dqk_sweep,
+    dqk_sweep_seeds,
+    gaussian_instance,
+    gd_attention_stats,
+    logit_margins,
+    rank_one_floor,
+    scale_sweep,
+    sigma_min_table,
+    spiked_instance,
+    value_counterexample,
+)
 from convres.gd import sweep
 from convres.instances import collapse_instance
 from convres.model import ModelConfig, forward_trace, init_params

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from convres import data
-from convres.instances import synthetic_regression
 from convres.data import DataError
+from convres.instances import synthetic_regression
 
 FULL_HEADER = ",".join(f'"{c}"' for c in ("Date Time", *data.JENA_ALL_FEATURES))  # Keras: quoted
 SLICE_HEADER = ",".join(("Date Time", *data.JENA_FEATURES))                      # offline slice

@@ -259,15 +259,15 @@ def test_report_criteria_jena():
 
 # --- SST-2 -------------------------------------------------------------------------------------------
 
-WORDS_POS = "good great fun fine nice warm".split()
-WORDS_NEG = "bad dull poor awful weak cold".split()
+WORDS_POS = ["good", "great", "fun", "fine", "nice", "warm"]
+WORDS_NEG = ["bad", "dull", "poor", "awful", "weak", "cold"]
 
 
 def write_tiny_sst2(folder, n_train=24, n_val=12, seed=0):
     """SST-2 parquet files in the Hub layout: sentences of 10-12 tokens drawn from a few sentiment
     words and neutral ones."""
     rng = np.random.default_rng(seed)
-    neutral = "the film a of and is it this".split()
+    neutral = ["the", "film", "a", "of", "and", "is", "it", "this"]
 
     def sentences(count):
         out, labels = [], []

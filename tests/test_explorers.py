@@ -15,8 +15,8 @@ import torch
 
 import convres
 from convres import explorers as ex
-from convres.collapse import attention_output, collapse_measures, gaussian_instance, rank_one_floor
 from convres import vega
+from convres.collapse import attention_output, collapse_measures, gaussian_instance, rank_one_floor
 from convres.gd import BLOWUP
 from convres.lemmas import rate_alpha
 

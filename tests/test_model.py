@@ -225,7 +225,8 @@ def test_an_overflowing_forward_pass_is_an_error_not_nan():
 
 def test_forward_and_loss_check_their_inputs():
     cfg, params, X, Y = small_instance()
-    with pytest.raises(TypeError, match=r"X has dtype torch.float32 but the weights have dtype torch.float64"):
+    with pytest.raises(TypeError, match=r"X has dtype torch.float32 but the weights have dtype "
+                                        r"torch.float64"):
         forward(params, X.float(), cfg)
     with pytest.raises(ValueError, match="Y must have shape"):
         loss(params, X, Y[:1], cfg)

@@ -3,8 +3,16 @@
 import pytest
 import torch
 
-from convres.rank import (NonFiniteError, extreme_singular_values, rank_one_residual, sigma_nn,
-                          singular_value_measures, singular_values, stacked, weyl_lower_bounds)
+from convres.rank import (
+    NonFiniteError,
+    extreme_singular_values,
+    rank_one_residual,
+    sigma_nn,
+    singular_value_measures,
+    singular_values,
+    stacked,
+    weyl_lower_bounds,
+)
 
 
 def measures(M):

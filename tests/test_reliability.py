@@ -17,9 +17,23 @@ import numpy as np
 import pytest
 import torch
 
-from convres import (ModelConfig, collapse, forward, gradient_descent, init_params, loss, sweep,
-                     synthetic_regression, theory)
-from convres import cache, cli, data, experiments, instances, lemmas
+from convres import (
+    ModelConfig,
+    cache,
+    cli,
+    collapse,
+    data,
+    experiments,
+    forward,
+    gradient_descent,
+    init_params,
+    instances,
+    lemmas,
+    loss,
+    sweep,
+    synthetic_regression,
+    theory,
+)
 from convres.cli import main
 from convres.data import DataError
 from tests.test_data import jena_rows, write_slice
@@ -58,7 +72,8 @@ def _with(P, **changes):
 
 API_ERRORS = [  # (row, call(P, X, Y), exception, message that names the problem and the fix)
     ("row01-rank2", lambda P, X, Y: forward(P, X[0], CFG), ValueError, r"got \(4, 4\).*X\.unsqueeze\(0\)"),
-    ("row01-rank4", lambda P, X, Y: forward(P, X.unsqueeze(0), CFG), ValueError, r"\(N sequences, n tokens, d features\)"),
+    ("row01-rank4", lambda P, X, Y: forward(P, X.unsqueeze(0), CFG), ValueError, r"\(N sequences, n tokens, "
+                                                                                 r"d features\)"),
     ("row02-X-float32", lambda P, X, Y: forward(P, X.float(), CFG), TypeError, r"torch\.float32.*torch\.float64.*X\.to"),
     ("row02-mixed-weights", lambda P, X, Y: forward(_with(P, W_U=P["W_U"].float()), X, CFG), TypeError,
      r"mix dtypes.*w\.double\(\)"),
@@ -67,12 +82,16 @@ API_ERRORS = [  # (row, call(P, X, Y), exception, message that names the problem
     ("row04-int-weights", lambda P, X, Y: forward({k: v.long() for k, v in P.items()}, X, CFG), TypeError,
      r"real floating-point tensor, got dtype torch.int64.*\.to\(torch.float64\)"),
     ("row05-Y-float32", lambda P, X, Y: loss(P, X, Y.float(), CFG), TypeError, r"Y has dtype torch\.float32"),
-    ("row05-Y-shape", lambda P, X, Y: loss(P, X, Y[..., 0], CFG), ValueError, r"Y must have shape \(N=3, n=4, c=1\)"),
-    ("row06-nan-X", lambda P, X, Y: forward(P, X * float("nan"), CFG), ValueError, "X contains NaN or infinite"),
-    ("row06-inf-Y", lambda P, X, Y: loss(P, X, Y * float("inf"), CFG), ValueError, "Y contains NaN or infinite"),
+    ("row05-Y-shape", lambda P, X, Y: loss(P, X, Y[..., 0], CFG), ValueError, r"Y must have shape \(N=3, "
+                                                                              r"n=4, c=1\)"),
+    ("row06-nan-X", lambda P, X, Y: forward(P, X * float("nan"), CFG), ValueError, "X contains NaN or "
+                                                                                   "infinite"),
+    ("row06-inf-Y", lambda P, X, Y: loss(P, X, Y * float("inf"), CFG), ValueError, "Y contains NaN or "
+                                                                                   "infinite"),
     ("row06-nan-weight", lambda P, X, Y: forward(_with(P, **{"layer1.W_Q": P["layer1.W_Q"] * float("nan")}), X, CFG),
      ValueError, r"params\['layer1\.W_Q'\] contains NaN"),
-    ("row07-huge-X", lambda P, X, Y: forward(P, X * 1e200, CFG), ValueError, "overflowed.*standardize X or use a smaller beta"),
+    ("row07-huge-X", lambda P, X, Y: forward(P, X * 1e200, CFG), ValueError, "overflowed.*standardize X or "
+                                                                             "use a smaller beta"),
     ("row07-huge-loss", lambda P, X, Y: loss(P, X * 1e160, Y, CFG), ValueError, "overflowed"),
     ("row08-N0", lambda P, X, Y: forward(P, X[:0], CFG), ValueError, "at least one sequence and one token"),
     ("row09-gd-N0", lambda P, X, Y: gradient_descent(P, X[:0], Y[:0], CFG, 0.01, 3), ValueError, "at least one sequence"),
@@ -94,10 +113,12 @@ API_ERRORS = [  # (row, call(P, X, Y), exception, message that names the problem
      TypeError, r"float64 or torch\.float32.*float16.*\.double\(\)"),
     ("row16-bf16-sweep", lambda P, X, Y: sweep([{k: v.bfloat16() for k, v in P.items()}] * 2, X.bfloat16(),
                                                Y.bfloat16(), CFG, 0.01, 3), TypeError, "configuration 0: .*bfloat16"),
-    ("row18-gpu", lambda P, X, Y: init_params(CFG, device="gpu"), ValueError, r"unknown device 'gpu': use 'cpu'"),
+    ("row18-gpu", lambda P, X, Y: init_params(CFG, device="gpu"), ValueError, r"unknown device 'gpu': use "
+                                                                              r"'cpu'"),
     ("row19-meta", lambda P, X, Y: gradient_descent(P, X, Y, CFG, 0.01, 3, device="meta"), ValueError,
      "'meta' is not supported by convres; use 'cpu'"),
-    ("row20-int-dtype", lambda P, X, Y: init_params(CFG, dtype=torch.int64), TypeError, "real floating-point torch dtype"),
+    ("row20-int-dtype", lambda P, X, Y: init_params(CFG, dtype=torch.int64), TypeError, "real floating-point "
+                                                                                        "torch dtype"),
     ("row21-branch-nan", lambda P, X, Y: init_params(CFG, branch_scale=float("nan")), ValueError,
      "branch_scale must be a positive finite number"),
     ("row22-seed-2**70", lambda P, X, Y: init_params(CFG, seed=2**70), ValueError,
@@ -158,7 +179,8 @@ CONFIG_ERRORS = [
     ("row24-L0", dict(L=0), ValueError, r"ModelConfig\.L must be a positive integer, got 0; pass e\.g\. L=4"),
     ("row24-d-neg", dict(d=-3), ValueError, "ModelConfig.d must be a positive integer"),
     ("row24-d-float", dict(d=4.0), ValueError, "got 4.0"),
-    ("row25-beta-neg", dict(beta=-1), ValueError, "must be a finite number >= 0, got -1 .0 removes the residual"),
+    ("row25-beta-neg", dict(beta=-1), ValueError, "must be a finite number >= 0, got -1 .0 removes the "
+                                                  "residual"),
     ("row25-beta-nan", dict(beta=float("nan")), ValueError, "finite number >= 0, got nan"),
     ("row25-beta-inf", dict(beta=float("inf")), ValueError, "finite number >= 0, got inf"),
     ("row26-activation", dict(activation="sigmoid"), ValueError, r"choose one of \['gelu', 'relu'"),
@@ -412,7 +434,8 @@ def no_experiment(monkeypatch):
 def test_row60_out_that_is_a_file_is_refused_before_any_work(capsys, tmp_path, no_experiment):
     f = tmp_path / "afile"
     f.write_text("x")
-    for out_dir, message in [(f, "is an existing file, not a folder"), (f / "sub", "a parent of it is an existing file")]:
+    for out_dir, message in [(f, "is an existing file, not a folder"), (f / "sub", "a parent of it is an "
+                                                                                   "existing file")]:
         code, out, err = run_main(capsys, "reproduce", "simulations", "--out", str(out_dir))
         assert code == 2 and out == ""
         one_line_error(err, message, "pass a folder")
@@ -571,7 +594,8 @@ def test_row90_an_edited_entry_is_recomputed(tmp_path):
     stored = json.loads(path.read_text())
     stored["result"]["rate"] = 0.999  # well formed, right configuration, wrong number
     path.write_text(json.dumps(stored))
-    with pytest.warns(cache.CacheWarning, match=f"ignoring {re.escape(str(path))} .*sha256.*edited or damaged"):
+    with pytest.warns(cache.CacheWarning, match=f"ignoring {re.escape(str(path))} .*sha256.*edited or "
+                                                "damaged"):
         assert cache.cached_json("exp", {"x": 1}, lambda: {"rate": 0.25}, directory=tmp_path) == {"rate": 0.25}
     assert cache.cached_json("exp", {"x": 1}, lambda: pytest.fail("recomputed"), directory=tmp_path) == {"rate": 0.25}
 

@@ -14,9 +14,8 @@ def test_torch_threads_restores_the_setting_and_is_bounded():
     with torch_threads(None):
         assert torch.get_num_threads() == before
     for bad in (0, max_threads() + 1, 100000, 1.5, True):
-        with pytest.raises(ValueError, match="threads must be an integer in 1"):
-            with torch_threads(bad):
-                pass
+        with pytest.raises(ValueError, match="threads must be an integer in 1"), torch_threads(bad):
+            pass
 
 
 def test_check_device():

@@ -357,7 +357,7 @@ def tab(site):
         browser.close()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ids(path: Path) -> frozenset:
     text = path.read_text(encoding="utf-8", errors="replace")
     return frozenset(re.findall(r'\sid="([^"]+)"', text)) | frozenset(re.findall(r'\sname="([^"]+)"', text))
@@ -397,7 +397,8 @@ def _console_problems(events: list[dict], site: str) -> list[str]:
             problems.append(f"console.{params['type']}: {args[:300]}")
         elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
             e = params["entry"]
-            problems.append(f"console error ({e.get('source')}): {e.get('text', '')[:200]} {e.get('url', '')}")
+            problems.append(f"console error ({e.get('source')}): {e.get('text', '')[:200]} "
+                            f"{e.get('url', '')}")
     return problems
 
 

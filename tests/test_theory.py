@@ -8,14 +8,14 @@ import pytest
 import torch
 
 from convres import ModelConfig, init_params, synthetic_regression
+from convres.checks import FLOAT_TOL
 from convres.cli import main
 from convres.collapse import value_counterexample
 from convres.gd import loss_and_grad
-from convres.model import forward_trace
-from convres.rank import sigma_nn, stacked
-from convres.checks import FLOAT_TOL
 from convres.instances import theorem_instance
 from convres.lemmas import ffn_lemma, hessian_norm, r_sigma_upper, rate_alpha, residual_lemma
+from convres.model import forward_trace
+from convres.rank import sigma_nn, stacked
 from convres.theory import check_assumptions, ffn_theorem_run, part_b_check, theorem_run, verify_run
 
 

@@ -102,7 +102,7 @@ def read_checksums(data_dir=None) -> dict[str, str]:
         if match is None:
             raise DataError(f"{manifest}, line {number}: expected '<sha256>  <path>' (as written by "
                             f"sha256sum), got {line[:80]!r}. Fix or delete that line.")
-        sums[_checksum_path(line)] = match.group(1).lower()
+        sums[Path(match.group(2)).as_posix().removeprefix("./")] = match.group(1).lower()
     return sums
 
 
@@ -179,7 +179,7 @@ def standardize(values, names, *, context: str = ""):
     finite = np.isfinite(x)
     if not finite.all():
         row, col = map(int, np.argwhere(~finite)[0])
-        bad = [n for n, ok in zip(names, finite.all(0)) if not ok]
+        bad = [n for n, ok in zip(names, np.all(finite, axis=0)) if not ok]
         raise DataError(f"feature(s) {bad} hold non-finite values{context} (the first at row {row}, "
                         f"{names[col]!r} = {x[row, col]}): clean the data first.")
     constant = x.max(0) == x.min(0)

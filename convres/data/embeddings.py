@@ -128,7 +128,7 @@ def hash_embedding(token: str, d: int, seed: int = 0, dtype=torch.float64) -> to
     d = as_int("d (the embedding dimension)", d, minimum=1)
     if not is_int(seed):
         raise ValueError(f"seed must be an integer, got {seed!r}.")
-    digest = hashlib.sha256(f"{int(seed)}:{token}".encode("utf-8")).digest()
+    digest = hashlib.sha256(f"{int(seed)}:{token}".encode()).digest()
     gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
     return torch.randn(int(d), generator=gen, dtype=torch.float64).to(dtype)
 

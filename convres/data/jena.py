@@ -20,7 +20,15 @@ from pathlib import Path
 from ..files import atomic_write_bytes
 from ..paths import DATA_ENV
 from ..paths import data_dir as data_dir_setting
-from .checksums import DataError, DataWarning, fetch, record_checksum, recorded_checksum, require_file, verify_checksum
+from .checksums import (
+    DataError,
+    DataWarning,
+    fetch,
+    record_checksum,
+    recorded_checksum,
+    require_file,
+    verify_checksum,
+)
 
 __all__ = ["JENA_URL", "JENA_FEATURES", "JENA_ALL_FEATURES", "JENA_BOUNDS", "JENA_SENTINEL",
            "JENA_CSV_SIZE", "JENA_CSV_SHA256", "JENA_FILES", "jena_path", "check_jena_zip", "read_jena",

@@ -14,7 +14,15 @@ from ..files import atomic_write_bytes
 from ..paths import DATA_ENV
 from ..paths import data_dir as data_dir_setting
 from ..values import as_int, is_int
-from .checksums import CHECKSUMS, DataError, record_checksum, recorded_checksum, require_file, sha256_file, verify_checksum
+from .checksums import (
+    CHECKSUMS,
+    DataError,
+    record_checksum,
+    recorded_checksum,
+    require_file,
+    sha256_file,
+    verify_checksum,
+)
 
 __all__ = ["SST2_HUB", "SST2_REVISION", "SST2_SPLITS", "SST2_SHA256", "sst2_path", "load_sst2",
            "sst2_prefixes"]
@@ -116,7 +124,8 @@ def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, ve
     except Exception as err:  # pyarrow raises several types for a bad file
         raise DataError(f"cannot read {path} as parquet: {err}") from err
     got = {f.name: str(f.type) for f in table.schema}
-    wrong = {c: got.get(c, "missing") for c, t in SST2_COLUMNS.items() if got.get(c) not in (t, "large_string" if t == "string" else t)}
+    wrong = {c: got.get(c, "missing") for c, t in SST2_COLUMNS.items()
+             if got.get(c) not in (t, "large_string" if t == "string" else t)}
     if wrong:
         raise DataError(
             f"{path} does not have the SST-2 schema {SST2_COLUMNS}: {wrong} (has {got}). "
@@ -124,9 +133,11 @@ def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, ve
     df = table.select(list(SST2_COLUMNS)).to_pandas()
     if df.isna().any(axis=None):
         i = int(df.isna().any(axis=1).to_numpy().nonzero()[0][0])
-        raise DataError(f"{path}: {int(df.isna().any(axis=1).sum())} row(s) with missing values, the first at row {i}.")
+        raise DataError(f"{path}: {int(df.isna().any(axis=1).sum())} row(s) with missing values, the first "
+                        f"at row {i}.")
     if not df["label"].isin([-1, 0, 1]).all():
-        raise DataError(f"{path}: labels must be 0, 1 (or -1 in test), got {sorted(df['label'].unique())[:5]}.")
+        raise DataError(f"{path}: labels must be 0, 1 (or -1 in test), got "
+                        f"{sorted(df['label'].unique())[:5]}.")
     df.attrs["checksum"] = checked
     return df
 

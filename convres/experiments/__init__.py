@@ -17,13 +17,23 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..cache import cached_json
 from ..runtime import check_device, torch_threads
 from . import explorers, jena, rank_collapse, simulations, sst2, theorem
-from .base import (PROFILES, RESULT_FORMAT, SUMMARY_KEYS, VERDICTS, Experiment, Result, Shape,
-                   check_settings, measured_rate, output_rows)
+from .base import (
+    PROFILES,
+    RESULT_FORMAT,
+    SUMMARY_KEYS,
+    VERDICTS,
+    Experiment,
+    Result,
+    Shape,
+    check_settings,
+    measured_rate,
+    output_rows,
+)
 from .jena import JenaTask, jena_data
 from .simulations import phase_diagram, phase_figure, stalled
 from .sst2 import SST2Task, pooled_baseline, sst2_data
@@ -96,5 +106,6 @@ def claims(results: Mapping[str, Result]) -> list[dict]:
     """Every row of the reproduction report, from ``results`` (name -> :class:`Result`)."""
     unknown = sorted(set(results) - set(EXPERIMENTS))
     if unknown:
-        raise ValueError(f"results has unknown experiment(s) {unknown}; expected keys among {sorted(EXPERIMENTS)}.")
+        raise ValueError(f"results has unknown experiment(s) {unknown}; expected keys among "
+                         f"{sorted(EXPERIMENTS)}.")
     return [row for name in EXPERIMENTS if name in results for row in results[name].claims()]

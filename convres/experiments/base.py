@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -49,7 +50,7 @@ class Shape:
     note: str = ""
 
 
-def _no_report(result: "Result") -> dict:
+def _no_report(result: Result) -> dict:
     return {"settings": None, "spread": [], "runs": len(result.data.get("runs", [])), "deviations": []}
 
 
@@ -77,11 +78,11 @@ class Experiment:
     chapter: str
     profiles: Mapping[str, dict]
     run: Callable[..., dict]
-    key_numbers: Callable[["Result"], dict]
-    claims: Callable[["Result"], list]
-    plot: Callable[["Result"], Any] | None = None
+    key_numbers: Callable[[Result], dict]
+    claims: Callable[[Result], list]
+    plot: Callable[[Result], Any] | None = None
     shapes: Callable[[dict], list] = lambda settings: []
-    report: Callable[["Result"], dict] = _no_report
+    report: Callable[[Result], dict] = _no_report
     paper: str = ""
     in_report: bool = True
 
@@ -109,7 +110,7 @@ class Result:
         """The fields of :data:`SUMMARY_KEYS`, then the key numbers, JSON-ready (a non-finite
         number becomes ``None``)."""
         s = self.settings
-        head = {k: None for k in SUMMARY_KEYS}
+        head = dict.fromkeys(SUMMARY_KEYS)
         head.update(seeds=list(s["seeds"]) if "seeds" in s else None, steps=s.get("steps"),
                     wall_seconds=round(float(self.seconds), 1), dtype=s.get("dtype", "float64"),
                     device=self.data.get("device", "cpu"))

@@ -10,7 +10,7 @@ them into the page's explorers; all their gradient descent runs through :func:`r
 from __future__ import annotations
 
 import itertools
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -174,7 +174,7 @@ def convergence_runs(points, g) -> list[dict]:
         alphas.append(rate_alpha(p, X, cfg))
     hists = run_gd(jobs, g["steps"], record_every=g["record_every"], tol=g["tol"])
     out = []
-    for (beta, mu, d_qk), h, alpha in zip(points, hists, alphas):
+    for (_, mu, _), h, alpha in zip(points, hists, alphas):
         t = np.arange(0, g["steps"] + 1, g["record_every"])
         env = h.loss[0] * (1 - mu * alpha) ** t if mu * alpha < 1 else None
         out.append({"history": h, "alpha": alpha, "env_steps": t, "envelope": env})

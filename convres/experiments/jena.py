@@ -17,8 +17,19 @@ from ..gd import Step, sweep
 from ..model import ModelConfig, forward, init_params
 from ..plotting import plot_jena
 from ..runtime import check_device
-from .base import (Experiment, Result, Shape, dtype_of, final, finite_list, median_by,
-                   positive_int, spread, stable, verdict)
+from .base import (
+    Experiment,
+    Result,
+    Shape,
+    dtype_of,
+    final,
+    finite_list,
+    median_by,
+    positive_int,
+    spread,
+    stable,
+    verdict,
+)
 
 __all__ = ["EXPERIMENT", "JenaTask", "jena_data", "window_count"]
 
@@ -105,7 +116,8 @@ def _run_jena(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
         out = sweep([init_params(c, seed=s["seeds"][0], dtype=X.dtype) for c in cfgs], X, Y, cfgs,
                                eta / N, s["probe_steps"], record_every=s["probe_steps"], progress=progress,
                                device=device)
-        probe.append({"eta": eta, "stable": [stable(h) for _, h in out], "status": [h.status for _, h in out]})
+        probe.append({"eta": eta, "stable": [stable(h) for _, h in out],
+                      "status": [h.status for _, h in out]})
         if all(stable(h) for _, h in out):
             mu = eta / N
             break

@@ -7,6 +7,8 @@ initialization for a large ``d_QK``), against the rank-one floor of the targets.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..collapse import gd_attention_stats, rank_one_floor
@@ -26,9 +28,11 @@ def _run_rank_collapse_gd(s: dict, *, progress=False, data_dir=None, device=None
         (_, h), = sweep([params], X, Y, [cfg.with_residual(r["residual"])], s["mu"], s["steps"],
                                    record_every=s["record_every"], progress=progress)
         runs.append({**r, "history": h.to_dict()})
-    stats = [{"d_qk": d_qk, "seed": seed, **{k: np.asarray(v).tolist() for k, v in
-                                            gd_attention_stats(0.0, mu=s["mu"], d_qk=d_qk, seed=seed, **inst).items()}}
-             for d_qk in s["stat_d_qks"] for seed in s["stat_seeds"]]
+    stats = []
+    for d_qk in s["stat_d_qks"]:
+        for seed in s["stat_seeds"]:
+            at = gd_attention_stats(0.0, mu=s["mu"], d_qk=d_qk, seed=seed, **inst)
+            stats.append({"d_qk": d_qk, "seed": seed, **{k: np.asarray(v).tolist() for k, v in at.items()}})
     _, _, Y, _ = collapse_instance(seed=s["seed"], **{k: s[k] for k in ("N", "n", "d", "m")})
     return {"runs": runs, "stats": stats, "floor": rank_one_floor(Y)}
 
@@ -44,7 +48,7 @@ def _shapes(s: dict) -> list[Shape]:
             for q in sorted({r["d_qk"] for r in s["runs"]})]
 
 
-_RC = dict(mu=0.002, steps=300, record_every=10, N=4, n=4, d=32, m=32, seed=0, scale="1/d_qk",
+_RC: dict[str, Any] = dict(mu=0.002, steps=300, record_every=10, N=4, n=4, d=32, m=32, seed=0, scale="1/d_qk",
            runs=[{"name": "beta = 0, d_QK = 64", "d_qk": 64, "residual": [0.0, 0.0]},
                  {"name": "beta = 0, d_QK = 1024", "d_qk": 1024, "residual": [0.0, 0.0]},
                  {"name": "beta = 1, d_QK = 1024", "d_qk": 1024, "residual": [1.0, 1.0]},

@@ -18,8 +18,7 @@ from ..instances import synthetic_regression
 from ..lemmas import rate_alpha
 from ..model import ModelConfig, init_params
 from ..plotting import plot_phase_diagram, plot_simulations
-from .base import (VERDICTS, Experiment, Result, Shape, dtype_of, finite_list, measured_rate,
-                   verdict)
+from .base import VERDICTS, Experiment, Result, Shape, dtype_of, finite_list, measured_rate, verdict
 
 __all__ = ["EXPERIMENT", "phase_diagram", "phase_figure", "stalled"]
 
@@ -141,8 +140,9 @@ def phase_diagram(res: Result, axis: str) -> dict:
     grid = []
     for k in keys:
         med = _sim_table(cells[k], "ratio")
-        grid.append([None if med[b] is None or not math.isfinite(med[b]) else math.log10(max(med[b], 1e-300))
-                     for b in betas])
+        values = [med[b] for b in betas]
+        grid.append([None if v is None or not math.isfinite(v) else math.log10(max(v, 1e-300))
+                     for v in values])
     return {"axis": axis, "x": x, "betas": betas, "log_ratio": grid, "stall": math.log10(s["stall"])}
 
 
@@ -186,7 +186,7 @@ def _simulations_claims(res: Result) -> list[dict]:
     for r in s["regimes"]:
         rate = _sim_table(regimes[r["name"]], "rate")
         betas = sorted(rate)
-        vals = [rate[b] if rate[b] is not None else 0.0 for b in betas]
+        vals = [float(rate[b] or 0.0) for b in betas]
         mono.append(all(a < b for a, b in zip(vals, vals[1:])))
         faster.append(vals[-1] > vals[0])
         parts.append(f"{r['name']}: " + ", ".join(f"{b:g}: {v:.2g}" for b, v in zip(betas, vals)))

@@ -20,8 +20,18 @@ from ..plotting import plot_sst2
 from ..runtime import check_device
 from ..theory import ffn_theorem_run
 from ..values import json_safe
-from .base import (VERDICTS, Experiment, Result, Shape, dtype_of, finite_list, positive_int,
-                   spread, stable, verdict)
+from .base import (
+    VERDICTS,
+    Experiment,
+    Result,
+    Shape,
+    dtype_of,
+    finite_list,
+    positive_int,
+    spread,
+    stable,
+    verdict,
+)
 
 __all__ = ["EXPERIMENT", "SST2Task", "sst2_data", "pooled_baseline", "SST2_PROBE_WORDS"]
 
@@ -123,7 +133,8 @@ def _choose_etas(s: dict, probe_runs: dict) -> tuple[float, dict]:
                            "configuration in the probe.")
     common, best = ok[0], {}
     for c in configs:
-        scores = {e: float(np.median([h.loss[-1] for h in probe_runs[(c, e)]])) for e in grid if is_stable[(c, e)]}
+        scores = {e: float(np.median([h.loss[-1] for h in probe_runs[(c, e)]]))
+                  for e in grid if is_stable[(c, e)]}
         low = min(scores.values())
         ties = [e for e, v in scores.items() if v <= low + s["tie"] * abs(low)]
         best[c] = common if common in ties else max(ties)
@@ -151,14 +162,17 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
               float(np.median([h.loss[-1] for h in hs])) / N}
              for (c, eta), hs in probe_runs.items()]
     # 2. every configuration at the common step and at its best step (one run when they agree), all seeds
-    meta = [(c, eta, seed) for c in configs for eta in dict.fromkeys([common, best[c]]) for seed in s["seeds"]]
+    meta = [(c, eta, seed) for c in configs for eta in dict.fromkeys([common, best[c]])
+            for seed in s["seeds"]]
     cfgs = [_sst2_cfg(s, *c) for c, _, _ in meta]
     Xv_d, Yv_d = (t.to(check_device(device)) for t in (Xv, Yv))
-    errors, accs = [[] for _ in meta], [[] for _ in meta]
+    errors: list[list[float]] = [[] for _ in meta]
+    accs: list[list[float]] = [[] for _ in meta]
 
     def evaluate(step: Step):  # training error from the step's own forward pass; validation accuracy
         if step.t % every == 0 or step.t == steps:
-            errors[step.index].append(float((torch.sign(step.trace.F) != Y.to(step.trace.F.device)).double().mean()))
+            F = step.trace.F
+            errors[step.index].append(float((torch.sign(F) != Y.to(F.device)).double().mean()))
             with torch.no_grad():
                 F = forward(step.params, Xv_d, cfgs[step.index])
             accs[step.index].append(float((torch.sign(F) == Yv_d).double().mean()))
@@ -181,7 +195,8 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     wide = _run_sst2_wide(s, task, device) if s.get("wide") else None
     return {"N": int(N), "N_val": int(Xv.shape[0]), "n": int(X.shape[1]), "embedding": task.info,
             "eta_common": common, "eta_best": [{"L": c[0], "beta": c[1], "eta": best[c]} for c in configs],
-            "probe": probe, "runs": runs, "eval_steps": [t for t in range(steps + 1) if t % every == 0 or t == steps],
+            "probe": probe, "runs": runs,
+            "eval_steps": [t for t in range(steps + 1) if t % every == 0 or t == steps],
             "float64_check": check, "baselines": baselines, "wide": wide}
 
 
@@ -349,7 +364,8 @@ def _report(res: Result) -> dict:
             v = m[field]
             spread_rows.append({"configuration": name, "measurement": label, "median": v["median"],
                                 "min": v["min"], "max": v["max"], "seeds": v["count"], "format": "{:.1%}"})
-    spread_rows.append({"configuration": "floor baseline (least squares)", "measurement": "validation accuracy",
+    spread_rows.append({"configuration": "floor baseline (least squares)",
+                        "measurement": "validation accuracy",
                         "median": k["baselines"]["ppmi"]["val_accuracy"], "min": None, "max": None,
                         "seeds": None, "format": "{:.1%}"})
     w = d.get("wide")

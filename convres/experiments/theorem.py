@@ -44,7 +44,7 @@ def _run_ffn(s: dict, **_) -> dict:
         mu = 1 / (2 * hessian_norm(p, X, Y, cfg, iters=30))
         out[name] = ffn_theorem_run(p, X, Y, cfg, mu=mu, steps=s["steps"][name],
                                     record_every=s["record_every"]).summary()
-    return out
+    return {"runs": out}
 
 
 def _none(res: Result) -> dict:
