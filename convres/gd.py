@@ -136,7 +136,8 @@ def _loss_and_grad(params, X, Y, cfg, residual):
     leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
     with torch.enable_grad():
         tr = forward_trace(leaves, X, cfg, residual=residual)
-        phi = squared_error(tr.F, Y)
+        phi = _stacked_error(tr.F, Y) if tr.F.dim() == Y.dim() and leaves["W_U"].dim() == 3 \
+            else squared_error(tr.F, Y)
         grads = torch.autograd.grad(phi.sum(), list(leaves.values()))
     return phi.detach(), dict(zip(leaves, grads)), tr
 
@@ -160,10 +161,11 @@ def chunk_size(cfg: ModelConfig, X: torch.Tensor, count: int) -> int:
 
 
 def stopping_rule(t: int, phi: float, phi_0: float, *, tol: float, blowup: float, steps: int,
-                  mu: float) -> tuple[str, str] | None:
+                  mu: float, rtol: float = 0.0) -> tuple[str, str] | None:
     """The status of a run whose iterate ``t`` has loss ``phi`` (``phi_0`` at ``t = 0``), as
     ``(status, message)``, or ``None`` while it goes on. Divergence: a non-finite loss, or one
-    above ``blowup * phi_0``; convergence: ``phi <= tol``; the end: ``t == steps``."""
+    above ``blowup * phi_0``; convergence: ``phi <= tol`` or ``phi <= rtol * phi_0``; the end:
+    ``t == steps``."""
     if not np.isfinite(phi):
         if t == 0:
             return "diverged", ("the initial loss is not finite: no step was taken; check the scale "
@@ -174,6 +176,8 @@ def stopping_rule(t: int, phi: float, phi_0: float, *, tol: float, blowup: float
                             f"(mu={mu:g} too large?)")
     if phi <= tol:
         return "converged", f"loss {phi:.3g} <= tol={tol:g} at step {t}"
+    if phi <= rtol * phi_0:
+        return "converged", f"loss {phi:.3g} <= rtol={rtol:g} x the initial loss at step {t}"
     if t == steps:
         return "max_steps", f"ran all {steps} steps"
     return None
@@ -229,22 +233,39 @@ def _check_run(p, X, Y, cfg, mu) -> float:
     return as_real("the step size mu", mu, minimum=0.0, above=True)
 
 
+def _data_lists(X, Y, count: int) -> tuple[list, list]:
+    """``X`` and ``Y`` as one tensor per configuration (the same tensor when shared)."""
+    lists = [isinstance(v, (list, tuple)) for v in (X, Y)]
+    if lists[0] != lists[1]:
+        raise TypeError("X and Y must both be tensors (data shared by every configuration) or both be "
+                        "lists with one tensor per configuration.")
+    if not lists[0]:
+        return [X] * count, [Y] * count
+    if len(X) != count or len(Y) != count:
+        raise ValueError(f"with data per configuration, X and Y need one tensor per configuration "
+                         f"({count}), got {len(X)} and {len(Y)}.")
+    return list(X), list(Y)
+
+
 def _shared(cfg: ModelConfig) -> ModelConfig:
     """What configurations in one stack must share: everything but the residual coefficients."""
     return cfg.replace(beta=1.0, beta_attn=None, beta_ffn=None)
 
 
-def sweep(params: Sequence[Mapping[str, torch.Tensor]], X: torch.Tensor, Y: torch.Tensor, cfg, mu,
-          steps: int, *, record_every: int | None = None, tol: float = 0.0, blowup: float = BLOWUP,
+def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: int, *,
+          record_every: int | None = None, tol: float = 0.0, rtol: float = 0.0, blowup: float = BLOWUP,
           progress: bool = False, callback: Callable[[Step], None] | None = None, device=None,
           chunk: int | None = None) -> list[Run]:
-    """Gradient descent for a list of configurations on the same data, in the order given; see
-    :func:`gradient_descent` for the stopping rules.
+    """Gradient descent for a list of configurations, in the order given; see
+    :func:`gradient_descent` for the stopping rules. The data may be shared (one ``X``, ``Y``) or
+    one pair per configuration (lists ``X``, ``Y``: e.g. the seeds of an experiment, each with its
+    own data); configurations whose data have the same shape are stacked together either way.
 
     Args:
         params: the initial weights of each configuration (e.g. :func:`convres.init_params`); not
             modified.
-        X: inputs ``(N, n, d)``; Y: targets ``(N, n, c)`` (or ``(N, c)`` with ``pool="mean"``).
+        X: inputs ``(N, n, d)``, or a list of them (one per configuration); Y: targets
+            ``(N, n, c)`` (``(N, c)`` with ``pool="mean"``), or a list of them.
         cfg: the model configuration, or one per configuration.
         mu: the step size (> 0), or one per configuration.
         steps: the largest number of steps.
@@ -252,6 +273,7 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X: torch.Tensor, Y: torc
             ``record_every`` steps (``t = 0`` included) and at the last iterate; each record costs
             an SVD, so by default nothing is recorded (``record_every=steps``: the start and the end).
         tol: stop when the loss falls to this value (0: run all steps).
+        rtol: stop when the loss falls to this fraction of its initial value (0: never).
         blowup: divergence threshold relative to the initial loss.
         progress: show a progress bar (tqdm).
         callback: ``callback(step)`` with a :class:`Step`, called at every iterate kept in the
@@ -262,9 +284,11 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X: torch.Tensor, Y: torc
             (:func:`chunk_size`).
     """
     params_list, cfgs, mus = _as_lists(params, cfg, mu)
+    Xs, Ys = _data_lists(X, Y, len(params_list))
     steps = as_int("steps", steps, minimum=0)
     record_every = None if record_every is None else as_int("record_every", record_every, minimum=1)
     tol = as_real("tol", tol, minimum=0.0, finite=False)
+    rtol = as_real("rtol", rtol, minimum=0.0, maximum=1.0)
     blowup = as_real("blowup", blowup, minimum=1.0, above=True, finite=False)
     chunk = None if chunk is None else as_int("chunk", chunk, minimum=1)
     if torch.is_inference_mode_enabled():
@@ -272,24 +296,27 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X: torch.Tensor, Y: torc
                            "call it outside that block.")
     for i, (p, c, m) in enumerate(zip(params_list, cfgs, mus)):
         try:
-            mus[i] = _check_run(p, X, Y, c, m)
+            mus[i] = _check_run(p, Xs[i], Ys[i], c, m)
         except (TypeError, ValueError) as err:
             raise type(err)(err if len(params_list) == 1 else f"configuration {i}: {err}") from None
     dev = check_device(device) if device is not None else None
     groups: dict = {}
     for i, (p, c) in enumerate(zip(params_list, cfgs)):
-        groups.setdefault((_shared(c), p["W_U"].dtype, p["W_U"].device), []).append(i)
+        key = (_shared(c), p["W_U"].dtype, p["W_U"].device, tuple(Xs[i].shape), tuple(Ys[i].shape))
+        groups.setdefault(key, []).append(i)
     chunks = []
-    for (shared, _, _), idx in groups.items():
-        size = chunk or chunk_size(shared, X, len(idx))
+    for (shared, *_), idx in groups.items():
+        size = chunk or chunk_size(shared, Xs[idx[0]], len(idx))
         chunks += [idx[j:j + size] for j in range(0, len(idx), size)]
     bar = _progress(steps * len(chunks), progress)
     results: list = [None] * len(params_list)
     try:
         for idx in chunks:
-            loop = _Loop([params_list[i] for i in idx], X, Y, [cfgs[i] for i in idx],
+            shared_data = not isinstance(X, (list, tuple))
+            loop = _Loop([params_list[i] for i in idx], X if shared_data else [Xs[i] for i in idx],
+                         Y if shared_data else [Ys[i] for i in idx], [cfgs[i] for i in idx],
                          [mus[i] for i in idx], dev, record_every, idx, callback)
-            for i, r in zip(idx, loop.run(steps, tol, blowup, bar)):
+            for i, r in zip(idx, loop.run(steps, tol, rtol, blowup, bar)):
                 results[i] = r
     finally:
         if bar is not None:
@@ -327,7 +354,11 @@ class _Loop:
 
     def __init__(self, params_list, X, Y, cfgs, mus, dev, record_every, index, callback):
         dev = dev or params_list[0]["W_U"].device
-        self.cfg, self.X, self.Y = cfgs[0], X.to(dev), Y.to(dev)
+        self.cfg = cfgs[0]
+        # shared data: one (N, n, d) tensor; data per configuration: a stack (B, N, n, d)
+        self.X, self.Y = ((torch.stack([t.to(dev) for t in v]) if isinstance(v, list) else v.to(dev))
+                          for v in (X, Y))
+        self.per_config = isinstance(X, list)
         self.theta = {k: torch.stack([p[k].detach().to(dev) for p in params_list]) for k in params_list[0]}
         dtype = self.theta["W_U"].dtype
         self.residual = tuple(torch.tensor(v, dtype=dtype, device=dev)
@@ -337,14 +368,14 @@ class _Loop:
         self.active = list(range(len(mus)))
         self.record_every, self.index, self.callback = record_every, index, callback
 
-    def run(self, steps, tol, blowup, bar) -> list[Run]:
+    def run(self, steps, tol, rtol, blowup, bar) -> list[Run]:
         self.prev = self.theta              # the previous iterate, slice by slice
         for t in range(steps + 1):
             phi, grads, tr = self._evaluate(last=t == steps)
             phis = phi.double().tolist()
             gnorms = [None] * len(phis) if grads is None else _grad_norms(grads).tolist()
             keep = [j for j, i in enumerate(self.active)
-                    if self._advance(t, j, i, phis[j], gnorms[j], tol, blowup, steps, grads, tr)]
+                    if self._advance(t, j, i, phis[j], gnorms[j], (tol, rtol), blowup, steps, grads, tr)]
             self._record_spectra(t, tr)
             if bar is not None:
                 bar.update(1)
@@ -356,6 +387,8 @@ class _Loop:
                 grads = {k: g[sel] for k, g in grads.items()}
                 self.residual = tuple(b[sel] for b in self.residual)
                 self.mu = self.mu[sel]
+                if self.per_config:
+                    self.X, self.Y = self.X[sel], self.Y[sel]
                 self.active = [self.active[j] for j in keep]
             self.prev = self.theta
             self.theta = {k: torch.addcmul(v, self.mu, grads[k], value=-1.0) for k, v in self.theta.items()}
@@ -367,15 +400,15 @@ class _Loop:
         if last:  # no step is taken from the last iterate: no gradient
             with torch.no_grad():
                 tr = forward_trace(self.theta, self.X, self.cfg, residual=self.residual)
-                return squared_error(tr.F, self.Y), None, tr
+                return _stacked_error(tr.F, self.Y), None, tr
         return _loss_and_grad(self.theta, self.X, self.Y, self.cfg, self.residual)
 
     def _advance(self, t, j, i, phi, gnorm, tol, blowup, steps, grads, tr) -> bool:
         """Apply the stopping rules to configuration ``i`` (slice ``j``) at iterate ``t`` and
         record it. True: it goes on."""
         r = self.records[i]
-        rule = stopping_rule(t, phi, r.losses[0] if r.losses else phi, tol=tol, blowup=blowup,
-                             steps=steps, mu=r.mu)
+        rule = stopping_rule(t, phi, r.losses[0] if r.losses else phi, tol=tol[0], rtol=tol[1],
+                             blowup=blowup, steps=steps, mu=r.mu)
         if rule is not None and rule[0] == "diverged":     # iterate t is not kept
             r.status, r.message, r.diverged_at = *rule, t
             if r.gnorms:
@@ -424,6 +457,12 @@ class _Loop:
         sv = torch.cat([extreme_singular_values(Z1), extreme_singular_values(HL)], dim=1).cpu().tolist()
         for j, row in zip(rows, sv):
             self.records[self.active[j]].sv.append(tuple(row))
+
+def _stacked_error(F: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+    """``Phi_b = 1/2 ||F_b - Y_b||_F^2`` for every configuration ``b`` of a stack; ``Y`` is shared
+    (no leading axis) or stacked like ``F``."""
+    return 0.5 * (F - Y).pow(2).flatten(1).sum(1)
+
 
 def _grad_norms(grads: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """``||grad||`` per configuration of a stacked gradient."""

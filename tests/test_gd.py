@@ -280,3 +280,19 @@ def test_empty_data_is_refused():
     cfg, params, X, Y = instance()
     with pytest.raises(ValueError, match="at least one sequence"):
         gradient_descent(params, X[:0], Y[:0], cfg, 0.01, 3)
+
+
+def test_data_per_configuration_equals_the_runs_one_by_one():
+    cfg = ModelConfig(d=8, d_qk=8, m=8, activation="gelu")
+    data = [synthetic_regression(2, 3, 8, 1, seed=s) for s in range(4)]
+    params = [init_params(cfg, seed=10 + s) for s in range(4)]
+    runs = run_sweep(params, [X for X, _ in data], [Y for _, Y in data], cfg, 0.01, 40, rtol=1e-3)
+    for run, p, (X, Y) in zip(runs, params, data):
+        one = gradient_descent(p, X, Y, cfg, 0.01, 40, rtol=1e-3)
+        np.testing.assert_array_equal(run.history.loss, one.history.loss)
+        assert run.history.status == one.history.status
+    assert any(r.history.status == "converged" for r in runs)      # rtol stops some early
+    with pytest.raises(TypeError, match="both be tensors"):
+        run_sweep(params, [X for X, _ in data], data[0][1], cfg, 0.01, 3)
+    with pytest.raises(ValueError, match="one tensor per configuration"):
+        run_sweep(params, [data[0][0]] * 3, [data[0][1]] * 3, cfg, 0.01, 3)
