@@ -46,6 +46,8 @@ from convres.runtime import check_device, max_threads, torch_threads
 SIZES = {
     "theorem": dict(N=2, n=4, d=16, d_qk=16, m=16, L=1, activation="gelu", pool=None, configs=8,
                     mus=(0.005, 0.0025)),
+    "one run": dict(N=2, n=4, d=16, d_qk=16, m=16, L=1, activation="gelu", pool=None, configs=1,
+                    mus=(0.005, 0.0025)),
     "jena": dict(N=321, n=24, d=11, d_qk=11, m=32, L=1, activation="relu", pool=None, configs=8,
                  mus=(1e-5, 5e-6)),
     "sst2": dict(N=2048, n=10, d=16, d_qk=16, m=16, L=6, activation="relu", pool="mean", configs=3,
@@ -54,10 +56,10 @@ SIZES = {
 
 #: Per profile: (size, dtype, steps) rows, and repeats.
 PROFILES = {
-    "full": dict(rows=[("theorem", "float64", 500), ("jena", "float64", 40), ("sst2", "float64", 10),
-                       ("sst2", "float32", 10)], repeats=5),
-    "book": dict(rows=[("theorem", "float64", 300), ("jena", "float64", 5), ("sst2", "float64", 2),
-                       ("sst2", "float32", 2)], repeats=3),
+    "full": dict(rows=[("theorem", "float64", 500), ("one run", "float64", 500), ("jena", "float64", 40),
+                       ("sst2", "float64", 10), ("sst2", "float32", 10)], repeats=5),
+    "book": dict(rows=[("theorem", "float64", 300), ("one run", "float64", 500), ("jena", "float64", 5),
+                       ("sst2", "float64", 2), ("sst2", "float32", 2)], repeats=3),
     "tiny": dict(rows=[("theorem", "float64", 5), ("jena", "float64", 1)], repeats=1),
 }
 

@@ -361,7 +361,8 @@ class _Loop:
         self.per_config = isinstance(X, list)
         self.theta = {k: torch.stack([p[k].detach().to(dev) for p in params_list]) for k in params_list[0]}
         dtype = self.theta["W_U"].dtype
-        self.residual = tuple(torch.tensor(v, dtype=dtype, device=dev)
+        # one coefficient per configuration; a plain number when they all share it (cheaper)
+        self.residual = tuple(v[0] if len(set(v)) == 1 else torch.tensor(v, dtype=dtype, device=dev)
                               for v in zip(*(c.residual for c in cfgs)))
         self.mu = torch.tensor(mus, dtype=dtype, device=dev).view(-1, 1, 1)
         self.records = [_Record(mu=m) for m in mus]
@@ -377,6 +378,7 @@ class _Loop:
             keep = [j for j, i in enumerate(self.active)
                     if self._advance(t, j, i, phis[j], gnorms[j], (tol, rtol), blowup, steps, grads, tr)]
             self._record_spectra(t, tr)
+            del tr                          # free the activations before the next forward pass
             if bar is not None:
                 bar.update(1)
             if not keep:
@@ -385,7 +387,7 @@ class _Loop:
                 sel = torch.tensor(keep, device=self.mu.device)
                 self.theta = {k: v[sel] for k, v in self.theta.items()}
                 grads = {k: g[sel] for k, g in grads.items()}
-                self.residual = tuple(b[sel] for b in self.residual)
+                self.residual = tuple(b[sel] if isinstance(b, torch.Tensor) else b for b in self.residual)
                 self.mu = self.mu[sel]
                 if self.per_config:
                     self.X, self.Y = self.X[sel], self.Y[sel]

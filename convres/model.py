@@ -265,6 +265,8 @@ def linear(A: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     if W.dim() == 2:
         return A @ W
     B, p, q = W.shape
+    if B == 1:  # one configuration: a plain product (no batched kernel)
+        return (A.reshape(-1, p) @ W[0]).reshape(*A.shape[:-1], q)
     return torch.bmm(A.reshape(B, -1, p), W).reshape(*A.shape[:-1], q)
 
 
