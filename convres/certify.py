@@ -1,9 +1,9 @@
 """Rigorous constants for the book's theorems: every hypothesis of part (b') bounded before the run.
 
 Book chapters *Certified constants and a certified instance* (``book/certificate.md``: lemmas
-``thm-lem-softmax``, ``thm-lem-chain``, ``thm-lem-rlo``, ``thm-lem-lup``, corollaries ``thm-cor-cert``
-and ``sc-cor-eps``) and *The FFN theorem, certified* (``book/ffn.md``: ``ffn-lem-rlo``,
-``ffn-lem-lup-pooled``, ``ffn-cor-cert``).
+``thm-lem-softmax``, ``thm-lem-chain``, ``thm-lem-rlo``, ``thm-lem-lup``, corollaries
+``thm-cor-cert`` and ``sc-cor-eps``) and *The theorem through the FFN, certified, and the scope*
+(``book/ffn.md``: ``ffn-lem-rlo``, ``ffn-lem-lup-pooled``, ``ffn-cor-cert``).
 
 Part (b') of theorem ``thm-main`` needs ``mu <= 1/L_B``, ``L_B`` the Lipschitz constant of
 ``grad Phi`` on a ball ``B_r = {theta : ||theta - theta_0|| <= r}`` on which ``sigma_Nn(H(theta))
@@ -544,9 +544,10 @@ class FFNCertificate:
 
 
 def ffn_certificate(params, X, Y, cfg) -> FFNCertificate:
-    """Bound every hypothesis of part (b') of ``thm-ffn`` before the run (book: *The FFN theorem,
-    certified*): one block, smooth activation, per-token or pooled readout; ``N n > d`` allowed. A
-    failed certificate is a result (``certified=False``, its ratio)."""
+    """Bound every hypothesis of part (b') of ``thm-ffn`` before the run (book: *The theorem
+    through the FFN, certified, and the scope*): one block, smooth activation, per-token or pooled
+    readout; ``N n > d`` allowed. A failed certificate is a result (``certified=False``, its
+    ratio)."""
     check_certifiable(params, X, Y, cfg, route="ffn")
     return ffn_certificate_of(ffn_centre(params, X, Y, cfg))
 
@@ -748,8 +749,9 @@ def _ascend_delta_H(theta0, X, cfg, r, start, steps) -> float:
 
 def sampled_estimates(params, X, Y, cfg, cert: Certificate, *, samples: int = 1, iters: int = 8,
                       ascent_steps: int = 10, seed: int = 0) -> dict:
-    """What the certified bounds bound, estimated at sampled points (book: *The theorem*, the
-    tightness table): lower estimates of the true constants, to compare the bounds with.
+    """What the certified bounds bound, estimated at sampled points (book: *Certified constants
+    and a certified instance*, the tightness table): lower estimates of the true constants, to
+    compare the bounds with.
 
     * ``L_hat``: the largest power-iteration estimate of ``||hess Phi||_2`` (``iters`` exact
       Hessian-vector products) at ``theta_0`` and at ``samples`` random points of ``B_radius``;

@@ -154,7 +154,7 @@ m = d/4, targets +-1; defaults N = 1, n = 2, d = 1024; GD with mu = 1/L_upper):
                      nothing is certified there); null when certified
   envelope_final     (1 - mu alpha)^steps initial_loss; N, n, d, m: the sizes
 
-with --certify --route ffn (book chapter 'The FFN theorem, certified'; the theorem through the
+with --certify --route ffn (book chapter 'The theorem through the FFN'; the theorem through the
 FFN's W_2, per token, N n > d allowed: m = 4096, W_1 gain 300, branch scale 0.001, readout
 scale 4, attention scale 1/d_QK, gelu, targets +-1; defaults N = 4, n = 4, d = 8; the default
 steps are the fewest with mu alpha T >= ln(1/0.9), at most 2000): the same fields, with
@@ -173,7 +173,7 @@ with --width-condition (book chapter 'A width theorem'; defaults N = 1, n = 2, -
   mu_alpha           a lower bound of the certified rate at every certified instance of width d_min
   K, t               the number of events of the union bound, the fluctuation of each group
 
-with --scope (book chapter 'The FFN theorem, certified'): one row per experiment model and
+with --scope (book chapter 'The theorem through the FFN'): one row per experiment model and
 theorem: experiment, configuration, theorem, certified, failing_hypothesis (null when
 certified), ratio (the certificate ratio where one is computed, the worst over the seeds)
 """

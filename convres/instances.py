@@ -1,7 +1,8 @@
 """The book's random instances: synthetic data and one builder of ``(params, X, Y)``.
 
-Book chapters: *The model*, the theorem chapters (*The theorem*, *Certified constants and a
-certified instance*, *A width theorem*, *The FFN theorem, certified*), *Rank collapse under
+Book chapters: *The model*, the theorem chapters (*The theorems: statements and proofs*,
+*Certified constants and a certified instance*, *A width theorem*, *The theorem through the FFN,
+certified, and the scope*), *Rank collapse under
 gradient descent*, *Simulations* and the explorers. Every instance is Gaussian data from
 :func:`synthetic_regression` (seed ``seed``) and the Gaussian initialization
 :func:`convres.model.init_params` (seed ``seed + 1`` unless ``weight_seed`` is given);
@@ -77,8 +78,8 @@ def problem(cfg: ModelConfig, N: int, n: int, seed: int = 0, *, weight_seed: int
 def theorem_instance(seed: int = 0, *, beta: float = 1.0, layers: int = 1, N: int = 2, n: int = 4,
                      d: int = 16, activation: str = "gelu", scale: str | float = "1/sqrt(d_qk)",
                      d_qk: int | None = None):
-    """The book's verification instance (chapter *The theorem*): ``(params, X, Y, cfg)`` with FFN
-    width ``m = d``, one output, ``d_QK = d`` unless given."""
+    """The book's verification instance (chapter *The theorems: statements and proofs*):
+    ``(params, X, Y, cfg)`` with FFN width ``m = d``, one output, ``d_QK = d`` unless given."""
     cfg = ModelConfig(d=d, d_qk=d if d_qk is None else d_qk, m=d, c=1, L=layers, beta=beta,
                       activation=activation, scale=scale)
     return (*problem(cfg, N, n, seed), cfg)
@@ -117,10 +118,11 @@ def certified_instance(seed: int = 0, *, N: int = 1, n: int = 2, d: int = 1024, 
                      readout_scale=r["readout_scale"], targets=r["targets"]), cfg)
 
 
-#: The regime in which the theorem through the FFN is certified with ``N n > d`` (chapter *The FFN
-#: theorem, certified*): a wide FFN (``m = 4096``) whose first weight has entries ``N(0, a^2/d)``
-#: with gain ``a = 300``, tiny value and FFN branches (``W_V``, ``W_2`` scaled by ``0.001``), a
-#: readout scaled by 4, slow attention (``1/d_QK``), gelu, ``beta = 1`` and targets of size one.
+#: The regime in which the theorem through the FFN is certified with ``N n > d`` (chapter *The
+#: theorem through the FFN, certified, and the scope*): a wide FFN (``m = 4096``) whose first
+#: weight has entries ``N(0, a^2/d)`` with gain ``a = 300``, tiny value and FFN branches (``W_V``,
+#: ``W_2`` scaled by ``0.001``), a readout scaled by 4, slow attention (``1/d_QK``), gelu,
+#: ``beta = 1`` and targets of size one.
 FFN_CERTIFIED_REGIME = dict(m=4096, branch_scale=0.001, readout_scale=4.0, ffn_gain=300.0,
                             scale="1/d_qk", activation="gelu", beta=1.0, targets="sign", pool=None)
 

@@ -1,9 +1,9 @@
 """Which experiment lies inside which theorem: the shape hypotheses of the book's two theorems,
 and which configuration is certified before the run.
 
-Book chapter *The FFN theorem, certified* (section *Scope*), the *Reproduction report* and the
-intro. The rows of :func:`scope_table` are computed from each experiment's
-:attr:`~convres.experiments.Experiment.shapes` (no data loaded, nothing trained). Only the
+Book chapter *The theorem through the FFN, certified, and the scope* (section *Scope*), the
+*Reproduction report* and the intro. The rows of :func:`scope_table` are computed from each
+experiment's :attr:`~convres.experiments.Experiment.shapes` (no data loaded, nothing trained). Only the
 hypotheses that the shapes decide are listed: the width conditions, the smoothness of the
 activation, the readout, and the parameter count ``p >= outputs`` below which no PL inequality
 (hence no linear convergence to zero loss) is possible under any theorem. The other hypotheses

@@ -1,7 +1,9 @@
 """The book's two theorems checked along gradient-descent runs, and the assumptions on an instance.
 
-Book chapters: *Assumptions* (``book/assumptions.md``), *The theorem* (``book/theorem.md``) and
-*Multi-layer* (``book/multilayer.md``). Paper: arXiv:2506.05249 (main theorem: under proper
+Book chapters: *Assumptions* (``book/assumptions.md``), *The theorems: statements and proofs*
+(``book/theorem.md``), *Certified constants and a certified instance* (``book/certificate.md``),
+*The theorem through the FFN, certified, and the scope* (``book/ffn.md``) and *Multi-layer*
+(``book/multilayer.md``). Paper: arXiv:2506.05249 (main theorem: under proper
 initialization ``Phi(theta_{t+1}) <= (1 - mu alpha) Phi(theta_t)``). The constants are the
 **book's own** (the paper's are not available to this project); the formulas are in
 :mod:`convres.lemmas`, the rigorous bounds in :mod:`convres.certify`.
@@ -140,7 +142,7 @@ def check_assumptions(params, X, Y, cfg, *, mu: float | None = None,
 
 @dataclasses.dataclass
 class RunCheck:
-    """Every inequality of the proof, measured at every step of one run (book: *The theorem*).
+    """Every inequality of the proof, measured at every step of one run (book: *The theorems*).
 
     ``contraction``: the per-step bound ``Phi_{t+1} <= (1 - mu alpha) Phi_t``
     (:func:`convres.checks.contraction_check`); at its checked steps ``t``: ``pl_margin =
@@ -308,11 +310,12 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
                       history=hist, check=check, params_final=final)
 
 
-# --- the second theorem: PL through the last FFN's W_2 (book: *The theorem*, thm-ffn) -------------
+# --- the second theorem: PL through the last FFN's W_2 (book: *The theorem through the FFN*) ---------
 
 @dataclasses.dataclass
 class FFNTheoremRun:
-    """Gradient descent checked against the FFN theorem (book: *The theorem*, thm-ffn).
+    """Gradient descent checked against the FFN theorem (book: *The theorem through the FFN*,
+    thm-ffn); observed, nothing bounded before the run (that is :func:`convres.certify.ffn_certificate`).
 
     Attributes:
         alpha_ffn: ``alpha' = (sigma_M0 sigma_U0 / 4)^2``.
@@ -389,7 +392,7 @@ class FFNTheoremRun:
 
 def ffn_theorem_run(params, X, Y, cfg, *, mu: float, steps: int, record_every: int = 1,
                     seed: int = 0, smoothness_iters: int = 10) -> FFNTheoremRun:
-    """Run gradient descent and check the FFN theorem (book: *The theorem*, thm-ffn) along it.
+    """Run gradient descent and check the FFN theorem (book: *The theorem through the FFN*) along it.
 
     The theorem goes through the last block's ``W_2`` (any depth, per-token or pooled readout):
     with ``M~`` the last block's activations (per token) or their mean per sequence (pooled), the
@@ -508,7 +511,7 @@ def tangent_kernel_blocks(params, X, cfg) -> dict:
     parts ``K_b = J_b J_b^T`` per weight block ``b`` (``K = sum_b K_b``, so ``lambda_min(K) >=
     sum_b lambda_min(K_b)``): ``lambda_min``, ``trace`` and per block (short names ``W_Q``, ...)
     ``lambda_min``, ``lambda_min_share = lambda_min(K_b) / lambda_min(K)`` and ``trace_share``
-    (book: *Certified constants and a certified instance*, what the certified regime is). Exact
+    (book: *Certified constants and a certified instance*, section *What the certified regime is*). Exact
     up to float64 (one backward pass per output); unchecked (see :func:`lazy_report`)."""
     names, rows = _jacobian_rows(params, X, cfg)
     parts: dict[str, torch.Tensor] = {}

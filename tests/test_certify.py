@@ -1,7 +1,7 @@
 """The certified bounds (convres.certify): try to break them on random instances.
 
-Every bound of lemmas thm-lem-chain, thm-lem-rlo, thm-lem-jup and thm-lem-lup (book chapter *The
-theorem*) is an inequality that must hold at every point of the ball; these tests sample points
+Every bound of lemmas thm-lem-chain, thm-lem-rlo and thm-lem-lup (book chapter *Certified
+constants and a certified instance*) is an inequality that must hold at every point of the ball; these tests sample points
 (random, concentrated on one block, and found by an adversarial ascent), measure the bounded
 quantity exactly and compare. The mutant tests show that the checks can fail: a bound with a
 term removed is caught.

@@ -5,10 +5,11 @@ instance certified before the run, its run, the estimates of what the bounds bou
 regime numbers (``theorem_certified``), the sharper certificate on fresh seeds
 (``theorem_sharper``), the certificate against the width (``theorem_width_sweep``); *A width
 theorem* (``book/width.md``): the proven threshold ``d_min`` (``theorem_width_condition``) and
-instances drawn at it (``theorem_width_seeds``); *The FFN theorem, certified* (``book/ffn.md``): the
-FFN route certified with ``N n > d`` (``theorem_ffn_certified``), the FFN theorem observed at the
-default initialization (``theorem_ffn_runs``) and the smallest variants of the simulations that are
-certified (``theorem_certified_variants``, with :func:`scope_certificates` for the scope table).
+instances drawn at it (``theorem_width_seeds``); *The theorem through the FFN, certified, and
+the scope* (``book/ffn.md``): the FFN route certified with ``N n > d``
+(``theorem_ffn_certified``), the FFN theorem observed at the default initialization
+(``theorem_ffn_runs``) and the smallest variants of the simulations that are certified
+(``theorem_certified_variants``, with :func:`scope_certificates` for the scope table).
 """
 
 from __future__ import annotations
