@@ -134,19 +134,48 @@ output fields (book chapters 'The theorem' and 'Assumptions'):
                      excess (null when the run diverged: nothing was verified)
   initial_loss, final_loss, steps, checked_steps, observed_steps  the run (observed_steps: steps
                      at which every hypothesis of part (a) was measured to hold)
+The plain run uses the chapter's fixed instance (N = 2, n = 4, d = 16): --N, --n and --d belong
+to --certify and --width-condition.
 
-with --certify (an instance of the certified regime: branch scale 0.01, readout scale 0.1,
-attention scale 1/d_QK, gelu, d_QK = d, m = d/4, targets +-1; GD with mu = 1/L_upper):
+with --certify (book chapter 'Certified constants and a certified instance'; an instance of the
+certified regime: branch scale 0.01, readout scale 0.1, attention scale 1/d_QK, gelu, d_QK = d,
+m = d/4, targets +-1; defaults N = 1, n = 2, d = 1024; GD with mu = 1/L_upper):
+  route              main (the theorem through W_U) or ffn (with --route ffn)
   certified          every hypothesis of part (b') is established by rigorous bounds computed
                      before the run (float64 round-off aside): ratio < 1
   ratio              rho / r_sigma_lower (certified iff < 1); a failed certificate is a result
   r_sigma_lower      certified lower bound on r_sigma; L_upper, J_upper: certified upper bounds
                      of L_B and J_B on the ball of radius `radius`
   mu, alpha, mu_alpha  mu = 1/L_upper, alpha = (sigma_0/2)^2: Phi_t <= (1 - mu alpha)^t Phi_0
-  violations         steps (while Phi_t > 1e-20 Phi_0) where a certified claim failed: the
-                     per-step contraction, the envelope, ||theta_t - theta_0|| <= rho, or
-                     sigma_Nn(H_t) >= sigma_0 / 2
-  envelope_final     (1 - mu alpha)^steps initial_loss; N, n, d: the sizes
+  violations         on a certified instance, steps (while Phi_t > 1e-20 Phi_0) where a certified
+                     claim failed: the per-step contraction, the envelope, ||theta_t - theta_0||
+                     <= rho, or the singular values above their floor; null when not certified
+  observed_violations  the same count on an instance that is not certified (observations only:
+                     nothing is certified there); null when certified
+  envelope_final     (1 - mu alpha)^steps initial_loss; N, n, d, m: the sizes
+
+with --certify --route ffn (book chapter 'The theorem through the FFN'; the theorem through the
+FFN's W_2, per token, N n > d allowed: m = 4096, W_1 gain 300, branch scale 0.001, readout
+scale 4, attention scale 1/d_QK, gelu, targets +-1; defaults N = 4, n = 4, d = 8; the default
+steps are the fewest with mu alpha T >= ln(1/0.9), at most 2000): the same fields, with
+  sigma_0            sigma_M0 sigma_U0, so that alpha = (sigma_0 / 4)^2 = alpha'
+  rho                8 sqrt(2 Phi_0) / (sigma_M0 sigma_U0)
+  r_sigma_lower      r'_lo: the radius on which sigma_rows(M) >= sigma_M0/2 and sigma_1(W_U) >=
+                     sigma_U0/2 are certified; r_M: its part from the FFN activations
+  rate_ceiling       1 / (16 kappa(M_0)^2), an upper bound of any such certified mu alpha
+
+with --width-condition (book chapter 'A width theorem'; defaults N = 1, n = 2, --delta 0.05):
+  d_min              for every d >= d_min, an instance of the certified regime of width d is
+                     certified (by --certify) with probability >= 1 - delta over the data and the
+                     initialization; null if none up to 2^40
+  ratio, ratio_below the worst-case certificate ratio at d_min (< 1) and at d_min - 1 (>= 1)
+  rho, r_sigma_lower, sigma_0, R0  the worst-case values at d_min (bounds, not measurements)
+  mu_alpha           a lower bound of the certified rate at every certified instance of width d_min
+  K, t               the number of events of the union bound, the fluctuation of each group
+
+with --scope (book chapter 'The theorem through the FFN'): one row per experiment model and
+theorem: experiment, configuration, theorem, certified, failing_hypothesis (null when
+certified), ratio (the certificate ratio where one is computed, the worst over the seeds)
 """
 
 
@@ -157,8 +186,29 @@ def _print_fields(summary: dict, width: int) -> None:
 
 
 def _theorem(args) -> int:
+    modes = [name for name, on in (("--certify", args.certify), ("--width-condition", args.width_condition),
+                                   ("--scope", args.scope)) if on]
+    if len(modes) > 1:
+        raise Usage(f"choose one of --certify, --width-condition and --scope, got {' and '.join(modes)}.")
+    if args.route is not None and not args.certify:
+        raise Usage("--route chooses the theorem that --certify certifies; add --certify or drop --route.")
+    if args.delta is not None and not args.width_condition:
+        raise Usage("--delta is the probability of failure of --width-condition; add --width-condition "
+                    "or drop --delta.")
     if args.certify:
         return _theorem_certify(args)
+    if args.width_condition:
+        return _theorem_width(args)
+    sizes = [f"--{k}" for k in ("N", "n", "d") if getattr(args, k) is not None]
+    if args.scope:
+        if sizes or args.steps is not None or args.beta != 1.0 or args.layers != 1:
+            raise Usage("--scope reads the experiments' own settings; drop the sizes, --steps, --beta "
+                        "and --layers.")
+        return _theorem_scope(args)
+    if sizes:
+        raise Usage(f"{', '.join(sizes)} set the sizes of --certify and --width-condition; the plain run "
+                    "checks the chapter's fixed instance (N = 2, n = 4, d = 16): add --certify or "
+                    f"drop {', '.join(sizes)}.")
     steps = 300 if args.steps is None else args.steps
     r = theorem_run(*theorem_instance(args.seed, beta=args.beta, layers=args.layers), steps=steps)
     summary = r.summary()
@@ -175,20 +225,62 @@ def _theorem(args) -> int:
 
 
 def _theorem_certify(args) -> int:
+    from .certify import ffn_certificate, ffn_certified_run
+    from .experiments.theorem import non_vacuous_steps
+    from .instances import ffn_certified_instance
+
     if args.beta != 1.0 or args.layers != 1:
         raise Usage("--certify uses the certified regime (beta = 1, one layer); drop --beta and --layers.")
-    N, n, d = args.N, args.n, args.d
-    if N * n > d:
-        raise Usage(f"--certify needs N n <= d, got N n = {N * n} > d = {d}; use a larger --d.")
-    steps = 60 if args.steps is None else args.steps
-    params, X, Y, cfg = certified_instance(args.seed, N=N, n=n, d=d)
+    ffn = args.route == "ffn"
+    default = (4, 4, 8) if ffn else (1, 2, 1024)
+    N, n, d = (default[i] if getattr(args, k) is None else getattr(args, k) for i, k in enumerate("Nnd"))
+    if not ffn and N * n > d:
+        raise Usage(f"--certify needs N n <= d, got N n = {N * n} > d = {d}; use a larger --d, or "
+                    "--route ffn (the theorem through the FFN covers N n > d).")
+    params, X, Y, cfg = (ffn_certified_instance if ffn else certified_instance)(args.seed, N=N, n=n, d=d)
     _check_memory(cfg, N, n)
-    summary = {**certified_run(params, X, Y, cfg, steps=steps).summary(), "N": N, "n": n, "d": d,
-               "m": cfg.m, "seed": args.seed}
+    if ffn:
+        cert = ffn_certificate(params, X, Y, cfg)
+        steps = non_vacuous_steps(cert.mu_alpha, 2000) if args.steps is None else args.steps
+        run = ffn_certified_run(params, X, Y, cfg, steps=steps, cert=cert)
+    else:
+        run = certified_run(params, X, Y, cfg, steps=60 if args.steps is None else args.steps)
+    summary = {**run.summary(), "N": N, "n": n, "d": d, "m": cfg.m, "seed": args.seed}
     if args.json:
         write_json(summary)
         return 0
-    _print_fields(summary, 16)
+    _print_fields(summary, 19)
+    return 0
+
+
+def _theorem_width(args) -> int:
+    from .width import width_condition
+
+    if args.beta != 1.0 or args.layers != 1 or args.steps is not None or args.d is not None:
+        raise Usage("--width-condition gives the width d_min of the certified regime (beta = 1, one layer, "
+                    "nothing is run); drop --d, --steps, --beta and --layers.")
+    delta = 0.05 if args.delta is None else args.delta
+    if not 0 < delta < 1:
+        raise Usage(f"--delta must be in (0, 1), got {delta:g}.")
+    N, n = 1 if args.N is None else args.N, 2 if args.n is None else args.n
+    out = width_condition(N, n, delta).to_dict()
+    if args.json:
+        write_json(out)
+        return 0
+    _print_fields(out, 13)
+    return 0
+
+
+def _theorem_scope(args) -> int:
+    from .scope import certified_scope
+
+    rows = certified_scope("book")
+    if args.json:
+        write_json(rows)
+        return 0
+    for r in rows:
+        verdict = "certified" if r["certified"] else f"not certified: {r['failing_hypothesis']}"
+        print(f"{r['experiment']} [{r['theorem']}]: {verdict}")
     return 0
 
 
@@ -308,7 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_gd)
 
     p = sub.add_parser("theorem", help="run GD with the theorem's step size and check Phi_{t+1} <= "
-                       "(1 - mu alpha) Phi_t at every step (book chapter 'The theorem')",
+                       "(1 - mu alpha) Phi_t at every step (book chapter 'The theorem'); --certify, "
+                       "--width-condition, --scope: the certificate, the width theorem, the scope",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=THEOREM_EPILOG)
     p.add_argument("--seed", type=seed_value, default=0, help="seed of the data (weights: seed + 1; default "
                                                               "0)")
@@ -316,17 +409,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=_number(int, 1, 20), default=1, help="number of blocks L, 1 .. 20 "
                                                                          "(default 1)")
     p.add_argument("--steps", type=_number(int, 1, 10**5), default=None,
-                   help="gradient steps T (default 300; 60 with --certify)")
+                   help="gradient steps T (default 300; 60 with --certify; with --route ffn the fewest "
+                        "with mu alpha T >= ln(1/0.9), at most 2000)")
     p.add_argument("--certify", action="store_true",
                    help="certify an instance of the certified regime before the run (rigorous bounds), "
                         "then run GD with mu = 1/L_upper and check the certified envelope at every step")
-    p.add_argument("--N", type=_number(int, 1, 64), default=1, metavar="SEQUENCES",
-                   help="with --certify: number of sequences N (default 1)")
-    p.add_argument("--n", type=_number(int, 1, 64), default=2, metavar="TOKENS",
-                   help="with --certify: tokens per sequence n (default 2)")
-    p.add_argument("--d", type=_number(int, 1, 8192), default=1024, metavar="FEATURES",
-                   help="with --certify: width d = d_QK (m = d/4; default 1024)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--route", choices=("main", "ffn"), default=None,
+                   help="with --certify: the theorem through W_U (main, default) or through the FFN's "
+                        "W_2 (ffn: N n > d allowed)")
+    p.add_argument("--width-condition", action="store_true",
+                   help="print d_min(N, n, delta) of the width theorem: every width d >= d_min is "
+                        "certified with probability >= 1 - delta (nothing is run)")
+    p.add_argument("--delta", type=positive_float, default=None,
+                   help="with --width-condition: the probability of failure, in (0, 1) (default 0.05)")
+    p.add_argument("--scope", action="store_true",
+                   help="which experiment configuration lies inside which theorem, and which is "
+                        "certified (from the experiments' settings)")
+    p.add_argument("--N", type=_number(int, 1, 64), default=None, metavar="SEQUENCES",
+                   help="with --certify or --width-condition: number of sequences N (default 1; 4 with "
+                        "--route ffn)")
+    p.add_argument("--n", type=_number(int, 1, 64), default=None, metavar="TOKENS",
+                   help="with --certify or --width-condition: tokens per sequence n (default 2; 4 with "
+                        "--route ffn)")
+    p.add_argument("--d", type=_number(int, 1, 8192), default=None, metavar="FEATURES",
+                   help="with --certify: width d = d_QK (m = d/4; default 1024; 8 with --route ffn, "
+                        "m = 4096)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (a list with --scope)")
     p.set_defaults(func=_theorem)
 
     p = sub.add_parser("rank-collapse", help="median over K Gaussian instances of sigma_min(Attn(X)) and "

@@ -1,9 +1,12 @@
 """The book's random instances: synthetic data and one builder of ``(params, X, Y)``.
 
-Book chapters: *The model*, *The theorem*, *Rank collapse under gradient descent*, *Simulations*
-and the explorers. Every instance is Gaussian data from :func:`synthetic_regression` (seed
-``seed``) and the Gaussian initialization :func:`convres.model.init_params` (seed ``seed + 1``
-unless ``weight_seed`` is given); :func:`problem` is the one builder, and the named instances
+Book chapters: *The model*, the theorem chapters (*The theorems: statements and proofs*,
+*Certified constants and a certified instance*, *A width theorem*, *The theorem through the FFN,
+certified, and the scope*), *Rank collapse under
+gradient descent*, *Simulations* and the explorers. Every instance is Gaussian data from
+:func:`synthetic_regression` (seed ``seed``) and the Gaussian initialization
+:func:`convres.model.init_params` (seed ``seed + 1`` unless ``weight_seed`` is given);
+:func:`problem` is the one builder, and the named instances
 below are its settings.
 """
 
@@ -14,8 +17,9 @@ import torch
 from .model import ModelConfig, generator, init_params
 from .values import as_int, as_real
 
-__all__ = ["synthetic_regression", "problem", "theorem_instance", "collapse_instance",
-           "certified_instance", "CERTIFIED_REGIME", "TARGETS"]
+__all__ = ["synthetic_regression", "regression_data", "problem", "theorem_instance", "collapse_instance",
+           "certified_instance", "CERTIFIED_REGIME", "ffn_certified_instance", "FFN_CERTIFIED_REGIME",
+           "TARGETS"]
 
 #: How the targets are drawn: i.i.d. ``N(0, 1)``, or their signs (``||Y||_F^2 = N n c`` exactly).
 TARGETS = ("gaussian", "sign")
@@ -38,32 +42,44 @@ def synthetic_regression(N: int, n: int, d: int, c: int = 1, *, seed: int | torc
     return X.to(dtype), Y.to(dtype)
 
 
-def problem(cfg: ModelConfig, N: int, n: int, seed: int = 0, *, weight_seed: int | None = None,
-            branch_scale: float | None = None, readout_scale: float = 1.0,
-            targets: str = "gaussian", dtype=torch.float64):
-    """``(params, X, Y)``: :func:`synthetic_regression` data ``(N, n, cfg.d)`` with ``cfg.c``
+def regression_data(cfg: ModelConfig, N: int, n: int, seed: int = 0, *, targets: str = "gaussian",
+                    dtype=torch.float64):
+    """The data of :func:`problem`: :func:`synthetic_regression` ``(N, n, cfg.d)`` with ``cfg.c``
     targets per token (per sequence with ``pool="mean"``) from ``seed``, the targets replaced by
-    their signs with ``targets="sign"``, and :func:`convres.model.init_params` weights from
-    ``weight_seed`` (default ``seed + 1``) with ``branch_scale`` on ``W_V, W_2`` and the readout
-    ``W_U`` multiplied by ``readout_scale``."""
+    their signs with ``targets="sign"`` (then ``||Y||_F^2`` is exactly the number of targets)."""
     if targets not in TARGETS:
         raise ValueError(f"targets must be one of {TARGETS}, got {targets!r}.")
-    readout_scale = as_real("readout_scale", readout_scale, minimum=0.0, above=True)
     X, Y = synthetic_regression(N, n, cfg.d, cfg.c, seed=seed, dtype=dtype, pooled=cfg.pool == "mean")
     if targets == "sign":
         Y = torch.where(Y >= 0, 1.0, -1.0).to(dtype)
+    return X, Y
+
+
+def problem(cfg: ModelConfig, N: int, n: int, seed: int = 0, *, weight_seed: int | None = None,
+            branch_scale: float | None = None, readout_scale: float = 1.0, ffn_gain: float = 1.0,
+            targets: str = "gaussian", dtype=torch.float64):
+    """``(params, X, Y)``: the data of :func:`regression_data` (from ``seed``) and
+    :func:`convres.model.init_params` weights from ``weight_seed`` (default ``seed + 1``) with
+    ``branch_scale`` on ``W_V, W_2``, the readout ``W_U`` multiplied by ``readout_scale`` and every
+    block's ``W_1`` by ``ffn_gain`` (its entries are then ``N(0, ffn_gain^2 / d)``)."""
+    readout_scale = as_real("readout_scale", readout_scale, minimum=0.0, above=True)
+    ffn_gain = as_real("ffn_gain", ffn_gain, minimum=0.0, above=True)
+    X, Y = regression_data(cfg, N, n, seed, targets=targets, dtype=dtype)
     params = init_params(cfg, seed=seed + 1 if weight_seed is None else weight_seed, dtype=dtype,
                          branch_scale=branch_scale)
     if readout_scale != 1.0:
         params["W_U"] = params["W_U"] * readout_scale
+    if ffn_gain != 1.0:
+        for k in [k for k in params if k.endswith(".W_1")]:
+            params[k] = params[k] * ffn_gain
     return params, X, Y
 
 
 def theorem_instance(seed: int = 0, *, beta: float = 1.0, layers: int = 1, N: int = 2, n: int = 4,
                      d: int = 16, activation: str = "gelu", scale: str | float = "1/sqrt(d_qk)",
                      d_qk: int | None = None):
-    """The book's verification instance (chapter *The theorem*): ``(params, X, Y, cfg)`` with FFN
-    width ``m = d``, one output, ``d_QK = d`` unless given."""
+    """The book's verification instance (chapter *The theorems: statements and proofs*):
+    ``(params, X, Y, cfg)`` with FFN width ``m = d``, one output, ``d_QK = d`` unless given."""
     cfg = ModelConfig(d=d, d_qk=d if d_qk is None else d_qk, m=d, c=1, L=layers, beta=beta,
                       activation=activation, scale=scale)
     return (*problem(cfg, N, n, seed), cfg)
@@ -78,7 +94,8 @@ def collapse_instance(*, N: int = 4, n: int = 4, d: int = 32, m: int = 32, d_qk:
     return (*problem(cfg, N, n, seed), cfg)
 
 
-#: The book's certified regime (chapter *The theorem*): small value and FFN branches, a small
+#: The book's certified regime (chapters *Certified constants and a certified instance* and *A
+#: width theorem*): small value and FFN branches, a small
 #: readout, slow attention (scale 1/d_QK), gelu, beta = 1, d_QK = d, a narrow FFN (m = d/4) and
 #: targets of size one (random signs).
 CERTIFIED_REGIME = dict(branch_scale=0.01, readout_scale=0.1, scale="1/d_qk", activation="gelu",
@@ -99,3 +116,28 @@ def certified_instance(seed: int = 0, *, N: int = 1, n: int = 2, d: int = 1024, 
                       activation=r["activation"], scale=r["scale"])
     return (*problem(cfg, N, n, seed, branch_scale=r["branch_scale"],
                      readout_scale=r["readout_scale"], targets=r["targets"]), cfg)
+
+
+#: The regime in which the theorem through the FFN is certified with ``N n > d`` (chapter *The
+#: theorem through the FFN, certified, and the scope*): a wide FFN (``m = 4096``) whose first
+#: weight has entries ``N(0, a^2/d)`` with gain ``a = 300``, tiny value and FFN branches (``W_V``,
+#: ``W_2`` scaled by ``0.001``), a readout scaled by 4, slow attention (``1/d_QK``), gelu,
+#: ``beta = 1`` and targets of size one.
+FFN_CERTIFIED_REGIME = dict(m=4096, branch_scale=0.001, readout_scale=4.0, ffn_gain=300.0,
+                            scale="1/d_qk", activation="gelu", beta=1.0, targets="sign", pool=None)
+
+
+def ffn_certified_instance(seed: int = 0, *, N: int = 4, n: int = 4, d: int = 8, d_qk: int | None = None,
+                           **regime):
+    """An instance of :data:`FFN_CERTIFIED_REGIME`: ``(params, X, Y, cfg)``, one block, one output,
+    ``d_QK = d`` unless given; ``regime`` overrides the settings (``pool="mean"`` for the pooled
+    readout, one target per sequence). The default sizes have ``N n = 16 > d = 8``."""
+    unknown = sorted(set(regime) - set(FFN_CERTIFIED_REGIME))
+    if unknown:
+        raise ValueError(f"unknown setting(s) {unknown} of the FFN certified regime; known: "
+                         f"{sorted(FFN_CERTIFIED_REGIME)}.")
+    r = {**FFN_CERTIFIED_REGIME, **regime}
+    cfg = ModelConfig(d=d, d_qk=d if d_qk is None else d_qk, m=r["m"], c=1, beta=r["beta"],
+                      activation=r["activation"], scale=r["scale"], pool=r["pool"])
+    return (*problem(cfg, N, n, seed, branch_scale=r["branch_scale"], readout_scale=r["readout_scale"],
+                     ffn_gain=r["ffn_gain"], targets=r["targets"]), cfg)

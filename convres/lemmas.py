@@ -1,6 +1,6 @@
 """The theory's lemmas as computable quantities: each formula in one place.
 
-Book chapters: *Assumptions*, *The theorem* and *Multi-layer*. Notation: the stacked matrices ``Z``
+Book chapters: *Assumptions*, the theorem chapters and *Multi-layer*. Notation: the stacked matrices ``Z``
 (first block's attention output with its residual) and ``H`` (last hidden matrix, the input of
 ``W_U``) have ``N n`` rows and ``d`` columns; ``sigma_0 = sigma_Nn(H_0)``
 (:func:`convres.rank.sigma_nn`, 0 when ``N n > d``); ``M = act(Z W_1)`` are the FFN activations.
@@ -86,7 +86,7 @@ def hessian_norm(params, X, Y, cfg, *, iters: int = 20, seed: int = 0) -> float:
 
 def smoothness_estimate(params, X, Y, cfg, *, radius: float | None = None, samples: int = 1,
                         iters: int = 20, seed: int = 0) -> dict:
-    """Estimate a smoothness constant ``L_Phi`` of ``Phi`` near ``params`` (book: *The theorem*).
+    """Estimate a smoothness constant ``L_Phi`` of ``Phi`` near ``params`` (book: *The theorems*).
 
     The largest :func:`hessian_norm` at ``params`` and at ``samples`` points at distance ``radius``
     in random directions (``radius`` defaults to 10% of ``||theta||``). Returns ``{"L_hat",
@@ -211,7 +211,8 @@ def activation_rows(M: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
 
 
 def ffn_sigmas(params, X, cfg) -> dict:
-    """The FFN theorem's constants at ``params`` (book: *The theorem*, equation (thm-ffn-alpha)):
+    """The FFN theorem's constants at ``params`` (book: *The theorem through the FFN*, equation
+    (thm-ffn-alpha)):
     ``rows`` (``N n`` per token, ``N`` pooled), ``sigma_M = sigma_rows(M~)`` of the last block's
     activations (their mean per sequence when pooled), ``sigma_U = sigma_c(W_U)`` and
     ``alpha_ffn = (sigma_M sigma_U / 4)^2``."""

@@ -1,25 +1,33 @@
-"""Which experiment lies inside which theorem: the shape hypotheses of the book's two theorems.
+"""Which experiment lies inside which theorem: the shape hypotheses of the book's two theorems,
+and which configuration is certified before the run.
 
-Book chapter *The theorem* (section *Scope*), the *Reproduction report* and the intro. The rows
-are computed from each experiment's :attr:`~convres.experiments.Experiment.shapes` (no data
-loaded, nothing trained). Only the hypotheses that the shapes decide are listed: the width
-conditions, the smoothness of the activation, the readout, and the parameter count ``p >=
-outputs`` below which no PL inequality (hence no linear convergence to zero loss) is possible
-under any theorem. The other hypotheses (non-degenerate start, step size, the whole-run radius)
-depend on the weights and are measured or certified in the chapters.
+Book chapter *The theorem through the FFN, certified, and the scope* (section *Scope*), the
+*Reproduction report* and the intro. The rows of :func:`scope_table` are computed from each
+experiment's :attr:`~convres.experiments.Experiment.shapes` (no data loaded, nothing trained). Only the
+hypotheses that the shapes decide are listed: the width conditions, the smoothness of the
+activation, the readout, and the parameter count ``p >= outputs`` below which no PL inequality
+(hence no linear convergence to zero loss) is possible under any theorem. The other hypotheses
+(non-degenerate start, step size, the whole-run radius) depend on the weights:
+:func:`certified_scope` adds, for the configurations whose shapes meet a theorem, whether the
+certificate of :mod:`convres.certify` establishes them before the run
+(:func:`convres.experiments.theorem.scope_certificates`).
 """
 
 from __future__ import annotations
 
 from .experiments import EXPERIMENTS, settings
+from .experiments.theorem import VARIANTS, scope_certificates
 from .lemmas import parameter_count
 from .model import ModelConfig
 
-__all__ = ["THEOREMS", "scope_rows", "scope_table", "scope_summary", "covered"]
+__all__ = ["THEOREMS", "THEOREM_NAMES", "scope_rows", "scope_table", "scope_summary", "covered",
+           "certified_scope"]
 
 #: The theorems of the book that :func:`scope_table` evaluates: label -> short name.
 THEOREMS = {"thm-main": "through W_U (per token; ml-thm for L > 1)",
             "thm-ffn": "through the last W_2 (per token or pooled)"}
+#: How the chapters name the two theorems.
+THEOREM_NAMES = {"thm-main": "theorem through W_U", "thm-ffn": "theorem through the FFN"}
 
 
 def scope_rows(label: str, cfg: ModelConfig, N: int, n: int, note: str = "") -> list[dict]:
@@ -86,3 +94,51 @@ def scope_summary(rows: list[dict]):
                           "fail: " + "; ".join(f"{r['hypothesis']} ({r['value']:g} vs {r['threshold']:g})"
                                                for r in bad)}
                          for (e, th), bad in covered(rows).items()])
+
+
+#: How :func:`certified_scope` words a failing shape hypothesis (``{v}``: value, ``{t}``: threshold).
+_FAILING = {"per-token readout": "per-token readout (this model pools)",
+            "(A1) width N n <= d": "(A1) width: N n = {v:g} > d = {t:g}",
+            "(A2) smooth activation": "(A2) smooth activation: {note}",
+            "(F1) width m >= rows": "(F1) width: m = {v:g} < rows = {t:g}",
+            "(F2) outputs c <= d": "(F2) outputs: c = {v:g} > d = {t:g}",
+            "any PL: parameters p >= outputs": "any PL inequality: parameters p = {v:g} < outputs = {t:g}"}
+
+
+def _configuration(cfg: ModelConfig, N: int, n: int, note: str) -> str:
+    text = (f"N={N}, n={n}, d={cfg.d}, m={cfg.m}, d_QK={cfg.d_qk}, L={cfg.L}, {cfg.activation}, "
+            f"scale {cfg.scale}, {'pooled' if cfg.pool == 'mean' else 'per token'}")
+    return f"{text}; {note}" if note else text
+
+
+def certified_scope(profile: str = "book") -> list[dict]:
+    """One row per experiment model (the models of :func:`scope_table` and the certified variants
+    of :data:`convres.experiments.theorem.VARIANTS`) and theorem: ``experiment``,
+    ``configuration``, ``theorem``, ``certified`` (every hypothesis established before the run),
+    ``failing_hypothesis`` (``None`` when certified) and ``ratio`` (the certificate ratio where one
+    was computed, the largest over the experiment's seeds; else ``None``). What
+    ``python -m convres theorem --scope --json`` prints."""
+    names = [n for n, e in EXPERIMENTS.items() if e.in_report or n == "rank_collapse_gd"]
+    shapes = [sh for name in names for sh in EXPERIMENTS[name].shapes(settings(name, profile))]
+    shapes += VARIANTS.shapes(settings(VARIANTS.name, profile))
+    certs = {(c["experiment"], c["theorem"]): c for c in scope_certificates(profile)}
+    out = []
+    for sh in shapes:
+        bad = covered(scope_rows(sh.label, sh.cfg, sh.N, sh.n, sh.note))
+        for theorem in THEOREMS:
+            failing = [_FAILING[r["hypothesis"]].format(v=r["value"], t=r["threshold"], note=r["note"])
+                       for r in bad[(sh.label, theorem)]]
+            cert, certified, ratio = certs.get((sh.label, theorem)), False, None
+            if not failing and sh.cfg.L != 1:
+                failing = [f"certified bounds: one block (L = 1), this model has L = {sh.cfg.L}"]
+            elif not failing and cert is None:
+                failing = ["not certified: no certificate is computed for this configuration"]
+            elif not failing and cert is not None:
+                certified, ratio = bool(cert["certified"]), float(cert["ratio"])
+                if not certified:
+                    failing = [f"(b') proper initialization: certificate ratio {ratio:.3g} >= 1 "
+                               f"({cert['certified_seeds']} of {cert['seeds']} seeds certified)"]
+            out.append({"experiment": sh.label, "configuration": _configuration(sh.cfg, sh.N, sh.n, sh.note),
+                        "theorem": theorem, "certified": certified,
+                        "failing_hypothesis": "; ".join(failing) if failing else None, "ratio": ratio})
+    return out

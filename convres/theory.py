@@ -1,7 +1,9 @@
 """The book's two theorems checked along gradient-descent runs, and the assumptions on an instance.
 
-Book chapters: *Assumptions* (``book/assumptions.md``), *The theorem* (``book/theorem.md``) and
-*Multi-layer* (``book/multilayer.md``). Paper: arXiv:2506.05249 (main theorem: under proper
+Book chapters: *Assumptions* (``book/assumptions.md``), *The theorems: statements and proofs*
+(``book/theorem.md``), *Certified constants and a certified instance* (``book/certificate.md``),
+*The theorem through the FFN, certified, and the scope* (``book/ffn.md``) and *Multi-layer*
+(``book/multilayer.md``). Paper: arXiv:2506.05249 (main theorem: under proper
 initialization ``Phi(theta_{t+1}) <= (1 - mu alpha) Phi(theta_t)``). The constants are the
 **book's own** (the paper's are not available to this project); the formulas are in
 :mod:`convres.lemmas`, the rigorous bounds in :mod:`convres.certify`.
@@ -38,12 +40,13 @@ from .lemmas import (
     r_sigma_upper,
     smoothness_estimate,
 )
-from .model import check_inputs, forward_trace
+from .model import check_inputs, forward_trace, phi
 from .rank import sigma_k, sigma_nn, singular_values, spectral_norm, stacked
 from .values import as_int, as_real, as_seed
 
 __all__ = ["part_b_check", "check_assumptions", "RunCheck", "verify_run", "TheoremRun",
-           "theorem_run", "FFNTheoremRun", "ffn_theorem_run", "MIN_DECREASE"]
+           "theorem_run", "FFNTheoremRun", "ffn_theorem_run", "tangent_kernel_blocks", "lazy_report",
+           "MIN_DECREASE"]
 
 #: The "non-vacuous rate" hypothesis: the guaranteed factor ``(1 - mu alpha)^T`` is at most this.
 MIN_DECREASE = 0.9
@@ -139,7 +142,7 @@ def check_assumptions(params, X, Y, cfg, *, mu: float | None = None,
 
 @dataclasses.dataclass
 class RunCheck:
-    """Every inequality of the proof, measured at every step of one run (book: *The theorem*).
+    """Every inequality of the proof, measured at every step of one run (book: *The theorems*).
 
     ``contraction``: the per-step bound ``Phi_{t+1} <= (1 - mu alpha) Phi_t``
     (:func:`convres.checks.contraction_check`); at its checked steps ``t``: ``pl_margin =
@@ -307,11 +310,12 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
                       history=hist, check=check, params_final=final)
 
 
-# --- the second theorem: PL through the last FFN's W_2 (book: *The theorem*, thm-ffn) -------------
+# --- the second theorem: PL through the last FFN's W_2 (book: *The theorem through the FFN*) ---------
 
 @dataclasses.dataclass
 class FFNTheoremRun:
-    """Gradient descent checked against the FFN theorem (book: *The theorem*, thm-ffn).
+    """Gradient descent checked against the FFN theorem (book: *The theorem through the FFN*,
+    thm-ffn); observed, nothing bounded before the run (that is :func:`convres.certify.ffn_certificate`).
 
     Attributes:
         alpha_ffn: ``alpha' = (sigma_M0 sigma_U0 / 4)^2``.
@@ -388,7 +392,7 @@ class FFNTheoremRun:
 
 def ffn_theorem_run(params, X, Y, cfg, *, mu: float, steps: int, record_every: int = 1,
                     seed: int = 0, smoothness_iters: int = 10) -> FFNTheoremRun:
-    """Run gradient descent and check the FFN theorem (book: *The theorem*, thm-ffn) along it.
+    """Run gradient descent and check the FFN theorem (book: *The theorem through the FFN*) along it.
 
     The theorem goes through the last block's ``W_2`` (any depth, per-token or pooled readout):
     with ``M~`` the last block's activations (per token) or their mean per sequence (pooled), the
@@ -485,3 +489,111 @@ def ffn_theorem_run(params, X, Y, cfg, *, mu: float, steps: int, record_every: i
                          lemma_margin=np.asarray(lemma, dtype=np.float64), observed=observed,
                          dtype=str(dtype).replace("torch.", ""), params_final=final)
 
+
+
+# --- what the certified regimes are: the lazy-training numbers (observed) ---------------------------
+
+def _jacobian_rows(params, X, cfg) -> tuple[list[str], list[list[torch.Tensor]]]:
+    """The Jacobian of ``theta -> vec F_theta(X)`` at ``params``: one list of per-block gradients
+    per output (``N n c`` outputs per token, ``N c`` pooled)."""
+    names = list(params)
+    leaves = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+    with torch.enable_grad():
+        F = forward_trace(leaves, X, cfg).F.reshape(-1)
+        rows = [[g.reshape(-1) for g in torch.autograd.grad(F[i], list(leaves.values()), retain_graph=True,
+                                                            allow_unused=True, materialize_grads=True)]
+                for i in range(F.numel())]
+    return names, rows
+
+
+def tangent_kernel_blocks(params, X, cfg) -> dict:
+    """The tangent kernel ``K = J_0 J_0^T`` at ``params`` (``J_0`` the Jacobian of ``vec F``) and its
+    parts ``K_b = J_b J_b^T`` per weight block ``b`` (``K = sum_b K_b``, so ``lambda_min(K) >=
+    sum_b lambda_min(K_b)``): ``lambda_min``, ``trace`` and per block (short names ``W_Q``, ...)
+    ``lambda_min``, ``lambda_min_share = lambda_min(K_b) / lambda_min(K)`` and ``trace_share``
+    (book: *Certified constants and a certified instance*, section *What the certified regime is*). Exact
+    up to float64 (one backward pass per output); unchecked (see :func:`lazy_report`)."""
+    names, rows = _jacobian_rows(params, X, cfg)
+    parts: dict[str, torch.Tensor] = {}
+    for j, name in enumerate(names):
+        Jb = torch.stack([r[j] for r in rows]).to(torch.float64)
+        short = name.split(".")[-1]
+        parts[short] = parts[short] + Jb @ Jb.T if short in parts else Jb @ Jb.T
+    K = torch.stack(list(parts.values())).sum(0)
+    lam, tr = float(torch.linalg.eigvalsh(K)[0]), float(torch.trace(K))
+    blocks = {}
+    for b, Kb in parts.items():
+        lb = float(torch.linalg.eigvalsh(Kb)[0])
+        blocks[b] = {"lambda_min": lb, "lambda_min_share": lb / lam if lam > 0 else math.nan,
+                     "trace_share": float(torch.trace(Kb)) / tr if tr > 0 else math.nan}
+    return {"lambda_min": lam, "trace": tr, "blocks": blocks}
+
+
+def _one_block_descent(params, X, Y, cfg, block: str, mu: float, steps: int) -> np.ndarray:
+    """Gradient descent on the weight ``block`` alone (the others frozen at ``params``), step
+    ``mu``: the losses ``Phi_0 .. Phi_T``."""
+    p = {k: v.detach().clone() for k, v in params.items()}
+    losses = []
+    for t in range(steps + 1):
+        w = p[block].requires_grad_(True)
+        with torch.enable_grad():
+            value = phi({**p, block: w}, X, Y, cfg)
+            losses.append(float(value.detach()))
+            if t == steps:
+                break
+            (g,) = torch.autograd.grad(value, [w])
+        p[block] = (w - mu * g).detach()
+    return np.asarray(losses)
+
+
+def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U") -> dict:
+    """How lazy a run is (book: what the certified regimes are; Chizat, Oyallon & Bach 2019), all
+    *observed*, for gradient descent with step ``mu`` for ``steps`` steps:
+
+    * ``tangent_kernel``: :func:`tangent_kernel_blocks` at ``theta_0``;
+    * ``displacement``, ``displacement_share``: ``||W_b,T - W_b,0||_F`` per weight (full names,
+      ``"layer1.W_Q"``, ...) and its share of ``||theta_T - theta_0||^2``;
+    * ``H0_minus_X``: ``||H_0 - X||_2 / ||X||_2``; ``max_S_minus_uniform``: ``max |S_ij - 1/n|`` at
+      ``theta_0``; ``sigma_Nn_H0``, ``sigma_Nn_X`` (when ``N n <= d``);
+    * ``loss``, ``loss_one_block``: full gradient descent and gradient descent on ``block`` alone
+      (``"W_U"``, or e.g. ``"layer1.W_2"``) with the same step; ``one_block_gap``: their relative
+      difference ``|Phi^b_t - Phi_t| / Phi_t`` at ``t = 1, 10, 30, T``;
+    * ``linearization_error``: ``||F_T - F_0 - J_0 (theta_T - theta_0)|| / ||F_T - F_0||``.
+    """
+    check_inputs(params, X, Y, cfg)
+    mu = as_real("mu", mu, minimum=0.0, above=True)
+    steps = as_int("steps", steps, minimum=1)
+    if block not in params:
+        raise ValueError(f"block must be one of the weights {sorted(params)}, got {block!r}.")
+    p0 = {k: v.detach().to(torch.float64) for k, v in params.items()}
+    X, Y = X.detach().to(torch.float64), Y.detach().to(torch.float64)
+    with torch.no_grad():
+        tr = forward_trace(p0, X, cfg)
+    Xs, H0 = stacked(X), stacked(tr.H[-1])
+    out: dict = {"tangent_kernel": tangent_kernel_blocks(p0, X, cfg),
+                 "H0_minus_X": spectral_norm(H0 - Xs) / spectral_norm(Xs) if H0.shape == Xs.shape else None,
+                 "max_S_minus_uniform": float((tr.S[0] - 1.0 / X.shape[1]).abs().max()),
+                 "sigma_Nn_H0": sigma_nn(H0) if H0.shape[0] <= H0.shape[1] else None,
+                 "sigma_Nn_X": sigma_nn(Xs) if Xs.shape[0] <= Xs.shape[1] else None}
+    final, hist = gradient_descent(p0, X, Y, cfg, mu, steps)
+    disp = {k: float((final[k] - p0[k]).norm()) for k in p0}
+    total = sum(v * v for v in disp.values())
+    one = _one_block_descent(p0, X, Y, cfg, block, mu, hist.steps)
+    loss = np.asarray(hist.loss, dtype=np.float64)
+    names = list(p0)
+
+    def F_of(*ws):
+        return forward_trace(dict(zip(names, ws)), X, cfg).F
+
+    delta = tuple(final[k] - p0[k] for k in names)
+    F0, JD = torch.func.jvp(F_of, tuple(p0[k] for k in names), delta)[:2]
+    with torch.no_grad():
+        FT = forward_trace(final, X, cfg).F
+    moved = float((FT - F0).norm())
+    share = {k: v * v / total for k, v in disp.items()} if total > 0 else {}
+    out.update(displacement=disp, displacement_share=share, block=block, loss=loss.tolist(),
+               loss_one_block=one.tolist(), one_block_gap={str(t): float(abs(one[t] - loss[t]) / loss[t])
+                              for t in sorted({1, 10, 30, hist.steps}) if t <= hist.steps and loss[t] > 0},
+               linearization_error=float((FT - F0 - JD).norm()) / moved if moved > 0 else None,
+               mu=mu, steps=hist.steps)
+    return out

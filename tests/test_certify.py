@@ -1,7 +1,7 @@
 """The certified bounds (convres.certify): try to break them on random instances.
 
-Every bound of lemmas thm-lem-chain, thm-lem-rlo, thm-lem-jup and thm-lem-lup (book chapter *The
-theorem*) is an inequality that must hold at every point of the ball; these tests sample points
+Every bound of lemmas thm-lem-chain, thm-lem-rlo and thm-lem-lup (book chapter *Certified
+constants and a certified instance*) is an inequality that must hold at every point of the ball; these tests sample points
 (random, concentrated on one block, and found by an adversarial ascent), measure the bounded
 quantity exactly and compare. The mutant tests show that the checks can fail: a bound with a
 term removed is caught.
@@ -17,25 +17,34 @@ import torch
 from convres import ModelConfig, init_params, synthetic_regression
 from convres.certify import (
     BLOCKS,
+    EPS_GRID,
+    SOFTMAX_C2,
     _smoothness_upper,
     centre,
     certificate,
+    certificate_of,
     certified_run,
     chain,
     check_certifiable,
     crossing,
+    ffn_centre,
+    ffn_certificate,
+    ffn_certificate_of,
+    ffn_certified_run,
     jacobian_upper,
     r_sigma_lower,
+    radius_within,
     second_order,
+    sharpest_certificate_of,
     smoothness_upper,
     width_sweep,
 )
 from convres.checks import FLOAT_TOL as ENVELOPE_TOL
 from convres.cli import main
-from convres.instances import certified_instance
-from convres.lemmas import hessian_norm, r_sigma_upper
+from convres.instances import certified_instance, ffn_certified_instance
+from convres.lemmas import activation_rows, hessian_norm, r_sigma_upper
 from convres.model import forward_trace
-from convres.rank import sigma_nn, stacked
+from convres.rank import sigma_k, sigma_nn, stacked
 
 INSTANCES = 200
 CHUNKS = 10
@@ -288,3 +297,147 @@ def test_bad_inputs_name_the_argument():
     with pytest.raises(ValueError, match="steps"):
         certified_run(params, X, Y, cfg, steps=0)
     assert r_sigma_lower(centre(params, X, Y, cfg)) > 0
+
+
+# --- the softmax constant, the (1 - eps) certificate ---------------------------------------------
+
+def _softmax_second(z: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """``D^2 softmax(z)[h, h] = p (h - m)^2 - p v`` with ``m = p.h``, ``v`` the variance of h under p."""
+    p = torch.softmax(z, 0)
+    y = h - (p * h).sum()
+    return p * y ** 2 - p * (p * y ** 2).sum()
+
+
+def test_the_softmax_second_derivative_constant():
+    """Lemma thm-lem-softmax: ||D^2 p[h, h]|| <= (sqrt 7 / 4) ||h||^2 on random and adversarial
+    (ascended) points; the formula matches autograd; the supremum found is well above 1/4."""
+    g = torch.Generator().manual_seed(0)
+    worst = 0.0
+    for k in range(300):
+        n = 2 + k % 7
+        z = 3 * torch.randn(n, generator=g, dtype=torch.float64)
+        h = torch.randn(n, generator=g, dtype=torch.float64)
+        h = h / h.norm()
+        if k < 5:
+            exact = torch.func.jvp(lambda t: torch.func.jvp(lambda u: torch.softmax(z + u * h, 0), (t,),
+                                                             (torch.ones((), dtype=torch.float64),))[1],
+                                   (torch.zeros((), dtype=torch.float64),), (torch.ones((), dtype=torch.float64),))[1]
+            assert torch.allclose(exact, _softmax_second(z, h), atol=1e-12)
+        for _ in range(30):  # ascend the ratio over (z, h)
+            z, h = z.detach().requires_grad_(True), h.detach().requires_grad_(True)
+            val = _softmax_second(z, h / h.norm()).norm()
+            gz, gh = torch.autograd.grad(val, [z, h])
+            z, h = z + 0.5 * gz, h + 0.5 * gh
+        val = float(_softmax_second(z.detach(), h.detach() / h.detach().norm()).norm())
+        worst = max(worst, val)
+    assert 0.25 < worst <= SOFTMAX_C2
+
+
+def test_the_eps_certificate_is_met_by_its_run():
+    """Corollary sc-cor-eps: the sharpest certified eps of the grid; its run stays above (1 - eps)
+    sigma_0, within rho_eps and below its envelope; eps = 1/2 is the book's certificate."""
+    params, X, Y, cfg = certified_instance(2, d=1024)
+    c = centre(params, X, Y, cfg)
+    book, sharp = certificate_of(c), sharpest_certificate_of(c)
+    assert book.eps == 0.5 and book.rho == pytest.approx(4 * c.R0 / c.sigma_0) and book.certified
+    assert sharp.certified and sharp.eps in EPS_GRID and sharp.mu_alpha > 3 * book.mu_alpha
+    assert sharp.alpha == pytest.approx(((1 - sharp.eps) * c.sigma_0) ** 2)
+    run = certified_run(params, X, Y, cfg, steps=6, cert=sharp)
+    assert run.violations == 0 and run.sigma.min() >= (1 - sharp.eps) * c.sigma_0
+    assert run.path[-1] <= sharp.rho and run.summary()["eps"] == sharp.eps
+    bad = [certificate_of(c, eps) for eps in (0.02, 0.04)]
+    assert all(not b.certified for b in bad)   # too small a ball for this instance
+
+
+# --- the FFN route -------------------------------------------------------------------------------
+
+def test_the_ffn_route_certifies_n_n_above_d_and_its_run_obeys_the_envelope():
+    """Corollary ffn-cor-cert on the chapter's instance: N n = 16 > d = 8 (thm-main cannot apply),
+    ratio < 0.25; 120 steps with mu = 1/L_upper and every certified claim checked: 0 violations."""
+    params, X, Y, cfg = ffn_certified_instance(0)
+    assert X.shape[0] * X.shape[1] > cfg.d
+    cert = ffn_certificate(params, X, Y, cfg)
+    assert cert.certified and cert.ratio < 0.25 and cert.rows == 16 and not cert.pooled
+    assert cert.r_lower == min(cert.r_M, cert.sigma_U0 / 2) and cert.radius <= 1.01 * cert.rho
+    assert cert.mu_alpha <= cert.rate_ceiling
+    run = ffn_certified_run(params, X, Y, cfg, steps=120, cert=cert)
+    out = run.summary()
+    assert out["route"] == "ffn" and out["violations"] == 0 and out["checked_steps"] == 120
+    assert out["final_loss"] <= out["envelope_final"] and run.path[-1] <= cert.rho
+    assert run.sigma.min() >= cert.sigma_M0 / 2 and run.sigma_U.min() >= cert.sigma_U0 / 2
+
+
+@pytest.mark.parametrize("pool", [None, "mean"])
+def test_ffn_radius_and_pooled_smoothness_hold_at_sampled_points(pool):
+    """Lemmas ffn-lem-rlo and ffn-lem-lup-pooled on small instances: at random points of B_r' (and
+    in single blocks) sigma_rows(M~) >= sigma_M0 / 2, ||M - M_0||_F <= delta_M, and the exact
+    Hessian norm of the loss is at most L_upper (per token or pooled)."""
+    worst = {}
+    for k in range(6):
+        cfg = ModelConfig(d=4, d_qk=3, m=24, c=1, activation=("gelu", "tanh", "softplus")[k % 3], pool=pool,
+                          beta=float(0.5 + k / 4))
+        N = 5 if pool else 2
+        X, Y = synthetic_regression(N, 3, 4, 1, seed=k, pooled=pool == "mean")
+        params = init_params(cfg, seed=k + 1, branch_scale=0.3)
+        f = ffn_centre(params, X, Y, cfg)
+        cert = ffn_certificate_of(f)
+        r = cert.r_lower
+        ch = chain(f.chain, r)
+        L_up = _smoothness_upper(f.chain, r, readout=1 / math.sqrt(3) if pool else 1.0)[0]
+        flat = Flat(params, X, Y, cfg)
+        g = np.random.default_rng(k)
+        for block in (None, 2, 3, 4):
+            v = flat.point(r * math.sqrt(float(g.uniform(0.3, 1.0))), g, block)
+            M = activation_rows(forward_trace(flat.unflat(v), X, cfg).M[0], cfg)
+            worst["sigma"] = max(worst.get("sigma", 0.0), (f.sigma_M0 / 2) / max(sigma_k(M), 1e-300))
+            full = stacked(forward_trace(flat.unflat(v), X, cfg).M[0])
+            full0 = stacked(forward_trace(params, X, cfg).M[0])
+            worst["M"] = max(worst.get("M", 0.0), float((full - full0).norm()) / ch.delta_M)
+            hess = torch.autograd.functional.hessian(flat.phi, v, vectorize=True)
+            worst["L"] = max(worst.get("L", 0.0), float(torch.linalg.eigvalsh(hess).abs().max()) / L_up)
+    assert all(q <= 1 + 1e-9 for q in worst.values()), worst
+    assert worst["M"] > 0.05 and worst["L"] > 0.01, worst    # the bounds are not vacuous
+
+
+def test_the_pooled_certificate_divides_the_output_bounds_by_sqrt_n():
+    params, X, Y, cfg = ffn_certified_instance(0, N=8, n=4, d=8, m=1024, pool="mean")
+    f = ffn_centre(params, X, Y, cfg)
+    cert = ffn_certificate_of(f)
+    assert f.rows == 8 and f.pooled and cert.pooled
+    J_tok = jacobian_upper(f.chain, cert.radius)
+    assert cert.J_upper == pytest.approx(J_tok / 2, rel=1e-12)
+    assert cert.r_M == radius_within(f.chain, "M", 2 * f.sigma_M0 / 2)       # nu = sqrt(n) = 2
+    assert chain(f.chain, cert.r_M).delta_M <= f.sigma_M0 < chain(f.chain, 1.001 * cert.r_M).delta_M
+    run = ffn_certified_run(params, X, Y, cfg, steps=4, cert=cert)
+    assert run.summary()["readout"] == "pooled" and (run.violations == 0 or not cert.certified)
+
+
+def test_the_certificates_refuse_what_they_cannot_bound():
+    params, X, Y, cfg = ffn_certified_instance(0, m=64)
+    with pytest.raises(ValueError, match="route"):
+        check_certifiable(params, X, Y, cfg, route="attention")
+    with pytest.raises(TypeError, match="FFNCertificate"):
+        certified_run(params, X, Y, cfg, steps=2, cert=ffn_certificate(params, X, Y, cfg))
+    narrow = ffn_certificate(*ffn_certified_instance(0, m=8))     # m = 8 < 16 rows: sigma_M0 = 0
+    assert narrow.sigma_M0 == 0 and not narrow.certified and math.isinf(narrow.ratio)
+
+
+def test_width_sweep_draws_the_same_instances_as_certified_instance():
+    rows = width_sweep([96], [(1, 2), (2, 2)], [3])
+    for row in rows:
+        direct = certificate(*certified_instance(3, N=row["N"], n=row["n"], d=96))
+        assert row["ratio"] == pytest.approx(direct.ratio, rel=1e-12)
+
+
+def test_cli_certify_ffn_and_observed_violations(capsys):
+    assert main(["theorem", "--certify", "--route", "ffn", "--steps", "6", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["route"] == "ffn" and out["certified"] is True and out["violations"] == 0
+    assert (out["N"], out["n"], out["d"], out["m"]) == (4, 4, 8, 4096) and out["N"] * out["n"] > out["d"]
+    assert out["observed_violations"] is None and out["ratio"] < 1
+    # an instance that is not certified: nothing certified, the checks are observations
+    assert main(["theorem", "--certify", "--d", "128", "--N", "2", "--n", "2", "--steps", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["certified"] is False and out["violations"] is None and out["observed_violations"] == 0
+    assert main(["theorem", "--route", "ffn"]) == 2
+    assert "--route" in capsys.readouterr().err

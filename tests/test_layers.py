@@ -14,7 +14,7 @@ LAYERS = [
     ["model", "rank", "cache"],                                        # the model, spectra, cache
     ["gd", "instances", "data.checksums", "data.jena", "data.sst2", "data.embeddings", "data"],
     ["lemmas", "collapse"],                                            # the lemmas, rank collapse
-    ["checks", "certify"],                                             # checks and certified bounds
+    ["checks", "certify", "width"],                                    # checks, certified bounds, width
     ["theory"],                                                        # the theorems along runs
     ["plotting", "vega"],                                              # figures and charts
     ["experiments.base", "experiments.simulations", "experiments.jena", "experiments.sst2",

@@ -369,3 +369,68 @@ def test_scope_rows_decide_each_hypothesis():
     wide = scope_rows("wide", ModelConfig(d=8, d_qk=8, m=64, c=1, activation="gelu", pool="mean"), 32, 10)
     ffn = {r["hypothesis"]: r["holds"] for r in wide if r["theorem"] == "thm-ffn"}
     assert all(ffn.values())
+
+
+def test_certified_scope_names_what_fails_and_what_is_certified(capsys):
+    """theorem --scope: one row per experiment model and theorem; none of the experiments'
+    configurations as they stand is certified, each with its failing hypothesis; the certified
+    variants of the simulations are (through the FFN)."""
+    assert main(["theorem", "--scope", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    for r in rows:
+        assert set(r) == {"experiment", "configuration", "theorem", "certified", "failing_hypothesis", "ratio"}
+        assert (r["failing_hypothesis"] is None) == r["certified"]
+        assert r["theorem"] in ("thm-main", "thm-ffn") and "N=" in r["configuration"]
+    own = [r for r in rows if "certified variant" not in r["experiment"]]
+    assert own and not any(r["certified"] for r in own)
+    assert {r["experiment"].split()[0] for r in own} == {"simulations", "jena", "sst2", "rank_collapse_gd"}
+    variants = [r for r in rows if "certified variant" in r["experiment"] and r["theorem"] == "thm-ffn"]
+    assert variants and all(r["certified"] and r["ratio"] < 1 for r in variants)
+    wide = {r["theorem"]: r for r in own if r["experiment"] == "simulations (wide)"}
+    assert wide["thm-ffn"]["ratio"] > 1 and "proper initialization" in wide["thm-ffn"]["failing_hypothesis"]
+    sst = [r for r in own if r["experiment"].startswith("sst2 wide FFN") and r["theorem"] == "thm-ffn"]
+    assert sst and "one block" in sst[0]["failing_hypothesis"]
+    assert main(["theorem", "--scope"]) == 0
+    assert "certified" in capsys.readouterr().out
+
+
+def test_theorem_refuses_sizes_without_a_mode(capsys):
+    """The plain run uses the chapter's fixed instance: sizes without --certify are an error."""
+    for args in (["--d", "64", "--N", "3"], ["--n", "2"], ["--delta", "0.1"], ["--scope", "--steps", "3"],
+                 ["--certify", "--scope"]):
+        assert main(["theorem", *args, "--json"]) == 2
+        err = capsys.readouterr().err
+        assert "error" in err and ("--" in err)
+
+
+def test_tangent_kernel_blocks_and_the_lazy_report():
+    """The tangent kernel is the sum of its blocks; on a certified instance W_U carries most of it,
+    gradient descent on W_U alone follows full gradient descent, the linearization error is small."""
+    from convres.certify import certificate
+    from convres.instances import certified_instance
+    from convres.theory import lazy_report, tangent_kernel_blocks
+    params, X, Y, cfg = small(0)
+    tk = tangent_kernel_blocks(params, X, cfg)
+    assert tk["lambda_min"] >= sum(b["lambda_min"] for b in tk["blocks"].values()) - 1e-9
+    assert sum(b["trace_share"] for b in tk["blocks"].values()) == pytest.approx(1.0)
+    params, X, Y, cfg = certified_instance(0, d=512)
+    cert = certificate(params, X, Y, cfg)
+    lazy = lazy_report(params, X, Y, cfg, mu=cert.mu, steps=12)
+    assert lazy["tangent_kernel"]["blocks"]["W_U"]["lambda_min_share"] > 0.9
+    assert lazy["displacement_share"]["W_U"] > 0.9 and lazy["loss"][0] == lazy["loss_one_block"][0]
+    assert lazy["one_block_gap"]["10"] < 0.05 and lazy["linearization_error"] < 0.01
+    assert lazy["H0_minus_X"] < 0.1 and lazy["sigma_Nn_H0"] > 0
+    with pytest.raises(ValueError, match="block"):
+        lazy_report(params, X, Y, cfg, mu=cert.mu, steps=2, block="W_Z")
+
+
+def test_the_theorem_experiments_run_under_the_smoke_profile(tmp_path, monkeypatch):
+    """Every experiment of the theorem chapters runs (smoke settings) and its data are JSON."""
+    from convres.experiments import run_experiment
+    from convres.experiments.theorem import RECORDS, non_vacuous_steps
+    monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path))
+    for e in RECORDS:
+        res = run_experiment(e.name, "smoke")
+        json.dumps(res.data, allow_nan=True)
+        assert res.summary()["device"] == "cpu"
+    assert non_vacuous_steps(0.01, 100) == 11 and non_vacuous_steps(1e-9, 100) == 100

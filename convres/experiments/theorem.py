@@ -1,28 +1,78 @@
-"""The theorem chapter's computations, registered like every other experiment (cached, listed).
+"""The theorem chapters' computations, registered like every other experiment (cached, listed).
 
-Book chapter *The theorem* (``book/theorem.md``): the instance certified before the run with its
-certified run and the estimates of what the bounds bound (``theorem_certified``), the certificate
-against the width (``theorem_width_sweep``) and the FFN theorem checked along two runs
-(``theorem_ffn_runs``).
+Book chapters *Certified constants and a certified instance* (``book/certificate.md``): the
+instance certified before the run, its run, the estimates of what the bounds bound and the lazy-
+regime numbers (``theorem_certified``), the sharper certificate on fresh seeds
+(``theorem_sharper``), the certificate against the width (``theorem_width_sweep``); *A width
+theorem* (``book/width.md``): the proven threshold ``d_min`` (``theorem_width_condition``) and
+instances drawn at it (``theorem_width_seeds``); *The theorem through the FFN, certified, and
+the scope* (``book/ffn.md``): the FFN route certified with ``N n > d``
+(``theorem_ffn_certified``), the FFN theorem observed at the default initialization
+(``theorem_ffn_runs``) and the smallest variants of the simulations that are certified
+(``theorem_certified_variants``, with :func:`scope_certificates` for the scope table).
 """
 
 from __future__ import annotations
 
-from ..certify import certificate, certified_run, sampled_estimates, width_sweep
-from ..instances import certified_instance, synthetic_regression
+import math
+
+import numpy as np
+
+from ..certify import (
+    EPS_BOOK,
+    centre,
+    certificate,
+    certificate_of,
+    certified_run,
+    ffn_certificate,
+    ffn_certified_run,
+    sampled_estimates,
+    sharpest_certificate_of,
+    width_sweep,
+)
+from ..instances import (
+    certified_instance,
+    ffn_certified_instance,
+    problem,
+    synthetic_regression,
+    theorem_instance,
+)
 from ..lemmas import hessian_norm
 from ..model import ModelConfig, init_params
-from ..theory import ffn_theorem_run
+from ..theory import ffn_theorem_run, lazy_report
+from ..width import quadratic_lower_bound, width_condition
 from .base import Experiment, Result, Shape
+from .simulations import EXPERIMENT as SIMULATIONS
 
-__all__ = ["CERTIFIED", "WIDTH_SWEEP", "FFN_RUNS"]
+__all__ = ["CERTIFIED", "SHARPER", "WIDTH_SWEEP", "WIDTH_CONDITION", "WIDTH_SEEDS", "FFN_CERTIFIED",
+           "FFN_RUNS", "VARIANTS", "RECORDS", "non_vacuous_steps", "simulations_instance",
+           "scope_certificates"]
 
+#: (A4): a run of ``T`` steps is non-vacuous when ``mu alpha T >= ln(1 / 0.9)``.
+_A4 = math.log(1 / 0.9)
+
+
+def non_vacuous_steps(mu_alpha: float, cap: int) -> int:
+    """The smallest ``T`` with ``mu alpha T >= ln(1/0.9)`` (assumption (A4)), at most ``cap``."""
+    return int(min(cap, math.ceil(_A4 / mu_alpha))) if mu_alpha > 0 else cap
+
+
+def _none(res: Result) -> dict:
+    return {}
+
+
+def _no_claims(res: Result) -> list:
+    return []
+
+
+# --- the certified instance (thm-main) ------------------------------------------------------------
 
 def _run_certified(s: dict, **_) -> dict:
     params, X, Y, cfg = certified_instance(s["seed"], N=s["N"], n=s["n"], d=s["d"])
     cert = certificate(params, X, Y, cfg)          # everything before the run
     run = certified_run(params, X, Y, cfg, steps=s["steps"], cert=cert)
-    return {"run": run.to_dict(), "estimates": sampled_estimates(params, X, Y, cfg, cert)}
+    lazy = lazy_report(params, X, Y, cfg, mu=cert.mu, steps=s["steps"], block="W_U")
+    return {"run": run.to_dict(), "estimates": sampled_estimates(params, X, Y, cfg, cert), "lazy": lazy}
 
 
 def _certified_shapes(s: dict) -> list[Shape]:
@@ -30,8 +80,162 @@ def _certified_shapes(s: dict) -> list[Shape]:
     return [Shape(f"theorem certified instance (d={s['d']})", cfg, s["N"], s["n"])]
 
 
+CERTIFIED = Experiment(
+    "theorem_certified", "Certified instance: certificate, certified run, tightness, lazy regime",
+    "book/certificate.md",
+    {p: dict(seed=0, N=1, n=2, d=1024 if p != "smoke" else 256, steps=60 if p != "smoke" else 5)
+     for p in ("book", "paper", "smoke")},
+    _run_certified, _none, _no_claims, shapes=_certified_shapes, in_report=False)
+
+
+# --- sharper constants: the eps-certificate on fresh seeds ----------------------------------------
+
+def _worst_decrease(loss) -> float:
+    """``1 - max_t Phi_{t+1} / Phi_t`` over the steps above the float floor: the smallest observed
+    per-step decrease of the loss."""
+    loss = np.asarray(loss, dtype=np.float64)
+    live = loss[:-1] > 1e-20 * loss[0]
+    return float(1 - np.max(loss[1:][live] / loss[:-1][live])) if live.any() else math.nan
+
+
+def _run_sharper(s: dict, **_) -> dict:
+    rows = []
+    for seed in s["seeds"]:
+        params, X, Y, cfg = certified_instance(seed, N=s["N"], n=s["n"], d=s["d"])
+        c = centre(params, X, Y, cfg)
+        row = {"seed": seed}
+        for name, cert in (("book", certificate_of(c, EPS_BOOK)), ("sharp", sharpest_certificate_of(c))):
+            run = certified_run(params, X, Y, cfg, steps=s["steps"], cert=cert)
+            row[name] = {"eps": cert.eps, "certified": cert.certified, "ratio": cert.ratio,
+                         "mu_alpha": cert.mu_alpha, "violations": run.violations,
+                         "observed_decrease": _worst_decrease(run.loss)}
+        rows.append(row)
+    return {"rows": rows}
+
+
+SHARPER = Experiment(
+    "theorem_sharper", "Certified instance: the (1 - eps) sigma_0 certificate on fresh seeds",
+    "book/certificate.md",
+    {"book": dict(seeds=list(range(10, 15)), N=1, n=2, d=1024, steps=30),
+     "paper": dict(seeds=list(range(10, 30)), N=1, n=2, d=1024, steps=30),
+     "smoke": dict(seeds=[10], N=1, n=2, d=256, steps=3)},
+    _run_sharper, _none, _no_claims, in_report=False)
+
+
+# --- the certificate against the width (measured d*) and at the default initialization -------------
+
 def _run_width_sweep(s: dict, **_) -> dict:
-    return {"rows": width_sweep(s["widths"], [tuple(x) for x in s["shapes"]], s["seeds"])}
+    rows = width_sweep(s["widths"], [tuple(x) for x in s["shapes"]], s["seeds"])
+    default = []
+    for d in s["default_widths"]:
+        for seed in s["seeds"][:2]:
+            params, X, Y, cfg = theorem_instance(seed, d=d)
+            cert = certificate(params, X, Y, cfg)
+            default.append(dict(d=d, seed=seed, ratio=cert.ratio, rho=cert.rho,
+                                r_sigma_lower=cert.r_sigma_lower))
+    return {"rows": rows, "default": default}
+
+
+WIDTH_SWEEP = Experiment(
+    "theorem_width_sweep", "Certified instance: the certificate's ratio against the width d",
+    "book/certificate.md",
+    {"book": dict(widths=[128, 256, 512, 1024, 2048, 4096], shapes=[[1, 2], [1, 4], [2, 4], [1, 8]],
+                  seeds=[0, 1, 2], default_widths=[16, 64, 256, 1024]),
+     "paper": dict(widths=[128, 256, 512, 1024, 2048, 4096, 8192],
+                   shapes=[[1, 2], [1, 4], [2, 4], [1, 8], [4, 4], [1, 16]], seeds=list(range(5)),
+                   default_widths=[16, 64, 256, 1024, 2048]),
+     "smoke": dict(widths=[64, 128], shapes=[[1, 2]], seeds=[0], default_widths=[16])},
+    _run_width_sweep, _none, _no_claims, in_report=False)
+
+
+# --- the width theorem: d_min, and instances drawn at d_min -----------------------------------------
+
+def _run_width_condition(s: dict, **_) -> dict:
+    delta = s["delta"]
+    growth = [dict(width_condition(1, Nn, delta).to_dict(), lower=quadratic_lower_bound(1, Nn))
+              for Nn in s["Nn"]]
+    by_delta = [dict(N=N, n=n, delta=dl, d_min=width_condition(N, n, dl).d_min)
+                for N, n in s["shapes"] for dl in s["deltas"]]
+    regimes = [dict(N=N, n=n, regime=r, d_min=width_condition(N, n, delta, **r).d_min)
+               for N, n in s["shapes"][:2] for r in s["regimes"]]
+    narrow = [dict(Nn=Nn, d_min=width_condition(1, Nn, delta, ffn_ratio=0.25 / Nn).d_min)
+              for Nn in s["narrow_Nn"]]
+    return {"growth": growth, "by_delta": by_delta, "regimes": regimes, "narrow": narrow,
+            "shapes": [width_condition(N, n, delta).to_dict() for N, n in s["shapes"]]}
+
+
+_POW2 = [2 ** k for k in range(13)]
+WIDTH_CONDITION = Experiment(
+    "theorem_width_condition", "Width theorem: the proven threshold d_min(N, n, delta)", "book/width.md",
+    {p: dict(delta=0.05, Nn=_POW2 if p != "smoke" else [1, 2], shapes=[[1, 2], [2, 2], [1, 4], [2, 4]],
+             deltas=[0.5, 0.1, 0.05, 0.01, 1e-3, 1e-6] if p != "smoke" else [0.05],
+             regimes=[{"targets": "gaussian"}, {"beta": 2.0}, {"beta": 0.5}, {"branch_scale": 0.001},
+                      {"readout_scale": 0.3}] if p != "smoke" else [{"beta": 2.0}],
+             narrow_Nn=[2, 8, 32, 128, 512] if p != "smoke" else [2])
+     for p in ("book", "paper", "smoke")},
+    _run_width_condition, _none, _no_claims, in_report=False)
+
+
+def _run_width_seeds(s: dict, **_) -> dict:
+    rows = []
+    for N, n in s["shapes"]:
+        d_min = width_condition(N, n, s["delta"]).d_min
+        for frac in s["fractions"]:
+            d = int(round(frac * d_min))
+            ratios = []
+            for seed in s["seeds"]:
+                params, X, Y, cfg = certified_instance(seed, N=N, n=n, d=d)
+                ratios.append(certificate(params, X, Y, cfg).ratio)
+            rows.append(dict(N=N, n=n, d=d, d_min=d_min, fraction=frac, seeds=len(ratios),
+                             certified=int(sum(r < 1 for r in ratios)), ratios=ratios))
+    return {"rows": rows}
+
+
+WIDTH_SEEDS = Experiment(
+    "theorem_width_seeds", "Width theorem: instances drawn at d_min, certified or not", "book/width.md",
+    {"book": dict(delta=0.05, shapes=[[1, 2], [2, 2], [1, 4], [2, 4]], fractions=[1.0, 0.5],
+                  seeds=list(range(10000, 10020))),
+     "paper": dict(delta=0.05, shapes=[[1, 2], [2, 2], [1, 4], [2, 4]], fractions=[1.0, 0.7, 0.5, 0.35],
+                   seeds=list(range(10000, 10050))),
+     "smoke": dict(delta=0.05, shapes=[[1, 1]], fractions=[1.0], seeds=[10000])},
+    _run_width_seeds, _none, _no_claims, in_report=False)
+
+
+# --- the FFN route certified (thm-ffn), and observed at the default initialization ------------------
+
+def _run_ffn_certified(s: dict, **_) -> dict:
+    out: dict = {}
+    for name, kw in s["instances"].items():
+        params, X, Y, cfg = ffn_certified_instance(s["seed"], **kw)
+        cert = ffn_certificate(params, X, Y, cfg)
+        steps = non_vacuous_steps(cert.mu_alpha, s["max_steps"][name])
+        run = ffn_certified_run(params, X, Y, cfg, steps=steps, cert=cert)
+        out[name] = {"settings": kw, "run": run.to_dict()}
+        if name == "per token":
+            out[name]["lazy"] = lazy_report(params, X, Y, cfg, mu=cert.mu, steps=steps, block="layer1.W_2")
+    per_token = s["instances"]["per token"]
+    out["seeds"] = [dict(seed=k, **{f: v for f, v in ffn_certificate(*ffn_certified_instance(k, **per_token))
+                                    .to_dict().items() if f in ("certified", "ratio", "mu_alpha")})
+                    for k in s["seeds"]]
+    out["grid"] = [dict(ffn_gain=a, m=m, **{f: v for f, v in ffn_certificate(*ffn_certified_instance(
+                        s["seed"], **{**per_token, "ffn_gain": a, "m": m})).to_dict().items()
+                        if f in ("certified", "ratio", "mu_alpha")})
+                   for a in s["gains"] for m in s["widths"]]
+    return out
+
+
+_FFN_INSTANCES = {"per token": dict(N=4, n=4, d=8), "pooled": dict(N=16, n=4, d=8, pool="mean")}
+FFN_CERTIFIED = Experiment(
+    "theorem_ffn_certified", "FFN theorem: certified before the run with N n > d, per token and pooled",
+    "book/ffn.md",
+    {"book": dict(seed=0, instances=_FFN_INSTANCES, max_steps={"per token": 2000, "pooled": 1000},
+                  seeds=list(range(1, 21)), gains=[30, 100, 300, 1000], widths=[1024, 4096, 16384]),
+     "paper": dict(seed=0, instances=_FFN_INSTANCES, max_steps={"per token": 2000, "pooled": 2500},
+                   seeds=list(range(1, 51)), gains=[30, 100, 300, 1000], widths=[1024, 4096, 16384]),
+     "smoke": dict(seed=0, instances={"per token": dict(N=4, n=4, d=8, m=512),
+                                      "pooled": dict(N=8, n=4, d=8, m=512, pool="mean")},
+                   max_steps={"per token": 5, "pooled": 5}, seeds=[1], gains=[300], widths=[512])},
+    _run_ffn_certified, _none, _no_claims, in_report=False)
 
 
 def _run_ffn(s: dict, **_) -> dict:
@@ -47,30 +251,122 @@ def _run_ffn(s: dict, **_) -> dict:
     return {"runs": out}
 
 
-def _none(res: Result) -> dict:
-    return {}
-
-
-CERTIFIED = Experiment(
-    "theorem_certified", "The theorem: an instance certified before the run, and its run",
-    "book/theorem.md",
-    {p: dict(seed=0, N=1, n=2, d=1024 if p != "smoke" else 256, steps=60 if p != "smoke" else 5)
-     for p in ("book", "paper", "smoke")},
-    _run_certified, _none, lambda res: [], shapes=_certified_shapes, in_report=False)
-
-WIDTH_SWEEP = Experiment(
-    "theorem_width_sweep", "The theorem: the certificate's ratio against the width d",
-    "book/theorem.md",
-    {"book": dict(widths=[128, 256, 512, 1024, 2048], shapes=[[1, 2], [1, 4]], seeds=[0, 1, 2]),
-     "paper": dict(widths=[128, 256, 512, 1024, 2048, 4096], shapes=[[1, 2], [1, 4], [2, 4]],
-                   seeds=list(range(10))),
-     "smoke": dict(widths=[64, 128], shapes=[[1, 2]], seeds=[0])},
-    _run_width_sweep, _none, lambda res: [], in_report=False)
-
 FFN_RUNS = Experiment(
-    "theorem_ffn_runs", "The theorem: the FFN theorem checked along a per-token and a pooled run",
-    "book/theorem.md",
+    "theorem_ffn_runs", "FFN theorem: observed along a per-token and a pooled run (default initialization)",
+    "book/ffn.md",
     {"book": dict(m=256, d=8, steps={"per token": 3000, "pooled": 1500}, record_every=50),
      "paper": dict(m=256, d=8, steps={"per token": 3000, "pooled": 1500}, record_every=50),
      "smoke": dict(m=32, d=8, steps={"per token": 10, "pooled": 10}, record_every=5)},
-    _run_ffn, _none, lambda res: [], in_report=False)
+    _run_ffn, _none, _no_claims, in_report=False)
+
+
+# --- the smallest variants of the simulations that are certified ----------------------------------
+
+def simulations_instance(regime: dict, seed: int, variant: dict | None = None, profile: str = "book"):
+    """``(params, X, Y, cfg)`` of a regime of the *Simulations* experiment as it draws it (data
+    :func:`convres.instances.synthetic_regression` from ``seed``, Gaussian targets, weights
+    :func:`convres.model.init_params` from ``1000 + seed``, the experiment's ``n``, ``d``, ``m`` and
+    activation, ``beta = 1``), or with ``variant`` (``m``, ``branch_scale`` on ``W_V, W_2``,
+    ``ffn_gain`` on ``W_1``, ``readout_scale`` on ``W_U``) changing only those."""
+    sim = SIMULATIONS.profiles[profile]
+    v = variant or {}
+    cfg = ModelConfig(d=sim["d"], d_qk=regime["d_qk"], m=v.get("m", sim["m"]), c=1, beta=1.0,
+                      activation=sim["activation"], scale=regime["scale"])
+    params, X, Y = problem(cfg, regime["N"], sim["n"], seed, weight_seed=1000 + seed,
+                           branch_scale=v.get("branch_scale"), readout_scale=v.get("readout_scale", 1.0),
+                           ffn_gain=v.get("ffn_gain", 1.0))
+    return params, X, Y, cfg
+
+
+def _regimes(s: dict) -> dict[str, dict]:
+    sim = {r["name"]: r for r in SIMULATIONS.profiles[s["simulations_profile"]]["regimes"]}
+    return {name: sim[name] for name in s["variants"]}
+
+
+def _variant_label(name: str) -> str:
+    return f"simulations ({name}), certified variant"
+
+
+def _certify_both(params, X, Y, cfg) -> dict:
+    """The certificates of both theorems where their hypotheses can be bounded: ``{route: (certified,
+    ratio)}`` (thm-main only when ``N n <= d``)."""
+    ffn = ffn_certificate(params, X, Y, cfg)
+    out = {"ffn": (ffn.certified, ffn.ratio)}
+    if X.shape[0] * X.shape[1] <= cfg.d:
+        main = certificate(params, X, Y, cfg)
+        out["main"] = (main.certified, main.ratio)
+    return out
+
+
+def _run_variants(s: dict, **_) -> dict:
+    out = {}
+    for name, regime in _regimes(s).items():
+        v = s["variants"][name]
+        as_is = [_certify_both(*simulations_instance(regime, k, profile=s["simulations_profile"]))
+                 for k in s["seeds"]]
+        seeds = []
+        for k in s["seeds"]:
+            cert = ffn_certificate(*simulations_instance(regime, k, v, s["simulations_profile"]))
+            seeds.append({f: cert.to_dict()[f] for f in ("certified", "ratio", "mu_alpha")})
+        entry = {"regime": regime, "variant": v, "as_it_stands": as_is, "seeds": seeds}
+        if s["run"].get(name):
+            params, X, Y, cfg = simulations_instance(regime, s["seeds"][0], v, s["simulations_profile"])
+            cert = ffn_certificate(params, X, Y, cfg)
+            steps = non_vacuous_steps(cert.mu_alpha, s["run"][name])
+            entry["run"] = ffn_certified_run(params, X, Y, cfg, steps=steps, cert=cert).to_dict()
+        out[name] = entry
+    return {"variants": out}
+
+
+def _variant_shapes(s: dict) -> list[Shape]:
+    shapes = []
+    for name, regime in _regimes(s).items():
+        cfg = simulations_instance(regime, s["seeds"][0], s["variants"][name], s["simulations_profile"])[3]
+        shapes.append(Shape(_variant_label(name), cfg, regime["N"], SIMULATIONS.profiles[
+            s["simulations_profile"]]["n"], note="the simulations' shapes and data, rescaled weights"))
+    return shapes
+
+
+_WIDE = dict(m=1024, branch_scale=0.01, ffn_gain=300.0, readout_scale=1.0)
+_NARROW = dict(m=4096, branch_scale=0.001, ffn_gain=1000.0, readout_scale=4.0)
+VARIANTS = Experiment(
+    "theorem_certified_variants", "FFN theorem: the smallest variants of the simulations certified a priori",
+    "book/ffn.md",
+    {"book": dict(simulations_profile="book", seeds=[0, 1, 2, 3, 4],
+                  variants={"wide": _WIDE, "uniform attention": _WIDE, "narrow": _NARROW},
+                  run={"wide": 1000, "uniform attention": 1000}),
+     "paper": dict(simulations_profile="book", seeds=list(range(10)),
+                   variants={"wide": _WIDE, "uniform attention": _WIDE, "narrow": _NARROW},
+                   run={"wide": 1000, "uniform attention": 1000, "narrow": 1000}),
+     "smoke": dict(simulations_profile="smoke", seeds=[0], variants={"wide": dict(_WIDE, m=256)},
+                   run={"wide": 3})},
+    _run_variants, _none, _no_claims, shapes=_variant_shapes, in_report=False)
+
+
+def scope_certificates(profile: str = "book") -> list[dict]:
+    """The certificates behind the scope table's ``certified`` column (book: *The FFN theorem,
+    certified*, section *Scope*): for every regime of :data:`VARIANTS` as the *Simulations*
+    experiment draws it (its seeds) and for its certified variant, rows ``{"experiment",
+    "theorem", "certified", "ratio", "certified_seeds", "seeds"}``: ``certified`` when every seed
+    is certified, ``ratio`` the largest ratio over the seeds. Certificates only (nothing is
+    trained)."""
+    s = VARIANTS.profiles[profile]
+    rows = []
+    for name, regime in _regimes(s).items():
+        label = f"simulations ({name})"
+        for key, variant in ((label, None), (_variant_label(name), s["variants"][name])):
+            certs = [_certify_both(*simulations_instance(regime, k, variant, s["simulations_profile"]))
+                     for k in s["seeds"]]
+            for route, theorem in (("main", "thm-main"), ("ffn", "thm-ffn")):
+                got = [c[route] for c in certs if route in c]
+                if not got:
+                    continue
+                done = sum(bool(c) for c, _ in got)
+                rows.append(dict(experiment=key, theorem=theorem, certified=done == len(got),
+                                 ratio=max(r for _, r in got), certified_seeds=done, seeds=len(got)))
+    return rows
+
+
+#: The experiments of this module, in the order of the chapters.
+RECORDS = (CERTIFIED, SHARPER, WIDTH_SWEEP, WIDTH_CONDITION, WIDTH_SEEDS, FFN_CERTIFIED, FFN_RUNS,
+               VARIANTS)

@@ -1,0 +1,342 @@
+"""The width theorem: a width ``d_min(N, n, delta)`` above which the certificate holds with
+probability at least ``1 - delta`` over the data and the initialization.
+
+Book chapter *A width theorem* (``book/width.md``), theorem ``wd-thm-width``. The random instance
+is :func:`convres.instances.certified_instance` (definition ``wd-def-instance``): ``X`` with
+i.i.d. ``N(0, 1)`` entries, targets of the regime, weights of :func:`convres.model.init_params`
+with branch scale ``gamma`` on ``W_V, W_2`` and readout scale ``omega`` on ``W_U``, attention scale
+``1/d_QK`` with ``d_QK = d``, FFN width ``m = round(f d)``, gelu or tanh, residual ``beta``.
+
+* :func:`worst_case` bounds every input of :class:`convres.certify.Centre` that the certificate
+  uses by a closed-form value that holds with probability at least ``1 - delta`` (one Gaussian
+  event per line of the table of the chapter, a union bound with a split of ``delta`` fixed in
+  advance; lemma ``wd-lem-below``).
+* Every output of :func:`convres.certify.chain` is non-decreasing in those inputs (lemma
+  ``wd-lem-monotone``), so the certificate ratio at the worst case dominates the ratio of every
+  instance on the event (lemma ``wd-lem-compare``); the worst-case ratio is non-increasing in ``d``.
+* :func:`width_condition` returns the smallest width at which the worst-case ratio (with a margin
+  for the bisection) is below 1: for every ``d >= d_min``, with probability ``>= 1 - delta``,
+  :func:`convres.certify.certificate` returns ``certified=True``.
+
+Nothing here is a measurement: every number is a bound (computed in float64 like the certificate
+itself).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+
+from .certify import BALL_MARGIN, Centre, r_sigma_lower, smoothness_upper
+from .instances import CERTIFIED_REGIME, TARGETS
+from .model import ACTIVATIONS
+from .values import as_int, as_real
+
+__all__ = ["EVENT_GROUPS", "DELTA_SPLIT", "BISECTION_MARGIN", "events", "gelu_second_moment",
+           "WorstCase", "worst_case", "worst_ratio", "WidthCondition", "width_condition",
+           "quadratic_lower_bound"]
+
+#: The groups of events of the union bound: the input ``X``, the query and key weights, the value
+#: weight, the FFN, the readout, and (Gaussian targets only) the targets.
+EVENT_GROUPS = ("X", "QK", "V", "FFN", "U", "Y")
+
+#: The split of ``delta`` among the groups (renormalised over the groups that have events). Any
+#: split fixed before the instance is drawn is valid; this one was chosen once, on the bound alone.
+DELTA_SPLIT = {"X": 0.45, "QK": 0.05, "V": 0.01, "FFN": 0.07, "U": 0.42, "Y": 0.1}
+
+#: The relative margin ``eta`` that covers the bisection of
+#: :func:`convres.certify.radius_within` (lemma wd-lem-compare: any ``eta >= 2^-39`` does).
+BISECTION_MARGIN = 2.0 ** -30
+
+
+def _check_regime(regime: dict) -> dict:
+    unknown = sorted(set(regime) - set(CERTIFIED_REGIME))
+    if unknown:
+        raise ValueError(f"unknown setting(s) {unknown} of the certified regime; known: "
+                         f"{sorted(CERTIFIED_REGIME)}.")
+    r = {**CERTIFIED_REGIME, **regime}
+    if r["scale"] != "1/d_qk":
+        raise ValueError(f"the width theorem is for the attention scale '1/d_qk' (s d fixed), got "
+                         f"{r['scale']!r}.")
+    if r["activation"] not in ("gelu", "tanh"):
+        raise ValueError(f"the width theorem bounds ||M_0|| for gelu and tanh, got {r['activation']!r}.")
+    if r["targets"] not in TARGETS:
+        raise ValueError(f"targets must be one of {TARGETS}, got {r['targets']!r}.")
+    for key in ("branch_scale", "readout_scale", "beta", "ffn_ratio"):
+        r[key] = as_real(key, r[key], minimum=0.0, above=True)
+    return r
+
+
+def events(N: int, n: int, targets: str = "sign", activation: str = "gelu") -> dict[str, list[str]]:
+    """The events of theorem wd-thm-width, by group (definitions in the chapter's table)."""
+    return {"X": ["X+", "X-", "XF", "Pi"] + ([f"X{i}" for i in range(N)] if N > 1 else []),
+            "QK": [f"Q{i}" for i in range(N)] + [f"K{i}" for i in range(N)]
+            + ([f"l{i}" for i in range(N)] if n > 1 else []),
+            "V": [f"V{i}" for i in range(N)] + ["A", "AP"],
+            "FFN": ["W1", "P", "MF"] + (["EF"] if activation == "gelu" else []) + ["W2", "MW", "MWP"],
+            "U": ["U", "Unorm"],
+            "Y": ["Y"] if targets == "gaussian" else []}
+
+
+def _fluctuations(ev: dict[str, list[str]], delta: float) -> dict[str, float]:
+    """``t_g = sqrt(2 ln(|g| / delta_g))`` for each group ``g`` with events, ``delta_g`` its share
+    of ``delta``: each event of the group then has probability at most ``exp(-t_g^2 / 2) = delta_g /
+    |g|``, and all together at most ``delta``."""
+    live = {g: DELTA_SPLIT[g] for g in EVENT_GROUPS if ev[g]}
+    total = sum(live.values())
+    return {g: math.sqrt(2 * math.log(len(ev[g]) * total / (w * delta))) for g, w in live.items()}
+
+
+def gelu_second_moment(sigma: float) -> tuple[float, float]:
+    """Lemma wd-lem-gelu2: ``(c_psi, c_e)`` with ``c_psi(sigma) = E gelu(sigma g)^2 / sigma^2`` and
+    ``c_e(sigma) = E e(sigma g)^2 / sigma^2``, ``e(u) = gelu(u) - u/2``, ``g ~ N(0, 1)``::
+
+        c_e = (arcsin(sigma^2 / (1 + sigma^2)) + 2 sigma^2 / ((1 + sigma^2) sqrt(1 + 2 sigma^2))) / (2 pi)
+
+    and ``c_psi = 1/4 + c_e``; both non-decreasing in ``sigma``."""
+    s2 = sigma * sigma
+    c_e = (math.asin(s2 / (1 + s2)) + 2 * s2 / ((1 + s2) * math.sqrt(1 + 2 * s2))) / (2 * math.pi)
+    return 0.25 + c_e, c_e
+
+
+@dataclasses.dataclass(frozen=True)
+class WorstCase:
+    """The worst-case centre of definition wd-def-worst at width ``d``: on an event of probability
+    at least ``1 - delta``, every norm of the instance's :class:`~convres.certify.Centre` is at most
+    the value here, ``sigma_0`` at least ``sigma_0`` here and ``R0`` at most ``R0`` here.
+
+    Attributes: the sizes ``N, n, d, m`` (``m = round(f d)``; the bounds use ``m_lo = f d - 1/2 <= m
+    <= m_hi = f d + 1/2``), ``delta``, ``K`` (the number of events), ``t`` (the fluctuation of each
+    group), the attention scale ``s``, and the bounds: ``x`` (``||X||_2``), ``sigma_X``
+    (``sigma_Nn(X)``, from below), ``x_i``, ``X_F`` (``||X||_F``), ``q_i = k_i`` (``||X_i W_Q||_2``),
+    ``v_i``, ``logits`` (``||l_i||_F``), ``eps_S`` (``||S_i - 1 1^T / n||_F``), ``sx``, ``A``
+    (``||S X W_V||_2``), ``A_P`` (its part on the row space of ``X``), ``z0``, ``Z_F``, ``sigma_Z``
+    (from below), ``w1``, ``P`` (``||Z_0 W_1||_2``), ``M_F`` (``||M_0||_F``), ``E_F``
+    (``||M_0 - Z_0 W_1 / 2||_F``, gelu), ``a0``, ``w2``, ``MW`` (``||M_0 W_2||_2``), ``MW_P``,
+    ``sigma_0`` (from below), ``h0``, ``y`` (``||Y||_F``), ``R0``, ``u``; the constants ``beta``,
+    ``lip``, ``lip2``.
+    """
+
+    N: int
+    n: int
+    d: int
+    m: int
+    delta: float
+    K: int
+    t: dict
+    s: float
+    x: float
+    sigma_X: float
+    x_i: float
+    X_F: float
+    q_i: float
+    v_i: float
+    logits: float
+    eps_S: float
+    sx: float
+    A: float
+    A_P: float
+    z0: float
+    Z_F: float
+    sigma_Z: float
+    w1: float
+    P: float
+    M_F: float
+    E_F: float
+    a0: float
+    w2: float
+    MW: float
+    MW_P: float
+    sigma_0: float
+    h0: float
+    y: float
+    R0: float
+    u: float
+    beta: float
+    lip: float
+    lip2: float
+
+    def centre(self) -> Centre:
+        """The worst case as a :class:`~convres.certify.Centre` (the same bound for every sequence)."""
+        def per_sequence(v: float) -> np.ndarray:
+            return np.full(self.N, float(v))
+        return Centre(x_i=per_sequence(self.x_i), q_i=per_sequence(self.q_i), k_i=per_sequence(self.q_i),
+                      v_i=per_sequence(self.v_i), x=self.x, sx=self.sx, z0=self.z0, a0=self.a0, h0=self.h0,
+                      sigma_0=self.sigma_0, w1=self.w1, w2=self.w2, u=self.u, R0=self.R0, s=self.s,
+                      n=self.n, beta_f=self.beta, lip=self.lip, lip2=self.lip2)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def worst_case(N: int, n: int, d: int, delta: float = 0.05, **regime) -> WorstCase:
+    """Definition wd-def-worst: the worst-case centre at width ``d`` (``regime``: the settings of
+    :data:`convres.instances.CERTIFIED_REGIME` that differ from the book's). Each line is the bound
+    of one event of the chapter's table, or a deterministic consequence of earlier lines (lemma
+    wd-lem-below)."""
+    N, n, d = as_int("N", N, minimum=1), as_int("n", n, minimum=1), as_int("d", d, minimum=1)
+    delta = as_real("delta", delta, minimum=0.0, above=True, maximum=1.0)
+    if delta >= 1:
+        raise ValueError(f"delta must be below 1, got {delta}.")
+    r = _check_regime(regime)
+    g, om, b, f = r["branch_scale"], r["readout_scale"], r["beta"], r["ffn_ratio"]
+    ev = events(N, n, r["targets"], r["activation"])
+    t = _fluctuations(ev, delta)
+    tX, tQ, tV, tF, tU = t["X"], t["QK"], t["V"], t["FFN"], t["U"]
+    act = ACTIVATIONS[r["activation"]]
+    Nn, rd, rn, rN = N * n, math.sqrt(d), math.sqrt(n), math.sqrt(N)
+    m = max(1, round(f * d))
+    m_hi, m_lo = max(1.0, f * d + 0.5), max(1.0, f * d - 0.5)
+    kX = min(Nn, d)                                       # the rank of the stacked N n x d matrices
+    # the input
+    x = rd + math.sqrt(Nn) + tX                           # E_X+
+    sigma_X = rd - math.sqrt(Nn) - tX                     # E_X-
+    x_i = min(x, rd + rn + tX)                            # E_Xi
+    uX = tX * tX / 2
+    X_F = math.sqrt(Nn * d + 2 * math.sqrt(Nn * d * uX) + 2 * uX)    # E_XF (Laurent-Massart)
+    # the products X_i W (rank <= n), the logits and the attention
+    q_i = x_i * (rn + rd + tQ) / rd                       # E_Qi, E_Ki (d_QK = d)
+    v_i = g * x_i * (rn + rd + tV) / rd                   # E_Vi
+    s = 1.0 / d
+    logits = s * x_i * q_i * (n + tQ) / rd                # E_li
+    # ||S_i - 1 1^T / n||_F <= min(1/2, exp(sqrt 2 ||l_i||_F) / n) ||l_i||_F (written without overflow)
+    grows = math.sqrt(2) * logits > math.log(n / 2) if n > 1 else False
+    eps_S = 0.0 if n == 1 else (0.5 if grows else math.exp(math.sqrt(2) * logits) / n) * logits
+    sx = min(rn * x, rd + rN + tX + rN * eps_S * x_i)     # E_Pi and lemma wd-lem-det (a)
+    A = g * sx * (math.sqrt(kX) + rd + tV) / rd           # E_A
+    A_P = g * sx * (math.sqrt(kX) + math.sqrt(Nn) + tV) / rd    # E_AP
+    z0, Z_F = b * x + A, b * X_F + math.sqrt(kX) * A
+    sigma_Z = b * sigma_X - A_P                           # lemma wd-lem-det (b)
+    # the FFN
+    w1 = (rd + math.sqrt(m_hi) + tF) / rd                 # E_W1
+    P = z0 * (math.sqrt(kX) + math.sqrt(m_hi) + tF) / rd  # E_P
+    row = z0 / rd                                         # every row norm of Z_0 over sqrt(d)
+    if r["activation"] == "gelu":
+        c_psi, c_e = gelu_second_moment(row)
+        M_F = math.sqrt(m_hi * c_psi) * Z_F / rd + act.lip * z0 * tF / rd                      # E_MF
+        E_F = min(0.5, math.sqrt(c_e)) * math.sqrt(m_hi) * Z_F / rd + (act.lip - 0.5) * z0 * tF / rd  # E_EF
+        a0 = min(M_F, 0.5 * P + E_F)
+    else:                                                 # |tanh(u)| <= |u|: c_psi <= 1
+        M_F = math.sqrt(m_hi) * Z_F / rd + act.lip * z0 * tF / rd
+        E_F, a0 = math.nan, M_F
+    w2 = g * (math.sqrt(m_hi) + rd + tF) / math.sqrt(m_lo)                   # E_W2
+    kM = min(Nn, m_hi)
+    MW = g * a0 * (math.sqrt(kM) + rd + tF) / math.sqrt(m_lo)                # E_MW
+    MW_P = g * a0 * (math.sqrt(kM) + math.sqrt(Nn) + tF) / math.sqrt(m_lo)   # E_MWP
+    sigma_0, h0 = b * sigma_Z - MW_P, b * z0 + MW
+    # the readout
+    if r["targets"] == "sign":
+        y = math.sqrt(Nn)
+    else:
+        uY = t["Y"] ** 2 / 2
+        y = math.sqrt(Nn + 2 * math.sqrt(Nn * uY) + 2 * uY)                  # E_Y
+    R0 = math.sqrt(y ** 2 + (om * math.sqrt(kX) * h0 / rd) ** 2) + om * h0 * tU / rd   # E_U
+    u = om * (rd + 1 + tU) / rd                                              # E_Unorm
+    return WorstCase(N=N, n=n, d=d, m=m, delta=delta, K=sum(len(v) for v in ev.values()), t=t, s=s, x=x,
+                     sigma_X=sigma_X, x_i=x_i, X_F=X_F, q_i=q_i, v_i=v_i, logits=logits, eps_S=eps_S,
+                     sx=sx, A=A, A_P=A_P, z0=z0, Z_F=Z_F, sigma_Z=sigma_Z, w1=w1, P=P, M_F=M_F, E_F=E_F,
+                     a0=a0, w2=w2, MW=MW, MW_P=MW_P, sigma_0=sigma_0, h0=h0, y=y, R0=R0, u=u, beta=b,
+                     lip=act.lip, lip2=act.lip2)
+
+
+def worst_ratio(N: int, n: int, d: int, delta: float = 0.05, **regime) -> tuple[float, dict]:
+    """``R(d) = rho(c_bar) / ((1 - eta) r_sigma^lo(c_bar))`` at the worst-case centre ``c_bar``
+    (``inf`` when its ``sigma_0`` is not positive), with ``eta = max(2^-30, 2^-30 / r_sigma^lo)``;
+    and the worst-case numbers: ``rho``, ``r_sigma_lower``, ``sigma_0``, ``R0``, ``L_upper`` (on the
+    ball of radius ``1.01 rho``) and ``mu_alpha = sigma_0^2 / (4 L_upper)``, the certified rate's
+    lower bound of part (iii)."""
+    wc = worst_case(N, n, d, delta, **regime)
+    out = {"d": d, "rho": math.inf, "r_sigma_lower": 0.0, "sigma_0": wc.sigma_0, "R0": wc.R0,
+           "L_upper": math.inf, "mu_alpha": 0.0}
+    if not wc.sigma_0 > 0:
+        return math.inf, out
+    c = wc.centre()
+    r_lo, rho = r_sigma_lower(c), c.rho()
+    eta = max(BISECTION_MARGIN, BISECTION_MARGIN / r_lo) if r_lo > 0 else 1.0
+    L = smoothness_upper(c, BALL_MARGIN * rho)
+    out.update(rho=rho, r_sigma_lower=r_lo, L_upper=L, mu_alpha=c.alpha() / L)
+    return (rho / ((1 - eta) * r_lo) if eta < 1 else math.inf), out
+
+
+@dataclasses.dataclass(frozen=True)
+class WidthCondition:
+    """Theorem wd-thm-width for one ``(N, n, delta)`` and regime.
+
+    Attributes:
+        d_min: the smallest width ``d >= d_lo`` with ``R(d) < 1`` (``None`` if none up to ``d_max``);
+            for every ``d >= d_min`` the instance is certified with probability ``>= 1 - delta``.
+        d_lo: the smallest width the theorem allows (``d >= N n + 1`` and ``f d >= 3/2``).
+        N, n, delta, regime: the question; m: the FFN width at ``d_min``.
+        ratio: ``R(d_min) < 1``; ratio_below: ``R(d_min - 1) >= 1`` (``None`` at ``d_lo``).
+        rho, r_sigma_lower, sigma_0, R0: the worst-case numbers at ``d_min``.
+        mu_alpha: the lower bound of the certified rate at ``d_min`` (part (iii)).
+        K: the number of events; t: the fluctuation of each group; seconds: the time it took.
+    """
+
+    N: int
+    n: int
+    delta: float
+    regime: dict
+    d_min: int | None
+    d_lo: int
+    m: int | None
+    ratio: float | None
+    ratio_below: float | None
+    rho: float | None
+    r_sigma_lower: float | None
+    sigma_0: float | None
+    R0: float | None
+    mu_alpha: float | None
+    K: int
+    t: dict
+    seconds: float
+
+    def to_dict(self) -> dict:
+        """JSON-ready (what ``python -m convres theorem --width-condition --json`` prints)."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in {**dataclasses.asdict(self), "Nn": self.N * self.n}.items()}
+
+
+def width_condition(N: int, n: int, delta: float = 0.05, *, d_max: int = 2 ** 40, **regime) -> WidthCondition:
+    """Theorem wd-thm-width: ``d_min(N, n, delta)``, found by doubling and integer bisection on
+    :func:`worst_ratio` (``R(d_min) < 1 <= R(d_min - 1)`` is checked on the result)."""
+    t0 = time.perf_counter()
+    N, n = as_int("N", N, minimum=1), as_int("n", n, minimum=1)
+    d_max = as_int("d_max", d_max, minimum=2)
+    r = _check_regime(regime)
+    d_lo = max(N * n + 1, math.ceil(1.5 / r["ffn_ratio"]))
+
+    def R(d: int) -> float:
+        return worst_ratio(N, n, d, delta, **regime)[0]
+
+    ev = events(N, n, r["targets"], r["activation"])
+    K, t = sum(len(v) for v in ev.values()), _fluctuations(ev, as_real("delta", delta, minimum=0.0,
+                                                                        above=True, maximum=1.0))
+    lo, hi = d_lo, d_lo
+    if R(hi) >= 1:
+        while R(hi) >= 1:                                 # R is non-increasing in d (part (i))
+            lo, hi = hi, 2 * hi
+            if hi > d_max:
+                return WidthCondition(N, n, delta, dict(regime), None, d_lo, None, None, None, None, None,
+                                      None, None, None, K, t, time.perf_counter() - t0)
+        while hi - lo > 1:                                # R(lo) >= 1 > R(hi)
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if R(mid) < 1 else (mid, hi)
+    ratio, w = worst_ratio(N, n, hi, delta, **regime)
+    below = R(hi - 1) if hi > d_lo else None
+    if not ratio < 1 or (below is not None and below < 1):
+        raise ArithmeticError(f"the worst-case ratio is not monotone near d = {hi} (R(d) = {ratio}, "
+                              f"R(d - 1) = {below}); this contradicts part (i) of wd-thm-width.")
+    return WidthCondition(N, n, delta, dict(regime), hi, d_lo, max(1, round(r["ffn_ratio"] * hi)), ratio,
+                          below, w["rho"], w["r_sigma_lower"], w["sigma_0"], w["R0"], w["mu_alpha"], K, t,
+                          time.perf_counter() - t0)
+
+
+def quadratic_lower_bound(N: int, n: int, beta: float = 1.0, ffn_ratio: float = 0.25) -> float:
+    """Proposition wd-prop-exponent: ``64 f c_e(beta) beta^-6 (N n)^2``, to which ``d_min`` is
+    asymptotically at least equal (gelu; ``f`` the FFN ratio): the threshold grows at least like
+    ``(N n)^2``."""
+    return 64 * ffn_ratio * gelu_second_moment(beta)[1] * beta ** -6 * (N * n) ** 2

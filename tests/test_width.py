@@ -1,0 +1,198 @@
+"""The width theorem (convres.width; book chapter *A width theorem*): its bounds against the true
+centre on random draws, its monotonicity lemmas, and instances drawn at d_min certified by the
+command line."""
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from convres.certify import centre, certificate, chain, r_sigma_lower, smoothness_upper
+from convres.cli import main
+from convres.instances import certified_instance
+from convres.model import forward_trace
+from convres.rank import sigma_nn, spectral_norm, stacked
+from convres.width import (
+    events,
+    gelu_second_moment,
+    quadratic_lower_bound,
+    width_condition,
+    worst_case,
+    worst_ratio,
+)
+
+#: The inputs of a Centre that the chain reads (all bounded from above by the worst case).
+UPPER = ("x_i", "q_i", "k_i", "v_i", "x", "sx", "z0", "a0", "h0", "w1", "w2", "u", "R0")
+
+
+def _true_parts(params, X, Y, cfg) -> dict:
+    """The intermediate norms of the worst case's table, measured exactly."""
+    with torch.no_grad():
+        tr = forward_trace(params, X, cfg)
+    n = X.shape[1]
+    Z, M = stacked(tr.Z[0]), stacked(tr.M[0])
+    U = torch.full((n, n), 1.0 / n, dtype=X.dtype)
+    return {"X_F": float(X.norm()), "sigma_X": sigma_nn(X), "sigma_Z": sigma_nn(Z),
+            "Z_F": float(Z.norm()), "M_F": float(M.norm()), "A": spectral_norm(stacked(tr.A[0])),
+            "P": spectral_norm(Z @ params["layer1.W_1"]), "eps_S": float((tr.S[0] - U).flatten(1).norm(dim=1).max()),
+            "y": float(Y.norm())}
+
+
+@pytest.mark.parametrize("N,n,d,regime", [(1, 2, 200, {}), (2, 2, 300, {}), (1, 4, 120, {}),
+                                          (3, 2, 400, {"targets": "gaussian"}),
+                                          (2, 3, 256, {"activation": "tanh", "beta": 2.0}),
+                                          (1, 3, 600, {"branch_scale": 0.2, "readout_scale": 1.0})])
+def test_the_worst_case_dominates_the_true_centre(N, n, d, regime):
+    """Lemma wd-lem-below on draws at widths far below d_min (where the bounds are hardest): every
+    norm the chain reads is at most its worst-case bound, sigma_0 at least its bound, and so are the
+    intermediate quantities of the table (each event holds with probability >= 1 - delta/K; the
+    seeds are fixed, so the test is deterministic)."""
+    wc = worst_case(N, n, d, 0.05, **regime)
+    for seed in range(4):
+        params, X, Y, cfg = certified_instance(seed, N=N, n=n, d=d, **regime)
+        c = centre(params, X, Y, cfg)
+        w = wc.centre()
+        for name in UPPER:
+            assert np.all(np.asarray(getattr(c, name)) <= np.asarray(getattr(w, name))), (name, seed)
+        assert c.sigma_0 >= wc.sigma_0, seed
+        parts = _true_parts(params, X, Y, cfg)
+        for name in ("X_F", "Z_F", "M_F", "A", "P", "eps_S", "y"):
+            assert parts[name] <= getattr(wc, name) * (1 + 1e-12), (name, seed)
+        for name in ("sigma_X", "sigma_Z"):
+            assert parts[name] >= getattr(wc, name), (name, seed)
+
+
+def test_the_bounds_are_not_vacuous():
+    """At d_min the worst-case sigma_0 is within a factor 1.25 of the true values and R_0 within
+    a factor 1.5 (the bounds are concentration bounds, sharp to leading order)."""
+    w = width_condition(1, 2, 0.05)
+    wc = worst_case(1, 2, w.d_min)
+    for seed in range(3):
+        c = centre(*certified_instance(seed, N=1, n=2, d=w.d_min))
+        assert wc.sigma_0 <= c.sigma_0 < 1.25 * wc.sigma_0
+        assert c.R0 <= wc.R0 < 1.5 * c.R0
+
+
+def _scaled(c, factor: float, name: str):
+    v = getattr(c, name)
+    return dataclasses.replace(c, **{name: v * factor})
+
+
+def test_the_chain_is_monotone_in_every_input_and_in_the_radius():
+    """Lemma wd-lem-monotone: raising one input of the centre never lowers an output of chain(),
+    L_upper or the certificate ratio (sigma_0 lowers it)."""
+    fields = ("dZ", "dP", "dM", "dH", "dF", "dS_i")
+    scalars = ("delta_Z", "delta_M", "delta_H", "Zbar", "Mbar", "Hbar")
+    for seed, (N, n, d) in enumerate([(1, 2, 256), (2, 2, 128), (2, 3, 64), (3, 1, 64)]):
+        c = centre(*certified_instance(seed, N=N, n=n, d=d))
+        for r in (0.01, 0.3, 2.0):
+            base = chain(c, r)
+            for name in UPPER:
+                for factor in (1.001, 2.0):
+                    up = chain(_scaled(c, factor, name), r)
+                    for f in fields:
+                        assert np.all(getattr(up, f) >= getattr(base, f) * (1 - 1e-14)), (name, f)
+                    for f in scalars:
+                        assert getattr(up, f) >= getattr(base, f) * (1 - 1e-14), (name, f)
+                    assert smoothness_upper(_scaled(c, factor, name), r) >= smoothness_upper(c, r) * (1 - 1e-14)
+        radii = np.geomspace(1e-3, 3, 25)
+        deltas = [chain(c, r).delta_H for r in radii]
+        assert np.all(np.diff(deltas) >= 0)
+        ratio = certificate(*certified_instance(seed, N=N, n=n, d=d)).ratio
+        lower = dataclasses.replace(c, sigma_0=0.9 * c.sigma_0)
+        assert lower.rho() / r_sigma_lower(lower) >= ratio
+
+
+def test_the_scaling_argument_of_part_i():
+    """Proof of wd-thm-width (i): multiplying the norms of the chain and sigma_0 by lambda and the
+    attention scale by lambda^-2 multiplies delta_H by lambda and leaves r_sigma^lo unchanged."""
+    c = centre(*certified_instance(0, N=2, n=2, d=128))
+    lam = 0.37
+    scaled = dataclasses.replace(c, **{k: getattr(c, k) * lam for k in
+                                       ("x_i", "q_i", "k_i", "v_i", "x", "sx", "z0", "a0", "sigma_0")},
+                                 s=c.s / lam ** 2)
+    for r in (0.05, 0.5):
+        assert chain(scaled, r).delta_H == pytest.approx(lam * chain(c, r).delta_H, rel=1e-12)
+    assert r_sigma_lower(scaled) == pytest.approx(r_sigma_lower(c), rel=1e-9)
+
+
+def test_the_worst_case_ratio_falls_with_the_width():
+    """Part (i), numerically: R(d) never increases on a grid, is infinite at small d, below one
+    from d_min on; d_min is found with R(d_min) < 1 <= R(d_min - 1)."""
+    for N, n in ((1, 2), (2, 4)):
+        ds = np.unique(np.geomspace(N * n + 2, 5e4, 120).astype(int))
+        R = np.array([worst_ratio(N, n, int(d))[0] for d in ds])
+        finite = np.isfinite(R)
+        assert not finite[0] and finite[-1]
+        assert np.all(np.diff(R[finite]) <= 1e-12 * R[finite][1:])
+        w = width_condition(N, n)
+        assert w.ratio < 1 <= w.ratio_below and w.d_min > N * n
+        assert worst_ratio(N, n, w.d_min)[0] < 1 <= worst_ratio(N, n, w.d_min - 1)[0]
+
+
+def test_d_min_grows_with_nn_falls_with_delta_and_is_at_least_quadratic():
+    d = {Nn: width_condition(1, Nn).d_min for Nn in (1, 2, 4, 8, 64)}
+    assert d[1] < d[2] < d[4] < d[8] < d[64]
+    assert all(d[k] >= quadratic_lower_bound(1, k) for k in d)
+    by_delta = [width_condition(2, 2, dl).d_min for dl in (0.5, 0.05, 1e-3)]
+    assert by_delta[0] < by_delta[1] < by_delta[2]
+    assert width_condition(1, 2, beta=2.0).d_min < d[2] < width_condition(1, 2, beta=0.5).d_min
+    assert width_condition(1, 2, targets="gaussian").d_min > d[2]
+
+
+def test_gelu_second_moment_matches_quadrature():
+    """Lemma wd-lem-gelu2 against a trapezoid rule on [-12, 12] (400001 points)."""
+    g = torch.linspace(-12, 12, 400001, dtype=torch.float64)
+    density = torch.exp(-g ** 2 / 2) / math.sqrt(2 * math.pi)
+    for sigma in (0.1, 1.0, 3.0):
+        u = sigma * g
+        gelu = torch.nn.functional.gelu(u)
+        c_psi, c_e = gelu_second_moment(sigma)
+        assert c_psi == pytest.approx(float(torch.trapezoid(gelu ** 2 * density, g)) / sigma ** 2, rel=1e-9)
+        assert c_e == pytest.approx(float(torch.trapezoid((gelu - u / 2) ** 2 * density, g)) / sigma ** 2,
+                                    rel=1e-9)
+    values = [gelu_second_moment(s)[1] for s in np.linspace(0.01, 5, 50)]
+    assert np.all(np.diff(values) > 0) and values[-1] < 0.25
+
+
+def test_events_are_counted():
+    assert sum(map(len, events(1, 2).values())) == 19
+    assert sum(map(len, events(2, 2, "gaussian").values())) == 26
+    assert sum(map(len, events(1, 1, activation="tanh").values())) == 17
+
+
+@pytest.mark.parametrize("N,n,seeds", [(1, 1, (20001, 20002)), (1, 2, (20001, 20002))])
+def test_instances_drawn_at_d_min_are_certified_by_the_command_line(capsys, N, n, seeds):
+    """The theorem's claim on fresh seeds: at d = d_min, theorem --certify certifies at least a
+    1 - delta fraction of the instances (the chapter's seed study has 20 seeds per shape)."""
+    assert main(["theorem", "--width-condition", "--N", str(N), "--n", str(n), "--json"]) == 0
+    w = json.loads(capsys.readouterr().out)
+    assert {"d_min", "delta", "N", "n", "ratio", "mu_alpha"} <= set(w) and w["delta"] == 0.05
+    certified = 0
+    for seed in seeds:
+        assert main(["theorem", "--certify", "--N", str(N), "--n", str(n), "--d", str(w["d_min"]),
+                     "--seed", str(seed), "--steps", "2", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        certified += out["certified"]
+        if out["certified"]:
+            assert out["violations"] == 0 and out["mu_alpha"] >= w["mu_alpha"] * (1 - 1e-9)
+    assert certified / len(seeds) >= 1 - w["delta"]
+
+
+def test_bad_arguments_name_the_setting(capsys):
+    with pytest.raises(ValueError, match="delta"):
+        worst_case(1, 2, 100, 1.5)
+    with pytest.raises(ValueError, match="1/d_qk"):
+        width_condition(1, 2, scale="1/sqrt(d_qk)")
+    with pytest.raises(ValueError, match="unknown setting"):
+        width_condition(1, 2, gamma=0.1)
+    with pytest.raises(ValueError, match="gelu and tanh"):
+        width_condition(1, 2, activation="softplus")
+    assert main(["theorem", "--width-condition", "--d", "100"]) == 2
+    assert "--d" in capsys.readouterr().err
+    assert main(["theorem", "--width-condition", "--delta", "1"]) == 2
+    assert "(0, 1)" in capsys.readouterr().err
+    assert math.isinf(worst_ratio(2, 2, 5)[0])
