@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..model import ModelConfig
+from ..stats import VERDICTS
 from ..values import as_int, json_safe
 
 __all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
@@ -26,10 +27,6 @@ __all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEY
 PROFILES = ("book", "paper", "smoke")
 #: Version of the layout of the results; part of the cache key (bump it when a runner changes).
 RESULT_FORMAT = 5
-#: The verdicts of the reproduction report. "inconclusive": the setting cannot show the effect (a
-#: ceiling, or a regime where it cannot appear); "holds a posteriori": a row that checks one of the
-#: book's own inequalities along the runs rather than a claim of the paper that could fail on its own.
-VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "holds a posteriori")
 #: The fields every :meth:`Result.summary` starts with (``None`` where one does not apply):
 #: training and validation sequences, raw data rows, the simulation regimes, seeds, steps, the
 #: wall time of the computation, dtype and device.
