@@ -60,9 +60,9 @@ def paired_bootstrap(effects: Sequence[float], *, level: float = 0.95, draws: in
 def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
     """Kendall's tau-b of the pairs ``(x_i, y_i)``: (concordant - discordant) over the square root
     of the pairs untied in x times those untied in y; ``nan`` when either is constant."""
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    i, j = np.triu_indices(len(x), k=1)
-    sx, sy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    i, j = np.triu_indices(len(a), k=1)
+    sx, sy = np.sign(a[i] - a[j]), np.sign(b[i] - b[j])
     nx, ny = np.count_nonzero(sx), np.count_nonzero(sy)
     return float((sx * sy).sum() / math.sqrt(nx * ny)) if nx and ny else math.nan
 
