@@ -69,7 +69,7 @@ class History:
 
     @property
     def steps(self) -> int:
-        """Number of gradient steps kept: ``len(loss) - 1``."""
+        """The number of gradient steps kept, ``len(loss) - 1``."""
         return len(self.loss) - 1
 
     @property

@@ -24,7 +24,7 @@ VERDICT_COLORS = {"reproduced": "#1b6e32", "partly": "#8a5300", "not reproduced"
                   "inconclusive": "#55595f", "holds a posteriori": "#1f5aa6"}
 
 def badge(verdict: str) -> str:
-    """An HTML badge for ``verdict`` (one of :data:`convres.experiments.VERDICTS`)."""
+    """An HTML badge for ``verdict`` (one of :data:`convres.stats.VERDICTS`)."""
     if verdict not in VERDICT_COLORS:
         raise ValueError(f"unknown verdict {verdict!r}; expected one of {VERDICTS}.")
     return (f'<span style="background:{VERDICT_COLORS[verdict]};color:#fff;border-radius:0.8em;'

@@ -113,7 +113,7 @@ def _configuration(cfg: ModelConfig, N: int, n: int, note: str) -> str:
 
 def certified_scope(profile: str = "book") -> list[dict]:
     """One row per experiment model (the models of :func:`scope_table` and the certified variants
-    of :data:`convres.experiments.theorem.VARIANTS`) and theorem: ``experiment``,
+    of ``convres.experiments.theorem.VARIANTS``) and theorem: ``experiment``,
     ``configuration``, ``theorem``, ``certified`` (every hypothesis established before the run),
     ``failing_hypothesis`` (``None`` when certified) and ``ratio`` (the certificate ratio where one
     was computed, the largest over the experiment's seeds; else ``None``). What

@@ -326,8 +326,9 @@ class FFNTheoremRun:
         hypotheses: the :class:`~convres.checks.Hypothesis` records (see :func:`ffn_theorem_run`).
         history: the run's :class:`~convres.gd.History`.
         contraction: ``Phi_{t+1} <= (1 - mu alpha') Phi_t`` checked at every step;
-        pl_margin, descent_margin: at its checked steps, ``||grad_{W_2} Phi_t||^2 / (2 Phi_t) -
-        alpha'`` and ``(Phi_t - mu/2 ||g_t||^2 - Phi_{t+1}) / Phi_t``.
+        pl_margin, descent_margin: at its checked steps,
+            ``||grad_{W_2} Phi_t||^2 / (2 Phi_t) - alpha'`` and
+            ``(Phi_t - mu/2 ||g_t||^2 - Phi_{t+1}) / Phi_t``.
         recorded_steps, sigma_M, sigma_U: the singular values at the recorded steps.
         lemma_margin: at the recorded steps, ``||grad_{W_2} Phi||^2 / (2 Phi) - sigma_M^2 sigma_U^2``
             (the PL lemma itself: never negative up to round-off).

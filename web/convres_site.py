@@ -42,6 +42,7 @@ Jobs for the published site:
 
 from __future__ import annotations
 
+import importlib
 import os
 import pkgutil
 import shutil
@@ -116,12 +117,22 @@ def _check_assets(app) -> None:
 
 
 def api_modules() -> list[str]:
-    """Names of the public submodules of ``convres``, in the order of the API page."""
+    """Names of the public modules of ``convres`` (a subpackage followed by its own modules), in
+    the order of the API page."""
     import convres
 
-    names = [m.name for m in pkgutil.iter_modules(convres.__path__) if not m.name.startswith("_")]
-    ordered = [n for n in API_ORDER if n in names]
-    return ordered + sorted(set(names) - set(ordered))
+    top = [m for m in pkgutil.iter_modules(convres.__path__) if not m.name.startswith("_")]
+    names = [m.name for m in top]
+    ordered = [n for n in API_ORDER if n in names] + sorted(set(names) - set(API_ORDER))
+    packages = {m.name for m in top if m.ispkg}
+    result = []
+    for name in ordered:
+        result.append(name)
+        if name in packages:  # a subpackage's modules follow it (convres.data.jena, ...)
+            sub = importlib.import_module(f"convres.{name}")
+            result += sorted(f"{name}.{m.name}" for m in pkgutil.iter_modules(sub.__path__)
+                             if not m.name.startswith("_"))
+    return result
 
 
 def _api_source(app, docname: str, source: list) -> None:
