@@ -126,7 +126,7 @@ def test_simulations_run_and_cache(monkeypatch):
     assert ex.run_experiment("simulations", overrides=TINY_SIM).data == r.data
     k = r.summary()
     assert list(k)[:len(ex.SUMMARY_KEYS)] == list(ex.SUMMARY_KEYS)
-    assert k["regimes"] == ["wide", "uniform attention"] and k["seeds"] == [0] and k["steps"] == 20
+    assert k["regimes"] == ["wide", "uniform attention"] and k["seeds"] == 1 and k["steps"] == 20
     assert [x["beta"] for x in k["per_regime"][0]["per_beta"]] == [0.0, 1.0]
     pd_ = ex.phase_diagram(r, "d_qk")
     assert pd_["x"] == [1024] and len(pd_["log_ratio"]) == 1 and len(pd_["log_ratio"][0]) == 2

@@ -108,7 +108,7 @@ class Result:
         number becomes ``None``)."""
         s = self.settings
         head = dict.fromkeys(SUMMARY_KEYS)
-        head.update(seeds=list(s["seeds"]) if "seeds" in s else None, steps=s.get("steps"),
+        head.update(seeds=len(s["seeds"]) if "seeds" in s else None, steps=s.get("steps"),
                     wall_seconds=round(float(self.seconds), 1), dtype=s.get("dtype", "float64"),
                     device=self.data.get("device", "cpu"))
         return json_safe({**head, **self.experiment.key_numbers(self)})
