@@ -290,7 +290,8 @@ def attention(X, W_Q, W_K, W_V, s: float):
     return S, linear(S @ X, W_V)
 
 
-def block(X, W: Mapping[str, torch.Tensor], *, s: float, act: Activation, beta_attn, beta_ffn):
+def block(X, W: Mapping[str, torch.Tensor], *, s: float, act: Activation,
+          beta_attn, beta_ffn):
     """One block, book equations (1)-(3): ``(logits, S, A, Z, M, H)`` for input ``X``."""
     logits = attention_logits(X, W["W_Q"], W["W_K"], s)
     S = torch.softmax(logits, dim=-1)                                   # (1)

@@ -104,12 +104,14 @@ def _assumptions(X, H0, cfg, mu, steps) -> list[Hypothesis]:
     rel_x = sigma_nn(Xs) / max(spectral_norm(Xs), 1e-300)
     sigma_0 = sigma_nn(H0)
     rel_h = sigma_0 / max(float(singular_values(H0, "H_0")[0]), 1e-300)
-    checks = [Hypothesis("width", "N n <= d", float(N * n), float(cfg.d), N * n <= cfg.d),
-              Hypothesis("smooth activation", "act' is Lipschitz (gelu, tanh, softplus)",
-                         float(smooth), 1.0, smooth),
-              Hypothesis("full-rank input", "sigma_Nn(X) / ||X||_2 > 1e-10", rel_x, 1e-10, rel_x > 1e-10),
-              Hypothesis("non-degenerate H_0", "sigma_Nn(H_0) / ||H_0||_2 > 1e-10", rel_h, 1e-10,
-                         rel_h > 1e-10)]
+    checks = [
+        Hypothesis("width", "N n <= d", float(N * n), float(cfg.d), N * n <= cfg.d),
+        Hypothesis("smooth activation", "act' is Lipschitz (gelu, tanh, softplus)",
+                   float(smooth), 1.0, smooth),
+        Hypothesis("full-rank input", "sigma_Nn(X) / ||X||_2 > 1e-10",
+                   rel_x, 1e-10, rel_x > 1e-10),
+        Hypothesis("non-degenerate H_0", "sigma_Nn(H_0) / ||H_0||_2 > 1e-10",
+                   rel_h, 1e-10, rel_h > 1e-10)]
     if mu is not None:
         need, val = -math.log(MIN_DECREASE), mu * alpha(sigma_0) * steps
         checks.append(Hypothesis("non-vacuous rate", f"mu alpha T >= ln(1/{MIN_DECREASE:g})",

@@ -541,7 +541,7 @@ def _pixels(value: float, axis) -> float:
 
 def _check_explorer_state(state: dict, data: dict, key: str) -> list[str]:
     """Differences between what the explorer shows and what its data hold for position ``key``."""
-    from convres.explorers import readout_text, series_rows
+    from convres.vega import readout_text, series_rows
     rec, problems = data["positions"][key], []
     if state["position"] != key:
         return [f"the explorer shows position {state['position']!r}, the sliders are at {key!r}"]
@@ -809,9 +809,10 @@ def test_explorer_data_is_what_convres_computes():
     recomputed (one run at a time, off the page's batched grid) from the grid settings it embeds."""
     if not EXPLORER_PAGES:
         _skip_or_fail("no page with an explorer in the built site")
-    from convres import explorers
+    from convres import vega
+    from convres.experiments import explorers as grids
 
-    recompute = {"rank-collapse": explorers.rank_collapse_position, "convergence": explorers.convergence_position}
+    recompute = {"rank-collapse": grids.rank_collapse_position, "convergence": grids.convergence_position}
     problems = []
     for page in EXPLORER_PAGES:
         for ex in _explorers_of(page):
@@ -820,7 +821,7 @@ def test_explorer_data_is_what_convres_computes():
                     ",".join(str(len(c["values"]) - 1) for c in data["controls"])]
             for key in dict.fromkeys(keys):
                 values = [c["values"][int(i)] for c, i in zip(data["controls"], key.split(","))]
-                now = explorers._rounded(recompute[data["name"]](*values, data["grid"]))
+                now = vega.rounded(recompute[data["name"]](*values, data["grid"]))
                 stored = data["positions"][key]
                 for field, value in now.items():
                     if field in ("labels", "readout"):
