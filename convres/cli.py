@@ -41,6 +41,12 @@ LIMITS = {"N": 10**6, "n": 10**4, "d": 10**5, "layers": 1000, "steps": 10**7}
 class Usage(ValueError):
     """A request that cannot be run as given (the message says what to change)."""
 
+#: The fields of a claim in ``reproduce --json``: the report's row, and the numbers of the
+#: pre-registered rule (``effect``, ``ci``, ``margin``, ``units``, ``agree``; ``reason`` when
+#: inconclusive) where the claim has them.
+CLAIM_KEYS = ("experiment", "claim", "verdict", "measurement", "evidence", "criterion", "figure",
+              "effect", "ci", "margin", "units", "agree", "reason")
+
 
 def write_json(obj) -> None:
     """Print ``obj`` as one JSON document on stdout: serialized completely first (a NaN or an
@@ -343,9 +349,7 @@ def _reproduce(args) -> int:
         png = out / f"{name}-{args.profile}.png"
         atomic_write_bytes(png, figure_png(res.figure(), dpi=200))  # never half a PNG
         report[name] = {"settings": res.settings, "summary": res.summary(),
-                        "claims": [{k: c[k] for k in ("experiment", "claim", "verdict", "measurement",
-                                                      "evidence", "criterion", "figure")}
-                                   for c in res.claims()],
+                        "claims": [{k: c[k] for k in CLAIM_KEYS if k in c} for c in res.claims()],
                         "seconds": round(time.perf_counter() - t0, 2), "figure": str(png)}
         if not args.json:
             print(f"{name}: {png} ({report[name]['seconds']} s)")

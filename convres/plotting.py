@@ -20,7 +20,7 @@ import numpy as np
 from .gd import History
 
 __all__ = ["figure", "figure_png", "plot_loss", "beta_colors", "plot_band", "plot_simulations",
-           "plot_phase_diagram", "plot_jena", "plot_sst2", "plot_sst2_summary", "show", "thumbnail_png",
+           "plot_escape_law", "plot_jena", "plot_sst2", "plot_sst2_summary", "show", "thumbnail_png",
            "plot_speedups", "plot_rank_collapse_gd", "plot_certified_run", "plot_certificate_sweep",
            "MARKERS"]
 
@@ -148,69 +148,51 @@ def _relative(curve):
 
 def plot_simulations(result):
     """Chapter *Simulations*: the loss relative to its start, ``Phi_t / Phi_0``, per beta (median
-    and min-max band over seeds) in each regime of the simulations, one panel per regime
-    (``result``: a :class:`convres.experiments.Result`)."""
+    and min-max band over seeds, each beta at its own tuned step) in each named regime, one panel
+    per regime, steps on a log axis (``result``: a :class:`convres.experiments.Result`)."""
     s = result.settings
-    cells = {c["regime"]: c for c in result.data["cells"] if c["regime"] is not None}
     betas = list(s["betas"])
-    fig, axes = _stacked(len(s["regimes"]), height=2.3)
-    for ax, regime in zip(axes, s["regimes"]):
-        cell = cells[regime["name"]]
+    cells = result.data["regimes"]
+    fig, axes = _stacked(len(cells), height=2.3)
+    for ax, cell in zip(axes, cells):
         for i, (b, c) in enumerate(zip(betas, beta_colors(betas))):
-            curves = [_relative(r["loss"]) for r in cell["runs"] if r["beta"] == b]
-            plot_band(ax, curves, color=c, label=rf"$\beta={b:g}$", marker=MARKERS[i % len(MARKERS)])
-        ax.axhline(s["stall"], color="k", ls=":", lw=1, label=f"stall threshold ({s['stall']:g})")
-        ax.set_ylim(max(ax.get_ylim()[0], 1e-22), 3)
-        ax.set_title(f"{regime['name']}: $Nn={cell['N'] * cell['n']}$, $d={cell['d']}$, "
+            curves = [_relative(r["loss"]) for r in cell["runs"]["tuned"] if r["beta"] == b]
+            plot_band(ax, curves, x=np.arange(1, max(map(len, curves)) + 1), color=c,
+                      label=rf"$\beta={b:g}$", marker=MARKERS[i % len(MARKERS)])
+        ax.set_xscale("log")
+        ax.set_ylim(max(ax.get_ylim()[0], 1e-8), 3)
+        ax.set_title(f"{cell['name']}: $Nn={cell['N'] * cell['n']}$, $d={cell['d']}$, "
                      f"$d_{{QK}}={cell['d_qk']}$, scale {cell['scale']}", fontsize=10)
         ax.set_ylabel(r"$\Phi(\theta_t)/\Phi(\theta_0)$")
-    axes[-1].set_xlabel("gradient-descent step $t$")
+    axes[-1].set_xlabel("gradient-descent step $t + 1$ (log scale)")
     _legend_on_top(fig, axes, ncol=3)
     return fig
 
 
-def plot_phase_diagram(s: Mapping, diagrams: Mapping[str, dict]):
-    """Chapter *Simulations*: the phase diagrams, ``log10`` of the median loss ratio
-    ``Phi_T / Phi_0`` after all steps, over beta x d_QK (attention scale ``1/d_QK``) and over
-    beta x ``N n / d`` (``diagrams["d_qk"]``, ``diagrams["size"]``, as
-    :func:`convres.experiments.phase_diagram` computes them from the settings ``s``); cells of the
-    named regimes are framed, values are printed in the cells."""
-    fig, axes = _stacked(2, height=2.7)
-    for ax in axes:
-        ax.grid(False)
-    regimes = {(r["N"], r["d_qk"], r["scale"]): r["name"] for r in s["regimes"]}
-    panels = (("d_qk", r"$d_{QK}$ (attention scale $1/d_{QK}$, " + f"$N n = {s['N'] * s['n']}$, $d = "
-                                                                   f"{s['d']}$)",
-               lambda x: (s["N"], x, "1/d_qk")),
-              ("size", r"$N n / d$ (" + f"$n = {s['n']}$, $d = {s['d']}$, $d_{{QK}} = {s['d_qk']}$, scale "
-                                        f"{s['scale']})",
-               lambda x: (int(round(x * s["d"] / s["n"])), s["d_qk"], s["scale"])))
-    image = None
-    for ax, (axis, xlabel, cell_of) in zip(axes, panels):
-        pd_ = diagrams[axis]
-        z = np.array([[np.nan if v is None else v for v in row] for row in pd_["log_ratio"]]).T
-        # blue: converged; red: above the stall threshold (the colour changes there)
-        norm = matplotlib.colors.TwoSlopeNorm(vmin=-12, vcenter=pd_["stall"], vmax=0)
-        image = ax.imshow(z, origin="lower", aspect="auto", cmap="RdBu_r", norm=norm)
-        ax.set_xticks(range(len(pd_["x"])), [f"{x:g}" for x in pd_["x"]])
-        ax.set_yticks(range(len(pd_["betas"])), [f"{b:g}" for b in pd_["betas"]])
-        ax.set_xlabel(xlabel, fontsize=9)
-        ax.set_ylabel(r"$\beta$")
-        for i, row in enumerate(z):
-            for j, v in enumerate(row):
-                text = "div." if np.isnan(v) else f"{v:.0f}" if v < -9.5 else f"{v:.1f}"
-                ax.text(j, i, text, ha="center", va="center", fontsize=8,
-                        color="white" if not np.isnan(v) and (v < -8 or v > -0.8) else "black")
-        for j, x in enumerate(pd_["x"]):
-            name = regimes.get(cell_of(x))
-            if name:
-                ax.add_patch(matplotlib.patches.Rectangle((j - 0.5, -0.5), 1, len(pd_["betas"]), fill=False,
-                                                          lw=2.2, ec="black"))
-                ax.text(j, len(pd_["betas"]) - 0.45, name, ha="center", va="bottom", fontsize=8)
-        ax.set_ylim(-0.5, len(pd_["betas"]) + 0.4)
-    bar = fig.colorbar(image, ax=axes, shrink=0.8, extend="min",
-                       label=r"$\log_{10}\,\Phi(\theta_T)/\Phi(\theta_0)$")
-    bar.set_ticks([-12, -8, -4, -2, -1, 0])
+def plot_escape_law(laws: Sequence[Mapping], horizon: int):
+    """Chapter *Simulations*: the escape time from the rank-one floor against ``d_QK`` (log-log),
+    median over seeds with the interquartile range, one line per attention scale and beta
+    (``laws``: :func:`convres.experiments.simulations.escape_law` results); open markers where some
+    seeds were censored at ``horizon`` steps; the fitted power law of each ``beta = 0`` line."""
+    fig, (ax,) = _stacked(1, height=3.4)
+    styles = {("1/d_qk", 0.0): ("tab:red", "o", "-"), ("1/sqrt(d_qk)", 0.0): ("tab:orange", "s", "--"),
+              ("1/d_qk", 1.0): ("tab:blue", "^", "-"), ("1/sqrt(d_qk)", 1.0): ("tab:cyan", "v", "--")}
+    for law in laws:
+        color, marker, ls = styles.get((law["scale"], law["beta"]), ("k", "x", ":"))
+        x, med = np.asarray(law["d_qk"], dtype=float), np.asarray(law["median"])
+        err = [med - np.asarray(law["q25"]), np.asarray(law["q75"]) - med]
+        scale = "1/d_{QK}" if law["scale"] == "1/d_qk" else r"1/\sqrt{d_{QK}}"
+        label = rf"$\beta={law['beta']:g}$, scale ${scale}$"
+        if law["beta"] == 0:
+            label += f", slope {law['slope']:.2f}"
+        ax.errorbar(x, med, yerr=err, color=color, marker=marker, linestyle=ls, capsize=3, label=label,
+                    markerfacecolor="white" if any(law["censored"]) else color)
+    ax.axhline(horizon, color="k", ls=":", lw=1, label=f"horizon ({horizon:,} steps)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(r"$d_{QK}$")
+    ax.set_ylabel("escape time (steps)")
+    _legend_on_top(fig, [ax], ncol=2, fontsize=8)
     return fig
 
 

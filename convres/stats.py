@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 __all__ = ["VERDICTS", "steps_to", "censored", "paired_bootstrap", "kendall_tau", "claim_stats",
-           "claim_verdict", "tune_step"]
+           "claim_verdict", "tune_step", "loglog_slope"]
 
 #: The verdicts, in the report's order. "inconclusive": the setting cannot speak to the claim (the
 #: reason is given); "holds a posteriori": a row that checks one of the book's own inequalities
@@ -121,3 +121,24 @@ def tune_step(score: Callable[[float], float], grid: Sequence[float], *, factor:
     best = min(etas, key=lambda e: (scores[e], -e))
     return {"grid": etas, "scores": [scores[e] for e in etas], "chosen": best,
             "bracketed": etas[0] < best < etas[-1]}
+
+
+def loglog_slope(x: Sequence[float], T: Sequence[Sequence[float]], *, level: float = 0.95,
+                 draws: int = 2_000, seed: int = 0) -> dict:
+    """The power law ``T ~ x^slope``: the least-squares slope of ``log T`` on ``log x`` over every
+    unit (row of ``T``, one value per ``x``) and its percentile bootstrap interval over the units.
+    Returns ``{"slope", "ci": [lo, hi], "units"}``."""
+    lx = np.log(np.asarray(x, dtype=np.float64))
+    lT = np.log(np.asarray(T, dtype=np.float64))
+
+    def fit(rows: np.ndarray) -> float:
+        xs, ys = np.tile(lx, len(rows)), lT[rows].ravel()
+        xc = xs - xs.mean()
+        return float((xc * (ys - ys.mean())).sum() / (xc * xc).sum())
+
+    units = np.arange(len(lT))
+    rng = np.random.default_rng(seed)
+    boot = [fit(rng.choice(units, len(units))) for _ in range(draws)]
+    tail = (1.0 - level) / 2 * 100
+    return {"slope": fit(units), "ci": [float(np.percentile(boot, tail)),
+                                       float(np.percentile(boot, 100 - tail))], "units": len(units)}

@@ -17,10 +17,10 @@ from convres.data import JENA_FEATURES, DataError
 from convres.gd import History
 from convres.paths import data_dir
 
-TINY_SIM = dict(betas=[0.0, 1.0], seeds=[0], steps=20, sizes=[4], d_qks=[1024],
-                regimes=[dict(name="wide", N=4, d_qk=32, scale="1/sqrt(d_qk)", stall_possible=False,
-                              why="the output layer alone can fit"),
-                         dict(name="uniform attention", N=4, d_qk=1024, scale="1/d_qk")])
+TINY_SIM = dict(betas=[0.0, 1.0], seeds=[0, 1], steps=20, probe_steps=10, d_qks=[16, 64], escape_steps=20,
+                escape_probe_steps=10, tune_d_qk=16, tune_extend=1, scales=["1/d_qk"],
+                regimes=[dict(name="wide", N=4, d_qk=32, scale="1/sqrt(d_qk)"),
+                         dict(name="uniform attention", N=4, d_qk=64, scale="1/d_qk")])
 
 
 @pytest.fixture(autouse=True)
@@ -74,13 +74,11 @@ def test_the_book_profiles_name_the_three_regimes_and_the_whole_jena_slice():
     assert set(regimes) == {"wide", "narrow", "uniform attention"}
     assert regimes["wide"]["N"] * s["n"] <= s["d"] < regimes["narrow"]["N"] * s["n"]
     assert regimes["uniform attention"]["scale"] == "1/d_qk" and regimes["uniform attention"]["d_qk"] >= 1024
-    cells = ex.simulations._sim_cells(s)
-    assert all((r["N"], r["d_qk"], r["scale"]) in cells for r in s["regimes"]) and len(cells) == len(set(cells))
     j = ex.settings("jena")
     assert j["freq"] == "10min" and (j["start"], j["end"]) == ("2009-01-01 00:10", "2009-01-28 18:40")
 
 
-@pytest.mark.parametrize("key", ["betas", "seeds", "sizes", "d_qks", "regimes"])
+@pytest.mark.parametrize("key", ["betas", "seeds", "d_qks", "regimes"])
 def test_empty_lists_are_refused(key):
     with pytest.raises(ValueError, match=f"'{key}' of 'simulations' must be a non-empty list"):
         ex.run_experiment("simulations", overrides={key: []})
@@ -110,91 +108,7 @@ def test_measured_rate_of_a_geometric_sequence():
     assert ex.measured_rate(loss) == pytest.approx(0.5, rel=1e-12)
 
 
-# --- simulations -----------------------------------------------------------------------------------
-
-def test_simulations_run_and_cache(monkeypatch):
-    r = ex.run_experiment("simulations", overrides=TINY_SIM)
-    cells = {(c["N"], c["d_qk"], c["scale"]): c for c in r.data["cells"]}
-    assert set(cells) == {(4, 32, "1/sqrt(d_qk)"), (4, 1024, "1/d_qk")}
-    wide = cells[(4, 32, "1/sqrt(d_qk)")]
-    assert wide["regime"] == "wide" and [x["beta"] for x in wide["runs"]] == [0.0, 1.0]
-    assert all(len(x["loss"]) == 21 and x["ratio"] < 1 and "bound_holds" in x for x in wide["runs"])
-    assert wide["mu"] == pytest.approx(ex.settings("simulations")["eta"] / 16)
-    e = ex.EXPERIMENTS["simulations"]
-    monkeypatch.setitem(ex.EXPERIMENTS, "simulations",
-                        dataclasses.replace(e, run=lambda *a, **k: pytest.fail("cache not used")))
-    assert ex.run_experiment("simulations", overrides=TINY_SIM).data == r.data
-    k = r.summary()
-    assert list(k)[:len(ex.SUMMARY_KEYS)] == list(ex.SUMMARY_KEYS)
-    assert k["regimes"] == ["wide", "uniform attention"] and k["seeds"] == 1 and k["steps"] == 20
-    assert [x["beta"] for x in k["per_regime"][0]["per_beta"]] == [0.0, 1.0]
-    pd_ = ex.phase_diagram(r, "d_qk")
-    assert pd_["x"] == [1024] and len(pd_["log_ratio"]) == 1 and len(pd_["log_ratio"][0]) == 2
-
-
-def test_same_result_after_a_second_computation():
-    a = ex.run_experiment("simulations", overrides=TINY_SIM)
-    b = ex.run_experiment("simulations", overrides=TINY_SIM, refresh=True)
-    assert a.data == b.data
-
-
-def _sim_result(ratios, regimes=None, steps=300):
-    """A simulations result with one regime per entry of ``ratios``: {beta: [(ratio, last_half)...]}."""
-    regimes = regimes or [dict(name=f"r{i}", N=4, d_qk=32, scale="1/sqrt(d_qk)") for i in range(len(ratios))]
-    cells = []
-    for reg, per_beta in zip(regimes, ratios):
-        runs = [{"beta": b, "seed": k, "status": "max_steps", "ratio": r, "last_half": h, "rate": -np.log(r) / steps}
-                for b, vals in per_beta.items() for k, (r, h) in enumerate(vals)]
-        cells.append(dict(N=reg["N"], n=4, d=32, d_qk=reg["d_qk"], scale=reg["scale"], regime=reg["name"],
-                          mu=0.002, rows_per_dim=0.5, runs=runs))
-    s = dict(ex.settings("simulations"), regimes=regimes, steps=steps)
-    return result("simulations", s, {"cells": cells, "steps": steps})
-
-
-def test_a_stall_is_a_plateau_not_a_slow_descent():
-    s = ex.settings("simulations")
-    assert ex.stalled({"ratio": 0.8, "last_half": 0.99}, s)
-    assert not ex.stalled({"ratio": 0.1, "last_half": 0.3}, s)      # slow but descending
-    assert not ex.stalled({"ratio": 1e-3, "last_half": 0.99}, s)    # a plateau below 1%: converged
-    assert ex.stalled({"ratio": None, "last_half": None}, s)        # diverged
-
-
-def test_stall_verdict_per_regime():
-    stall, fit = (0.8, 0.99), (1e-12, 1e-6)
-    rows = ex.claims({"simulations": _sim_result([{0.0: [stall] * 3, 1.0: [fit] * 3},
-                                                  {0.0: [stall, fit, fit], 1.0: [fit] * 3},
-                                                  {0.0: [fit] * 3, 1.0: [fit] * 3},
-                                                  {0.0: [stall] * 3, 1.0: [stall] * 3}])})
-    stalls = [r for r in rows if r["claim"].startswith("Without the residual")]
-    assert [r["verdict"] for r in stalls] == ["reproduced", "partly", "not reproduced", "inconclusive"]
-    assert "residual runs stall too" in stalls[3]["criterion"]
-    wide = [dict(name="wide", N=4, d_qk=32, scale="1/sqrt(d_qk)", stall_possible=False, why="it can fit")]
-    row = ex.claims({"simulations": _sim_result([{0.0: [fit] * 3, 1.0: [fit] * 3}], wide)})[1]
-    assert row["verdict"] == "inconclusive" and "it can fit" in row["criterion"]
-
-
-def test_faster_claim_needs_monotone_rates_in_every_regime():
-    mono = {0.0: [(0.5, 0.8)], 0.5: [(0.1, 0.5)], 1.0: [(0.01, 0.2)]}
-    bump = {0.0: [(0.1, 0.8)], 0.5: [(0.5, 0.5)], 1.0: [(0.01, 0.2)]}
-    assert ex.claims({"simulations": _sim_result([mono, mono])})[0]["verdict"] == "reproduced"
-    assert ex.claims({"simulations": _sim_result([mono, bump])})[0]["verdict"] == "partly"
-    worse = {0.0: [(0.01, 0.8)], 1.0: [(0.5, 0.2)]}
-    assert ex.claims({"simulations": _sim_result([worse])})[0]["verdict"] == "not reproduced"
-
-
-def test_report_linear_convergence_row_is_an_a_posteriori_check():
-    def fake(holds):
-        res = _sim_result([{0.0: [(1e-3, 0.1)], 1.0: [(1e-3, 0.1)]}],
-                          [dict(name="wide", N=4, d_qk=32, scale="1/sqrt(d_qk)")])
-        for x, h in zip(res.data["cells"][0]["runs"], holds):
-            x.update(alpha0=1.0, bound_holds=h, rate=0.01)
-        return res
-    row = ex.claims({"simulations": fake([True, True])})[-1]
-    assert row["verdict"] == "holds a posteriori" and "part (a)" in row["criterion"]
-    assert "not a test of the paper's alpha" in row["criterion"] and "5x to 5x" in row["measurement"]
-    assert ex.claims({"simulations": fake([True, False])})[-1]["verdict"] == "partly"
-    assert ex.claims({"simulations": fake([False, False])})[-1]["verdict"] == "not reproduced"
-
+# --- simulations: tests/test_simulations.py ---------------------------------------------------------
 
 # --- Jena --------------------------------------------------------------------------------------------
 
@@ -395,8 +309,8 @@ def test_figures_have_labels_markers_and_one_legend_outside_the_data(tmp_path):
     fig = plotting.plot_simulations(sim)
     assert _no_legend_inside(fig) and all(ax.get_ylabel() for ax in fig.axes)
     assert all(line.get_marker() not in (None, "None", "") for line in fig.axes[0].lines[:2])
-    fig = ex.phase_figure(sim)
-    assert len(fig.axes) == 3 and all(ax.get_xlabel() for ax in fig.axes[:2])
+    fig = plotting.plot_escape_law([ex.escape_law(sim, "1/d_qk", b) for b in (0.0, 1.0)], 20)
+    assert _no_legend_inside(fig) and fig.axes[0].get_xscale() == "log" and fig.axes[0].get_ylabel()
     write_tiny_sst2(tmp_path)
     sst = ex.run_experiment("sst2", "smoke", overrides={**SST2_TINY, "wide": None}, data_dir=tmp_path)
     for fig in (plotting.plot_sst2(sst), plotting.plot_sst2(sst, "common"), plotting.plot_sst2_summary(sst)):
@@ -440,7 +354,11 @@ def test_cli_reproduce_json(tmp_path, capsys, monkeypatch):
     assert {"settings", "summary", "claims"} <= set(k) and k["settings"]["steps"] == 20
     assert set(ex.SUMMARY_KEYS) <= set(k["summary"])
     assert k["summary"]["regimes"] == ["wide", "uniform attention"] and k["summary"]["device"] == "cpu"
+    assert k["summary"]["seeds"] == 2 and {"d_qk", "beta", "median_steps", "censored"} <= set(k["summary"]["escape"][0])
+    assert all({"arm", "grid", "chosen"} <= set(t) for t in k["summary"]["step_sizes"])
     assert all({"claim", "verdict", "measurement", "evidence", "figure"} <= set(c) for c in k["claims"])
+    assert all({"effect", "ci", "margin", "units", "agree"} <= set(c) for c in k["claims"]
+               if c["verdict"] != "holds a posteriori")
     assert (tmp_path / "simulations-book.png").is_file()
     assert main(["reproduce", "simulations", "--json", "--out", str(tmp_path), "--device", "cuda:7"]) == 2
     assert "cuda" in capsys.readouterr().err

@@ -35,12 +35,12 @@ from .base import (
     output_rows,
 )
 from .jena import JenaTask, jena_data
-from .simulations import phase_diagram, phase_figure, stalled
+from .simulations import escape_law
 from .sst2 import SST2Task, pooled_baseline, sst2_data
 
 __all__ = ["Experiment", "Result", "Shape", "EXPERIMENTS", "PROFILES", "VERDICTS", "SUMMARY_KEYS",
-           "settings", "run_experiment", "claims", "measured_rate", "output_rows", "phase_diagram",
-           "phase_figure", "stalled", "jena_data", "JenaTask", "sst2_data", "SST2Task", "pooled_baseline"]
+           "settings", "run_experiment", "claims", "measured_rate", "output_rows", "escape_law",
+           "jena_data", "JenaTask", "sst2_data", "SST2Task", "pooled_baseline"]
 
 #: Every experiment of the book, by name.
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (

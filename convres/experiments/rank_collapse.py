@@ -48,7 +48,8 @@ def _shapes(s: dict) -> list[Shape]:
             for q in sorted({r["d_qk"] for r in s["runs"]})]
 
 
-_RC: dict[str, Any] = dict(mu=0.002, steps=300, record_every=10, N=4, n=4, d=32, m=32, seed=0, scale="1/d_qk",
+_RC: dict[str, Any] = dict(mu=0.002, steps=2000, record_every=10, N=4, n=4, d=32, m=32, seed=0,
+           scale="1/d_qk",
            runs=[{"name": "beta = 0, d_QK = 64", "d_qk": 64, "residual": [0.0, 0.0]},
                  {"name": "beta = 0, d_QK = 1024", "d_qk": 1024, "residual": [0.0, 0.0]},
                  {"name": "beta = 1, d_QK = 1024", "d_qk": 1024, "residual": [1.0, 1.0]},
