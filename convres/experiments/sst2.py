@@ -256,7 +256,9 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     hashed = pooled_baseline(embed_tokens(task.tokens, s["d"], seed=s["emb_seed"]), task.labels,
                              embed_tokens(task.tokens_val, s["d"], seed=s["emb_seed"]), task.labels_val)
     floor = pooled_baseline(X, task.labels, Xv, task.labels_val)
+    twice = sst2_data({**s, "d": 2 * s["d"]}, data_dir, dtype)     # does the floor gain from a larger d?
     baselines = {"ppmi": floor, "hashed": hashed,
+                 "ppmi_2d": pooled_baseline(twice.X, twice.labels, twice.X_val, twice.labels_val),
                  "majority_val_accuracy": float(max(task.labels_val.mean(), 1 - task.labels_val.mean()))}
     level = floor["train_mse"]
     # 2. every arm at initialization
@@ -591,7 +593,7 @@ _SST2 = dict(n_tokens=10, n_val=None, embedding="ppmi", vocab_size=5000, emb_see
 EXPERIMENT = Experiment(
     "sst2", "SST-2: depth L = 2, 6, 10 with and without residual connections, GLUE validation accuracy",
     "book/sst2.md",
-    {"book": dict(_SST2, n_train=1024, depths=[2, 6, 10], seeds=[0, 1, 2, 3, 4], probe_steps=75, steps=300,
+    {"book": dict(_SST2, n_train=512, depths=[2, 6, 10], seeds=[0, 1, 2, 3, 4], probe_steps=50, steps=200,
                   wide=_WIDE),
      "paper": dict(_SST2, n_train=8192, depths=[2, 6, 10], seeds=list(range(10)), probe_steps=250, steps=1000,
                    wide=dict(_WIDE, n_train=1024, m=2048, steps=200)),
