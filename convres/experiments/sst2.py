@@ -366,6 +366,12 @@ def _final(r) -> float:
     return math.inf if v is None or r["status"] == "diverged" else float(v)
 
 
+def _clip(e: float) -> float:
+    """A per-unit effect in ``[-1, 1]``: a diverged run (final MSE ``inf``) counts as the largest
+    effect against its arm, and no single unit outweighs the others by more than that."""
+    return float(min(1.0, max(-1.0, e)))
+
+
 def _by_arm(runs) -> dict:
     """``{(L, beta): {seed: run}}``."""
     out: dict = {}
@@ -383,7 +389,8 @@ def _effects(res: Result) -> dict:
     ``lower[L]``: ``1 - MSE_res / MSE_none`` per seed (paired: the same draws); ``depth``:
     ``1 - MSE_res(L_max) / MSE_res(L_min)`` per seed; ``no_depth``: ``MSE_none(L_max) /
     MSE_none(L_min) - 1`` per seed; ``speed[L]``: ``1 - T_res / T_none`` per seed, with the steps
-    ``T`` to the level censored at the horizon (both censored: 0)."""
+    ``T`` to the level censored at the horizon (both censored: 0). Every effect is clipped to
+    ``[-1, 1]`` (a diverged run: ``-1`` against its arm's side)."""
     runs, horizon = res.data["runs"], res.settings["steps"]
     arm = _by_arm(runs)
     depths = sorted({r["L"] for r in runs})
@@ -392,13 +399,13 @@ def _effects(res: Result) -> dict:
     out: dict = {"depths": depths, "seeds": seeds, "lower": {}, "speed": {}, "censored": {}}
     for L in depths:
         res_, none = arm[(L, 1.0)], arm[(L, 0.0)]
-        out["lower"][L] = [1 - _final(res_[k]) / _final(none[k]) for k in seeds]
+        out["lower"][L] = [_clip(1 - _final(res_[k]) / _final(none[k])) for k in seeds]
         t = [(_steps(res_[k], horizon), _steps(none[k], horizon)) for k in seeds]
         out["speed"][L] = [1 - a[0] / b[0] if b[0] > 0 else 0.0 for a, b in t]
         out["censored"][L] = {"residual": sum(a[1] for a, _ in t), "no residual": sum(b[1] for _, b in t),
                               "both": sum(a[1] and b[1] for a, b in t)}
-    out["depth"] = [1 - _final(arm[(hi, 1.0)][k]) / _final(arm[(lo, 1.0)][k]) for k in seeds]
-    out["no_depth"] = [_final(arm[(hi, 0.0)][k]) / _final(arm[(lo, 0.0)][k]) - 1 for k in seeds]
+    out["depth"] = [_clip(1 - _final(arm[(hi, 1.0)][k]) / _final(arm[(lo, 1.0)][k])) for k in seeds]
+    out["no_depth"] = [_clip(_final(arm[(hi, 0.0)][k]) / _final(arm[(lo, 0.0)][k]) - 1) for k in seeds]
     out["tau_res"] = [kendall_tau(depths, [-_final(arm[(L, 1.0)][k]) for L in depths]) for k in seeds]
     out["tau_none"] = [kendall_tau(depths, [-_final(arm[(L, 0.0)][k]) for L in depths]) for k in seeds]
     return out
@@ -567,7 +574,7 @@ def _report(res: Result) -> dict:
     if w:
         deviations.append({"what": "SST-2 wide FFN", "paper": "none",
                            "book": f"L = {w['L']}, m = {w['m']} on {w['N']} of the training sentences",
-                           "why": "m >= N (the FFN theorem's width) at the full N costs too much here"})
+                           "why": "the FFN theorem needs m >= N; a subset keeps its cost small"})
     probes = sum(len(t["grid"]) for t in d["step_sizes"]) * len(s["probe_seeds"])
     return {
         "settings": {"book": f"N = {d['N']:,} training and {d['N_val']} GLUE validation sentences, first "
