@@ -245,9 +245,9 @@ def plot_sst2(result, protocol: str = "best"):
     """Chapter *SST-2*: the training MSE that gradient descent minimises against the step, one panel
     per depth (log scale), with residuals (solid, filled markers) and without (dashed, open
     markers), each arm at its own step; median and min-max band over the seeds; dotted: the loss
-    level of the speed claim (the floor baseline's training MSE). ``protocol`` is kept for older
-    callers: every arm runs at its own tuned step."""
-    runs, data = result.data["runs"], result.data
+    level of the speed claim (the floor baseline's training MSE); diverged runs are left out.
+    ``protocol`` is kept for older callers: every arm runs at its own tuned step."""
+    runs, data = [r for r in result.data["runs"] if r["status"] != "diverged"], result.data
     depths = sorted({r["L"] for r in runs})
     styles = _depth_styles(depths)
     fig, axes = _stacked(len(depths), height=2.0)
@@ -270,8 +270,8 @@ def plot_sst2_summary(result):
     """Chapter *SST-2*: per depth, the final training MSE (top, log scale) and the GLUE validation
     accuracy (bottom) of every seed without and with residuals, a line joining the two arms of a
     seed (they start from the same Gaussian draws), each arm at its own step; dotted: the floor
-    baseline."""
-    runs, data = result.data["runs"], result.data
+    baseline; diverged runs are left out."""
+    runs, data = [r for r in result.data["runs"] if r["status"] != "diverged"], result.data
     depths = sorted({r["L"] for r in runs})
     fig, (ax1, ax2) = _stacked(2, height=2.4)
     colors = {1.0: "tab:blue", 0.0: "tab:red"}

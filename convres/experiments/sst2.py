@@ -401,7 +401,7 @@ def _effects(res: Result) -> dict:
         res_, none = arm[(L, 1.0)], arm[(L, 0.0)]
         out["lower"][L] = [_clip(1 - _final(res_[k]) / _final(none[k])) for k in seeds]
         t = [(_steps(res_[k], horizon), _steps(none[k], horizon)) for k in seeds]
-        out["speed"][L] = [1 - a[0] / b[0] if b[0] > 0 else 0.0 for a, b in t]
+        out["speed"][L] = [_clip(1 - a[0] / b[0]) if b[0] > 0 else 0.0 for a, b in t]
         out["censored"][L] = {"residual": sum(a[1] for a, _ in t), "no residual": sum(b[1] for _, b in t),
                               "both": sum(a[1] and b[1] for a, b in t)}
     out["depth"] = [_clip(1 - _final(arm[(hi, 1.0)][k]) / _final(arm[(lo, 1.0)][k])) for k in seeds]
