@@ -224,67 +224,58 @@ def _depth_styles(depths):
 
 
 def plot_sst2(result, protocol: str = "best"):
-    """Chapter *SST-2*: training error (top) and GLUE validation accuracy (bottom) against the step,
-    per depth, with residuals (solid, filled markers) and without (dashed, open markers), each
-    configuration at its ``protocol`` step (``"best"`` or ``"common"``); median and min-max band
-    over seeds; the floor baseline's validation accuracy as a dotted line."""
-    runs = [r for r in result.data["runs"] if protocol in r.get("protocols", [protocol])]
+    """Chapter *SST-2*: the training MSE that gradient descent minimises against the step, one panel
+    per depth (log scale), with residuals (solid, filled markers) and without (dashed, open
+    markers), each arm at its own step; median and min-max band over the seeds; dotted: the loss
+    level of the speed claim (the floor baseline's training MSE); diverged runs are left out.
+    ``protocol`` is kept for older callers: every arm runs at its own tuned step."""
+    runs, data = [r for r in result.data["runs"] if r["status"] != "diverged"], result.data
     depths = sorted({r["L"] for r in runs})
     styles = _depth_styles(depths)
-    fig, (ax1, ax2) = _stacked(2, height=2.5)
-    for L in depths:
+    fig, axes = _stacked(len(depths), height=2.0)
+    for ax, L in zip(axes, depths):
         color, mk = styles[L]
         for beta, ls in ((1.0, "-"), (0.0, "--")):
             sel = [r for r in runs if r["L"] == L and r["beta"] == beta]
-            if not sel:
-                continue
-            name = f"L={L}, " + ("residual" if beta else "no residual")
-            xs = result.data.get("eval_steps") or max((r["error_steps"] for r in sel), key=len)
-            face = color if beta else "white"
-            plot_band(ax1, [r["error"] for r in sel], x=xs, color=color, label=name, log=False,
-                      linestyle=ls, marker=mk, markerfacecolor=face)
-            if "val_accuracy" in sel[0]:
-                plot_band(ax2, [r["val_accuracy"] for r in sel], x=xs, color=color, label=name, log=False,
-                          linestyle=ls, marker=mk, markerfacecolor=face)
-    base = result.data.get("baselines", {}).get("ppmi")
-    if base:
-        ax2.axhline(base["val_accuracy"], color="k", ls=":", lw=1.4, label="floor baseline (validation)")
-    ax1.set_ylabel("training error")
-    ax2.set_ylabel("validation accuracy")
-    ax2.set_xlabel("gradient-descent step $t$")
-    _legend_on_top(fig, [ax1, ax2], ncol=3, fontsize=8)
+            if sel:
+                plot_band(ax, [r["mse"] for r in sel], color=color if beta else "tab:gray", linestyle=ls,
+                          label="residual" if beta else "no residual", marker=mk,
+                          markerfacecolor=None if beta else "white")
+        ax.axhline(data["level"], color="k", ls=":", lw=1.2, label="level (floor baseline)")
+        ax.set_ylabel(f"training MSE\n$L = {L}$")
+    axes[-1].set_xlabel("gradient-descent step $t$")
+    _legend_on_top(fig, axes, ncol=3, fontsize=8)
     return fig
 
 
 def plot_sst2_summary(result):
-    """Chapter *SST-2*: the final training error (top) and validation accuracy (bottom) of every
-    seed (small marks) and their median (large marks), per depth, with and without residuals, under
-    both step-size protocols; the floor baseline as a dotted line."""
-    runs = result.data["runs"]
+    """Chapter *SST-2*: per depth, the final training MSE (top, log scale) and the GLUE validation
+    accuracy (bottom) of every seed without and with residuals, a line joining the two arms of a
+    seed (they start from the same Gaussian draws), each arm at its own step; dotted: the floor
+    baseline; diverged runs are left out."""
+    runs, data = [r for r in result.data["runs"] if r["status"] != "diverged"], result.data
     depths = sorted({r["L"] for r in runs})
     fig, (ax1, ax2) = _stacked(2, height=2.4)
-    groups = [(p, b) for p in ("best", "common") for b in (1.0, 0.0)]
     colors = {1.0: "tab:blue", 0.0: "tab:red"}
-    offsets = np.linspace(-0.3, 0.3, len(groups))
-    for k, (p, b) in enumerate(groups):
-        for i, L in enumerate(depths):
-            sel = [r for r in runs if p in r["protocols"] and r["L"] == L and r["beta"] == b]
-            for ax, field in ((ax1, "error"), (ax2, "val_accuracy")):
-                v = [r[field][-1] for r in sel]
-                x = i + offsets[k]
-                face = colors[b] if p == "best" else "white"
-                ax.scatter([x] * len(v), v, s=12, color=colors[b], alpha=0.6)
-                ax.scatter([x], [np.median(v)], s=60, marker="D" if b else "o", facecolors=face,
-                           edgecolors=colors[b], linewidths=1.5, zorder=3,
-                           label=f"{'residual' if b else 'no residual'}, "
-                                 f"{'best step' if p == 'best' else 'common step'}" if i == 0 else None)
-    base = result.data["baselines"]["ppmi"]
-    ax1.axhline(1 - base["train_accuracy"], color="k", ls=":", lw=1.4, label="floor baseline")
-    ax2.axhline(base["val_accuracy"], color="k", ls=":", lw=1.4)
-    for ax in (ax1, ax2):
-        ax.set_xticks(range(len(depths)), [f"L = {L}" for L in depths])
-    ax1.set_ylabel("final training error")
+    for i, L in enumerate(depths):
+        by = {(r["beta"], r["seed"]): r for r in runs if r["L"] == L}
+        seeds = sorted({k for _, k in by})
+        for ax, value in ((ax1, lambda r: r["mse"][-1]), (ax2, lambda r: r["val_accuracy"][-1])):
+            for k in seeds:
+                if (0.0, k) in by and (1.0, k) in by:
+                    ax.plot([i - 0.15, i + 0.15], [value(by[(0.0, k)]), value(by[(1.0, k)])], color="0.6",
+                            lw=0.8, zorder=1)
+            for beta, x, mk in ((0.0, i - 0.15, "o"), (1.0, i + 0.15, "D")):
+                v = [value(by[(beta, k)]) for k in seeds if (beta, k) in by]
+                ax.scatter([x] * len(v), v, s=22, marker=mk, color=colors[beta], zorder=2,
+                           label=("residual" if beta else "no residual") if i == 0 else None)
+    ax1.axhline(data["baselines"]["ppmi"]["train_mse"], color="k", ls=":", lw=1.4, label="floor baseline")
+    ax2.axhline(data["baselines"]["ppmi"]["val_accuracy"], color="k", ls=":", lw=1.4)
+    ax1.set_yscale("log")
+    ax1.set_ylabel("final training MSE")
     ax2.set_ylabel("validation accuracy")
+    for ax in (ax1, ax2):
+        ax.set_xticks(range(len(depths)), [f"$L = {L}$" for L in depths])
     _legend_on_top(fig, [ax1, ax2], ncol=3, fontsize=8)
     return fig
 
