@@ -459,7 +459,8 @@ def check_flags(args, options: dict[str, str]) -> None:
     if table is None:
         return
     mode = _mode(args)
-    unused = sorted(d for d in getattr(args, "given_", set()) if d not in table[mode])
+    given = set(getattr(args, "given_", set())) | ({"name"} if getattr(args, "name", None) else set())
+    unused = sorted(d for d in given if d not in table[mode])
     if not unused:
         return
     def run(m: str) -> str:
