@@ -30,7 +30,7 @@ from .runtime import check_device, check_memory
 from .values import as_int, as_real, is_real
 
 __all__ = ["History", "Run", "Step", "gradient_descent", "sweep", "loss_and_grad", "chunk_size",
-           "stopping_rule", "STACK_LIMIT", "STACK_MAX", "BLOWUP"]
+           "stopping_rule", "STACK_LIMIT", "STACK_MAX", "BLOWUP", "MAX_STEPS"]
 
 
 @dataclasses.dataclass
@@ -150,6 +150,8 @@ def _loss_and_grad(params, X, Y, cfg, residual):
 STACK_LIMIT = 16_384
 #: At most this many configurations in one stack.
 STACK_MAX = 64
+#: The most steps one call accepts (the cost policy: a larger count is a typo, not a plan).
+MAX_STEPS = 10**8
 #: A run diverges when its loss exceeds this many times its initial value (the default ``blowup``).
 BLOWUP = 1e6
 
@@ -287,6 +289,9 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
     """
     params_list, cfgs, mus = _as_lists(params, cfg, mu)
     Xs, Ys = _data_lists(X, Y, len(params_list))
+    if is_real(steps) and not isinstance(steps, bool) and float(steps) > MAX_STEPS:
+        raise ValueError(f"steps={steps!r} is more than {MAX_STEPS:,}: at a millisecond a step that is "
+                         "over a day of computing; use fewer steps (and tol= or rtol= to stop early).")
     steps = as_int("steps", steps, minimum=0)
     record_every = None if record_every is None else as_int("record_every", record_every, minimum=1)
     tol = as_real("tol", tol, minimum=0.0, finite=False)

@@ -59,7 +59,7 @@ def _home_cache() -> Path:
     """``$XDG_CACHE_HOME/convres``; an unset, empty or relative ``XDG_CACHE_HOME`` means
     ``~/.cache`` (the XDG base-directory specification ignores a relative one)."""
     xdg = os.environ.get(XDG_ENV, "")
-    if xdg.strip() and "\0" not in xdg and Path(xdg).expanduser().is_absolute():
+    if xdg.strip() and "\0" not in xdg and (xdg.startswith("~") or Path(xdg).is_absolute()):
         return setting_path(xdg, XDG_ENV) / "convres"
     try:
         home = Path.home()
