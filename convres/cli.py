@@ -91,23 +91,20 @@ def _number(kind, lo=None, hi=None, lo_open=False):
     def parse(text: str):
         what = "an integer" if kind is int else "a number"
         try:
-            value = float(text.strip()) if kind is float else None
-            if kind is int:
-                value = as_int("value", int(text.strip()))
+            number: float = int(text.strip()) if kind is int else float(text.strip())
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
-        if kind is float and not math.isfinite(value):
+        if kind is float and not math.isfinite(number):
             raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
         try:
             bounds = dict(minimum=lo, maximum=hi)
-            value = as_int("value", value, **bounds) if kind is int else \
-                as_real("value", value, above=lo_open, **bounds)
+            return as_int("value", number, **bounds) if kind is int else \
+                as_real("value", number, above=lo_open, **bounds)
         except (TypeError, ValueError):
             fmt = "{}" if kind is int else "{:g}"
             left = ("> " if lo_open else ">= ") + fmt.format(lo)
             right = f" and <= {fmt.format(hi)}" if hi is not None else ""
             raise argparse.ArgumentTypeError(f"must be {left}{right}, got {text}") from None
-        return value
     return parse
 
 

@@ -22,8 +22,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from convres import ModelConfig, gradient_descent, init_params, synthetic_regression
-from convres import cli, paths, values
+from convres import ModelConfig, cli, gradient_descent, init_params, paths, synthetic_regression, values
 from convres.files import FileRefused, read_regular
 
 PROPS = settings(derandomize=True, deadline=None, database=None,

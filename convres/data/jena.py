@@ -185,7 +185,8 @@ def _check_unique_columns(path: Path, names) -> None:
     import re
 
     names = [str(c) for c in names]
-    twice = sorted({m.group(1) for c in names if (m := re.fullmatch(r"(.*)\.(\d+)", c)) and m.group(1) in names})
+    mangled = (re.fullmatch(r"(.*)\.(\d+)", c) for c in names)
+    twice = sorted({m.group(1) for m in mangled if m and m.group(1) in names})
     if twice:
         raise DataError(f"{path}: the header names the column(s) {twice} twice (or more); which one holds "
                         "the data cannot be told. Remove or rename the duplicate column(s) first.")
