@@ -35,7 +35,7 @@ from .files import atomic_write_bytes
 from .gd import gradient_descent
 from .instances import certified_instance, synthetic_regression, theorem_instance
 from .model import ACTIVATIONS, MAX_SEED, ModelConfig, init_params, memory_estimate
-from .paths import cache_dir
+from .paths import cache_dir, setting_path
 from .plotting import figure_png
 from .runtime import check_device, check_memory
 from .theory import theorem_run
@@ -338,7 +338,7 @@ def _reproduce(args) -> int:
     if names[0] not in EXPERIMENTS:
         raise Usage(f"unknown experiment {args.name!r}; choose one of {sorted(EXPERIMENTS)} or 'all' (see "
                     "--list).")
-    out = Path(args.out)
+    out = setting_path(args.out, "--out")
     try:  # before any work: --out must be (or become) a writable folder
         out.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):

@@ -40,8 +40,9 @@ def setting_path(value: str | os.PathLike, setting: str) -> Path:
     if not isinstance(text, str):
         raise PathSettingError(f"{setting} must be a text path, got {text!r}.")
     if not text.strip():
-        raise PathSettingError(f"{setting} is empty ({text!r}); set it to a folder, e.g. "
-                               f"{setting}=$HOME/.cache/convres, or unset it for the default.")
+        fix = "pass a folder" if setting.startswith("-") or setting.isidentifier() and setting.islower() \
+            else f"set it to a folder, e.g. {setting}=$HOME/.cache/convres, or unset it for the default"
+        raise PathSettingError(f"{setting} is empty ({text!r}); {fix}.")
     if "\0" in text:
         raise PathSettingError(f"{setting} holds a NUL byte ({text!r}); no folder has such a name.")
     try:

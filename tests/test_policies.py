@@ -208,3 +208,9 @@ def test_an_unusable_checksum_file_is_an_error_not_verification_off(tmp_path, ki
         os.symlink("/dev/zero", manifest)
     with pytest.raises(DataError, match="SHA256SUMS.*nothing could be verified"):
         read_checksums(tmp_path)
+
+
+def test_an_empty_out_folder_is_refused_not_the_working_directory(capsys, monkeypatch):
+    monkeypatch.setattr(cli, "run_experiment", lambda *a, **k: pytest.fail("an experiment was run"))
+    code, out, err = run_main(capsys, "reproduce", "simulations", "--out", "")
+    assert code == 2 and out == "" and "--out is empty" in err
