@@ -16,8 +16,7 @@ import numbers
 import numpy as np
 import torch
 
-__all__ = ["is_int", "is_real", "as_int", "as_real", "as_seed", "as_bool", "as_float_dtype",
-           "int_from_text", "real_from_text", "json_safe", "MAX_SEED"]
+__all__ = ["is_int", "is_real", "as_int", "as_real", "as_seed", "json_safe", "MAX_SEED"]
 
 #: Largest seed accepted (``torch.Generator.manual_seed`` takes a 64-bit integer).
 MAX_SEED = 2**63 - 1
@@ -98,63 +97,6 @@ def as_seed(name: str, v) -> int:
     if not is_int(w) or not 0 <= int(w) <= MAX_SEED:
         raise ValueError(f"{name} must be an integer in 0 .. 2**63 - 1, got {v!r}.")
     return int(w)
-
-
-def as_bool(name: str, v) -> bool:
-    """``v`` as a ``bool``: only ``True``/``False`` (or NumPy's), never a number or a string (``"no"``
-    would be true); a TypeError naming ``name`` otherwise."""
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    raise TypeError(f"{name} must be True or False, got {type(v).__name__} {v!r}.")
-
-
-def as_float_dtype(name: str, dtype) -> torch.dtype:
-    """``dtype`` if it is a real floating-point ``torch.dtype`` (``torch.float64``,
-    ``torch.float32``, ...); a TypeError naming ``name`` for an integer, bool or complex dtype, or
-    anything that is not a ``torch.dtype`` (an integer dtype would truncate the data)."""
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
-        raise TypeError(f"{name} must be a real floating-point torch dtype (torch.float64 or "
-                        f"torch.float32), got {dtype!r}.")
-    return dtype
-
-
-def _from_text(text: str, kind: type):
-    """The number written in ``text`` (an ``int`` for ``kind=int``, also ``1e3``; a ``float``
-    otherwise), or a ValueError saying what is wrong with the text."""
-    t = text.strip().replace("_", "")
-    if kind is int:
-        try:
-            return int(t)
-        except ValueError:
-            pass
-    try:
-        value = float(t)
-    except ValueError:
-        raise ValueError(f"{'an integer' if kind is int else 'a number'} was expected, got "
-                         f"{text!r}") from None
-    if kind is int:
-        if not math.isfinite(value) or value != int(value):
-            raise ValueError(f"an integer was expected, got {text!r}")
-        return int(value)
-    return value
-
-
-def int_from_text(name: str, text: str, **bounds) -> int:
-    """:func:`as_int` of the integer written in ``text`` (a command-line value): the same checks
-    and messages as for the same value passed to the API."""
-    try:
-        return as_int(name, _from_text(text, int), **bounds)
-    except ValueError as err:
-        raise ValueError(str(err) if str(err).startswith(name) else f"{name}: {err}") from None
-
-
-def real_from_text(name: str, text: str, **bounds) -> float:
-    """:func:`as_real` of the number written in ``text`` (a command-line value): the same checks
-    and messages as for the same value passed to the API."""
-    try:
-        return as_real(name, _from_text(text, float), **bounds)
-    except (TypeError, ValueError) as err:
-        raise ValueError(str(err) if str(err).startswith(name) else f"{name}: {err}") from None
 
 
 def json_safe(x):
