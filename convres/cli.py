@@ -1,17 +1,25 @@
 """The command line: ``python -m convres SUBCOMMAND ...`` (``--help`` lists the subcommands).
 
 Each subcommand is a function ``run(args) -> exit status`` registered on its ``argparse``
-parser with ``set_defaults``. Output is plain text, or with ``--json`` one JSON document on stdout
-(written only once it is complete: never half a document). Every failure ends with one line on
-stderr naming what was asked and what to change; Ctrl-C exits with status 130.
+parser with ``set_defaults``. The policies of every subcommand, held here once:
+
+* flags: a flag that the chosen subcommand or mode does not use is an error (:data:`APPLIES`);
+* values: every number goes through the coercion of :mod:`convres.values` that the API uses;
+* output: plain text, or with ``--json`` always one JSON document (lists included), collected
+  and written only once it is complete (never half a document); a closed or full stdout is an
+  error (exit 1), never a silent exit 0 (:func:`emit`);
+* failures: one line on stderr naming what was asked and what to change (exit 2); a warning
+  turned into an error by ``PYTHONWARNINGS`` or ``-W`` is such a line too; Ctrl-C exits with
+  status 130 and says what was kept.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import math
-import os
 import runpy
 import sys
 import time
@@ -27,9 +35,11 @@ from .files import atomic_write_bytes
 from .gd import gradient_descent
 from .instances import certified_instance, synthetic_regression, theorem_instance
 from .model import ACTIVATIONS, MAX_SEED, ModelConfig, init_params, memory_estimate
+from .paths import cache_dir, setting_path
 from .plotting import figure_png
-from .runtime import check_device
+from .runtime import check_device, check_memory
 from .theory import theorem_run
+from .values import as_int, as_real
 
 __all__ = ["main", "build_parser"]
 
@@ -48,29 +58,59 @@ CLAIM_KEYS = ("experiment", "claim", "verdict", "measurement", "evidence", "crit
               "effect", "ci", "margin", "units", "agree", "reason")
 
 
+class FigureLost(OSError):
+    """A figure could not be written (the report was still printed)."""
+
+
+class OutputLost(OSError):
+    """stdout is closed or could not take the whole output."""
+
+
 def write_json(obj) -> None:
     """Print ``obj`` as one JSON document on stdout: serialized completely first (a NaN or an
     unserializable value raises before anything is written)."""
     text = json.dumps(obj, indent=2, allow_nan=False)
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+    print(text)
+
+
+def emit(text: str) -> None:
+    """Write the whole output ``text`` to the real stdout at once and flush it; raise
+    :class:`OutputLost` when stdout is closed (``>&-``), its reader went away, or the write failed
+    (a full disk), so that the exit status says the output was lost."""
+    if not text:
+        return
+    stream = sys.stdout
+    if stream is None or getattr(stream, "closed", False):
+        raise OutputLost("stdout is closed, so the output was lost; run it with stdout open "
+                         "(or redirect it to a file).")
+    try:
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError) as err:  # EPIPE, ENOSPC, EIO; ValueError: closed file
+        raise OutputLost(f"the output could not be written to stdout ({getattr(err, 'strerror', None) or err}"
+                         "), so it was lost.") from err
 
 
 def _number(kind, lo=None, hi=None, lo_open=False):
+    """An argparse type: the text read as in :mod:`convres.values` (``as_int``/``as_real``, the
+    coercion of the API), the message in the command line's words."""
     def parse(text: str):
+        what = "an integer" if kind is int else "a number"
         try:
-            value = kind(text)
+            number: float = int(text.strip()) if kind is int else float(text.strip())
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, got "
-                                             f"{text!r}") from None
-        if kind is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if kind is float and not math.isfinite(number):
             raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-        if lo is not None and (value <= lo if lo_open else value < lo) or hi is not None and value > hi:
+        try:
+            bounds = dict(minimum=lo, maximum=hi)
+            return as_int("value", number, **bounds) if kind is int else \
+                as_real("value", number, above=lo_open, **bounds)
+        except (TypeError, ValueError):
             fmt = "{}" if kind is int else "{:g}"
             left = ("> " if lo_open else ">= ") + fmt.format(lo)
             right = f" and <= {fmt.format(hi)}" if hi is not None else ""
-            raise argparse.ArgumentTypeError(f"must be {left}{right}, got {text}")
-        return value
+            raise argparse.ArgumentTypeError(f"must be {left}{right}, got {text}") from None
     return parse
 
 
@@ -84,15 +124,11 @@ def size(name: str):
 
 
 def _check_memory(cfg: ModelConfig, N: int, n: int, configs: int = 1) -> None:
-    """Refuse a run whose estimated memory exceeds what this machine has available."""
-    need = memory_estimate(cfg, N, n, configs=configs)
-    try:
-        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return
-    if need > avail:
-        raise Usage(f"this run needs about {need / 2**30:.1f} GiB of memory (N={N}, n={n}, d={cfg.d}, "
-                    f"L={cfg.L}) but {avail / 2**30:.1f} GiB are available; use smaller sizes.")
+    """Refuse a run whose estimated memory exceeds what this machine has available (the cost
+    policy of :func:`convres.runtime.check_memory`)."""
+    check_memory(memory_estimate(cfg, N, n, configs=configs),
+                 f"this run (N={N}, n={n}, d={cfg.d}, L={cfg.L})",
+                 "use smaller sizes (--N, --n, --d, --layers)")
 
 
 # --- gd ------------------------------------------------------------------------------------------
@@ -192,29 +228,13 @@ def _print_fields(summary: dict, width: int) -> None:
 
 
 def _theorem(args) -> int:
-    modes = [name for name, on in (("--certify", args.certify), ("--width-condition", args.width_condition),
-                                   ("--scope", args.scope)) if on]
-    if len(modes) > 1:
-        raise Usage(f"choose one of --certify, --width-condition and --scope, got {' and '.join(modes)}.")
-    if args.route is not None and not args.certify:
-        raise Usage("--route chooses the theorem that --certify certifies; add --certify or drop --route.")
-    if args.delta is not None and not args.width_condition:
-        raise Usage("--delta is the probability of failure of --width-condition; add --width-condition "
-                    "or drop --delta.")
+    # which flags each mode takes is the policy of APPLIES (checked in main before this runs)
     if args.certify:
         return _theorem_certify(args)
     if args.width_condition:
         return _theorem_width(args)
-    sizes = [f"--{k}" for k in ("N", "n", "d") if getattr(args, k) is not None]
     if args.scope:
-        if sizes or args.steps is not None or args.beta != 1.0 or args.layers != 1:
-            raise Usage("--scope reads the experiments' own settings; drop the sizes, --steps, --beta "
-                        "and --layers.")
         return _theorem_scope(args)
-    if sizes:
-        raise Usage(f"{', '.join(sizes)} set the sizes of --certify and --width-condition; the plain run "
-                    "checks the chapter's fixed instance (N = 2, n = 4, d = 16): add --certify or "
-                    f"drop {', '.join(sizes)}.")
     steps = 300 if args.steps is None else args.steps
     r = theorem_run(*theorem_instance(args.seed, beta=args.beta, layers=args.layers), steps=steps)
     summary = r.summary()
@@ -235,8 +255,6 @@ def _theorem_certify(args) -> int:
     from .experiments.theorem import non_vacuous_steps
     from .instances import ffn_certified_instance
 
-    if args.beta != 1.0 or args.layers != 1:
-        raise Usage("--certify uses the certified regime (beta = 1, one layer); drop --beta and --layers.")
     ffn = args.route == "ffn"
     default = (4, 4, 8) if ffn else (1, 2, 1024)
     N, n, d = (default[i] if getattr(args, k) is None else getattr(args, k) for i, k in enumerate("Nnd"))
@@ -262,9 +280,6 @@ def _theorem_certify(args) -> int:
 def _theorem_width(args) -> int:
     from .width import width_condition
 
-    if args.beta != 1.0 or args.layers != 1 or args.steps is not None or args.d is not None:
-        raise Usage("--width-condition gives the width d_min of the certified regime (beta = 1, one layer, "
-                    "nothing is run); drop --d, --steps, --beta and --layers.")
     delta = 0.05 if args.delta is None else args.delta
     if not 0 < delta < 1:
         raise Usage(f"--delta must be in (0, 1), got {delta:g}.")
@@ -317,6 +332,10 @@ def _rank_collapse(args) -> int:
 
 def _reproduce(args) -> int:
     if args.list or args.name is None:
+        if args.json:
+            write_json([{"name": name, "title": e.title, "chapter": e.chapter}
+                        for name, e in EXPERIMENTS.items()])
+            return 0
         for name, e in EXPERIMENTS.items():
             print(f"{name:<17} {e.title}  [{e.chapter}]")
         print(f"{'all':<17} every experiment above")
@@ -325,7 +344,7 @@ def _reproduce(args) -> int:
     if names[0] not in EXPERIMENTS:
         raise Usage(f"unknown experiment {args.name!r}; choose one of {sorted(EXPERIMENTS)} or 'all' (see "
                     "--list).")
-    out = Path(args.out)
+    out = setting_path(args.out, "--out")
     try:  # before any work: --out must be (or become) a writable folder
         out.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
@@ -342,33 +361,60 @@ def _reproduce(args) -> int:
                 if not args.json:
                     print(f"{name}: data in {path}")
     report: dict[str, dict] = {}
+    lost: list[str] = []
     for name in names:
         t0 = time.perf_counter()
         res = run_experiment(name, args.profile, progress=not args.json, refresh=args.refresh,
                              device=args.device)
+        args.kept.append(name)
         png = out / f"{name}-{args.profile}.png"
-        atomic_write_bytes(png, figure_png(res.figure(), dpi=200))  # never half a PNG
+        try:
+            atomic_write_bytes(png, figure_png(res.figure(), dpi=200))  # never half a PNG
+            figure: str | None = str(png)
+        except OSError as err:  # a directory in the way, a full disk: the report is still printed
+            lost.append(f"--out {out}: the figure {png} could not be written ({err.strerror or err})")
+            figure = None
         report[name] = {"settings": res.settings, "summary": res.summary(),
                         "claims": [{k: c[k] for k in CLAIM_KEYS if k in c} for c in res.claims()],
-                        "seconds": round(time.perf_counter() - t0, 2), "figure": str(png)}
+                        "seconds": round(time.perf_counter() - t0, 2), "figure": figure}
         if not args.json:
-            print(f"{name}: {png} ({report[name]['seconds']} s)")
+            print(f"{name}: {png if figure else 'no figure'} ({report[name]['seconds']} s)")
             for k, v in report[name]["summary"].items():
                 print(f"  {k}: {v}")
     if args.json:
         write_json(report[names[0]] if len(names) == 1 else report)
+    if lost:
+        raise FigureLost("; ".join(lost) + "; the results are cached and the report is complete, "
+                         "\"figure\" is null there: free space or remove what is in the way, then run "
+                         "it again (it is read from the cache).")
     return 0
 
 
 # --- bench ---------------------------------------------------------------------------------------
 
-BENCH_SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gd_speed.py"
+#: The repository that holds this package's source, when it is run from a clone (editable install).
+REPOSITORY = Path(__file__).resolve().parent.parent
+#: The benchmark: one fixed path of that repository, never searched for.
+BENCH_SCRIPT = REPOSITORY / "benchmarks" / "gd_speed.py"
+
+
+def _source_checkout() -> bool:
+    """Whether this package runs from its repository: ``convres/`` lies next to a
+    ``pyproject.toml`` that declares the project ``convres`` (an installed wheel has no such file
+    next to it, so a ``benchmarks/`` folder that happens to lie in ``site-packages`` is never run)."""
+    project = REPOSITORY / "pyproject.toml"
+    try:
+        text = project.read_text(encoding="utf-8") if project.is_file() else ""
+    except (OSError, UnicodeDecodeError):
+        return False
+    return 'name = "convres"' in text and (REPOSITORY / "convres" / "cli.py").resolve() == \
+        Path(__file__).resolve()
 
 
 def _bench(args) -> int:
-    if not BENCH_SCRIPT.is_file():
-        raise Usage(f"the benchmark is a script of the repository ({BENCH_SCRIPT.name}), not part of the "
-                    "installed package; run it from a clone: python benchmarks/gd_speed.py")
+    if not _source_checkout() or not BENCH_SCRIPT.is_file() or BENCH_SCRIPT.is_symlink():
+        raise Usage(f"the benchmark is a script of the repository (benchmarks/{BENCH_SCRIPT.name}), not "
+                    "part of the installed package; run it from a clone: python benchmarks/gd_speed.py")
     try:
         return int(runpy.run_path(str(BENCH_SCRIPT))["main"](args.options) or 0)
     except SystemExit as done:  # the script's own argument errors (already printed)
@@ -376,6 +422,85 @@ def _bench(args) -> int:
 
 
 # --- entry point ---------------------------------------------------------------------------------
+
+# --- the flag policy ------------------------------------------------------------------------------
+
+#: For each subcommand, its modes and the flags (argparse ``dest``) each mode uses. A flag given
+#: to a mode that does not use it is an error (:func:`check_flags`): nothing is silently ignored.
+APPLIES: dict[str, dict[str, set[str]]] = {
+    "gd": {"": {"seed", "beta", "layers", "N", "n", "d", "mu", "steps", "activation", "json"}},
+    "theorem": {"": {"seed", "beta", "layers", "steps", "json"},
+                "--certify": {"certify", "seed", "steps", "route", "N", "n", "d", "json"},
+                "--width-condition": {"width_condition", "delta", "N", "n", "json"},
+                "--scope": {"scope", "json"}},
+    "rank-collapse": {"": {"beta", "seeds", "seed", "json"}},
+    "reproduce": {"--list": {"list", "json"},
+                  "NAME": {"name", "profile", "out", "refresh", "download", "json", "device"}},
+}
+#: The flags that choose a mode, per subcommand (at most one of them at a time).
+MODE_FLAGS = {"theorem": ("--certify", "--width-condition", "--scope")}
+
+
+def _mode(args) -> str:
+    """The mode of the parsed ``args`` (a key of ``APPLIES[args.command]``)."""
+    if args.command == "reproduce":
+        return "--list" if args.list or args.name is None else "NAME"
+    if args.command == "theorem":
+        chosen = [f for f in MODE_FLAGS["theorem"] if getattr(args, f[2:].replace("-", "_"))]
+        if len(chosen) > 1:
+            raise Usage(f"choose one of {', '.join(MODE_FLAGS['theorem'])}, got {' and '.join(chosen)}.")
+        return chosen[0] if chosen else ""
+    return ""
+
+
+def check_flags(args, options: dict[str, str]) -> None:
+    """Raise :class:`Usage` naming every flag given that the chosen mode does not use, and the
+    modes that do. ``options`` maps a ``dest`` to its flag (``--width-condition``)."""
+    table = APPLIES.get(args.command)
+    if table is None:
+        return
+    mode = _mode(args)
+    given = set(getattr(args, "given_", set())) | ({"name"} if getattr(args, "name", None) else set())
+    unused = sorted(d for d in given if d not in table[mode])
+    if not unused:
+        return
+    def run(m: str) -> str:
+        return f"`{args.command} {m}`" if m else f"the plain `{args.command}`"
+    parts = []
+    for dest in unused:
+        users = [run(m) for m, flags in table.items() if dest in flags]
+        flag = options.get(dest, dest)
+        parts.append(f"{flag} (used only by {' and '.join(users)})" if users else flag)
+    one = len(unused) == 1
+    raise Usage(f"{', '.join(parts)} {'does' if one else 'do'} not apply to {run(mode)} and would be "
+                f"ignored; drop {'it' if one else 'them'}, or choose the mode that uses "
+                f"{'it' if one else 'them'}.")
+
+
+def _track_given(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Make every option of ``parser``'s subcommands record its ``dest`` in ``args.given_`` when
+    it is given on the command line; return ``dest -> flag``."""
+    options: dict[str, str] = {}
+    subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for sub in subparsers:
+        for p in sub.choices.values():
+            for action in p._actions:
+                if not action.option_strings or isinstance(action, argparse._HelpAction):
+                    if action.dest == "name":
+                        options["name"] = "NAME"
+                    continue
+                options[action.dest] = max(action.option_strings, key=len)
+                base = type(action)
+
+                class Given(base):  # type: ignore[valid-type, misc]
+                    def __call__(self, parser, namespace, values, option_string=None):
+                        super().__call__(parser, namespace, values, option_string)
+                        given = set(getattr(namespace, "given_", set()))
+                        namespace.given_ = given | {self.dest}
+
+                action.__class__ = Given
+    return options
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -482,26 +607,66 @@ def _warning_line(message, category, filename, lineno, line=None) -> str:
     return f"convres: {category.__name__}: {message}\n"
 
 
+def _kept(args) -> str:
+    """What an interrupt leaves behind, in words."""
+    if args.command not in ("reproduce", "bench"):
+        return "nothing was cached"
+    where = cache_dir()
+    kept = getattr(args, "kept", [])
+    if kept:
+        return (f"the finished result(s) {', '.join(kept)} are kept in the cache ({where}); the run in "
+                "progress was not cached")
+    return "nothing new was cached (the run in progress is not kept)"
+
+
+def _error(where: str, text: str) -> None:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        print(f"{where}: error: {text}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     warnings.formatwarning = _warning_line  # one line on stderr (stdout stays clean for --json)
     parser = build_parser()
+    options = _track_given(parser)
     args, rest = parser.parse_known_args(argv)
     if args.command == "bench":  # every option belongs to the benchmark script
         args.options = rest + args.options
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command is None:
-        parser.print_help()
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            parser.print_help()
         return 2
     where = f"convres {args.command}"
+    args.kept = []
+    buffer = io.StringIO()
     try:
-        return int(args.func(args) or 0)
+        check_flags(args, options)
+        with contextlib.redirect_stdout(buffer):
+            try:
+                code = int(args.func(args) or 0)
+            finally:
+                text = buffer.getvalue()
+        emit(text)
+        return code
+    except OutputLost as err:
+        _error(where, str(err))
+        return 1
     except KeyboardInterrupt:
-        print(f"{where}: interrupted; nothing was cached", file=sys.stderr)
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            print(f"{where}: interrupted; {_kept(args)}", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. `python -m convres theorem | head`
-        sys.stderr.close()
-        return 0
+    except FigureLost as err:
+        try:
+            emit(buffer.getvalue())
+        except OutputLost as lost:
+            _error(where, f"{err}; {lost}")
+            return 1
+        _error(where, str(err))
+        return 2
+    except Warning as w:  # PYTHONWARNINGS=error or -W error turned a warning into an exception
+        _error(where, f"{type(w).__name__} (a warning turned into an error by PYTHONWARNINGS or -W): {w}")
+        return 2
     except MemoryError:
         print(f"{where}: error: out of memory; use smaller sizes (--N, --n, --d, --layers).", file=sys.stderr)
         return 2

@@ -24,13 +24,13 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .model import ModelConfig, Trace, check_inputs, forward_trace, squared_error
+from .model import ModelConfig, Trace, check_inputs, forward_trace, memory_estimate, squared_error
 from .rank import extreme_singular_values
-from .runtime import check_device
+from .runtime import check_device, check_memory
 from .values import as_int, as_real, is_real
 
 __all__ = ["History", "Run", "Step", "gradient_descent", "sweep", "loss_and_grad", "chunk_size",
-           "stopping_rule", "STACK_LIMIT", "STACK_MAX", "BLOWUP"]
+           "stopping_rule", "STACK_LIMIT", "STACK_MAX", "BLOWUP", "MAX_STEPS"]
 
 
 @dataclasses.dataclass
@@ -109,10 +109,12 @@ class Run(NamedTuple):
 @dataclasses.dataclass(frozen=True)
 class Step:
     """What a ``callback`` sees at iterate ``t`` of configuration ``index`` (its position in the
-    sweep): the weights ``theta_t`` and their gradient (copies: editing them changes neither the
-    run nor the caller's weights; ``grads`` is ``None`` at the last iterate), ``Phi(theta_t)`` and
-    the detached :class:`~convres.model.Trace` of the forward pass (``trace.F``, ``trace.Z[0]``,
-    ``trace.H[-1]``, ...)."""
+    sweep): the weights ``theta_t`` and their gradient (``grads`` is ``None`` at the last
+    iterate), ``Phi(theta_t)`` and the detached :class:`~convres.model.Trace` of the forward pass
+    (``trace.F``, ``trace.Z[0]``, ``trace.H[-1]``, ...). They are views of the run's own copy of
+    the weights: the caller's weights are never touched, and a callback that edits any of them in
+    place is refused (RuntimeError) before the run goes on with changed values; copy them
+    (``step.params[k].clone()``) to keep or change them."""
 
     t: int
     index: int
@@ -148,6 +150,8 @@ def _loss_and_grad(params, X, Y, cfg, residual):
 STACK_LIMIT = 16_384
 #: At most this many configurations in one stack.
 STACK_MAX = 64
+#: The most steps one call accepts (the cost policy: a larger count is a typo, not a plan).
+MAX_STEPS = 10**8
 #: A run diverges when its loss exceeds this many times its initial value (the default ``blowup``).
 BLOWUP = 1e6
 
@@ -285,6 +289,9 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
     """
     params_list, cfgs, mus = _as_lists(params, cfg, mu)
     Xs, Ys = _data_lists(X, Y, len(params_list))
+    if is_real(steps) and not isinstance(steps, bool) and float(steps) > MAX_STEPS:
+        raise ValueError(f"steps={steps!r} is more than {MAX_STEPS:,}: at a millisecond a step that is "
+                         "over a day of computing; use fewer steps (and tol= or rtol= to stop early).")
     steps = as_int("steps", steps, minimum=0)
     record_every = None if record_every is None else as_int("record_every", record_every, minimum=1)
     tol = as_real("tol", tol, minimum=0.0, finite=False)
@@ -300,6 +307,7 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
         except (TypeError, ValueError) as err:
             raise type(err)(err if len(params_list) == 1 else f"configuration {i}: {err}") from None
     dev = check_device(device) if device is not None else None
+    _check_cost(params_list, Xs, cfgs, dev, chunk)
     groups: dict = {}
     for i, (p, c) in enumerate(zip(params_list, cfgs)):
         key = (_shared(c), p["W_U"].dtype, p["W_U"].device, tuple(Xs[i].shape), tuple(Ys[i].shape))
@@ -322,6 +330,25 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
         if bar is not None:
             bar.close()
     return results
+
+
+def _check_cost(params_list, Xs, cfgs, dev, chunk) -> None:
+    """The cost policy (:func:`convres.runtime.check_memory`) before anything is allocated: the
+    largest stack of configurations must fit in the memory of the device it runs on."""
+    worst, where = 0, None
+    for p, X, c in zip(params_list, Xs, cfgs):
+        count = min(len(params_list), chunk or STACK_MAX) if chunk_size(c, X, len(params_list)) > 1 else 1
+        need = memory_estimate(c, X.shape[0], X.shape[1], configs=count, dtype=p["W_U"].dtype)
+        if need > worst:
+            worst, where = need, (X.shape, c, count)
+    if where is None:
+        return
+    (N, n, _), c, count = where
+    device = dev if dev is not None else params_list[0]["W_U"].device
+    check_memory(worst, f"gradient descent on X of shape (N={N}, n={n}, d={c.d}) with L={c.L}, "
+                 f"d_qk={c.d_qk}, m={c.m}" + (f" ({count} configurations at once)" if count > 1 else ""),
+                 "use fewer sequences N or tokens n (attention costs n^2 per sequence), a smaller "
+                 "model" + (", or chunk=1" if count > 1 else ""), device=device)
 
 
 @dataclasses.dataclass
@@ -439,14 +466,17 @@ class _Loop:
     def _notify(self, t, j, i, phi, grads, tr):
         if self.callback is None:
             return
-        tensors = [*self.theta.values(), *(grads or {}).values()]
+        trace = tr.select(j).detach()
+        tensors = [*self.theta.values(), *(grads or {}).values(), *(x for f in trace[:6] for x in f),
+                   trace.F]
         versions = [v._version for v in tensors]
         self.callback(Step(t, self.index[i], {k: v[j].detach() for k, v in self.theta.items()},
                            None if grads is None else {k: g[j] for k, g in grads.items()},
-                           phi, tr.select(j).detach()))
+                           phi, trace))
         if [v._version for v in tensors] != versions:
-            raise RuntimeError("the callback modified step.params or step.grads in place, which would "
-                               "change the run; copy them first (step.params[k].clone()).")
+            raise RuntimeError("the callback modified step.params, step.grads or step.trace in place, "
+                               "which would change the run (the caller's own weights are untouched); "
+                               "copy them first (step.params[k].clone()).")
 
     def _record_spectra(self, t, tr):
         """Extreme singular values of ``Z_1`` and ``H_L`` for the configurations recording at ``t``

@@ -1,19 +1,65 @@
-"""Where and how PyTorch runs: the device and the number of intra-op threads.
+"""Where and how PyTorch runs: the device, the number of intra-op threads, and what a run may cost.
 
 Book appendix *Performance*. For models as small as the book's, thread synchronization costs more
 than it saves, so experiments run with one thread (:func:`torch_threads`).
+
+The cost policy (:func:`check_memory`): every public entry point that allocates in proportion to
+its arguments estimates the bytes from the shapes first and refuses, before allocating, a request
+above the memory available on its device, with the estimate and the argument (or flag) to change.
 """
 
 from __future__ import annotations
 
 import contextlib
-import numbers
 import os
 from collections.abc import Iterator
 
 import torch
 
-__all__ = ["check_device", "torch_threads", "max_threads"]
+from .values import as_int
+
+__all__ = ["check_device", "torch_threads", "max_threads", "available_memory", "check_memory",
+           "CostRefused"]
+
+
+class CostRefused(ValueError):
+    """A request whose estimated memory exceeds what its device has: refused before allocating."""
+
+
+def available_memory(device=None) -> int | None:
+    """Bytes of memory available now on ``device`` (the CPU by default): free CUDA memory, or the
+    available physical memory of the machine; ``None`` where it cannot be told."""
+    dev = torch.device("cpu") if device is None else torch.device(device)
+    if dev.type == "cuda":
+        try:
+            return int(torch.cuda.mem_get_info(dev)[0])
+        except (RuntimeError, AssertionError, ValueError):
+            return None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(need: int, what: str, change: str, *, device=None) -> None:
+    """Refuse (:class:`CostRefused`) a computation ``what`` estimated to need ``need`` bytes when
+    more than the memory available on ``device`` (:func:`available_memory`); the message gives the
+    estimate, what is available and ``change``, the argument or flag to change."""
+    avail = available_memory(device)
+    if avail is not None and need > avail:
+        raise CostRefused(f"{what} needs about {_gib(need)} of memory, but {_gib(avail)} are "
+                          f"available on this machine; {change}.")
+
+
+def _gib(b: float) -> str:
+    return f"{b / 2**30:.3g} GiB" if b >= 2**27 else f"{b / 2**20:.3g} MiB"
 
 
 def check_device(device) -> torch.device:
@@ -64,11 +110,13 @@ def torch_threads(n: int | None) -> Iterator[None]:
     if n is None:
         yield
         return
-    if not isinstance(n, numbers.Integral) or isinstance(n, bool) or not 1 <= n <= max_threads():
+    try:
+        n = as_int("threads", n, minimum=1, maximum=max_threads())
+    except ValueError:
         raise ValueError(f"threads must be an integer in 1 .. {max_threads()} (4 per CPU here) or None, "
-                         f"got {n!r}.")
+                         f"got {n!r}.") from None
     before = torch.get_num_threads()
-    torch.set_num_threads(int(n))
+    torch.set_num_threads(n)
     try:
         yield
     finally:

@@ -25,7 +25,8 @@ MAX_SEED = 2**63 - 1
 def _scalar(v):
     """``v`` as a plain Python number when it is a 0-d real tensor or array, else ``v``."""
     if isinstance(v, torch.Tensor):
-        if v.dim() != 0 or v.is_complex() or v.dtype == torch.bool:
+        if v.dim() != 0 or v.is_complex() or v.dtype == torch.bool or v.device.type == "meta" \
+                or v.layout != torch.strided:
             return v
         return v.item()
     if isinstance(v, np.ndarray) and v.ndim == 0:

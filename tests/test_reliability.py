@@ -464,15 +464,18 @@ def smoke_book(monkeypatch, smoke_cache):
 
 
 def test_row62_a_figure_path_that_is_a_directory_keeps_the_result(capsys, tmp_path, smoke_book):
+    """Issue 22 (output policy): the report is still printed, complete, with "figure": null; the
+    exit status and one line on stderr say which figure was lost."""
     (tmp_path / "simulations-book.png").mkdir()
     code, out, err = run_main(capsys, "reproduce", "simulations", "--json", "--out", str(tmp_path))
-    assert code == 2 and out == ""
-    one_line_error(err, "is a directory", "simulations-book.png")
+    assert code == 2 and json.loads(out)["figure"] is None and json.loads(out)["claims"]
+    one_line_error(err, "is a directory", "simulations-book.png", "--out")
     assert os.listdir(tmp_path) == ["simulations-book.png"]          # no temporary file left
     assert list(smoke_book.glob("experiment-simulations-*.json"))     # the result is cached
 
 
-def test_row63_a_closed_stdout_ends_quietly(monkeypatch):
+def test_row63_a_closed_stdout_is_an_exit_status_not_a_silent_zero(monkeypatch):
+    """Issue 22 (output policy): output that could not be written is exit status 1 (it was 0)."""
     class Closed:
         def write(self, text):
             raise BrokenPipeError(32, "Broken pipe")
@@ -484,8 +487,10 @@ def test_row63_a_closed_stdout_ends_quietly(monkeypatch):
             pass
     monkeypatch.setattr(sys, "stdout", Closed())
     monkeypatch.setattr(sys, "stderr", Closed())
-    assert main(["gd", "--steps", "3", "--json"]) == 0
-    assert main(["reproduce", "--list"]) == 0
+    assert main(["gd", "--steps", "3", "--json"]) == 1
+    assert main(["reproduce", "--list"]) == 1
+    monkeypatch.setattr(sys, "stdout", None)  # python started with stdout closed (`>&-`)
+    assert main(["gd", "--steps", "3", "--json"]) == 1
 
 
 def test_row64_ctrl_c_during_an_experiment_caches_nothing(tmp_path):
@@ -506,7 +511,9 @@ def test_row64_row65_ctrl_c_after_a_finished_experiment_keeps_it(capsys, tmp_pat
     monkeypatch.setattr(cli, "run_experiment", second_interrupted)
     code, out, err = run_main(capsys, "reproduce", "all", "--json", "--out", str(tmp_path))
     assert code == 130 and out == ""                                   # no half report on stdout
-    assert err.strip().splitlines()[-1] == "convres reproduce: interrupted; nothing was cached"
+    last = err.strip().splitlines()[-1]                                # issue 22: says what was kept
+    assert last.startswith("convres reproduce: interrupted; the finished result(s) simulations are kept "
+                           "in the cache") and "the run in progress was not cached" in last
     assert (tmp_path / "simulations-book.png").stat().st_size > 1000   # finished work is kept
     assert list(smoke_book.glob("experiment-simulations-*.json"))
 

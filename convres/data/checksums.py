@@ -63,12 +63,21 @@ def verify_checksum(path: str | os.PathLike, expected: str | None, source: str =
             f"offline copy again); if it is your own file, {own}.")
 
 
-def require_file(path: Path, what: str) -> None:
-    """Raise :class:`DataError` if ``path`` exists but is not a regular file (a directory, ...)."""
+#: The largest data file that is read (bytes): the full Jena CSV has about 43 MB, SST-2 a few MB.
+MAX_DATA_BYTES = 4 * 2**30
+
+
+def require_file(path: Path, what: str, max_bytes: int = MAX_DATA_BYTES) -> None:
+    """Raise :class:`DataError` if ``path`` exists but is not a regular file (a directory, a FIFO,
+    a device, ...; links are followed) or has more than ``max_bytes`` bytes: the file policy of
+    the data readers (the cache's is :func:`convres.files.read_regular`)."""
     if path.exists() and not path.is_file():
         kind = "a directory" if path.is_dir() else "not a regular file"
         raise DataError(f"{what} {path} is {kind}, not a data file: remove or rename it, then put the "
                         "data file there (or download it again).")
+    if path.is_file() and path.stat().st_size > max_bytes:
+        raise DataError(f"{what} {path} has {path.stat().st_size:,} bytes, more than the {max_bytes:,} "
+                        "a data file of convres may have; it is not the published file.")
 
 
 _CHECKSUM_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
@@ -133,7 +142,8 @@ def record_checksum(path: Path, data_dir=None) -> None:
     manifest = root / CHECKSUMS
     rel = Path(path).relative_to(root).as_posix()
     try:
-        lines = manifest.read_text(encoding="utf-8").splitlines() if manifest.is_file() else []
+        lines = read_regular(manifest, max_bytes=MAX_MANIFEST_BYTES, what="checksum file").decode(
+            "utf-8").splitlines() if manifest.is_file() else []
         kept = [ln for ln in lines if _checksum_path(ln) != rel]
         atomic_write_text(manifest, "\n".join([*kept, f"{sha256_file(path)}  {rel}"]) + "\n")
     except (OSError, ValueError) as err:  # unwritable, or not a text file

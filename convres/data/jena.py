@@ -179,6 +179,19 @@ def _read_jena_csv(path: Path):
         raise DataError(f"cannot read {path} as a Jena Climate CSV: {err}") from err
 
 
+def _check_unique_columns(path: Path, names) -> None:
+    """Raise :class:`DataError` when the header names a column twice (pandas reads the second
+    ``T (degC)`` as ``T (degC).1``, so which one is meant would be a guess)."""
+    import re
+
+    names = [str(c) for c in names]
+    mangled = (re.fullmatch(r"(.*)\.(\d+)", c) for c in names)
+    twice = sorted({m.group(1) for m in mangled if m and m.group(1) in names})
+    if twice:
+        raise DataError(f"{path}: the header names the column(s) {twice} twice (or more); which one holds "
+                        "the data cannot be told. Remove or rename the duplicate column(s) first.")
+
+
 def _first_bad(path, df, bad, columns, what: str, fix):
     """A :class:`DataError` for the boolean frame ``bad`` (rows x ``columns``): how many rows, and
     the first bad cell by data row (0-based), file line, timestamp, column and value; ``fix(column)``
@@ -218,6 +231,7 @@ def read_jena(path: str | os.PathLike, columns=JENA_FEATURES, *, sha256: str | N
     verify_checksum(path, sha256, checksum_source)
     columns = list(columns)
     df = _read_jena_csv(path)
+    _check_unique_columns(path, df.columns)
     missing = [c for c in [JENA_TIME, *columns] if c not in df.columns]
     if missing:
         raise DataError(

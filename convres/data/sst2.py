@@ -105,17 +105,45 @@ def _sst2_checksum(path: Path, split: str, data_dir, verify: bool) -> str:
     return f"not verified: no checksum is recorded for this file (no line in {CHECKSUMS})"
 
 
-def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, verify: bool = True):
+#: The longest sentence :func:`load_sst2` accepts, in whitespace tokens: SST-2's own longest
+#: sentences have about 60; a much longer one would make every later step (co-occurrence counts,
+#: padding) cost in proportion to its length or its square.
+MAX_TOKENS = 256
+
+
+def _check_content(path: Path, df, max_tokens: int) -> None:
+    """The content policy of a split: no duplicated ``idx`` (a file appended to itself, or two
+    splits concatenated), and no sentence longer than ``max_tokens`` whitespace tokens (counted
+    before anything is padded or paired)."""
+    dup = df["idx"].duplicated()
+    if dup.any():
+        i = int(dup.to_numpy().nonzero()[0][0])
+        raise DataError(f"{path}: {int(dup.sum())} row(s) repeat an idx of an earlier row, the first at row "
+                        f"{i} (idx {int(df['idx'].iloc[i])}); every SST-2 row has its own idx. Drop the "
+                        "duplicated rows first.")
+    lengths = df["sentence"].str.count(r"\S+")
+    if len(lengths) and int(lengths.max()) > max_tokens:
+        i = int(lengths.to_numpy().argmax())
+        raise DataError(f"{path}: row {i} has {int(lengths.iloc[i]):,} tokens, more than max_tokens="
+                        f"{max_tokens} (SST-2's sentences have at most about 60); such a row would make "
+                        "the data steps cost in proportion to its length squared. Drop or shorten it, or "
+                        "pass a larger max_tokens=... to load_sst2.")
+
+
+def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, verify: bool = True,
+              max_tokens: int = MAX_TOKENS):
     """One SST-2 split as a ``pandas.DataFrame`` with columns ``sentence`` (str), ``label``
     (0/1, -1 in test) and ``idx``, read from the parquet layout of the Hub dataset.
 
     With ``verify=True`` the file is checked against the SHA-256 recorded for it in the data
     directory's ``SHA256SUMS`` (a mismatch raises :class:`DataError`); a file with no recorded
     checksum is read unverified. ``df.attrs["checksum"]`` says which case applied. Always raises
-    :class:`DataError` for an unreadable file, wrong columns, missing values or labels outside
-    ``{-1, 0, 1}``.
+    :class:`DataError` for an unreadable file, wrong columns, missing values, labels outside
+    ``{-1, 0, 1}``, a repeated ``idx`` or a sentence of more than ``max_tokens`` tokens.
     """
     import pyarrow.parquet as pq
+
+    max_tokens = as_int("max_tokens", max_tokens, minimum=1)
 
     path = sst2_path(split, data_dir=data_dir, download=download)
     checked = _sst2_checksum(path, split, data_dir, verify)
@@ -138,6 +166,7 @@ def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, ve
     if not df["label"].isin([-1, 0, 1]).all():
         raise DataError(f"{path}: labels must be 0, 1 (or -1 in test), got "
                         f"{sorted(df['label'].unique())[:5]}.")
+    _check_content(path, df, max_tokens)
     df.attrs["checksum"] = checked
     return df
 
