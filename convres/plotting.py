@@ -234,7 +234,7 @@ def plot_jena(result):
         ax2.scatter(i + jitter, skill, color=c, marker=mk, s=16, alpha=0.8)
         if skill:
             ax2.hlines(float(np.median(skill)), i - 0.3, i + 0.3, color=c, lw=2.5)
-    ax1.axhline(data["level"], color="k", ls=":", lw=1.2, label="speed level")
+    ax1.axhline(result.summary()["level"], color="k", ls=":", lw=1.2, label="speed level")
     ax1.axhline(data["persistence"]["train"], color="k", ls="--", lw=1.0, label="persistence")
     ax1.axhline(data["linear_ar"]["train"], color="0.45", ls="-.", lw=1.0, label="linear AR")
     ax2.axhline(0.0, color="k", ls="--", lw=1.0)

@@ -242,7 +242,6 @@ def _run_jena(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     tuned = _tune(s, X, Y, cfgs, progress=progress, device=device)
     best = {t["beta"]: t["chosen"] for t in tuned}
     common = min(best.values())
-    level = LEVEL_FACTOR * ar["train"]
     dev = check_device(device)
     Xv_d, Yv_d = Xv.to(dev), Yv.to(dev)
     # the runs: every (beta, seed) at its beta's best step, then at the common step where it differs
@@ -265,14 +264,26 @@ def _run_jena(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
         protocols = (["best"] if eta == best[b] else []) + (["common"] if eta == common else [])
         mse = 2 * h.loss / N
         runs.append(dict(beta=b, seed=sd, eta=eta, protocols=protocols, status=h.status,
-                         train_mse=finite_list(mse), val_mse=vm, speed=_speeds(mse, steps, level),
+                         train_mse=finite_list(mse), val_mse=vm,
                          sigma_min_Z0=float(h.sigma_min_Z[0]), sigma_min_H0=float(h.sigma_min_H[0])))
     return {"N": int(N), "N_val": int(Xv.shape[0]), "n": int(n), "d": int(d), "features": list(task.features),
             "rows": task.rows, "train_rows": task.train_rows, "val_rows": task.val_rows,
             "inner_windows": int(inner.sum()), "target_std": task.target_std, "persistence": task.persistence,
-            "linear_ar": ar, "time_of_day": time_check, "level": level, "step_sizes": tuned,
+            "linear_ar": ar, "time_of_day": time_check, "step_sizes": tuned,
             "common_eta": common, "runs": runs,
             "eval_steps": [t for t in range(steps + 1) if t % every == 0 or t == steps]}
+
+
+def _level(data: dict) -> float:
+    """The speed level: :data:`LEVEL_FACTOR` times the linear AR's training MSE."""
+    return LEVEL_FACTOR * data["linear_ar"]["train"]
+
+
+def _timed_runs(res: Result) -> list[dict]:
+    """The runs with their ``speed`` (:func:`_speeds` of the training MSE), computed from the
+    stored curves, so that the level is applied after the runs and never steers them."""
+    level, horizon = _level(res.data), res.settings["steps"]
+    return [{**r, "speed": _speeds(r["train_mse"], horizon, level)} for r in res.data["runs"]]
 
 
 def _by(runs, protocol: str) -> dict:
@@ -289,7 +300,7 @@ def _claim_numbers(res: Result, protocol: str) -> dict:
     """The per-seed effects of both claims under ``protocol``: ``-tau`` of beta against the steps to
     the level (``nan`` -> 0: every beta arrived at the same step or none did), and the relative steps
     saved by the smallest ``beta > 0`` against ``beta = 0``."""
-    s, runs = res.settings, _by(res.data["runs"], protocol)
+    s, runs = res.settings, _by(_timed_runs(res), protocol)
     betas, seeds = sorted(s["betas"]), sorted(s["seeds"])
     small = min(b for b in betas if b > 0)
     steps = {k: r["speed"]["level"]["steps"] for k, r in runs.items()}
@@ -306,7 +317,7 @@ def _claim_numbers(res: Result, protocol: str) -> dict:
 
 
 def _per_beta(res: Result, protocol: str) -> list[dict]:
-    data, runs = res.data, res.data["runs"]
+    data, runs = res.data, _timed_runs(res)
     pv = data["persistence"]["val"]
     out = []
     for b in sorted(res.settings["betas"]):
@@ -332,9 +343,9 @@ def _jena_numbers(res: Result) -> dict:
                           "linear_ar": {"train_mse": ar["train"], "val_mse": ar["val"], "ridge": ar["ridge"],
                                         "skill": 1 - ar["val"] / pers["val"]}},
             "persistence_val_mse": pers["val"], "persistence_train_mse": pers["train"],
-            "level": data["level"], "level_factor": LEVEL_FACTOR,
-            "step_sizes": [{"arm": t["arm"], "grid": t["grid"], "chosen": t["chosen"], "bracketed": t["bracketed"]}
-                           for t in data["step_sizes"]],
+            "level": _level(data), "level_factor": LEVEL_FACTOR,
+            "step_sizes": [{"arm": t["arm"], "grid": t["grid"], "chosen": t["chosen"],
+                            "bracketed": t["bracketed"]} for t in data["step_sizes"]],
             "common_eta": data["common_eta"],
             "per_beta": _per_beta(res, "best"), "per_beta_common": _per_beta(res, "common"),
             "claims": {p: {k: c[k] for k in ("faster", "small_beta", "median_steps", "censored", "small")}
@@ -349,7 +360,8 @@ def _jena_claims(res: Result) -> list[dict]:
              f"past-only windows of {st['window']} rows, the temperature {st['horizon']} rows after the "
              f"last one; training on the rows up to {st['train_end']}; ")
     best, common = _claim_numbers(res, "best"), _claim_numbers(res, "common")
-    lvl = (f"steps to a training MSE of {LEVEL_FACTOR:g} x the linear AR's ({data['level']:.3g}), censored at "
+    lvl = (f"steps to a training MSE of {LEVEL_FACTOR:g} x the linear AR's ({_level(data):.3g}), "
+           "censored at "
            f"{st['steps']} steps, each beta at its own tuned step, {len(st['seeds'])} paired seeds")
     med = ", ".join(f"beta={b:g}: {v:g}" for b, v in best["median_steps"].items())
     cens = ", ".join(f"{v}" for v in best["censored"].values())
@@ -406,8 +418,9 @@ def _shapes(s: dict) -> list[Shape]:
 def _report(res: Result) -> dict:
     s, d, k = res.settings, res.data, res.summary()
     fmt = "{:.4f}"
-    spread_rows = [{"configuration": f"beta = {r['beta']:g} (eta = {r['eta']:g})", "measurement": "held-out MSE",
-                    "median": r["val_mse"]["median"], "min": r["val_mse"]["min"], "max": r["val_mse"]["max"],
+    spread_rows = [{"configuration": f"beta = {r['beta']:g} (eta = {r['eta']:g})",
+                    "measurement": "held-out MSE", "median": r["val_mse"]["median"],
+                    "min": r["val_mse"]["min"], "max": r["val_mse"]["max"],
                     "seeds": r["val_mse"]["count"], "format": fmt} for r in k["per_beta"]]
     for name, v in (("persistence", d["persistence"]["val"]), ("linear AR", d["linear_ar"]["val"])):
         spread_rows.append({"configuration": name, "measurement": "held-out MSE", "median": v, "min": None,
@@ -433,16 +446,17 @@ def _report(res: Result) -> dict:
 
 _JENA = dict(start="2009-01-01 00:10", train_end="2009-01-22 00:00", end="2009-01-28 18:40", freq="10min",
              inner_end="2009-01-15 00:00", window=6, horizon=6, val_stride=1, target="T (degC)",
-             time_of_day=False, d_qk=11, m=16, activation="gelu", betas=[0.0, 0.1, 0.25, 0.5, 1.0],
+             time_of_day=True, d_qk=11, m=16, activation="gelu", betas=[0.0, 0.1, 0.25, 0.5, 1.0],
              eta_grid=[0.05, 0.1, 0.2, 0.4], probe_seeds=[100, 101],
              ridge_grid=[0.0, 0.01, 0.1, 1.0, 10.0, 100.0], eval_every=10, dtype="float64")
 
 EXPERIMENT = Experiment(
-    "jena", "Jena Climate: residual-coefficient sweep, temperature one hour ahead from the past, a held-out week",
+    "jena", "Jena Climate: residual-coefficient sweep, the temperature one hour ahead from the past only",
     "book/jena.md",
     {"book": dict(_JENA, stride=6, seeds=list(range(10)), probe_steps=100, steps=400),
      "paper": dict(_JENA, stride=1, seeds=list(range(20)), probe_steps=250, steps=1000),
-     "smoke": dict(_JENA, train_end="2009-01-03 00:00", end="2009-01-04 00:00", inner_end="2009-01-02 12:00",
-                   stride=6, m=8, betas=[0.0, 0.5, 1.0], seeds=[0, 1], probe_steps=5, steps=10, eval_every=5)},
+     "smoke": dict(_JENA, train_end="2009-01-03 00:00", end="2009-01-04 00:00",
+                   inner_end="2009-01-02 12:00", stride=6, m=8, betas=[0.0, 0.5, 1.0], seeds=[0, 1],
+                   probe_steps=5, steps=10, eval_every=5)},
     _run_jena, _jena_numbers, _jena_claims, plot_jena, shapes=_shapes, report=_report,
     paper="Jena Climate, beta from small values up to 1; task, window, split and steps not stated")
