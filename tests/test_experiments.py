@@ -199,7 +199,7 @@ def test_report_linear_convergence_row_is_an_a_posteriori_check():
 # --- Jena --------------------------------------------------------------------------------------------
 
 def test_jena_data_splits_standardizes_on_training_rows_and_looks_only_at_the_past(offline):
-    s = ex.settings("jena", "book")
+    s = {**ex.settings("jena", "book"), "time_of_day": False}
     task = ex.jena_data(s)
     assert task.rows == 4000 and task.train_rows == 3 * 7 * 144 and task.val_rows == 4000 - task.train_rows
     w, h, stride = s["window"], s["horizon"], s["stride"]
@@ -218,6 +218,7 @@ def test_jena_data_splits_standardizes_on_training_rows_and_looks_only_at_the_pa
     persistence = float(((task.X_val[:, -1, t] - task.Y_val[:, 0]) ** 2).mean())
     assert task.persistence["val"] == pytest.approx(persistence)
     tod = ex.jena_data(s, time_of_day=True)
+    assert torch.equal(tod.X[..., :11], task.X) and torch.equal(tod.Y, task.Y)
     assert tod.X.shape[-1] == 13 and tod.features[-2:] == ("sin(hour)", "cos(hour)")
     assert np.allclose(tod.X[..., 11] ** 2 + tod.X[..., 12] ** 2, 1.0)
 
@@ -230,13 +231,13 @@ def test_linear_ar_chooses_its_ridge_on_the_training_split_only():
     Xv = rng.normal(size=(50, 3, 2))
     Yv = Xv.reshape(50, -1) @ c + 0.5
     inner = np.arange(200) < 150
-    ar = ex.linear_ar(X, Y[:, None], Xv, Yv[:, None], inner, [0.0, 1.0, 1e3])
+    ar = ex.jena.linear_ar(X, Y[:, None], Xv, Yv[:, None], inner, [0.0, 1.0, 1e3])
     assert ar["ridge"] == 0.0 and ar["train"] < 1e-3 and ar["val"] < 1e-3 and ar["parameters"] == 7
     # a held-out set the fit must not see: scrambling it changes the held-out MSE only
-    bad = ex.linear_ar(X, Y[:, None], Xv, -Yv[:, None], inner, [0.0, 1.0, 1e3])
+    bad = ex.jena.linear_ar(X, Y[:, None], Xv, -Yv[:, None], inner, [0.0, 1.0, 1e3])
     assert bad["ridge"] == ar["ridge"] and bad["train"] == ar["train"] and bad["val"] > 1
     with pytest.raises(ValueError, match="inner split"):
-        ex.linear_ar(X, Y[:, None], Xv, Yv[:, None], np.ones(200, bool), [0.0])
+        ex.jena.linear_ar(X, Y[:, None], Xv, Yv[:, None], np.ones(200, bool), [0.0])
 
 
 def test_jena_tiny_run(offline):
@@ -288,19 +289,19 @@ def test_jena_split_outside_the_window_or_too_short_is_refused(offline):
 
 
 def _fake_jena(level_steps, betas, horizon=100):
-    """A Jena result whose runs reach the level after the given steps (per beta, per seed; None:
-    never, censored at ``horizon``)."""
+    """A Jena result whose runs reach the level (0.1) after the given steps (per beta, per seed;
+    None: never, censored at ``horizon``)."""
     runs = []
     for b, per_seed in zip(betas, level_steps):
         for k, t in enumerate(per_seed):
-            speed = {"level": {"steps": float(horizon if t is None else t), "censored": t is None}}
+            t = horizon + 1 if t is None else t
+            curve = [1.0] * t + [0.05] * (horizon + 1 - t)
             runs.append({"beta": b, "seed": k, "eta": 0.1, "protocols": ["best", "common"],
-                         "status": "max_steps", "train_mse": [1.0, 0.5], "val_mse": [1.0, 0.5],
-                         "speed": speed})
+                         "status": "max_steps", "train_mse": curve, "val_mse": [1.0, 0.5]})
     seeds = list(range(len(level_steps[0])))
     s = {**ex.settings("jena"), "steps": horizon, "betas": betas, "seeds": seeds}
     return result("jena", s, {"runs": runs, "N": 1, "n": 2, "rows": 4000, "train_rows": 3024,
-                              "level": 0.1, "common_eta": 0.1})
+                              "linear_ar": {"train": 0.1 / ex.jena.LEVEL_FACTOR}, "common_eta": 0.1})
 
 
 def test_report_criteria_jena():
