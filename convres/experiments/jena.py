@@ -327,6 +327,7 @@ def _per_beta(res: Result, protocol: str) -> list[dict]:
                     "val_mse": spread(val), "skill": spread(None if v is None else 1 - v / pv for v in val),
                     "steps_to_level": spread(r["speed"]["level"]["steps"] for r in sel),
                     "censored": sum(r["speed"]["level"]["censored"] for r in sel),
+                    "diverged": sum(r["status"] == "diverged" for r in sel),
                     **{f"censored_{k}": sum(r["speed"][k]["censored"] for r in sel)
                        for k in (f"rel_{v:g}" for v in RELATIVE_LEVELS)}})
     return out
@@ -453,10 +454,10 @@ _JENA = dict(start="2009-01-01 00:10", train_end="2009-01-22 00:00", end="2009-0
 EXPERIMENT = Experiment(
     "jena", "Jena Climate: residual-coefficient sweep, the temperature one hour ahead from the past only",
     "book/jena.md",
-    {"book": dict(_JENA, stride=6, seeds=list(range(10)), probe_steps=100, steps=400),
-     "paper": dict(_JENA, stride=1, seeds=list(range(20)), probe_steps=250, steps=1000),
+    {"book": dict(_JENA, stride=6, seeds=list(range(10)), probe_steps=400, steps=400),
+     "paper": dict(_JENA, stride=1, seeds=list(range(20)), probe_steps=1000, steps=1000),
      "smoke": dict(_JENA, train_end="2009-01-03 00:00", end="2009-01-04 00:00",
                    inner_end="2009-01-02 12:00", stride=6, m=8, betas=[0.0, 0.5, 1.0], seeds=[0, 1],
-                   probe_steps=5, steps=10, eval_every=5)},
+                   probe_steps=10, steps=10, eval_every=5)},
     _run_jena, _jena_numbers, _jena_claims, plot_jena, shapes=_shapes, report=_report,
     paper="Jena Climate, beta from small values up to 1; task, window, split and steps not stated")
