@@ -30,7 +30,7 @@ from ..runtime import check_device
 from ..stats import censored, claim_stats, claim_verdict, kendall_tau, steps_to, tune_step
 from .base import Experiment, Result, Shape, dtype_of, finite_list, positive_int, spread
 
-__all__ = ["EXPERIMENT", "JenaTask", "jena_data", "window_count", "linear_ar", "LEVEL_FACTOR",
+__all__ = ["EXPERIMENT", "JenaTask", "jena_data", "window_count", "linear_ar", "timed_runs", "LEVEL_FACTOR",
            "TAU_MARGIN", "SAVED_MARGIN", "RELATIVE_LEVELS"]
 
 #: The absolute speed level, fixed before the evaluation runs: a run has arrived when its training
@@ -279,7 +279,7 @@ def _level(data: dict) -> float:
     return LEVEL_FACTOR * data["linear_ar"]["train"]
 
 
-def _timed_runs(res: Result) -> list[dict]:
+def timed_runs(res: Result) -> list[dict]:
     """The runs with their ``speed`` (:func:`_speeds` of the training MSE), computed from the
     stored curves, so that the level is applied after the runs and never steers them."""
     level, horizon = _level(res.data), res.settings["steps"]
@@ -300,7 +300,7 @@ def _claim_numbers(res: Result, protocol: str) -> dict:
     """The per-seed effects of both claims under ``protocol``: ``-tau`` of beta against the steps to
     the level (``nan`` -> 0: every beta arrived at the same step or none did), and the relative steps
     saved by the smallest ``beta > 0`` against ``beta = 0``."""
-    s, runs = res.settings, _by(_timed_runs(res), protocol)
+    s, runs = res.settings, _by(timed_runs(res), protocol)
     betas, seeds = sorted(s["betas"]), sorted(s["seeds"])
     small = min(b for b in betas if b > 0)
     steps = {k: r["speed"]["level"]["steps"] for k, r in runs.items()}
@@ -317,7 +317,7 @@ def _claim_numbers(res: Result, protocol: str) -> dict:
 
 
 def _per_beta(res: Result, protocol: str) -> list[dict]:
-    data, runs = res.data, _timed_runs(res)
+    data, runs = res.data, timed_runs(res)
     pv = data["persistence"]["val"]
     out = []
     for b in sorted(res.settings["betas"]):
