@@ -583,7 +583,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the experiments and their chapters")
     p.add_argument("--profile", choices=list(PROFILES), default="book",
                    help="book: the settings of the book's chapters (default); paper: larger; smoke: a "
-                        "seconds-long check of the code")
+                        "seconds-long check of the code (its numbers mean nothing)")
     p.add_argument("--out", default="figures", help="folder for the PNG figures (default ./figures)")
     p.add_argument("--refresh", action="store_true", help="recompute even if a cached result exists")
     p.add_argument("--download", action="store_true",
