@@ -22,7 +22,7 @@ from ..values import as_int, json_safe
 
 __all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
            "RESULT_FORMAT", "check_settings", "measured_rate", "finite_list", "dtype_of", "stable",
-           "median_by", "spread", "final", "verdict", "positive_int", "output_rows"]
+           "median_by", "spread", "final", "positive_int", "output_rows"]
 
 PROFILES = ("book", "paper", "smoke")
 #: Version of the layout of the results; part of the cache key (bump it when a runner changes).
@@ -206,10 +206,6 @@ def final(r, field="loss"):
     """The last value of ``r[field]``, ``inf`` for a diverged run."""
     v = r[field][-1]
     return math.inf if v is None or r["status"] == "diverged" else float(v)
-
-
-def verdict(all_ok: bool, some_ok: bool) -> str:
-    return VERDICTS[0] if all_ok else VERDICTS[1] if some_ok else VERDICTS[2]
 
 
 def positive_int(s: dict, key: str) -> int:

@@ -447,7 +447,7 @@ def _report(res: Result) -> dict:
 
 _JENA = dict(start="2009-01-01 00:10", train_end="2009-01-22 00:00", end="2009-01-28 18:40", freq="10min",
              inner_end="2009-01-15 00:00", window=6, horizon=6, val_stride=1, target="T (degC)",
-             time_of_day=True, d_qk=11, m=16, activation="gelu", betas=[0.0, 0.1, 0.25, 0.5, 1.0],
+             time_of_day=False, d_qk=11, m=16, activation="gelu", betas=[0.0, 0.1, 0.25, 0.5, 1.0],
              eta_grid=[0.05, 0.1, 0.2, 0.4], probe_seeds=[100, 101],
              ridge_grid=[0.0, 0.01, 0.1, 1.0, 10.0, 100.0], eval_every=10, dtype="float64")
 
