@@ -389,7 +389,10 @@ def _jena_claims(res: Result) -> list[dict]:
                    figure="fig-jena-loss",
                    evidence=f"{measurement}; {common_text} (eta = {data['common_eta']:g}, the smallest "
                             "of the tuned steps)", **stats)
-        if verdict == "inconclusive":
+        if verdict == "inconclusive" and all(c == len(st["seeds"]) for c in best["censored"].values()):
+            row["reason"] = (f"no run of any beta reached the speed level within {st['steps']} steps, "
+                             "so the steps to it cannot tell the arms apart")
+        elif verdict == "inconclusive":
             row["reason"] = (f"the interval [{stats['ci'][0]:.2f}, {stats['ci'][1]:.2f}] contains 0 and "
                              f"fewer than half of the seeds agree")
         rows.append(row)
