@@ -114,8 +114,8 @@ def _assumptions(X, H0, cfg, mu, steps) -> list[Hypothesis]:
                    rel_h, 1e-10, rel_h > 1e-10)]
     if mu is not None:
         need, val = -math.log(MIN_DECREASE), mu * alpha(sigma_0) * steps
-        checks.append(Hypothesis("non-vacuous rate", f"mu alpha T >= ln(1/{MIN_DECREASE:g})",
-                                 val, need, val >= need))
+        rule = f"mu alpha T >= ln(1/{MIN_DECREASE:g})"
+        checks.append(Hypothesis("non-vacuous rate", rule, val, need, val >= need))
     return checks
 
 
