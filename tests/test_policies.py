@@ -17,17 +17,11 @@ from convres.cli import main
 from convres.data import DataError, load_sst2, read_checksums, read_jena
 from convres.runtime import CostRefused, check_memory
 from tests.test_data import SLICE_HEADER, jena_rows, write_slice
+from tests.test_reliability import run_main
 
 CFG = ModelConfig(d=4, d_qk=4, m=4)
 
 
-def run_main(capsys, *args):
-    try:
-        code = main(list(args))
-    except SystemExit as done:
-        code = done.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 # --- flags: every flag used or refused; --json always JSON --------------------------------------

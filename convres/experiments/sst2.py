@@ -483,33 +483,24 @@ def _sst2_claims(res: Result) -> list[dict]:
         verdict=claim_verdict(st, some_regimes=_some(per)), figure="fig-sst2-final",
         evidence="relative reduction of the final training MSE per seed: " + "; ".join(
             f"L={L} " + ", ".join(f"{100 * v:+.0f}%" for v in e["lower"][L]) for L in depths), **st))
-    # 2. with residuals, deeper is better
-    st = claim_stats(e["depth"], MARGIN_DEPTH)
-    row = dict(
-        claim="With residuals, the training loss improves with depth.",
-        criterion=f"paired per seed, residual arm: effect = 1 - MSE(L={hi}) / MSE(L={lo}) of the final "
-                  f"training MSE; margin {MARGIN_DEPTH:.0%}",
-        measurement=_fmt_ci(st) + "; Kendall tau of L against -MSE per seed: " + ", ".join(
-            f"{t:+.2f}" for t in e["tau_res"]),
-        verdict=claim_verdict(st), figure="fig-sst2-final",
-        evidence="per seed: " + ", ".join(f"{100 * v:+.0f}%" for v in e["depth"]), **st)
-    if row["verdict"] == "inconclusive":
-        row["reason"] = "the seeds disagree and the interval straddles 0"
-    rows.append(row)
-    # 3. without residuals, depth does not help
-    st = claim_stats(e["no_depth"], MARGIN_NO_DEPTH)
-    row = dict(
-        claim="Without residuals, depth does not help.",
-        criterion=f"paired per seed, arm without residuals: effect = MSE(L={hi}) / MSE(L={lo}) - 1 of the "
-                  f"final training MSE (positive: the deeper stack is not better); "
-                  f"margin {MARGIN_NO_DEPTH:g}",
-        measurement=_fmt_ci(st) + "; Kendall tau of L against -MSE per seed: " + ", ".join(
-            f"{t:+.2f}" for t in e["tau_none"]),
-        verdict=claim_verdict(st), figure="fig-sst2-final",
-        evidence="per seed: " + ", ".join(f"{100 * v:+.0f}%" for v in e["no_depth"]), **st)
-    if row["verdict"] == "inconclusive":
-        row["reason"] = "the seeds disagree and the interval straddles 0"
-    rows.append(row)
+    # 2. with residuals, deeper is better; 3. without residuals, depth does not help
+    for claim, key, taus, margin, effect in (
+            ("With residuals, the training loss improves with depth.", "depth", "tau_res",
+             MARGIN_DEPTH, f"residual arm: effect = 1 - MSE(L={hi}) / MSE(L={lo}) of the final "
+                           f"training MSE; margin {MARGIN_DEPTH:.0%}"),
+            ("Without residuals, depth does not help.", "no_depth", "tau_none", MARGIN_NO_DEPTH,
+             f"arm without residuals: effect = MSE(L={hi}) / MSE(L={lo}) - 1 of the final training "
+             f"MSE (positive: the deeper stack is not better); margin {MARGIN_NO_DEPTH:g}")):
+        st = claim_stats(e[key], margin)
+        row = dict(
+            claim=claim, criterion=f"paired per seed, {effect}",
+            measurement=_fmt_ci(st) + "; Kendall tau of L against -MSE per seed: " + ", ".join(
+                f"{t:+.2f}" for t in e[taus]),
+            verdict=claim_verdict(st), figure="fig-sst2-final",
+            evidence="per seed: " + ", ".join(f"{100 * v:+.0f}%" for v in e[key]), **st)
+        if row["verdict"] == "inconclusive":
+            row["reason"] = "the seeds disagree and the interval straddles 0"
+        rows.append(row)
     # 4. speed: steps to the level, censored at the horizon
     per = _per_depth(e["speed"], MARGIN_SPEED)
     st = claim_stats([v for L in depths for v in e["speed"][L]], MARGIN_SPEED)
