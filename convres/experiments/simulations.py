@@ -81,7 +81,8 @@ def _instance(s: dict, N: int, d_qk: int, scale: str, seed: int):
 def _runs(s, N, d_qk, scale, arms, seeds, steps, *, record=False, device=None):
     """Gradient descent for every ``(beta, eta)`` of ``arms`` and every seed, stopped at the last
     of :data:`LEVELS`: ``[(beta, eta, seed, X, Y, p0, History)]``."""
-    jobs = [(b, eta, seed, *_instance(s, N, d_qk, scale, seed)) for seed in seeds for b, eta in arms]
+    drawn = {seed: _instance(s, N, d_qk, scale, seed) for seed in seeds}   # once per seed
+    jobs = [(b, eta, seed, *drawn[seed]) for seed in seeds for b, eta in arms]
     out = sweep([j[5] for j in jobs], [j[3] for j in jobs], [j[4] for j in jobs],
                 [_cfg(s, d_qk, scale, j[0]) for j in jobs], [j[1] / (N * s["n"]) for j in jobs], steps,
                 rtol=LEVELS[-1], record_every=1 if record else None, device=device)
@@ -125,9 +126,9 @@ def _tune(s, N, d_qk, scale, betas, key, steps, device) -> dict:
 
 
 def _record(beta, eta, seed, X, Y, p0, h, *, cfg, mu, steps, curve: bool, check: bool, floor_eps: float):
-    run = dict(beta=beta, eta=eta, seed=seed, status=h.status,
-               **speed(h.loss, rank_one_floor(Y.double()), steps),
-               floor_ratio=rank_one_floor(Y.double()) / float(h.loss[0]), loss0=float(h.loss[0]))
+    floor = rank_one_floor(Y.double())
+    run = dict(beta=beta, eta=eta, seed=seed, status=h.status, **speed(h.loss, floor, steps),
+               floor_ratio=floor / float(h.loss[0]), loss0=float(h.loss[0]))
     if curve:
         run["loss"] = finite_list(h.loss)
     if check:
