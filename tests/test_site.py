@@ -973,3 +973,83 @@ def test_print(page, site, tab):
         problems.append(f"the printed page is {info['scrollWidth']} px wide, the paper "
                         f"{info['vw']} px: " + "; ".join(info["wide"] or ["(not found)"]))
     assert not problems, f"{page} printed:\n  " + "\n  ".join(dict.fromkeys(problems))
+
+
+# --------------------------------------------------------------------------- page lengths, phone math
+DESKTOP = 1400           # px: the width at which page heights are measured
+MAX_API_HEIGHT = 25_000  # px at DESKTOP: the longest an API reference page may be
+HEIGHTS: dict[str, int] = {}  # page -> height at DESKTOP px, written to _build/page-heights.json
+
+# Display equations (MathJax's `mjx-container[display="true"]`) whose typeset formula does not fit
+# the part of the page it is shown in: wider than the visible width of the container or of any
+# box around it that clips or scrolls, or beyond the screen. On a phone such a formula is cut off or
+# needs a sideways scroll.
+CLIPPED_MATH = r"""
+(() => {
+  const vw = document.documentElement.clientWidth;
+  const main = document.querySelector('main') || document.body;
+  const out = [];
+  for (const c of main.querySelectorAll('mjx-container[display="true"]')) {
+    const m = c.querySelector('mjx-math') || c;
+    const r = m.getBoundingClientRect();
+    if (!r.width || getComputedStyle(c).display === 'none') continue;
+    let left = 0, right = vw;
+    for (let a = c; a && a !== document.documentElement; a = a.parentElement) {
+      const s = getComputedStyle(a);
+      if (a === c || s.overflowX !== 'visible') {
+        const b = a.getBoundingClientRect();
+        left = Math.max(left, b.left + a.clientLeft);
+        right = Math.min(right, b.left + a.clientLeft + a.clientWidth);
+      }
+    }
+    const over = Math.max(0, r.right - right) + Math.max(0, left - r.left);
+    if (over > 1 || c.scrollWidth > c.clientWidth + 1) {
+      const box = c.closest('[id]');
+      out.push(`${Math.round(r.width)} px wide in ${Math.round(right - left)} px` +
+               (box ? ` (#${box.id})` : '') + ': ' +
+               (c.getAttribute('aria-label') || c.textContent || '').replace(/\s+/g, ' ').slice(0, 70));
+    }
+  }
+  return {total: main.querySelectorAll('mjx-container[display="true"]').length, clipped: out};
+})()
+"""
+
+
+def _is_api(page: str) -> bool:
+    return page == "api.html" or page.startswith(("api/", "api_"))
+
+
+@pytest.mark.parametrize("page", PAGES or ["(no built site)"])
+def test_page_height(page, site, tab):
+    """At 1400 px (a desktop screen) no page of the API reference is taller than 25,000 px; the
+    height of every page is written to ``_build/page-heights.json`` (and printed)."""
+    if page not in PAGES or _redirect(page):
+        pytest.skip("no page here (index.html only forwards)")
+    try:
+        full, _, problems = _view(tab, page, site, width=DESKTOP, height=1000)
+    finally:
+        _reset(tab)
+    HEIGHTS[page] = full
+    out = SITE.parent / "page-heights.json"
+    out.write_text(json.dumps(dict(sorted(HEIGHTS.items())), indent=1))
+    print(f"\n{page}: {full} px at {DESKTOP} px")
+    if _is_api(page) and full > MAX_API_HEIGHT:
+        problems.append(f"{full:,} px tall at {DESKTOP} px, more than {MAX_API_HEIGHT:,} px: "
+                        "split it (API_PAGES in web/convres_site.py)")
+    assert not problems, f"{page}:\n  " + "\n  ".join(dict.fromkeys(problems))
+
+
+@pytest.mark.parametrize("page", PAGES or ["(no built site)"])
+def test_display_math_fits_a_phone(page, site, tab):
+    """At 390 px on a phone every display equation fits the column it is shown in (none is cut off
+    or scrolls sideways): a long one is split over lines (``aligned`` with ``\\\\``)."""
+    if page not in PAGES or _redirect(page):
+        pytest.skip("no page here (index.html only forwards)")
+    try:
+        _view(tab, page, site, width=PHONE, height=844, mobile=True)
+        math = tab.evaluate(CLIPPED_MATH, timeout=40)
+    finally:
+        _reset(tab)
+    print(f"\n{page}: {len(math['clipped'])} of {math['total']} display equations do not fit {PHONE} px")
+    assert not math["clipped"], (f"{page} at {PHONE} px, display equations that do not fit:\n  "
+                                 + "\n  ".join(math["clipped"]))
