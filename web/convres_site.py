@@ -15,9 +15,11 @@ Jobs for the published site:
    ``convres-explorer``) loads ``explorer.js`` and ``explorer.css``, which draw it with Vega-Lite;
    other pages load neither. Pages with saved ipywidgets load ``mathjax2-shim.js`` first
    (``nb_ipywidgets_js``), which gives the embed manager the MathJax 2 call it makes.
-3. **API reference.** ``book/api.md`` gets one ``automodule`` section per public module of
-   ``convres`` (found with ``pkgutil``), so a new module is documented without editing the page;
-   ``convres.name`` re-exports resolve to the module that defines them.
+3. **API reference.** One page per group of modules, ``book/api/<page>.md`` (``API_PAGES``
+   below), each filled at build time with one ``automodule`` section per module of its group, so
+   that no page is too long to read; ``book/api.md`` gets the list of pages with what each module
+   holds. A public module of ``convres`` (found with ``pkgutil``) that is on no page is a build
+   warning. ``convres.name`` re-exports resolve to the module that defines them.
 4. **Clean pages.** Figures are rendered inline even when ``MPLBACKEND`` is set in the
    environment, and inline scripts that Jupyter Book 1 registers twice (a JavaScript error on
    every page) are included once. One search box (the sidebar's; the theme's empty top bar with a
@@ -45,6 +47,7 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -88,9 +91,24 @@ EXPLORER_MARK = 'class="convres-explorer'  # what convres.explorers.Explorer.htm
 # Files of html-manager/dist the pages never load (source maps, the non-AMD bundles).
 _SKIP = shutil.ignore_patterns("*.map", "embed.js", "embed.js.LICENSE.txt", "libembed-amd.js")
 
-# Order of the API page; modules not listed follow in alphabetical order.
-API_ORDER = ["model", "gd", "rank", "theory", "certify", "collapse", "data", "experiments",
-             "cache", "paths", "runtime", "plotting", "explorers", "show", "cli"]
+# The API reference: one page per group of modules (book/api/<page>.md, listed under book/api.md
+# in _toc.yml), each short enough to read (tests/test_site.py: at most 25,000 px at 1400 px). Every
+# public module of convres is on exactly one page; a module missing here (or a name here that is
+# no module) is a build warning, which fails the strict build. "data" stands for the subpackage
+# and its modules.
+API_PAGES: dict[str, list[str]] = {
+    "api/model": ["model", "gd", "instances"],
+    "api/rank": ["rank", "collapse"],
+    "api/theory": ["theory", "lemmas", "checks", "scope"],
+    "api/certify": ["certify", "width"],
+    "api/experiments": ["experiments", "experiments.base", "stats"],
+    "api/experiment_runs": ["experiments.simulations", "experiments.jena", "experiments.sst2",
+                            "experiments.rank_collapse", "experiments.theorem",
+                            "experiments.explorers"],
+    "api/data": ["data", "data.jena", "data.sst2", "data.embeddings", "data.checksums"],
+    "api/figures": ["plotting", "vega", "explorers", "report", "show"],
+    "api/tools": ["cache", "files", "paths", "runtime", "values", "cli"],
+}
 
 
 def _check_assets(app) -> None:
@@ -117,31 +135,60 @@ def _check_assets(app) -> None:
 
 
 def api_modules() -> list[str]:
-    """Names of the public modules of ``convres`` (a subpackage followed by its own modules), in
-    the order of the API page."""
+    """Names of the public modules of ``convres`` (``model``, ..., a subpackage and then its own
+    modules: ``data``, ``data.jena``, ...), in alphabetical order."""
     import convres
 
-    top = [m for m in pkgutil.iter_modules(convres.__path__) if not m.name.startswith("_")]
-    names = [m.name for m in top]
-    ordered = [n for n in API_ORDER if n in names] + sorted(set(names) - set(API_ORDER))
-    packages = {m.name for m in top if m.ispkg}
     result = []
-    for name in ordered:
-        result.append(name)
-        if name in packages:  # a subpackage's modules follow it (convres.data.jena, ...)
-            sub = importlib.import_module(f"convres.{name}")
-            result += sorted(f"{name}.{m.name}" for m in pkgutil.iter_modules(sub.__path__)
-                             if not m.name.startswith("_"))
+    for m in sorted(pkgutil.iter_modules(convres.__path__), key=lambda m: m.name):
+        if m.name.startswith("_"):
+            continue
+        result.append(m.name)
+        if m.ispkg:
+            sub = importlib.import_module(f"convres.{m.name}")
+            result += sorted(f"{m.name}.{s.name}" for s in pkgutil.iter_modules(sub.__path__)
+                             if not s.name.startswith("_"))
     return result
 
 
+def api_page_problems() -> list[str]:
+    """What is wrong with ``API_PAGES``: a public module on no page or on two, a name that is no
+    module."""
+    modules, listed = set(api_modules()), [m for names in API_PAGES.values() for m in names]
+    problems = [f"convres.{m} is on no page of the API reference: add it to API_PAGES in "
+                "web/convres_site.py" for m in sorted(modules - set(listed))]
+    problems += [f"API_PAGES lists convres.{m}, which is not a public module" for m in
+                 sorted(set(listed) - modules)]
+    problems += [f"API_PAGES lists convres.{m} twice" for m in sorted(set(listed))
+                 if listed.count(m) > 1]
+    return problems
+
+
+def _module_summary(name: str) -> str:
+    """The first sentence of a module's docstring (for the API reference's list of pages)."""
+    doc = (importlib.import_module(f"convres.{name}").__doc__ or "").strip()
+    first = " ".join(doc.split("\n\n")[0].split())
+    first = re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", first).replace("``", "`")  # reST -> MyST
+    return first.split(". ")[0].rstrip(".") + "." if first else ""
+
+
 def _api_source(app, docname: str, source: list) -> None:
-    if docname != "api":
+    if docname == "api":
+        for problem in api_page_problems():
+            logger.warning(f"convres_site: {problem}")
+        # the list of pages, each with its modules and what they hold
+        rows = [""]
+        for page, names in API_PAGES.items():
+            rows.append(f"- {{doc}}`{page}`")
+            rows += [f"  - {{py:mod}}`convres.{n}`: {_module_summary(n)}" for n in names]
+        source[0] += "\n".join(rows) + "\n"
+        return
+    if docname not in API_PAGES:
         return
     sections = []
-    for name in api_modules():
+    for name in API_PAGES[docname]:
         if f".. automodule:: convres.{name}\n" in source[0]:
-            continue  # documented by hand in api.md
+            continue  # documented by hand in the page
         # autodoc writes reStructuredText, so the directive goes through eval-rst
         sections.append(f"\n## `convres.{name}`\n\n```{{eval-rst}}\n.. automodule:: convres.{name}\n"
                         "   :members:\n```\n")
@@ -216,8 +263,8 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
 
 
 def _api_always_outdated(app, env, added, changed, removed) -> list[str]:
-    # The API page depends on the package, not on api.md: re-read it on every build.
-    return ["api"] if "api" in env.found_docs else []
+    # The API pages depend on the package, not on their sources: re-read them on every build.
+    return [d for d in ["api", *API_PAGES] if d in env.found_docs]
 
 
 def _inline_figures(app, config) -> None:
