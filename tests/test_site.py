@@ -1053,3 +1053,115 @@ def test_display_math_fits_a_phone(page, site, tab):
     print(f"\n{page}: {len(math['clipped'])} of {math['total']} display equations do not fit {PHONE} px")
     assert not math["clipped"], (f"{page} at {PHONE} px, display equations that do not fit:\n  "
                                  + "\n  ".join(math["clipped"]))
+
+
+# --------------------------------------------------------------------------- template text
+# Leftovers of generated prose (no browser needed): what a sentence built from numbers must never
+# read like. Each pattern is searched in the text of a page's article, code excluded (code blocks,
+# inline code, cell sources, API signatures); formulas are searched as their TeX source.
+TEMPLATE_TEXT = [
+    (r"\b[A-Za-z]+\((?:s|es)\)", "a plural written '(s)': say one or several"),
+    (r"∈\s*\{[^{},]*\}|\\in\s*\\\{[^{},]*\\\}|\bin \{[^{},]*\}",
+     "a one-element set: say '= x' (or list the values)"),
+    (r"∈\s*-?\d|\\in\s*-?\d", "a number after '∈' (a set written as one value)"),
+    (r"\b0 (?:are|were|have|hold|do|did)\b|\b0 of (?:the|them|these|those)\b|(?:^|[.!?:;]\s+)0 [a-z]+s\b",
+     "a count of zero in a sentence ('0 are ...'): say 'none' or leave the clause out"),
+    (r"\b(?:nan|inf)\b", "'nan' or 'inf' in the text (a number that is missing or infinite)"),
+    # (the API pages write None in types, "int | None", and in sentences about the API)
+    (r"(?<!\| )(?<![`'\"\w.[])None(?! of\b)(?![\w`'\"|\]])", "'None' in the text (a missing value)"),
+    (r"\{glue|\bglue:(?:text|math|figure|md)?`", "a glue role that was not replaced"),
+]
+CODE_TAGS = {"pre", "code", "script", "style", "kbd", "samp", "tt"}
+CODE_CLASSES = {"highlight", "cell_input", "sig", "pre", "literal", "sig-name", "headerlink",
+                "docutils literal"}
+
+
+class _ProseText(__import__("html.parser").parser.HTMLParser):
+    """The text of ``<article class="bd-article">`` outside code, in blocks (one per paragraph,
+    list item, table cell, heading or caption)."""
+
+    BLOCKS = {"p", "li", "td", "th", "h1", "h2", "h3", "h4", "h5", "h6", "figcaption", "dt", "dd",
+              "caption", "div", "section", "br"}
+    VOID = {"br", "img", "hr", "input", "meta", "link", "wbr", "col", "area", "source"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack: list[tuple[str, bool]] = []  # (tag, in code)
+        self.in_article = 0
+        self.blocks: list[str] = [""]
+
+    def _code(self) -> bool:
+        return bool(self.stack) and self.stack[-1][1]
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        classes = set((attrs.get("class") or "").split())
+        if tag == "article" and "bd-article" in classes:
+            self.in_article += 1
+        if tag in self.BLOCKS:
+            self.blocks.append("")
+        if tag in self.VOID:
+            return
+        code = self._code() or tag in CODE_TAGS or bool(classes & CODE_CLASSES)
+        self.stack.append((tag, code))
+
+    def handle_endtag(self, tag):
+        if tag in self.BLOCKS:
+            self.blocks.append("")
+        if tag == "article" and self.in_article:
+            self.in_article -= 1
+        for k in range(len(self.stack) - 1, -1, -1):  # tolerate unclosed tags
+            if self.stack[k][0] == tag:
+                del self.stack[k:]
+                break
+
+    def handle_data(self, data):
+        if self.in_article and not self._code():
+            self.blocks[-1] += data
+
+
+def _template_problems(html: str, api: bool = False) -> list[str]:
+    parser = _ProseText()
+    parser.feed(html)
+    problems = []
+    for block in parser.blocks:
+        text = " ".join(block.split())
+        for pattern, why in TEMPLATE_TEXT:
+            if api and "None" in why:
+                continue
+            for m in re.finditer(pattern, text):
+                a, b = max(0, m.start() - 50), m.end() + 30
+                problems.append(f"{why}: ...{text[a:b]}...")
+    return problems
+
+
+def test_template_text_is_caught():
+    """The patterns of TEMPLATE_TEXT catch the leftovers of the reader's review, and pass their
+    corrected forms."""
+    bad = ["fails at 6 step(s), by up to", "unstable in the probe (β ∈ 1 at η = 0.01)",
+           r"unstable (<span class='math'>\(\beta \in \{1\}\)</span>)", "1 inconclusive and 0 are checks",
+           "Results. 0 runs diverged.", "the ratio is nan here", "the gap is None.",
+           "the step is (None)", "and 0 were certified", "{glue:text}`x:.2f`"]
+    good = ["fails at 6 steps, by up to", "fails at one step", r"<span class='math'>\(\beta = 1\)</span>",
+            r"<span class='math'>\(\beta \in \{0, 1\}\)</span>", "at step 0 the loss", "β = 0 and β = 1",
+            "0.5 of the runs", "none of the runs", "<code>None</code> means the default",
+            "None of the runs stalls.", "the rank, 0 when d < n", "never returns NaN",
+            "feature 0 of X is 1", "column 0 is replaced", "int | None", "Callable[[Step], None]",
+            "10 % of 0 % runs", "β ∈ [0, 2]", r"<span class='math'>\(x \in \mathbb{R}^n\)</span>"]
+    wrap = '<article class="bd-article"><p>{}</p></article>'.format
+    for text in bad:
+        assert _template_problems(wrap(text)), f"not caught: {text!r}"
+    for text in good:
+        assert not _template_problems(wrap(text)), f"caught, but fine: {text!r}: {_template_problems(wrap(text))}"
+
+
+@pytest.mark.parametrize("page", PAGES or ["(no built site)"])
+def test_no_template_text(page):
+    """No page reads like a template filled in: no 'step(s)', no one-element set ('β ∈ 1',
+    'in {1}'), no count of zero in a sentence ('0 are ...'), no 'nan' or 'None' in the prose, no
+    unrendered glue role (TEMPLATE_TEXT). Code is not searched."""
+    if page not in PAGES:
+        _skip_or_fail(f"no built site at {SITE} (build it first)")
+    problems = _template_problems((SITE / page).read_text(encoding="utf-8", errors="replace"),
+                                  api=_is_api(page))
+    assert not problems, f"{page}, template text:\n  " + "\n  ".join(dict.fromkeys(problems))
