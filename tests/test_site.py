@@ -1165,3 +1165,19 @@ def test_no_template_text(page):
     problems = _template_problems((SITE / page).read_text(encoding="utf-8", errors="replace"),
                                   api=_is_api(page))
     assert not problems, f"{page}, template text:\n  " + "\n  ".join(dict.fromkeys(problems))
+
+
+def test_every_module_is_on_one_api_page():
+    """Every public module of convres is on exactly one page of the API reference (API_PAGES of
+    web/convres_site.py), and every such page is in the table of contents."""
+    import sys
+    sys.path.insert(0, str(ROOT / "web"))
+    try:
+        import convres_site
+    finally:
+        sys.path.remove(str(ROOT / "web"))
+    assert not convres_site.api_page_problems()
+    toc = (ROOT / "_toc.yml").read_text()
+    for page in convres_site.API_PAGES:
+        assert (ROOT / "book" / f"{page}.md").is_file(), f"no book/{page}.md"
+        assert f"- file: {page}\n" in toc, f"{page} is not in _toc.yml"
