@@ -1,4 +1,4 @@
-"""Sphinx extension of the convres book (loaded through ``sphinx.local_extensions`` in ``_config.yml``).
+r"""Sphinx extension of the convres book (loaded through ``sphinx.local_extensions`` in ``_config.yml``).
 
 Jobs for the published site:
 
