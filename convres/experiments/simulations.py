@@ -299,7 +299,8 @@ def _simulations_claims(res: Result) -> list[dict]:
             criterion="a posteriori check, not a test of the paper's alpha: the per-step inequality of "
                       "part (a) of the book's theorem, Phi_{t+1} <= (1 - mu sigma_min(H_t)^2) Phi_t, with "
                       "sigma_min(H_t) measured along each run, at every step above the float floor, in the "
-                      f"regime(s) where N n <= d ({', '.join(names)}), at the common step",
+                      f"regime{'s' if len(names) > 1 else ''} where N n <= d ({', '.join(names)}), "
+                      "at the common step",
             measurement=f"holds at every step in {sum(holds)} of {len(holds)} runs; loose: measured rate "
                         f"{min(slack):.3g}x to {max(slack):.3g}x mu sigma_min(H_0)^2",
             verdict=VERDICTS[4] if all(holds) else VERDICTS[3], figure="fig-sim-regimes",
