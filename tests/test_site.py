@@ -983,9 +983,12 @@ HEIGHTS: dict[str, int] = {}  # page -> height at DESKTOP px, written to _build/
 # Display equations (MathJax's `mjx-container[display="true"]`) whose typeset formula does not fit
 # the part of the page it is shown in: wider than the visible width of the container or of any
 # box around it that clips or scrolls, or beyond the screen. On a phone such a formula is cut off or
-# needs a sideways scroll.
+# needs a sideways scroll. Folded content (proofs in toggles, dropdowns) is opened first.
 CLIPPED_MATH = r"""
-(() => {
+(async () => {
+  document.querySelectorAll('.toggle-hidden').forEach(e => e.classList.remove('toggle-hidden'));
+  document.querySelectorAll('details').forEach(e => { e.open = true; });
+  await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
   const vw = document.documentElement.clientWidth;
   const main = document.querySelector('main') || document.body;
   const out = [];
