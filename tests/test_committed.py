@@ -1,0 +1,85 @@
+"""The committed results: pieces, their merge, provenance, and a recomputed spot check."""
+
+import dataclasses
+import json
+
+import pytest
+
+from convres.committed import assemble, load_paper_result, merge_data, paper_path, pieces, run_piece
+from convres.experiments import EXPERIMENTS, run_experiment, settings
+
+
+def test_merge_concatenates_seed_records_and_keeps_the_rest():
+    a = {"runs": [{"seed": 0, "x": 1}], "cells": [{"d": 4, "runs": [{"seed": 0}]}], "grid": [1, 2],
+                                  "N": 3}
+    b = {"runs": [{"seed": 1, "x": 2}], "cells": [{"d": 4, "runs": [{"seed": 1}]}], "grid": [1, 2],
+                                  "N": 3}
+    assert merge_data([a, b]) == {"runs": [{"seed": 0, "x": 1}, {"seed": 1, "x": 2}],
+                                  "cells": [{"d": 4, "runs": [{"seed": 0}, {"seed": 1}]}], "grid": [1, 2],
+                                  "N": 3}
+
+
+@pytest.mark.parametrize("name", ["simulations", "jena", "sst2"])
+def test_pieces_cover_every_seed_once_in_order(name):
+    blocks = pieces(name)
+    assert [s for b in blocks for s in b] == settings(name, "paper")["seeds"]
+    assert all(blocks)
+
+
+@pytest.fixture
+def one_seed_pieces(monkeypatch):
+    e = dataclasses.replace(EXPERIMENTS["simulations"], piece_seeds=1)
+    monkeypatch.setitem(EXPERIMENTS, "simulations", e)
+    return e
+
+
+def test_pieces_merge_to_the_whole_run(one_seed_pieces, tmp_path):
+    """Piece by piece (smoke profile, one seed each) gives the claims and the per-seed speeds of
+    the run of every seed at once."""
+    assert pieces("simulations", "smoke") == [[0], [1]]
+    for k in (1, 0):  # in any order
+        run_piece("simulations", k, folder=tmp_path, profile="smoke")
+    stored = json.loads(paper_path("simulations", tmp_path, "smoke").read_text())
+    assert stored["pieces"] == {"total": 2, "done": [0, 1], "missing": [], "planned_seeds": [0, 1]}
+    assert [p["piece"] for p in stored["provenance"]] == [0, 1]
+    assert {"commit", "command", "wall_seconds", "machine", "torch"} <= set(stored["provenance"][0])
+    merged, _ = load_paper_result("simulations", tmp_path, "smoke")
+    whole = run_experiment("simulations", "smoke")
+    assert merged.settings == whole.settings
+    key = [(c["verdict"], c.get("units"), c.get("agree")) for c in whole.claims()]
+    assert [(c["verdict"], c.get("units"), c.get("agree")) for c in merged.claims()] == key
+    for cm, cw in zip(merged.claims(), whole.claims()):
+        assert cm.get("effect") == pytest.approx(cw.get("effect"), abs=1e-9)
+    assert merged.summary()["escape"] == whole.summary()["escape"]
+
+
+def test_a_missing_piece_is_listed_not_filled(one_seed_pieces, tmp_path):
+    run_piece("simulations", 1, folder=tmp_path, profile="smoke")
+    res, info = load_paper_result("simulations", tmp_path, "smoke")
+    assert info["pieces"]["done"] == [1] and info["pieces"]["missing"] == [0]
+    assert res.settings["seeds"] == [1]
+    assert {r["seed"] for c in res.data["escape"] for r in c["runs"]} == {1}
+
+
+def test_a_piece_of_other_settings_is_refused(one_seed_pieces, tmp_path):
+    path = run_piece("simulations", 0, folder=tmp_path, profile="smoke")
+    stored = json.loads(path.read_text())
+    stored["settings"]["steps"] += 1
+    path.write_text(json.dumps(stored))
+    with pytest.raises(ValueError, match="other settings.*--piece 0"):
+        assemble("simulations", tmp_path, "smoke")
+
+
+def test_nothing_committed_reads_as_none(tmp_path):
+    assert load_paper_result("sst2", tmp_path) is None
+    assert assemble("sst2", tmp_path) is None
+
+
+def test_committed_results_are_the_paper_profile_of_today():
+    """Every committed file was assembled from pieces of today's paper settings."""
+    for name in EXPERIMENTS:
+        if paper_path(name).is_file():
+            res, info = load_paper_result(name)
+            full = settings(name, "paper")
+            assert {**res.settings, "seeds": full["seeds"]} == full
+            assert info["pieces"]["done"] and res.claims()
