@@ -17,6 +17,7 @@ import os
 import platform
 import subprocess
 from collections.abc import Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,10 @@ def merge_data(parts: Sequence[Any]) -> Any:
     return first
 
 
+@lru_cache(maxsize=1)
 def _git_commit() -> str | None:
+    """The commit of the clone when this process first asks (its source is the source that runs:
+    a later commit does not change the code of a running process)."""
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=RESULTS_DIR.parent, capture_output=True,
                              text=True, timeout=10, check=True)
@@ -99,6 +103,7 @@ def run_piece(name: str, k: int, *, folder: Path = RESULTS_DIR, device=None, pro
     if not 0 <= k < len(blocks):
         raise ValueError(f"experiment {name!r} has pieces 0 to {len(blocks) - 1} in the {profile!r} "
                          f"profile, got {k}.")
+    _git_commit()  # before the work, while the clone holds the code that runs
     res = run_experiment(name, profile, overrides={"seeds": blocks[k]}, progress=progress, device=device)
     command = f"python -m convres reproduce {name} --profile {profile} --piece {k}" + \
         (f" --device {device}" if device not in (None, "cpu") else "")

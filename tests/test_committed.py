@@ -7,6 +7,7 @@ import pytest
 
 from convres.committed import assemble, load_paper_result, merge_data, paper_path, pieces, run_piece
 from convres.experiments import EXPERIMENTS, run_experiment, settings
+from convres.experiments.simulations import rerun_escape
 
 
 def test_merge_concatenates_seed_records_and_keeps_the_rest():
@@ -83,3 +84,19 @@ def test_committed_results_are_the_paper_profile_of_today():
             full = settings(name, "paper")
             assert {**res.settings, "seeds": full["seeds"]} == full
             assert info["pieces"]["done"] and res.claims()
+
+
+def test_a_committed_run_computes_again_to_the_same_numbers():
+    """The spot check of the committed simulations: one run of the escape law (the smallest
+    d_QK, beta = 0, the first seed) computed again here matches the committed record."""
+    loaded = load_paper_result("simulations")
+    assert loaded is not None, "results/simulations-paper.json is committed"
+    res, info = loaded
+    s = res.settings
+    cell = min(res.data["escape"], key=lambda c: c["d_qk"])
+    stored = next(r for r in cell["runs"] if r["beta"] == 0.0 and r["seed"] == s["seeds"][0])
+    again = rerun_escape(s, cell["d_qk"], cell["scale"], 0.0, stored["eta"], stored["seed"])
+    assert again["loss0"] == pytest.approx(stored["loss0"], rel=1e-12)
+    assert again["escape"] == stored["escape"] and again["steps_to"] == stored["steps_to"]
+    assert again["status"] == stored["status"]
+    assert info["provenance"][0]["commit"]

@@ -42,7 +42,8 @@ from ..stats import (
 )
 from .base import Experiment, Result, Shape, dtype_of, finite_list
 
-__all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "MARGIN_STEPS", "MARGIN_TAU", "speed", "escape_law"]
+__all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "MARGIN_STEPS", "MARGIN_TAU", "speed", "escape_law",
+           "rerun_escape"]
 
 #: Speed: the steps to reach these fractions of the initial loss.
 LEVELS = (1e-2, 1e-6)
@@ -193,6 +194,15 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
         if progress:
             print(f"simulations: escape law at scale {scale} done", flush=True)
     return {"regimes": regimes, "escape": escape, "step_sizes": step_sizes}
+
+
+def rerun_escape(s: dict, d_qk: int, scale: str, beta: float, eta: float, seed: int) -> dict:
+    """One run of the escape law computed again from its settings ``s``, its cell, ``beta``, its
+    step ``eta`` and ``seed``: the record :func:`_run_simulations` keeps (without the curve), to
+    check a committed result against."""
+    (job,) = _runs(s, s["N"], d_qk, scale, [(beta, eta)], [seed], s["escape_steps"])
+    return _record(*job, cfg=None, mu=None, steps=s["escape_steps"], check=False, floor_eps=s["floor"],
+                   curve=False)
 
 
 # --- what the runs say -----------------------------------------------------------------------------
