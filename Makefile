@@ -119,8 +119,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check convres benchmarks conftest.py
 	$(BIN)/mypy
 
+UNIT := $(BIN)/python -m pytest tests -q $(addprefix --ignore=,$(SITE_TESTS))
+
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests -q $(addprefix --ignore=,$(SITE_TESTS))
+	$(UNIT)
 
 # Every chapter executed by nbval, in two processes (one per core: the experiments run one PyTorch
 # thread each). The chapters that compute the experiments (simulations, Jena, SST-2; the intro and
@@ -132,14 +134,17 @@ EXPERIMENT_CHAPTERS := book/intro.md book/jena.md book/report.md book/simulation
 # (only pages with code cells: nbval finds nothing to run in the others)
 OTHER_CHAPTERS := $(filter-out $(EXPERIMENT_CHAPTERS),$(shell grep -l '{code-cell}' book/*.md))
 
+# WITH_UNIT=1 (what `make test` uses) also runs the unit tests in the second process, after the
+# other chapters, while the first still computes the experiments.
 notebooks: $(STAMP)
 	@mkdir -p _build
-	@echo "nbval: $(EXPERIMENT_CHAPTERS) (log in _build/nbval-experiments.log), in parallel with the other chapters"
+	@echo "nbval: $(EXPERIMENT_CHAPTERS) (log in _build/nbval-experiments.log), in parallel with the other chapters$(if $(WITH_UNIT), and the unit tests)"
 	@$(NBVAL) $(EXPERIMENT_CHAPTERS) > _build/nbval-experiments.log 2>&1 & pid=$$!; \
 	  $(NBVAL) $(OTHER_CHAPTERS); other=$$?; \
+	  unit=0; $(if $(WITH_UNIT),$(UNIT) || unit=1;) \
 	  wait $$pid; experiments=$$?; \
 	  echo "nbval, experiment chapters:"; cat _build/nbval-experiments.log; \
-	  test $$other = 0 && test $$experiments = 0
+	  test $$other = 0 && test $$experiments = 0 && test $$unit = 0
 
 strict-build: $(STAMP) $(ASSETS)
 	$(BIN)/jupyter-book build --all book -W -n --keep-going
@@ -150,10 +155,11 @@ strict-build: $(STAMP) $(ASSETS)
 browser: $(STAMP)
 	CONVRES_SITE_REQUIRED=1 $(BIN)/python -m pytest $(SITE_TESTS) -q
 
-# Lint and unit tests first (a typo fails in a minute), then the chapters, the strict build and the
-# browser check, which runs after the strict build even under make -j.
-test: lint unit
-	$(MAKE) --no-print-directory notebooks strict-build
+# Lint first (a typo fails in a minute); then the chapters, with the unit tests on the core that
+# the experiments leave free; then the strict build and the browser check, one after the other.
+test: lint
+	$(MAKE) --no-print-directory notebooks WITH_UNIT=1
+	$(MAKE) --no-print-directory strict-build
 	$(MAKE) --no-print-directory browser
 
 clean:

@@ -13,6 +13,7 @@ rest taken from the first piece. A piece never computed is listed as missing, ne
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import subprocess
@@ -49,19 +50,40 @@ def _is_seed_records(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(x, dict) and "seed" in x for x in value)
 
 
-def merge_data(parts: Sequence[Any]) -> Any:
-    """The data of several pieces as one: a list of per-seed records (dicts with a ``"seed"``)
-    is the concatenation of the pieces' lists; a dict, or a list of dicts of the same length in
-    every piece, is merged entry by entry; anything else (settings-like values, tuned steps,
-    baselines) is the first piece's."""
+def _same(a: Any, b: Any) -> bool:
+    """Equal, numbers to a relative 1e-9 (round-off of another device or thread count)."""
+    if isinstance(a, float) and isinstance(b, (int, float)) or isinstance(b, float) and isinstance(a, int):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-300) or a != a and b != b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def merge_data(parts: Sequence[Any], where: str = "data") -> Any:
+    """The data of several pieces as one. A list of per-seed records (dicts with a ``"seed"``)
+    is the concatenation of the pieces' lists (their seeds disjoint), or the first piece's when
+    every piece holds the same list (records of seeds of their own, e.g. a side experiment); a
+    dict, or a list of dicts of the same length in every piece, is merged entry by entry;
+    anything else (tuned steps, baselines, shapes) must be the same in every piece. Anything
+    else is a :class:`ValueError` naming where (``where``) the pieces disagree."""
     first = parts[0]
-    if _is_seed_records(first):
+    if _is_seed_records(first) and all(_is_seed_records(p) for p in parts):
+        if all(_same(p, first) for p in parts):
+            return first
+        seeds = [{x["seed"] for x in p} for p in parts]
+        if sum(map(len, seeds)) != len(set().union(*seeds)):
+            raise ValueError(f"the pieces share seeds at {where}: they are not blocks of one run.")
         return [x for p in parts for x in p]
-    if isinstance(first, dict):
-        return {k: merge_data([p[k] for p in parts]) for k in first}
+    if isinstance(first, dict) and all(isinstance(p, dict) and p.keys() == first.keys() for p in parts):
+        return {k: merge_data([p[k] for p in parts], f"{where}.{k}") for k in first}
     if isinstance(first, list) and first and all(isinstance(x, dict) for x in first) \
             and all(isinstance(p, list) and len(p) == len(first) for p in parts):
-        return [merge_data([p[i] for p in parts]) for i in range(len(first))]
+        return [merge_data([p[i] for p in parts], f"{where}[{i}]") for i in range(len(first))]
+    if not all(_same(p, first) for p in parts):
+        raise ValueError(f"the pieces differ at {where}, which does not depend on the seeds of a piece in "
+                         "an experiment that can be run in pieces; this experiment cannot be merged.")
     return first
 
 

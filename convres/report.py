@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from .experiments import EXPERIMENTS, VERDICTS, Result
 
 __all__ = ["VERDICT_COLORS", "badge", "verdict_counts", "verdict_counts_html", "claims_html",
-           "criteria_html", "settings_table", "spread_table", "compute_table", "deviations_table"]
+           "criteria_html", "settings_table", "spread_table", "compute_table", "deviations_table",
+           "scale_html", "effect_text", "provenance_table"]
 
 #: Badge colours (white text on each, contrast at least 4.5:1), one per verdict.
 VERDICT_COLORS = {"reproduced": "#1b6e32", "partly": "#8a5300", "not reproduced": "#a4241b",
@@ -68,6 +69,58 @@ def criteria_html(rows: list[dict]) -> str:
                     f"measurement: {html.escape(r['measurement'])}</li>" for r in rows)
     return ("<details><summary>How each verdict is decided (criteria and measurements)</summary>"
             f"<ol>{items}</ol></details>")
+
+
+def effect_text(row: dict) -> str:
+    """A claim row's effect and 95% interval, e.g. ``0.49 [0.34, 0.63]`` (empty for a row
+    without one, such as an a-posteriori check)."""
+    if row.get("effect") is None:
+        return ""
+    return f"{row['effect']:.2f} [{row['ci'][0]:.2f}, {row['ci'][1]:.2f}]"
+
+
+def scale_html(book: Mapping[str, Result], larger: Mapping[str, tuple[Result, dict] | None]) -> str:
+    """Every claim at two scales: the ``book`` result beside the committed larger one
+    (``larger[name]``: a :class:`Result` and its ``pieces``/``provenance``, or ``None`` where
+    nothing is committed): verdict, effect with its 95% interval, and the seeds behind each."""
+    head = "".join(f"<th>{h}</th>" for h in ("experiment", "claim (paper)", "book: verdict",
+                                             "book: effect [95%]", "larger: verdict",
+                                             "larger: effect [95%]"))
+    body = []
+    for name, res in book.items():
+        big = larger.get(name)
+        big_rows = big[0].claims() if big is not None else []
+        for i, r in enumerate(res.claims()):
+            b = big_rows[i] if i < len(big_rows) else None
+            right = (f"<td>{badge(b['verdict'])}</td><td>{html.escape(effect_text(b))}</td>" if b else
+                     '<td colspan="2">not computed yet</td>')
+            body.append(f"<tr><td>{html.escape(name)}</td><td>{html.escape(r['claim'])}</td>"
+                        f"<td>{badge(r['verdict'])}</td><td>{html.escape(effect_text(r))}</td>{right}</tr>")
+    return ('<div style="overflow-x:auto"><table class="table"><thead><tr>' + head + "</tr></thead><tbody>"
+            + "".join(body) + "</tbody></table></div>")
+
+
+def provenance_table(larger: Mapping[str, tuple[Result, dict] | None]):
+    """One row per committed piece: its seeds, wall time, commit, machine and PyTorch version;
+    one row per experiment with nothing committed."""
+    import pandas as pd
+
+    rows = []
+    for name, big in larger.items():
+        if big is None:
+            rows.append({"experiment": name, "piece": "none committed", "seeds": "", "wall time (min)": "",
+                         "commit": "", "machine": "", "PyTorch": ""})
+            continue
+        res, info = big
+        block = EXPERIMENTS[name].piece_seeds or len(info["pieces"]["planned_seeds"])
+        for p in info["provenance"]:
+            seeds = info["pieces"]["planned_seeds"][p["piece"] * block:(p["piece"] + 1) * block]
+            rows.append({"experiment": name, "piece": f"{p['piece'] + 1} of {info['pieces']['total']}",
+                         "seeds": f"{seeds[0]} to {seeds[-1]}",
+                         "wall time (min)": f"{p['wall_seconds'] / 60:.1f}",
+                         "commit": (p["commit"] or "unknown")[:10],
+                         "machine": f"{p['machine']}, {p['device']}", "PyTorch": p["torch"]})
+    return pd.DataFrame(rows)
 
 
 def _fmt(x, spec="{:.3g}") -> str:

@@ -29,9 +29,21 @@ def test_pieces_cover_every_seed_once_in_order(name):
 
 @pytest.fixture
 def one_seed_pieces(monkeypatch):
-    e = dataclasses.replace(EXPERIMENTS["simulations"], piece_seeds=1)
-    monkeypatch.setitem(EXPERIMENTS, "simulations", e)
-    return e
+    for name in ("simulations", "jena", "sst2"):
+        monkeypatch.setitem(EXPERIMENTS, name, dataclasses.replace(EXPERIMENTS[name], piece_seeds=1))
+
+
+@pytest.mark.parametrize("name", ["jena", "sst2"])
+def test_real_data_experiments_merge_too(name, one_seed_pieces, tmp_path):
+    """Jena and SST-2 in one-seed pieces give the claims of the whole run (to float32 round-off:
+    SST-2 runs in float32, and a batch of other runs rounds differently)."""
+    for k in (0, 1):
+        run_piece(name, k, folder=tmp_path, profile="smoke")
+    merged, _ = load_paper_result(name, tmp_path, "smoke")
+    whole = run_experiment(name, "smoke").claims()
+    assert [c["verdict"] for c in merged.claims()] == [c["verdict"] for c in whole]
+    for cm, cw in zip(merged.claims(), whole):
+        assert cm.get("effect") == pytest.approx(cw.get("effect"), rel=1e-5, abs=1e-9)
 
 
 def test_pieces_merge_to_the_whole_run(one_seed_pieces, tmp_path):
@@ -100,3 +112,12 @@ def test_a_committed_run_computes_again_to_the_same_numbers():
     assert again["escape"] == stored["escape"] and again["steps_to"] == stored["steps_to"]
     assert again["status"] == stored["status"]
     assert info["provenance"][0]["commit"]
+
+
+def test_merge_refuses_pieces_that_disagree_outside_their_seeds():
+    with pytest.raises(ValueError, match=r"differ at data\.eta"):
+        merge_data([{"eta": 0.1, "runs": [{"seed": 0}]}, {"eta": 0.2, "runs": [{"seed": 1}]}])
+    with pytest.raises(ValueError, match="share seeds"):
+        merge_data([{"runs": [{"seed": 0, "x": 1}]}, {"runs": [{"seed": 0, "x": 2}]}])
+    same = [{"seed": 7, "x": 1.0}]   # records of a side run every piece computes alike
+    assert merge_data([{"wide": same}, {"wide": [{"seed": 7, "x": 1.0 + 1e-13}]}]) == {"wide": same}
