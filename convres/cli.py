@@ -397,20 +397,22 @@ def _reproduce_piece(args) -> int:
     if args.profile != PROFILE or args.name == "all":
         raise Usage(f"--piece computes one piece of one experiment's {PROFILE!r} profile: pass an experiment "
                     f"name and --profile {PROFILE} (got {args.name!r}, --profile {args.profile}).")
-    blocks = pieces(args.name)
+    blocks = pieces(args.name, args.profile)
     if args.piece >= len(blocks):
         raise Usage(f"--piece {args.piece}: {args.name!r} has pieces 0 to {len(blocks) - 1} (seeds "
                     f"{blocks}).")
     folder = RESULTS_DIR if args.results is None else setting_path(args.results, "--results")
     check_device(args.device)
-    path = run_piece(args.name, args.piece, folder=folder, device=args.device, progress=not args.json)
-    stored = json.loads(paper_path(args.name, folder).read_text(encoding="utf-8"))
+    path = run_piece(args.name, args.piece, folder=folder, device=args.device, progress=not args.json,
+                     profile=args.profile)
+    assembled = paper_path(args.name, folder, args.profile)
+    stored = json.loads(assembled.read_text(encoding="utf-8"))
     if args.json:
-        write_json({"piece": str(path), "assembled": str(paper_path(args.name, folder)),
+        write_json({"piece": str(path), "assembled": str(assembled),
                     "pieces": stored["pieces"]})
     else:
         print(f"{args.name}: piece {args.piece} (seeds {blocks[args.piece]}) in {path}; "
-              f"{paper_path(args.name, folder)} holds pieces {stored['pieces']['done']} of "
+              f"{assembled} holds pieces {stored['pieces']['done']} of "
               f"{stored['pieces']['total']}")
     return 0
 

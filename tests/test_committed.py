@@ -8,6 +8,7 @@ import pytest
 from convres.committed import assemble, load_paper_result, merge_data, paper_path, pieces, run_piece
 from convres.experiments import EXPERIMENTS, run_experiment, settings
 from convres.experiments.simulations import rerun_escape
+from tests.test_reliability import run_main
 
 
 def test_merge_concatenates_seed_records_and_keeps_the_rest():
@@ -121,3 +122,22 @@ def test_merge_refuses_pieces_that_disagree_outside_their_seeds():
         merge_data([{"runs": [{"seed": 0, "x": 1}]}, {"runs": [{"seed": 0, "x": 2}]}])
     same = [{"seed": 7, "x": 1.0}]   # records of a side run every piece computes alike
     assert merge_data([{"wide": same}, {"wide": [{"seed": 7, "x": 1.0 + 1e-13}]}]) == {"wide": same}
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["reproduce", "simulations", "--piece", "0"], "--profile paper"),
+    (["reproduce", "all", "--profile", "paper", "--piece", "0"], "one experiment"),
+    (["reproduce", "simulations", "--profile", "paper", "--piece", "99"], "pieces 0 to 4"),
+    (["reproduce", "simulations", "--profile", "paper", "--piece", "0", "--out", "x"], "--out"),
+])
+def test_piece_usage_errors_name_the_fix(capsys, args, needle):
+    code, _, err = run_main(capsys, *args)
+    assert code == 2 and "Traceback" not in err and needle in err, err
+
+
+def test_a_piece_from_the_command_line(one_seed_pieces, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("convres.cli.PROFILE", "smoke")
+    code, out, err = run_main(capsys, "reproduce", "simulations", "--profile", "smoke", "--piece", "1",
+                              "--results", str(tmp_path), "--json")
+    assert code == 0, err
+    assert json.loads(out)["pieces"]["done"] == [1]
