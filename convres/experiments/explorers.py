@@ -210,7 +210,7 @@ def _cv_record(beta, mu, run, g) -> dict:
         "labels": {"loss": f"loss, β = {value_text(beta)}, μ = {value_text(mu)}"},
         "readout": [
             ["α = (σ<sub>min</sub>(H<sub>0</sub>)/2)² = ", alpha, ", μα = ", mu * alpha,
-             *([": the envelope falls by a factor ", env_end, " in ", [g["steps"], "int"], " steps."]
+             *([": in ", [g["steps"], "int"], " steps the envelope falls to ", env_end, " times its start."]
                if env_end is not None else [": μα ≥ 1, no envelope."])],
             status,
             ["σ<sub>min</sub>(Z<sub>t</sub>) between ", float(np.min(h.sigma_min_Z)), " and ",
