@@ -1,7 +1,13 @@
 """Interactive explorers that work on the book's static site: grids computed by convres, drawn in the browser.
 
-Book chapters: *Rank collapse under gradient descent* (``book/rank_collapse_gd.md``, section
-"Explore it") and *Explore convergence* (``book/explore_convergence.md``).
+Book chapters: *Rank collapse under gradient descent* (``book/rank_collapse_gd.md``, next to the
+paragraph on the residual) and *Explore convergence* (``book/explore_convergence.md``).
+
+Each explorer has preset buttons (:data:`PRESETS`; the prose links them with
+:meth:`convres.vega.Explorer.link`), draws the previous setting faintly behind the current one,
+shows the values under the pointer, and has an overview panel over two of its controls (the last
+loss of every position, relative to the rank-one floor or to the first loss) with the current
+position outlined.
 
 The published book has no Python kernel, so an explorer is computed at build time on a grid of
 slider positions (the experiments ``explorer_rank_collapse`` and ``explorer_convergence`` of

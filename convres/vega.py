@@ -7,7 +7,10 @@ draws it with Vega-Lite (pinned and served by the site itself, ``web/package.jso
 ``web/explorer.js``, which formats numbers and builds the rows of a chart exactly as
 :func:`format_number` and :func:`series_rows` do). An :class:`Explorer` shows as ``text/html`` on
 the site (the data and the charts' specifications) and as ``image/png`` elsewhere (the static
-first frame, drawn by :func:`draw_chart` with matplotlib).
+first frame, drawn by :func:`draw_chart` with matplotlib). Every line chart has a faint layer for
+the previous position (the ghost trace) and a layer for the values under the pointer; the overview
+panel (:func:`overview_chart`, rows by :func:`overview_rows`) is a heatmap over two controls; presets
+(:func:`make_preset`) are buttons, and :class:`PresetLink` their links from the prose.
 """
 
 from __future__ import annotations
