@@ -3,7 +3,9 @@
 Book chapter: *Reproduction report* (``book/report.md``). Everything here reads
 :class:`convres.experiments.Result` objects and returns a ``pandas.DataFrame`` or an HTML string;
 nothing is typed by hand except the paper's side of the comparison, which is what the paper's
-abstract and summary say (each experiment's ``paper``). The structure follows the ML
+abstract and summary say (each experiment's ``paper``). :func:`notation` writes the plain-text
+symbols of those rows (``N n <= d``, ``beta``) in the book's TeX; :func:`claims_table` is the claims
+table of the experiment chapters. The structure follows the ML
 Reproducibility Checklist (claims, settings, seeds and variance, compute, deviations); the rows
 come from each experiment's ``report`` hook.
 """
@@ -12,16 +14,87 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 
 from .experiments import EXPERIMENTS, VERDICTS, Result
+from .show import table, tex
 
-__all__ = ["VERDICT_COLORS", "badge", "verdict_counts", "verdict_counts_html", "claims_html",
-           "criteria_html", "settings_table", "spread_table", "compute_table", "deviations_table"]
+__all__ = ["VERDICT_COLORS", "NOTATION", "HYPOTHESES", "notation", "badge", "verdict_counts",
+           "verdict_counts_html", "claims_html", "criteria_html", "claims_table", "settings_table",
+           "spread_table", "compute_table", "deviations_table"]
 
 #: Badge colours (white text on each, contrast at least 4.5:1), one per verdict.
 VERDICT_COLORS = {"reproduced": "#1b6e32", "partly": "#8a5300", "not reproduced": "#a4241b",
                   "inconclusive": "#55595f", "holds a posteriori": "#1f5aa6"}
+
+#: The plain-text symbols of the experiments' rows (which the command line prints as they are) and
+#: their TeX in the book's notation: ``(pattern, match -> TeX)``, tried in this order.
+NOTATION: list[tuple[str, Callable[[re.Match], str]]] = [
+    (r"Phi_\{t\+1\} <= \(1 - mu sigma_min\(H_t\)\^2\) Phi_t",
+     lambda m: r"\Phi_{t+1} \le (1 - \mu\,\sigma_{\min}(H_t)^2)\,\Phi_t"),
+    (r"\bmu sigma_min\(H_0\)\^2", lambda m: r"\mu\,\sigma_{\min}(H_0)^2"),
+    (r"\bsigma_min\((\w+)\)(\^2)?", lambda m: rf"\sigma_{{\min}}({m[1]}){m[2] or ''}"),
+    (r"\bsigma_c\(W_U\) > 0", lambda m: r"\sigma_c(W_U) > 0"),
+    (r"\bPhi_T ?/ ?Phi_0\b", lambda m: r"\Phi_T/\Phi_0"),
+    (r"\bN n = (\d+) > d = (\d+)", lambda m: rf"Nn = {m[1]} > d = {m[2]}"),
+    (r"\bN n <= d\b", lambda m: r"Nn \le d"),
+    (r"\bN n\b", lambda m: "Nn"),
+    (r"\bm = (\d+) < rows = (\d+)", lambda m: rf"m = {m[1]} < \text{{rows}} = {m[2]}"),
+    (r"\bm >= rows\b", lambda m: r"m \ge \text{rows}"),
+    (r"\bc <= d\b", lambda m: r"c \le d"),
+    (r"\bp >= outputs\b", lambda m: r"p \ge \text{outputs}"),
+    (r"\(t_0 - t_small\) / t_0", lambda m: r"(t_0 - t_{\text{small}})/t_0"),
+    (r"\b1/sqrt\(d_(?:qk|QK)\)", lambda m: r"1/\sqrt{d_{QK}}"),
+    (r"\b1/sqrt\((\w)\)", lambda m: rf"1/\sqrt{{{m[1]}}}"),
+    (r"\b1/d_(?:qk|QK)\b", lambda m: r"1/d_{QK}"),
+    (r"\bd_(?:qk|QK) to infinity\b", lambda m: r"d_{QK} \to \infty"),
+    (r"\bd_(?:qk|QK)\^(\d+(?:\.\d+)?)", lambda m: rf"d_{{QK}}^{{{m[1]}}}"),
+    (r"\bd_(?:qk|QK)( ?= ?\d+(?:,\d{3})*)?(?![\w.])", lambda m: r"d_{QK}" + (m[1] or "")),
+    (r"\b([A-Z])_([A-Za-z0-9])\b", lambda m: rf"{m[1]}_{m[2]}"),
+    (r"\b1e-0*(\d+)\b", lambda m: rf"10^{{-{m[1]}}}"),
+    (r"\b(\d+(?:\.\d+)?)e([+-])0*(\d+)(?!\d)",
+     lambda m: rf"{m[1]} \times 10^{{{m[2].strip('+')}{m[3]}}}"),
+    (r"(?<![\w.])-tau\b", lambda m: r"-\tau"),
+    (r"\b(beta|tau|eta|mu|alpha)( ?= ?-?\d+(?:\.\d+)?)?(?![\w.])", lambda m: "\\" + m[1] + (m[2] or "")),
+]
+
+
+#: The hypotheses of :func:`convres.theory.ffn_theorem_run`, by name, in the book's notation (their
+#: ``statement`` is plain text for the command line).
+HYPOTHESES = {
+    "width": r"FFN width $m \ge$ the number of output rows",
+    "output_dim": r"outputs $c \le d$",
+    "smooth_activation": "the activation's derivative is Lipschitz (GELU, tanh, softplus)",
+    "full_rank_activations": r"$\sigma_{\text{rows}}(\tilde M_0)/\|\tilde M_0\|_2 > 10^{-10}$",
+    "full_rank_readout": r"$\sigma_c(W_U^0)/\|W_U^0\|_2 > 10^{-10}$",
+    "non_vacuous_rate": r"a rate that means something: $\mu\alpha' T \ge$ the threshold",
+    "step_size": r"$\mu \hat L_0 \le 1$ (estimated; $\hat L_0 \le L_B$)",
+    "sigma_M_along_run": r"$\min_t \sigma_{\text{rows}}(\tilde M_t)/\sigma_{\text{rows}}(\tilde M_0)$ "
+                         "along the run",
+    "sigma_U_along_run": r"$\min_t \sigma_c(W_{U,t})/\sigma_c(W_U^0)$ along the run",
+    "descent_along_run": r"$\min_t\, (\Phi_t - \tfrac{\mu}{2}\|g_t\|^2 - \Phi_{t+1})/\Phi_t$ "
+                         "along the run",
+}
+
+
+def notation(text: str) -> str:
+    """``text`` with the plain-text symbols of :data:`NOTATION` written as inline TeX (``$...$``,
+    for :func:`convres.show.tex`): ``"N n <= d"`` becomes ``"$Nn \\le d$"``. Text already between
+    dollars is left as it is."""
+    text = str(text)
+    for pattern, to_tex in NOTATION:
+        def dollars(m, to_tex=to_tex):
+            return f"${to_tex(m)}$"
+
+        parts = text.split("$")
+        parts[::2] = [re.sub(pattern, dollars, p) for p in parts[::2]]
+        text = "$".join(parts)
+    return text
+
+
+def _html(text: str) -> str:
+    return tex(notation(text))
 
 def badge(verdict: str) -> str:
     """An HTML badge for ``verdict`` (one of :data:`convres.stats.VERDICTS`)."""
@@ -54,8 +127,8 @@ def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None)
         png = thumbnails.get(r["figure"])
         pic = (f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}" width="110" '
                f'alt="thumbnail of figure {r["figure"]}">' if png else "figure")
-        body.append(f"<tr><td>{html.escape(r['experiment'])}</td><td>{html.escape(r['claim'])}</td>"
-                    f"<td>{badge(r['verdict'])}</td><td>{html.escape(r['evidence'])}</td>"
+        body.append(f"<tr><td>{html.escape(r['experiment'])}</td><td>{_html(r['claim'])}</td>"
+                    f"<td>{badge(r['verdict'])}</td><td>{_html(r['evidence'])}</td>"
                     f'<td><a href="{href}">{pic}</a></td></tr>')
     return ('<div style="overflow-x:auto"><table class="table"><thead><tr>' + head + "</tr></thead><tbody>"
             + "".join(body) + "</tbody></table></div>")
@@ -63,11 +136,27 @@ def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None)
 
 def criteria_html(rows: list[dict]) -> str:
     """The criterion and the full measurement of every row, in a collapsed block."""
-    items = "".join(f"<li><b>{html.escape(r['claim'])}</b> ({html.escape(r['experiment'])}): "
-                    f"{badge(r['verdict'])}<br>criterion: {html.escape(r['criterion'])}<br>"
-                    f"measurement: {html.escape(r['measurement'])}</li>" for r in rows)
+    items = "".join(f"<li><b>{_html(r['claim'])}</b> ({html.escape(r['experiment'])}): "
+                    f"{badge(r['verdict'])}<br>criterion: {_html(r['criterion'])}<br>"
+                    f"measurement: {_html(r['measurement'])}</li>" for r in rows)
     return ("<details><summary>How each verdict is decided (criteria and measurements)</summary>"
             f"<ol>{items}</ol></details>")
+
+
+def claims_table(rows: list[dict], effect: str = "{:.2f}"):
+    """The claims of one experiment as its chapter shows them (a ``Styler``,
+    :func:`convres.show.table`): the claim, the mean per-unit effect (``effect`` is its format)
+    with its 95% paired-bootstrap interval, the margin, how many units agree and the verdict.
+    ``rows`` are claim rows (``claim``, ``verdict`` and the fields of
+    :func:`convres.stats.claim_stats`); a row without an effect leaves those cells empty."""
+    def interval(ci):
+        return "" if ci is None else f"{effect.format(ci[0])} to {effect.format(ci[1])}"
+
+    return table([{"claim": r["claim"], "effect": r.get("effect"), "95% interval": interval(r.get("ci")),
+                   "margin": r.get("margin"),
+                   "units agreeing": f"{r['agree']} of {r['units']}" if "agree" in r else "",
+                   "verdict": r["verdict"]} for r in rows],
+                 {"effect": effect, "margin": "{:g}"}, text=notation)
 
 
 def _fmt(x, spec="{:.3g}") -> str:
