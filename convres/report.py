@@ -19,10 +19,11 @@ from collections.abc import Callable, Mapping
 
 from .experiments import EXPERIMENTS, VERDICTS, Result
 from .show import table, tex
+from .theory import MIN_DECREASE
 
-__all__ = ["VERDICT_COLORS", "NOTATION", "HYPOTHESES", "notation", "badge", "verdict_counts",
-           "verdict_counts_html", "claims_html", "criteria_html", "claims_table", "settings_table",
-           "spread_table", "compute_table", "deviations_table"]
+__all__ = ["VERDICT_COLORS", "NOTATION", "STATEMENTS", "notation", "badge", "verdict_counts",
+           "verdict_counts_html", "claims_html", "criteria_html", "claims_table", "hypotheses_table",
+           "settings_table", "spread_table", "compute_table", "deviations_table"]
 
 #: Badge colours (white text on each, contrast at least 4.5:1), one per verdict.
 VERDICT_COLORS = {"reproduced": "#1b6e32", "partly": "#8a5300", "not reproduced": "#a4241b",
@@ -60,29 +61,43 @@ NOTATION: list[tuple[str, Callable[[re.Match], str]]] = [
 ]
 
 
-#: The hypotheses of :func:`convres.theory.ffn_theorem_run`, by name, in the book's notation (their
-#: ``statement`` is plain text for the command line).
-HYPOTHESES = {
-    "width": r"FFN width $m \ge$ the number of output rows",
-    "output_dim": r"outputs $c \le d$",
-    "smooth_activation": "the activation's derivative is Lipschitz (GELU, tanh, softplus)",
-    "full_rank_activations": r"$\sigma_{\text{rows}}(\tilde M_0)/\|\tilde M_0\|_2 > 10^{-10}$",
-    "full_rank_readout": r"$\sigma_c(W_U^0)/\|W_U^0\|_2 > 10^{-10}$",
-    "non_vacuous_rate": r"a rate that means something: $\mu\alpha' T \ge$ the threshold",
-    "step_size": r"$\mu \hat L_0 \le 1$ (estimated; $\hat L_0 \le L_B$)",
-    "sigma_M_along_run": r"$\min_t \sigma_{\text{rows}}(\tilde M_t)/\sigma_{\text{rows}}(\tilde M_0)$ "
-                         "along the run",
-    "sigma_U_along_run": r"$\min_t \sigma_c(W_{U,t})/\sigma_c(W_U^0)$ along the run",
-    "descent_along_run": r"$\min_t\, (\Phi_t - \tfrac{\mu}{2}\|g_t\|^2 - \Phi_{t+1})/\Phi_t$ "
-                         "along the run",
+#: The statements of the hypotheses that :func:`convres.theory.check_assumptions` and
+#: :func:`convres.theory.ffn_theorem_run` check (plain text, for the command line), in the book's
+#: notation; :func:`notation` looks a whole statement up here first.
+STATEMENTS = {
+    "N n <= d": r"$Nn \le d$",
+    "act' is Lipschitz (gelu, tanh, softplus)": "the activation's derivative is Lipschitz "
+                                                "(GELU, tanh, softplus)",
+    "act' Lipschitz (gelu, tanh, softplus)": "the activation's derivative is Lipschitz "
+                                             "(GELU, tanh, softplus)",
+    "sigma_Nn(X) / ||X||_2 > 1e-10": r"$\sigma_{Nn}(X)/\|X\|_2 > 10^{-10}$",
+    "sigma_Nn(H_0) / ||H_0||_2 > 1e-10": r"$\sigma_{Nn}(H_0)/\|H_0\|_2 > 10^{-10}$",
+    f"mu alpha T >= ln(1/{MIN_DECREASE:g})": rf"$\mu\alpha T \ge \ln(1/{MIN_DECREASE:g})$",
+    "FFN width m >= number of output rows": r"FFN width $m \ge$ the number of output rows",
+    "outputs c <= d": r"outputs $c \le d$",
+    "sigma_rows(M~_0) / ||M~_0||_2 > 1e-10":
+        r"$\sigma_{\text{rows}}(\tilde M_0)/\|\tilde M_0\|_2 > 10^{-10}$",
+    "sigma_c(W_U^0) / ||W_U^0||_2 > 1e-10": r"$\sigma_c(W_U^0)/\|W_U^0\|_2 > 10^{-10}$",
+    f"mu alpha' T >= ln(1/{MIN_DECREASE:g})": rf"$\mu\alpha' T \ge \ln(1/{MIN_DECREASE:g})$",
+    "mu L_hat_0 <= 1 (L_hat_0 <= L_B: a failure certifies mu > 1/L_B)":
+        r"$\mu \hat L_0 \le 1$ ($\hat L_0 \le L_B$: a failure certifies $\mu > 1/L_B$)",
+    "min over recorded steps of sigma_rows(M~_t) / sigma_M0":
+        r"$\min_t \sigma_{\text{rows}}(\tilde M_t)/\sigma_{\text{rows}}(\tilde M_0)$ over the "
+        "recorded steps",
+    "min over recorded steps of sigma_c(W_U,t) / sigma_U0":
+        r"$\min_t \sigma_c(W_{U,t})/\sigma_c(W_U^0)$ over the recorded steps",
+    "min over steps of (Phi_t - mu/2 ||g_t||^2 - Phi_{t+1}) / Phi_t":
+        r"$\min_t\, (\Phi_t - \tfrac{\mu}{2}\|g_t\|^2 - \Phi_{t+1})/\Phi_t$",
 }
 
 
 def notation(text: str) -> str:
     """``text`` with the plain-text symbols of :data:`NOTATION` written as inline TeX (``$...$``,
-    for :func:`convres.show.tex`): ``"N n <= d"`` becomes ``"$Nn \\le d$"``. Text already between
-    dollars is left as it is."""
+    for :func:`convres.show.tex`): ``"d_QK = 64"`` becomes ``"$d_{QK} = 64$"``. A statement of
+    :data:`STATEMENTS` is replaced whole; text already between dollars is left as it is."""
     text = str(text)
+    if text in STATEMENTS:
+        return STATEMENTS[text]
     for pattern, to_tex in NOTATION:
         def dollars(m, to_tex=to_tex):
             return f"${to_tex(m)}$"
@@ -157,6 +172,21 @@ def claims_table(rows: list[dict], effect: str = "{:.2f}"):
                    "units agreeing": f"{r['agree']} of {r['units']}" if "agree" in r else "",
                    "verdict": r["verdict"]} for r in rows],
                  {"effect": effect, "margin": "{:g}"}, text=notation)
+
+
+def hypotheses_table(checks, *, first: str = "instance"):
+    """Checked hypotheses (:class:`convres.checks.Hypothesis` records or their dicts) as a table
+    (a ``Styler``, :func:`convres.show.table`): name, statement in the book's notation, value,
+    threshold and whether it holds. When ``checks`` is a mapping, its keys fill a first column
+    named ``first``."""
+    items = checks.items() if isinstance(checks, Mapping) else [(None, c) for c in checks]
+    rows = []
+    for key, c in items:
+        c = c.to_dict() if hasattr(c, "to_dict") else c
+        row = {} if key is None else {first: key}
+        rows.append({**row, "hypothesis": c["name"] if " " in c["name"] else c["name"].replace("_", " "), "statement": c["statement"],
+                     "value": c["value"], "threshold": c["threshold"], "holds": c["holds"]})
+    return table(rows, {"value": "{:.4g}", "threshold": "{:.4g}"}, text=notation)
 
 
 def _fmt(x, spec="{:.3g}") -> str:

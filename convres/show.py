@@ -82,7 +82,7 @@ def table(data, formats: Mapping | None = None, *, index: bool = False,
     of row dicts), padded by the site's style sheet.
 
     Column names, index labels and text cells may hold inline TeX between dollars
-    (:func:`tex`); ``text`` rewrites each text cell first (e.g. plain-text symbols into TeX).
+    (:func:`tex`); ``text`` rewrites each of them first (e.g. plain-text symbols into TeX).
     ``formats`` maps a column to a format string (``"{:.1%}"``) or a function; without one, an
     integer is shown with thousands separators, any other number with three significant digits,
     a boolean as yes/no and a missing value as ``na``. The index is hidden unless ``index``;
@@ -98,8 +98,11 @@ def table(data, formats: Mapping | None = None, *, index: bool = False,
                          f"have; its columns are {list(map(str, frame.columns))}.")
     styler = frame.style.format({c: functools.partial(_cell, spec=formats.get(c), text=text, na=na)
                                  for c in frame.columns})
-    styler = styler.format_index(tex, axis=1)
-    styler = styler.format_index(tex, axis=0) if index else styler.hide(axis="index")
+    def label(v) -> str:
+        return tex(text(str(v)))
+
+    styler = styler.format_index(label, axis=1)
+    styler = styler.format_index(label, axis=0) if index else styler.hide(axis="index")
     left = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])
             or pd.api.types.is_bool_dtype(frame[c])]
     return styler.set_table_styles({c: [{"selector": "td, th", "props": "text-align: left"}]
