@@ -78,8 +78,8 @@ def _cell(value, spec, text: Callable[[str], str], na: str) -> str:
 
 def table(data, formats: Mapping | None = None, *, index: bool = False,
           text: Callable[[str], str] = str, na: str = ""):
-    """A table as the chapters show it: a pandas ``Styler`` of ``data`` (a ``DataFrame`` or a list
-    of row dicts), padded by the site's style sheet.
+    """A table as the chapters show it: a pandas ``Styler`` of ``data`` (a ``DataFrame``, a list
+    of row dicts or a mapping of columns), padded by the site's style sheet.
 
     Column names, index labels and text cells may hold inline TeX between dollars
     (:func:`tex`); ``text`` rewrites each of them first (e.g. plain-text symbols into TeX).
@@ -90,7 +90,8 @@ def table(data, formats: Mapping | None = None, *, index: bool = False,
     """
     import pandas as pd
 
-    frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(list(data))
+    frame = data if isinstance(data, pd.DataFrame) else \
+        pd.DataFrame(dict(data) if isinstance(data, Mapping) else list(data))
     formats = dict(formats or {})
     unknown = set(formats) - set(frame.columns)
     if unknown:
