@@ -15,10 +15,10 @@ from __future__ import annotations
 import base64
 import html
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from .experiments import EXPERIMENTS, VERDICTS, Result
-from .show import table, tex
+from .show import power_of_ten, table, tex
 from .theory import MIN_DECREASE
 
 __all__ = ["VERDICT_COLORS", "NOTATION", "STATEMENTS", "notation", "badge", "verdict_counts",
@@ -31,7 +31,7 @@ VERDICT_COLORS = {"reproduced": "#1b6e32", "partly": "#8a5300", "not reproduced"
 
 #: The plain-text symbols of the experiments' rows (which the command line prints as they are) and
 #: their TeX in the book's notation: ``(pattern, match -> TeX)``, tried in this order.
-NOTATION: list[tuple[str, Callable[[re.Match], str]]] = [
+NOTATION = [
     (r"Phi_\{t\+1\} <= \(1 - mu sigma_min\(H_t\)\^2\) Phi_t",
      lambda m: r"\Phi_{t+1} \le (1 - \mu\,\sigma_{\min}(H_t)^2)\,\Phi_t"),
     (r"\bmu sigma_min\(H_0\)\^2", lambda m: r"\mu\,\sigma_{\min}(H_0)^2"),
@@ -53,11 +53,11 @@ NOTATION: list[tuple[str, Callable[[re.Match], str]]] = [
     (r"\bd_(?:qk|QK)\^(\d+(?:\.\d+)?)", lambda m: rf"d_{{QK}}^{{{m[1]}}}"),
     (r"\bd_(?:qk|QK)( ?= ?\d+(?:,\d{3})*)?(?![\w.])", lambda m: r"d_{QK}" + (m[1] or "")),
     (r"\b([A-Z])_([A-Za-z0-9])\b", lambda m: rf"{m[1]}_{m[2]}"),
-    (r"\b1e-0*(\d+)\b", lambda m: rf"10^{{-{m[1]}}}"),
-    (r"\b(\d+(?:\.\d+)?)e([+-])0*(\d+)(?!\d)",
-     lambda m: rf"{m[1]} \times 10^{{{m[2].strip('+')}{m[3]}}}"),
+    (r"(?<![\w.])1e-0*(\d+)\b", lambda m: rf"10^{{-{m[1]}}}"),
+    (r"(?<![\w.])(\d+(?:\.\d+)?e[+-]\d+)(?!\d)", lambda m: power_of_ten(m[1])),
     (r"(?<![\w.])-tau\b", lambda m: r"-\tau"),
     (r"\b(beta|tau|eta|mu|alpha)( ?= ?-?\d+(?:\.\d+)?)?(?![\w.])", lambda m: "\\" + m[1] + (m[2] or "")),
+    (r"(?<= )(<=|>=)(?= )", lambda m: r"\le" if m[1] == "<=" else r"\ge"),
 ]
 
 
@@ -184,8 +184,9 @@ def hypotheses_table(checks, *, first: str = "instance"):
     for key, c in items:
         c = c.to_dict() if hasattr(c, "to_dict") else c
         row = {} if key is None else {first: key}
-        rows.append({**row, "hypothesis": c["name"] if " " in c["name"] else c["name"].replace("_", " "), "statement": c["statement"],
-                     "value": c["value"], "threshold": c["threshold"], "holds": c["holds"]})
+        name = c["name"] if " " in c["name"] else c["name"].replace("_", " ")
+        rows.append({**row, "hypothesis": name, "statement": c["statement"], "value": c["value"],
+                     "threshold": c["threshold"], "holds": c["holds"]})
     return table(rows, {"value": "{:.4g}", "threshold": "{:.4g}"}, text=notation)
 
 

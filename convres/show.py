@@ -15,10 +15,11 @@ import html
 import inspect
 import math
 import numbers
+import re
 import textwrap
 from collections.abc import Callable, Mapping
 
-__all__ = ["source", "Source", "tex", "table"]
+__all__ = ["source", "Source", "tex", "power_of_ten", "table"]
 
 
 class Source(str):
@@ -60,6 +61,16 @@ def tex(text) -> str:
                    for i, p in enumerate(parts))
 
 
+def power_of_ten(number: str) -> str:
+    """A number in e-notation as TeX: ``"6.4e-10"`` gives ``6.4 \\times 10^{-10}``, ``"2.2e+00"``
+    gives ``2.2``; any other string is returned as it is."""
+    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)e([+-])0*(\d+)", number)
+    if not m:
+        return number
+    sign = "-" if m[2] == "-" else ""
+    return m[1] if m[3] == "0" else rf"{m[1]} \times 10^{{{sign}{m[3]}}}"
+
+
 def _cell(value, spec, text: Callable[[str], str], na: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return na
@@ -73,7 +84,11 @@ def _cell(value, spec, text: Callable[[str], str], na: str) -> str:
         value = f"{value:,}"
     elif isinstance(value, numbers.Real):
         value = f"{value:.3g}"
-    return tex(text(str(value)))
+    if not isinstance(value, str):
+        value = str(value)
+    elif power_of_ten(value) != value:
+        value = f"${power_of_ten(value)}$"
+    return tex(text(value))
 
 
 def table(data, formats: Mapping | None = None, *, index: bool = False,
@@ -84,9 +99,9 @@ def table(data, formats: Mapping | None = None, *, index: bool = False,
     Column names, index labels and text cells may hold inline TeX between dollars
     (:func:`tex`); ``text`` rewrites each of them first (e.g. plain-text symbols into TeX).
     ``formats`` maps a column to a format string (``"{:.1%}"``) or a function; without one, an
-    integer is shown with thousands separators, any other number with three significant digits,
-    a boolean as yes/no and a missing value as ``na``. The index is hidden unless ``index``;
-    text columns are aligned left, numbers right.
+    integer is shown with thousands separators, any other number with three significant digits
+    (a power of ten as :func:`power_of_ten`), a boolean as yes/no and a missing value as ``na``.
+    The index is hidden unless ``index``; text columns are aligned left, numbers right.
     """
     import pandas as pd
 

@@ -27,6 +27,7 @@ def test_table_headers_values_and_index():
     frame = pd.DataFrame({"v": [1.5]}, index=["$W_U$"])
     assert rf"{MATH}\(W_U\)</span>" in table(frame, index=True).to_html()
     assert ">1.5<" in table({"v": [1.5]}).to_html()                   # a mapping of columns
+    assert r"\(6.45 \times 10^{-10}\)" in table({"v": [6.45e-10]}).to_html()
     with pytest.raises(ValueError, match="does not have"):
         table([{"a": 1}], {"b": "{}"})
 
@@ -38,6 +39,8 @@ def test_notation_writes_the_plain_symbols_in_tex():
     assert notation("d_QK = 1024, tau") == r"$d_{QK} = 1024$, $\tau$"
     assert notation("already $\\beta$ and beta") == r"already $\beta$ and $\beta$"
     assert notation("alphabet, etas, zeta") == "alphabet, etas, zeta"     # whole words only
+    assert notation("7.1e-06 to 2.2e+00; ratio 939 >= 1") == \
+        r"$7.1 \times 10^{-6}$ to $2.2$; ratio 939 $\ge$ 1"
 
 
 def test_every_checked_statement_has_its_tex():
