@@ -62,13 +62,15 @@ def tex(text) -> str:
 
 
 def power_of_ten(number: str) -> str:
-    """A number in e-notation as TeX: ``"6.4e-10"`` gives ``6.4 \\times 10^{-10}``, ``"2.2e+00"``
-    gives ``2.2``; any other string is returned as it is."""
+    """A number in e-notation as TeX: ``"6.4e-10"`` gives ``6.4 \\times 10^{-10}``, ``"1e-10"``
+    gives ``10^{-10}`` and ``"2.2e+00"`` gives ``2.2``; any other string is returned as it is."""
     m = re.fullmatch(r"(-?\d+(?:\.\d+)?)e([+-])0*(\d+)", number)
     if not m:
         return number
     sign = "-" if m[2] == "-" else ""
-    return m[1] if m[3] == "0" else rf"{m[1]} \times 10^{{{sign}{m[3]}}}"
+    if m[3] == "0":
+        return m[1]
+    return (f"10^{{{sign}{m[3]}}}" if m[1] == "1" else rf"{m[1]} \times 10^{{{sign}{m[3]}}}")
 
 
 def _cell(value, spec, text: Callable[[str], str], na: str) -> str:
