@@ -58,6 +58,8 @@ NOTATION = [
     (r"(?<![\w.])-tau\b", lambda m: r"-\tau"),
     (r"\b(beta|tau|eta|mu|alpha)( ?= ?-?\d+(?:\.\d+)?)?(?![\w.])", lambda m: "\\" + m[1] + (m[2] or "")),
     (r"(?<= )(<=|>=)(?= )", lambda m: r"\le" if m[1] == "<=" else r"\ge"),
+    (r"\bL ?= ?(\d+)\b", lambda m: f"L = {m[1]}"),
+    (r"(?<=\d) ?x(?=[ ,;)]|$)", lambda m: r"\times"),
 ]
 
 

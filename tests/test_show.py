@@ -39,6 +39,7 @@ def test_notation_writes_the_plain_symbols_in_tex():
     assert notation("d_QK = 1024, tau") == r"$d_{QK} = 1024$, $\tau$"
     assert notation("already $\\beta$ and beta") == r"already $\beta$ and $\beta$"
     assert notation("alphabet, etas, zeta") == "alphabet, etas, zeta"     # whole words only
+    assert notation("L=2: 6.11x, 0.5 x the floor") == r"$L = 2$: 6.11$\times$, 0.5$\times$ the floor"
     assert notation("7.1e-06 to 2.2e+00; ratio 939 >= 1") == \
         r"$7.1 \times 10^{-6}$ to $2.2$; ratio 939 $\ge$ 1"
 
