@@ -29,6 +29,7 @@ from pathlib import Path
 from ._version import __version__
 from .certify import certified_run
 from .collapse import sigma_min_table
+from .committed import PROFILE, RESULTS_DIR, paper_path, pieces, run_piece
 from .data import DATASETS, download
 from .experiments import EXPERIMENTS, PROFILES, run_experiment
 from .files import atomic_write_bytes
@@ -344,6 +345,8 @@ def _reproduce(args) -> int:
     if names[0] not in EXPERIMENTS:
         raise Usage(f"unknown experiment {args.name!r}; choose one of {sorted(EXPERIMENTS)} or 'all' (see "
                     "--list).")
+    if args.piece is not None:
+        return _reproduce_piece(args)
     out = setting_path(args.out, "--out")
     try:  # before any work: --out must be (or become) a writable folder
         out.mkdir(parents=True, exist_ok=True)
@@ -387,6 +390,30 @@ def _reproduce(args) -> int:
         raise FigureLost("; ".join(lost) + "; the results are cached and the report is complete, "
                          "\"figure\" is null there: free space or remove what is in the way, then run "
                          "it again (it is read from the cache).")
+    return 0
+
+
+def _reproduce_piece(args) -> int:
+    if args.profile != PROFILE or args.name == "all":
+        raise Usage(f"--piece computes one piece of one experiment's {PROFILE!r} profile: pass an experiment "
+                    f"name and --profile {PROFILE} (got {args.name!r}, --profile {args.profile}).")
+    blocks = pieces(args.name, args.profile)
+    if args.piece >= len(blocks):
+        raise Usage(f"--piece {args.piece}: {args.name!r} has pieces 0 to {len(blocks) - 1} (seeds "
+                    f"{blocks}).")
+    folder = RESULTS_DIR if args.results is None else setting_path(args.results, "--results")
+    check_device(args.device)
+    path = run_piece(args.name, args.piece, folder=folder, device=args.device, progress=not args.json,
+                     profile=args.profile)
+    assembled = paper_path(args.name, folder, args.profile)
+    stored = json.loads(assembled.read_text(encoding="utf-8"))
+    if args.json:
+        write_json({"piece": str(path), "assembled": str(assembled),
+                    "pieces": stored["pieces"]})
+    else:
+        print(f"{args.name}: piece {args.piece} (seeds {blocks[args.piece]}) in {path}; "
+              f"{assembled} holds pieces {stored['pieces']['done']} of "
+              f"{stored['pieces']['total']}")
     return 0
 
 
@@ -435,7 +462,8 @@ APPLIES: dict[str, dict[str, set[str]]] = {
                 "--scope": {"scope", "json"}},
     "rank-collapse": {"": {"beta", "seeds", "seed", "json"}},
     "reproduce": {"--list": {"list", "json"},
-                  "NAME": {"name", "profile", "out", "refresh", "download", "json", "device"}},
+                  "NAME": {"name", "profile", "out", "refresh", "download", "json", "device"},
+                  "--piece": {"name", "profile", "piece", "results", "json", "device"}},
 }
 #: The flags that choose a mode, per subcommand (at most one of them at a time).
 MODE_FLAGS = {"theorem": ("--certify", "--width-condition", "--scope")}
@@ -444,7 +472,7 @@ MODE_FLAGS = {"theorem": ("--certify", "--width-condition", "--scope")}
 def _mode(args) -> str:
     """The mode of the parsed ``args`` (a key of ``APPLIES[args.command]``)."""
     if args.command == "reproduce":
-        return "--list" if args.list or args.name is None else "NAME"
+        return "--list" if args.list or args.name is None else "--piece" if args.piece is not None else "NAME"
     if args.command == "theorem":
         chosen = [f for f in MODE_FLAGS["theorem"] if getattr(args, f[2:].replace("-", "_"))]
         if len(chosen) > 1:
@@ -594,6 +622,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu",
                    help="where gradient descent runs: cpu (default) or cuda (a CUDA build of PyTorch "
                         "and a GPU; results are cached per device)")
+    p.add_argument("--piece", type=_number(int, lo=0), default=None, metavar="K",
+                   help="with --profile paper: compute piece K of the experiment (a block of its seeds), "
+                        "write it to RESULTS/pieces/ and re-assemble RESULTS/NAME-paper.json")
+    p.add_argument("--results", default=None, metavar="RESULTS",
+                   help="folder of the committed results (default: results/ of this clone)")
     p.set_defaults(func=_reproduce)
 
     p = sub.add_parser("bench", help="time convres.gradient_descent against a plain PyTorch loop "

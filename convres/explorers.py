@@ -1,7 +1,13 @@
 """Interactive explorers that work on the book's static site: grids computed by convres, drawn in the browser.
 
-Book chapters: *Rank collapse under gradient descent* (``book/rank_collapse_gd.md``, section
-"Explore it") and *Explore convergence* (``book/explore_convergence.md``).
+Book chapters: *Rank collapse under gradient descent* (``book/rank_collapse_gd.md``, next to the
+paragraph on the residual) and *Explore convergence* (``book/explore_convergence.md``).
+
+Each explorer has preset buttons (:data:`PRESETS`; the prose links them with
+:meth:`convres.vega.Explorer.link`), draws the previous setting faintly behind the current one,
+shows the values under the pointer, and has an overview panel over two of its controls (the last
+loss of every position, relative to the rank-one floor or to the first loss) with the current
+position outlined.
 
 The published book has no Python kernel, so an explorer is computed at build time on a grid of
 slider positions (the experiments ``explorer_rank_collapse`` and ``explorer_convergence`` of
@@ -14,6 +20,7 @@ for any slider value.
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping
 
 from .experiments import run_experiment
@@ -36,7 +43,9 @@ from .vega import (
     explorer_png,
     log_domain,
     make_control,
+    make_preset,
     merge_grid,
+    overview_chart,
     readout_text,
     rounded,
     series_spec,
@@ -45,13 +54,54 @@ from .vega import (
     with_labels,
 )
 
-__all__ = ["RANK_COLLAPSE_GRID", "CONVERGENCE_GRID", "START", "SIGMA_FLOOR", "rank_collapse_data",
+__all__ = ["RANK_COLLAPSE_GRID", "CONVERGENCE_GRID", "START", "PRESETS", "SIGMA_FLOOR", "rank_collapse_data",
            "rank_collapse_explorer", "rank_collapse_figure", "rank_collapse_live", "convergence_data",
            "convergence_explorer", "convergence_figure", "convergence_live"]
 
-#: The first frame of each explorer (slider values).
-START = {"rank-collapse": {"beta": 1.0, "d_qk": 1024, "n": 8},
+#: The first frame of each explorer (slider values): the rank-collapse explorer starts where the
+#: chapter's figure runs (n = 4 tokens, d_QK = 1024, beta = 0 against beta = 1).
+START = {"rank-collapse": {"beta": 1.0, "d_qk": 1024, "n": 4},
          "convergence": {"beta": 1.0, "mu": 0.002, "d_qk": 32}}
+
+_DQK = "d<sub>QK</sub>"
+
+#: The named settings of each explorer: a button above its sliders and a link from the prose
+#: (:meth:`convres.vega.Explorer.link`). ``look`` says what to look at; the numbers are the
+#: chapter's, computed and checked there.
+PRESETS = {
+    "rank-collapse": [
+        make_preset("figure", f"the figure: β = 1, {_DQK} = 1024", "The first steps of two runs of the "
+                    "figure: without residual (orange) the loss stays on the rank-one floor, with β = 1 "
+                    "(blue) it leaves it. Above, the spectrum of Attn(X) falls far below those of X and Z.",
+                    beta=1.0, d_qk=1024, n=4),
+        make_preset("stall", f"the stall: β = 0, {_DQK} = 1024", "No residual: Z = Attn(X), one run, "
+                    "on the floor. In the overview, the β = 0 column is on the floor from "
+                    f"{_DQK} = 256 up and below it for small {_DQK}.", beta=0.0, d_qk=1024, n=4),
+        make_preset("wide", f"wide attention: β = 0, {_DQK} = 16", "No residual, but the attention "
+                    "starts far from uniform: the run leaves the floor.", beta=0.0, d_qk=16, n=4),
+        make_preset("small", f"a small residual: β = 0.01, {_DQK} = 1024", "A residual a hundred "
+                    "times weaker than the figure's: compare σ<sub>min</sub>(Z) with β = 1, and the "
+                    "loss with β = 0.", beta=0.01, d_qk=1024, n=4),
+        make_preset("diverge", "too strong for the step: β = 2", "With β = 2 the step μ is too "
+                    "large: the blue curve leaves the chart.", beta=2.0, d_qk=1024, n=4),
+    ],
+    "convergence": [
+        make_preset("linear", f"linear convergence: β = 1, μ = 0.002, {_DQK} = 32", "The loss falls "
+                    "on a straight line (log scale), far below the theorem's envelope (dashed), which "
+                    "holds.", beta=1.0, mu=0.002, d_qk=32),
+        make_preset("plateau", f"the plateau: β = 0, {_DQK} = 1024", "No residual and nearly uniform "
+                    "attention: α is tiny, the envelope flat, and the loss barely moves.",
+                    beta=0.0, mu=0.002, d_qk=1024),
+        make_preset("wide", f"no residual, wide: β = 0, μ = 0.005, {_DQK} = 32", "No residual, a "
+                    "vacuous envelope, and gradient descent converges all the same.",
+                    beta=0.0, mu=0.005, d_qk=32),
+        make_preset("small", f"a small residual: β = 0.03, {_DQK} = 1024", "The plateau's setting "
+                    "with a weak residual: compare the overview's β = 0 and β = 0.03 cells.",
+                    beta=0.03, mu=0.002, d_qk=1024),
+        make_preset("diverge", "too large a step: β = 1, μ = 0.02", "The step is too large: the "
+                    "loss grows and the run stops.", beta=1.0, mu=0.02, d_qk=32),
+    ],
+}
 
 #: The lowest value the singular-value charts of the convergence explorer draw (a dead ReLU layer
 #: of a diverged run can make ``sigma_min(H)`` exactly 0); the readout gives the exact values.
@@ -91,22 +141,25 @@ def _rc_charts(g: dict, positions: Mapping) -> list:
     sv = [v for r in recs for f in ("sv_X", "sv_attn", "sv_Z") for v in r[f]]
     losses = [v for r in recs for f in ("loss0", "loss") for v in r[f]] + [r["floor"] for r in recs]
     return [
-        {"name": "spectra", "series": spectra, "spec": vega_chart(
+        {"name": "spectra", "series": spectra, "x_name": "i", "spec": vega_chart(
             description="Singular values of X, Attn(X) and Z at the chosen position, log scale.",
             x_title="index i", y_title="singular value σᵢ (log scale)", x_domain=[1, max(g["ns"])],
             y_domain=log_domain(sv), series=spectra, height=230, integer_x=True)},
-        {"name": "gd", "series": gd, "spec": vega_chart(
+        {"name": "gd", "series": gd, "x_name": "t", "spec": vega_chart(
             description="Loss of gradient descent with beta = 0 and with the chosen beta, log scale.",
             x_title="gradient-descent step t", y_title="loss Φ(θₜ) (log scale)", x_domain=[0, steps],
             y_domain=log_domain(losses), series=gd, height=200)},
     ]
 
 
-def rank_collapse_explorer(grid: Mapping | None = None, *, start: Mapping | None = None) -> Explorer:
-    """The rank-collapse explorer of the book (chapter *Rank collapse*, section "Explore it"):
+def rank_collapse_explorer(grid: Mapping | None = None, *, start: Mapping | None = None,
+                           presets: list | None = None) -> Explorer:
+    """The rank-collapse explorer of the book (chapter *Rank collapse under gradient descent*):
     sliders for ``beta``, ``d_qk`` and ``n`` over the grid (default :data:`RANK_COLLAPSE_GRID`),
     the spectra of ``X``, ``Attn(X)`` and ``Z``, their collapse measures and the short gradient
-    descent for ``beta = 0`` and the chosen ``beta``. ``start``: the first frame's values."""
+    descent for ``beta = 0`` and the chosen ``beta``, and the overview over ``beta`` and ``d_qk``
+    (the last loss over the rank-one floor). ``start``: the first frame's values; ``presets``:
+    the named settings (default: those of :data:`PRESETS` on the grid)."""
     data = rank_collapse_data(grid)
     g = data["grid"]
     s = {**START["rank-collapse"], **(start or {})}
@@ -125,8 +178,38 @@ def rank_collapse_explorer(grid: Mapping | None = None, *, start: Mapping | None
            "index, and the loss of gradient descent with beta = 0 and with the chosen beta.")
     charts = _rc_charts(g, data["positions"])
     add_static_labels(charts, data["positions"])
+    overview = _overview(controls, data["positions"], 0, 1, description=(
+        "Overview: for every beta and d_QK at the current n, the loss after the last step over the "
+        "rank-one floor; the current position outlined."),
+        color_title=f"loss after {gd['steps']} steps ÷ rank-one floor (grey: diverged)")
     return Explorer("rank-collapse", "Rank-collapse explorer", controls, charts,
-                    data["positions"], lambda rec, values: rank_collapse_figure(rec, g, values), note, alt, g)
+                    data["positions"], lambda rec, values: rank_collapse_figure(rec, g, values), note, alt, g,
+                    presets=_presets("rank-collapse", controls, presets), overview=overview)
+
+
+def _presets(name: str, controls: list, presets) -> list:
+    """The presets of an explorer: ``presets``, or those of :data:`PRESETS` whose values are all on
+    the grid (a smaller grid keeps the ones it holds)."""
+    if presets is not None:
+        return list(presets)
+    on_grid = {c["name"]: c["values"] for c in controls}
+    return [p for p in PRESETS[name] if all(v in on_grid[k] for k, v in p["values"].items())]
+
+
+def _overview(controls: list, positions: Mapping, kx: int, ky: int, *, description: str,
+              color_title: str) -> dict:
+    """The overview panel over the controls ``kx`` (across) and ``ky`` (up): its chart and which
+    controls it spans; the colour scale covers every position's ``cell_v``."""
+    vs = [r["cell_v"] for r in positions.values() if r["cell_v"] is not None]
+    domain = [math.floor(min(vs)), max(math.ceil(max(vs)), math.floor(min(vs)) + 1)] if vs else [-1, 0]
+    spec = overview_chart(description=description, x=controls[kx], y=controls[ky],
+                          x_title=_plain(controls[kx]["label"]), y_title=_plain(controls[ky]["label"]),
+                          color_title=color_title, domain=domain)
+    return {"x": kx, "y": ky, "spec": spec}
+
+
+def _plain(label: str) -> str:
+    return label.replace("<sub>", "_").replace("</sub>", "")
 
 
 def rank_collapse_figure(record: Mapping, grid: Mapping | None = None, values: Mapping | None = None):
@@ -147,7 +230,7 @@ def rank_collapse_figure(record: Mapping, grid: Mapping | None = None, values: M
     return fig
 
 
-def rank_collapse_live(beta: float = 1.0, d_qk: int = 1024, n: int = 8, grid: Mapping | None = None):
+def rank_collapse_live(beta: float = 1.0, d_qk: int = 1024, n: int = 4, grid: Mapping | None = None):
     """The rank-collapse explorer for a live kernel: sliders for any ``beta`` in [0, 2], ``d_qk`` a
     power of two up to 16384 and ``n`` from 2 to the grid's ``d``; every change recomputes the
     position with convres (:func:`rank_collapse_position`, about a second with the gradient
@@ -224,11 +307,11 @@ def _cv_charts(g: dict, positions: Mapping) -> list:
     for s in loss + sv:
         s["label"] = labels_note.get(s["key"])
     return [
-        {"name": "loss", "series": loss, "spec": vega_chart(
+        {"name": "loss", "series": loss, "x_name": "t", "spec": vega_chart(
             description="Loss of gradient descent and the theorem's envelope, log scale.",
             x_title="gradient-descent step t", y_title="loss Φ(θₜ) (log scale)", x_domain=[0, g["steps"]],
             y_domain=log_domain(losses), series=loss, height=230)},
-        {"name": "sigma", "series": sv, "floor": sv_floor, "spec": vega_chart(
+        {"name": "sigma", "series": sv, "floor": sv_floor, "x_name": "t", "spec": vega_chart(
             description="Smallest singular values of Z_t and H_t along the run, log scale.",
             x_title="gradient-descent step t", y_title=sv_title,
             x_domain=[0, g["steps"]], y_domain=sv_domain, series=sv, height=180)},
@@ -237,11 +320,14 @@ def _cv_charts(g: dict, positions: Mapping) -> list:
 
 
 
-def convergence_explorer(grid: Mapping | None = None, *, start: Mapping | None = None) -> Explorer:
+def convergence_explorer(grid: Mapping | None = None, *, start: Mapping | None = None,
+                         presets: list | None = None) -> Explorer:
     """The convergence explorer of the book (chapter *Explore convergence*): sliders for ``beta``,
     the step ``mu`` and ``d_qk`` (scale ``1/d_qk``) over the grid (default
-    :data:`CONVERGENCE_GRID`), the loss with the theorem's envelope ``Phi_0 (1 - mu alpha)^t``
-    and the smallest singular values of ``Z_t`` and ``H_t`` along the run."""
+    :data:`CONVERGENCE_GRID`), the loss with the theorem's envelope ``Phi_0 (1 - mu alpha)^t``,
+    the smallest singular values of ``Z_t`` and ``H_t`` along the run, and the overview over
+    ``beta`` and ``d_qk`` (the last loss over the first). ``presets``: the named settings
+    (default: those of :data:`PRESETS` on the grid)."""
     data = convergence_data(grid)
     g = data["grid"]
     s = {**START["convergence"], **(start or {})}
@@ -253,6 +339,10 @@ def convergence_explorer(grid: Mapping | None = None, *, start: Mapping | None =
     ]
     charts = _cv_charts(g, data["positions"])
     add_static_labels(charts, data["positions"])
+    overview = _overview(controls, data["positions"], 0, 2, description=(
+        "Overview: for every beta and d_QK at the current step size, the loss after the run over "
+        "the loss at the start; the current position outlined."),
+        color_title="last loss ÷ first loss (grey: diverged)")
     size = len(g["betas"]) * len(g["mus"]) * len(g["d_qks"])
     note = (f"Precomputed with convres when the book was built: {len(g['betas'])} values of β × "
             f"{len(g['mus'])} of μ × {len(g['d_qks'])} of d<sub>QK</sub> = {size} runs of up to "
@@ -260,7 +350,8 @@ def convergence_explorer(grid: Mapping | None = None, *, start: Mapping | None =
     alt = ("Two stacked panels against the gradient-descent step: the loss on a log scale with the "
            "theorem's envelope, and the smallest singular values of Z_t and H_t.")
     return Explorer("convergence", "Convergence explorer", controls, charts, data["positions"],
-                    lambda rec, values: convergence_figure(rec, g, values), note, alt, g)
+                    lambda rec, values: convergence_figure(rec, g, values), note, alt, g,
+                    presets=_presets("convergence", controls, presets), overview=overview)
 
 
 def convergence_figure(record: Mapping, grid: Mapping | None = None, values: Mapping | None = None):

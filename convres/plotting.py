@@ -156,7 +156,7 @@ def plot_simulations(result):
     fig, axes = _stacked(len(cells), height=2.3)
     for ax, cell in zip(axes, cells):
         for i, (b, c) in enumerate(zip(betas, beta_colors(betas))):
-            curves = [_relative(r["loss"]) for r in cell["runs"]["tuned"] if r["beta"] == b]
+            curves = [_relative(r["loss"]) for r in cell["runs"]["tuned"] if r["beta"] == b and "loss" in r]
             plot_band(ax, curves, x=np.arange(1, max(map(len, curves)) + 1), color=c,
                       label=rf"$\beta={b:g}$", marker=MARKERS[i % len(MARKERS)])
         ax.set_xscale("log")

@@ -3,7 +3,9 @@
 Book chapter: *Reproduction report* (``book/report.md``). Everything here reads
 :class:`convres.experiments.Result` objects and returns a ``pandas.DataFrame`` or an HTML string;
 nothing is typed by hand except the paper's side of the comparison, which is what the paper's
-abstract and summary say (each experiment's ``paper``). The structure follows the ML
+abstract and summary say (each experiment's ``paper``). :func:`notation` writes the plain-text
+symbols of those rows (``N n <= d``, ``beta``) in the book's TeX; :func:`claims_table` is the claims
+table of the experiment chapters. The structure follows the ML
 Reproducibility Checklist (claims, settings, seeds and variance, compute, deviations); the rows
 come from each experiment's ``report`` hook.
 """
@@ -12,16 +14,105 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Mapping
 
 from .experiments import EXPERIMENTS, VERDICTS, Result
+from .show import power_of_ten, table, tex
+from .theory import MIN_DECREASE
 
-__all__ = ["VERDICT_COLORS", "badge", "verdict_counts", "verdict_counts_html", "claims_html",
-           "criteria_html", "settings_table", "spread_table", "compute_table", "deviations_table"]
+__all__ = ["VERDICT_COLORS", "NOTATION", "STATEMENTS", "notation", "badge", "verdict_counts",
+           "verdict_counts_html", "claims_html", "criteria_html", "claims_table", "hypotheses_table",
+           "settings_table", "spread_table", "compute_table", "deviations_table", "scale_html",
+           "effect_text", "provenance_table"]
 
 #: Badge colours (white text on each, contrast at least 4.5:1), one per verdict.
 VERDICT_COLORS = {"reproduced": "#1b6e32", "partly": "#8a5300", "not reproduced": "#a4241b",
                   "inconclusive": "#55595f", "holds a posteriori": "#1f5aa6"}
+
+#: The plain-text symbols of the experiments' rows (which the command line prints as they are) and
+#: their TeX in the book's notation: ``(pattern, match -> TeX)``, tried in this order.
+NOTATION = [
+    (r"Phi_\{t\+1\} <= \(1 - mu sigma_min\(H_t\)\^2\) Phi_t",
+     lambda m: r"\Phi_{t+1} \le (1 - \mu\,\sigma_{\min}(H_t)^2)\,\Phi_t"),
+    (r"\bmu sigma_min\(H_0\)\^2", lambda m: r"\mu\,\sigma_{\min}(H_0)^2"),
+    (r"\bsigma_min\((\w+)\)(\^2)?", lambda m: rf"\sigma_{{\min}}({m[1]}){m[2] or ''}"),
+    (r"\bsigma_c\(W_U\) > 0", lambda m: r"\sigma_c(W_U) > 0"),
+    (r"\bPhi_T ?/ ?Phi_0\b", lambda m: r"\Phi_T/\Phi_0"),
+    (r"\bN n = (\d+) > d = (\d+)", lambda m: rf"Nn = {m[1]} > d = {m[2]}"),
+    (r"\bN n <= d\b", lambda m: r"Nn \le d"),
+    (r"\bN n\b", lambda m: "Nn"),
+    (r"\bm = (\d+) < rows = (\d+)", lambda m: rf"m = {m[1]} < \text{{rows}} = {m[2]}"),
+    (r"\bm >= rows\b", lambda m: r"m \ge \text{rows}"),
+    (r"\bc <= d\b", lambda m: r"c \le d"),
+    (r"\bp >= outputs\b", lambda m: r"p \ge \text{outputs}"),
+    (r"\(t_0 - t_small\) / t_0", lambda m: r"(t_0 - t_{\text{small}})/t_0"),
+    (r"\b1/sqrt\(d_(?:qk|QK)\)", lambda m: r"1/\sqrt{d_{QK}}"),
+    (r"\b1/sqrt\((\w)\)", lambda m: rf"1/\sqrt{{{m[1]}}}"),
+    (r"\b1/d_(?:qk|QK)\b", lambda m: r"1/d_{QK}"),
+    (r"\bd_(?:qk|QK) to infinity\b", lambda m: r"d_{QK} \to \infty"),
+    (r"\bd_(?:qk|QK)\^(\d+(?:\.\d+)?)", lambda m: rf"d_{{QK}}^{{{m[1]}}}"),
+    (r"\bd_(?:qk|QK)( ?= ?\d+(?:,\d{3})*)?(?![\w.])", lambda m: r"d_{QK}" + (m[1] or "")),
+    (r"\b([A-Z])_([A-Za-z0-9])\b", lambda m: rf"{m[1]}_{m[2]}"),
+    (r"(?<![\w.])1e-0*(\d+)\b", lambda m: rf"10^{{-{m[1]}}}"),
+    (r"(?<![\w.])(\d+(?:\.\d+)?e[+-]\d+)(?!\d)", lambda m: power_of_ten(m[1])),
+    (r"(?<![\w.])-tau\b", lambda m: r"-\tau"),
+    (r"\b(beta|tau|eta|mu|alpha)( ?= ?-?\d+(?:\.\d+)?)?(?![\w.])", lambda m: "\\" + m[1] + (m[2] or "")),
+    (r"(?<= )(<=|>=)(?= )", lambda m: r"\le" if m[1] == "<=" else r"\ge"),
+    (r"\bL ?= ?(\d+)\b", lambda m: f"L = {m[1]}"),
+    (r"(?<=\d) ?x(?=[ ,;)]|$)", lambda m: r"\times"),
+]
+
+
+#: The statements of the hypotheses that :func:`convres.theory.check_assumptions` and
+#: :func:`convres.theory.ffn_theorem_run` check (plain text, for the command line), in the book's
+#: notation; :func:`notation` looks a whole statement up here first.
+STATEMENTS = {
+    "N n <= d": r"$Nn \le d$",
+    "act' is Lipschitz (gelu, tanh, softplus)": "the activation's derivative is Lipschitz "
+                                                "(GELU, tanh, softplus)",
+    "act' Lipschitz (gelu, tanh, softplus)": "the activation's derivative is Lipschitz "
+                                             "(GELU, tanh, softplus)",
+    "sigma_Nn(X) / ||X||_2 > 1e-10": r"$\sigma_{Nn}(X)/\|X\|_2 > 10^{-10}$",
+    "sigma_Nn(H_0) / ||H_0||_2 > 1e-10": r"$\sigma_{Nn}(H_0)/\|H_0\|_2 > 10^{-10}$",
+    f"mu alpha T >= ln(1/{MIN_DECREASE:g})": rf"$\mu\alpha T \ge \ln(1/{MIN_DECREASE:g})$",
+    "FFN width m >= number of output rows": r"FFN width $m \ge$ the number of output rows",
+    "outputs c <= d": r"outputs $c \le d$",
+    "sigma_rows(M~_0) / ||M~_0||_2 > 1e-10":
+        r"$\sigma_{\text{rows}}(\tilde M_0)/\|\tilde M_0\|_2 > 10^{-10}$",
+    "sigma_c(W_U^0) / ||W_U^0||_2 > 1e-10": r"$\sigma_c(W_U^0)/\|W_U^0\|_2 > 10^{-10}$",
+    f"mu alpha' T >= ln(1/{MIN_DECREASE:g})": rf"$\mu\alpha' T \ge \ln(1/{MIN_DECREASE:g})$",
+    "mu L_hat_0 <= 1 (L_hat_0 <= L_B: a failure certifies mu > 1/L_B)":
+        r"$\mu \hat L_0 \le 1$ ($\hat L_0 \le L_B$: a failure certifies $\mu > 1/L_B$)",
+    "min over recorded steps of sigma_rows(M~_t) / sigma_M0":
+        r"$\min_t \sigma_{\text{rows}}(\tilde M_t)/\sigma_{\text{rows}}(\tilde M_0)$ over the "
+        "recorded steps",
+    "min over recorded steps of sigma_c(W_U,t) / sigma_U0":
+        r"$\min_t \sigma_c(W_{U,t})/\sigma_c(W_U^0)$ over the recorded steps",
+    "min over steps of (Phi_t - mu/2 ||g_t||^2 - Phi_{t+1}) / Phi_t":
+        r"$\min_t\, (\Phi_t - \tfrac{\mu}{2}\|g_t\|^2 - \Phi_{t+1})/\Phi_t$",
+}
+
+
+def notation(text: str) -> str:
+    """``text`` with the plain-text symbols of :data:`NOTATION` written as inline TeX (``$...$``,
+    for :func:`convres.show.tex`): ``"d_QK = 64"`` becomes ``"$d_{QK} = 64$"``. A statement of
+    :data:`STATEMENTS` is replaced whole; text already between dollars is left as it is."""
+    text = str(text)
+    if text in STATEMENTS:
+        return STATEMENTS[text]
+    for pattern, to_tex in NOTATION:
+        def dollars(m, to_tex=to_tex):
+            return f"${to_tex(m)}$"
+
+        parts = text.split("$")
+        parts[::2] = [re.sub(pattern, dollars, p) for p in parts[::2]]
+        text = "$".join(parts)
+    return text
+
+
+def _html(text: str) -> str:
+    return tex(notation(text))
 
 def badge(verdict: str) -> str:
     """An HTML badge for ``verdict`` (one of :data:`convres.stats.VERDICTS`)."""
@@ -54,8 +145,8 @@ def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None)
         png = thumbnails.get(r["figure"])
         pic = (f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}" width="110" '
                f'alt="thumbnail of figure {r["figure"]}">' if png else "figure")
-        body.append(f"<tr><td>{html.escape(r['experiment'])}</td><td>{html.escape(r['claim'])}</td>"
-                    f"<td>{badge(r['verdict'])}</td><td>{html.escape(r['evidence'])}</td>"
+        body.append(f"<tr><td>{html.escape(r['experiment'])}</td><td>{_html(r['claim'])}</td>"
+                    f"<td>{badge(r['verdict'])}</td><td>{_html(r['evidence'])}</td>"
                     f'<td><a href="{href}">{pic}</a></td></tr>')
     return ('<div style="overflow-x:auto"><table class="table"><thead><tr>' + head + "</tr></thead><tbody>"
             + "".join(body) + "</tbody></table></div>")
@@ -63,11 +154,93 @@ def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None)
 
 def criteria_html(rows: list[dict]) -> str:
     """The criterion and the full measurement of every row, in a collapsed block."""
-    items = "".join(f"<li><b>{html.escape(r['claim'])}</b> ({html.escape(r['experiment'])}): "
-                    f"{badge(r['verdict'])}<br>criterion: {html.escape(r['criterion'])}<br>"
-                    f"measurement: {html.escape(r['measurement'])}</li>" for r in rows)
+    items = "".join(f"<li><b>{_html(r['claim'])}</b> ({html.escape(r['experiment'])}): "
+                    f"{badge(r['verdict'])}<br>criterion: {_html(r['criterion'])}<br>"
+                    f"measurement: {_html(r['measurement'])}</li>" for r in rows)
     return ("<details><summary>How each verdict is decided (criteria and measurements)</summary>"
             f"<ol>{items}</ol></details>")
+
+
+def effect_text(row: dict) -> str:
+    """A claim row's effect and 95% interval, e.g. ``0.49 [0.34, 0.63]`` (empty for a row
+    without one, such as an a-posteriori check)."""
+    if row.get("effect") is None:
+        return ""
+    return f"{row['effect']:.2f} [{row['ci'][0]:.2f}, {row['ci'][1]:.2f}]"
+
+
+def scale_html(book: Mapping[str, Result], larger: Mapping[str, tuple[Result, dict] | None]) -> str:
+    """Every claim at two scales: the ``book`` result beside the committed larger one
+    (``larger[name]``: a :class:`Result` and its ``pieces``/``provenance``, or ``None`` where
+    nothing is committed): verdict, effect with its 95% interval, and the seeds behind each."""
+    head = "".join(f"<th>{h}</th>" for h in ("experiment", "claim (paper)", "book: verdict",
+                                             "book: effect [95%]", "larger: verdict",
+                                             "larger: effect [95%]"))
+    body = []
+    for name, res in book.items():
+        big = larger.get(name)
+        big_rows = big[0].claims() if big is not None else []
+        for i, r in enumerate(res.claims()):
+            b = big_rows[i] if i < len(big_rows) else None
+            right = (f"<td>{badge(b['verdict'])}</td><td>{html.escape(effect_text(b))}</td>" if b else
+                     '<td colspan="2">not computed yet</td>')
+            body.append(f"<tr><td>{html.escape(name)}</td><td>{html.escape(r['claim'])}</td>"
+                        f"<td>{badge(r['verdict'])}</td><td>{html.escape(effect_text(r))}</td>{right}</tr>")
+    return ('<div style="overflow-x:auto"><table class="table"><thead><tr>' + head + "</tr></thead><tbody>"
+            + "".join(body) + "</tbody></table></div>")
+
+
+def provenance_table(larger: Mapping[str, tuple[Result, dict] | None]):
+    """One row per committed piece: its seeds, wall time, commit, machine and PyTorch version;
+    one row per experiment with nothing committed (a ``Styler``, :func:`convres.show.table`)."""
+    rows = []
+    for name, big in larger.items():
+        if big is None:
+            rows.append({"experiment": name, "piece": "none committed", "seeds": "", "wall time": "",
+                         "commit": "", "machine": "", "PyTorch": ""})
+            continue
+        res, info = big
+        block = EXPERIMENTS[name].piece_seeds or len(info["pieces"]["planned_seeds"])
+        for p in info["provenance"]:
+            seeds = info["pieces"]["planned_seeds"][p["piece"] * block:(p["piece"] + 1) * block]
+            rows.append({"experiment": name, "piece": f"{p['piece'] + 1} of {info['pieces']['total']}",
+                         "seeds": f"{seeds[0]} to {seeds[-1]}",
+                         "wall time": f"{p['wall_seconds'] / 60:.1f} min",
+                         "commit": (p["commit"] or "unknown")[:10],
+                         "machine": f"{p['machine']}, {p['device']}", "PyTorch": p["torch"]})
+    return table(rows)
+
+
+def claims_table(rows: list[dict], effect: str = "{:.2f}"):
+    """The claims of one experiment as its chapter shows them (a ``Styler``,
+    :func:`convres.show.table`): the claim, the mean per-unit effect (``effect`` is its format)
+    with its 95% paired-bootstrap interval, the margin, how many units agree and the verdict.
+    ``rows`` are claim rows (``claim``, ``verdict`` and the fields of
+    :func:`convres.stats.claim_stats`); a row without an effect leaves those cells empty."""
+    def interval(ci):
+        return "" if ci is None else f"{effect.format(ci[0])} to {effect.format(ci[1])}"
+
+    return table([{"claim": r["claim"], "effect": r.get("effect"), "95% interval": interval(r.get("ci")),
+                   "margin": r.get("margin"),
+                   "units agreeing": f"{r['agree']} of {r['units']}" if "agree" in r else "",
+                   "verdict": r["verdict"]} for r in rows],
+                 {"effect": effect, "margin": "{:g}"}, text=notation)
+
+
+def hypotheses_table(checks, *, first: str = "instance"):
+    """Checked hypotheses (:class:`convres.checks.Hypothesis` records or their dicts) as a table
+    (a ``Styler``, :func:`convres.show.table`): name, statement in the book's notation, value,
+    threshold and whether it holds. When ``checks`` is a mapping, its keys fill a first column
+    named ``first``."""
+    items = checks.items() if isinstance(checks, Mapping) else [(None, c) for c in checks]
+    rows = []
+    for key, c in items:
+        c = c.to_dict() if hasattr(c, "to_dict") else c
+        row = {} if key is None else {first: key}
+        name = c["name"] if " " in c["name"] else c["name"].replace("_", " ")
+        rows.append({**row, "hypothesis": name, "statement": c["statement"], "value": c["value"],
+                     "threshold": c["threshold"], "holds": c["holds"]})
+    return table(rows, {"value": "{:.4g}", "threshold": "{:.4g}"}, text=notation)
 
 
 def _fmt(x, spec="{:.3g}") -> str:

@@ -87,12 +87,18 @@ def covered(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
 
 def scope_summary(rows: list[dict]):
     """The scope table folded to one row per experiment model and theorem (a ``DataFrame``):
-    covered (every shape hypothesis holds) or the hypotheses that fail."""
+    covered (every shape hypothesis holds) or the hypotheses that fail, each with its value and
+    threshold in words (a boolean hypothesis such as the smooth activation says what it is)."""
     import pandas as pd
 
-    return pd.DataFrame([{"experiment": e, "theorem": th, "shape hypotheses": "all hold" if not bad else
-                          "fail: " + "; ".join(f"{r['hypothesis']} ({r['value']:g} vs {r['threshold']:g})"
-                                               for r in bad)}
+    def failing(r):
+        if r["hypothesis"] in _FAILING:
+            return _FAILING[r["hypothesis"]].format(v=r["value"], t=r["threshold"], note=r["note"])
+        return f"{r['hypothesis']} ({r['value']:g} vs {r['threshold']:g})"
+
+    return pd.DataFrame([{"experiment": e, "theorem": THEOREM_NAMES.get(th, th),
+                          "shape hypotheses": "all hold" if not bad else
+                          "fail: " + "; ".join(failing(r) for r in bad)}
                          for (e, th), bad in covered(rows).items()])
 
 

@@ -1,16 +1,25 @@
-"""What the chapters show of the package: its real source, so that text and library never fork.
+"""What the chapters show of the package: its real source, so that text and library never fork,
+and its tables, typeset the same way on every page.
 
 :func:`source` returns the code of functions without their docstrings (which the API pages
 show), as a highlighted Markdown code block in a notebook and as plain text elsewhere.
+:func:`table` shows a ``DataFrame`` with TeX in its headers (:func:`tex`), readable values and no
+index column.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
+import html
 import inspect
+import math
+import numbers
+import re
 import textwrap
+from collections.abc import Callable, Mapping
 
-__all__ = ["source", "Source"]
+__all__ = ["source", "Source", "tex", "power_of_ten", "table"]
 
 
 class Source(str):
@@ -35,3 +44,84 @@ def _without_docstring(obj) -> str:
 def source(*objs) -> Source:
     """The source of each function or class in ``objs`` (docstrings removed), one after another."""
     return Source("\n\n".join(_without_docstring(o) for o in objs))
+
+
+def tex(text) -> str:
+    """``text`` as HTML in which every ``$...$`` is inline TeX for the book's MathJax.
+
+    The site typesets only elements marked as math (the rest of a page is left alone, so that a
+    dollar sign in an output stays one); a ``$...$`` segment becomes Sphinx's own markup,
+    ``<span class="math">\\(...\\)</span>``, and the text around it is HTML-escaped.
+    """
+    parts = str(text).split("$")
+    if len(parts) % 2 == 0:
+        raise ValueError(f"unbalanced $ in {text!r}: every $ opening TeX needs a closing one.")
+    return "".join(html.escape(p) if i % 2 == 0 else
+                   f'<span class="math notranslate nohighlight">\\({html.escape(p)}\\)</span>'
+                   for i, p in enumerate(parts))
+
+
+def power_of_ten(number: str) -> str:
+    """A number in e-notation as TeX: ``"6.4e-10"`` gives ``6.4 \\times 10^{-10}``, ``"1e-10"``
+    gives ``10^{-10}`` and ``"2.2e+00"`` gives ``2.2``; any other string is returned as it is."""
+    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)e([+-])0*(\d+)", number)
+    if not m:
+        return number
+    sign = "-" if m[2] == "-" else ""
+    if m[3] == "0":
+        return m[1]
+    return (f"10^{{{sign}{m[3]}}}" if m[1] == "1" else rf"{m[1]} \times 10^{{{sign}{m[3]}}}")
+
+
+def _cell(value, spec, text: Callable[[str], str], na: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return na
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return "yes" if value else "no"
+    if callable(spec):
+        value = spec(value)
+    elif spec is not None:
+        value = spec.format(value)
+    elif isinstance(value, numbers.Integral):
+        value = f"{value:,}"
+    elif isinstance(value, numbers.Real):
+        value = f"{value:.3g}"
+    if not isinstance(value, str):
+        value = str(value)
+    elif power_of_ten(value) != value:
+        value = f"${power_of_ten(value)}$"
+    return tex(text(value))
+
+
+def table(data, formats: Mapping | None = None, *, index: bool = False,
+          text: Callable[[str], str] = str, na: str = ""):
+    """A table as the chapters show it: a pandas ``Styler`` of ``data`` (a ``DataFrame``, a list
+    of row dicts or a mapping of columns), padded by the site's style sheet.
+
+    Column names, index labels and text cells may hold inline TeX between dollars
+    (:func:`tex`); ``text`` rewrites each of them first (e.g. plain-text symbols into TeX).
+    ``formats`` maps a column to a format string (``"{:.1%}"``) or a function; without one, an
+    integer is shown with thousands separators, any other number with three significant digits
+    (a power of ten as :func:`power_of_ten`), a boolean as yes/no and a missing value as ``na``.
+    The index is hidden unless ``index``; text columns are aligned left, numbers right.
+    """
+    import pandas as pd
+
+    frame = data if isinstance(data, pd.DataFrame) else \
+        pd.DataFrame(dict(data) if isinstance(data, Mapping) else list(data))
+    formats = dict(formats or {})
+    unknown = set(formats) - set(frame.columns)
+    if unknown:
+        raise ValueError(f"formats names columns {sorted(map(str, unknown))} that the table does not "
+                         f"have; its columns are {list(map(str, frame.columns))}.")
+    styler = frame.style.format({c: functools.partial(_cell, spec=formats.get(c), text=text, na=na)
+                                 for c in frame.columns})
+    def label(v) -> str:
+        return tex(text(str(v)))
+
+    styler = styler.format_index(label, axis=1)
+    styler = styler.format_index(label, axis=0) if index else styler.hide(axis="index")
+    left = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])
+            or pd.api.types.is_bool_dtype(frame[c])]
+    return styler.set_table_styles({c: [{"selector": "td, th", "props": "text-align: left"}]
+                                    for c in left}, overwrite=False)

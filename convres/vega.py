@@ -7,7 +7,10 @@ draws it with Vega-Lite (pinned and served by the site itself, ``web/package.jso
 ``web/explorer.js``, which formats numbers and builds the rows of a chart exactly as
 :func:`format_number` and :func:`series_rows` do). An :class:`Explorer` shows as ``text/html`` on
 the site (the data and the charts' specifications) and as ``image/png`` elsewhere (the static
-first frame, drawn by :func:`draw_chart` with matplotlib).
+first frame, drawn by :func:`draw_chart` with matplotlib). Every line chart has a faint layer for
+the previous position (the ghost trace) and a layer for the values under the pointer; the overview
+panel (:func:`overview_chart`, rows by :func:`overview_rows`) is a heatmap over two controls; presets
+(:func:`make_preset`) are buttons, and :class:`PresetLink` their links from the prose.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ from .plotting import figure_png
 __all__ = ["DIGITS", "MAX_DATA_BYTES", "FIGURE_WIDTH_IN", "DISPLAY_WIDTH_PX", "COLORS", "round_sig",
            "rounded", "format_number", "decade_text", "readout_text", "value_text", "position_key",
            "log_domain", "decade_ticks", "log_axis_labels", "vega_chart", "series_spec", "series_rows",
-           "with_labels", "add_static_labels", "Explorer", "make_control", "merge_grid", "draw_chart",
-           "explorer_png"]
+           "with_labels", "add_static_labels", "cell_text", "overview_chart", "overview_rows",
+           "GHOST_OPACITY", "Explorer", "PresetLink", "make_control", "make_preset", "merge_grid",
+           "draw_chart", "explorer_png"]
 
 #: The largest amount of embedded data of one explorer (bytes of JSON).
 MAX_DATA_BYTES = 2_000_000
@@ -42,6 +46,9 @@ DIGITS = 5
 #: PNG has two image pixels per CSS pixel.
 FIGURE_WIDTH_IN = 6.0
 DISPLAY_WIDTH_PX = 640
+
+#: Opacity of the ghost trace (the previous position, drawn behind the current one).
+GHOST_OPACITY = 0.3
 
 #: Colours (Okabe-Ito, distinguishable with colour-vision deficiencies) of the series; markers and
 #: dashes go with them, so that no curve is told apart by colour alone.
@@ -153,10 +160,12 @@ def vega_chart(*, description: str, x_title: str, y_title: str, x_domain, y_doma
            height: int, integer_x: bool = False) -> dict:
     """A Vega-Lite specification: lines (and markers on some points) of the rows ``{x, y, s, m}`` of
     the dataset ``table``, one line per series ``s``, log-scaled ``y``; one legend below the plot
-    whose labels come from the signal ``labels`` (set per position by ``explorer.js``)."""
+    whose labels come from the signal ``labels`` (set per position by ``explorer.js``). Rows with
+    ``g: true`` are the previous position, drawn faintly behind (the ghost trace); the dataset
+    ``hover`` holds the step under the pointer (a rule) and the values there (circles)."""
     keys = [s["key"] for s in series]
     legend = {"orient": "bottom", "title": None, "columns": 1, "labelExpr": _LABELS, "labelLimit": 0,
-              "symbolStrokeWidth": 2, "symbolSize": 90}
+              "symbolStrokeWidth": 2, "symbolSize": 90, "symbolOpacity": 1}
 
     def channel(name, values):
         return {"field": "s", "type": "nominal", "scale": {"domain": keys, "range": values},
@@ -172,6 +181,8 @@ def vega_chart(*, description: str, x_title: str, y_title: str, x_domain, y_doma
               "scale": {"type": "log", "domain": list(y_domain), "nice": False}},
         "color": channel("color", [s["color"] for s in series]),
     }
+    # the ghost and hover layers: the same scales, no legend of their own
+    plain = {**enc, "color": {**enc["color"], "legend": None}}
     return {
         "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
         "description": description,
@@ -182,12 +193,24 @@ def vega_chart(*, description: str, x_title: str, y_title: str, x_domain, y_doma
         "params": [{"name": "labels", "value": {}}],
         "data": {"name": "table"},
         "layer": [
-            {"mark": {"type": "line", "clip": True, "strokeWidth": 2},
+            # the previous position, faint, behind (rows with g: true; explorer.js adds them)
+            {"name": "ghost", "transform": [{"filter": "datum.g"}],
+             "mark": {"type": "line", "clip": True, "strokeWidth": 1.5, "opacity": GHOST_OPACITY},
+             "encoding": {**enc, "detail": {"field": "s"}}},
+            {"transform": [{"filter": "!datum.g"}],
+             "mark": {"type": "line", "clip": True, "strokeWidth": 2},
              "encoding": {**enc, "strokeDash": channel("strokeDash", [s["dash"] for s in series]),
                           "detail": {"field": "s"}}},
-            {"transform": [{"filter": "datum.m"}],
+            {"transform": [{"filter": "datum.m && !datum.g"}],
              "mark": {"type": "point", "clip": True, "filled": True, "size": 50, "opacity": 1},
              "encoding": {**enc, "shape": channel("shape", [s["shape"] for s in series])}},
+            # the hovered step: a rule and the values of every series there (dataset "hover")
+            {"name": "hover_rule", "data": {"name": "hover"}, "transform": [{"filter": "datum.rule"}],
+             "mark": {"type": "rule", "color": "#555555", "strokeDash": [3, 3]},
+             "encoding": {"x": enc["x"]}},
+            {"name": "hover_points", "data": {"name": "hover"}, "transform": [{"filter": "!datum.rule"}],
+             "mark": {"type": "point", "clip": True, "filled": False, "size": 110, "strokeWidth": 2},
+             "encoding": {**plain}},
         ],
         "config": {"font": "sans-serif", "view": {"stroke": "#bbbbbb"},
                    "axis": {"labelFontSize": 11, "titleFontSize": 12, "titleFontWeight": "normal",
@@ -234,6 +257,100 @@ def series_rows(series: Mapping, record: Mapping, floor: float | None = None) ->
             for i, (x, y) in enumerate(zip(xs, ys))]
 
 
+def cell_text(x: float | None) -> str:
+    """The text of an overview cell (``web/explorer.js`` shows it as written): ``div`` for
+    ``None`` (a run that diverged), two significant digits from 0.01 up (``0.98``), else a
+    one-digit mantissa and the decade (``3·10⁻⁵``); the hover line gives three digits."""
+    if x is None:
+        return "div"
+    if x == 0:
+        return "0"
+    if x >= 0.01:
+        r = float(f"{x:.2g}")
+        return f"{r:.{max(0, 1 - math.floor(math.log10(r)))}f}"
+    e = math.floor(math.log10(x))
+    m = round(x / 10.0 ** e)
+    if m == 10:
+        m, e = 1, e + 1
+    return f"{m}·10{str(e).translate(_SUPERSCRIPT)}"
+
+
+def _exponent_labels() -> str:
+    """A Vega expression that writes an exponent ``datum.value`` as ``10⁻⁴``."""
+    text = "format(round(datum.value), 'd')"
+    for plain, sup in zip("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"):
+        text = f"replace({text}, regexp('{plain}', 'g'), '{sup}')"
+    return f"'10' + {text}"
+
+
+def overview_chart(*, description: str, x: Mapping, y: Mapping, x_title: str, y_title: str,
+                   color_title: str, domain: Sequence[float]) -> dict:
+    """The overview panel: a heatmap of the rows ``{x, y, v, t, cur, key}`` of the dataset
+    ``table`` (one cell per value of the controls ``x`` and ``y``, the others at the current
+    position): colour ``v`` (a base-10 logarithm) over ``domain``, cell text ``t``, no colour where
+    ``v`` is null (a diverged run), the current cell ``cur`` outlined. ``explorer.js`` builds the
+    rows (as :func:`overview_rows` does); a click on a cell moves the sliders there."""
+    xs, ys = list(x["text"]), list(y["text"])[::-1]     # y grows upward
+    lo, hi = float(domain[0]), float(domain[1])
+    enc = {"x": {"field": "x", "type": "ordinal", "sort": xs, "scale": {"domain": xs},
+                 "title": x_title, "axis": {"labelAngle": 0, "labelFontSize": 11}},
+           "y": {"field": "y", "type": "ordinal", "sort": ys, "scale": {"domain": ys},
+                 "title": y_title, "axis": {"labelFontSize": 11}}}
+    ticks = list(range(math.ceil(lo), math.floor(hi) + 1))
+    step = max(1, math.ceil(len(ticks) / 6))
+    return {
+        "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
+        "description": description,
+        "width": "container", "height": 26 * len(ys),
+        "autosize": {"type": "fit-x", "contains": "padding"},
+        "background": "white",
+        "padding": {"left": 4, "right": 12, "top": 8, "bottom": 4},
+        "data": {"name": "table"},
+        "layer": [
+            {"name": "cells_bg", "mark": {"type": "rect", "fill": "#d9d9d9", "stroke": "white"},
+             "encoding": enc},
+            {"name": "cells", "transform": [{"filter": "isValid(datum.v)"}],
+             "mark": {"type": "rect", "stroke": "white", "cursor": "pointer"},
+             "encoding": {**enc, "color": {
+                 "field": "v", "type": "quantitative", "title": color_title,
+                 "scale": {"scheme": "viridis", "domain": [lo, hi], "clamp": True},
+                 "legend": {"orient": "bottom", "direction": "horizontal", "gradientLength": 220,
+                            "values": ticks[::step], "labelExpr": _exponent_labels(),
+                            "titleLimit": 0, "labelFontSize": 11, "titleFontSize": 12,
+                            "titleFontWeight": "normal"}}}},
+            {"name": "cells_text", "mark": {"type": "text", "fontSize": 10, "cursor": "pointer"},
+             "encoding": {**enc, "text": {"field": "t"}, "color": {
+                 "condition": {"test": f"isValid(datum.v) && datum.v < {(lo + hi) / 2}",
+                               "value": "white"}, "value": "#1f1f1f"}}},
+            {"name": "current", "transform": [{"filter": "datum.cur"}],
+             "mark": {"type": "rect", "fill": None, "stroke": "#d62728", "strokeWidth": 3},
+             "encoding": enc},
+        ],
+        "config": {"font": "sans-serif", "view": {"stroke": None},
+                   "axis": {"titleFontSize": 12, "titleFontWeight": "normal", "domain": False,
+                            "ticks": False}},
+    }
+
+
+def overview_rows(overview: Mapping, controls: Sequence[Mapping], positions: Mapping,
+                  index: Sequence[int]) -> list[dict]:
+    """The rows ``explorer.js`` draws in the overview panel at the position ``index`` (the rule,
+    in Python, for the tests): one per value of the controls ``overview["x"]`` and
+    ``overview["y"]`` (indices into ``controls``), the other controls where they are; ``v`` and
+    ``t`` are the record's ``cell_v`` and ``cell_text``."""
+    kx, ky = overview["x"], overview["y"]
+    rows = []
+    for i in range(len(controls[kx]["values"])):
+        for j in range(len(controls[ky]["values"])):
+            at = list(index)
+            at[kx], at[ky] = i, j
+            key = position_key(*at)
+            rec = positions[key]
+            rows.append({"x": controls[kx]["text"][i], "y": controls[ky]["text"][j], "v": rec["cell_v"],
+                         "t": rec["cell_text"], "cur": i == index[kx] and j == index[ky], "key": key})
+    return rows
+
+
 def with_labels(charts: list, record: Mapping) -> dict:
     """``record`` with the series' fixed legend labels added to its ``labels``."""
     fixed = {s["key"]: s["label"] for c in charts for s in c["series"] if s.get("label")}
@@ -258,14 +375,20 @@ class Explorer:
     """
 
     def __init__(self, name: str, title: str, controls: list, charts: list, positions: dict,
-                 figure: Callable, note: str, alt: str, grid: Mapping | None = None):
+                 figure: Callable, note: str, alt: str, grid: Mapping | None = None, *,
+                 presets: Sequence[Mapping] = (), overview: Mapping | None = None):
         self.name, self.title, self.controls, self.charts = name, title, controls, charts
         self.grid = {k: v for k, v in (grid or {}).items() if k != "start"}
         self.positions, self.figure, self.note, self.alt = positions, figure, note, alt
+        self.overview = overview
         for c in controls:
             if not 0 <= c["start"] < len(c["values"]):
                 raise ValueError(f"control {c['name']!r}: start index {c['start']} outside its "
                                  f"{len(c['values'])} values.")
+        self.presets = [dict(p, key=self._key_of(p["values"])) for p in presets]
+        ids = [p["id"] for p in self.presets]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"explorer {name!r}: preset ids {ids} are not distinct.")
         missing = [k for k in self._all_keys() if k not in positions]
         if missing:
             raise ValueError(f"explorer {name!r}: no record for the positions {missing[:5]}.")
@@ -277,26 +400,46 @@ class Explorer:
         ranges = (range(len(c["values"])) for c in self.controls)
         return [position_key(*idx) for idx in itertools.product(*ranges)]
 
-    @property
-    def start_key(self) -> str:
-        return position_key(*(c["start"] for c in self.controls))
-
-    def record(self, **values) -> dict:
-        """The record of the position whose slider values are ``values`` (all controls)."""
+    def _key_of(self, values: Mapping) -> str:
+        """The position key of slider ``values`` (every control a grid value)."""
         idx = []
         for c in self.controls:
             if c["name"] not in values:
-                raise ValueError(f"record() needs a value for every control: missing {c['name']!r}.")
+                raise ValueError(f"a position needs a value for every control: missing {c['name']!r}.")
             v = values[c["name"]]
             if v not in c["values"]:
                 raise ValueError(f"{c['name']}={v!r} is not a grid value; choose one of {c['values']}.")
             idx.append(c["values"].index(v))
-        return self.positions[position_key(*idx)]
+        return position_key(*idx)
+
+    @property
+    def start_key(self) -> str:
+        return position_key(*(c["start"] for c in self.controls))
+
+    def preset(self, preset_id: str) -> dict:
+        """The preset ``preset_id`` (``{"id", "label", "values", "key"}``)."""
+        for p in self.presets:
+            if p["id"] == preset_id:
+                return p
+        raise ValueError(f"explorer {self.name!r} has no preset {preset_id!r}; it has "
+                         f"{[p['id'] for p in self.presets]}.")
+
+    def link(self, preset_id: str, text: str | None = None) -> PresetLink:
+        """A link for the prose (glue it, show it with ``{glue:}``): on the site a click sets the
+        sliders to the preset ``preset_id`` and scrolls to the explorer; elsewhere plain text.
+        ``text`` (HTML) defaults to the preset's label."""
+        p = self.preset(preset_id)
+        return PresetLink(f"cx-{self.name}", p["id"], text if text is not None else p["label"])
+
+    def record(self, **values) -> dict:
+        """The record of the position whose slider values are ``values`` (all controls)."""
+        return self.positions[self._key_of(values)]
 
     def payload(self) -> dict:
         """What the page embeds (JSON)."""
         return {"name": self.name, "title": self.title, "grid": self.grid, "controls": self.controls,
-                "charts": self.charts, "start": self.start_key, "positions": self.positions}
+                "charts": self.charts, "start": self.start_key, "presets": self.presets,
+                "overview": self.overview, "positions": self.positions}
 
     def data_json(self) -> str:
         text = json.dumps(self.payload(), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -333,6 +476,34 @@ class Explorer:
                 f"book's web site). {self.alt}")
         return {"text/html": self.html(), "image/png": base64.b64encode(self.png()).decode("ascii"),
                 "text/plain": text}
+
+
+class PresetLink:
+    """A link in the prose to a preset of an explorer (:meth:`Explorer.link`): ``text/html`` is an
+    ``<a class="cx-preset-link">`` to the explorer's element that ``web/explorer.js`` turns into
+    "set the sliders, scroll there"; ``text/plain`` (the PDF) is the text alone."""
+
+    def __init__(self, element_id: str, preset_id: str, text: str):
+        self.element_id, self.preset_id, self.text = element_id, preset_id, text
+
+    def html(self) -> str:
+        return (f'<a class="cx-preset-link" href="#{self.element_id}" data-cx-preset="{self.preset_id}" '
+                f'title="set the explorer to this setting">{self.text}</a>')
+
+    def plain(self) -> str:
+        return html.unescape(re.sub(r"<[^>]+>", "", self.text.replace("<sub>", "_")))
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/html": self.html(), "text/plain": self.plain()}
+
+
+def make_preset(preset_id: str, label: str, look: str, **values) -> dict:
+    """A preset of an explorer: a button labelled ``label`` (HTML) that sets the sliders to
+    ``values``; ``look`` (HTML, no numbers: those are the prose's, computed) says what to look at
+    and shows under the buttons while the explorer is there."""
+    if not re.fullmatch(r"[a-z0-9-]+", preset_id):
+        raise ValueError(f"a preset id is lower-case letters, digits and '-', got {preset_id!r}.")
+    return {"id": preset_id, "label": label, "look": look, "values": dict(values)}
 
 
 def make_control(name, label, help_, values, start, text=None) -> dict:

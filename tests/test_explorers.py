@@ -220,3 +220,70 @@ def test_live_versions_compute_off_the_grid():
     assert readout.value != first and isinstance(box, ipywidgets.VBox)
     with pytest.raises(ValueError, match="mu"):
         ex.convergence_live(mu=1.0)
+
+
+@pytest.mark.parametrize("x, text", [(None, "div"), (0.996, "1.0"), (0.272, "0.27"), (0.0125, "0.013"),
+                                     (0.00099, "1·10⁻³"), (3.2e-5, "3·10⁻⁵"), (9.7e-5, "1·10⁻⁴"),
+                                     (12.3, "12"), (1.0, "1.0")])
+def test_cell_text(x, text):
+    assert vega.cell_text(x) == text
+
+
+def test_presets_links_and_overview():
+    explorer = ex.rank_collapse_explorer({**RC, "betas": [0.0, 0.01, 1.0, 2.0], "d_qks": [16, 1024],
+                                          "ns": [2, 4]})
+    data = embedded(explorer)
+    assert data["start"] == "2,1,1"                          # the figure's setting: beta 1, d_QK 1024, n 4
+    # the presets of PRESETS on this grid, each with the key of its position
+    assert [p["id"] for p in data["presets"]] == ["figure", "stall", "wide", "small", "diverge"]
+    assert data["presets"][0]["key"] == data["start"] and data["presets"][1]["key"] == "0,1,1"
+    link = explorer.link("stall")._repr_mimebundle_()
+    assert 'href="#cx-rank-collapse"' in link["text/html"] and 'data-cx-preset="stall"' in link["text/html"]
+    assert link["text/plain"] == "the stall: β = 0, d_QK = 1024"
+    with pytest.raises(ValueError, match="no preset"):
+        explorer.link("nowhere")
+    with pytest.raises(ValueError, match="not a grid value"):
+        ex.rank_collapse_explorer(RC, start=RC_START, presets=[vega.make_preset("x", "x", "", beta=0.5, d_qk=4, n=2)])
+    # a grid without a preset's values keeps the others
+    assert [p["id"] for p in embedded(ex.rank_collapse_explorer(RC, start=RC_START))["presets"]] == []
+    # the overview: beta across, d_QK up, the other controls where they are; the cell is the
+    # chosen beta's last loss over the rank-one floor
+    ov = data["overview"]
+    rows = vega.overview_rows(ov, data["controls"], data["positions"], [0, 1, 1])
+    assert len(rows) == 4 * 2 and sum(r["cur"] for r in rows) == 1
+    for r in rows:
+        rec = data["positions"][r["key"]]
+        assert r["key"].endswith(",1")                      # n stays at 4
+        if rec["status"] == "diverged":
+            assert r["v"] is None and r["t"] == "div"
+        else:
+            assert np.isclose(rec["end"], rec["loss"][-1] / rec["floor"], rtol=1e-4)
+            assert np.isclose(r["v"], np.log10(rec["end"]), rtol=1e-4, atol=1e-4)
+    cells = ov["spec"]["layer"][1]["encoding"]["color"]["scale"]["domain"]
+    vs = [r["cell_v"] for r in data["positions"].values() if r["cell_v"] is not None]
+    assert cells[0] <= min(vs) and cells[1] >= max(vs)
+
+
+def test_charts_have_ghost_and_hover_layers():
+    data = embedded(ex.convergence_explorer(CV, start=CV_START))
+    for chart in data["charts"]:
+        names = [layer.get("name") for layer in chart["spec"]["layer"]]
+        assert names[0] == "ghost" and "hover_rule" in names and "hover_points" in names
+        assert chart["x_name"] == "t"
+    assert data["overview"]["x"] == 0 and data["overview"]["y"] == 2   # beta across, d_QK up
+    rec = data["positions"]["1,0,1"]
+    assert np.isclose(rec["end"], rec["loss"][-1] / rec["loss"][0], rtol=1e-4)
+
+
+def test_javascript_builds_the_overview_like_python():
+    """web/explorer.js builds the overview's rows as convres.vega.overview_rows does."""
+    node = shutil.which("node") or (str(Path(convres.__file__).parents[1] / ".venv" / "bin" / "node"))
+    if not Path(node).exists():
+        pytest.skip("no node to run web/explorer.js")
+    data = embedded(ex.convergence_explorer(CV, start=CV_START))
+    js = (ROOT / "web" / "explorer.js").read_text()
+    fn = js[js.index("  function overviewRows"):js.index("  function readoutHTML")]
+    index = [1, 1, 0]
+    script = fn + f"\nconsole.log(JSON.stringify(overviewRows({json.dumps(data)}, {json.dumps(index)})));\n"
+    out = json.loads(subprocess.run([node, "-e", script], capture_output=True, text=True, check=True).stdout)
+    assert out == vega.overview_rows(data["overview"], data["controls"], data["positions"], index)

@@ -20,7 +20,7 @@ LAYERS = [
     ["experiments.base", "experiments.simulations", "experiments.jena", "experiments.sst2",
      "experiments.rank_collapse", "experiments.theorem", "experiments.explorers", "experiments",
      "scope"],                                                         # experiments
-    ["explorers", "report"],                                           # pages
+    ["explorers", "committed", "report"],                              # pages
     ["cli", "__main__", "__init__"],                                   # entry points
 ]
 ORDER = [m for layer in LAYERS for m in layer]

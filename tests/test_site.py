@@ -494,19 +494,23 @@ READ_EXPLORER = r"""
   const charts = {};
   for (const [name, view] of Object.entries(ex.views)) {
     const box = root.querySelector(`.cx-chart[data-chart="${name}"]`);
-    const lines = [...box.querySelectorAll('.mark-line path')].map(p => {
+    const path = p => {
       const v = (p.getAttribute('d').match(num) || []).map(Number);
       const pts = [];
       for (let i = 0; i + 1 < v.length; i += 2) pts.push([v[i], v[i + 1]]);
       return {d: p.getAttribute('d'), pts};
-    });
-    const symbols = [...box.querySelectorAll('.mark-symbol path')].filter(p => !p.closest('.role-legend'))
+    };
+    // the current position's lines and markers; the ghost trace (previous position) apart
+    const lines = [...box.querySelectorAll('.mark-line:not(.ghost_marks) path')].map(path);
+    const ghost = [...box.querySelectorAll('.mark-line.ghost_marks path')].map(path);
+    const symbols = [...box.querySelectorAll('.mark-symbol:not(.hover_points_marks) path')]
+      .filter(p => !p.closest('.role-legend'))
       .map(p => /translate\(([-\d.e]+),\s*([-\d.e]+)\)/.exec(p.getAttribute('transform') || ''))
       .map(m => m ? [Number(m[1]), Number(m[2])] : null);
     const legend = [...box.querySelectorAll('.role-legend-label text')].map(t => t.textContent);
     const sx = view.scale('x'), sy = view.scale('y');
     const svg = box.querySelector('svg');
-    charts[name] = {lines, symbols, legend, x: [sx.domain(), sx.range(), sx.type],
+    charts[name] = {lines, ghost, symbols, legend, x: [sx.domain(), sx.range(), sx.type],
                     y: [sy.domain(), sy.range(), sy.type], width: svg ? svg.getBoundingClientRect().width : 0};
   }
   const readout = [...root.querySelectorAll('.cx-readout .cx-line')].map(l => ({
@@ -515,7 +519,20 @@ READ_EXPLORER = r"""
   const sliders = [...root.querySelectorAll('input[type=range]')].map(i => ({
     name: i.dataset.control, index: Number(i.value), shown: i.parentElement.querySelector(
       `output[for="${i.id}"]`).textContent, label: i.getAttribute('aria-valuetext')}));
-  return {position: root.dataset.position, charts, readout, sliders,
+  // the overview panel: the text of every cell and where the outline is (pixel centres)
+  let overview = null;
+  const obox = root.querySelector('.cx-overview');
+  if (obox) {
+    const centre = e => { const r = e.getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2]; };
+    const cells = [...obox.querySelectorAll('.cells_text_marks text')].map(t => [t.textContent, centre(t)]);
+    const outline = [...obox.querySelectorAll('.current_marks path')].map(centre);
+    overview = {cells, outline, width: obox.querySelector('svg') ? obox.querySelector('svg').getBoundingClientRect().width : 0};
+  }
+  const pressed = [...root.querySelectorAll('button.cx-preset')].filter(b => b.getAttribute('aria-pressed') === 'true')
+    .map(b => b.dataset.preset);
+  return {position: root.dataset.position, ghost: root.dataset.ghost || null, charts, readout, sliders,
+          overview, pressed, look: (root.querySelector('.cx-look') || {}).textContent || '',
+          ghostNote: (root.querySelector('.cx-ghost-note') || {}).textContent || '',
           overflow: root.scrollWidth - root.clientWidth, width: root.getBoundingClientRect().width};
 })
 """
@@ -576,6 +593,7 @@ def _check_explorer_state(state: dict, data: dict, key: str) -> list[str]:
         want_legend = [labels.get(s["key"], s["key"]) for s in chart["series"]]
         if got["legend"] != want_legend:
             problems.append(f"{name}: legend {got['legend']}, the data say {want_legend}")
+    problems += _check_ghost_and_overview(state, data)
     want_text = readout_text(rec["readout"])
     if [line["text"] for line in state["readout"]] != want_text:
         problems.append(f"readout {[line['text'] for line in state['readout']]}, the data say {want_text}")
@@ -584,6 +602,47 @@ def _check_explorer_state(state: dict, data: dict, key: str) -> list[str]:
     got_numbers = [v for line in state["readout"] for v, _ in line["numbers"]]
     if got_numbers != want_numbers:
         problems.append(f"readout numbers {got_numbers}, the data say {want_numbers}")
+    return problems
+
+
+def _check_ghost_and_overview(state: dict, data: dict) -> list[str]:
+    """The ghost trace is the previous position's series, faint; the overview shows every cell's
+    text and outlines the current one; the pressed preset is the one at this position."""
+    from convres.vega import overview_rows, series_rows
+    problems, key = [], state["position"]
+    for chart in data["charts"]:
+        got = state["charts"][chart["name"]]
+        if state["ghost"] is None:
+            if got["ghost"]:
+                problems.append(f"{chart['name']}: a ghost trace with no previous position")
+            continue
+        old = data["positions"][state["ghost"]]
+        want = [[(_pixels(r["x"], got["x"]), _pixels(r["y"], got["y"])) for r in rows]
+                for s in chart["series"] if (rows := series_rows(s, old, chart.get("floor")))]
+        if len(got["ghost"]) != len(want) or not all(
+                any(len(d["pts"]) == len(w) and all(abs(a - c) < 0.05 and abs(b - e) < 0.05
+                                                    for (a, b), (c, e) in zip(d["pts"], w)) for d in got["ghost"])
+                for w in want):
+            problems.append(f"{chart['name']}: the ghost trace is not the previous position {state['ghost']}")
+    if state["ghost"] and state["ghost"] == key:
+        problems.append("the ghost trace is the current position")
+    if data.get("overview"):
+        index = [int(i) for i in key.split(",")]
+        rows = overview_rows(data["overview"], data["controls"], data["positions"], index)
+        got = state["overview"]
+        if got is None:
+            return problems + ["no overview panel drawn"]
+        if sorted(t for t, _ in got["cells"]) != sorted(r["t"] for r in rows):
+            problems.append(f"overview: cell texts {sorted(t for t, _ in got['cells'])}, the data say "
+                            f"{sorted(r['t'] for r in rows)}")
+        current = [r for r in rows if r["cur"]]
+        cur_text = [c for t, c in got["cells"] if t == current[0]["t"]]
+        if len(got["outline"]) != 1 or not any(abs(c[0] - got["outline"][0][0]) < 1 and
+                                               abs(c[1] - got["outline"][0][1]) < 1 for c in cur_text):
+            problems.append(f"overview: the outline is not on the current cell {key}")
+    want_pressed = [p["id"] for p in data.get("presets", []) if p["key"] == key]
+    if state["pressed"] != want_pressed:
+        problems.append(f"presets pressed {state['pressed']}, at this position {want_pressed}")
     return problems
 
 
@@ -692,6 +751,127 @@ def test_explorers_play(page, site, tab):
     events += tab._drain()
     problems += _console_problems(events, site)
     assert not problems, f"{page}:\n  " + "\n  ".join(dict.fromkeys(problems))
+
+
+def _mouse_click(tab: Tab, x: float, y: float) -> None:
+    for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+        tab.call("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left",
+                                              "clickCount": 1})
+
+
+# Where (viewport pixels) a data point lies in an explorer's chart, after scrolling it into view:
+# (explorer id, chart name or "overview", x value, y value or null for the middle of the plot).
+POINT_AT = r"""
+((id, chart, xv, yv) => {
+  const ex = window.convresExplorers[id], root = document.getElementById(id);
+  const view = chart === 'overview' ? ex.overview : ex.views[chart];
+  const box = root.querySelector(`.cx-chart[data-chart="${chart}"]`);
+  box.scrollIntoView({block: 'center'});
+  const svg = box.querySelector('svg'), r = svg.getBoundingClientRect();
+  const k = r.width / Number(svg.getAttribute('width')), o = view.origin();
+  const sx = view.scale('x'), sy = view.scale('y');
+  const band = s => (s.bandwidth ? s.bandwidth() / 2 : 0);
+  const y = yv === null ? view.height() / 2 : sy(yv) + band(sy);
+  return [r.left + (o[0] + sx(xv) + band(sx)) * k, r.top + (o[1] + y) * k];
+})
+"""
+
+
+@pytest.mark.parametrize("page", EXPLORER_PAGES or ["(no explorer)"])
+def test_explorer_presets_links_overview_and_hover(page, site, tab):
+    """Every preset button, clicked with the mouse, moves the explorer to its setting (and the
+    figure changes, the previous setting staying behind as a faint trace); every link of the prose
+    to a preset does the same and scrolls to the explorer; a click on a cell of the overview goes
+    there; the pointer over a chart shows the values at the nearest step. No console error."""
+    from convres.vega import format_number
+    if page not in EXPLORER_PAGES:
+        _skip_or_fail("no page with an explorer in the built site")
+    tab.call("Emulation.setDeviceMetricsOverride",
+             {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False})
+    events = tab.open(site + page)
+    problems = []
+    for ex in _explorers_of(page):
+        eid, data = ex["id"], ex["data"]
+        if not data.get("presets"):
+            problems.append(f"{eid}: no presets")
+        state = _wait_position(tab, eid, data["start"])
+        for preset in data.get("presets", []):
+            before, previous = _fingerprint(state), state["position"]
+            x, y = tab.evaluate(f"""(() => {{ const b = document.querySelector(
+                '#{eid} button.cx-preset[data-preset="{preset['id']}"]'); b.scrollIntoView({{block: 'center'}});
+                const r = b.getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2]; }})()""")
+            _mouse_click(tab, x, y)
+            state = _wait_position(tab, eid, preset["key"])
+            where = f"{eid}, preset {preset['id']!r}"
+            problems += [f"{where}: {p}" for p in _check_explorer_state(state, data, preset["key"])]
+            if preset["key"] != previous:
+                if _fingerprint(state) == before:
+                    problems.append(f"{where}: neither the figure nor the readout changed")
+                if state["ghost"] != previous:
+                    problems.append(f"{where}: the faint trace is {state['ghost']}, not the previous {previous}")
+                if not state["ghostNote"].startswith(" Faint lines: the previous setting"):
+                    problems.append(f"{where}: no note on the faint trace ({state['ghostNote']!r})")
+            if preset["look"] and not state["look"]:
+                problems.append(f"{where}: what to look at is not shown")
+        # the links of the prose
+        links = tab.evaluate(f"""[...document.querySelectorAll('a.cx-preset-link[href="#{eid}"]')]
+                                 .map(a => a.dataset.cxPreset)""")
+        by_id = {p["id"]: p for p in data.get("presets", [])}
+        for k, preset_id in enumerate(links):
+            if preset_id not in by_id:
+                problems.append(f"{eid}: a link of the prose to the unknown preset {preset_id!r}")
+                continue
+            x, y = tab.evaluate(f"""(() => {{ const a = document.querySelectorAll('a.cx-preset-link[href="#{eid}"]')[{k}];
+                a.scrollIntoView({{block: 'center'}}); const r = a.getClientRects()[0];
+                return [r.left + Math.min(r.width / 2, 20), r.top + r.height / 2]; }})()""")
+            _mouse_click(tab, x, y)
+            key = by_id[preset_id]["key"]
+            state = _wait_position(tab, eid, key)
+            problems += [f"{eid}, link to {preset_id!r}: {p}" for p in _check_explorer_state(state, data, key)]
+            top = tab.evaluate(f"document.getElementById('{eid}').getBoundingClientRect().top")
+            if not -2 <= top <= 120:   # below the theme's sticky header
+                problems.append(f"{eid}, link to {preset_id!r}: the explorer is not scrolled into view (top {top})")
+        if not links:
+            problems.append(f"{eid}: the prose links none of its presets")
+        # a click on a cell of the overview
+        if data.get("overview"):
+            ov, index = data["overview"], [int(i) for i in state["position"].split(",")]
+            kx, ky = ov["x"], ov["y"]
+            index[kx] = (index[kx] + 2) % len(data["controls"][kx]["values"])
+            index[ky] = (index[ky] + 1) % len(data["controls"][ky]["values"])
+            key = ",".join(map(str, index))
+            xt, yt = data["controls"][kx]["text"][index[kx]], data["controls"][ky]["text"][index[ky]]
+            x, y = tab.evaluate(f"({POINT_AT})({json.dumps(eid)}, 'overview', {json.dumps(xt)}, {json.dumps(yt)})")
+            _mouse_click(tab, x, y)
+            state = _wait_position(tab, eid, key)
+            problems += [f"{eid}, overview cell {key}: {p}" for p in _check_explorer_state(state, data, key)]
+        # hover: the values at the step nearest the pointer
+        rec = data["positions"][state["position"]]
+        for chart in data["charts"]:
+            series = [s for s in chart["series"] if "const_x" not in s and rec.get(s["y"])]
+            xs = series_x(series[0], rec)
+            xv = xs[len(xs) // 2]
+            x, y = tab.evaluate(f"({POINT_AT})({json.dumps(eid)}, {json.dumps(chart['name'])}, {xv}, null)")
+            tab.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
+            tab.evaluate("new Promise(r => setTimeout(r, 100))")
+            got = tab.evaluate(f"""(() => {{ const box = document.querySelector('#{eid} .cx-chart[data-chart="{chart['name']}"]');
+                return [box.nextElementSibling.textContent, box.querySelectorAll('.hover_points_marks path').length,
+                        box.querySelectorAll('.hover_rule_marks line, .hover_rule_marks path').length]; }})()""")
+            want = f"{chart['x_name']} = {xv:g}: "
+            value = format_number(rec[series[0]["y"]][len(xs) // 2])
+            if not got[0].startswith(want) or value not in got[0] or got[1] < 1 or got[2] != 1:
+                problems.append(f"{eid}, hover over {chart['name']} at {xv}: shows {got!r}, "
+                                f"expected {want!r} with {value!r}, a rule and circles")
+        tab.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": 1, "y": 1})
+    events += tab._drain()
+    problems += _console_problems(events, site)
+    assert not problems, f"{page}:\n  " + "\n  ".join(dict.fromkeys(problems))
+
+
+def series_x(series: dict, rec: dict) -> list:
+    """The x values of one series of a record (as ``series_rows`` gives them)."""
+    from convres.vega import series_rows
+    return [r["x"] for r in series_rows(series, rec)]
 
 
 @pytest.mark.parametrize("page", EXPLORER_PAGES or ["(no explorer)"])

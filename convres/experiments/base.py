@@ -68,6 +68,8 @@ class Experiment:
             number of gradient-descent runs, and its rows of the deviations table.
         paper: what the paper's abstract and summary say about the setting (nothing more is known).
         in_report: whether the reproduction report shows it.
+        piece_seeds: evaluation seeds per piece of the ``paper`` profile (:mod:`convres.committed`);
+            ``None``: one piece.
     """
 
     name: str
@@ -82,6 +84,7 @@ class Experiment:
     report: Callable[[Result], dict] = _no_report
     paper: str = ""
     in_report: bool = True
+    piece_seeds: int | None = None
 
     @property
     def page(self) -> str:

@@ -22,7 +22,7 @@ from ..lemmas import rate_alpha
 from ..model import ModelConfig
 from ..rank import singular_values
 from ..runtime import torch_threads
-from ..vega import position_key, rounded, value_text
+from ..vega import cell_text, position_key, rounded, value_text
 from .base import Experiment, Result
 
 __all__ = ["RANK_COLLAPSE_GRID", "CONVERGENCE_GRID", "GRID_LISTS", "run_gd", "collapse_point",
@@ -35,7 +35,7 @@ __all__ = ["RANK_COLLAPSE_GRID", "CONVERGENCE_GRID", "GRID_LISTS", "run_gd", "co
 #: :func:`convres.instances.collapse_instance`, ``N`` sequences of ``n`` tokens, ``d`` features,
 #: FFN width ``m``, scale ``1/d_qk``) for ``beta = 0`` and the chosen ``beta`` (both residuals).
 RANK_COLLAPSE_GRID: dict = {
-    "betas": [0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 2.0],
+    "betas": [0.0, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 2.0],
     "d_qks": [4, 16, 64, 256, 1024, 4096],
     "ns": [2, 4, 8, 16],
     "d": 16, "seed": 0,
@@ -48,7 +48,7 @@ RANK_COLLAPSE_GRID: dict = {
 #: ``steps`` steps of gradient descent of step size ``mu``, stopped when the loss reaches ``tol``
 #: (float64 rounding level) or diverges.
 CONVERGENCE_GRID: dict = {
-    "betas": [0.0, 0.1, 0.25, 0.5, 1.0],
+    "betas": [0.0, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0],
     "mus": [0.001, 0.002, 0.005, 0.01, 0.02, 0.05],
     "d_qks": [4, 32, 256, 1024],
     "N": 4, "n": 4, "d": 32, "m": 32, "activation": "gelu", "seed": 0, "init_seed": 1000,
@@ -115,6 +115,10 @@ def rank_collapse_position(beta: float, d_qk: int, n: int, g: Mapping) -> dict:
     return _rc_record(beta, pt, gd)
 
 
+def _log10(x: float | None) -> float | None:
+    return None if x is None else float(np.log10(max(x, 1e-300)))
+
+
 def _rc_record(beta, pt, gd) -> dict:
     h0, h = gd["runs"][0.0], gd["runs"][float(beta)]
     b = value_text(beta)
@@ -131,9 +135,12 @@ def _rc_record(beta, pt, gd) -> dict:
         gd_line = ["After ", [len(h.loss) - 1, "int"], " steps the loss is ", h0.loss[-1],
                    " with β = 0 and ", h.loss[-1], f" with β = {b} (rank-one floor ", gd["floor"],
                    f"); with β = {b}, ", *smin, "."]
+    end = None if h.status == "diverged" else float(h.loss[-1] / gd["floor"])
     return {
         "sv_X": pt["sv_X"], "sv_attn": pt["sv_attn"], "sv_Z": pt["sv_Z"],
         "loss0": h0.loss, "loss": h.loss, "floor": gd["floor"], "status0": h0.status, "status": h.status,
+        # the overview cell: the chosen beta's last loss over the rank-one floor (None: diverged)
+        "end": end, "cell_v": _log10(end), "cell_text": cell_text(end),
         "labels": {"Z": f"Z = Attn(X) + βX, β = {b}" + (" (equal to Attn(X))" if beta == 0 else ""),
                    "chosen": f"β = {b}" + (" (the same run)" if beta == 0 else "")},
         "readout": [
@@ -193,14 +200,17 @@ def _cv_record(beta, mu, run, g) -> dict:
     else:
         status = ["In ", [steps, "int"], " steps the loss went from ", h.loss[0], " to ", h.loss[-1], "."]
     env_end = None if run["envelope"] is None else (1 - mu * alpha) ** g["steps"]
+    end = None if h.status == "diverged" else float(h.loss[-1] / h.loss[0])
     rec = {
+        # the overview cell: the last loss over the first (None: diverged)
+        "end": end, "cell_v": _log10(end), "cell_text": cell_text(end),
         "loss": h.loss, "rec": h.record_steps, "smin_Z": h.sigma_min_Z, "smin_H": h.sigma_min_H,
         "env_steps": run["env_steps"], "envelope": run["envelope"], "tol": g["tol"], "status": h.status,
         "alpha": alpha, "mu_alpha": mu * alpha,
         "labels": {"loss": f"loss, β = {value_text(beta)}, μ = {value_text(mu)}"},
         "readout": [
             ["α = (σ<sub>min</sub>(H<sub>0</sub>)/2)² = ", alpha, ", μα = ", mu * alpha,
-             *([": the envelope falls by a factor ", env_end, " in ", [g["steps"], "int"], " steps."]
+             *([": in ", [g["steps"], "int"], " steps the envelope falls to ", env_end, " times its start."]
                if env_end is not None else [": μα ≥ 1, no envelope."])],
             status,
             ["σ<sub>min</sub>(Z<sub>t</sub>) between ", float(np.min(h.sigma_min_Z)), " and ",

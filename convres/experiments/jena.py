@@ -462,5 +462,5 @@ EXPERIMENT = Experiment(
      "smoke": dict(_JENA, train_end="2009-01-03 00:00", end="2009-01-04 00:00",
                    inner_end="2009-01-02 12:00", stride=6, m=8, betas=[0.0, 0.5, 1.0], seeds=[0, 1],
                    probe_steps=10, steps=10, eval_every=5)},
-    _run_jena, _jena_numbers, _jena_claims, plot_jena, shapes=_shapes, report=_report,
+    _run_jena, _jena_numbers, _jena_claims, plot_jena, shapes=_shapes, report=_report, piece_seeds=4,
     paper="Jena Climate, beta from small values up to 1; task, window, split and steps not stated")

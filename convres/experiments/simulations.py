@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from ..cache import cached_json
 from ..collapse import rank_one_floor
 from ..gd import sweep
 from ..instances import synthetic_regression
@@ -41,7 +42,8 @@ from ..stats import (
 )
 from .base import Experiment, Result, Shape, dtype_of, finite_list
 
-__all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "MARGIN_STEPS", "MARGIN_TAU", "speed", "escape_law"]
+__all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "MARGIN_STEPS", "MARGIN_TAU", "speed", "escape_law",
+           "rerun_escape"]
 
 #: Speed: the steps to reach these fractions of the initial loss.
 LEVELS = (1e-2, 1e-6)
@@ -125,6 +127,18 @@ def _tune(s, N, d_qk, scale, betas, key, steps, device) -> dict:
     return {b: tune_step(score_of(b), base, extend=k + 4) for b in betas}
 
 
+def _tuned(s, N, d_qk, scale, betas, key, steps, device) -> dict:
+    """:func:`_tune`, cached apart from the evaluation seeds (it does not depend on them): every
+    piece of a run in pieces (:mod:`convres.committed`) reuses it."""
+    config = {"settings": {k: v for k, v in s.items() if k != "seeds"}, "shape": [N, d_qk, scale],
+              "betas": betas, "key": key, "steps": steps, "device": str(device)}
+    def compute():
+        return [[b, t] for b, t in _tune(s, N, d_qk, scale, betas, key, steps, device).items()]
+
+    rows = cached_json("tune-simulations", config, compute)
+    return {float(b): t for b, t in rows}
+
+
 def _record(beta, eta, seed, X, Y, p0, h, *, cfg, mu, steps, curve: bool, check: bool, floor_eps: float):
     floor = rank_one_floor(Y.double())
     run = dict(beta=beta, eta=eta, seed=seed, status=h.status, **speed(h.loss, floor, steps),
@@ -151,14 +165,15 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
     regimes, step_sizes = [], []
     for r in s["regimes"]:
         check = r["N"] * n <= d          # the per-step bound through W_U applies
-        tuned = _tune(s, r["N"], r["d_qk"], r["scale"], s["betas"], f"{LEVELS[-1]:g}", s["probe_steps"],
-                      device)
+        tuned = _tuned(s, r["N"], r["d_qk"], r["scale"], s["betas"], f"{LEVELS[-1]:g}", s["probe_steps"],
+                       device)
         step_sizes += [dict(arm=f"{r['name']}, beta = {b:g}", **t) for b, t in tuned.items()]
         # both protocols in one sweep (one stack per shape: half the sequential steps of two)
         arms = [(b, tuned[b]["chosen"]) for b in s["betas"]] + [(b, s["eta"]) for b in s["betas"]]
         jobs = _runs(s, r["N"], r["d_qk"], r["scale"], arms, s["seeds"], steps, record=check, device=device)
         runs = [_record(*job, cfg=_cfg(s, r["d_qk"], r["scale"], job[0]), mu=job[1] / (r["N"] * n),
-                        steps=steps, curve=True, check=check, floor_eps=s["floor"]) for job in jobs]
+                        steps=steps, curve=job[2] in s["curve_seeds"], check=check, floor_eps=s["floor"])
+                for job in jobs]
         half = len(s["betas"])
         regimes.append(dict(name=r["name"], N=r["N"], n=n, d=d, d_qk=r["d_qk"], scale=r["scale"], runs={
             "tuned": [x for i, x in enumerate(runs) if i % (2 * half) < half],
@@ -167,18 +182,27 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
             print(f"simulations: regime {r['name']} done", flush=True)
     escape = []
     for scale in s["scales"]:
-        tuned = _tune(s, s["N"], s["tune_d_qk"], scale, [0.0, 1.0], f"{LEVELS[0]:g}", s["escape_probe_steps"],
-                      device)
+        tuned = _tuned(s, s["N"], s["tune_d_qk"], scale, [0.0, 1.0], f"{LEVELS[0]:g}",
+                       s["escape_probe_steps"], device)
         step_sizes += [dict(arm=f"escape law, scale {scale}, beta = {b:g}", **t) for b, t in tuned.items()]
         for d_qk in s["d_qks"]:
             jobs = _runs(s, s["N"], d_qk, scale, [(b, tuned[b]["chosen"]) for b in (0.0, 1.0)], s["seeds"],
                          s["escape_steps"], device=device)
             escape.append(dict(d_qk=d_qk, scale=scale, runs=[
                 _record(*job, cfg=None, mu=None, steps=s["escape_steps"], check=False, floor_eps=s["floor"],
-                        curve=d_qk == max(s["d_qks"])) for job in jobs]))
+                        curve=d_qk == max(s["d_qks"]) and job[2] in s["curve_seeds"]) for job in jobs]))
         if progress:
             print(f"simulations: escape law at scale {scale} done", flush=True)
     return {"regimes": regimes, "escape": escape, "step_sizes": step_sizes}
+
+
+def rerun_escape(s: dict, d_qk: int, scale: str, beta: float, eta: float, seed: int) -> dict:
+    """One run of the escape law computed again from its settings ``s``, its cell, ``beta``, its
+    step ``eta`` and ``seed``: the record :func:`_run_simulations` keeps (without the curve), to
+    check a committed result against."""
+    (job,) = _runs(s, s["N"], d_qk, scale, [(beta, eta)], [seed], s["escape_steps"])
+    return _record(*job, cfg=None, mu=None, steps=s["escape_steps"], check=False, floor_eps=s["floor"],
+                   curve=False)
 
 
 # --- what the runs say -----------------------------------------------------------------------------
@@ -390,14 +414,15 @@ _SIM = dict(N=4, n=4, d=32, m=32, activation="gelu", betas=[0.0, 0.1, 0.25, 0.5,
 EXPERIMENT = Experiment(
     "simulations", "Simulations: the escape from the rank-one floor against d_QK, and beta in three regimes",
     "book/simulations.md",
-    {"book": dict(_SIM, seeds=list(range(10)), steps=3000, probe_steps=500, d_qks=[16, 64, 256, 1024],
-                  escape_steps=3000, escape_probe_steps=500),
-     "paper": dict(_SIM, seeds=list(range(20)), steps=10_000, probe_steps=2000,
+    {"book": dict(_SIM, seeds=list(range(10)), curve_seeds=list(range(10)), steps=3000, probe_steps=500,
+                  d_qks=[16, 64, 256, 1024], escape_steps=3000, escape_probe_steps=500),
+     "paper": dict(_SIM, seeds=list(range(20)), curve_seeds=[0, 1, 2], steps=10_000, probe_steps=2000,
                    d_qks=[16, 64, 256, 1024, 4096], escape_steps=10_000, escape_probe_steps=3000),
-     "smoke": dict(_SIM, betas=[0.0, 1.0], seeds=[0, 1], steps=60, probe_steps=30, d_qks=[16, 64],
+     "smoke": dict(_SIM, betas=[0.0, 1.0], seeds=[0, 1], curve_seeds=[0, 1],
+                   steps=60, probe_steps=30, d_qks=[16, 64],
                    escape_steps=60, escape_probe_steps=30, tune_d_qk=16, tune_extend=1,
                    regimes=[_WIDE_REGIME, dict(name="narrow", N=16, d_qk=32, scale="1/sqrt(d_qk)"),
                             dict(name="uniform attention", N=4, d_qk=64, scale="1/d_qk")])},
     _run_simulations, _simulations_numbers, _simulations_claims, lambda res: plot_simulations(res),
-    shapes=_shapes, report=_report,
+    shapes=_shapes, report=_report, piece_seeds=4,
     paper="synthetic data, several beta; sizes, steps and step sizes not stated")

@@ -195,31 +195,40 @@ def _pooled_sigma(H: torch.Tensor) -> tuple[float, float]:
     return float(sv[-1]), float(sv[-1] / sv[0])
 
 
+_INIT_FIELDS = ("std", "rms_H", "grad_norm", "within_sentence", "pooled_sigma_ratio", "mse")
+
+
 def _init_rows(s: dict, X: torch.Tensor, Yt: torch.Tensor) -> list[dict]:
-    """The scale of every arm at initialization (float64, the evaluation seeds, median over them):
-    the std of the outputs ``F``, the RMS of the last ``H``, the gradient norm of the mean loss
-    ``||grad Phi|| / (N n)``, the share of the last ``H`` that varies within a sentence
-    (``RMS(H - mean_t H) / RMS(H)``) and ``sigma_min / sigma_max`` of the pooled features."""
+    """The scale of every arm at initialization (float64), one record per arm and evaluation
+    seed: the std of the outputs ``F``, the RMS of the last ``H``, the gradient norm of the mean
+    loss ``||grad Phi|| / (N n)``, the share of the last ``H`` that varies within a sentence
+    (``RMS(H - mean_t H) / RMS(H)``), ``sigma_min / sigma_max`` of the pooled features and the MSE."""
     X, Yt = X.double(), Yt.double()
     rows = []
     arms = [(b, None) for b in sorted(s["betas"], reverse=True)] + [(0.0, "branch")]
     for L in s["depths"]:
         for beta, init in arms:
             cfg = _cfg(s, L, beta)
-            vals = []
             for seed in s["seeds"]:
                 phi, g, tr = loss_and_grad(arm_params(s, L, beta, seed, X, init=init), X, Yt, cfg)
                 H, R = tr.H[-1], output_rows(cfg, X)
                 grad = math.sqrt(sum(float(v.pow(2).sum()) for v in g.values())) / R
-                vals.append([float(tr.F.std()), _rms(H), grad, _rms(H - H.mean(-2, keepdim=True)) / _rms(H),
-                             _pooled_sigma(H)[1], 2 * float(phi) / R])
-            med = np.median(np.array(vals), axis=0)
-            rows.append({"L": L, "residual": bool(beta),
-                         "init": "1/sqrt(L) branch scale" if beta or init else "norm-preserving gains",
-                         "trained": init is None, "std": float(med[0]), "rms_H": float(med[1]),
-                         "grad_norm": float(med[2]), "within_sentence": float(med[3]),
-                         "pooled_sigma_ratio": float(med[4]), "mse": float(med[5])})
+                vals = [float(tr.F.std()), _rms(H), grad, _rms(H - H.mean(-2, keepdim=True)) / _rms(H),
+                        _pooled_sigma(H)[1], 2 * float(phi) / R]
+                rows.append({"L": L, "residual": bool(beta), "seed": seed,
+                             "init": "1/sqrt(L) branch scale" if beta or init else "norm-preserving gains",
+                             "trained": init is None, **dict(zip(_INIT_FIELDS, vals))})
     return rows
+
+
+def _init_table(records: list[dict]) -> list[dict]:
+    """The records of :func:`_init_rows` as one row per arm, each field the median over the seeds."""
+    arms: dict = {}
+    for r in records:
+        arms.setdefault((r["L"], r["residual"], r["init"], r["trained"]), []).append(r)
+    return [{"L": L, "residual": res, "init": init, "trained": trained,
+             **{f: float(np.median([r[f] for r in rs])) for f in _INIT_FIELDS}}
+            for (L, res, init, trained), rs in arms.items()]
 
 
 def _tune(s: dict, X, Yt, L: int, beta: float, dtype, device) -> dict:
@@ -306,14 +315,14 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
 
 def _precision_check(s: dict, X, Yt, tuned: dict, device) -> list[dict] | None:
     """Each arm of the largest depth run in float32 and in float64 from the same (float32-rounded)
-    weights and inputs for ``check_steps`` steps at its step: the largest relative difference of
-    the loss."""
+    weights (of the first probe seed) and inputs for ``check_steps`` steps at its step: the largest
+    relative difference of the loss."""
     if s.get("dtype", "float64") == "float64" or not s.get("check_steps"):
         return None
     L, out = max(s["depths"]), []
     for beta in sorted(s["betas"]):
         cfg, eta = _cfg(s, L, beta), tuned[(L, beta)]["chosen"]
-        p32 = arm_params(s, L, beta, s["seeds"][0], X, dtype=torch.float32)
+        p32 = arm_params(s, L, beta, s["probe_seeds"][0], X, dtype=torch.float32)  # the same in every piece
         curves = {}
         for name, dt in (("float32", torch.float32), ("float64", torch.float64)):
             p = {k: v.to(dt) for k, v in p32.items()}
@@ -447,16 +456,16 @@ def _sst2_numbers(res: Result) -> dict:
             "pooled_sigma_ratio": spread([r["pooled_sigma_ratio"] for r in rs]),
             "diverged": sum(r["status"] == "diverged" for r in rs)})
     e = _effects(res)
-    paired = {
-        "lower": {str(L): claim_stats(v, MARGIN_LOWER) for L, v in e["lower"].items()},
-        "speed": {str(L): claim_stats(v, MARGIN_SPEED) for L, v in e["speed"].items()},
+    paired = {  # each depth's statistics and its verdict by the report's rule
+        key: {str(L): {**st, "verdict": v} for L, (st, v) in _per_depth(e[key], margin).items()}
+        for key, margin in (("lower", MARGIN_LOWER), ("speed", MARGIN_SPEED))} | {
         "censored": {str(L): v for L, v in e["censored"].items()}}
     wide = data.get("wide")
     return {"n_train": data["N"], "n_val": data["N_val"], "d": res.settings["d"], "readout": "per token",
             "level": data["level"],
             "margins": {"lower": MARGIN_LOWER, "depth": MARGIN_DEPTH, "no_depth": MARGIN_NO_DEPTH,
                         "speed": MARGIN_SPEED},
-            "init_output_std": data["init"],
+            "init_output_std": _init_table(data["init"]),
             "step_sizes": [{k: t[k] for k in _STEP_KEYS} for t in data["step_sizes"]],
             "per_model": per_model, "paired": paired,
             "baselines": data["baselines"], "float64_check": data["float64_check"],
@@ -598,5 +607,5 @@ EXPERIMENT = Experiment(
      "smoke": dict(_SST2, n_train=16, depths=[1, 2], seeds=[0, 1], probe_seeds=[100], eta_grid=[0.1, 0.2],
                    extend=2, probe_steps=3, steps=10, eval_every=5, check_steps=3, vocab_size=300,
                    wide=dict(_WIDE, n_train=8, m=16, L=1, steps=5, record_every=5, power_iters=3))},
-    _run_sst2, _sst2_numbers, _sst2_claims, plot_sst2, shapes=_shapes, report=_report,
+    _run_sst2, _sst2_numbers, _sst2_claims, plot_sst2, shapes=_shapes, report=_report, piece_seeds=2,
     paper="SST-2, L = 2, 6, 10 with and without residuals; subset, embeddings, steps not stated")

@@ -1,0 +1,76 @@
+"""The chapters' tables: TeX in headers and cells, readable values, no index; the report's notation."""
+
+import pandas as pd
+import pytest
+
+from convres.report import STATEMENTS, claims_table, hypotheses_table, notation
+from convres.show import table, tex
+
+MATH = '<span class="math notranslate nohighlight">'
+
+
+def test_tex_marks_math_and_escapes_the_rest():
+    assert tex(r"a $\beta$ <b>") == rf"a {MATH}\(\beta\)</span> &lt;b&gt;"
+    assert tex("no math") == "no math"
+    with pytest.raises(ValueError, match="unbalanced"):
+        tex("one $ only")
+
+
+def test_table_headers_values_and_index():
+    html = table([{r"$\beta$": 0.1234, "ok": True, "steps": 1024, "name": "x"},
+                  {r"$\beta$": None, "ok": False, "steps": 3, "name": "$d_{QK}$"}],
+                 {"steps": "{:,} steps"}).to_html()
+    assert rf"{MATH}\(\beta\)</span></th>" in html and rf"{MATH}\(d_{{QK}}\)</span>" in html
+    assert ">0.123<" in html and ">yes<" in html and ">no<" in html and ">1,024 steps<" in html
+    assert "True" not in html and "None" not in html and "nan" not in html
+    assert "row_heading" not in html                                  # no index column
+    frame = pd.DataFrame({"v": [1.5]}, index=["$W_U$"])
+    assert rf"{MATH}\(W_U\)</span>" in table(frame, index=True).to_html()
+    assert ">1.5<" in table({"v": [1.5]}).to_html()                   # a mapping of columns
+    assert r"\(6.45 \times 10^{-10}\)" in table({"v": [6.45e-10]}).to_html()
+    with pytest.raises(ValueError, match="does not have"):
+        table([{"a": 1}], {"b": "{}"})
+
+
+def test_notation_writes_the_plain_symbols_in_tex():
+    assert notation("N n <= d") == r"$Nn \le d$"
+    assert notation("scale 1/sqrt(d_qk), beta = 0.1") == r"scale $1/\sqrt{d_{QK}}$, $\beta = 0.1$"
+    assert notation("steps to 1e-06 of Phi_T / Phi_0") == r"steps to $10^{-6}$ of $\Phi_T/\Phi_0$"
+    assert notation("d_QK = 1024, tau") == r"$d_{QK} = 1024$, $\tau$"
+    assert notation("already $\\beta$ and beta") == r"already $\beta$ and $\beta$"
+    assert notation("alphabet, etas, zeta") == "alphabet, etas, zeta"     # whole words only
+    assert notation("L=2: 6.11x, 0.5 x the floor") == r"$L = 2$: 6.11$\times$, 0.5$\times$ the floor"
+    assert notation("7.1e-06 to 2.2e+00; ratio 939 >= 1") == \
+        r"$7.1 \times 10^{-6}$ to $2.2$; ratio 939 $\ge$ 1"
+
+
+def test_every_checked_statement_has_its_tex():
+    from convres.instances import theorem_instance
+    from convres.lemmas import mu_max
+    from convres.theory import check_assumptions
+
+    params, X, Y, cfg = theorem_instance(0, beta=1.0)
+    checks = check_assumptions(params, X, Y, cfg, mu=mu_max(params, X, Y, cfg), steps=10)
+    assert all(c.statement in STATEMENTS for c in checks)
+    html = hypotheses_table(checks).to_html()
+    assert rf"{MATH}\(Nn \le d\)</span>" in html and "N n" not in html
+
+
+def test_claims_table_reads_claim_rows():
+    rows = [dict(claim="larger beta faster", verdict="partly", effect=0.31, ci=(0.1, 0.5),
+                 margin=0.4, agree=7, units=10),
+            dict(claim="a check", verdict="inconclusive")]
+    html = claims_table(rows).to_html()
+    assert rf"larger {MATH}\(\beta\)</span> faster" in html
+    assert ">0.10 to 0.50<" in html and ">7 of 10<" in html and ">0.31<" in html
+
+
+def test_every_ffn_statement_has_its_tex():
+    from convres import init_params, synthetic_regression
+    from convres.model import ModelConfig
+    from convres.theory import ffn_theorem_run
+
+    cfg = ModelConfig(d=8, d_qk=8, m=64, c=1, activation="gelu", beta=1.0)
+    X, Y = synthetic_regression(2, 4, 8, 1, seed=0)
+    run = ffn_theorem_run(init_params(cfg, seed=1), X, Y, cfg, mu=0.002, steps=3, smoothness_iters=2)
+    assert all(h.statement in STATEMENTS for h in run.hypotheses)
