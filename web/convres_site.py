@@ -101,7 +101,7 @@ API_PAGES: dict[str, list[str]] = {
     "api/rank": ["rank", "collapse"],
     "api/theory": ["theory", "lemmas", "checks", "scope"],
     "api/certify": ["certify", "width"],
-    "api/experiments": ["experiments", "experiments.base", "stats"],
+    "api/experiments": ["experiments", "experiments.base", "stats", "committed"],
     "api/experiment_runs": ["experiments.simulations", "experiments.jena", "experiments.sst2",
                             "experiments.rank_collapse", "experiments.theorem",
                             "experiments.explorers"],
