@@ -184,7 +184,7 @@ def plot_escape_law(laws: Sequence[Mapping], horizon: int):
         scale = "1/d_{QK}" if law["scale"] == "1/d_qk" else r"1/\sqrt{d_{QK}}"
         label = rf"$\beta={law['beta']:g}$, scale ${scale}$"
         if law["beta"] == 0:
-            label += f", slope {law['slope']:.2f}"
+            label += f", slope {round(law['slope'], 2) + 0.0:.2f}"  # never '-0.00'
         ax.errorbar(x, med, yerr=err, color=color, marker=marker, linestyle=ls, capsize=3, label=label,
                     markerfacecolor="white" if any(law["censored"]) else color)
     ax.axhline(horizon, color="k", ls=":", lw=1, label=f"horizon ({horizon:,} steps)")

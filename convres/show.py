@@ -19,7 +19,7 @@ import re
 import textwrap
 from collections.abc import Callable, Mapping
 
-__all__ = ["source", "Source", "tex", "power_of_ten", "table"]
+__all__ = ["source", "Source", "tex", "power_of_ten", "table", "plain", "html_text", "HTMLBlock"]
 
 
 class Source(str):
@@ -93,6 +93,51 @@ def _cell(value, spec, text: Callable[[str], str], na: str) -> str:
     return tex(text(value))
 
 
+def plain(text: str) -> str:
+    """``text`` for a reader without MathJax (the PDF, a terminal): dollars and the backslashes
+    of TeX commands dropped, ``\\(...\\)`` delimiters removed (``$\\sigma_{\\min}$`` reads
+    ``sigma_{min}``)."""
+    return re.sub(r"\\([A-Za-z]+)", r"\1", re.sub(r"\\[()]|\$", "", text))
+
+
+def html_text(markup: str) -> str:
+    """The text of an HTML table or list, one row or item per line, cells separated by ``|``."""
+    markup = re.sub(r"(?i)</t[dh]>", " | ", markup)
+    markup = re.sub(r"(?i)</tr>|<br\s*/?>|</li>|</p>|</summary>", "\n", markup)
+    lines = (html.unescape(re.sub(r"<[^>]+>", "", line)).strip(" |") for line in markup.splitlines())
+    return plain("\n".join(line for line in lines if line))
+
+
+class HTMLBlock:
+    """HTML for the site, and its text (:func:`html_text`) where HTML is not shown (the PDF)."""
+
+    def __init__(self, markup: str):
+        self.markup = markup
+
+    def _repr_html_(self) -> str:
+        return self.markup
+
+    def __repr__(self) -> str:
+        return html_text(self.markup)
+
+
+@functools.lru_cache(maxsize=1)
+def _table_class():
+    from pandas.io.formats.style import Styler
+
+    class Table(Styler):
+        """A :func:`table`: a ``Styler`` for the site, plain text where HTML is not shown."""
+
+        def __repr__(self) -> str:
+            frame = self.data.rename(columns=lambda c: plain(str(c)))
+            frame = frame.map(lambda v: ("yes" if v else "no") if isinstance(v, bool) else
+                              plain(v) if isinstance(v, str) else v)
+            return frame.to_string(index=not self.hide_index_[0] if self.hide_index_ else True,
+                                   na_rep="")
+
+    return Table
+
+
 def table(data, formats: Mapping | None = None, *, index: bool = False,
           text: Callable[[str], str] = str, na: str = ""):
     """A table as the chapters show it: a pandas ``Styler`` of ``data`` (a ``DataFrame``, a list
@@ -114,7 +159,7 @@ def table(data, formats: Mapping | None = None, *, index: bool = False,
     if unknown:
         raise ValueError(f"formats names columns {sorted(map(str, unknown))} that the table does not "
                          f"have; its columns are {list(map(str, frame.columns))}.")
-    styler = frame.style.format({c: functools.partial(_cell, spec=formats.get(c), text=text, na=na)
+    styler = _table_class()(frame).format({c: functools.partial(_cell, spec=formats.get(c), text=text, na=na)
                                  for c in frame.columns})
     def label(v) -> str:
         return tex(text(str(v)))

@@ -74,3 +74,16 @@ def test_every_ffn_statement_has_its_tex():
     X, Y = synthetic_regression(2, 4, 8, 1, seed=0)
     run = ffn_theorem_run(init_params(cfg, seed=1), X, Y, cfg, mu=0.002, steps=3, smoothness_iters=2)
     assert all(h.statement in STATEMENTS for h in run.hypotheses)
+
+
+def test_a_table_reads_as_text_where_html_is_not_shown():
+    """The PDF shows a cell's text/plain: a table's cells, never an object's address."""
+    from convres.show import HTMLBlock, table
+
+    text = repr(table([{r"$\beta$": 0.1, "holds": True, "regime": r"$d_{QK} = 4$"}]))
+    assert "Styler" not in text and "beta" in text and "yes" in text and "d_{QK} = 4" in text
+    assert "$" not in text and "\\" not in text
+    block = HTMLBlock("<table><tr><th>claim</th><th>verdict</th></tr>"
+                      "<tr><td>a &amp; b</td><td><span>partly</span></td></tr></table>")
+    assert block._repr_html_().startswith("<table>")
+    assert repr(block).splitlines() == ["claim | verdict", "a & b | partly"]
