@@ -127,10 +127,10 @@ unit: $(STAMP)
 # Every chapter executed by nbval, in two processes (one per core: the experiments run one PyTorch
 # thread each). Each experiment is computed once, by the chapter that shows it, and then read from
 # the cache. The first process runs the Jena and SST-2 chapters; the second the simulations chapter,
-# then every chapter without an experiment and (WITH_UNIT=1, what `make test` uses) the unit tests;
-# the first waits for the simulations and then runs the pages that read all three results (intro,
-# report). The split balances the two (measured: Jena and SST-2 about 11 CPU-minutes, the
-# simulations, the other chapters and the unit tests about 12).
+# then every chapter without an experiment; the first waits for the simulations and then runs the
+# pages that read all three results (intro, report). Both run with one PyTorch (OpenMP) thread: two
+# processes of two threads each on two cores wait on each other's spinning threads (measured: the
+# unit tests beside a chapter took 446 s so, 124 s with one thread).
 NBVAL := $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
   --nbval-cell-timeout=900
 FIRST_CHAPTERS  := book/jena.md book/sst2.md
@@ -141,33 +141,47 @@ EXPERIMENT_CHAPTERS := $(FIRST_CHAPTERS) $(SECOND_CHAPTERS) $(READER_CHAPTERS)
 OTHER_CHAPTERS := $(filter-out $(EXPERIMENT_CHAPTERS),$(shell grep -l '{code-cell}' book/*.md))
 SECOND_DONE := _build/.nbval-second-done
 
+notebooks: export OMP_NUM_THREADS := 1
+notebooks: export MKL_NUM_THREADS := 1
 notebooks: $(STAMP)
 	@mkdir -p _build; rm -f $(SECOND_DONE)
-	@echo "nbval: $(FIRST_CHAPTERS), then $(READER_CHAPTERS) (log in _build/nbval-experiments.log), in parallel with $(SECOND_CHAPTERS), the other chapters$(if $(WITH_UNIT), and the unit tests)"
+	@echo "nbval: $(FIRST_CHAPTERS), then $(READER_CHAPTERS) (log in _build/nbval-experiments.log), in parallel with $(SECOND_CHAPTERS) and the other chapters"
 	@( $(NBVAL) $(FIRST_CHAPTERS); first=$$?; \
 	   while [ ! -f $(SECOND_DONE) ]; do sleep 2; done; \
 	   $(NBVAL) $(READER_CHAPTERS); reader=$$?; test $$first = 0 && test $$reader = 0 ) > _build/nbval-experiments.log 2>&1 & pid=$$!; \
 	  $(NBVAL) $(SECOND_CHAPTERS); second=$$?; touch $(SECOND_DONE); \
 	  $(NBVAL) $(OTHER_CHAPTERS); other=$$?; \
-	  unit=0; $(if $(WITH_UNIT),$(UNIT) || unit=1;) \
 	  wait $$pid; experiments=$$?; \
 	  echo "nbval, $(FIRST_CHAPTERS) $(READER_CHAPTERS):"; cat _build/nbval-experiments.log; \
-	  test $$second = 0 && test $$other = 0 && test $$experiments = 0 && test $$unit = 0
+	  test $$second = 0 && test $$other = 0 && test $$experiments = 0
 
 strict-build: $(STAMP) $(ASSETS)
 	$(BIN)/jupyter-book build --all book -W -n --keep-going
 
 # Opens every page of _build/html in headless Chromium, offline (desktop, phone, dark theme, print;
 # screenshots in _build/screenshots), checks every link out of the site and the length of every
-# line of code and output.
+# line of code and output. Two shards at once (CONVRES_SITE_SHARD, tests/test_site.py), one Chromium
+# per core: every other page each, the checks of the whole site (links, lines, ...) in the first.
 browser: $(STAMP)
-	CONVRES_SITE_REQUIRED=1 $(BIN)/python -m pytest $(SITE_TESTS) -q
+	@mkdir -p _build; rm -rf _build/screenshots
+	@echo "browser: two shards; the second's log in _build/browser-1.log"
+	@CONVRES_SITE_REQUIRED=1 CONVRES_SITE_SHARD=1/2 $(BIN)/python -m pytest tests/test_site.py -q \
+	  -p no:cacheprovider > _build/browser-1.log 2>&1 & pid=$$!; \
+	CONVRES_SITE_REQUIRED=1 CONVRES_SITE_SHARD=0/2 $(BIN)/python -m pytest $(SITE_TESTS) -q \
+	  -p no:cacheprovider; first=$$?; \
+	wait $$pid; second=$$?; echo "browser, the second shard:"; cat _build/browser-1.log; \
+	test $$first = 0 && test $$second = 0
 
-# Lint first (a typo fails in a minute); then the chapters, with the unit tests on the core that
-# the experiments leave free; then the strict build and the browser check, one after the other.
+# Lint first (a typo fails in a minute); then the chapters (two processes); then the strict build
+# (it reads every experiment from the cache) with the unit tests on the other core, one thread each;
+# then the browser check (two shards).
 test: lint
-	$(MAKE) --no-print-directory notebooks WITH_UNIT=1
-	$(MAKE) --no-print-directory strict-build
+	$(MAKE) --no-print-directory notebooks
+	@mkdir -p _build; echo "strict build, and beside it the unit tests (log in _build/unit.log)"
+	@export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1; $(UNIT) > _build/unit.log 2>&1 & pid=$$!; \
+	  $(MAKE) --no-print-directory strict-build; build=$$?; \
+	  wait $$pid; unit=$$?; echo "unit tests:"; cat _build/unit.log; \
+	  test $$build = 0 && test $$unit = 0
 	$(MAKE) --no-print-directory browser
 
 clean:

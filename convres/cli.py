@@ -403,10 +403,9 @@ def _reproduce_piece(args) -> int:
                     f"{blocks}).")
     folder = RESULTS_DIR if args.results is None else setting_path(args.results, "--results")
     check_device(args.device)
-    path = run_piece(args.name, args.piece, folder=folder, device=args.device, progress=not args.json,
-                     profile=args.profile)
+    path, stored = run_piece(args.name, args.piece, folder=folder, device=args.device,
+                             progress=not args.json, profile=args.profile)
     assembled = paper_path(args.name, folder, args.profile)
-    stored = json.loads(assembled.read_text(encoding="utf-8"))
     if args.json:
         write_json({"piece": str(path), "assembled": str(assembled),
                     "pieces": stored["pieces"]})

@@ -118,9 +118,10 @@ def paper_path(name: str, folder: Path = RESULTS_DIR, profile: str = PROFILE) ->
 
 
 def run_piece(name: str, k: int, *, folder: Path = RESULTS_DIR, device=None, progress: bool = False,
-              profile: str = PROFILE) -> Path:
+              profile: str = PROFILE) -> tuple[Path, dict]:
     """Compute piece ``k`` of ``name`` (cached like every experiment), write it with its
-    provenance, re-assemble ``NAME-paper.json``; return the piece's path."""
+    provenance, re-assemble ``NAME-paper.json``; return the piece's path and the assembled
+    record (:func:`assemble`)."""
     blocks = pieces(name, profile)
     if not 0 <= k < len(blocks):
         raise ValueError(f"experiment {name!r} has pieces 0 to {len(blocks) - 1} in the {profile!r} "
@@ -133,18 +134,19 @@ def run_piece(name: str, k: int, *, folder: Path = RESULTS_DIR, device=None, pro
     path = piece_path(name, k, folder, profile)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(out, separators=(",", ":")))
-    assemble(name, folder, profile)
-    return path
+    merged = assemble(name, folder, profile)
+    assert merged is not None  # the piece just written is present
+    return path, merged
 
 
 def _read(path: Path) -> dict:
     return json.loads(read_regular(path, max_bytes=MAX_BYTES).decode("utf-8"))
 
 
-def assemble(name: str, folder: Path = RESULTS_DIR, profile: str = PROFILE) -> Path | None:
-    """Merge the pieces of ``name`` present in ``folder`` into ``NAME-paper.json`` (none: nothing
-    written). Its ``pieces`` lists those done and those missing; ``settings["seeds"]`` holds
-    only the seeds computed."""
+def assemble(name: str, folder: Path = RESULTS_DIR, profile: str = PROFILE) -> dict | None:
+    """Merge the pieces of ``name`` present in ``folder`` into ``NAME-paper.json`` and return
+    the merged record (none present: nothing written, ``None``). Its ``pieces`` lists those done
+    and those missing; ``settings["seeds"]`` holds only the seeds computed."""
     blocks = pieces(name, profile)
     done = [k for k in range(len(blocks)) if piece_path(name, k, folder, profile).is_file()]
     if not done:
@@ -163,9 +165,8 @@ def assemble(name: str, folder: Path = RESULTS_DIR, profile: str = PROFILE) -> P
                       "missing": [k for k in range(len(blocks)) if k not in done],
                       "planned_seeds": full["seeds"]},
            "provenance": [dict(piece=k, **p["provenance"]) for k, p in zip(done, parts)]}
-    path = paper_path(name, folder, profile)
-    atomic_write_text(path, json.dumps(out, separators=(",", ":")))
-    return path
+    atomic_write_text(paper_path(name, folder, profile), json.dumps(out, separators=(",", ":")))
+    return out
 
 
 def load_paper_result(name: str, folder: Path = RESULTS_DIR,

@@ -15,8 +15,9 @@ from __future__ import annotations
 import base64
 import html
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
+from .committed import pieces
 from .experiments import EXPERIMENTS, VERDICTS, Result
 from .show import power_of_ten, table, tex
 from .theory import MIN_DECREASE
@@ -114,6 +115,7 @@ def notation(text: str) -> str:
 def _html(text: str) -> str:
     return tex(notation(text))
 
+
 def badge(verdict: str) -> str:
     """An HTML badge for ``verdict`` (one of :data:`convres.stats.VERDICTS`)."""
     if verdict not in VERDICT_COLORS:
@@ -133,12 +135,19 @@ def verdict_counts_html(rows: list[dict]) -> str:
     return "<p>" + " ".join(f"{badge(v)}&nbsp;{n}" for v, n in counts.items()) + "</p>"
 
 
+def _html_table(head: Sequence[str], rows: Sequence[str]) -> str:
+    """A table of the site's style that scrolls sideways on a narrow screen: the header cells
+    ``head`` and the rows ``rows`` (each ``<tr>...</tr>``)."""
+    cells = "".join(f"<th>{h}</th>" for h in head)
+    return ('<div style="overflow-x:auto"><table class="table"><thead><tr>' + cells + "</tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table></div>")
+
+
 def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None) -> str:
     """The claims table: experiment, the paper's claim, a verdict badge, one line of evidence and a
     thumbnail (``thumbnails[figure label]``, PNG bytes) linking to the figure in its chapter."""
     thumbnails = thumbnails or {}
-    head = "".join(f"<th>{h}</th>" for h in ("experiment", "claim (paper)", "verdict", "evidence (book)",
-                                             "figure"))
+    head = ("experiment", "claim (paper)", "verdict", "evidence (book)", "figure")
     body = []
     for r in rows:
         href = f"{EXPERIMENTS[r['experiment']].page}.html#{r['figure']}"
@@ -148,8 +157,7 @@ def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None)
         body.append(f"<tr><td>{html.escape(r['experiment'])}</td><td>{_html(r['claim'])}</td>"
                     f"<td>{badge(r['verdict'])}</td><td>{_html(r['evidence'])}</td>"
                     f'<td><a href="{href}">{pic}</a></td></tr>')
-    return ('<div style="overflow-x:auto"><table class="table"><thead><tr>' + head + "</tr></thead><tbody>"
-            + "".join(body) + "</tbody></table></div>")
+    return _html_table(head, body)
 
 
 def criteria_html(rows: list[dict]) -> str:
@@ -173,9 +181,8 @@ def scale_html(book: Mapping[str, Result], larger: Mapping[str, tuple[Result, di
     """Every claim at two scales: the ``book`` result beside the committed larger one
     (``larger[name]``: a :class:`Result` and its ``pieces``/``provenance``, or ``None`` where
     nothing is committed): verdict, effect with its 95% interval, and the seeds behind each."""
-    head = "".join(f"<th>{h}</th>" for h in ("experiment", "claim (paper)", "book: verdict",
-                                             "book: effect [95%]", "larger: verdict",
-                                             "larger: effect [95%]"))
+    head = ("experiment", "claim (paper)", "book: verdict", "book: effect [95%]", "larger: verdict",
+            "larger: effect [95%]")
     body = []
     for name, res in book.items():
         big = larger.get(name)
@@ -184,10 +191,9 @@ def scale_html(book: Mapping[str, Result], larger: Mapping[str, tuple[Result, di
             b = big_rows[i] if i < len(big_rows) else None
             right = (f"<td>{badge(b['verdict'])}</td><td>{html.escape(effect_text(b))}</td>" if b else
                      '<td colspan="2">not computed yet</td>')
-            body.append(f"<tr><td>{html.escape(name)}</td><td>{html.escape(r['claim'])}</td>"
+            body.append(f"<tr><td>{html.escape(name)}</td><td>{_html(r['claim'])}</td>"
                         f"<td>{badge(r['verdict'])}</td><td>{html.escape(effect_text(r))}</td>{right}</tr>")
-    return ('<div style="overflow-x:auto"><table class="table"><thead><tr>' + head + "</tr></thead><tbody>"
-            + "".join(body) + "</tbody></table></div>")
+    return _html_table(head, body)
 
 
 def provenance_table(larger: Mapping[str, tuple[Result, dict] | None]):
@@ -200,9 +206,8 @@ def provenance_table(larger: Mapping[str, tuple[Result, dict] | None]):
                          "commit": "", "machine": "", "PyTorch": ""})
             continue
         res, info = big
-        block = EXPERIMENTS[name].piece_seeds or len(info["pieces"]["planned_seeds"])
         for p in info["provenance"]:
-            seeds = info["pieces"]["planned_seeds"][p["piece"] * block:(p["piece"] + 1) * block]
+            seeds = pieces(name)[p["piece"]]
             rows.append({"experiment": name, "piece": f"{p['piece'] + 1} of {info['pieces']['total']}",
                          "seeds": f"{seeds[0]} to {seeds[-1]}",
                          "wall time": f"{p['wall_seconds'] / 60:.1f} min",

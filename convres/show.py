@@ -19,7 +19,8 @@ import re
 import textwrap
 from collections.abc import Callable, Mapping
 
-__all__ = ["source", "Source", "tex", "power_of_ten", "table", "plain", "html_text", "HTMLBlock"]
+__all__ = ["source", "Source", "tex", "power_of_ten", "table", "plain", "strip_tags", "html_text",
+           "HTMLBlock"]
 
 
 class Source(str):
@@ -100,11 +101,16 @@ def plain(text: str) -> str:
     return re.sub(r"\\([A-Za-z]+)", r"\1", re.sub(r"\\[()]|\$", "", text))
 
 
+def strip_tags(markup: str) -> str:
+    """``markup`` without its HTML tags, entities decoded (``x<sub>1</sub> &lt; 2`` reads ``x1 < 2``)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", markup))
+
+
 def html_text(markup: str) -> str:
     """The text of an HTML table or list, one row or item per line, cells separated by ``|``."""
     markup = re.sub(r"(?i)</t[dh]>", " | ", markup)
     markup = re.sub(r"(?i)</tr>|<br\s*/?>|</li>|</p>|</summary>", "\n", markup)
-    lines = (html.unescape(re.sub(r"<[^>]+>", "", line)).strip(" |") for line in markup.splitlines())
+    lines = (strip_tags(line).strip(" |") for line in markup.splitlines())
     return plain("\n".join(line for line in lines if line))
 
 
@@ -132,7 +138,7 @@ def _table_class():
             frame = self.data.rename(columns=lambda c: plain(str(c)))
             frame = frame.map(lambda v: ("yes" if v else "no") if isinstance(v, bool) else
                               plain(v) if isinstance(v, str) else v)
-            return frame.to_string(index=not self.hide_index_[0] if self.hide_index_ else True,
+            return frame.to_string(index=not all(self.hide_index_),
                                    na_rep="")
 
     return Table

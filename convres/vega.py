@@ -28,6 +28,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import numpy as np
 
 from .plotting import figure_png
+from .show import strip_tags
 
 __all__ = ["DIGITS", "MAX_DATA_BYTES", "FIGURE_WIDTH_IN", "DISPLAY_WIDTH_PX", "COLORS", "round_sig",
            "rounded", "format_number", "decade_text", "readout_text", "value_text", "position_key",
@@ -111,7 +112,7 @@ def readout_text(lines: Sequence[Sequence]) -> list[str]:
         parts = []
         for piece in line:
             if isinstance(piece, str):
-                parts.append(html.unescape(re.sub(r"<[^>]+>", "", piece)))
+                parts.append(strip_tags(piece))
             elif isinstance(piece, list):
                 parts.append(format_number(piece[0], piece[1]))
             else:
@@ -491,7 +492,7 @@ class PresetLink:
                 f'title="set the explorer to this setting">{self.text}</a>')
 
     def plain(self) -> str:
-        return html.unescape(re.sub(r"<[^>]+>", "", self.text.replace("<sub>", "_")))
+        return strip_tags(self.text.replace("<sub>", "_"))
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return {"text/html": self.html(), "text/plain": self.plain()}

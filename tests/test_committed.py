@@ -76,7 +76,7 @@ def test_a_missing_piece_is_listed_not_filled(one_seed_pieces, tmp_path):
 
 
 def test_a_piece_of_other_settings_is_refused(one_seed_pieces, tmp_path):
-    path = run_piece("simulations", 0, folder=tmp_path, profile="smoke")
+    path, _ = run_piece("simulations", 0, folder=tmp_path, profile="smoke")
     stored = json.loads(path.read_text())
     stored["settings"]["steps"] += 1
     path.write_text(json.dumps(stored))

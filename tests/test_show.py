@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from convres.report import STATEMENTS, claims_table, hypotheses_table, notation
-from convres.show import table, tex
+from convres.show import html_text, strip_tags, table, tex
 
 MATH = '<span class="math notranslate nohighlight">'
 
@@ -87,3 +87,13 @@ def test_a_table_reads_as_text_where_html_is_not_shown():
                       "<tr><td>a &amp; b</td><td><span>partly</span></td></tr></table>")
     assert block._repr_html_().startswith("<table>")
     assert repr(block).splitlines() == ["claim | verdict", "a & b | partly"]
+
+
+def test_strip_tags_keeps_the_text_and_decodes_entities():
+    assert strip_tags('x<sub>1</sub> &lt; 2 <a href="#f">here</a>') == "x1 < 2 here"
+    assert strip_tags("no tags") == "no tags"
+
+
+def test_html_text_reads_a_table_row_by_row():
+    markup = "<table><tr><th>a</th><th>b</th></tr><tr><td>1 &amp; 2</td><td>$x$</td></tr></table>"
+    assert html_text(markup) == "a | b\n1 & 2 | x"

@@ -34,6 +34,9 @@ Run it after building the book (``make browser``; ``make test`` runs it after th
 Without a built site or a Chromium it is skipped with the reason, unless ``CONVRES_SITE_REQUIRED=1``
 (set by the Makefile), which turns the skip into a failure. ``CHROMIUM=/path/to/chrome`` picks
 the browser; ``CONVRES_SITE_DIR`` another built site (default ``_build/html``).
+``CONVRES_SITE_SHARD=K/N`` checks only every N-th page from the K-th on (and the explorer pages
+likewise), the checks of the whole site in shard 0 only: ``make browser`` runs two shards at once,
+one Chromium per core.
 """
 
 from __future__ import annotations
@@ -85,7 +88,20 @@ def _skip_or_fail(reason: str):
     pytest.skip(reason)
 
 
-PAGES = _pages()
+def _shard() -> tuple[int, int]:
+    """``(K, N)`` of ``CONVRES_SITE_SHARD=K/N`` (``(0, 1)``, the whole site, when unset)."""
+    value = os.environ.get("CONVRES_SITE_SHARD", "0/1")
+    m = re.fullmatch(r"(\d+)/(\d+)", value)
+    if not m or not int(m[1]) < int(m[2]):
+        raise pytest.UsageError(f"CONVRES_SITE_SHARD={value!r}: expected K/N with 0 <= K < N, e.g. 0/2.")
+    return int(m[1]), int(m[2])
+
+
+SHARD = _shard()
+ALL_PAGES = _pages()
+PAGES = ALL_PAGES[SHARD[0]::SHARD[1]]
+#: A check of the whole site (not of one page): run by shard 0 only.
+whole_site = pytest.mark.skipif(SHARD[0] != 0, reason="a check of the whole site: shard 0 runs it")
 
 
 # --------------------------------------------------------------------------- the browser
@@ -336,7 +352,8 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 def site():
     if not PAGES:
         _skip_or_fail(f"no built site at {SITE} (build it first: make book, or make strict-build)")
-    shutil.rmtree(SHOTS, ignore_errors=True)  # the screenshots of this run only
+    if SHARD[1] == 1:  # the screenshots of this run only (shards: the Makefile empties the folder)
+        shutil.rmtree(SHOTS, ignore_errors=True)
     server = http.server.ThreadingHTTPServer(
         ("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(SITE)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -403,6 +420,7 @@ def _console_problems(events: list[dict], site: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------- the tests
+@whole_site
 def test_no_execution_error_reports():
     if not PAGES:
         _skip_or_fail(f"no built site at {SITE} (build it first)")
@@ -448,6 +466,7 @@ def test_page(page, site, tab):
     assert not problems, f"{page}:\n  " + "\n  ".join(dict.fromkeys(problems))
 
 
+@whole_site
 def test_notebook_downloads_are_executed(site):
     """Every chapter offers its executed notebook (.ipynb with outputs) for download."""
     chapters = [p for p in PAGES if (ROOT / "book" / p.replace(".html", ".md")).is_file()
@@ -465,6 +484,7 @@ def test_notebook_downloads_are_executed(site):
         assert any(c.get("outputs") for c in code), f"{page}: the .ipynb has no outputs"
 
 
+@whole_site
 def test_site_javascript_is_pinned():
     """The JavaScript the site serves is pinned to exact versions, and the lock file agrees."""
     web = ROOT / "web"
@@ -479,7 +499,8 @@ def test_site_javascript_is_pinned():
 
 # --------------------------------------------------------------------------- the explorers
 EXPLORER_MARK = 'class="convres-explorer'
-EXPLORER_PAGES = [p for p in PAGES if EXPLORER_MARK in (SITE / p).read_text(errors="replace")]
+EXPLORER_PAGES = [p for p in ALL_PAGES
+                  if EXPLORER_MARK in (SITE / p).read_text(errors="replace")][SHARD[0]::SHARD[1]]
 PHONE = 390
 
 # What an explorer shows now: the raw pixel coordinates of every line (SVG path data) and marker of
@@ -939,6 +960,7 @@ def _widget_page(with_shim: bool, explorer: str = "") -> bytes:
 </div></div>{explorer}</main></body></html>""".encode()
 
 
+@whole_site
 def test_saved_widgets_with_mathjax3(site, tab):
     """The embed manager typesets widget labels through MathJax 2's ``MathJax.Hub.Queue``: with the
     site's MathJax 3 and the shim, a page with a saved widget throws nothing and its TeX is
@@ -984,6 +1006,7 @@ def _same(a, b, rtol: float = 1e-4) -> bool:
     return a == b
 
 
+@whole_site
 def test_explorer_data_is_what_convres_computes():
     """The data a built page embeds are what convres computes now: a few positions of every explorer
     recomputed (one run at a time, off the page's batched grid) from the grid settings it embeds."""
@@ -1205,7 +1228,8 @@ def _is_api(page: str) -> bool:
 @pytest.mark.parametrize("page", PAGES or ["(no built site)"])
 def test_page_height(page, site, tab):
     """At 1400 px (a desktop screen) no page of the API reference is taller than 25,000 px; the
-    height of every page is written to ``_build/page-heights.json`` (and printed)."""
+    height of every page is written to ``_build/page-heights.json`` (``page-heights-K.json`` by
+    shard K) and printed."""
     if page not in PAGES or _redirect(page):
         pytest.skip("no page here (index.html only forwards)")
     try:
@@ -1213,7 +1237,7 @@ def test_page_height(page, site, tab):
     finally:
         _reset(tab)
     HEIGHTS[page] = full
-    out = SITE.parent / "page-heights.json"
+    out = SITE.parent / ("page-heights.json" if SHARD[1] == 1 else f"page-heights-{SHARD[0]}.json")
     out.write_text(json.dumps(dict(sorted(HEIGHTS.items())), indent=1))
     print(f"\n{page}: {full} px at {DESKTOP} px")
     if _is_api(page) and full > MAX_API_HEIGHT:
@@ -1318,6 +1342,7 @@ def _template_problems(html: str, api: bool = False) -> list[str]:
     return problems
 
 
+@whole_site
 def test_template_text_is_caught():
     """The patterns of TEMPLATE_TEXT catch the leftovers of the reader's review, and pass their
     corrected forms."""
@@ -1350,6 +1375,7 @@ def test_no_template_text(page):
     assert not problems, f"{page}, template text:\n  " + "\n  ".join(dict.fromkeys(problems))
 
 
+@whole_site
 def test_every_module_is_on_one_api_page():
     """Every public module of convres is on exactly one page of the API reference (API_PAGES of
     web/convres_site.py), and every such page is in the table of contents."""

@@ -127,10 +127,15 @@ def _tune(s, N, d_qk, scale, betas, key, steps, device) -> dict:
     return {b: tune_step(score_of(b), base, extend=k + 4) for b in betas}
 
 
+#: The settings that :func:`_tune` reads (its cache key): not the evaluation seeds, nor anything
+#: else that only the evaluation runs use.
+_TUNE_SETTINGS = ("n", "d", "m", "activation", "dtype", "probe_seeds", "eta_grid", "tune_extend")
+
+
 def _tuned(s, N, d_qk, scale, betas, key, steps, device) -> dict:
-    """:func:`_tune`, cached apart from the evaluation seeds (it does not depend on them): every
-    piece of a run in pieces (:mod:`convres.committed`) reuses it."""
-    config = {"settings": {k: v for k, v in s.items() if k != "seeds"}, "shape": [N, d_qk, scale],
+    """:func:`_tune`, cached on what it reads (:data:`_TUNE_SETTINGS`), apart from the evaluation
+    seeds: every piece of a run in pieces (:mod:`convres.committed`) reuses it."""
+    config = {"settings": {k: s[k] for k in _TUNE_SETTINGS}, "shape": [N, d_qk, scale],
               "betas": betas, "key": key, "steps": steps, "device": str(device)}
     def compute():
         return [[b, t] for b, t in _tune(s, N, d_qk, scale, betas, key, steps, device).items()]
