@@ -7,6 +7,7 @@ import pytest
 
 from convres.committed import assemble, load_paper_result, merge_data, paper_path, pieces, run_piece
 from convres.experiments import EXPERIMENTS, run_experiment, settings
+from convres.experiments import jena
 from convres.experiments.simulations import rerun_escape
 from tests.test_reliability import run_main
 
@@ -113,6 +114,30 @@ def test_a_committed_run_computes_again_to_the_same_numbers():
     assert again["escape"] == stored["escape"] and again["steps_to"] == stored["steps_to"]
     assert again["status"] == stored["status"]
     assert info["provenance"][0]["commit"]
+
+
+def _jena_rerun_matches(res, steps: int) -> None:
+    s = res.settings
+    stored = next(r for r in res.data["runs"] if r["beta"] == 1.0 and r["seed"] == s["seeds"][0]
+                  and "best" in r["protocols"])
+    again = jena.rerun(s, stored["beta"], stored["seed"], stored["eta"], steps)
+    assert again == pytest.approx(stored["train_mse"][:steps + 1], rel=1e-9)
+
+
+def test_a_jena_run_computed_alone_is_the_run_of_the_experiment():
+    """:func:`convres.experiments.jena.rerun` (the spot check below) recomputes a run of the
+    experiment: the smoke profile, every step."""
+    res = run_experiment("jena", "smoke")
+    _jena_rerun_matches(res, res.settings["steps"])
+
+
+def test_a_committed_jena_run_computes_again_to_the_same_numbers():
+    """The spot check of the committed Jena pieces: the first 20 steps of one run (beta = 1, the
+    first seed, its tuned step; every training window) computed again match the committed curve."""
+    loaded = load_paper_result("jena")
+    assert loaded is not None, "results/jena-paper.json is committed"
+    _jena_rerun_matches(loaded[0], 20)
+    assert loaded[1]["provenance"][0]["commit"]
 
 
 def test_merge_refuses_pieces_that_disagree_outside_their_seeds():

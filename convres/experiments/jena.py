@@ -30,8 +30,8 @@ from ..runtime import check_device
 from ..stats import censored, claim_stats, claim_verdict, kendall_tau, steps_to, tune_step
 from .base import Experiment, Result, Shape, dtype_of, finite_list, positive_int, spread
 
-__all__ = ["EXPERIMENT", "JenaTask", "jena_data", "window_count", "linear_ar", "timed_runs", "LEVEL_FACTOR",
-           "TAU_MARGIN", "SAVED_MARGIN", "RELATIVE_LEVELS"]
+__all__ = ["EXPERIMENT", "JenaTask", "jena_data", "window_count", "linear_ar", "timed_runs", "rerun",
+           "LEVEL_FACTOR", "TAU_MARGIN", "SAVED_MARGIN", "RELATIVE_LEVELS"]
 
 #: The absolute speed level, fixed before the evaluation runs: a run has arrived when its training
 #: MSE is at most ``LEVEL_FACTOR`` times the training MSE of the linear autoregressive baseline.
@@ -272,6 +272,19 @@ def _run_jena(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
             "linear_ar": ar, "time_of_day": time_check, "step_sizes": tuned,
             "common_eta": common, "runs": runs,
             "eval_steps": [t for t in range(steps + 1) if t % every == 0 or t == steps]}
+
+
+def rerun(s: dict, beta: float, seed: int, eta: float, steps: int, *, data_dir=None) -> list[float]:
+    """The training MSE ``2 Phi_t / N``, ``t = 0..steps``, of the run of :func:`_run_jena` with
+    ``beta``, ``seed`` and step ``eta`` (settings ``s``), computed alone: the spot check of a
+    committed result (:mod:`convres.committed`)."""
+    task = jena_data(s, data_dir, dtype_of(s))
+    N, _, d = task.X.shape
+    cfgs = _configs(s, d)
+    params = init_params(cfgs[0], seed=seed, dtype=task.X.dtype)   # the same weights for every beta
+    [(_, h)] = sweep([params], task.X, task.Y, [cfgs[s["betas"].index(beta)]], [eta / N], steps,
+                     record_every=steps)
+    return finite_list(2 * h.loss / N)
 
 
 def _level(data: dict) -> float:
