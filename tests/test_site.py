@@ -469,7 +469,7 @@ def test_page(page, site, tab):
 @whole_site
 def test_notebook_downloads_are_executed(site):
     """Every chapter offers its executed notebook (.ipynb with outputs) for download."""
-    chapters = [p for p in PAGES if (ROOT / "book" / p.replace(".html", ".md")).is_file()
+    chapters = [p for p in ALL_PAGES if (ROOT / "book" / p.replace(".html", ".md")).is_file()
                 and "kernelspec" in (ROOT / "book" / p.replace(".html", ".md")).read_text()[:500]]
     assert chapters, "no notebook chapters found in the built site"
     for page in chapters:
@@ -499,8 +499,8 @@ def test_site_javascript_is_pinned():
 
 # --------------------------------------------------------------------------- the explorers
 EXPLORER_MARK = 'class="convres-explorer'
-EXPLORER_PAGES = [p for p in ALL_PAGES
-                  if EXPLORER_MARK in (SITE / p).read_text(errors="replace")][SHARD[0]::SHARD[1]]
+ALL_EXPLORER_PAGES = [p for p in ALL_PAGES if EXPLORER_MARK in (SITE / p).read_text(errors="replace")]
+EXPLORER_PAGES = ALL_EXPLORER_PAGES[SHARD[0]::SHARD[1]]
 PHONE = 390
 
 # What an explorer shows now: the raw pixel coordinates of every line (SVG path data) and marker of
@@ -967,7 +967,7 @@ def test_saved_widgets_with_mathjax3(site, tab):
     typeset; without the shim, the same page throws (so the check can fail)."""
     # an explorer on the same page, if the site has one: its Vega then comes through require.js
     explorer = ""
-    for page in EXPLORER_PAGES[:1]:
+    for page in ALL_EXPLORER_PAGES[:1]:
         found = re.search(r'<div class="convres-explorer.*?</script>\s*</div>', (SITE / page).read_text(), re.S)
         explorer = found.group(0) if found else ""
     results = {}
@@ -990,7 +990,7 @@ def test_saved_widgets_with_mathjax3(site, tab):
     print(f"\nwidget page with the shim: {good}")
     assert good["rendered"] and not good["problems"], f"with the shim: {good}"
     assert good["typeset"] >= 2, f"with the shim the widget's TeX was not typeset: {good}"
-    if EXPLORER_PAGES:   # the explorer drew its charts, with Vega loaded as an AMD module
+    if ALL_EXPLORER_PAGES:   # the explorer drew its charts, with Vega loaded as an AMD module
         assert good["explorerLines"] > 0 and good["amd"], f"explorer next to require.js: {good}"
     assert any("Queue" in p for p in bad["problems"]), \
         f"without the shim the page should throw the MathJax 2 error (else this check proves nothing): {bad}"
@@ -1010,14 +1010,14 @@ def _same(a, b, rtol: float = 1e-4) -> bool:
 def test_explorer_data_is_what_convres_computes():
     """The data a built page embeds are what convres computes now: a few positions of every explorer
     recomputed (one run at a time, off the page's batched grid) from the grid settings it embeds."""
-    if not EXPLORER_PAGES:
+    if not ALL_EXPLORER_PAGES:
         _skip_or_fail("no page with an explorer in the built site")
     from convres import vega
     from convres.experiments import explorers as grids
 
     recompute = {"rank-collapse": grids.rank_collapse_position, "convergence": grids.convergence_position}
     problems = []
-    for page in EXPLORER_PAGES:
+    for page in ALL_EXPLORER_PAGES:
         for ex in _explorers_of(page):
             data = ex["data"]
             keys = [data["start"], ",".join("0" * len(data["controls"])),
