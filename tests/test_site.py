@@ -252,13 +252,6 @@ class Tab:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data["data"]))
 
-    def screenshot(self, path: Path, height: int, width: int = WIDTH):
-        clip = {"x": 0, "y": 0, "width": width, "height": min(height, MAX_SHOT_HEIGHT), "scale": 1}
-        data = self.call("Page.captureScreenshot", {"format": "png", "clip": clip,
-                                                    "captureBeyondViewport": True}, timeout=60)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(base64.b64decode(data["data"]))
-
 
 # What the page reports about itself once MathJax and the widget manager are done.
 INSPECT = r"""
@@ -441,7 +434,10 @@ def test_page(page, site, tab):
     events = tab.open(site + page)
     info = tab.evaluate(INSPECT, timeout=40)
     events += tab._drain()  # what happened after the load event (MathJax, explorers) counts too
-    tab.screenshot(SHOTS / page.replace("/", "__").replace(".html", ".png"), info["height"])
+    try:  # the viewport made as tall as the page: a capture beyond it can come out shifted sideways
+        tab.screenshot_page(SHOTS / page.replace("/", "__").replace(".html", ".png"), info["height"])
+    finally:
+        _reset(tab)
 
     problems = []
     if info["mathCount"] and not info["mathjax"]:
