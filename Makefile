@@ -131,6 +131,7 @@ unit: $(STAMP)
 # pages that read all three results (intro, report). Both run with one PyTorch (OpenMP) thread: two
 # processes of two threads each on two cores wait on each other's spinning threads (measured: the
 # unit tests beside a chapter took 446 s so, 124 s with one thread).
+ONE_THREAD := export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 NBVAL := $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
   --nbval-cell-timeout=900
 FIRST_CHAPTERS  := book/jena.md book/sst2.md
@@ -141,12 +142,10 @@ EXPERIMENT_CHAPTERS := $(FIRST_CHAPTERS) $(SECOND_CHAPTERS) $(READER_CHAPTERS)
 OTHER_CHAPTERS := $(filter-out $(EXPERIMENT_CHAPTERS),$(shell grep -l '{code-cell}' book/*.md))
 SECOND_DONE := _build/.nbval-second-done
 
-notebooks: export OMP_NUM_THREADS := 1
-notebooks: export MKL_NUM_THREADS := 1
 notebooks: $(STAMP)
 	@mkdir -p _build; rm -f $(SECOND_DONE)
 	@echo "nbval: $(FIRST_CHAPTERS), then $(READER_CHAPTERS) (log in _build/nbval-experiments.log), in parallel with $(SECOND_CHAPTERS) and the other chapters"
-	@( $(NBVAL) $(FIRST_CHAPTERS); first=$$?; \
+	@$(ONE_THREAD); ( $(NBVAL) $(FIRST_CHAPTERS); first=$$?; \
 	   while [ ! -f $(SECOND_DONE) ]; do sleep 2; done; \
 	   $(NBVAL) $(READER_CHAPTERS); reader=$$?; test $$first = 0 && test $$reader = 0 ) > _build/nbval-experiments.log 2>&1 & pid=$$!; \
 	  $(NBVAL) $(SECOND_CHAPTERS); second=$$?; touch $(SECOND_DONE); \
@@ -178,7 +177,7 @@ browser: $(STAMP)
 test: lint
 	$(MAKE) --no-print-directory notebooks
 	@mkdir -p _build; echo "strict build, and beside it the unit tests (log in _build/unit.log)"
-	@export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1; $(UNIT) > _build/unit.log 2>&1 & pid=$$!; \
+	@$(ONE_THREAD); $(UNIT) > _build/unit.log 2>&1 & pid=$$!; \
 	  $(MAKE) --no-print-directory strict-build; build=$$?; \
 	  wait $$pid; unit=$$?; echo "unit tests:"; cat _build/unit.log; \
 	  test $$build = 0 && test $$unit = 0

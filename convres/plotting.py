@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .gd import History
+from .show import fixed
 
 __all__ = ["figure", "figure_png", "plot_loss", "beta_colors", "plot_band", "plot_simulations",
            "plot_escape_law", "plot_jena", "plot_sst2", "plot_sst2_summary", "show", "thumbnail_png",
@@ -184,7 +185,7 @@ def plot_escape_law(laws: Sequence[Mapping], horizon: int):
         scale = "1/d_{QK}" if law["scale"] == "1/d_qk" else r"1/\sqrt{d_{QK}}"
         label = rf"$\beta={law['beta']:g}$, scale ${scale}$"
         if law["beta"] == 0:
-            label += f", slope {round(law['slope'], 2) + 0.0:.2f}"  # never '-0.00'
+            label += f", slope {fixed(law['slope'])}"
         ax.errorbar(x, med, yerr=err, color=color, marker=marker, linestyle=ls, capsize=3, label=label,
                     markerfacecolor="white" if any(law["censored"]) else color)
     ax.axhline(horizon, color="k", ls=":", lw=1, label=f"horizon ({horizon:,} steps)")

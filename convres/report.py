@@ -205,9 +205,10 @@ def provenance_table(larger: Mapping[str, tuple[Result, dict] | None]):
             rows.append({"experiment": name, "piece": "none committed", "seeds": "", "wall time": "",
                          "commit": "", "machine": "", "PyTorch": ""})
             continue
-        res, info = big
+        _, info = big
+        blocks = pieces(name)
         for p in info["provenance"]:
-            seeds = pieces(name)[p["piece"]]
+            seeds = blocks[p["piece"]]
             rows.append({"experiment": name, "piece": f"{p['piece'] + 1} of {info['pieces']['total']}",
                          "seeds": f"{seeds[0]} to {seeds[-1]}",
                          "wall time": f"{p['wall_seconds'] / 60:.1f} min",

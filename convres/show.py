@@ -19,8 +19,8 @@ import re
 import textwrap
 from collections.abc import Callable, Mapping
 
-__all__ = ["source", "Source", "tex", "power_of_ten", "table", "plain", "strip_tags", "html_text",
-           "HTMLBlock"]
+__all__ = ["source", "Source", "tex", "power_of_ten", "table", "fixed", "plain", "strip_tags",
+           "html_text", "HTMLBlock"]
 
 
 class Source(str):
@@ -92,6 +92,11 @@ def _cell(value, spec, text: Callable[[str], str], na: str) -> str:
     elif power_of_ten(value) != value:
         value = f"${power_of_ten(value)}$"
     return tex(text(value))
+
+
+def fixed(x: float, digits: int = 2) -> str:
+    """``x`` with ``digits`` decimals, never a negative zero (``-0.004`` reads ``0.00``)."""
+    return f"{round(x, digits) + 0.0:.{digits}f}"
 
 
 def plain(text: str) -> str:
