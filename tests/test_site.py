@@ -63,6 +63,10 @@ SITE = Path(os.environ.get("CONVRES_SITE_DIR", ROOT / "_build" / "html")).resolv
 SHOTS = SITE.parent / "screenshots"
 REQUIRED = os.environ.get("CONVRES_SITE_REQUIRED") == "1"
 WIDTH, HEIGHT = 1280, 1400
+#: The longest an API reference page may be, in px at WIDTH (about 25,000 px at 1400 px: measured,
+#: the pages are 8-9% taller at 1280 px); longer ones are split (API_PAGES in web/convres_site.py).
+MAX_API_HEIGHT = 27_000
+HEIGHTS: dict[str, int] = {}  # page -> height at WIDTH px, written to _build/page-heights.json
 MAX_SHOT_HEIGHT = 16000  # Chromium cannot capture taller images in one piece
 SKIP_DIRS = {"_static", "_sources", "_images", "reports", "vendor"}
 
@@ -427,6 +431,10 @@ def test_no_execution_error_reports():
 
 @pytest.mark.parametrize("page", PAGES or ["(no built site)"])
 def test_page(page, site, tab):
+    """At WIDTH px (a desktop screen): every formula typeset, every figure drawn with alt text, every
+    saved widget rendered, every link inside the site alive, nothing to the console, no page of the
+    API reference taller than MAX_API_HEIGHT. Screenshot ``<page>.png``; the height of every page is
+    written to ``_build/page-heights.json`` (``page-heights-K.json`` by shard K) and printed."""
     redirect = re.search(r'http-equiv="Refresh" content="0; url=([^"]+)"', (SITE / page).read_text())
     if redirect:  # index.html only forwards to the first page
         assert _check_link(site + redirect.group(1), site) is None, f"{page} forwards to a missing page"
@@ -438,8 +446,15 @@ def test_page(page, site, tab):
         tab.screenshot_page(SHOTS / page.replace("/", "__").replace(".html", ".png"), info["height"])
     finally:
         _reset(tab)
+    HEIGHTS[page] = info["height"]
+    out = SITE.parent / ("page-heights.json" if SHARD[1] == 1 else f"page-heights-{SHARD[0]}.json")
+    out.write_text(json.dumps(dict(sorted(HEIGHTS.items())), indent=1))
+    print(f"\n{page}: {info['height']} px at {WIDTH} px")
 
     problems = []
+    if _is_api(page) and info["height"] > MAX_API_HEIGHT:
+        problems.append(f"{info['height']:,} px tall at {WIDTH} px, more than {MAX_API_HEIGHT:,} px: "
+                        "split it (API_PAGES in web/convres_site.py)")
     if info["mathCount"] and not info["mathjax"]:
         problems.append(f"{info['mathCount']} formulas but MathJax did not load")
     for key, what in [("tex", "raw TeX left in the text"), ("untypeset", "formula not typeset"),
@@ -1114,6 +1129,24 @@ def _reset(tab):
              {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False})
 
 
+PHONE_VIEWS: dict[str, tuple] = {}  # page -> what _phone_view saw
+
+
+def _phone_view(tab, page: str, site: str) -> tuple[int, dict, list[str], dict]:
+    """The page at 390 px on a phone, loaded once for both phone checks: its height, LAYOUT, the
+    console problems and CLIPPED_MATH; the screenshot ``phone__<page>.png`` is taken before
+    CLIPPED_MATH unfolds the folded content."""
+    if page not in PHONE_VIEWS:
+        try:
+            full, info, problems = _view(tab, page, site, width=PHONE, height=844, mobile=True)
+            tab.screenshot_page(SHOTS / _shot_name("phone", page), full, width=PHONE, mobile=True)
+            math = tab.evaluate(CLIPPED_MATH, timeout=40)
+        finally:
+            _reset(tab)
+        PHONE_VIEWS[page] = (full, info, problems, math)
+    return PHONE_VIEWS[page]
+
+
 @pytest.mark.parametrize("page", PAGES or ["(no built site)"])
 def test_phone(page, site, tab):
     """At 390 px on a phone: the page is not wider than the screen (wide code and equations scroll
@@ -1121,11 +1154,8 @@ def test_phone(page, site, tab):
     Screenshot ``phone__<page>.png``."""
     if page not in PAGES or _redirect(page):
         pytest.skip("no page here (index.html only forwards)")
-    try:
-        full, info, problems = _view(tab, page, site, width=PHONE, height=844, mobile=True)
-        tab.screenshot_page(SHOTS / _shot_name("phone", page), full, width=PHONE, mobile=True)
-    finally:
-        _reset(tab)
+    _, info, seen, _ = _phone_view(tab, page, site)
+    problems = list(seen)
     if info["scrollWidth"] > info["vw"]:
         problems.append(f"the page is {info['scrollWidth']} px wide on a {info['vw']} px screen; "
                         "sticking out: " + "; ".join(info["wide"] or ["(not found)"]))
@@ -1174,10 +1204,7 @@ def test_print(page, site, tab):
     assert not problems, f"{page} printed:\n  " + "\n  ".join(dict.fromkeys(problems))
 
 
-# --------------------------------------------------------------------------- page lengths, phone math
-DESKTOP = 1400           # px: the width at which page heights are measured
-MAX_API_HEIGHT = 25_000  # px at DESKTOP: the longest an API reference page may be
-HEIGHTS: dict[str, int] = {}  # page -> height at DESKTOP px, written to _build/page-heights.json
+# --------------------------------------------------------------------------- phone math
 
 # Display equations (MathJax's `mjx-container[display="true"]`) whose typeset formula does not fit
 # the part of the page it is shown in: wider than the visible width of the container or of any
@@ -1222,37 +1249,12 @@ def _is_api(page: str) -> bool:
 
 
 @pytest.mark.parametrize("page", PAGES or ["(no built site)"])
-def test_page_height(page, site, tab):
-    """At 1400 px (a desktop screen) no page of the API reference is taller than 25,000 px; the
-    height of every page is written to ``_build/page-heights.json`` (``page-heights-K.json`` by
-    shard K) and printed."""
-    if page not in PAGES or _redirect(page):
-        pytest.skip("no page here (index.html only forwards)")
-    try:
-        full, _, problems = _view(tab, page, site, width=DESKTOP, height=1000)
-    finally:
-        _reset(tab)
-    HEIGHTS[page] = full
-    out = SITE.parent / ("page-heights.json" if SHARD[1] == 1 else f"page-heights-{SHARD[0]}.json")
-    out.write_text(json.dumps(dict(sorted(HEIGHTS.items())), indent=1))
-    print(f"\n{page}: {full} px at {DESKTOP} px")
-    if _is_api(page) and full > MAX_API_HEIGHT:
-        problems.append(f"{full:,} px tall at {DESKTOP} px, more than {MAX_API_HEIGHT:,} px: "
-                        "split it (API_PAGES in web/convres_site.py)")
-    assert not problems, f"{page}:\n  " + "\n  ".join(dict.fromkeys(problems))
-
-
-@pytest.mark.parametrize("page", PAGES or ["(no built site)"])
 def test_display_math_fits_a_phone(page, site, tab):
     """At 390 px on a phone every display equation fits the column it is shown in (none is cut off
     or scrolls sideways): a long one is split over lines (``aligned`` with ``\\\\``)."""
     if page not in PAGES or _redirect(page):
         pytest.skip("no page here (index.html only forwards)")
-    try:
-        _view(tab, page, site, width=PHONE, height=844, mobile=True)
-        math = tab.evaluate(CLIPPED_MATH, timeout=40)
-    finally:
-        _reset(tab)
+    math = _phone_view(tab, page, site)[3]
     print(f"\n{page}: {len(math['clipped'])} of {math['total']} display equations do not fit {PHONE} px")
     assert not math["clipped"], (f"{page} at {PHONE} px, display equations that do not fit:\n  "
                                  + "\n  ".join(math["clipped"]))

@@ -194,7 +194,7 @@ def _run_width_seeds(s: dict, **_) -> dict:
 WIDTH_SEEDS = Experiment(
     "theorem_width_seeds", "Width theorem: instances drawn at d_min, certified or not", "book/width.md",
     {"book": dict(delta=0.05, shapes=[[1, 2], [2, 2], [1, 4], [2, 4]], fractions=[1.0, 0.5],
-                  seeds=list(range(10000, 10020))),
+                  seeds=list(range(10000, 10010))),
      "paper": dict(delta=0.05, shapes=[[1, 2], [2, 2], [1, 4], [2, 4]], fractions=[1.0, 0.7, 0.5, 0.35],
                    seeds=list(range(10000, 10050))),
      "smoke": dict(delta=0.05, shapes=[[1, 1]], fractions=[1.0], seeds=[10000])},
