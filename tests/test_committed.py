@@ -1,6 +1,7 @@
 """The committed results: pieces, their merge, provenance, and a recomputed spot check."""
 
 import dataclasses
+import importlib
 import json
 
 import pytest
@@ -66,6 +67,30 @@ def test_pieces_merge_to_the_whole_run(one_seed_pieces, tmp_path):
     for cm, cw in zip(merged.claims(), whole.claims()):
         assert cm.get("effect") == pytest.approx(cw.get("effect"), abs=1e-9)
     assert merged.summary()["escape"] == whole.summary()["escape"]
+
+
+#: What each experiment computes without its evaluation seeds (so once for all pieces).
+SHARED = {"simulations": ["_tune"], "jena": ["_tune", "_time_of_day_check"],
+          "sst2": ["_tune", "_precision_check", "_run_sst2_wide"]}
+
+
+@pytest.mark.parametrize("name", list(SHARED))
+def test_the_pieces_of_a_run_tune_and_check_once(name, one_seed_pieces, tmp_path, monkeypatch):
+    """The step sizes tuned on the probe seeds, and the checks on a probe seed, are the same for
+    every piece: the first piece computes them, the second reads them back (and the merged run has
+    one set of steps)."""
+    monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
+    module = importlib.import_module(f"convres.experiments.{name}")
+    calls: list[str] = []
+    for f in SHARED[name]:
+        original = getattr(module, f)
+        monkeypatch.setattr(module, f, lambda *a, _f=f, _g=original, **k: calls.append(_f) or _g(*a, **k))
+    run_piece(name, 0, folder=tmp_path, profile="smoke")
+    first = list(calls)
+    run_piece(name, 1, folder=tmp_path, profile="smoke")
+    assert sorted(set(first)) == sorted(SHARED[name]) and calls == first
+    merged, _ = load_paper_result(name, tmp_path, "smoke")
+    assert merged.data["step_sizes"] == run_experiment(name, "smoke").data["step_sizes"]
 
 
 def test_a_missing_piece_is_listed_not_filled(one_seed_pieces, tmp_path):

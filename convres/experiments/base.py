@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..cache import cached_json
 from ..model import ModelConfig
 from ..stats import VERDICTS
 from ..values import as_int, json_safe
 
 __all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
            "RESULT_FORMAT", "check_settings", "measured_rate", "finite_list", "dtype_of", "stable",
-           "median_by", "spread", "final", "positive_int", "output_rows"]
+           "median_by", "spread", "final", "positive_int", "output_rows", "shared_by_pieces"]
 
 PROFILES = ("book", "paper", "smoke")
 #: Version of the layout of the results; part of the cache key (bump it when a runner changes).
@@ -214,3 +215,13 @@ def final(r, field="loss"):
 def positive_int(s: dict, key: str) -> int:
     """Setting ``key`` as a positive integer."""
     return as_int(f"setting {key!r}", s.get(key), minimum=1)
+
+
+def shared_by_pieces(what: str, s: dict, compute: Callable[[], Any], **context: Any) -> Any:
+    """``compute()``, a part of an experiment that does not use its evaluation seeds (the step sizes
+    tuned on the probe seeds, a check on a probe seed), cached as ``what`` on the settings ``s``
+    less ``seeds`` and on ``context`` (JSON-serializable): the pieces of a run in pieces
+    (:mod:`convres.committed`) differ only in ``seeds``, so the first computes it and the others
+    read it back."""
+    config = {"settings": {k: v for k, v in s.items() if k != "seeds"}, **context}
+    return cached_json(what, config, compute)

@@ -28,7 +28,7 @@ from ..model import ModelConfig, forward_trace, init_params
 from ..plotting import plot_jena
 from ..runtime import check_device
 from ..stats import censored, claim_stats, claim_verdict, kendall_tau, steps_to, tune_step
-from .base import Experiment, Result, Shape, dtype_of, finite_list, positive_int, spread
+from .base import Experiment, Result, Shape, dtype_of, finite_list, positive_int, shared_by_pieces, spread
 
 __all__ = ["EXPERIMENT", "JenaTask", "jena_data", "window_count", "linear_ar", "timed_runs", "rerun",
            "LEVEL_FACTOR", "TAU_MARGIN", "SAVED_MARGIN", "RELATIVE_LEVELS"]
@@ -234,12 +234,14 @@ def _run_jena(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     other = jena_data(s, data_dir, dtype_of(s), time_of_day=not s["time_of_day"])
     ar_other = linear_ar(other.X, other.Y, other.X_val, other.Y_val, inner, s["ridge_grid"])
     with_tod, without = (ar, ar_other) if s["time_of_day"] else (ar_other, ar)
+    tasks = (task, other) if s["time_of_day"] else (other, task)        # (with, without) the features
+    model_check = shared_by_pieces("time-of-day-jena", s,
+                                   lambda: _time_of_day_check(s, *tasks, inner, device), device=str(device))
     time_check = {"chosen": bool(s["time_of_day"]), "ar_inner_mse_with": with_tod["inner_best"],
-                  "ar_inner_mse_without": without["inner_best"],
-                  **_time_of_day_check(s, task if s["time_of_day"] else other,
-                                       other if s["time_of_day"] else task, inner, device)}
+                  "ar_inner_mse_without": without["inner_best"], **model_check}
     cfgs = _configs(s, d)
-    tuned = _tune(s, X, Y, cfgs, progress=progress, device=device)
+    tuned = shared_by_pieces("tune-jena", s, lambda: _tune(s, X, Y, cfgs, progress=progress, device=device),
+                             device=str(device))
     best = {t["beta"]: t["chosen"] for t in tuned}
     common = min(best.values())
     dev = check_device(device)

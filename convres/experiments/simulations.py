@@ -23,7 +23,6 @@ import math
 
 import numpy as np
 
-from ..cache import cached_json
 from ..collapse import rank_one_floor
 from ..gd import sweep
 from ..instances import synthetic_regression
@@ -40,7 +39,7 @@ from ..stats import (
     steps_to,
     tune_step,
 )
-from .base import Experiment, Result, Shape, dtype_of, finite_list
+from .base import Experiment, Result, Shape, dtype_of, finite_list, shared_by_pieces
 
 __all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "MARGIN_STEPS", "MARGIN_TAU", "speed", "escape_law",
            "rerun_escape"]
@@ -127,22 +126,14 @@ def _tune(s, N, d_qk, scale, betas, key, steps, device) -> dict:
     return {b: tune_step(score_of(b), base, extend=k + 4) for b in betas}
 
 
-#: The settings that :func:`_tune` reads (its cache key): not the evaluation seeds, nor anything
-#: else that only the evaluation runs use.
-_TUNE_SETTINGS = ("n", "d", "m", "activation", "dtype", "probe_seeds", "eta_grid", "tune_extend")
-
-
 def _tuned(s, N, d_qk, scale, betas, key, steps, device) -> dict:
-    """:func:`_tune`, cached on what it reads (:data:`_TUNE_SETTINGS`), apart from the evaluation
-    seeds: every piece of a run in pieces (:mod:`convres.committed`) reuses it."""
-    config = {"settings": {k: s[k] for k in _TUNE_SETTINGS}, "shape": [N, d_qk, scale],
-              "betas": betas, "key": key, "steps": steps, "device": str(device)}
+    """:func:`_tune`, computed once for all pieces (:func:`convres.experiments.base.shared_by_pieces`)."""
     def compute():
         return [[b, t] for b, t in _tune(s, N, d_qk, scale, betas, key, steps, device).items()]
 
-    rows = cached_json("tune-simulations", config, compute)
+    rows = shared_by_pieces("tune-simulations", s, compute, shape=[N, d_qk, scale], betas=betas, key=key,
+                            steps=steps, device=str(device))
     return {float(b): t for b, t in rows}
-
 
 def _record(beta, eta, seed, X, Y, p0, h, *, cfg, mu, steps, curve: bool, check: bool, floor_eps: float):
     floor = rank_one_floor(Y.double())
