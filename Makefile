@@ -125,32 +125,37 @@ unit: $(STAMP)
 	$(UNIT)
 
 # Every chapter executed by nbval, in two processes (one per core: the experiments run one PyTorch
-# thread each), then the pages that read all three experiments (intro, report). Each experiment is
-# computed once, by the chapter that shows it, and then read from the cache. The first process runs
-# the Jena chapter and the chapters of the theory with the heaviest cells; the second the SST-2 and
-# simulations chapters, then every other chapter (measured, one core each: Jena ~320 s, SST-2 ~270 s,
-# simulations ~200 s, width ~80 s, the others 5-40 s each; the two lists are about equal in sum).
-# Both run with one PyTorch (OpenMP) thread: two processes of two threads each on two cores wait on
-# each other's spinning threads (measured: the unit tests beside a chapter took 446 s so, 124 s with
-# one thread).
+# thread each). Each experiment is computed once, by the chapter that shows it, and then read from
+# the cache. The first process runs the Jena chapter and the chapters of the theory with the
+# heaviest cells, then, once the second has computed the SST-2 and simulations experiments, the pages
+# that read all three (intro, report); the second runs the SST-2 and simulations chapters, then every
+# other chapter (measured, one core each: Jena ~250 s, SST-2 ~250 s, simulations ~200 s, width
+# ~70 s, the others 5-40 s each; the two processes take about equally long). Both run with one
+# PyTorch (OpenMP) thread: two processes of two threads each on two cores wait on each other's
+# spinning threads (measured: the unit tests beside a chapter took 446 s so, 124 s with one thread).
 ONE_THREAD := export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 NBVAL := $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
   --nbval-cell-timeout=900
 FIRST_CHAPTERS  := book/jena.md book/width.md book/certificate.md book/rank_collapse_gd.md \
                    book/ffn.md book/performance.md
+SECOND_CHAPTERS := book/sst2.md book/simulations.md
 READER_CHAPTERS := book/intro.md book/report.md
 # (only pages with code cells: nbval finds nothing to run in the others)
-SECOND_CHAPTERS := book/sst2.md book/simulations.md $(filter-out $(FIRST_CHAPTERS) $(READER_CHAPTERS) \
-                   book/sst2.md book/simulations.md,$(shell grep -l '{code-cell}' book/*.md))
+OTHER_CHAPTERS  := $(filter-out $(FIRST_CHAPTERS) $(SECOND_CHAPTERS) $(READER_CHAPTERS),\
+                   $(shell grep -l '{code-cell}' book/*.md))
+SECOND_DONE := _build/.nbval-second-done
 
 notebooks: $(STAMP)
-	@mkdir -p _build
-	@echo "nbval: $(FIRST_CHAPTERS) (log in _build/nbval-first.log) in parallel with $(SECOND_CHAPTERS); then $(READER_CHAPTERS)"
-	@$(ONE_THREAD); $(NBVAL) $(FIRST_CHAPTERS) > _build/nbval-first.log 2>&1 & pid=$$!; \
-	  $(NBVAL) $(SECOND_CHAPTERS); second=$$?; \
-	  wait $$pid; first=$$?; echo "nbval, $(FIRST_CHAPTERS):"; cat _build/nbval-first.log; \
-	  $(NBVAL) $(READER_CHAPTERS); reader=$$?; \
-	  test $$first = 0 && test $$second = 0 && test $$reader = 0
+	@mkdir -p _build; rm -f $(SECOND_DONE)
+	@echo "nbval: $(FIRST_CHAPTERS), then $(READER_CHAPTERS) (log in _build/nbval-first.log), in parallel with $(SECOND_CHAPTERS), then $(OTHER_CHAPTERS)"
+	@$(ONE_THREAD); ( $(NBVAL) $(FIRST_CHAPTERS); first=$$?; \
+	   while [ ! -f $(SECOND_DONE) ]; do sleep 2; done; \
+	   $(NBVAL) $(READER_CHAPTERS); reader=$$?; test $$first = 0 && test $$reader = 0 ) \
+	  > _build/nbval-first.log 2>&1 & pid=$$!; \
+	  $(NBVAL) $(SECOND_CHAPTERS); second=$$?; touch $(SECOND_DONE); \
+	  $(NBVAL) $(OTHER_CHAPTERS); other=$$?; \
+	  wait $$pid; first=$$?; echo "nbval, $(FIRST_CHAPTERS) $(READER_CHAPTERS):"; cat _build/nbval-first.log; \
+	  test $$first = 0 && test $$second = 0 && test $$other = 0
 
 strict-build: $(STAMP) $(ASSETS)
 	$(BIN)/jupyter-book build --all book -W -n --keep-going
@@ -169,11 +174,16 @@ browser: $(STAMP)
 	wait $$pid; second=$$?; echo "browser, the second shard:"; cat _build/browser-1.log; \
 	test $$first = 0 && test $$second = 0
 
-# Lint first (a typo fails in a minute); then the chapters (two processes); then the strict build
-# (it reads every experiment from the cache) with the unit tests on the other core, one thread each;
-# then the browser check (two shards).
-test: lint
-	$(MAKE) --no-print-directory notebooks
+# ruff first (a typo fails in a second); then the chapters (two processes) with mypy beside them;
+# then the strict build (it reads every experiment from the cache) with the unit tests on the other
+# core, one thread each; then the browser check (two shards). `make lint` runs ruff and mypy alone.
+test: $(STAMP)
+	$(BIN)/ruff check convres benchmarks conftest.py
+	@mkdir -p _build; echo "mypy beside the chapters (log in _build/mypy.log)"
+	@$(BIN)/mypy > _build/mypy.log 2>&1 & pid=$$!; \
+	  $(MAKE) --no-print-directory notebooks; notebooks=$$?; \
+	  wait $$pid; mypy=$$?; echo "mypy:"; cat _build/mypy.log; \
+	  test $$notebooks = 0 && test $$mypy = 0
 	@mkdir -p _build; echo "strict build, and beside it the unit tests (log in _build/unit.log)"
 	@$(ONE_THREAD); $(UNIT) > _build/unit.log 2>&1 & pid=$$!; \
 	  $(MAKE) --no-print-directory strict-build; build=$$?; \
