@@ -135,6 +135,7 @@ def _tuned(s, N, d_qk, scale, betas, key, steps, device) -> dict:
                             steps=steps, device=str(device))
     return {float(b): t for b, t in rows}
 
+
 def _record(beta, eta, seed, X, Y, p0, h, *, cfg, mu, steps, curve: bool, check: bool, floor_eps: float):
     floor = rank_one_floor(Y.double())
     run = dict(beta=beta, eta=eta, seed=seed, status=h.status, **speed(h.loss, floor, steps),
