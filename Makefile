@@ -115,9 +115,12 @@ SITE_TESTS := tests/test_site.py tests/test_links.py tests/test_lines.py
 
 # ruff's lint rules (pyproject.toml: line length, imports, pyflakes, bugbear, ...) on the package
 # and the benchmark, and mypy on the package.
+RUFF := $(BIN)/ruff check convres benchmarks conftest.py
+MYPY := $(BIN)/mypy
+
 lint: $(STAMP)
-	$(BIN)/ruff check convres benchmarks conftest.py
-	$(BIN)/mypy
+	$(RUFF)
+	$(MYPY)
 
 UNIT := $(BIN)/python -m pytest tests -q $(addprefix --ignore=,$(SITE_TESTS))
 
@@ -178,9 +181,9 @@ browser: $(STAMP)
 # then the strict build (it reads every experiment from the cache) with the unit tests on the other
 # core, one thread each; then the browser check (two shards). `make lint` runs ruff and mypy alone.
 test: $(STAMP)
-	$(BIN)/ruff check convres benchmarks conftest.py
+	$(RUFF)
 	@mkdir -p _build; echo "mypy beside the chapters (log in _build/mypy.log)"
-	@$(BIN)/mypy > _build/mypy.log 2>&1 & pid=$$!; \
+	@$(MYPY) > _build/mypy.log 2>&1 & pid=$$!; \
 	  $(MAKE) --no-print-directory notebooks; notebooks=$$?; \
 	  wait $$pid; mypy=$$?; echo "mypy:"; cat _build/mypy.log; \
 	  test $$notebooks = 0 && test $$mypy = 0

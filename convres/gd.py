@@ -146,9 +146,10 @@ def _loss_and_grad(params, X, Y, cfg, residual):
 
 #: Stack configurations only while one configuration's largest activation (rows ``N n`` times the
 #: widest layer) stays below this many entries; beyond it, running them one by one is as fast or
-#: faster on a CPU (``benchmarks/gd_speed.py``, the *Performance* appendix; measured on one core:
-#: stacked 1.2-1.3 times faster at 25,000-48,000 entries, the Jena chapter's size, and no faster
-#: at 290,000; the limit is just above the largest size measured faster).
+#: faster on a CPU (the *Performance* appendix, ``benchmarks/gd_speed.py``; measured on one core with
+#: sweeps of 10-20 configurations of the Jena model: stacked 1.2-1.3 times faster at 25,000-48,000
+#: entries, the Jena chapter's size, and no faster at 290,000; the limit is just above the largest
+#: size measured faster).
 STACK_LIMIT = 50_000
 #: At most this many configurations in one stack.
 STACK_MAX = 64

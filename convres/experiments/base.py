@@ -217,11 +217,11 @@ def positive_int(s: dict, key: str) -> int:
     return as_int(f"setting {key!r}", s.get(key), minimum=1)
 
 
-def shared_by_pieces(what: str, s: dict, compute: Callable[[], Any], **context: Any) -> Any:
+def shared_by_pieces(what: str, s: dict, device, compute: Callable[[], Any], **context: Any) -> Any:
     """``compute()``, a part of an experiment that does not use its evaluation seeds (the step sizes
     tuned on the probe seeds, a check on a probe seed), cached as ``what`` on the settings ``s``
-    less ``seeds`` and on ``context`` (JSON-serializable): the pieces of a run in pieces
-    (:mod:`convres.committed`) differ only in ``seeds``, so the first computes it and the others
-    read it back."""
-    config = {"settings": {k: v for k, v in s.items() if k != "seeds"}, **context}
+    less ``seeds``, the ``device`` it runs on and ``context`` (JSON-serializable): the pieces of a
+    run in pieces (:mod:`convres.committed`) differ only in ``seeds``, so the first computes it and
+    the others read it back."""
+    config = {"settings": {k: v for k, v in s.items() if k != "seeds"}, **context, "device": str(device)}
     return cached_json(what, config, compute)

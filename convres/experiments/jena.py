@@ -233,15 +233,16 @@ def _run_jena(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     # the time-of-day check: the linear model's inner-split MSE with and without the two features
     other = jena_data(s, data_dir, dtype_of(s), time_of_day=not s["time_of_day"])
     ar_other = linear_ar(other.X, other.Y, other.X_val, other.Y_val, inner, s["ridge_grid"])
-    with_tod, without = (ar, ar_other) if s["time_of_day"] else (ar_other, ar)
-    tasks = (task, other) if s["time_of_day"] else (other, task)        # (with, without) the features
-    model_check = shared_by_pieces("time-of-day-jena", s,
-                                   lambda: _time_of_day_check(s, *tasks, inner, device), device=str(device))
+    # (task, linear AR) with and without the two features
+    (t_with, with_tod), (t_without, without) = \
+        ((task, ar), (other, ar_other)) if s["time_of_day"] else ((other, ar_other), (task, ar))
+    model_check = shared_by_pieces("time-of-day-jena", s, device,
+                                   lambda: _time_of_day_check(s, t_with, t_without, inner, device))
     time_check = {"chosen": bool(s["time_of_day"]), "ar_inner_mse_with": with_tod["inner_best"],
                   "ar_inner_mse_without": without["inner_best"], **model_check}
     cfgs = _configs(s, d)
-    tuned = shared_by_pieces("tune-jena", s, lambda: _tune(s, X, Y, cfgs, progress=progress, device=device),
-                             device=str(device))
+    tuned = shared_by_pieces("tune-jena", s, device,
+                             lambda: _tune(s, X, Y, cfgs, progress=progress, device=device))
     best = {t["beta"]: t["chosen"] for t in tuned}
     common = min(best.values())
     dev = check_device(device)

@@ -131,8 +131,8 @@ def _tuned(s, N, d_qk, scale, betas, key, steps, device) -> dict:
     def compute():
         return [[b, t] for b, t in _tune(s, N, d_qk, scale, betas, key, steps, device).items()]
 
-    rows = shared_by_pieces("tune-simulations", s, compute, shape=[N, d_qk, scale], betas=betas, key=key,
-                            steps=steps, device=str(device))
+    rows = shared_by_pieces("tune-simulations", s, device, compute, shape=[N, d_qk, scale], betas=betas,
+                            key=key, steps=steps)
     return {float(b): t for b, t in rows}
 
 

@@ -285,8 +285,8 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     init_rows = _init_rows(s, X, Yt)
     # 3. each arm's step, on the probe seeds
     arms = [(L, b) for L in s["depths"] for b in s["betas"]]
-    tuned = dict(zip(arms, shared_by_pieces("tune-sst2", s, lambda: [_tune(s, X, Yt, *a, dtype, device)
-                                                                     for a in arms], device=str(device))))
+    tuned = dict(zip(arms, shared_by_pieces("tune-sst2", s, device,
+                                            lambda: [_tune(s, X, Yt, *a, dtype, device) for a in arms])))
     # 4. every arm at its step, on the evaluation seeds (the same draws for both arms of a seed)
     meta = [(a, seed) for a in arms for seed in s["seeds"]]
     cfgs = [_cfg(s, *a) for a, _ in meta]
@@ -318,10 +318,9 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
                          pooled_sigma_min=sig_min, pooled_sigma_ratio=sig_ratio))
     # 5. float32 against float64: the deepest arms, the same inputs and initial weights; 6. the wide
     # FFN; both on a probe seed, so the same in every piece
-    check = shared_by_pieces("precision-sst2", s, lambda: _precision_check(s, X, Yt, tuned, device),
-                             device=str(device))
-    wide = shared_by_pieces("wide-sst2", s, lambda: _run_sst2_wide(s, task, device),
-                            device=str(device)) if s.get("wide") else None
+    check = shared_by_pieces("precision-sst2", s, device, lambda: _precision_check(s, X, Yt, tuned, device))
+    wide = shared_by_pieces("wide-sst2", s, device, lambda: _run_sst2_wide(s, task, device)) \
+        if s.get("wide") else None
     return {"N": int(N), "N_val": int(Xv.shape[0]), "n": int(n), "embedding": task.info, "level": level,
             "init": init_rows, "step_sizes": list(tuned.values()), "runs": runs,
             "eval_steps": [t for t in range(steps + 1) if t % every == 0 or t == steps],
