@@ -22,7 +22,8 @@ The build must have no execution-error reports (``_build/html/reports/``), and e
 offer its executed notebook for download. Screenshots of every page go to ``_build/screenshots/``,
 for a person to look at: ``<page>.png`` (1280 px, light) and ``phone__<page>.png`` (390 px); with
 ``CONVRES_SCREENSHOTS=all`` also ``dark__<page>.png`` and ``print__<page>.png`` (the print layout, A4
-width), whose checks run either way (a second each a page: ``make test`` leaves them out).
+width); their checks run either way (the two screenshots cost about a second a page, so ``make
+test`` leaves them out).
 
 Every explorer (``convres.explorers``, drawn by ``web/explorer.js``) is played as a reader would:
 each slider is moved with the keyboard (End, Home, arrows) and one with the mouse, and after every
@@ -1134,9 +1135,9 @@ def _reset(tab):
 PHONE_VIEWS: dict[str, tuple] = {}  # page -> what _phone_view saw
 
 
-def _phone_view(tab, page: str, site: str) -> tuple[int, dict, list[str], dict]:
-    """The page at 390 px on a phone, loaded once for both phone checks: its height, LAYOUT, the
-    console problems and CLIPPED_MATH; the screenshot ``phone__<page>.png`` is taken before
+def _phone_view(tab, page: str, site: str) -> tuple[dict, list[str], dict]:
+    """The page at 390 px on a phone, loaded once for both phone checks: LAYOUT, the console
+    problems and CLIPPED_MATH; the screenshot ``phone__<page>.png`` is taken before
     CLIPPED_MATH unfolds the folded content."""
     if page not in PHONE_VIEWS:
         try:
@@ -1145,7 +1146,7 @@ def _phone_view(tab, page: str, site: str) -> tuple[int, dict, list[str], dict]:
             math = tab.evaluate(CLIPPED_MATH, timeout=40)
         finally:
             _reset(tab)
-        PHONE_VIEWS[page] = (full, info, problems, math)
+        PHONE_VIEWS[page] = (info, problems, math)
     return PHONE_VIEWS[page]
 
 
@@ -1156,7 +1157,7 @@ def test_phone(page, site, tab):
     Screenshot ``phone__<page>.png``."""
     if page not in PAGES or _redirect(page):
         pytest.skip("no page here (index.html only forwards)")
-    _, info, seen, _ = _phone_view(tab, page, site)
+    info, seen, _ = _phone_view(tab, page, site)
     problems = list(seen)
     if info["scrollWidth"] > info["vw"]:
         problems.append(f"the page is {info['scrollWidth']} px wide on a {info['vw']} px screen; "
@@ -1259,7 +1260,7 @@ def test_display_math_fits_a_phone(page, site, tab):
     or scrolls sideways): a long one is split over lines (``aligned`` with ``\\\\``)."""
     if page not in PAGES or _redirect(page):
         pytest.skip("no page here (index.html only forwards)")
-    math = _phone_view(tab, page, site)[3]
+    math = _phone_view(tab, page, site)[2]
     print(f"\n{page}: {len(math['clipped'])} of {math['total']} display equations do not fit {PHONE} px")
     assert not math["clipped"], (f"{page} at {PHONE} px, display equations that do not fit:\n  "
                                  + "\n  ".join(math["clipped"]))
