@@ -285,8 +285,8 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     init_rows = _init_rows(s, X, Yt)
     # 3. each arm's step, on the probe seeds
     arms = [(L, b) for L in s["depths"] for b in s["betas"]]
-    tuned = dict(zip(arms, shared_by_pieces("tune-sst2", s, device,
-                                            lambda: [_tune(s, X, Yt, *a, dtype, device) for a in arms])))
+    tuned = {a: shared_by_pieces("tune-sst2", s, device, lambda a=a: _tune(s, X, Yt, *a, dtype, device),
+                                 arm=list(a)) for a in arms}    # one entry an arm: kept if a run stops
     # 4. every arm at its step, on the evaluation seeds (the same draws for both arms of a seed)
     meta = [(a, seed) for a in arms for seed in s["seeds"]]
     cfgs = [_cfg(s, *a) for a, _ in meta]
@@ -621,5 +621,5 @@ EXPERIMENT = Experiment(
      "smoke": dict(_SST2, n_train=16, depths=[1, 2], seeds=[0, 1], probe_seeds=[100], eta_grid=[0.1, 0.2],
                    extend=2, probe_steps=3, steps=10, eval_every=5, check_steps=3, vocab_size=300,
                    wide=dict(_WIDE, n_train=8, m=16, L=1, steps=5, record_every=5, power_iters=3))},
-    _run_sst2, _sst2_numbers, _sst2_claims, plot_sst2, shapes=_shapes, report=_report, piece_seeds=2,
+    _run_sst2, _sst2_numbers, _sst2_claims, plot_sst2, shapes=_shapes, report=_report, piece_seeds=1,
     paper="SST-2, L = 2, 6, 10 with and without residuals; subset, embeddings, steps not stated")
