@@ -101,18 +101,20 @@ def tune_step(score: Callable[[float], float], grid: Sequence[float], *, factor:
     """The best step on a factor-``factor`` grid, bracketed: ``score(eta)`` (lower is better, ``inf``
     for a diverged run; computed on probe seeds, never the evaluation seeds) is evaluated on
     ``grid``, and while the best value sits at an edge the grid grows past that edge, at most
-    ``extend`` times. Returns ``{"grid", "scores", "chosen", "bracketed"}``; ``bracketed`` is false
-    when the budget ran out with the best step still at an edge (the caller must say so)."""
+    ``extend`` times; while every step diverges it grows below the smallest (only a smaller step can
+    be stable). Returns ``{"grid", "scores", "chosen", "bracketed"}``; ``bracketed`` is false when
+    the budget ran out with the best step still at an edge, or with no stable step (the caller must
+    say so)."""
     etas = sorted({float(g) for g in grid})
     if len(etas) < 2:
         raise ValueError(f"tune_step needs a grid of at least two steps, got {list(grid)}.")
     scores = {eta: float(score(eta)) for eta in etas}
     for _ in range(extend):
         best = min(etas, key=lambda e: (scores[e], -e))
-        if best == etas[0] and not math.isinf(scores[best]):
+        if best == etas[0] or math.isinf(scores[best]):
             new = etas[0] / factor
             etas.insert(0, new)
-        elif best == etas[-1] and not math.isinf(scores[best]):
+        elif best == etas[-1]:
             new = etas[-1] * factor
             etas.append(new)
         else:
@@ -120,7 +122,7 @@ def tune_step(score: Callable[[float], float], grid: Sequence[float], *, factor:
         scores[new] = float(score(new))
     best = min(etas, key=lambda e: (scores[e], -e))
     return {"grid": etas, "scores": [scores[e] for e in etas], "chosen": best,
-            "bracketed": etas[0] < best < etas[-1]}
+            "bracketed": etas[0] < best < etas[-1] and not math.isinf(scores[best])}
 
 
 def loglog_slope(x: Sequence[float], T: Sequence[Sequence[float]], *, level: float = 0.95,

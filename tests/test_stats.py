@@ -67,5 +67,11 @@ def test_tune_step_brackets_the_best():
     assert out["chosen"] == 4.0 and out["bracketed"]
     out = tune_step(lambda eta: 1.0 / eta, [1.0, 2.0], extend=1)
     assert not out["bracketed"] and out["chosen"] == 4.0
+    # every step of the grid diverges: the grid grows downwards until one is stable, then past it
+    out = tune_step(lambda eta: math.inf if eta > 0.3 else 1.0 / eta, [1.0, 2.0])
+    assert out["grid"] == [0.125, 0.25, 0.5, 1.0, 2.0]
+    assert out["chosen"] == 0.25 and out["bracketed"]
+    out = tune_step(lambda eta: math.inf, [1.0, 2.0], extend=2)
+    assert out["grid"] == [0.25, 0.5, 1.0, 2.0] and not out["bracketed"]
     with pytest.raises(ValueError, match="two steps"):
         tune_step(lambda eta: eta, [1.0])
