@@ -210,7 +210,7 @@ def provenance_table(larger: Mapping[str, tuple[Result, dict] | None]):
         for p in info["provenance"]:
             seeds = blocks[p["piece"]]
             rows.append({"experiment": name, "piece": f"{p['piece'] + 1} of {info['pieces']['total']}",
-                         "seeds": f"{seeds[0]} to {seeds[-1]}",
+                         "seeds": f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]} to {seeds[-1]}",
                          "wall time": f"{p['wall_seconds'] / 60:.1f} min",
                          "commit": (p["commit"] or "unknown")[:10],
                          "machine": f"{p['machine']}, {p['device']}", "PyTorch": p["torch"]})

@@ -285,8 +285,12 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     init_rows = _init_rows(s, X, Yt)
     # 3. each arm's step, on the probe seeds
     arms = [(L, b) for L in s["depths"] for b in s["betas"]]
-    tuned = {a: shared_by_pieces("tune-sst2", s, device, lambda a=a: _tune(s, X, Yt, *a, dtype, device),
-                                 arm=list(a)) for a in arms}    # one entry an arm: kept if a run stops
+
+    def tune(L: int, beta: float) -> dict:  # one cache entry an arm: kept if a run stops
+        return shared_by_pieces("tune-sst2", s, device, lambda: _tune(s, X, Yt, L, beta, dtype, device),
+                                arm=[L, beta])
+
+    tuned = {a: tune(*a) for a in arms}
     # 4. every arm at its step, on the evaluation seeds (the same draws for both arms of a seed)
     meta = [(a, seed) for a in arms for seed in s["seeds"]]
     cfgs = [_cfg(s, *a) for a, _ in meta]
