@@ -8,7 +8,7 @@ import pytest
 
 from convres.committed import assemble, load_paper_result, merge_data, paper_path, pieces, run_piece
 from convres.experiments import EXPERIMENTS, run_experiment, settings
-from convres.experiments import jena
+from convres.experiments import jena, sst2
 from convres.experiments.simulations import rerun_escape
 from tests.test_reliability import run_main
 
@@ -154,6 +154,15 @@ def test_a_jena_run_computed_alone_is_the_run_of_the_experiment():
     experiment: the smoke profile, every step."""
     res = run_experiment("jena", "smoke")
     _jena_rerun_matches(res, res.settings["steps"])
+
+
+def test_an_sst2_run_computed_alone_is_the_run_of_the_experiment():
+    """:func:`convres.experiments.sst2.rerun` recomputes every run of the smoke profile, to the
+    round-off of float32 (the experiment stacks the arms of a seed, the rerun runs one alone)."""
+    res = run_experiment("sst2", "smoke")
+    for r in res.data["runs"]:
+        again = sst2.rerun(res.settings, r["L"], r["beta"], r["seed"], r["eta"], res.settings["steps"])
+        assert again == pytest.approx(r["mse"], rel=1e-4)
 
 
 def test_a_committed_jena_run_computes_again_to_the_same_numbers():

@@ -331,6 +331,19 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
             "float64_check": check, "baselines": baselines, "wide": wide}
 
 
+def rerun(s: dict, L: int, beta: float, seed: int, eta: float, steps: int, *, data_dir=None) -> list[float]:
+    """The training MSE ``2 Phi_t / (N n)``, ``t = 0..steps``, of the run of :func:`_run_sst2` with
+    depth ``L``, ``beta``, ``seed`` and step ``eta`` (settings ``s``), computed alone: the spot
+    check of a committed result (:mod:`convres.committed`)."""
+    dtype = dtype_of(s)
+    task = sst2_data(s, data_dir, dtype)
+    cfg = _cfg(s, L, beta)
+    R = output_rows(cfg, task.X)
+    [(_, h)] = sweep([arm_params(s, L, beta, seed, task.X, dtype=dtype)], task.X,
+                     token_targets(task.Y, task.X.shape[1]), cfg, eta / R, steps)
+    return finite_list(h.loss * 2 / R)
+
+
 def _precision_check(s: dict, X, Yt, tuned: dict, device) -> list[dict] | None:
     """Each arm of the largest depth run in float32 and in float64 from the same (float32-rounded)
     weights (of the first probe seed) and inputs for ``check_steps`` steps at its step: the largest
