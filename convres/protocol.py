@@ -19,7 +19,8 @@ import math
 
 __all__ = ["TAG", "GRADES", "LEVEL", "T_INTERVAL_BELOW", "BOOTSTRAP_DRAWS", "EFFECT_BOUND", "LOG_LOSS_FLOOR",
            "EVALUATION_SEEDS", "PROBE_SEEDS", "PILOT_SEEDS", "MIN_UNITS", "GRID_FACTOR", "PROBE_HORIZON_MAX",
-           "STABLE_FRACTION", "PROTOCOLS", "Claim", "Check", "Deviation", "CLAIMS", "CHECKS", "DEVIATIONS"]
+           "STABLE_FRACTION", "RERUN_FACTOR", "PROTOCOLS", "REGIMES", "DEPTHS", "Claim", "Check", "Deviation",
+           "CLAIMS", "CHECKS", "DEVIATIONS"]
 
 TAG = "protocol-v4"
 #: The grades, in the order :func:`convres.stats.grade` tries them (after *not testable*).
@@ -45,6 +46,8 @@ MIN_UNITS = {"book": 10, "paper": 20, "smoke": 2}
 GRID_FACTOR = 2.0
 PROBE_HORIZON_MAX = 4
 STABLE_FRACTION = 0.5
+#: An arm that diverges at its tuned step on an evaluation seed is rerun, every seed, at half the step.
+RERUN_FACTOR = 0.5
 #: "tuned": each arm at its own step (primary); "common": every arm at the smallest tuned step.
 PROTOCOLS = ("tuned", "common")
 

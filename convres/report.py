@@ -257,19 +257,26 @@ def claims_table(rows: list[dict], effect: str = "{:.2f}"):
     """The claims of one experiment as its chapter shows them (a ``Styler``,
     :func:`convres.show.table`): the claim, the mean per-unit effect (``effect`` is its format)
     with its 95% interval, the margin, the units (v3: how many agree; v4: how many, and how many
-    diverged, with the sign test) and the verdict. ``rows`` are claim rows (v3: ``claim``,
+    diverged, with the sign test) and the verdict (v4: with its reason, and the grades under the
+    alternative measures beside it). ``rows`` are claim rows (v3: ``claim``,
     ``verdict`` and the fields of :func:`convres.stats.claim_stats`; v4:
-    :meth:`convres.experiments.base.ClaimRecord.row`); a row without an effect leaves those cells empty."""
+    :meth:`convres.experiments.base.ClaimRecord.row`); a row without an effect leaves those cells
+    empty."""
     def interval(ci):
         return "" if ci is None else f"{effect.format(ci[0])} to {effect.format(ci[1])}"
 
     sign = any("sign_test_p" in r for r in rows)
+    sens = any("sensitivity" in r for r in rows)
+    units = "units agreeing" if any("agree" in r for r in rows) else "units"
     return table([{"claim": r.get("tex", r["claim"]), "effect": r.get("effect"),
                    "95% interval": interval(r.get("ci")), "margin": r.get("margin"),
-                   "units agreeing": f"{r['agree']} of {r['units']}" if "agree" in r else
+                   units: f"{r['agree']} of {r['units']}" if "agree" in r else
                    f"{r['units']} ({r['diverged']} diverged)" if "diverged" in r else "",
                    **({"sign test p": r.get("sign_test_p")} if sign else {}),
-                   "verdict": r["verdict"]} for r in rows],
+                   "verdict": r["verdict"] + (f" ({r['reason']})" if r.get("reason") and sens else ""),
+                   **({"sensitivity": "; ".join(f"{s['measure']} ({s['protocol']}): {s['verdict']}"
+                                                for s in r.get("sensitivity", []))} if sens else {})}
+                  for r in rows],
                  {"effect": effect, "margin": "{:.3g}", **({"sign test p": "{:.2g}"} if sign else {})},
                  text=notation)
 

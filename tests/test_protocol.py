@@ -221,3 +221,9 @@ def test_the_report_states_the_protocol():
     assert "100, 101, 102" in report.protocol_seeds_table().to_html()
     assert len(report.protocol_deviations_table().data) == len(P.DEVIATIONS)
     assert report.protocol_line().startswith("protocol: tag ")
+    c = P.CLAIMS["J1"]
+    effects = [0.5, 0.6, 0.7, 0.55, 0.65, 0.6, 0.5, 0.7, 0.6, None]
+    rec = claim_record("J1", effects, profile="smoke", checks=_checks("jena"),
+                       sensitivity={a: effects for a in c.alternatives})
+    table = report.claims_table([rec.row()]).to_html()
+    assert "sign test p" in table and ">9 (1 diverged)<" in table and "steps to the level (tuned): " in table
