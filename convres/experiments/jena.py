@@ -713,10 +713,10 @@ def _report(res: Result) -> dict:
 EXPERIMENT = Experiment(
     "jena", "Jena Climate: residual-coefficient sweep, the temperature one hour ahead from the past only",
     "book/jena.md",
-    {"book": dict(_JENA, stride=6, seeds=list(EVALUATION_SEEDS["book"]), probe_steps=1000, steps=1000),
-     "paper": dict(_JENA, stride=1, seeds=list(EVALUATION_SEEDS["paper"]), probe_steps=2000, steps=2000),
+    {"book": dict(_JENA, stride=6, seeds=list(EVALUATION_SEEDS["book"]), probe_steps=500, steps=1000),
+     "paper": dict(_JENA, stride=1, seeds=list(EVALUATION_SEEDS["paper"]), probe_steps=2000, steps=4000),
      "smoke": dict(_JENA, train_end="2009-01-03 00:00", end="2009-01-04 00:00",
                    inner_end="2009-01-02 12:00", stride=6, m=8, betas=[0.0, 0.1, 1.0], seeds=[0, 1],
                    probe_steps=10, steps=10)},
-    _run_jena, _jena_numbers, _jena_claims, plot_jena, shapes=_shapes, report=_report, piece_seeds=4,
+    _run_jena, _jena_numbers, _jena_claims, plot_jena, shapes=_shapes, report=_report, piece_seeds=2,
     paper="Jena Climate, beta from small values up to 1; task, window, split and steps not stated")
