@@ -146,7 +146,7 @@ def _jena_rerun_matches(res, steps: int) -> None:
     stored = next(r for r in res.data["runs"] if r["beta"] == 1.0 and r["seed"] == s["seeds"][0]
                   and r["protocol"] == "tuned")
     again = jena.rerun(s, stored["beta"], stored["seed"], stored["eta"], steps)
-    assert again == pytest.approx(stored["train_mse"][:steps + 1], rel=1e-9)
+    assert again == pytest.approx(stored["train_mse"][:steps + 1], rel=1e-4)   # float32: stacked vs alone
 
 
 def test_a_jena_run_computed_alone_is_the_run_of_the_experiment():
