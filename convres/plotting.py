@@ -199,7 +199,8 @@ def plot_escape_law(laws: Sequence[Mapping], horizon: int):
 
 def plot_jena(result):
     """Chapter *Jena Climate*: training MSE against the step per beta, each beta at its own tuned
-    step (median and min-max band over seeds; both axes logarithmic, steps from 1), with the speed
+    step (median and min-max band over seeds; both axes logarithmic, steps from 1; the axis stops at
+    twice the order-blind ridge's MSE, so the first steps from the start are above it), with the speed
     level (dotted) and the training MSE of persistence (dashed), of the linear AR (dash-dotted) and
     of the order-blind ridge (long dashes); below, the held-out skill against persistence,
     ``1 - MSE / MSE_persistence``, per beta (one dot per seed, a bar at the median) with the linear
@@ -221,6 +222,7 @@ def plot_jena(result):
         if skill:
             ax2.hlines(float(np.median(skill)), i - 0.3, i + 0.3, color=c, lw=2.5)
     ax1.set_xscale("log")
+    ax1.set_ylim(0.8 * data["linear_ar"]["train"], 2 * data["order_blind"]["train"])
     ax1.axhline(result.summary()["level"], color="k", ls=":", lw=1.2, label="speed level")
     ax1.axhline(data["persistence"]["train"], color="k", ls="--", lw=1.0, label="persistence")
     ax1.axhline(data["linear_ar"]["train"], color="0.45", ls="-.", lw=1.0, label="linear AR")
