@@ -31,7 +31,8 @@ def _plain(x: Any) -> Any:
 
 
 def dumps(obj: Any, **options: Any) -> str:
-    """``obj`` as strict JSON (``options``: those of :func:`json.dumps`, e.g. ``indent``)."""
+    """``obj`` as strict JSON, compact unless ``options`` (of :func:`json.dumps`) give an ``indent``."""
+    options.setdefault("separators", None if "indent" in options else (",", ":"))
     return json.dumps(_plain(obj), allow_nan=False, **options)
 
 
@@ -64,9 +65,13 @@ def setting_dir(env: str, default: str, path: str | os.PathLike | None = None) -
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     home = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
     text = os.fspath(path) if path is not None else os.environ.get(env, str(home / "convres" / default))
-    if not text.strip() or "\0" in text or Path(text).expanduser().as_posix().startswith("~"):
+    try:
+        folder = Path(text).expanduser() if text.strip() and "\0" not in text else Path("~")
+    except RuntimeError:  # ~user of no user (Python < 3.12)
+        folder = Path("~")
+    if folder.as_posix().startswith("~"):
         raise ValueError(f"{env} {text!r} names no folder; give a folder (or unset {env} for the default).")
-    return Path(text).expanduser()
+    return folder
 
 
 def cache_dir(path: str | os.PathLike | None = None) -> Path:
@@ -102,6 +107,8 @@ def cached_json(name: str, config: Any, compute: Callable[[], Any], *, directory
     being :func:`digest` of ``config``, the version and :func:`source_fingerprint`."""
     key = digest({"config": config, "convres": __version__, "source": source_fingerprint()})[:16]
     path = cache_dir(directory) / f"{name}-{key}.json"
+    if path.is_dir() and not path.is_symlink():  # found before the work, not after it
+        raise OSError(f"{CACHE_ENV}: the entry {path} is a directory; remove it.")
     if not refresh and path.exists():
         try:  # a directory, FIFO or device is not read (a FIFO would block)
             stored = loads(path.read_bytes(), str(path)) if path.is_file() else None

@@ -169,7 +169,7 @@ def run_piece(name: str, k: int, *, folder=None, device=None, progress: bool = F
     return path, assemble(name, folder, profile)
 
 
-def assemble(name: str, folder=None, profile: str = PROFILE) -> dict:
+def assemble(name: str, folder=None, profile: str = PROFILE) -> dict | None:
     """Merge the pieces of ``name`` present in ``folder`` into ``NAME-PROFILE.json`` under a lock on
     the folder; return the merged record (``pieces``: those done and those missing)."""
     blocks, folder = pieces(name, profile), results_dir(folder)
@@ -189,11 +189,11 @@ def assemble(name: str, folder=None, profile: str = PROFILE) -> dict:
         out = {"name": name, "profile": profile, "settings": {**settings(name, profile),
                "seeds": [s for k in done for s in blocks[k]]}, "data": data,
                "seconds": sum(p["seconds"] for p in parts), "pieces": {"total": len(blocks), "done": done,
-               "missing": [k for k in range(len(blocks)) if k not in done]},
+               "missing": [k for k in range(len(blocks)) if k not in done], "planned_seeds": settings(name, profile)["seeds"]},
                "provenance": [{"piece": k, **p["provenance"]} for k, p in zip(done, parts)]}
         if done:
             write_atomic(paper_path(name, folder, profile), dumps(out))
-    return out
+    return out if done else None
 
 
 def load_paper_result(name: str, folder=None, profile: str = PROFILE) -> tuple[Result, dict] | None:

@@ -188,7 +188,7 @@ def standardize(values, names, *, context: str = "") -> np.ndarray:
                          f"got shape {x.shape}.")
     with np.errstate(over="ignore", invalid="ignore"):
         std = x.std(0)
-    checks = [(~np.isfinite(x).all(0), "hold non-finite values"), (std == 0, "are constant"),
+    checks = [(~np.isfinite(x).all(0), "hold non-finite values"), (x.max(0) == x.min(0), "are constant"),
               (~np.isfinite(std), "have a non-finite standard deviation (values too large)")]
     for bad, what in checks:
         if bad.any():
