@@ -161,7 +161,7 @@ def test_hash_embeddings_are_frozen_and_seeded():
 
 @pytest.fixture
 def offline():
-    from convres.paths import data_dir
+    from convres.data import data_dir
     if not (data_dir() / "sst2" / "train.parquet").is_file():
         pytest.skip("no offline data (set CONVRES_DATA_DIR)")
     return data_dir()
@@ -504,3 +504,15 @@ def test_no_data_says_how_to_get_it(tmp_path):
     (tmp_path / "sst2" / "train.parquet").mkdir(parents=True)
     with pytest.raises(DataError, match="not a regular file"):
         data.load_sst2(data_dir=tmp_path)
+
+
+@pytest.mark.parametrize("kwargs", [dict(freq="bogus"), dict(freq="-1h"), dict(freq="0h"), dict(freq=3),
+                                    dict(freq="7min"), dict(start="not a date"), dict(end="2009-13-45"),
+                                    dict(start=5), dict(start="2009-01-01 01:00+01:00"),
+                                    dict(start="2009-01-02 00:00", end="2009-01-01 00:00")])
+def test_window_arguments_are_checked(tmp_path, kwargs):
+    write_slice(tmp_path)
+    args = {"start": "2009-01-01 01:00", "end": "2009-01-01 20:00", **kwargs}
+    with pytest.raises((ValueError, TypeError), match="freq|start|end"):
+        data.load_jena(args.pop("start"), args.pop("end"), data_dir=tmp_path, **args)
+    assert data.load_jena("2009-01-01 01:00", "2009-01-01 20:00", data_dir=tmp_path, freq="1h").shape == (20, 11)
