@@ -9,7 +9,6 @@ import argparse
 import math
 import sys
 import time
-from pathlib import Path
 
 from ._version import __version__
 from .cache import dumps, setting_dir, write_atomic
@@ -37,21 +36,16 @@ def number(kind: type, lo: float, hi: float | None = None, *, above: bool = Fals
     def parse(text: str):
         try:
             value = kind(text)
+            inside = (value > lo if above else value >= lo) and (hi is None or value <= hi)
+            ok = math.isfinite(value) and inside
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, got "
-                                             f"{text!r}") from None
-        if not math.isfinite(value) or (value <= lo if above else value < lo) or (hi is not None and value > hi):
-            limit = f"{'>' if above else '>='} {lo:g}" + (f" and <= {hi:g}" if hi is not None else "")
-            raise argparse.ArgumentTypeError(f"must be a finite number {limit}, got {text}")
+            ok = False
+        if not ok:
+            bounds = f"{'>' if above else '>='} {lo:g}" + ("" if hi is None else f" and <= {hi:g}")
+            what = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"must be {what} {bounds}, got {text!r}")
         return value
     return parse
-
-
-def _emit(text: str) -> None:
-    if sys.stdout is None:  # Python started with stdout closed
-        raise OSError("stdout is closed, so the output was lost; run it with stdout open")
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
 
 
 def _fields(obj, width: int) -> str:
@@ -101,19 +95,11 @@ def _theorem_certify(args):
     return {**run.summary(), "N": N, "n": n, "d": d, "m": cfg.m, "seed": args.seed}
 
 
-def _theorem_width(args):
-    if not 0 < args.delta < 1:
-        raise ValueError(f"--delta must be in (0, 1), got {args.delta:g}.")
-    return width_condition(args.N, args.n, args.delta).to_dict()
-
-
 def _theorem_scope(args):
     rows = certified_scope("book")
-    if args.json:
-        return rows
-    return "\n".join(f"{r['experiment']} [{r['theorem']}]: "
-                     f"{'certified' if r['certified'] else 'not certified: ' + str(r['failing_hypothesis'])}"
-                     for r in rows)
+    lines = [f"{r['experiment']} [{r['theorem']}]: " + ("certified" if r["certified"] else
+             f"not certified: {r['failing_hypothesis']}") for r in rows]
+    return rows if args.json else "\n".join(lines)
 
 
 def _rank_collapse(args):
@@ -122,22 +108,23 @@ def _rank_collapse(args):
         return rows
     first, last = rows[0], rows[-1]
     ratio = last["sigma_min_attn"] / first["sigma_min_attn"]
+    slope = math.log(ratio) / math.log(last["d_qk"] / first["d_qk"])
     lines = [f"median over {args.seeds} instances (n = 8, d = 16, scale 1/d_QK, beta = {args.beta:g})",
              f"{'d_QK':>6}  {'sigma_min(Attn)':>16}  {'10-90 % range':>21}  {'sigma_min(Attn + beta X)':>25}"]
-    lines += [f"{r['d_qk']:>6}  {r['sigma_min_attn']:>16.3e}  "
-              f"{r['sigma_min_attn_q10']:.1e} - {r['sigma_min_attn_q90']:.1e}".ljust(47) +
-              f"  {r['sigma_min_residual']:>25.3e}" for r in rows]
-    lines.append(f"median sigma_min(Attn) from d_QK = {first['d_qk']} to {last['d_qk']}: x {ratio:.3g} (~ d_QK^"
-                 f"{math.log(ratio) / math.log(last['d_qk'] / first['d_qk']):+.2f})")
+    for r in rows:
+        spread = f"{r['sigma_min_attn_q10']:.1e} - {r['sigma_min_attn_q90']:.1e}"
+        lines.append(f"{r['d_qk']:>6}  {r['sigma_min_attn']:>16.3e}  {spread:>21}  "
+                     f"{r['sigma_min_residual']:>25.3e}")
+    lines.append(f"median sigma_min(Attn) from d_QK = {first['d_qk']} to {last['d_qk']}: x {ratio:.3g} "
+                 f"(~ d_QK^{slope:+.2f})")
     return "\n".join(lines)
 
 
 def _reproduce(args):
-    if args.name is None or args.list:
-        if args.name is not None or args.piece is not None:
-            raise ValueError("--list lists the experiments; give it alone (or give NAME without --list).")
+    if args.name is None:
         rows = [{"name": n, "title": e.title, "chapter": e.chapter} for n, e in EXPERIMENTS.items()]
-        return rows if args.json else "\n".join(f"{r['name']:<24} {r['title']}  [{r['chapter']}]" for r in rows)
+        return rows if args.json else "\n".join(f"{r['name']:<24} {r['title']} [{r['chapter']}]"
+                                                for r in rows)
     names = list(EXPERIMENTS) if args.name == "all" else [args.name]
     if names[0] not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {args.name!r}; choose one of {sorted(EXPERIMENTS)} or 'all'.")
@@ -157,14 +144,16 @@ def _reproduce(args):
     report = {}
     for name in names:
         t0 = time.perf_counter()
-        res = run_experiment(name, args.profile, progress=not args.json, refresh=args.refresh, device=args.device)
+        res = run_experiment(name, args.profile, progress=not args.json, refresh=args.refresh,
+                             device=args.device)
         png = out / f"{name}-{args.profile}.png"
         write_atomic(png, figure_png(res.figure(), dpi=200))
         report[name] = {"settings": res.settings, "summary": res.summary(), "claims": res.claims(),
                         "seconds": round(time.perf_counter() - t0, 2), "figure": str(png)}
     if args.json:
         return report[names[0]] if len(names) == 1 else report
-    return "\n".join(f"{n}: {r['figure']} ({r['seconds']} s)\n" + _fields(r["summary"], 16) for n, r in report.items())
+    return "\n".join(f"{n}: {r['figure']} ({r['seconds']} s)\n{_fields(r['summary'], 16)}"
+                     for n, r in report.items())
 
 
 def _piece(args):
@@ -176,81 +165,82 @@ def _piece(args):
         raise ValueError(f"--piece {args.piece}: {args.name!r} has pieces 0 to {len(blocks) - 1}.")
     path, merged = run_piece(args.name, args.piece, folder=args.results, device=args.device,
                              progress=not args.json, profile=args.profile)
-    if args.json:
-        return {"piece": str(path), "pieces": merged["pieces"]}
-    return f"{args.name}: piece {args.piece} in {path}; merged: pieces {merged['pieces']['done']} of {len(blocks)}"
+    return {"piece": str(path), "pieces": merged["pieces"]}
 
 
-def _data(args):
-    paths = {name: str(download(name)) for name in args.names or DATASETS}
-    return paths if args.json else "\n".join(f"{n}: {p}" for n, p in paths.items())
+SEED = {"type": number(int, 0, MAX_SEED - 2), "default": 0, "help": "seed of the data (weights: seed + 1)"}
+BETA = {"type": number(float, 0, 1e3), "default": 1.0, "help": "residual coefficient, 0 .. 1000"}
+STEPS = {"type": number(int, 1, 10**5), "default": None, "help": "gradient steps"}
+
+
+def size(hi: int, default=None) -> dict:
+    return {"type": number(int, 1, hi), "default": default}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m convres", description="convres: companion of "
-                                     "arXiv:2506.05249 (gradient descent on Transformers with residual connections).")
+    parser = argparse.ArgumentParser(prog="python -m convres", allow_abbrev=False, description="convres: "
+                                     "the companion of arXiv:2506.05249 (residual Transformers).")
     parser.add_argument("--version", action="version", version=f"convres {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(sub, name: str, run, text: str, **flags):
-        p = sub.add_parser(name, help=text, description=text)
+        p = sub.add_parser(name, help=text, description=text, allow_abbrev=False)  # --d is no --delta
         p.add_argument("--json", action="store_true", help="print one JSON document")
         for flag, options in flags.items():
             p.add_argument(f"--{flag}".replace("_", "-"), **options)
         p.set_defaults(run=run)
         return p
 
-    seed = dict(type=number(int, 0, MAX_SEED - 2), default=0, help="seed of the data (weights: seed + 1)")
-    beta = dict(type=number(float, 0, 1e3), default=1.0, help="residual coefficient, 0 .. 1000")
-    command(commands, "gd", _gd, "gradient descent on a random synthetic instance", seed=seed, beta=beta,
-            layers=dict(type=number(int, 1, 1000), default=1), N=dict(type=number(int, 1, 10**6), default=4),
-            n=dict(type=number(int, 1, 10**4), default=4), d=dict(type=number(int, 1, 10**5), default=16),
-            mu=dict(type=number(float, 0, above=True), default=0.005, help="step size"),
-            steps=dict(type=number(int, 1, 10**7), default=500),
-            activation=dict(choices=sorted(ACTIVATIONS), default="relu"))
-    theorem = commands.add_parser("theorem", help="the theorem's checks: run (default), certify, width, scope; "
-                                  "--certify, --width-condition, --scope name the same modes")
+    command(commands, "gd", _gd, "gradient descent on a random synthetic instance", seed=SEED, beta=BETA,
+            layers=size(1000, 1), N=size(10**6, 4), n=size(10**4, 4), d=size(10**5, 16),
+            mu={"type": number(float, 0, above=True), "default": 0.005, "help": "step size"},
+            steps=size(10**7, 500), activation={"choices": sorted(ACTIVATIONS), "default": "relu"})
+    theorem = commands.add_parser("theorem", allow_abbrev=False, help="the theorem's checks, by mode: run "
+                                  "(default), certify, width, scope (or --certify, --width-condition, --scope)")
     modes = theorem.add_subparsers(dest="mode", metavar="MODE", required=True)
-    steps = dict(type=number(int, 1, 10**5), default=None, help="gradient steps")
-    command(modes, "run", _theorem_run, "GD at the theorem's step size, the contraction checked at every step",
-            seed=seed, beta=beta, layers=dict(type=number(int, 1, 20), default=1), steps={**steps, "default": 300})
-    command(modes, "certify", _theorem_certify, "certify an instance, then run GD at mu = 1/L_upper", seed=seed,
-            steps=steps, route=dict(choices=("main", "ffn"), default="main"), N=dict(type=number(int, 1, 64)),
-            n=dict(type=number(int, 1, 64)), d=dict(type=number(int, 1, 8192)))
-    command(modes, "width", _theorem_width, "d_min(N, n, delta) of the width theorem", N=dict(
-            type=number(int, 1, 64), default=1), n=dict(type=number(int, 1, 64), default=2),
-            delta=dict(type=number(float, 0, above=True), default=0.05))
-    command(modes, "scope", _theorem_scope, "which experiment lies inside which theorem, and which is certified")
-    # Further theorem modes (e.g. `separation`) are added here, one `command(modes, ...)` each.
-    command(commands, "rank-collapse", _rank_collapse, "median sigma_min(Attn(X)) and sigma_min(Attn(X) + beta X) "
-            "over Gaussian instances", beta=beta, seeds=dict(type=number(int, 1, 1000), default=16),
-            seed={**seed, "type": number(int, 0, MAX_SEED - 1000)})
-    p = command(commands, "reproduce", _reproduce, "run an experiment of the book (cached) and write its figure",
-                list=dict(action="store_true", help="list the experiments"),
-                profile=dict(choices=PROFILES, default="book"), out=dict(default=None, help="folder of the figures"),
-                refresh=dict(action="store_true"), download=dict(action="store_true", help="fetch missing data first"),
-                device=dict(default="cpu", help="cpu, or cuda (a GPU)"),
-                piece=dict(type=number(int, 0), default=None, help="with --profile paper: compute piece K"),
-                results=dict(default=None, help="with --piece: the results folder (default: results/ of the clone)"))
-    p.add_argument("name", nargs="?", help="an experiment (--list lists them), or 'all'")
-    p = command(commands, "data", _data, "download the data sets missing from the data folder ($CONVRES_DATA_DIR)")
+    command(modes, "run", _theorem_run, "GD at the theorem's step size, its contraction checked each step",
+            seed=SEED, beta=BETA, layers=size(20, 1), steps={**STEPS, "default": 300})
+    command(modes, "certify", _theorem_certify, "certify an instance, then run GD at mu = 1/L_upper",
+            seed=SEED, steps=STEPS, route={"choices": ("main", "ffn"), "default": "main"}, N=size(64),
+            n=size(64), d=size(8192))
+    command(modes, "width", lambda a: width_condition(a.N, a.n, a.delta).to_dict(),
+            "d_min(N, n, delta) of the width theorem", N=size(64, 1),
+            n=size(64, 2), delta={"type": number(float, 0, above=True), "default": 0.05})
+    command(modes, "scope", _theorem_scope, "which experiment lies inside which theorem; which is certified")
+    # A further mode of the theorem is one more line here: command(modes, "NAME", _theorem_NAME, ...).
+    command(commands, "rank-collapse", _rank_collapse, "median sigma_min(Attn(X)) and sigma_min(Attn(X) + "
+            "beta X) over Gaussian instances", beta=BETA, seeds=size(1000, 16),
+            seed={**SEED, "type": number(int, 0, MAX_SEED - 1000)})
+    p = command(commands, "reproduce", _reproduce, "run an experiment of the book (cached), write its figure",
+                profile={"choices": PROFILES, "default": "book"}, out={"help": "folder of the figures"},
+                refresh={"action": "store_true"}, download={"action": "store_true", "help": "get the data"},
+                device={"default": "cpu", "help": "cpu, or cuda (a GPU)"},
+                piece={"type": number(int, 0), "help": "with --profile paper: compute piece K"},
+                results={"help": "with --piece: the results folder (default: results/ of the clone)"})
+    p.add_argument("name", nargs="?", help="an experiment, or 'all' (none: list them)")
+    p = command(commands, "data", lambda a: {name: str(download(name)) for name in a.names or DATASETS},
+                "download the data sets missing from the data folder")
     p.add_argument("names", nargs="*", help=f"{', '.join(DATASETS)} (default: all)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["theorem"]:  # the book's spelling of the modes: theorem --certify ..., theorem --json
-        flags = [a for a in argv[1:] if a in THEOREM_MODES]
-        if len(flags) > 1:
-            build_parser().error(f"choose one mode of the theorem, got {' and '.join(flags)}")
-        mode = [THEOREM_MODES[f] for f in flags] or ([] if argv[1:2] and argv[1] in (*THEOREM_MODES.values(),
-                                                     "run", "-h", "--help") else ["run"])
-        argv = ["theorem", *mode, *[a for a in argv[1:] if a not in flags]]
+    flags = [a for a in argv[1:] if a in THEOREM_MODES] if argv[:1] == ["theorem"] else []
+    if len(flags) > 1:
+        build_parser().error(f"choose one mode of the theorem, got {' and '.join(flags)}")
+    words = ("run", "-h", "--help", *THEOREM_MODES.values())
+    if argv[:1] == ["theorem"] and (argv[1:] or [""])[0] not in words:
+        # the book's spelling of the modes: theorem --certify ..., theorem --json (the plain run)
+        mode = THEOREM_MODES[flags[0]] if flags else "run"
+        argv = ["theorem", mode, *[a for a in argv[1:] if a not in flags]]
     args = build_parser().parse_args(argv)
     try:
         out = args.run(args)
-        _emit(dumps(out, indent=2) if args.json else out if isinstance(out, str) else _fields(out, 20))
+        text = dumps(out, indent=2) if args.json else out if isinstance(out, str) else _fields(out, 20)
+        if sys.stdout is None:  # Python started with stdout closed
+            raise OSError("stdout is closed, so the output was lost; run it with stdout open")
+        print(text, flush=True)
     except (ValueError, OSError) as err:
         print(f"convres {args.command}: error: {err}", file=sys.stderr)
         return 2

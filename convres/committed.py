@@ -62,20 +62,20 @@ def _seed_lists(x: Any) -> Iterator[list]:
         yield from _seed_lists(v)
 
 
-def merge_data(parts: list, planned: set) -> Any:
-    """The data of pieces as one: lists of per-seed records of ``planned`` seeds concatenated, dicts
-    (and lists of containers of one length) merged entry by entry, anything else (tuned steps, side
-    runs of other seeds) the same in every piece; else a ValueError."""
+def merge_data(parts: list) -> Any:
+    """The data of pieces as one: what every piece holds alike once (tuned steps, side runs); lists of
+    per-seed records concatenated; dicts (and lists of containers of one length) merged entry by
+    entry; else a ValueError."""
     first = parts[0]
-    records = all(next(_seed_lists(p), None) is p for p in parts)
-    if records and {r["seed"] for p in parts for r in p} & planned:
+    same = all(dumps(p, sort_keys=True) == dumps(first, sort_keys=True) for p in parts)
+    if not same and all(next(_seed_lists(p), None) is p for p in parts):  # the pieces' own runs
         return [r for p in parts for r in p]
     if isinstance(first, dict) and all(isinstance(p, dict) and p.keys() == first.keys() for p in parts):
-        return {k: merge_data([p[k] for p in parts], planned) for k in first}
+        return {k: merge_data([p[k] for p in parts]) for k in first}
     if isinstance(first, list) and all(isinstance(p, list) and len(p) == len(first) for p in parts) \
             and all(isinstance(x, (dict, list)) for x in first):
-        return [merge_data([p[i] for p in parts], planned) for i in range(len(first))]
-    if any(dumps(p, sort_keys=True) != dumps(first, sort_keys=True) for p in parts):
+        return [merge_data([p[i] for p in parts]) for i in range(len(first))]
+    if not same:
         raise ValueError("the pieces differ in a part that does not depend on their seeds")
     return first
 
@@ -103,7 +103,8 @@ def read_record(path: Path, name: str, profile: str, seeds: list | None, k: int)
                   ((stored["name"], stored["profile"]) != (name, profile), "it is of another experiment"),
                   ({**stored["settings"], "seeds": full["seeds"]} != full, "its settings are not today's"),
                   (stored["settings"]["seeds"] != seeds, f"its seeds are not {seeds}"),
-                  (bool(found) and found != set(seeds or []), f"it holds records of seeds {sorted(found)}")]
+                  (bool(found) and not set(seeds or []) <= found, f"it holds records of the seeds "
+                                                                   f"{sorted(found)} only")]
         problems = [what for bad, what in checks if bad]
     if problems:
         raise ValueError(f"{path} cannot be used: {'; '.join(problems)}. Compute it again: python -m convres "
@@ -180,7 +181,7 @@ def assemble(name: str, folder=None, profile: str = PROFILE) -> dict | None:
         if not parts:
             return None
         try:
-            data = merge_data([p["data"] for p in parts], set(full["seeds"]))
+            data = merge_data([p["data"] for p in parts])
         except ValueError as err:
             raise ValueError(f"the pieces {done} of {name!r} in {folder} cannot be merged ({err}); compute "
                              "the odd one again (--piece K).") from None

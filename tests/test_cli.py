@@ -36,7 +36,7 @@ def test_the_entry_point_in_a_subprocess():
     assert out.returncode == 0 and all(c in out.stdout for c in ("gd", "theorem", "reproduce", "data"))
     out = subprocess.run([sys.executable, "-m", "convres", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and __version__ in out.stdout
-    closed = subprocess.run(f"{sys.executable} -m convres reproduce --list >&-", shell=True, capture_output=True,
+    closed = subprocess.run(f"{sys.executable} -m convres reproduce >&-", shell=True, capture_output=True,
                             text=True)
     assert closed.returncode == 2 and "stdout is closed" in closed.stderr and "Traceback" not in closed.stderr
 
@@ -51,13 +51,18 @@ def test_gd_and_theorem_modes_print_strict_json(capsys):
         assert code == 0 and isinstance(json.loads(out, parse_constant=pytest.fail), dict), mode
 
 
+class Stub(dict):
+    def to_dict(self):
+        return {}
+
+
 FLAGS = {
     "gd": ["--seed 1", "--beta 0.5", "--layers 2", "--N 2", "--d 4", "--mu 0.1", "--steps 2", "--activation gelu",
            "--certify", "--list", "--N -1", "--mu nan"],
     "theorem": ["--seed 1", "--beta 0.5", "--steps 3", "--certify", "--route ffn", "--width-condition",
                 "--delta 0.1", "--scope", "--N 2", "--d 8", "--out x", "--delta 2"],
     "rank-collapse": ["--beta 0.5", "--seeds 2", "--seed 3", "--steps 2", "--seeds 0"],
-    "reproduce": ["simulations", "all", "bogus", "--list", "--profile paper", "--out figs", "--refresh",
+    "reproduce": ["simulations", "all", "bogus", "--profile paper", "--out figs", "--refresh",
                   "--results r", "--piece 0", "--device cpu:1", "--seed 1"],
 }
 #: The flags each command and mode uses (a flag outside its set must be refused).
@@ -72,8 +77,8 @@ def test_a_flag_is_used_by_the_chosen_mode_or_refused_in_one_line(data, command,
     chosen = data.draw(st.lists(st.sampled_from(FLAGS[command]), max_size=4, unique=True))
     argv = [command, *[w for f in chosen for w in f.split()], "--json"]
     seen = {}
-    for name in ("_gd", "_theorem_run", "_theorem_certify", "_theorem_width", "_theorem_scope", "_rank_collapse"):
-        monkeypatch.setattr(cli, name, lambda args, _n=name: seen.setdefault("args", args) and {})
+    for name in ("_gd", "_theorem_run", "_theorem_certify", "_theorem_scope", "_rank_collapse", "width_condition"):
+        monkeypatch.setattr(cli, name, lambda *args, **kwargs: seen.setdefault("args", args) and Stub())
     for name in ("run_experiment", "run_piece"):
         monkeypatch.setattr(cli, name, lambda *a, **k: (_ for _ in ()).throw(ValueError("ran")))
     code, out, err = run_main(capsys, *argv)
@@ -82,7 +87,7 @@ def test_a_flag_is_used_by_the_chosen_mode_or_refused_in_one_line(data, command,
         if err.strip().endswith("error: ran") or (code == 0 and seen):
             piece = "--piece" in given_flags
             assert not (piece and given_flags & {"--out", "--refresh"}) and ("--results" not in given_flags or piece)
-            assert "--list" not in given_flags and "--device" not in given_flags
+            assert "--device" not in given_flags
         return
     if code != 0:
         assert code == 2 and out == "" and "Traceback" not in err and err.strip(), err
@@ -98,13 +103,12 @@ def test_a_flag_is_used_by_the_chosen_mode_or_refused_in_one_line(data, command,
     (("reproduce", "simulations", "--device", "cpu:1"), ("cpu:1",)),
     (("reproduce", "simulations", "--device", "gpu"), ("gpu",)),
     (("reproduce", "simulations", "--results", "r"), ("--results",)),
-    (("reproduce", "simulations", "--list"), ("--list",)),
     (("reproduce", "../etc/passwd"), ("unknown experiment",)),
     (("reproduce", "simulations", "--out", ""), ("--out",)),
     (("reproduce", "simulations", "--piece", "0"), ("--profile paper",)),
     (("reproduce", "simulations", "--profile", "paper", "--piece", "99"), ("pieces 0 to 4",)),
     (("theorem", "--certify", "--d", "1"), ("N n <= d",)),
-    (("theorem", "--width-condition", "--delta", "2"), ("--delta",)),
+    (("theorem", "--width-condition", "--delta", "2"), ("delta",)),
     (("theorem", "--scope", "--width-condition"), ("--scope", "--width-condition")),
     (("theorem", "--certify", "--beta", "1"), ("--beta",)),
     (("gd", "--d", "100000"), ("GiB", "smaller sizes")),

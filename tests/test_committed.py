@@ -49,8 +49,8 @@ def test_pieces_run_side_by_side_all_end_in_the_merged_file(order, delays, toy, 
         f.unlink()
     real = committed.merge_data
 
-    def slow(parts, planned):
-        out = real(parts, planned)
+    def slow(parts):
+        out = real(parts)
         if parts and isinstance(parts[0], dict) and "runs" in parts[0]:
             time.sleep(delays[len(parts) - 1])
         return out
@@ -160,9 +160,10 @@ def test_provenance_names_the_command_machine_data_and_shared_computations(toy):
 
 def test_merge_refuses_pieces_that_disagree_outside_their_seeds():
     with pytest.raises(ValueError, match="differ"):
-        merge_data([{"eta": 0.1, "runs": [{"seed": 0}]}, {"eta": 0.2, "runs": [{"seed": 1}]}], {0, 1})
-    side = [{"seed": 7, "x": 1.0}]
-    assert merge_data([{"wide": side}, {"wide": side}], {0, 1}) == {"wide": side}
+        merge_data([{"eta": 0.1, "runs": [{"seed": 0}]}, {"eta": 0.2, "runs": [{"seed": 1}]}])
+    side = [{"seed": 0, "x": 1.0}]   # a side run that every piece reads from the first
+    assert merge_data([{"wide": side, "runs": side}, {"wide": side, "runs": [{"seed": 1}]}]) == \
+        {"wide": side, "runs": [{"seed": 0, "x": 1.0}, {"seed": 1}]}
 
 
 @pytest.fixture

@@ -443,7 +443,7 @@ def test_beta_colors_distinguish_adjacent_betas():
 # --- the command line ---------------------------------------------------------------------------------
 
 def test_cli_list_and_errors(capsys):
-    assert main(["reproduce", "--list"]) == 0
+    assert main(["reproduce"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in ("simulations", "jena", "sst2", "all"))
     assert main(["reproduce", "nope"]) == 2

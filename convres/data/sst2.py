@@ -75,7 +75,7 @@ def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, ve
         raise DataError(f"{path} holds a sentence of {longest:,} bytes, more than {max_tokens} tokens take; drop "
                         "it (or pass a larger max_tokens=...).")
     df = table.to_pandas()
-    df["sentence"] = df["sentence"].astype(object)  # read as categorical (dictionary-encoded)
+    df["sentence"] = df["sentence"].astype(str)  # read as categorical (dictionary-encoded)
     tokens = df["sentence"].str.split().str.len()
     for rows, what in [(df.isna().any(axis=1), "missing values"), (~df["label"].isin([-1, 0, 1]), "a label "
                        "outside -1, 0, 1"), (df["idx"].duplicated(), "the idx of an earlier row"),
