@@ -195,8 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
             layers=size(1000, 1), N=size(10**6, 4), n=size(10**4, 4), d=size(10**5, 16),
             mu={"type": number(float, 0, above=True), "default": 0.005, "help": "step size"},
             steps=size(10**7, 500), activation={"choices": sorted(ACTIVATIONS), "default": "relu"})
-    theorem = commands.add_parser("theorem", allow_abbrev=False, help="the theorem's checks, by mode: run "
-                                  "(default), certify, width, scope (or --certify, --width-condition, --scope)")
+    theorem = commands.add_parser("theorem", allow_abbrev=False, help="the theorem's checks: run (default), "
+                                  "certify, width, scope (or --certify, --width-condition, --scope)")
     modes = theorem.add_subparsers(dest="mode", metavar="MODE", required=True)
     command(modes, "run", _theorem_run, "GD at the theorem's step size, its contraction checked each step",
             seed=SEED, beta=BETA, layers=size(20, 1), steps={**STEPS, "default": 300})
