@@ -27,7 +27,8 @@ from .experiments import EXPERIMENTS, Result, run_experiment, settings
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = "paper"
 #: The schema of a result file: its fields and their types.
-SCHEMA = {"name": str, "profile": str, "settings": dict, "data": dict, "seconds": (int, float)}
+SCHEMA: dict[str, type | tuple[type, ...]] = {"name": str, "profile": str, "settings": dict, "data": dict,
+                                              "seconds": (int, float)}
 
 
 def source_checkout() -> Path | None:
@@ -84,6 +85,7 @@ def read_record(path: Path, name: str, profile: str, seeds: list | None, k: int)
     """The result at ``path`` if it is strict JSON of :data:`SCHEMA`, of ``name``'s ``profile``, with
     today's settings for ``seeds`` (``None``: those of its ``pieces``), its per-seed records those of
     ``seeds``; else a ValueError naming ``path`` and the ``--piece`` that writes it again."""
+    stored: Any = None
     try:
         stored = loads(path.read_bytes(), str(path)) if path.is_file() else None
         problems = [f"no {key!r}" for key, kind in SCHEMA.items()
@@ -92,10 +94,11 @@ def read_record(path: Path, name: str, profile: str, seeds: list | None, k: int)
         stored, problems = None, [str(err)]
     if not problems:
         if seeds is None:  # a merged file: the seeds of the pieces it lists
-            done = stored.get("pieces", {}).get("done") if isinstance(stored.get("pieces"), dict) else None
+            listed = stored.get("pieces")
+            done: Any = listed.get("done") if isinstance(listed, dict) else None
             blocks = pieces(name, profile)
-            ok = isinstance(done, list) and done == sorted(set(done)) and set(done) <= set(range(len(blocks)))
-            seeds = [s for j in done for s in blocks[j]] if ok else None
+            if isinstance(done, list) and done == sorted(set(done)) and set(done) <= set(range(len(blocks))):
+                seeds = [s for j in done for s in blocks[j]]
         full = settings(name, profile)
         found = {r["seed"] for records in _seed_lists(stored["data"]) for r in records} & set(full["seeds"])
         checks = [(seeds is None, "no list of the pieces it holds"),
@@ -148,7 +151,7 @@ def paper_path(name: str, folder=None, profile: str = PROFILE) -> Path:
 
 
 def run_piece(name: str, k: int, *, folder=None, device=None, progress: bool = False,
-              profile: str = PROFILE) -> tuple[Path, dict | None]:
+              profile: str = PROFILE) -> tuple[Path, dict]:
     """Compute piece ``k`` of ``name``, write it with its provenance, merge the pieces present."""
     blocks, path = pieces(name, profile), piece_path(name, k, folder, profile)
     if not 0 <= k < len(blocks):
@@ -168,7 +171,7 @@ def run_piece(name: str, k: int, *, folder=None, device=None, progress: bool = F
         "commit": commit, "command": command, "wall_seconds": round(res.seconds, 1), "machine": machine,
         "python": platform.python_version(), "torch": torch.__version__, "device": res.data.get("device"),
         "data": fingerprint(), "shared": res.data.get("shared", [])}}))
-    return path, assemble(name, path.parents[1], profile)
+    return path, assemble(name, path.parents[1], profile) or {}
 
 
 def assemble(name: str, folder=None, profile: str = PROFILE) -> dict | None:

@@ -7,10 +7,31 @@ from pathlib import Path
 
 from . import sources
 from .embeddings import embed_tokens, embed_with, hash_embedding, ppmi_embeddings
-from .jena import (JENA_ALL_FEATURES, JENA_BOUNDS, JENA_FEATURES, JENA_FILES, check_keras_zip, jena_path,
-                   load_jena, read_jena, standardize, timestamp)
-from .sources import (DATA_ENV, JENA_URL, KNOWN_SHA256, SOURCES, SST2_REVISION, DataError, DataWarning,
-                      data_dir, read_checksums, sha256_file, verify_file)
+from .jena import (
+    JENA_ALL_FEATURES,
+    JENA_BOUNDS,
+    JENA_FEATURES,
+    JENA_FILES,
+    check_keras_zip,
+    jena_path,
+    load_jena,
+    read_jena,
+    standardize,
+    timestamp,
+)
+from .sources import (
+    DATA_ENV,
+    JENA_URL,
+    KNOWN_SHA256,
+    SOURCES,
+    SST2_REVISION,
+    DataError,
+    DataWarning,
+    data_dir,
+    read_checksums,
+    sha256_file,
+    verify_file,
+)
 from .sst2 import SST2_SPLITS, load_sst2, sst2_path, sst2_prefixes
 
 #: The data sets the experiments read, and the files :func:`download` fetches for each.

@@ -1,9 +1,9 @@
 """Jena Climate 2009-2016: the file, its content checks and the rows an experiment reads.
 
-Book chapter *Jena Climate*. Every file is checked when it is read, by the table :data:`CHECKS`:
-finite numbers, no ``-9999`` sentinel, and each column within its physical range
-(:data:`JENA_BOUNDS`); the rows selected must be in time order, and on a regular grid where one is
-asked for. An error names the file and the column (or the time) and the fix.
+Book chapter *Jena Climate*. Every value read passes the table :data:`CHECKS` (a number, finite,
+not the ``-9999`` sentinel, within its column's physical range, :data:`JENA_BOUNDS`); the rows
+selected are in time order, and on a complete grid where one is asked for. An error names the file
+and the column (or the time), and the fix.
 """
 
 import datetime
@@ -21,13 +21,13 @@ from .sources import data_dir as data_folder
 
 JENA_ZIP = "jena_climate_2009_2016.csv.zip"
 #: The files looked for in ``<data_dir>/jena_climate/``, first match wins: the Keras zip, its CSV, and
-#: the offline copy's slice (its first 4,000 rows and 11 features; data/README.md).
+#: the offline copy's slice (the first 4,000 rows, 11 features; shared/data/README.md).
 JENA_FILES = (JENA_ZIP, "jena_climate_2009_2016.csv",
               "jena_climate_2009_2016_SUBSET_2009-01-01_to_2009-01-28_12cols.csv.gz")
 JENA_TIME, JENA_TIME_FORMAT, JENA_SENTINEL = "Date Time", "%d.%m.%Y %H:%M:%S", -9999.0
-#: Physically possible ranges per column (inclusive, generous): a value outside is a recording or
-#: editing error. Pressure at the station's height; temperatures on Earth; relative humidity may
-#: exceed 100 % slightly, so the deficit VPmax - VPact may be slightly negative.
+#: Physically possible ranges per column, generous: a value outside is a recording or editing error.
+#: Pressure at the station's height; temperatures on Earth; relative humidity may exceed 100 %
+#: slightly, so the deficit VPmax - VPact may be slightly negative.
 JENA_BOUNDS = {"p (mbar)": (800.0, 1100.0), "T (degC)": (-90.0, 60.0), "Tpot (K)": (150.0, 400.0),
                "Tdew (degC)": (-100.0, 60.0), "rh (%)": (0.0, 105.0), "VPmax (mbar)": (0.0, 250.0),
                "VPact (mbar)": (0.0, 250.0), "VPdef (mbar)": (-10.0, 250.0), "sh (g/kg)": (0.0, 200.0),
@@ -36,45 +36,44 @@ JENA_BOUNDS = {"p (mbar)": (800.0, 1100.0), "T (degC)": (-90.0, 60.0), "Tpot (K)
 #: The 14 features of the full file, in its column order, and the 11 the book uses (no wind).
 JENA_ALL_FEATURES = tuple(JENA_BOUNDS)
 JENA_FEATURES = JENA_ALL_FEATURES[:11]
-#: Size and sha256 of the CSV in the Keras zip, as a third-party copy records them (a Git LFS
-#: pointer; never compared with the Keras download itself): a download that differs is a warning.
-JENA_CSV_SIZE, JENA_CSV_SHA256 = 43_153_776, "eb3df9da6c25039f10814ded0a14138bb0afa3612be9cf79cafdf1cf6f95172e"
+#: Size and sha256 of the CSV in the Keras zip as a third-party copy records them (never compared
+#: with the Keras download itself): a download that differs is a warning, not an error.
+JENA_CSV = (43_153_776, "eb3df9da6c25039f10814ded0a14138bb0afa3612be9cf79cafdf1cf6f95172e")
 #: The content checks: what a bad value is, and which values are bad.
 CHECKS = [("missing or non-numeric values", lambda v, lo, hi: v.isna()),
           ("infinite values", lambda v, lo, hi: np.isinf(v)),
           (f"the missing-reading sentinel {JENA_SENTINEL:g}", lambda v, lo, hi: v == JENA_SENTINEL),
-          ("values outside the column's physical range (JENA_BOUNDS)", lambda v, lo, hi: (v < lo) | (v > hi))]
+          ("values outside the column's physical range", lambda v, lo, hi: (v < lo) | (v > hi))]
 
 
 def jena_path(data_dir: str | os.PathLike | None = None, *, download: bool = False) -> Path:
-    """The Jena file to read: the first of :data:`JENA_FILES` in ``<data_dir>/jena_climate/``;
-    with ``download``, the Keras zip is downloaded when none is there."""
+    """The first of :data:`JENA_FILES` in ``<data_dir>/jena_climate/``; with ``download``, the
+    Keras zip is downloaded when none is there."""
     root = data_folder(data_dir)
     for path in (root / "jena_climate" / name for name in JENA_FILES):
         if path.exists() and not path.is_file():
-            raise DataError(f"{path} is not a regular file (a directory?); remove it, then put the data there.")
+            raise DataError(f"{path} is not a regular file (a directory?); remove it, then put the data in.")
         if path.is_file():
             return path
     if download:
         return fetch(f"jena_climate/{JENA_ZIP}", root, check=check_keras_zip)
     raise FileNotFoundError(f"no Jena Climate file in {root / 'jena_climate'}: run `python -m convres data` "
-                            f"(or load_jena(download=True)) to download it, or set CONVRES_DATA_DIR to an "
-                            "offline copy.")
+                            "(or load_jena(download=True)), or set CONVRES_DATA_DIR to an offline copy.")
 
 
 def check_keras_zip(path: Path) -> str:
-    """Read the CSV of a Keras zip once (its CRC-32 checked) and compare it with the third-party
-    record: ``"verified"``, or ``"differs"`` with a :class:`DataWarning`."""
+    """Read the CSV of a Keras zip once (checking its CRC-32) and compare it with :data:`JENA_CSV`:
+    ``"verified"``, or ``"differs"`` with a :class:`DataWarning`."""
     with zipfile.ZipFile(path) as archive, archive.open(zip_member(archive, path)) as f:
         h = hashlib.sha256()
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
-        size = f.tell()
-    if (size, h.hexdigest()) == (JENA_CSV_SIZE, JENA_CSV_SHA256):
+        got = (f.tell(), h.hexdigest())
+    if got == JENA_CSV:
         return "verified"
-    warnings.warn(f"{path}: its CSV has {size:,} bytes and sha256 {h.hexdigest()}, a third-party record of the "
-                  f"Keras file {JENA_CSV_SIZE:,} bytes and sha256 {JENA_CSV_SHA256}; that record is "
-                  "unverified, so the file is used (its content is checked when read).", DataWarning, stacklevel=2)
+    warnings.warn(f"{path}: its CSV has {got[0]:,} bytes and sha256 {got[1]}, not those of a third-party "
+                  f"record of the Keras file, {JENA_CSV}; that record is unverified, so the file is used "
+                  "(and its content checked when it is read).", DataWarning, stacklevel=2)
     return "differs"
 
 
@@ -86,28 +85,28 @@ def _read_csv(path: Path) -> pd.DataFrame:
             return pd.read_csv(path)
         with zipfile.ZipFile(path) as archive, archive.open(zip_member(archive, path)) as f:
             return pd.read_csv(f)
+    except DataError:
+        raise
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, RuntimeError) as err:
-        if isinstance(err, DataError):
-            raise
-        raise DataError(f"cannot read {path} as a Jena Climate CSV ({err}); delete it and download it again.") from None
+        raise DataError(f"cannot read {path} as a Jena Climate CSV ({err}); download it again.") from None
 
 
 def read_jena(path: str | os.PathLike, columns=JENA_FEATURES) -> pd.DataFrame:
     """A Jena Climate CSV (plain, ``.gz`` or the Keras ``.zip``) as float64 ``columns`` indexed by
-    time, every value checked by :data:`CHECKS` (a :class:`DataError` names the file and column)."""
+    time, every value checked by :data:`CHECKS`."""
     path, columns = Path(path), list(columns)
     df = _read_csv(path)
     twice = [c[:-2] for c in df.columns if c.endswith(".1") and c[:-2] in df.columns]  # pandas' renaming
     missing = [c for c in [JENA_TIME, *columns] if c not in df.columns]
-    for bad, problem in [(twice, f"names the columns {twice} twice"), (missing, f"lacks the columns {missing}"),
-                         (len(df) == 0, "has no rows")]:
+    problems = [(twice, f"names the columns {twice} twice"), (missing, f"lacks the columns {missing}"),
+                (len(df) == 0, "has no rows")]
+    for bad, problem in problems:
         if bad:
-            raise DataError(f"{path} {problem}; it is not a Jena Climate file (the header {JENA_TIME!r} "
-                            "then the features): download it again.")
+            raise DataError(f"{path} {problem}; it is not a Jena Climate file: download it again.")
     time = pd.to_datetime(df[JENA_TIME], format=JENA_TIME_FORMAT, errors="coerce")
     if time.isna().any():
-        raise DataError(f"{path}: column {JENA_TIME!r} holds {int(time.isna().sum())} value(s) not in the format "
-                        f"{JENA_TIME_FORMAT!r}, the first {df[JENA_TIME][time.isna()].iloc[0]!r}; correct them.")
+        raise DataError(f"{path}: column {JENA_TIME!r} holds {int(time.isna().sum())} value(s) not in the "
+                        f"format {JENA_TIME_FORMAT!r}, the first {df[JENA_TIME][time.isna()].iloc[0]!r}.")
     values = df[columns].apply(pd.to_numeric, errors="coerce").astype("float64")
     low, high = (pd.Series({c: JENA_BOUNDS[c][k] for c in columns}) for k in (0, 1))
     for what, test in CHECKS:
@@ -115,23 +114,19 @@ def read_jena(path: str | os.PathLike, columns=JENA_FEATURES) -> pd.DataFrame:
         if bad.to_numpy().any():
             rows = bad.any(axis=1)
             raise DataError(f"{path}: column(s) {[c for c in columns if bad[c].any()]} hold {what}, in "
-                            f"{int(rows.sum())} row(s), the first at {time[rows].iloc[0]}; clean or drop those "
-                            "rows first (or leave the column out).")
+                            f"{int(rows.sum())} row(s) from {time[rows].iloc[0]}; clean or drop those rows.")
     values.index = pd.DatetimeIndex(time, name=JENA_TIME)
     return values
 
 
 def timestamp(name: str, value) -> pd.Timestamp:
     """``value`` (``"2009-01-01 01:00"``, a ``datetime``) as a time-zone-naive ``pandas.Timestamp``."""
-    example = "'2009-01-01 01:00' (year-month-day hour:minute)"
-    if not isinstance(value, (str, datetime.date, np.datetime64)):
-        raise TypeError(f"{name} must be a timestamp string such as {example}, got {value!r}.")
     try:
-        ts = pd.Timestamp(value)
+        ts = pd.Timestamp(value) if isinstance(value, (str, datetime.date, np.datetime64)) else pd.NaT
     except (ValueError, TypeError, OverflowError):
         ts = pd.NaT
     if ts is pd.NaT or ts.tzinfo is not None:
-        raise ValueError(f"{name} {value!r} is not a timestamp without a time zone; use the form {example}.")
+        raise ValueError(f"{name} {value!r} is not a time without a zone such as '2009-01-01 01:00'.")
     return ts
 
 
@@ -145,10 +140,10 @@ def _period(freq) -> pd.Timedelta:
     return step
 
 
-def load_jena(start=None, end=None, *, data_dir=None, columns=JENA_FEATURES, freq=None, download: bool = False):
-    """Jena Climate rows with ``start <= time <= end`` (timestamps such as ``"2009-01-01 01:00"``),
-    selected by time, never by row number; with ``freq="1h"`` only the rows on that grid, which must
-    be complete. The file is checked against its recorded sha256 and by :func:`read_jena`."""
+def load_jena(start=None, end=None, *, data_dir=None, columns=JENA_FEATURES, freq=None, download=False):
+    """The rows with ``start <= time <= end`` (such as ``"2009-01-01 01:00"``), chosen by time, never
+    by row number; with ``freq="1h"``, the rows of that grid, which must be complete. The file is
+    checked against its recorded sha256 and by :func:`read_jena`."""
     lo, hi = (None if t is None else timestamp(n, t) for n, t in (("start", start), ("end", end)))
     step = None if freq is None else _period(freq)
     path = jena_path(data_dir, download=download)
@@ -158,33 +153,33 @@ def load_jena(start=None, end=None, *, data_dir=None, columns=JENA_FEATURES, fre
     if lo > hi:
         raise ValueError(f"start {lo} is after end {hi}.")
     if lo < df.index.min() or hi > df.index.max():
-        raise DataError(f"{path} covers {df.index.min()} .. {df.index.max()}, but {lo} .. {hi} is needed; use a "
-                        "window inside it, or the full file (python -m convres data).")
+        raise DataError(f"{path} covers {df.index.min()} .. {df.index.max()}, but {lo} .. {hi} is needed; "
+                        "use a window inside it, or the full file (python -m convres data).")
     df = df[(df.index >= lo) & (df.index <= hi)]
     steps = np.diff(df.index.to_numpy())
     if (steps <= np.timedelta64(0)).any():
         first = df.index[1:][steps <= np.timedelta64(0)][0]
-        raise DataError(f"{path}: the times are not strictly increasing at {first} (a duplicate or a row out of "
-                        f"order); sort the file by {JENA_TIME!r} and drop duplicates first.")
+        raise DataError(f"{path}: the time {first} repeats or comes out of order; sort the file by "
+                        f"{JENA_TIME!r} and drop duplicates first.")
     if step is None:
         return df
-    if len(steps) and step % pd.Timedelta(np.median(steps)) != pd.Timedelta(0):
-        raise ValueError(f"freq {freq!r} is not a multiple of the rows' spacing {pd.Timedelta(np.median(steps))}.")
+    spacing = pd.Timedelta(np.median(steps)) if len(steps) else step
+    if step % spacing != pd.Timedelta(0):
+        raise ValueError(f"freq {freq!r} is not a multiple of the rows' spacing, {spacing}.")
     df = df[(df.index - df.index.normalize()) % step == pd.Timedelta(0)]
     absent = pd.date_range(lo.ceil(step), hi.floor(step), freq=step).difference(df.index)
     if len(absent):
-        raise DataError(f"{path}: {len(absent)} time(s) of the {freq} grid in {lo} .. {hi} are missing, the first "
+        raise DataError(f"{path}: {len(absent)} time(s) of the {freq} grid in {lo} .. {hi} are missing, from "
                         f"{absent[0]}; choose a window without the gap, or fill it first.")
     return df
 
 
 def standardize(values, names, *, context: str = "") -> np.ndarray:
     """Column-wise z-scores ``(x - mean) / std`` (population std) of a ``(rows, features)`` array; a
-    :class:`DataError` names the features that are constant or not finite (``context`` says where)."""
-    x = np.asarray(values, dtype=np.float64)
-    names = [str(n) for n in names]
+    :class:`DataError` names the features that are constant or not finite (``context``: where)."""
+    x, names = np.asarray(values, dtype=np.float64), [str(n) for n in names]
     if x.ndim != 2 or x.shape[1] != len(names) or x.shape[0] < 2:
-        raise ValueError(f"values must be a (rows >= 2, features) array with one of names {names} per column, "
+        raise ValueError(f"values must be a (rows >= 2, features) array, one of names {names} per column, "
                          f"got shape {x.shape}.")
     with np.errstate(over="ignore", invalid="ignore"):
         std = x.std(0)
@@ -192,6 +187,6 @@ def standardize(values, names, *, context: str = "") -> np.ndarray:
               (~np.isfinite(std), "have a non-finite standard deviation (values too large)")]
     for bad, what in checks:
         if bad.any():
-            raise DataError(f"feature(s) {[n for n, b in zip(names, bad) if b]} {what}{context}: they cannot be "
-                            "standardized; clean them, use a longer window or drop them.")
+            raise DataError(f"feature(s) {[n for n, b in zip(names, bad) if b]} {what}{context}: they cannot "
+                            "be standardized; clean them, use a longer window or drop them.")
     return (x - x.mean(0)) / std

@@ -4,7 +4,6 @@ Book chapter *SST-2*. The cost of a file is checked from its footer before its t
 the length of every distinct sentence before it is split into tokens (:func:`load_sst2`).
 """
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +30,8 @@ def sst2_path(split: str = "train", *, data_dir=None, download: bool = False) ->
     if not path.is_file() and download and f"sst2/{split}.parquet" in SOURCES:
         return fetch(f"sst2/{split}.parquet", root)
     if not path.is_file():
-        raise FileNotFoundError(f"SST-2 file {path} not found: run `python -m convres data` (or "
-                                "load_sst2(download=True)) to download it, or set CONVRES_DATA_DIR to an offline copy.")
+        raise FileNotFoundError(f"SST-2 file {path} not found: run `python -m convres data` (or load_sst2("
+                                "download=True)) to download it, or set CONVRES_DATA_DIR to an offline copy.")
     return path
 
 
@@ -44,13 +43,13 @@ def _table(path: Path, max_bytes: int):
     schema = meta.schema.to_arrow_schema()
     got = {c: str(schema.field(c).type) if c in schema.names else "missing" for c in SST2_COLUMNS}
     if any(got[c] not in types for c, types in SST2_COLUMNS.items()):
-        raise DataError(f"{path} does not have the SST-2 schema {SST2_COLUMNS} (it has {got}); use the parquet "
-                        "files of the Hub dataset nyu-mll/glue, config sst2.")
+        raise DataError(f"{path} does not have the SST-2 schema {SST2_COLUMNS} (it has {got}); use the "
+                        "parquet files of the Hub dataset nyu-mll/glue, config sst2.")
     column = schema.names.index("sentence")
     text = sum(meta.row_group(g).column(column).total_uncompressed_size for g in range(meta.num_row_groups))
     if text > MAX_MEMBER_BYTES or meta.num_rows * max_bytes > 64 * MAX_MEMBER_BYTES:
-        raise DataError(f"{path} holds {meta.num_rows:,} sentences in {text:,} bytes, more than an SST-2 split may "
-                        "cost; it is not an SST-2 file.")
+        raise DataError(f"{path} holds {meta.num_rows:,} sentences in {text:,} bytes, more than an SST-2 "
+                        "split may cost; it is not an SST-2 file.")
     return pq.read_table(path, columns=list(SST2_COLUMNS), read_dictionary=["sentence"])
 
 
@@ -70,10 +69,11 @@ def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, ve
         table = _table(path, max_bytes)
     except (pa.ArrowException, OSError) as err:
         raise DataError(f"cannot read {path} as parquet ({err}); delete it and download it again.") from None
-    longest = max((pc.max(pc.binary_length(c.dictionary)).as_py() or 0 for c in table["sentence"].chunks), default=0)
+    lengths = (pc.max(pc.binary_length(c.dictionary)).as_py() or 0 for c in table["sentence"].chunks)
+    longest = max(lengths, default=0)
     if longest > max_bytes:
-        raise DataError(f"{path} holds a sentence of {longest:,} bytes, more than {max_tokens} tokens take; drop "
-                        "it (or pass a larger max_tokens=...).")
+        raise DataError(f"{path} holds a sentence of {longest:,} bytes, more than {max_tokens} tokens take; "
+                        "drop it (or pass a larger max_tokens=...).")
     df = table.to_pandas()
     df["sentence"] = df["sentence"].astype(str)  # read as categorical (dictionary-encoded)
     tokens = df["sentence"].str.split().str.len()
@@ -97,7 +97,7 @@ def sst2_prefixes(df, n_tokens: int, size: int | None = None):
     tokens = df["sentence"].str.split().tolist()
     labels = df["label"].to_numpy(dtype=np.int64)
     if len(labels) and not np.isin(labels, (0, 1)).all():
-        raise DataError(f"labels must be 0 or 1 (a labelled split, not 'test'), got {sorted(set(labels))[:5]}.")
+        raise DataError(f"labels must be 0 or 1 (a labelled split, not 'test'), got {sorted(set(labels))}.")
     keep = np.array([len(t) >= n_tokens for t in tokens], dtype=bool)
     if size is None:
         rows = np.nonzero(keep)[0]

@@ -24,9 +24,9 @@ from ..data import fingerprint
 from ..runtime import check_device, torch_threads
 from . import explorers, jena, rank_collapse, simulations, sst2, theorem
 from .base import (
-    RUN_CONTEXT,
     PROFILES,
     RESULT_FORMAT,
+    RUN_CONTEXT,
     SUMMARY_KEYS,
     VERDICTS,
     Experiment,

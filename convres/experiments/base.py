@@ -124,6 +124,8 @@ class Result:
 
     def figure(self):
         """The experiment's figure (matplotlib)."""
+        if self.experiment.plot is None:
+            raise ValueError(f"experiment {self.name!r} has no figure.")
         return self.experiment.plot(self)
 
     def report(self) -> dict:
