@@ -449,7 +449,7 @@ def test_a_file_is_checked_against_its_recorded_sha256(tmp_path):
         (tmp_path / "SHA256SUMS").write_text(manifest)
         with pytest.raises(DataError, match="SHA256SUMS|sha256"):
             data.load_sst2(data_dir=tmp_path)
-    sliced = write_slice(tmp_path, name=data.JENA_FILES[2].replace(".csv.gz", ".csv.gz"))
+    sliced = write_slice(tmp_path, name=data.jena.JENA_FILES[2])
     sliced.write_bytes(gzip.compress(b"x"))
     (tmp_path / "SHA256SUMS").unlink()
     with pytest.raises(DataError, match="sha256"):
@@ -462,8 +462,8 @@ def test_a_fresh_data_folder_is_filled_from_the_mirror(tmp_path, mirror):
         jena = data.download("jena", data_dir=tmp_path)
     data.download("sst2", data_dir=tmp_path)
     assert jena.read_bytes() == files["/jena.zip"] and {p for p, _ in server.requests} == set(files)
-    sums = data.read_checksums(tmp_path)
-    assert set(sums) == set(data.SOURCES) and data.load_sst2(data_dir=tmp_path).attrs["checksum"].startswith("sha256")
+    sums = data.sources.read_checksums(tmp_path)
+    assert set(sums) == set(data.sources.SOURCES) and data.load_sst2(data_dir=tmp_path).attrs["checksum"].startswith("sha256")
     assert data.load_jena("2009-01-01 01:00", "2009-01-28 17:00", data_dir=tmp_path, freq="1h").shape == (665, 11)
     data.download("jena", data_dir=tmp_path)
     assert len(server.requests) == 3   # what is there is kept
@@ -471,7 +471,7 @@ def test_a_fresh_data_folder_is_filled_from_the_mirror(tmp_path, mirror):
 
 def test_a_download_resumes_its_part_file(tmp_path, mirror):
     base, files, server = mirror
-    body = files["/datasets/nyu-mll/glue/resolve/" + data.SST2_REVISION + "/sst2/train-00000-of-00001.parquet"]
+    body = files["/datasets/nyu-mll/glue/resolve/" + data.sources.SST2_REVISION + "/sst2/train-00000-of-00001.parquet"]
     part = tmp_path / "sst2" / "train.parquet.part"
     part.parent.mkdir()
     part.write_bytes(body[:1000])

@@ -3,36 +3,19 @@
 Book chapters *Jena Climate* and *SST-2*; the submodules' public names are re-exported here.
 """
 
-from pathlib import Path
+from pathlib import Path  # noqa: I001 (the names of a module on two lines, not twelve)
 
-from . import sources
+from . import jena, sources
 from .embeddings import embed_tokens, embed_with, hash_embedding, ppmi_embeddings
-from .jena import (
-    JENA_ALL_FEATURES,
-    JENA_BOUNDS,
-    JENA_FEATURES,
-    JENA_FILES,
-    check_keras_zip,
-    jena_path,
-    load_jena,
-    read_jena,
-    standardize,
-    timestamp,
-)
-from .sources import (
-    DATA_ENV,
-    JENA_URL,
-    KNOWN_SHA256,
-    SOURCES,
-    SST2_REVISION,
-    DataError,
-    DataWarning,
-    data_dir,
-    read_checksums,
-    sha256_file,
-    verify_file,
-)
+from .jena import JENA_ALL_FEATURES, JENA_BOUNDS, JENA_FEATURES, jena_path, load_jena, read_jena, standardize
+from .jena import timestamp
+from .sources import DataError, DataWarning, data_dir, sha256_file
 from .sst2 import SST2_SPLITS, load_sst2, sst2_path, sst2_prefixes
+
+__all__ = ["DATASETS", "download", "fingerprint", "embed_tokens", "embed_with", "hash_embedding",
+           "ppmi_embeddings", "JENA_ALL_FEATURES", "JENA_BOUNDS", "JENA_FEATURES", "jena_path", "load_jena",
+           "read_jena", "standardize", "timestamp", "DataError", "DataWarning", "data_dir", "load_sst2",
+           "sst2_path", "sst2_prefixes", "sources"]
 
 #: The data sets the experiments read, and the files :func:`download` fetches for each.
 DATASETS = {"jena": ("jena_climate/jena_climate_2009_2016.csv.zip",),
@@ -53,13 +36,5 @@ def fingerprint(data_dir=None) -> dict[str, str]:
     """``{file: sha256}`` of the data files the loaders may read now (part of an experiment's cache key)."""
     root = sources.data_dir(data_dir)
     paths = [root / "sst2" / f"{split}.parquet" for split in SST2_SPLITS]
-    paths += [root / "jena_climate" / name for name in JENA_FILES]
+    paths += [root / "jena_climate" / name for name in jena.JENA_FILES]
     return {p.relative_to(root).as_posix(): sha256_file(p) for p in paths if p.is_file()}
-
-
-__all__ = ["DATASETS", "download", "fingerprint", "embed_tokens", "embed_with", "hash_embedding",
-           "ppmi_embeddings", "JENA_ALL_FEATURES", "JENA_BOUNDS", "JENA_FEATURES", "JENA_FILES",
-           "check_keras_zip", "jena_path", "load_jena", "read_jena", "standardize", "timestamp", "DATA_ENV",
-           "JENA_URL", "KNOWN_SHA256", "SOURCES", "SST2_REVISION", "DataError", "DataWarning", "data_dir",
-           "read_checksums", "sha256_file", "verify_file", "SST2_SPLITS", "load_sst2", "sst2_path",
-           "sst2_prefixes"]

@@ -125,9 +125,9 @@ def fetch(rel: str, root: Path, check=None) -> Path:
         if check is not None:
             check(part)
     except (OSError, http.client.HTTPException, zipfile.BadZipFile) as err:  # URLError, timeouts, ...
-        reason = getattr(err, "reason", None) or err
-        raise DataError(f"could not download {rel} from {url} ({reason}); {fix}. What arrived is kept in "
-                        f"{part}: the next try resumes it.") from None
+        kept = f" What arrived is kept in {part}: the next try resumes it." if part.exists() else ""
+        raise DataError(f"could not download {rel} from {url} ({getattr(err, 'reason', None) or err}); "
+                        f"{fix}.{kept}") from None
     os.replace(part, dest)
     sums = {**read_checksums(root), rel: sha256_file(dest)}
     write_atomic(root / CHECKSUMS, "".join(f"{sha}  {name}\n" for name, sha in sorted(sums.items())))
