@@ -138,18 +138,18 @@ def _reproduce(args):
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ValueError(f"--out {out}: cannot make this folder ({err}); pass a writable folder.") from None
-    if args.download:
-        for name in set(names) & set(DATASETS):
-            download(name)
+    for name in set(names) & set(DATASETS) if args.download else ():
+        download(name)
     report = {}
     for name in names:
         t0 = time.perf_counter()
         res = run_experiment(name, args.profile, progress=not args.json, refresh=args.refresh,
                              device=args.device)
-        png = out / f"{name}-{args.profile}.png"
-        write_atomic(png, figure_png(res.figure(), dpi=200))
+        png = out / f"{name}-{args.profile}.png" if res.experiment.plot else None  # a figure, if it has one
+        if png:
+            write_atomic(png, figure_png(res.figure(), dpi=200))
         report[name] = {"settings": res.settings, "summary": res.summary(), "claims": res.claims(),
-                        "seconds": round(time.perf_counter() - t0, 2), "figure": str(png)}
+                        "seconds": round(time.perf_counter() - t0, 2), "figure": png and str(png)}
     if args.json:
         return report[names[0]] if len(names) == 1 else report
     return "\n".join(f"{n}: {r['figure']} ({r['seconds']} s)\n{_fields(r['summary'], 16)}"
