@@ -89,9 +89,10 @@ strict-build: $(STAMP) $(ASSETS) data executed
 experiment-%:
 	$(BIN)/python -m convres reproduce $* --out _build/figures > /dev/null
 
-# Every page of _build/html in headless Chromium (offline), the links and the line lengths.
+# Every page of _build/html in headless Chromium (offline), the links and the line lengths: one file
+# a process (tests/test_site.py keeps its screenshots and page heights per process).
 browser: $(STAMP)
-	CONVRES_SITE_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(JOBS) $(SITE_TESTS)
+	CONVRES_SITE_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(JOBS) --dist loadfile $(SITE_TESTS)
 
 test: check strict-build browser
 
