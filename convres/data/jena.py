@@ -126,7 +126,7 @@ def timestamp(name: str, value) -> pd.Timestamp:
     except (ValueError, TypeError, OverflowError):
         ts = pd.NaT
     if ts is pd.NaT or ts.tzinfo is not None:
-        raise ValueError(f"{name} {value!r} is not a timestamp (without a time zone) such as '2009-01-01 01:00'.")
+        raise ValueError(f"{name} {value!r} is not a timestamp (without a zone) such as '2009-01-01 01:00'.")
     return ts
 
 
