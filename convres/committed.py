@@ -100,12 +100,15 @@ def read_record(path: Path, name: str, profile: str, seeds: list | None, k: int)
             if isinstance(done, list) and done == sorted(set(done)) and set(done) <= set(range(len(blocks))):
                 seeds = [s for j in done for s in blocks[j]]
         full = settings(name, profile)
-        found = {r["seed"] for records in _seed_lists(stored["data"]) for r in records} & set(full["seeds"])
+        lists = list(_seed_lists(stored["data"]))
+        found = {r["seed"] for records in lists for r in records} & set(full["seeds"])
+        twice = any(len({dumps(r, sort_keys=True) for r in records}) < len(records) for records in lists)
         checks = [(seeds is None, "no list of the pieces it holds"),
                   ("provenance" not in stored, "no provenance"),
                   ((stored["name"], stored["profile"]) != (name, profile), "it is of another experiment"),
                   ({**stored["settings"], "seeds": full["seeds"]} != full, "its settings are not today's"),
                   (stored["settings"]["seeds"] != seeds, f"its seeds are not {seeds}"),
+                  (twice, "it holds a record twice"),
                   (bool(found) and not set(seeds or []) <= found, f"it holds records of the seeds "
                                                                    f"{sorted(found)} only")]
         problems = [what for bad, what in checks if bad]

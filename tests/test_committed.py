@@ -74,6 +74,7 @@ def edits(path):
             "name": lambda d: d.__setitem__("name", "simulations"),
             "seeds": lambda d: d["settings"].__setitem__("seeds", d["settings"]["seeds"] + [7]),
             "relabelled": relabelled,
+            "a record twice": lambda d: d["data"]["runs"].append(d["data"]["runs"][0]),
             "no data": lambda d: d.pop("data"),
             "no pieces": lambda d: d.pop("pieces", None) if "pieces" in d else d.pop("seconds"),
             "done": lambda d: d.get("pieces", {}).__setitem__("done", [0, 9]) if "pieces" in d
