@@ -105,9 +105,9 @@ API_PAGES: dict[str, list[str]] = {
     "api/experiment_runs": ["experiments.simulations", "experiments.jena", "experiments.sst2",
                             "experiments.rank_collapse", "experiments.theorem",
                             "experiments.explorers"],
-    "api/data": ["data", "data.jena", "data.sst2", "data.embeddings", "data.checksums"],
+    "api/data": ["data", "data.sources", "data.jena", "data.sst2", "data.embeddings"],
     "api/figures": ["plotting", "vega", "explorers", "report", "show"],
-    "api/tools": ["cache", "files", "paths", "runtime", "values", "cli"],
+    "api/tools": ["cache", "runtime", "values", "cli"],
 }
 
 
