@@ -2,19 +2,21 @@ r"""Sphinx extension of the convres book (loaded through ``sphinx.local_extensio
 
 Jobs for the published site:
 
-1. **No CDN.** MathJax, require.js, the ipywidgets embed manager, Vega and Vega-Lite are installed
+1. **No CDN.** MathJax, require.js and the ipywidgets embed manager are installed
    from the npm registry at exact versions (``web/package.json`` and its lock file, ``make
    assets``) into ``web/node_modules/`` (git-ignored). This extension copies the files the pages
    need straight into the output, ``_build/html/_static/vendor/``, where ``mathjax_path`` and
    ``nb_ipywidgets_js`` in ``_config.yml`` point (Sphinx resolves those relative to ``_static``).
-   The site's own scripts (``web/explorer.js``, ``web/explorer.css``, ``web/mathjax2-shim.js``) go
+   The site's own scripts (``web/model.js``, ``web/explorer.js``, ``web/explorer.css``,
+   ``web/mathjax2-shim.js``, ``web/site.js``, ``web/site.css``) go
    to ``_build/html/_static/convres/``. None of them is put in a *source* static folder
    (``book/_static``): Jupyter Book 1 would inject every ``.js``/``.css`` found there into every
    page.
 2. **Explorers.** A page that holds an explorer (``convres.explorers``: an element of class
-   ``convres-explorer``) loads ``explorer.js`` and ``explorer.css``, which draw it with Vega-Lite;
-   other pages load neither. Pages with saved ipywidgets load ``mathjax2-shim.js`` first
-   (``nb_ipywidgets_js``), which gives the embed manager the MathJax 2 call it makes.
+   ``convres-explorer``) loads ``model.js`` (the model and gradient descent, run in the page),
+   ``explorer.js`` and ``explorer.css`` (the controls and the charts); other pages load none of
+   them. Pages with saved ipywidgets load ``mathjax2-shim.js`` first (``nb_ipywidgets_js``), which
+   gives the embed manager the MathJax 2 call it makes.
 3. **API reference.** One page per group of modules, ``book/api/<page>.md`` (``API_PAGES``
    below), each filled at build time with one ``automodule`` section per module of its group, so
    that no page is too long to read; ``book/api.md`` gets the list of pages with what each module
@@ -77,16 +79,10 @@ ASSETS = [
     ("requirejs/package.json", "requirejs-package.json"),
     ("@jupyter-widgets/html-manager/dist", "html-manager"),
     ("@jupyter-widgets/html-manager/package.json", "html-manager/package.json"),
-    ("vega/build/vega.min.js", "vega/vega.min.js"),
-    ("vega/LICENSE", "vega/LICENSE"),
-    ("vega/package.json", "vega/package.json"),
-    ("vega-lite/build/vega-lite.min.js", "vega-lite/vega-lite.min.js"),
-    ("vega-lite/LICENSE", "vega-lite/LICENSE"),
-    ("vega-lite/package.json", "vega-lite/package.json"),
 ]
 WEB = Path(__file__).resolve().parent
 OWN = "_static/convres"  # folder of the output that holds the site's own scripts
-OWN_FILES = ["explorer.js", "explorer.css", "mathjax2-shim.js", "site.css", "site.js"]
+OWN_FILES = ["model.js", "explorer.js", "explorer.css", "mathjax2-shim.js", "site.css", "site.js"]
 EXPLORER_MARK = 'class="convres-explorer'  # what convres.explorers.Explorer.html() writes
 # Files of html-manager/dist the pages never load (source maps, the non-AMD bundles).
 _SKIP = shutil.ignore_patterns("*.map", "embed.js", "embed.js.LICENSE.txt", "libembed-amd.js")
@@ -103,10 +99,9 @@ API_PAGES: dict[str, list[str]] = {
     "api/certify": ["certify", "width"],
     "api/experiments": ["experiments", "experiments.base", "stats", "committed"],
     "api/experiment_runs": ["experiments.simulations", "experiments.jena", "experiments.sst2",
-                            "experiments.rank_collapse", "experiments.theorem",
-                            "experiments.explorers"],
+                            "experiments.rank_collapse", "experiments.theorem"],
     "api/data": ["data", "data.jena", "data.sst2", "data.embeddings", "data.checksums"],
-    "api/figures": ["plotting", "vega", "explorers", "report", "show"],
+    "api/figures": ["plotting", "explorers", "report", "show"],
     "api/tools": ["cache", "files", "paths", "runtime", "values", "cli"],
 }
 
@@ -249,9 +244,10 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
             unique.append(js)
     if "script_files" in context:
         context["script_files"][:] = unique
-    # Explorers: their script (it loads Vega and Vega-Lite itself) and style, on their pages only.
+    # Explorers: the model (gradient descent in the page), their script and style, on their pages only.
     if EXPLORER_MARK in (context.get("body") or ""):
         app.add_css_file(f"{OWN.removeprefix('_static/')}/explorer.css")
+        app.add_js_file(f"{OWN.removeprefix('_static/')}/model.js", defer="defer")
         app.add_js_file(f"{OWN.removeprefix('_static/')}/explorer.js", defer="defer")
     # The widget manager loads its fonts from the folder require.js reports for it, which is the
     # page's folder unless require.js is told (a global `require` before require.js is its config).
