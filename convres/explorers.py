@@ -234,7 +234,8 @@ class Explorer:
             axes[1].set_xscale("log")
             axes[1].axvline(v["d_qk"], color="0.5", ls=":")
             axes[1].set(xlabel="d_QK", ylabel="escape step")
-        fig.suptitle(f"β = {v['beta']:g}, μ = {v['mu']:g}, d_QK = {v['d_qk']}, scale {v['scale']}, "
+        scale = {"1/d_qk": "1/d_QK", "1/sqrt(d_qk)": "1/√d_QK"}[v["scale"]]
+        fig.suptitle(f"β = {v['beta']:g}, μ = {v['mu']:.3g}, d_QK = {v['d_qk']}, scale {scale}, "
                      f"seed {v['seed']}", fontsize=10)
         return figure_png(fig, dpi=200)
 
@@ -273,11 +274,11 @@ def rank_collapse_explorer() -> Explorer:
             _preset("wide", f"wide attention: β = 0, {_DQK} = 16", "No residual, but the attention starts "
                     "far from uniform: the plateau is short.", **_setting(0.0, 16)),
             _preset("scale", f"the usual scale 1/√{_DQK}", "No residual at the usual attention scale: "
-                    "the plateau is gone at every d<sub>QK</sub> (right panel).",
+                    "the plateau is short at every d<sub>QK</sub> (lowest panel).",
                     **_setting(0.0, 1024, scale="1/sqrt(d_qk)")),
             _preset("small", "a small residual: β = 0.01", "A residual a hundred times weaker than the "
-                    "figure's: the loss still sits on the floor, though σ<sub>min</sub>(Z<sub>t</sub>) "
-                    "is far above the run without residual.", **_setting(0.01, 1024)),
+                    "figure's: σ<sub>min</sub>(Z) starts far above the run without residual, yet the "
+                    "loss sits on the floor as long.", **_setting(0.01, 1024)),
             _preset("diverge", "too strong for the step: β = 2", "With β = 2 the step μ = 0.002 is "
                     "too large: the blue run diverges and stops.", **_setting(2.0, 1024)),
         ])
@@ -297,13 +298,13 @@ def convergence_explorer() -> Explorer:
              "against d_QK."),
         presets=[
             _preset("linear", f"linear convergence: β = 1, {_DQK} = 256", "With the residual the loss "
-                    "falls on a straight line (log scale against the step), far below the theorem's "
-                    "envelope (dashed).", **_setting(1.0, 256)),
+                    "falls at every step, down to float64 rounding within a few hundred steps, far below "
+                    "the theorem's envelope (dotted).", **_setting(1.0, 256)),
             _preset("plateau", f"the plateau: β = 0, {_DQK} = 1024", "No residual and nearly uniform "
                     "attention: α is tiny, the envelope flat, and the loss sits on the floor for "
                     "hundreds of steps before it leaves it.", **_setting(0.0, 1024)),
             _preset("scale", f"the usual scale 1/√{_DQK}", "The same without residual at the usual scale: "
-                    "no plateau, at any d<sub>QK</sub>.", **_setting(0.0, 1024, scale="1/sqrt(d_qk)")),
+                    "no long plateau, at any d<sub>QK</sub>.", **_setting(0.0, 1024, scale="1/sqrt(d_qk)")),
             _preset("small", f"a weak residual: β = 0.03, {_DQK} = 1024", "The plateau's setting with "
                     "a weak residual: a shorter plateau, and an envelope that is still flat.",
                     **_setting(0.03, 1024)),

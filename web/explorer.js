@@ -711,8 +711,18 @@
         Object.keys(views).forEach(function (k) { out.domains[k] = views[k].chart.dom; });
         return out;
       },
+      // a chart's axes and the points of one drawn series (pixels), for the test
+      chart: function (name) {
+        var c = views[name].chart;
+        return {dom: c.dom, px: c.px, path: function (key) {
+          var e = c.svg.querySelector('path[data-series="' + key + '"]'), v = e ? e.getAttribute('d').match(/-?[\d.]+/g).map(Number) : [];
+          var pts = [];
+          for (var i = 0; i + 1 < v.length; i += 2) pts.push([v[i], v[i + 1]]);
+          return pts;
+        }};
+      },
       compute: function (v, steps) {
-        var r = newRun(Object.assign({}, values, v), v.beta), t0 = performance.now();
+        var w = Object.assign({}, values, v), r = newRun(w, w.beta), t0 = performance.now();
         while (r.step(steps)) { /* the whole run */ }
         return {loss: r.loss, status: r.status, ms: performance.now() - t0};
       }
