@@ -230,8 +230,9 @@ LAYOUT = r"""() => {
     theme: document.documentElement.dataset.theme};
 }"""
 
-# Formulas cut off: every formula (folded content opened first) whose box, or the box of a formula
-# that scrolls inside itself, goes beyond the screen or beyond an ancestor that clips or scrolls.
+# Formulas cut off: every formula (folded content opened first) that goes beyond the screen or beyond
+# an ancestor that clips it. A formula inside a box that scrolls sideways (a notebook's table; a wide
+# inline formula that site.js made scroll inside itself) can be scrolled to: it is counted apart.
 # `unmark`: remove site.js's marks first (the count before the fix).
 CUT_MATH = r"""async (unmark) => {
   document.querySelectorAll('.toggle-hidden').forEach(e => e.classList.remove('toggle-hidden'));
@@ -240,18 +241,20 @@ CUT_MATH = r"""async (unmark) => {
   if (unmark) document.querySelectorAll('.convres-wide-math').forEach(e => e.classList.remove('convres-wide-math'));
   await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
   const vw = document.documentElement.clientWidth, main = document.querySelector('main') || document.body;
-  const out = {display: [], inline: [], total: 0};
+  const out = {display: [], inline: [], scrolling: 0, total: 0};
   for (const c of main.querySelectorAll('mjx-container')) {
-    const m = c.querySelector('mjx-math') || c, scrolls = getComputedStyle(c).overflowX !== 'visible';
-    const r = (scrolls ? c : m).getBoundingClientRect();
+    const m = c.querySelector('mjx-math') || c, r = m.getBoundingClientRect();
     if (!r.width || !c.offsetParent) continue;
     out.total++;
-    let right = vw, left = 0;
-    for (let a = c.parentElement; a && a !== document.documentElement; a = a.parentElement) {
-      if (getComputedStyle(a).overflowX === 'visible') continue;
+    let right = vw, left = 0, scrolls = false;
+    for (let a = c; a && a !== document.documentElement; a = a.parentElement) {
+      const o = getComputedStyle(a).overflowX;
+      if (o === 'auto' || o === 'scroll') { scrolls = true; break; }
+      if (o === 'visible' || a === c) continue;
       const b = a.getBoundingClientRect();
       left = Math.max(left, b.left + a.clientLeft); right = Math.min(right, b.left + a.clientLeft + a.clientWidth);
     }
+    if (scrolls) { out.scrolling++; continue; }
     if (r.right > right + 1 || r.left < left - 1)
       out[c.getAttribute('display') === 'true' ? 'display' : 'inline'].push(
         `${Math.round(r.right - right)} px cut (${(c.closest('[id]') || {}).id || ''}): ` +
@@ -396,14 +399,14 @@ def test_cut_math_is_caught(site, browser):
 # --------------------------------------------------------------------------- the PDF
 @whole_site
 def test_the_pdf_is_linked_and_served(site, browser):
-    """With ``_build/html/convres.pdf`` (``make pdf`` before ``make book``), every page's download
+    """With ``_build/html/convres.pdf`` (``make pdf``, then an HTML build), every page's download
     menu links it and the link returns the PDF; without it no page links it (no dead link)."""
     pdf = SITE / "convres.pdf"
     if not ALL_PAGES:
         _skip_or_fail(f"no built site at {SITE}")
     if os.environ.get("CONVRES_PDF_REQUIRED") == "1":
         assert pdf.is_file(), f"no {pdf}: run make pdf before make book (CONVRES_PDF_REQUIRED=1)"
-    pages = [p for p in ALL_PAGES if not _redirect(p)]
+    pages = [p for p in ALL_PAGES if "download-buttons" in (SITE / p).read_text()]   # those with the menu
     linking = [p for p in pages if re.search(r'href="(?:\.\./)*convres\.pdf"', (SITE / p).read_text())]
     if not pdf.is_file():
         assert not linking, f"pages link convres.pdf, which the site does not serve: {linking[:5]}"
@@ -425,6 +428,30 @@ def _explorer_ids(page: str) -> list[str]:
     return re.findall(r'<div class="convres-explorer[^"]*" id="([^"]+)"', (SITE / page).read_text())
 
 
+def _renderer_cpu() -> float:
+    """Seconds of CPU used so far by the renderer processes of this test's Chromium (Linux
+    ``/proc/<pid>/task/<tid>/schedstat``); 0 elsewhere."""
+    def parent(pid: str) -> str:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+        except OSError:
+            return "0"
+
+    total, me = 0.0, str(os.getpid())
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"--type=renderer" not in (proc / "cmdline").read_bytes():
+                continue
+            pid = proc.name
+            while pid not in ("0", "1", me):
+                pid = parent(pid)
+            if pid == me:
+                total += sum(int((t / "schedstat").read_text().split()[0]) for t in (proc / "task").iterdir())
+        except OSError:
+            continue
+    return total / 1e9
+
+
 def _agree(js, ref) -> bool:
     """Equal to 1e-9 relative; below 1e-12 of the start, to 1e-21 of the start (rounding)."""
     js, ref = np.asarray(js), np.asarray(ref)
@@ -435,9 +462,9 @@ def _agree(js, ref) -> bool:
 def test_live_explorer_is_convres(page, site, browser):
     """The page's gradient descent, 500 steps at two settings per explorer, equals
     convres.gradient_descent on the same instance; and 500 steps at the interactive size (the
-    book's figure: N = 4, n = 4, d = m = 32) take at most LIVE_MS ms, the best of 7. The time is
-    asserted when the machine has a core to give (load average at most the number of cores, or
-    ``CONVRES_TIMING_REQUIRED=1``); on a machine busy with other jobs it is printed only."""
+    book's figure: N = 4, n = 4, d = m = 32) take at most LIVE_MS ms of the renderer's CPU time
+    (the best of 7; the wall time, printed too, also counts the turns of other jobs on a busy
+    machine)."""
     import convres
     from convres import explorers
     if page not in ALL_PAGES:
@@ -453,14 +480,19 @@ def test_live_explorer_is_convres(page, site, browser):
                                                        scale=v["scale"])
                 _, h = convres.gradient_descent(params, X, Y, cfg, v["mu"], LIVE_STEPS, rtol=data["rtol"])
                 assert got["status"] == h.status and _agree(got["loss"], h.loss), (eid, v)
-            times = [view(f"() => window.convresExplorers[{json.dumps(eid)}].compute({{}}, {LIVE_STEPS}).ms")
-                     for _ in range(7)]
-            print(f"\n{eid}: {LIVE_STEPS} steps in {min(times):.1f} ms (best of 7; median {np.median(times):.1f})")
-            load, cores = os.getloadavg()[0], os.cpu_count() or 1
-            timed = load <= cores or os.environ.get("CONVRES_TIMING_REQUIRED") == "1"
-            print(f"(load average {load:.1f} on {cores} cores: {'asserted' if timed else 'not asserted'})")
-            if data["bank"]["family"] == "collapse" and timed:
-                assert min(times) <= LIVE_MS, f"{eid}: {LIVE_STEPS} steps take {min(times):.0f} ms"
+            # wall time in the page, and the CPU time of the browser's renderer (/proc): on a machine
+            # busy with other jobs the wall time counts their turns too, the CPU time does not
+            times = []
+            for _ in range(7):
+                cpu = _renderer_cpu()
+                wall = view(f"() => window.convresExplorers[{json.dumps(eid)}].compute({{}}, {LIVE_STEPS}).ms")
+                times.append((wall, (_renderer_cpu() - cpu) * 1e3))
+            wall, cpu = min(t[0] for t in times), min(t[1] for t in times)
+            load = os.getloadavg()[0]
+            print(f"\n{eid}: {LIVE_STEPS} steps in {cpu:.1f} ms of CPU, {wall:.1f} ms of wall time "
+                  f"(best of 7; load average {load:.1f} on {os.cpu_count()} cores)")
+            if data["bank"]["family"] == "collapse":     # the interactive size: the book's figure
+                assert cpu <= LIVE_MS, f"{eid}: {LIVE_STEPS} steps take {cpu:.0f} ms of CPU"
         _fail(page, view.problems)
     finally:
         view.close()
@@ -488,7 +520,8 @@ def test_explorer_plays(page, width, site, browser):
             view(f"() => {ex}.idle()")
             data, state = view(f"() => {ex}.data"), view(f"() => {ex}.state()")
             problems = [f"{eid} is {w} px wide on a {PHONE} px screen" for w in
-                        [view(f"() => document.getElementById({json.dumps(eid)}).scrollWidth")] if w > PHONE - 10]
+                        [view(f"() => document.getElementById({json.dumps(eid)}).scrollWidth")]
+                        if width == PHONE and w > PHONE - 10]
             # the horizon: past the escape of every d_QK of the panel, and the loss axis spans it
             if "escape" in data["charts"]:
                 esc = state["escapes"]
@@ -522,10 +555,10 @@ def test_explorer_plays(page, width, site, browser):
             # the keyboard on the beta slider: off every preset, no caption, nothing moves
             p.focus(f"#{eid}-beta")
             before = view(f"() => {ex}.values().beta")
-            p.keyboard.press("ArrowLeft")
+            p.keyboard.press("ArrowRight" if before < data["beta"][1] else "ArrowLeft")
             view(f"() => {ex}.idle()")
-            if view(f"() => {ex}.values().beta") >= before:
-                problems.append(f"{eid}: ArrowLeft did not lower beta from {before}")
+            if view(f"() => {ex}.values().beta") == before:
+                problems.append(f"{eid}: the arrow keys did not move beta from {before}")
             if view(CONTROLS, eid) != where:
                 problems.append(f"{eid}: controls moved off the presets")
             if len(data["d_qks"]) > 1:     # the attention scale switch

@@ -41,7 +41,9 @@ Jobs for the published site:
    with "Appendix" starts the appendix), the chapters' empty "References" sections and the
    Bibliography page are dropped, and the references are listed once, at the end, each work once,
    sorted by author. When ``_build/latex/convres.pdf`` exists, the next HTML build serves it as
-   ``convres.pdf`` and lists it in every page's download menu; without it, no page links it.
+   ``convres.pdf`` and lists it in every page's download menu; without it, no page links it. When
+   that changes, every page is written again from the kept doctrees (no chapter is executed again),
+   so ``make pdf`` after an HTML build, then an incremental HTML build, gives a site with the PDF.
 """
 
 from __future__ import annotations
@@ -396,15 +398,13 @@ def _find_pdf(app) -> None:
     app.env.convres_pdf = str(pdf) if pdf else ""
     if pdf:
         logger.info(f"convres_site: serving {pdf} as {PDF_NAME} and linking it from every page")
-
-
-def _pdf_outdated(app, env, added, changed, removed) -> list[str]:
-    # The download menu of every page depends on whether the PDF exists: when that changes since
-    # the last build, every page is written again.
-    previous = getattr(env, "convres_pdf_linked", None)
-    now = bool(getattr(env, "convres_pdf", ""))
-    env.convres_pdf_linked = now
-    return sorted(env.found_docs) if previous is not None and previous != now else []
+    if app.builder.format == "html" and (Path(app.outdir) / PDF_NAME).is_file() != bool(pdf):
+        # The download menu of every page changes (the last build served the PDF and this one does
+        # not, or the reverse): remove the pages, which the builder then writes again from the
+        # doctrees it keeps, without reading or executing any chapter.
+        for page in Path(app.outdir).rglob("*.html"):
+            if not {"_static", "_sources", "_images"} & set(page.relative_to(app.outdir).parts):
+                page.unlink()
 
 
 def _copy_pdf(app, exception) -> None:
@@ -523,7 +523,6 @@ def setup(app):
     app.connect("source-read", _api_source)
     app.connect("source-read", _insert_repository_url)
     app.connect("env-get-outdated", _api_always_outdated)
-    app.connect("env-get-outdated", _pdf_outdated)
     app.connect("html-page-context", _link_pdf, priority=950)
     app.connect("doctree-resolved", _pdf_shape)
     app.connect("build-finished", _copy_pdf)

@@ -360,9 +360,9 @@
 
     function showValues() {
       ctl.beta.input.value = String(betaPos(values.beta, data.beta));
-      ctl.beta.output.textContent = fmt(values.beta);
+      ctl.beta.output.textContent = String(values.beta);
       ctl.mu.input.value = String(muPos(values.mu, data.mu));
-      ctl.mu.output.textContent = fmt(values.mu);
+      ctl.mu.output.textContent = String(Number(values.mu.toPrecision(3)));
       if (ctl.d_qk) {
         ctl.d_qk.input.value = String(data.d_qks.indexOf(values.d_qk));
         ctl.d_qk.output.textContent = String(values.d_qk);
@@ -380,8 +380,9 @@
     }
 
     // Recorded along a run: every loss, and sigma_min(Z_t) at the steps drawn.
-    function Track(run, horizon) {
+    function Track(run, horizon, sigma) {
       this.run = run;
+      this.wantSigma = sigma !== false && wantSigma;
       this.horizon = horizon;
       this.sigma = [];
       this.sigmaAt = {};
@@ -393,7 +394,7 @@
     Track.prototype.advance = function (stopAtEscape) {
       var self = this, r = this.run, hitEscape = false;
       var more = r.step(this.horizon, function (t, phi) {
-        if (t === 0 || (wantSigma && self.sigmaAt[t])) {
+        if (t === 0 || (self.wantSigma && self.sigmaAt[t])) {
           var sp = r.spectra(), last = r.inst.N * r.inst.n - 1;
           if (t === 0) self.alpha = Math.pow(sp.H[last] / 2, 2);
           self.sigma.push([t, sp.Z[last]]);
@@ -412,7 +413,7 @@
       b0cache = {};
       b0cache[k0] = main.b0;
       main.chosen = v.beta === 0 ? main.b0 : new Track(newRun(v, v.beta), data.horizon);
-      if (!compare) main.b0 = main.chosen = v.beta === 0 ? main.b0 : main.chosen;
+      if (!compare) main.b0 = main.chosen;   // one run: the chosen beta
       state.main = main;
       var myJob = {};
       state.job = myJob;
@@ -437,7 +438,7 @@
             if (pending.length) {
               busy = true;
               if (!escTrack || escTrack.dqk !== pending[0]) {
-                escTrack = new Track(newRun(Object.assign({}, v, {d_qk: pending[0]}), 0), data.horizon);
+                escTrack = new Track(newRun(Object.assign({}, v, {d_qk: pending[0]}), 0), data.horizon, false);
                 escTrack.dqk = pending[0];
               }
               for (k = 0; k < 20; k++) {
