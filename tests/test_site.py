@@ -110,7 +110,10 @@ def site():
 
 @pytest.fixture(scope="module")
 def browser(site):
-    sync_api = pytest.importorskip("playwright.sync_api")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        _skip_or_fail("Playwright is not installed (pip install playwright; it drives the system's Chromium)")
     exe = next((shutil.which(n) for n in (os.environ.get("CHROMIUM"), "chromium", "chromium-browser",
                                           "google-chrome") if n and shutil.which(n)), None)
     if exe is None:
