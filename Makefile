@@ -66,8 +66,14 @@ executed:
 	@mkdir -p _build
 	@test "$$(cat $(EXEC_HASH) 2>/dev/null)" = "$(SOURCES_SHA)" || { rm -rf _build/.jupyter_cache; echo $(SOURCES_SHA) > $(EXEC_HASH); }
 
+# With TeX Live, the whole-book PDF from the chapters just executed (none runs again), then the pages
+# written again to serve it as convres.pdf from every page's download menu; without it, no PDF link.
 book: $(STAMP) $(ASSETS) data executed
 	$(BIN)/jupyter-book build --all book
+	@if command -v xelatex >/dev/null && command -v latexmk >/dev/null; then \
+	  $(MAKE) --no-print-directory pdf && $(BIN)/jupyter-book build book \
+	  || echo "make book: the PDF failed (above); the site links no PDF"; \
+	else echo "make book: no TeX Live (xelatex, latexmk), so the site links no PDF (make pdf installs it)"; fi
 
 check: lint unit
 

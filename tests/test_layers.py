@@ -16,9 +16,9 @@ LAYERS = [
     ["lemmas", "collapse"],                                            # the lemmas, rank collapse
     ["checks", "certify", "width"],                                    # checks, certified bounds, width
     ["theory"],                                                        # the theorems along runs
-    ["plotting", "vega"],                                              # figures and charts
+    ["plotting"],                                                      # figures
     ["experiments.base", "experiments.simulations", "experiments.jena", "experiments.sst2",
-     "experiments.rank_collapse", "experiments.theorem", "experiments.explorers", "experiments",
+     "experiments.rank_collapse", "experiments.theorem", "experiments",
      "scope"],                                                         # experiments
     ["explorers", "committed", "report"],                              # pages
     ["cli", "__main__", "__init__"],                                   # entry points

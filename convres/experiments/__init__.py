@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from ..cache import cached_json
 from ..data import fingerprint
 from ..runtime import check_device, torch_threads
-from . import explorers, jena, rank_collapse, simulations, sst2, theorem
+from . import jena, rank_collapse, simulations, sst2, theorem
 from .base import (
     PROFILES,
     RESULT_FORMAT,
@@ -46,8 +46,7 @@ __all__ = ["Experiment", "Result", "Shape", "EXPERIMENTS", "PROFILES", "VERDICTS
 
 #: Every experiment of the book, by name.
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
-    simulations.EXPERIMENT, jena.EXPERIMENT, sst2.EXPERIMENT, rank_collapse.EXPERIMENT, *theorem.RECORDS,
-    explorers.RANK_COLLAPSE, explorers.CONVERGENCE)}
+    simulations.EXPERIMENT, jena.EXPERIMENT, sst2.EXPERIMENT, rank_collapse.EXPERIMENT, *theorem.RECORDS)}
 
 
 def _experiment(name: str) -> Experiment:
