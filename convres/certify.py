@@ -46,7 +46,7 @@ from .values import as_int, as_real
 
 __all__ = ["Centre", "Chain", "Certificate", "FFNCentre", "FFNCertificate", "CertifiedRun", "centre",
            "ffn_centre", "chain", "delta_H", "radius_within", "r_sigma_lower", "second_order",
-           "jacobian_upper", "smoothness_upper", "certificate", "certificate_of", "sharpest_certificate",
+           "jacobian_upper", "smoothness_upper", "smoothness_bounds", "certificate", "certificate_of", "sharpest_certificate",
            "sharpest_certificate_of", "ffn_certificate", "ffn_certificate_of", "check_certifiable",
            "certified_run", "ffn_certified_run", "sampled_estimates", "width_sweep", "crossing", "BLOCKS",
            "SOFTMAX_C2", "EPS_BOOK", "EPS_GRID", "BALL_MARGIN", "RIEMANN_STEPS", "ROUTES"]
@@ -288,11 +288,11 @@ def radius_within(c: Centre, which: str, target: float, iters: int = 40) -> floa
 
     if not target > 0:
         return 0.0
+    if not math.isfinite(target):
+        return math.inf
     lo, hi = 0.0, 1.0
     while f(hi) <= target:  # every increment grows at least linearly: this ends
         lo, hi = hi, 2 * hi
-        if hi > 1e12:
-            return lo
     for _ in range(iters):  # bisection; lo always satisfies f(lo) <= target
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if f(mid) <= target else (lo, mid)
@@ -338,7 +338,7 @@ def second_order(c: Centre, ch: Chain, c2: float = SOFTMAX_C2) -> float:
     return float(np.linalg.eigvalsh(QF)[-1])
 
 
-def _smoothness_upper(c: Centre, r: float, readout: float = 1.0) -> tuple[float, float, float]:
+def smoothness_bounds(c: Centre, r: float, readout: float = 1.0) -> tuple[float, float, float]:
     """``(L_upper, J_upper, M2)`` on ``B_r``; ``readout`` is ``||P||_2`` of a linear map ``P`` applied
     to the per-token output (``n^{-1/2}`` for the mean over ``n`` tokens, lemma ffn-lem-lup-pooled),
     which multiplies ``J_upper`` and ``M2``; ``c.R0`` is the residual of that readout."""
@@ -357,7 +357,7 @@ def jacobian_upper(c: Centre, r: float) -> float:
 def smoothness_upper(c: Centre, r: float) -> float:
     """Lemma ``thm-lem-lup``: ``L_upper(r) = J_up^2 + (||R_0|| + r J_up) M_2 >= sup_{B_r}
     ||hess Phi||_2 >= L_B`` (per token)."""
-    return _smoothness_upper(c, as_real("the radius r", r, minimum=0.0))[0]
+    return smoothness_bounds(c, as_real("the radius r", r, minimum=0.0))[0]
 
 
 def _finite(d: dict) -> dict:
@@ -434,7 +434,7 @@ def certificate_of(c: Centre, eps: float = EPS_BOOK) -> Certificate:
     ratio = rho / r_lo if r_lo > 0 else math.inf
     certified = bool(c.sigma_0 > 0 and ratio < 1)
     radius = min(r_lo, BALL_MARGIN * rho) if certified else r_lo
-    L, J, M2 = _smoothness_upper(c, radius)
+    L, J, M2 = smoothness_bounds(c, radius)
     return Certificate(certified=certified, ratio=ratio, rho=rho, r_sigma_lower=r_lo, radius=radius,
                        L_upper=L, J_upper=J, M2=M2, mu=1.0 / L, alpha=c.alpha(eps), sigma_0=c.sigma_0,
                        sigma_max_H0=c.h0, initial_loss=0.5 * c.R0 ** 2, eps=float(eps))
@@ -563,7 +563,7 @@ def ffn_certificate_of(f: FFNCentre) -> FFNCertificate:
     ratio = rho / r_lo if r_lo > 0 else math.inf
     certified = bool(positive and ratio < 1)
     radius = min(r_lo, BALL_MARGIN * rho) if certified else r_lo
-    L, J, M2 = _smoothness_upper(c, radius, readout=1 / math.sqrt(c.n) if f.pooled else 1.0)
+    L, J, M2 = smoothness_bounds(c, radius, readout=1 / math.sqrt(c.n) if f.pooled else 1.0)
     return FFNCertificate(certified=certified, ratio=ratio, rho=rho, r_M=r_M, r_lower=r_lo, radius=radius,
                           L_upper=L, J_upper=J, M2=M2, mu=1.0 / L, alpha=alpha_ffn(f.sigma_M0, f.sigma_U0),
                           sigma_M0=f.sigma_M0, norm_M0=f.norm_M0, sigma_U0=f.sigma_U0, rows=f.rows,

@@ -216,6 +216,20 @@ with --width-condition (book chapter 'A width theorem'; defaults N = 1, n = 2, -
   mu_alpha           a lower bound of the certified rate at every certified instance of width d_min
   K, t               the number of events of the union bound, the fluctuation of each group
 
+with --width-condition --data fixed (corollary wd-cor-fixed): N n orthonormal tokens (N sequences
+of n) with targets of norm ||Y||_F = 0.05, zero-padded to width d; the probability is over the
+weights only; ratio_limit: the worst-case ratio as d grows (d_min is null when it is >= 1)
+
+with --separation (book chapter 'A certified separation'; the certified regime with d_QK = --d-qk,
+balanced targets +-1, defaults N = 1, n = 2, d = 1024): one JSON object
+  plateau            without the residual: certified, T_lb (Phi_t >= floor/2 for t <= T_lb), floor
+                     (the rank-one floor), mu (default: the residual arm's certified step)
+  with_residual      beta = 1 on the same data and weights: certified, rate (mu alpha), steps_to
+                     (certified steps to 1e-2 of Phi_0), mu, ratio
+  separation         certified: steps_to <= T_lb at one step; window [steps_to, T_lb]
+  instance           N, n, d, d_qk, m, seed, scale, rebuild (a Python expression returning
+                     (X, Y, params, cfg) of the arm without the residual)
+
 with --scope (book chapter 'The theorem through the FFN'): one row per experiment model and
 theorem: experiment, configuration, theorem, certified, failing_hypothesis (null when
 certified), ratio (the certificate ratio where one is computed, the worst over the seeds)
@@ -236,6 +250,8 @@ def _theorem(args) -> int:
         return _theorem_width(args)
     if args.scope:
         return _theorem_scope(args)
+    if args.separation:
+        return _theorem_separation(args)
     steps = 300 if args.steps is None else args.steps
     r = theorem_run(*theorem_instance(args.seed, beta=args.beta, layers=args.layers), steps=steps)
     summary = r.summary()
@@ -285,11 +301,27 @@ def _theorem_width(args) -> int:
     if not 0 < delta < 1:
         raise Usage(f"--delta must be in (0, 1), got {delta:g}.")
     N, n = 1 if args.N is None else args.N, 2 if args.n is None else args.n
-    out = width_condition(N, n, delta).to_dict()
+    if args.data == "fixed":
+        from .width import fixed_data, orthonormal_data
+        out = width_condition(N, n, delta, data=fixed_data(*orthonormal_data(N, n, 0.05))).to_dict()
+    else:
+        out = width_condition(N, n, delta).to_dict()
     if args.json:
         write_json(out)
         return 0
     _print_fields(out, 13)
+    return 0
+
+
+def _theorem_separation(args) -> int:
+    from .separation import separation_report
+
+    N, n, d = (dflt if getattr(args, k) is None else getattr(args, k) for k, dflt in zip("Nnd", (1, 2, 1024)))
+    if args.d_qk is None:
+        raise Usage("--separation needs --d-qk D (the inner dimension of W_Q, W_K).")
+    if n % 2:
+        raise Usage(f"--separation needs an even --n (balanced targets), got {n}.")
+    write_json(separation_report(args.d_qk, args.seed, mu=args.mu, N=N, n=n, d=d))
     return 0
 
 
@@ -457,15 +489,16 @@ APPLIES: dict[str, dict[str, set[str]]] = {
     "gd": {"": {"seed", "beta", "layers", "N", "n", "d", "mu", "steps", "activation", "json"}},
     "theorem": {"": {"seed", "beta", "layers", "steps", "json"},
                 "--certify": {"certify", "seed", "steps", "route", "N", "n", "d", "json"},
-                "--width-condition": {"width_condition", "delta", "N", "n", "json"},
-                "--scope": {"scope", "json"}},
+                "--width-condition": {"width_condition", "delta", "N", "n", "data", "json"},
+                "--scope": {"scope", "json"},
+                "--separation": {"separation", "d_qk", "seed", "mu", "N", "n", "d", "json"}},
     "rank-collapse": {"": {"beta", "seeds", "seed", "json"}},
     "reproduce": {"--list": {"list", "json"},
                   "NAME": {"name", "profile", "out", "refresh", "download", "json", "device"},
                   "--piece": {"name", "profile", "piece", "results", "json", "device"}},
 }
 #: The flags that choose a mode, per subcommand (at most one of them at a time).
-MODE_FLAGS = {"theorem": ("--certify", "--width-condition", "--scope")}
+MODE_FLAGS = {"theorem": ("--certify", "--width-condition", "--scope", "--separation")}
 
 
 def _mode(args) -> str:
@@ -581,6 +614,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scope", action="store_true",
                    help="which experiment configuration lies inside which theorem, and which is "
                         "certified (from the experiments' settings)")
+    p.add_argument("--data", choices=("random", "fixed"), default=None,
+                   help="with --width-condition: random Gaussian data (default) or fixed data "
+                        "(orthonormal tokens, ||Y||_F = 0.05, zero-padded to width d)")
+    p.add_argument("--separation", action="store_true",
+                   help="the certified separation at d_QK = --d-qk: a plateau without the residual, "
+                        "linear convergence with it, on one draw (JSON)")
+    p.add_argument("--d-qk", type=_number(int, 1, 65536), default=None, dest="d_qk",
+                   help="with --separation: the inner dimension d_QK of W_Q, W_K")
+    p.add_argument("--mu", type=positive_float, default=None,
+                   help="with --separation: the step of the plateau (default: the residual arm's "
+                        "certified step)")
     p.add_argument("--N", type=_number(int, 1, 64), default=None, metavar="SEQUENCES",
                    help="with --certify or --width-condition: number of sequences N (default 1; 4 with "
                         "--route ffn)")
