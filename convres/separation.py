@@ -1,20 +1,12 @@
 """The residual is necessary: a certified separation at attention scale ``1/d_QK``.
 
 Book chapter *A certified separation* (``book/separation.md``): lemmas ``sep-lem-floor``,
-``sep-lem-chain``, ``sep-lem-path``, theorem ``sep-thm`` and proposition ``sep-prop-exponent``.
-On one draw ``(X, Y, theta_0)`` of :func:`separation_instance`:
-
-* **without the residual** (``beta = 0``) the loss stays at or above half the rank-one floor
-  ``Phi_floor = 1/2 ||C(Y)||_F^2`` for ``T_lb`` steps (:func:`plateau_certificate`), ``C`` the
-  centring of each sequence's rows. ``C(F) = 0`` when the attention is uniform, and
-  ``||C(F)|| <= (1 - 2^-1/2) ||C(Y)||`` keeps ``Phi >= Phi_floor / 2``; a chain of bounds on the
-  within-sequence Jacobian (:func:`perp_chain`) and a bound on the path of gradient descent
-  (:func:`path_radii`) give ``T_lb`` from norms at ``theta_0``;
-* **with the residual** (``beta = 1``) the certificate of :mod:`convres.certify` gives
-  ``Phi_t <= (1 - mu alpha)^t Phi_0`` from step 0.
-
-Everything is computed in float64 from ``theta_0`` (round-off outside the bounds, as in
-:mod:`convres.certify`). One block, per-token readout, smooth activation, one output.
+``sep-lem-chain``, ``sep-lem-path``, theorem ``sep-thm``. On one draw of :func:`separation_instance`,
+without the residual the loss stays at or above half the rank-one floor ``Phi_floor = 1/2
+||C(Y)||_F^2`` for ``T_lb`` steps (:func:`plateau_certificate`; ``C`` centres each sequence's rows,
+and ``C(F) = 0`` when the attention is uniform); with the residual the certificate of
+:mod:`convres.certify` gives linear convergence from step 0 (:func:`separation_report`). Float64 from
+``theta_0`` (round-off outside the bounds); one block, per-token readout, smooth activation, ``c = 1``.
 """
 
 from __future__ import annotations
@@ -62,7 +54,7 @@ def separation_instance(d_qk: int, seed: int = 0, *, N: int = 1, n: int = 2, d: 
     branch scale 0.01, readout 0.1, gelu, ``m = d / 4``, scale ``1/d_QK``) with ``d_QK = d_qk`` and
     :func:`balanced_targets`; ``beta = 0`` is the arm without the residual."""
     d_qk, N, n, d = (as_int(k, v, minimum=1) for k, v in (("d_qk", d_qk), ("N", N), ("n", n), ("d", d)))
-    r = CERTIFIED_REGIME
+    r: dict = CERTIFIED_REGIME
     cfg = ModelConfig(d=d, d_qk=d_qk, m=max(1, round(r["ffn_ratio"] * d)), c=1, beta=beta,
                       activation=r["activation"], scale=r["scale"])
     params, X, _ = problem(cfg, N, n, seed, branch_scale=r["branch_scale"], readout_scale=r["readout_scale"])
@@ -122,22 +114,13 @@ def perp_centre(params, X, Y, cfg) -> PerpCentre:
 
 
 def perp_chain(pc: PerpCentre, ra: float, rw: float, steps: int = 48) -> tuple[float, float, float]:
-    """Lemma sep-lem-chain on ``B(ra, rw) = {||(W_Q, W_K) - a_0|| <= ra, ||(W_V, W_1, W_2, W_U) -
-    w_0|| <= rw}``: ``(delta_perp, Jp_a, Jp_w)`` with ``||C(F(theta))||_F <= ||C(F_0)||_F +
-    delta_perp`` there and ``Jp_a, Jp_w`` bounds of the attention and the other blocks' parts of the
-    Jacobian of ``C(F)`` (``Jp_a`` also bounds the attention part of the Jacobian of ``F``).
-
-    Along ``theta_0 + tau (theta - theta_0)``, in the box ``B(tau ra, tau rw)``, with ``Kb_i = k_i +
-    x_i tau ra`` (``Qb_i``), ``Vb_i = v_i + x_i tau rw``, ``W1b = w1 + tau rw`` (``W2b``, ``Ub``)::
-
-        eps_i >= ||S_i - U||_F,  p_i = min(1/2, 1/n + eps_i) >= ||diag(s) - s s^T||_2 per row,
-        dZa = ||(p_i s x_i Vb_i sqrt(Kb_i^2 + Qb_i^2))_i||,  ex = ||(eps_i x_i)_i||,  SX = ux + ex,
-        cZ >= ||C(Z)||_2,  Zb >= ||Z||_2,  cP = cZ W1b >= ||C(Z W_1)||_2,
-        D C(M): a: lip W1b dZa,  V: (lip ex + lip2 cP SX) W1b,  W_1: lip cZ + lip2 cP Zb,
-        D C(H) = W2b D C(M) (W_2: cM),  D C(F) = Ub D C(H) (W_U: cH),
-
-    each ``c.`` the previous value plus the upper Riemann sum of its derivative's bound (every bound
-    is non-decreasing in ``tau``); ``eps_i`` grows by ``p_i s x_i sqrt(Kb_i^2 + Qb_i^2) ra``."""
+    """Lemma sep-lem-chain (equation sep-chain of the chapter) on ``B(ra, rw) = {||(W_Q, W_K) - a_0||
+    <= ra, ||(W_V, W_1, W_2, W_U) - w_0|| <= rw}``: ``(delta_perp, Jp_a, Jp_w)`` with ``||C(F)||_F <=
+    ||C(F_0)||_F + delta_perp`` there, ``Jp_a, Jp_w`` bounding the attention and the other blocks'
+    parts of the Jacobian of ``C(F)`` (``Jp_a`` also that of ``F``). Along ``theta_0 + tau (theta -
+    theta_0)`` every bound starts at its exact value at ``theta_0`` and grows by the upper Riemann sum
+    of its derivative's bound (each non-decreasing in ``tau``); ``p_i = min(1/2, 1/n + eps_i)`` bounds
+    the softmax Jacobian, first with the cruder ``1/2`` increment on each piece."""
     c, h = pc.c, 1.0 / steps
     x, s, n = c.x_i, c.s, c.n
     eps, cZ, cM, cH, Zb, delta = pc.eps_i.astype(float), pc.cZ, pc.cM, pc.cH, c.z0, 0.0
@@ -165,19 +148,11 @@ def perp_chain(pc: PerpCentre, ra: float, rw: float, steps: int = 48) -> tuple[f
 
 
 def path_radii(pc: PerpCentre, mu: float, max_steps: int = 10 ** 7, radii=RADII):
-    """Lemma sep-lem-path: ``[(r_a,t, r_t, R_t)]``, ``t = 0, 1, ...``, with ``||(W_Q, W_K)_t - a_0||
-    <= r_a,t``, ``||theta_t - theta_0|| <= r_t`` and ``||(I - C)(F_t - Y)|| <= R_t`` for gradient
-    descent with step ``mu`` (any ``mu > 0``), until ``r_t`` leaves the table ``radii`` or ``C(F)``
-    may pass the threshold.
-
-    With ``J, M2`` of :func:`convres.certify.smoothness_bounds` and ``delta_perp, Jp_a, Jp_w`` of
-    :func:`perp_chain` on ``B(r, r)`` (each taken at the tabulated radius just above ``r``),
-    ``Rp(r) = ||C(Y)|| + ||C(F_0)|| + delta_perp(r)`` and ``E = ||(Jp_a, Jp_w)|| Rp``::
-
-        G_t = J R_t + E,  r_{t+1} = r_t + mu G_t,  r_a,{t+1} = min(r_{t+1}, r_a,t + mu Jp_a (R_t + Rp)),
-        R_{t+1} = min(R_t + J(r_{t+1}) mu G_t, sqrt(R_t^2 + 5 mu E^2) if mu (J^2 + (R_t + J mu G_t) M2) <= 1),
-
-    ``R_0 = ||(I - C)(F_0 - Y)||``: ``R_t`` bounds the sequence-mean part of the residual."""
+    """Lemma sep-lem-path (equation sep-path): ``[(r_a,t, r_t, R_t)]``, ``t = 0, 1, ...``, with
+    ``||(W_Q, W_K)_t - a_0|| <= r_a,t``, ``||theta_t - theta_0|| <= r_t`` and ``||(I - C)(F_t - Y)|| <=
+    R_t`` for gradient descent with any step ``mu``, until ``r_t`` leaves ``radii`` or ``C(F)`` may pass
+    the threshold. Every bound is tabulated on ``radii`` and read at the radius just above ``r_t``:
+    ``J, M2`` of :func:`convres.certify.smoothness_bounds` and :func:`perp_chain` on ``B(r, r)``."""
     chains = np.array([perp_chain(pc, r, r, steps=24) for r in radii])
     floor_dp = np.array([perp_chain(pc, 0.0, r, steps=24)[0] for r in radii])   # delta_perp(0, r)
     bounds = np.array([smoothness_bounds(pc.c, r) for r in radii])
@@ -264,6 +239,7 @@ def separation_report(d_qk: int, seed: int = 0, *, mu: float | None = None, N: i
                                              and steps_to <= plateau.T_lb
                                              and 1e-2 * res.initial_loss < 0.5 * plateau.floor),
                            "window": [steps_to, plateau.T_lb] if at_mu else None},
-            "instance": {"N": N, "n": n, "d": d, "d_qk": cfg.d_qk, "m": cfg.m, "seed": seed, "scale": cfg.scale,
+            "instance": {"N": N, "n": n, "d": d, "d_qk": cfg.d_qk, "m": cfg.m, "seed": seed,
+                         "scale": cfg.scale,
                          "rebuild": f"__import__('convres.separation').separation.separation_instance("
                                     f"d_qk={cfg.d_qk}, seed={seed}, N={N}, n={n}, d={d})"}}

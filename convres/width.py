@@ -1,25 +1,14 @@
 """The width theorem: a width ``d_min(N, n, delta)`` above which the certificate holds with
 probability at least ``1 - delta`` over the data and the initialization.
 
-Book chapter *A width theorem* (``book/width.md``), theorem ``wd-thm-width``. The random instance
-is :func:`convres.instances.certified_instance` (definition ``wd-def-instance``): ``X`` with
-i.i.d. ``N(0, 1)`` entries, targets of the regime, weights of :func:`convres.model.init_params`
-with branch scale ``gamma`` on ``W_V, W_2`` and readout scale ``omega`` on ``W_U``, attention scale
-``1/d_QK`` with ``d_QK = d``, FFN width ``m = round(f d)``, gelu or tanh, residual ``beta``.
-
-* :func:`worst_case` bounds every input of :class:`convres.certify.Centre` that the certificate
-  uses by a closed-form value that holds with probability at least ``1 - delta`` (one Gaussian
-  event per line of the table of the chapter, a union bound with a split of ``delta`` fixed in
-  advance; lemma ``wd-lem-below``).
-* Every output of :func:`convres.certify.chain` is non-decreasing in those inputs (lemma
-  ``wd-lem-monotone``), so the certificate ratio at the worst case dominates the ratio of every
-  instance on the event (lemma ``wd-lem-compare``); the worst-case ratio is non-increasing in ``d``.
-* :func:`width_condition` returns the smallest width at which the worst-case ratio (with a margin
-  for the bisection) is below 1: for every ``d >= d_min``, with probability ``>= 1 - delta``,
-  :func:`convres.certify.certificate` returns ``certified=True``.
-
-Nothing here is a measurement: every number is a bound (computed in float64 like the certificate
-itself).
+Book chapter *A width theorem* (``book/width.md``): theorem ``wd-thm-width`` on the random instance
+:func:`convres.instances.certified_instance`, and corollary ``wd-cor-fixed`` for fixed data
+zero-padded to width ``d`` (:class:`FixedData`). :func:`worst_case` bounds every input of the
+certificate's :class:`convres.certify.Centre` by a closed form that holds on an event of probability
+``>= 1 - delta`` (lemma ``wd-lem-below``); the chain is monotone in them (``wd-lem-monotone``), so
+the ratio at the worst case dominates every instance's on the event; :func:`width_condition` finds
+the smallest width where it is below 1. Every number here is a bound, in float64. The measured
+side: :func:`width_sweep` and :func:`crossing`.
 """
 
 from __future__ import annotations
@@ -31,14 +20,25 @@ import time
 import numpy as np
 import torch
 
-from .certify import BALL_MARGIN, Centre, r_sigma_lower, smoothness_upper
-from .instances import CERTIFIED_REGIME, TARGETS
+from .certify import (
+    BALL_MARGIN,
+    Centre,
+    centre,
+    certificate_of,
+    check_certifiable,
+    r_sigma_lower,
+    smoothness_upper,
+    weight_norms,
+)
+from .checks import finite_fields
+from .instances import CERTIFIED_REGIME, TARGETS, certified_instance, regression_data
 from .model import ACTIVATIONS
 from .values import as_int, as_real
 
 __all__ = ["EVENT_GROUPS", "DELTA_SPLIT", "BISECTION_MARGIN", "events", "gelu_second_moment",
            "FixedData", "fixed_data", "orthonormal_data", "padded", "WorstCase", "worst_case",
-           "worst_ratio", "WidthCondition", "width_condition", "quadratic_lower_bound"]
+           "worst_ratio", "WidthCondition", "width_condition", "quadratic_lower_bound", "width_sweep",
+           "crossing"]
 
 #: The groups of events of the union bound: the input ``X``, the query and key weights, the value
 #: weight, the FFN, the readout, and (Gaussian targets only) the targets.
@@ -149,21 +149,10 @@ def padded(X: torch.Tensor, d: int) -> torch.Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class WorstCase:
-    """The worst-case centre of definition wd-def-worst at width ``d``: on an event of probability
-    at least ``1 - delta``, every norm of the instance's :class:`~convres.certify.Centre` is at most
-    the value here, ``sigma_0`` at least ``sigma_0`` here and ``R0`` at most ``R0`` here.
-
-    Attributes: the sizes ``N, n, d, m`` (``m = round(f d)``; the bounds use ``m_lo = f d - 1/2 <= m
-    <= m_hi = f d + 1/2``), ``delta``, ``K`` (the number of events), ``t`` (the fluctuation of each
-    group), the attention scale ``s``, and the bounds: ``x`` (``||X||_2``), ``sigma_X``
-    (``sigma_Nn(X)``, from below), ``x_i``, ``X_F`` (``||X||_F``), ``q_i = k_i`` (``||X_i W_Q||_2``),
-    ``v_i``, ``logits`` (``||l_i||_F``), ``eps_S`` (``||S_i - 1 1^T / n||_F``), ``sx``, ``A``
-    (``||S X W_V||_2``), ``A_P`` (its part on the row space of ``X``), ``z0``, ``Z_F``, ``sigma_Z``
-    (from below), ``w1``, ``P`` (``||Z_0 W_1||_2``), ``M_F`` (``||M_0||_F``), ``E_F``
-    (``||M_0 - Z_0 W_1 / 2||_F``, gelu), ``a0``, ``w2``, ``MW`` (``||M_0 W_2||_2``), ``MW_P``,
-    ``sigma_0`` (from below), ``h0``, ``y`` (``||Y||_F``), ``R0``, ``u``; the constants ``beta``,
-    ``lip``, ``lip2``.
-    """
+    """The worst-case centre of definition wd-def-worst at width ``d`` (the chapter's table, line by
+    line, under the same names): on the event, every norm of the instance's centre is at most its
+    value here, ``sigma_X``, ``sigma_Z`` and ``sigma_0`` at least theirs. Also the sizes (``m =
+    round(f d)``), ``delta``, ``K`` events and the fluctuation ``t`` of each group."""
 
     N: int
     n: int
@@ -231,7 +220,8 @@ def worst_case(N: int, n: int, d: int, delta: float = 0.05, data: FixedData | No
     r = _check_regime(regime)
     g, om, b, f = r["branch_scale"], r["readout_scale"], r["beta"], r["ffn_ratio"]
     if data is not None and (data.N, data.n) != (N, n) or data is not None and d < data.d0:
-        raise ValueError(f"the fixed data have N, n, d0 = {data.N}, {data.n}, {data.d0}; got N={N}, n={n}, d={d}.")
+        raise ValueError(f"the fixed data have N, n, d0 = {data.N}, {data.n}, {data.d0}; got N={N}, "
+                         f"n={n}, d={d} (d must be at least d0).")
     ev = events(N, n, r["targets"], r["activation"], fixed=data is not None)
     t = _fluctuations(ev, delta)
     tX, tQ, tV, tF, tU = t.get("X", 0.0), t["QK"], t["V"], t["FFN"], t["U"]
@@ -318,20 +308,10 @@ def worst_ratio(N: int, n: int, d: int, delta: float = 0.05, data: FixedData | N
 
 @dataclasses.dataclass(frozen=True)
 class WidthCondition:
-    """Theorem wd-thm-width for one ``(N, n, delta)`` and regime.
-
-    Attributes:
-        d_min: the smallest width ``d >= d_lo`` with ``R(d) < 1`` (``None`` if none up to ``d_max``);
-            for every ``d >= d_min`` the instance is certified with probability ``>= 1 - delta``.
-        d_lo: the smallest width the theorem allows (``d >= N n + 1`` and ``f d >= 3/2``).
-        N, n, delta, regime: the question; m: the FFN width at ``d_min``.
-        ratio: ``R(d_min) < 1``; ratio_below: ``R(d_min - 1) >= 1`` (``None`` at ``d_lo``).
-        rho, r_sigma_lower, sigma_0, R0: the worst-case numbers at ``d_min``.
-        mu_alpha: the lower bound of the certified rate at ``d_min`` (part (iii)).
-        K: the number of events; t: the fluctuation of each group; seconds: the time it took.
-        ratio_limit: ``R(d_max)``, at least the limit of ``R(d)`` as ``d`` grows (``d_min`` is
-            ``None`` when it is at least 1).
-    """
+    """Theorem wd-thm-width for one ``(N, n, delta)`` and regime: ``d_min``, the smallest ``d >= d_lo``
+    with ``R(d) < 1`` (``None`` if ``ratio_limit = R(d_max) >= 1``); ``ratio`` and ``ratio_below`` at
+    ``d_min`` and ``d_min - 1``; the worst-case ``rho``, ``r_sigma_lower``, ``sigma_0``, ``R0`` and the
+    certified rate's lower bound ``mu_alpha`` at ``d_min``; ``K`` events, fluctuations ``t``."""
 
     N: int
     n: int
@@ -354,12 +334,11 @@ class WidthCondition:
 
     def to_dict(self) -> dict:
         """JSON-ready (what ``python -m convres theorem --width-condition --json`` prints)."""
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                for k, v in {**dataclasses.asdict(self), "Nn": self.N * self.n}.items()}
+        return finite_fields({**dataclasses.asdict(self), "Nn": self.N * self.n})
 
 
-def width_condition(N: int, n: int, delta: float = 0.05, *, d_max: int = 2 ** 40, data: FixedData | None = None,
-                    **regime) -> WidthCondition:
+def width_condition(N: int, n: int, delta: float = 0.05, *, d_max: int = 2 ** 40,
+                    data: FixedData | None = None, **regime) -> WidthCondition:
     """Theorem wd-thm-width (corollary wd-cor-fixed with fixed ``data``): ``d_min(N, n, delta)``,
     found by doubling and integer bisection on :func:`worst_ratio` (``R(d_min) < 1 <= R(d_min - 1)``
     is checked on the result); ``d_min = None`` when ``R(d_max) >= 1``."""
@@ -401,3 +380,42 @@ def quadratic_lower_bound(N: int, n: int, beta: float = 1.0, ffn_ratio: float = 
     asymptotically at least equal (gelu; ``f`` the FFN ratio): the threshold grows at least like
     ``(N n)^2``."""
     return 64 * ffn_ratio * gelu_second_moment(beta)[1] * beta ** -6 * (N * n) ** 2
+
+
+# --- the measured side: the certificate against the width ------------------------------------------
+
+def width_sweep(widths, shapes, seeds, **regime) -> list[dict]:
+    """The certificate ratio against the width: one row (``d, N, n, Nn, seed, ratio, rho,
+    r_sigma_lower, sigma_0, initial_loss, L_upper, mu_alpha, certified``) per width, shape and seed
+    of :func:`convres.instances.certified_instance` (weights drawn once per width and seed)."""
+    r = {**CERTIFIED_REGIME, **regime}
+    rows = []
+    for d in widths:
+        for seed in seeds:
+            params, _, _, cfg = certified_instance(seed, N=1, n=1, d=d, **regime)
+            norms = weight_norms({k: v.detach().to(torch.float64) for k, v in params.items()})
+            for N, n in shapes:
+                X, Y = regression_data(cfg, N, n, seed, targets=r["targets"])
+                check_certifiable(params, X, Y, cfg)
+                cert = certificate_of(centre(params, X, Y, cfg, norms))
+                rows.append(dict(d=int(d), N=int(N), n=int(n), Nn=int(N * n), seed=int(seed),
+                                 ratio=cert.ratio, rho=cert.rho, r_sigma_lower=cert.r_sigma_lower,
+                                 sigma_0=cert.sigma_0, initial_loss=cert.initial_loss,
+                                 L_upper=cert.L_upper, mu_alpha=cert.mu_alpha,
+                                 certified=cert.certified))
+    return rows
+
+
+def crossing(widths, ratios) -> float:
+    """``d*``: the width at which ``ratios`` (one per width, increasing widths) first falls below 1,
+    interpolated linearly in ``log d`` and ``log ratio`` between the bracketing widths; ``inf`` if
+    it never does, the first width if it starts below 1."""
+    w, q = np.asarray(widths, dtype=float), np.asarray(ratios, dtype=float)
+    below = np.nonzero(q < 1)[0]
+    if not len(below):
+        return math.inf
+    k = int(below[0])
+    if k == 0:
+        return float(w[0])
+    x0, x1, y0, y1 = np.log(w[k - 1]), np.log(w[k]), np.log(q[k - 1]), np.log(q[k])
+    return float(np.exp(x0 + (0 - y0) * (x1 - x0) / (y1 - y0)))

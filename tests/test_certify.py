@@ -19,14 +19,12 @@ from convres.certify import (
     BLOCKS,
     EPS_GRID,
     SOFTMAX_C2,
-    smoothness_bounds,
     centre,
     certificate,
     certificate_of,
     certified_run,
     chain,
     check_certifiable,
-    crossing,
     ffn_centre,
     ffn_certificate,
     ffn_certificate_of,
@@ -36,8 +34,8 @@ from convres.certify import (
     radius_within,
     second_order,
     sharpest_certificate_of,
+    smoothness_bounds,
     smoothness_upper,
-    width_sweep,
 )
 from convres.checks import FLOAT_TOL as ENVELOPE_TOL
 from convres.cli import main
@@ -45,6 +43,7 @@ from convres.instances import certified_instance, ffn_certified_instance
 from convres.lemmas import activation_rows, hessian_norm, r_sigma_upper
 from convres.model import forward_trace
 from convres.rank import sigma_k, sigma_nn, stacked
+from convres.width import crossing, width_sweep
 
 INSTANCES = 200
 CHUNKS = 10

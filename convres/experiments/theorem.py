@@ -1,15 +1,10 @@
 """The theorem chapters' computations, registered like every other experiment (cached, listed).
 
-Book chapters *Certified constants and a certified instance* (``book/certificate.md``): the
-instance certified before the run, its run, the estimates of what the bounds bound and the lazy-
-regime numbers (``theorem_certified``), the sharper certificate on fresh seeds
-(``theorem_sharper``), the certificate against the width (``theorem_width_sweep``); *A width
-theorem* (``book/width.md``): the proven threshold ``d_min`` (``theorem_width_condition``) and
-instances drawn at it (``theorem_width_seeds``); *The theorem through the FFN, certified, and
-the scope* (``book/ffn.md``): the FFN route certified with ``N n > d``
-(``theorem_ffn_certified``), the FFN theorem observed at the default initialization
-(``theorem_ffn_runs``) and the smallest variants of the simulations that are certified
-(``theorem_certified_variants``, with :func:`scope_certificates` for the scope table).
+*Certified constants* (``book/certificate.md``): ``theorem_certified``, ``theorem_sharper``,
+``theorem_width_sweep``; *A certified separation* (``book/separation.md``): ``theorem_separation``;
+*A width theorem* (``book/width.md``): ``theorem_width_condition``, ``theorem_width_seeds``,
+``theorem_width_fixed``; *The theorem through the FFN* (``book/ffn.md``): ``theorem_ffn_certified``,
+``theorem_ffn_runs``, ``theorem_certified_variants`` (with :func:`scope_certificates`).
 """
 
 from __future__ import annotations
@@ -26,10 +21,9 @@ from ..certify import (
     certified_run,
     ffn_certificate,
     ffn_certified_run,
-    sampled_estimates,
     sharpest_certificate_of,
-    width_sweep,
 )
+from ..gd import gradient_descent
 from ..instances import (
     certified_instance,
     ffn_certified_instance,
@@ -37,12 +31,24 @@ from ..instances import (
     synthetic_regression,
     theorem_instance,
 )
-from ..gd import gradient_descent
 from ..lemmas import hessian_norm
 from ..model import ModelConfig, init_params
-from ..separation import escape_step, plateau_certificate, separation_instance, separation_report
-from ..theory import ffn_theorem_run, lazy_report
-from ..width import fixed_data, orthonormal_data, padded, quadratic_lower_bound, width_condition
+from ..separation import (
+    escape_step,
+    perp_centre,
+    plateau_certificate,
+    separation_instance,
+    separation_report,
+)
+from ..theory import ffn_theorem_run, lazy_report, sampled_estimates
+from ..width import (
+    fixed_data,
+    orthonormal_data,
+    padded,
+    quadratic_lower_bound,
+    width_condition,
+    width_sweep,
+)
 from .base import Experiment, Result, Shape
 from .simulations import EXPERIMENT as SIMULATIONS
 
@@ -225,7 +231,8 @@ def _run_width_fixed(s: dict, **_) -> dict:
 
 
 WIDTH_FIXED = Experiment(
-    "theorem_width_fixed", "Width theorem for fixed data: orthonormal tokens padded to width d", "book/width.md",
+    "theorem_width_fixed", "Width theorem for fixed data: orthonormal tokens padded to width d",
+    "book/width.md",
     {p: dict(delta=0.05, y=0.05, Nn=[1, 2, 4, 8, 16, 32, 64] if p != "smoke" else [1, 2],
              measured_Nn=[1, 4, 16, 64] if p != "smoke" else [2], seeds=[0, 1, 2] if p != "smoke" else [0],
              widths=[8, 16, 32, 64, 128, 256, 512, 1024] if p != "smoke" else [8, 16])
@@ -248,9 +255,12 @@ def _run_separation(s: dict, **_) -> dict:
             X, Y, p, cfg = separation_instance(d_qk, seed, **size)
             pl = plateau_certificate(p, X, Y, cfg, s["mu"])
             _, h = gradient_descent(p, X, Y, cfg, s["mu"], s["steps"], tol=np.nextafter(0.5 * pl.floor, 0))
+            pc = perp_centre(p, X, Y, cfg)                # the hypotheses of sep-prop-exponent
             rows.append(dict(d_qk=d_qk, seed=seed, T_lb=pl.T_lb, certified=pl.certified, floor=pl.floor,
                              escape=_first_below(h.loss, 0.5 * pl.floor),
                              min_ratio=float(np.min(h.loss[:pl.T_lb + 1]) / (0.5 * pl.floor)),
+                             eps_scaled=float(pc.eps_i.max()) * d_qk ** 0.5,
+                             sk_scaled=float(np.max(pc.c.k_i + pc.c.q_i)) * pc.c.s * d_qk ** 0.5, par=pc.par,
                              report=separation_report(d_qk, seed, **size)))
     for d_qk, seed in s["common_runs"]:                 # the plateau at the residual arm's step
         X, Y, p, cfg = separation_instance(d_qk, seed, **size)
@@ -260,7 +270,8 @@ def _run_separation(s: dict, **_) -> dict:
         _, h1 = gradient_descent(p, X, Y, cfg.with_residual(1.0), mu, T)
         common.append(dict(d_qk=d_qk, seed=seed, mu=mu, T_lb=T, steps_to=rep["with_residual"]["steps_to"],
                            min_ratio=float(np.min(h.loss) / (0.5 * rep["plateau"]["floor"])),
-                           residual_loss=h1.loss[::max(1, T // 200)].tolist(), loss=h.loss[::max(1, T // 200)].tolist(),
+                           residual_loss=h1.loss[::max(1, T // 200)].tolist(),
+                           loss=h.loss[::max(1, T // 200)].tolist(),
                            residual_initial=float(h1.loss[0])))
     sims = []
     for d_qk in s["d_qks"]:                             # the simulations' instances (escape law, beta = 0)
@@ -275,7 +286,8 @@ def _run_separation(s: dict, **_) -> dict:
 
 
 SEPARATION = Experiment(
-    "theorem_separation", "Separation: a certified plateau without the residual, certified convergence with it",
+    "theorem_separation",
+    "Separation: a certified plateau without the residual, certified convergence with it",
     "book/separation.md",
     {"book": dict(N=1, n=2, d=1024, d_qks=[16, 64, 256, 1024], seeds=[0, 1, 2, 3, 4], mu=0.1, steps=4000,
                   common_runs=[[16, 0], [64, 0], [256, 0]], sim_seeds=[0, 1, 2, 3, 4], sim_mu=0.002,
@@ -350,11 +362,8 @@ FFN_RUNS = Experiment(
 # --- the smallest variants of the simulations that are certified ----------------------------------
 
 def simulations_instance(regime: dict, seed: int, variant: dict | None = None, profile: str = "book"):
-    """``(params, X, Y, cfg)`` of a regime of the *Simulations* experiment as it draws it (data
-    :func:`convres.instances.synthetic_regression` from ``seed``, Gaussian targets, weights
-    :func:`convres.model.init_params` from ``1000 + seed``, the experiment's ``n``, ``d``, ``m`` and
-    activation, ``beta = 1``), or with ``variant`` (``m``, ``branch_scale`` on ``W_V, W_2``,
-    ``ffn_gain`` on ``W_1``, ``readout_scale`` on ``W_U``) changing only those."""
+    """``(params, X, Y, cfg)`` of a *Simulations* regime as that experiment draws it (``beta = 1``), or
+    with a ``variant``'s ``m``, ``branch_scale``, ``ffn_gain`` and ``readout_scale``."""
     sim = SIMULATIONS.profiles[profile]
     v = variant or {}
     cfg = ModelConfig(d=sim["d"], d_qk=regime["d_qk"], m=v.get("m", sim["m"]), c=1, beta=1.0,
@@ -447,12 +456,9 @@ VARIANTS = Experiment(
 
 
 def scope_certificates(profile: str = "book") -> list[dict]:
-    """The certificates behind the scope table's ``certified`` column (book: *The FFN theorem,
-    certified*, section *Scope*): for every regime of :data:`VARIANTS` as the *Simulations*
-    experiment draws it (its seeds) and for its certified variant, rows ``{"experiment",
-    "theorem", "certified", "ratio", "certified_seeds", "seeds"}``: ``certified`` when every seed
-    is certified, ``ratio`` the largest ratio over the seeds. Certificates only (nothing is
-    trained)."""
+    """The scope table's certificates: per regime of :data:`VARIANTS`, as it stands and as its variant,
+    rows ``experiment, theorem, certified`` (every seed), ``ratio`` (the largest), ``certified_seeds``,
+    ``seeds``."""
     s = VARIANTS.profiles[profile]
     rows = []
     for name, regime in _regimes(s).items():
