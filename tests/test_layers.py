@@ -15,7 +15,7 @@ LAYERS = [
     ["gd", "instances", "data.sources", "data.jena", "data.sst2", "data.embeddings", "data"],
     ["lemmas", "collapse"],                                            # the lemmas, rank collapse
     ["checks", "certify", "width"],                                    # checks, certified bounds, width
-    ["theory"],                                                        # the theorems along runs
+    ["theory", "separation"],                                          # the theorems along runs
     ["plotting"],                                                      # figures
     ["experiments.base", "experiments.simulations", "experiments.jena", "experiments.sst2",
      "experiments.rank_collapse", "experiments.theorem", "experiments",

@@ -98,7 +98,7 @@ API_PAGES: dict[str, list[str]] = {
     "api/model": ["model", "gd", "instances"],
     "api/rank": ["rank", "collapse"],
     "api/theory": ["theory", "lemmas", "checks", "scope"],
-    "api/certify": ["certify", "width"],
+    "api/certify": ["certify", "width", "separation"],
     "api/experiments": ["experiments", "experiments.base", "protocol", "stats", "committed"],
     "api/experiment_runs": ["experiments.simulations", "experiments.jena", "experiments.sst2",
                             "experiments.rank_collapse", "experiments.theorem"],
