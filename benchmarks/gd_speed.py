@@ -17,7 +17,7 @@ speed-up is the median of the per-repeat ratios (on a shared machine the load dr
 two runs taken seconds apart is more robust than a ratio of medians taken minutes apart).
 
 Usage: ``python benchmarks/gd_speed.py [--profile book|full|tiny] [--threads 1] [--device cpu] [--json]``
-(also ``python -m convres bench ...``). The *Performance* appendix of the book reads
+The *Performance* appendix of the book reads
 :func:`cached_result`.
 """
 
