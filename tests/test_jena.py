@@ -6,10 +6,9 @@ import pytest
 import torch
 
 from convres import experiments as ex
-from convres.data import JENA_FEATURES, DataError
+from convres.data import JENA_FEATURES, DataError, data_dir
 from convres.experiments import jena
 from convres.model import forward
-from convres.paths import data_dir
 from convres.protocol import EVALUATION_SEEDS, PILOT_SEEDS, PROBE_SEEDS
 
 

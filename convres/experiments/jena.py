@@ -308,8 +308,9 @@ def _tune(s: dict, X, Y, *, progress=False, device=None) -> list[dict]:
         def probe(etas, horizon, b=b):
             runs = _runs(s, X, Y, [(b, sd, e) for e in etas for sd in s["probe_seeds"]], horizon,
                          progress=progress, device=device)
-            scores = [None if r["status"] == "diverged" or r["mse"][-1] > r["mse"][0]
-                      else ProbeRun(float(speed(r["mse"], r["status"], horizon)), True) for r in runs]
+            values = [None if r["mse"][-1] > r["mse"][0] else speed(r["mse"], r["status"], horizon)
+                      for r in runs]
+            scores = [None if v is None else ProbeRun(v, True) for v in values]
             k = len(s["probe_seeds"])
             return [scores[i * k:(i + 1) * k] for i in range(len(etas))]
         out.append({"arm": f"beta={b:g}", "beta": b,
