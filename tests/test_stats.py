@@ -1,5 +1,5 @@
 """The report's statistics: thresholds, censoring, paired intervals, Kendall's tau, the verdict rule
-and the bracketed step search."""
+(the step-size rule: ``tests/test_tune_step.py``)."""
 
 import math
 
@@ -15,7 +15,6 @@ from convres.stats import (
     kendall_tau,
     paired_bootstrap,
     steps_to,
-    tune_step,
 )
 
 
@@ -55,23 +54,3 @@ def test_verdict_rule_is_the_written_one(effects, margin):
         assert v == VERDICTS[1]
     else:
         assert v == VERDICTS[3] and claim_verdict(s, some_regimes=True) == VERDICTS[1]
-
-
-def test_tune_step_brackets_the_best():
-    best = 0.3
-    out = tune_step(lambda eta: (math.log(eta / best)) ** 2, [1.0, 2.0])
-    assert out["bracketed"] and out["grid"][0] < out["chosen"] < out["grid"][-1]
-    assert abs(math.log2(out["chosen"] / best)) <= 0.5 + 1e-9
-    # a step that diverges above 4: the best stable one is bracketed by a diverging neighbour
-    out = tune_step(lambda eta: math.inf if eta > 4 else 1.0 / eta, [1.0, 2.0])
-    assert out["chosen"] == 4.0 and out["bracketed"]
-    out = tune_step(lambda eta: 1.0 / eta, [1.0, 2.0], extend=1)
-    assert not out["bracketed"] and out["chosen"] == 4.0
-    # every step of the grid diverges: the grid grows downwards until one is stable, then past it
-    out = tune_step(lambda eta: math.inf if eta > 0.3 else 1.0 / eta, [1.0, 2.0])
-    assert out["grid"] == [0.125, 0.25, 0.5, 1.0, 2.0]
-    assert out["chosen"] == 0.25 and out["bracketed"]
-    out = tune_step(lambda eta: math.inf, [1.0, 2.0], extend=2)
-    assert out["grid"] == [0.25, 0.5, 1.0, 2.0] and not out["bracketed"]
-    with pytest.raises(ValueError, match="two steps"):
-        tune_step(lambda eta: eta, [1.0])
