@@ -130,7 +130,7 @@ def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | N
       at most the cap. ``bracketed``: the best resolved step is interior to the grid.
 
     Returns a JSON-ready dict: ``grid``, ``scores`` (``inf`` for an unstable step), ``stable``,
-    ``resolved`` (per step), ``horizon`` (the probe horizon of the scores), ``best``,
+    ``diverged`` (the probe runs that diverged) and ``resolved`` (per step), ``horizon`` (the probe horizon of the scores), ``best``,
     ``largest_stable``, ``cap``, ``chosen`` (``None`` when no step is stable), ``bracketed``,
     ``unresolved`` and ``capped`` (``chosen`` below ``best``).
     """
@@ -197,6 +197,7 @@ def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | N
     below = [e for e in etas if stable(e) and c is not None and e <= c]
     chosen = b if b is not None and c is not None and b <= c else (below[-1] if below else None)
     return {"grid": etas, "scores": [score(e) for e in etas], "stable": [stable(e) for e in etas],
+            "diverged": [sum(r is None for r in runs[e]) for e in etas],
             "resolved": [resolved(e) for e in etas], "horizon": T, "best": b,
             "largest_stable": max((e for e in etas if stable(e)), default=None),
             "cap": None if c is None else c / (1 + 1e-9), "chosen": chosen,

@@ -70,6 +70,7 @@ def test_one_unstable_probe_seed_makes_the_step_unstable():
         return [[ProbeRun(1.0 / e, True), None if e >= 4 else ProbeRun(1.0 / e, True)] for e in etas]
     out = tune_step(probe, [1.0, 2.0], horizon=10)
     assert out["largest_stable"] == 2.0 and out["chosen"] == 1.0
+    assert out["diverged"] == [0, 0, 1] and out["stable"] == [True, True, False]
 
 
 def test_bad_arguments_are_refused_with_the_fix():
