@@ -130,9 +130,9 @@ def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | N
       at most the cap. ``bracketed``: the best resolved step is interior to the grid.
 
     Returns a JSON-ready dict: ``grid``, ``scores`` (``inf`` for an unstable step), ``stable``,
-    ``diverged`` (the probe runs that diverged) and ``resolved`` (per step), ``horizon`` (the probe horizon of the scores), ``best``,
-    ``largest_stable``, ``cap``, ``chosen`` (``None`` when no step is stable), ``bracketed``,
-    ``unresolved`` and ``capped`` (``chosen`` below ``best``).
+    ``diverged`` (the probe runs that diverged) and ``resolved`` (per step), ``horizon`` (the probe
+    horizon of the scores), ``best``, ``largest_stable``, ``cap``, ``chosen`` (``None`` when no step
+    is stable), ``bracketed``, ``unresolved`` and ``capped`` (``chosen`` below ``best``).
     """
     etas = sorted({float(g) for g in grid})
     if len(etas) < 2 or not all(math.isfinite(e) and e > 0 for e in etas):
@@ -144,7 +144,8 @@ def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | N
     T = int(horizon)
     top = T if max_horizon is None else int(max_horizon)
     if T < 1 or top < T:
-        raise ValueError(f"horizon must be >= 1 and max_horizon >= horizon, got {horizon!r} and {max_horizon!r}.")
+        raise ValueError(f"horizon must be >= 1 and max_horizon >= horizon, got {horizon!r} and "
+                         f"{max_horizon!r}.")
     runs: dict[float, list] = {}
     budget = extend
 
@@ -189,7 +190,7 @@ def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | N
             budget -= 1
             etas = sorted(etas + [new])
             measure([new])
-        if best() is not None or 2 * T > top:
+        if best() is not None or top < 2 * T:
             break
         T *= 2
         measure([e for e in etas if stable(e)])

@@ -54,13 +54,13 @@ def test_every_step_unstable_grows_the_grid_downwards():
 def test_an_unresolved_score_doubles_the_probe_horizon_up_to_its_limit():
     calls: list = []
     # a step eta arrives only within T >= 1600 / eta steps: at T = 100 no stable step arrives
-    probe = _probe(edge=8.0, reach=lambda eta, T: T >= 1600 / eta, calls=calls)
+    probe = _probe(edge=8.0, reach=lambda eta, T: 1600 / eta <= T, calls=calls)
     out = tune_step(probe, [1.0, 2.0], horizon=100, max_horizon=400)
     assert out["horizon"] == 200 and not out["unresolved"] and out["grid"] == [1.0, 2.0, 4.0, 8.0, 16.0]
     assert out["resolved"] == [False, False, False, True, False] and out["chosen"] == 4.0
     assert calls[-1] == ([1.0, 2.0, 4.0, 8.0], 200)         # a diverged step is not probed again
     # with no doubling allowed it stays unresolved, and says so
-    out = tune_step(_probe(edge=8.0, reach=lambda eta, T: T >= 1600 / eta), [1.0, 2.0], horizon=100)
+    out = tune_step(_probe(edge=8.0, reach=lambda eta, T: 1600 / eta <= T), [1.0, 2.0], horizon=100)
     assert out["unresolved"] and out["best"] is None and not out["bracketed"]
     assert out["chosen"] == 4.0 and out["horizon"] == 100              # half the largest stable step
 
