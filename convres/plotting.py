@@ -20,7 +20,8 @@ import numpy as np
 from .gd import History
 
 __all__ = ["figure", "figure_png", "plot_loss", "beta_colors", "plot_band", "plot_simulations",
-           "plot_escape_law", "plot_mechanism", "plot_jena", "plot_sst2", "plot_sst2_summary", "show", "thumbnail_png",
+           "plot_escape_law", "plot_mechanism",
+           "plot_jena", "plot_sst2", "plot_sst2_summary", "show", "thumbnail_png",
            "plot_speedups", "plot_rank_collapse_gd", "plot_certified_run", "plot_certificate_sweep",
            "MARKERS"]
 

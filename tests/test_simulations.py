@@ -59,7 +59,8 @@ def test_a_small_run_tunes_every_arm_at_every_d_qk_and_is_cached(monkeypatch):
     wide = r.data["regimes"][0]
     assert set(wide["runs"]) == {"tuned", "common"}
     runs = wide["runs"]["tuned"]
-    assert all({"steps_to", "escape", "mean_log_loss", "rate", "sigma_min_Z0", "diverged"} <= set(x) for x in runs)
+    keys = {"steps_to", "escape", "mean_log_loss", "rate", "sigma_min_Z0", "diverged"}
+    assert all(keys <= set(x) for x in runs)
     assert all(("loss" in x) == (x["seed"] == 0) for x in runs)                   # curves of curve_seeds
     common = {x["eta"] for x in wide["runs"]["common"]}
     assert len(common) == 1 or r.data["reruns"]
@@ -75,7 +76,8 @@ def test_a_small_run_tunes_every_arm_at_every_d_qk_and_is_cached(monkeypatch):
     tuned0 = {x["seed"]: x["eta"] for x in cells[("1/d_qk", 16)]["runs"]["tuned"] if x["beta"] == 0}
     assert all(x["eta"] == tuned0[x["seed"]] / 2 for x in cells[("1/d_qk", 16)]["runs"]["half"])
     k = r.summary()
-    assert [c["name"] for c in k["design_checks"]] == ["simulations tuning resolves", "simulations probes stable"]
+    assert [c["name"] for c in k["design_checks"]] == ["simulations tuning resolves",
+                                                       "simulations probes stable"]
     assert {"p", "p_ci", "local_slopes"} <= set(k["escape_fit"])
     assert [(x["d_lo"], x["d_hi"]) for x in k["escape_fit"]["local_slopes"]] == [(16, 64)]
     assert k["runs"] == sum(len(v) for c in r.data["regimes"] + r.data["escape"] for v in c["runs"].values())
@@ -88,13 +90,15 @@ def test_a_small_run_tunes_every_arm_at_every_d_qk_and_is_cached(monkeypatch):
 def test_an_arm_that_diverges_is_rerun_at_half_its_step_with_its_followers():
     s = dict(ex.settings("simulations", "smoke"), seeds=[0, 1])
     arms = {("tuned", 0.0): (0.0, 64.0), ("half", 0.0): (0.0, 32.0), ("tuned", 1.0): (1.0, 0.064)}
-    out, reruns = sim._evaluate(s, 4, 16, "1/d_qk", arms, 30, sim.ESCAPE_STOP, follows={("half", 0.0): ("tuned", 0.0)})
+    out, reruns = sim._evaluate(s, 4, 16, "1/d_qk", arms, 30, sim.ESCAPE_STOP,
+                                follows={("half", 0.0): ("tuned", 0.0)})
     tuned = [x for x in reruns if x["arm"] == ["tuned", 0.0]]
     assert [x["eta"] for x in tuned] == [64.0, 32.0, 16.0][:len(tuned)] and tuned
     assert all(x["rerun_eta"] == x["eta"] / 2 for x in reruns)
     assert {x["eta"] for x in out[("tuned", 0.0)]} == {64.0 / 2 ** len(tuned)}
     assert {x["eta"] for x in out[("half", 0.0)]} == {64.0 / 2 ** (len(tuned) + 1)}   # follows the tuned arm
-    assert {x["eta"] for x in out[("tuned", 1.0)]} == {0.064} and not any(x["arm"] == ["tuned", 1.0] for x in reruns)
+    assert {x["eta"] for x in out[("tuned", 1.0)]} == {0.064}
+    assert not any(x["arm"] == ["tuned", 1.0] for x in reruns)
 
 
 def test_the_seeds_and_sizes_are_the_protocols():
@@ -118,7 +122,8 @@ def test_the_spot_check_reruns_a_run_at_the_largest_d_qk():
 # --- the claims on constructed results -------------------------------------------------------------
 
 def _run(beta, seed, eta, *, mll, t2, t6, esc, rate=1.0, sigma=1.0, horizon=1000, diverged=False):
-    return dict(beta=beta, seed=seed, eta=eta, status="diverged" if diverged else "converged", diverged=diverged,
+    return dict(beta=beta, seed=seed, eta=eta, status="diverged" if diverged else "converged",
+                diverged=diverged,
                 diverged_at=None, horizon=horizon, escape=esc, steps_to={"0.01": t2, "1e-06": t6},
                 mean_log_loss=None if diverged else mll, rate=None if diverged else rate, sigma_min_Z0=sigma,
                 floor_ratio=0.7, loss0=1.0)
@@ -150,8 +155,8 @@ def _constructed(speed, escape, seeds=range(10), *, noise=0.0):
                 for p in ("tuned", "half", "common")}
         esc.append(dict(d_qk=q, scale="1/d_qk", N=4, n=4, runs=runs))
     steps = [dict(arm="x", grid=[0.032, 0.064, 0.128], chosen=0.064, best=0.064, largest_stable=0.128,
-                  stable=[True, True, True], diverged=[0, 0, 0], horizon=1000, bracketed=True, unresolved=False,
-                  capped=False)]
+                  stable=[True, True, True], diverged=[0, 0, 0], horizon=1000, bracketed=True,
+                  unresolved=False, capped=False)]
     return ex.Result(ex.EXPERIMENTS["simulations"], "book", s,
                      {"regimes": regimes, "escape": esc, "step_sizes": steps, "reruns": []}, 0.0)
 
@@ -178,7 +183,8 @@ def test_a_failed_design_check_makes_every_claim_not_testable():
     res.data["step_sizes"][0].update(unresolved=True, best=None)
     assert set(_grades(res).values()) == {"not testable"}
     checks = {c["name"]: c for c in res.summary()["design_checks"]}
-    assert not checks["simulations tuning resolves"]["passed"] and checks["simulations probes stable"]["passed"]
+    assert not checks["simulations tuning resolves"]["passed"]
+    assert checks["simulations probes stable"]["passed"]
 
 
 def test_a_diverged_run_is_not_a_unit_and_no_run_stalled():
@@ -189,3 +195,21 @@ def test_a_diverged_run_is_not_a_unit_and_no_run_stalled():
     assert s3["units"] == 9 and s3["diverged"] == 1 and sim.stalled(res) == 0
     cell["runs"]["tuned"][2] = _run(0.0, 1, 0.064, mll=-1, t2=None, t6=None, esc=None)
     assert sim.stalled(res) == 1
+
+
+def test_one_builder_draws_the_simulations_instance():
+    """The experiment's runs and the theorem chapters' certified variants draw the same instance."""
+    import torch
+
+    from convres.experiments.theorem import simulations_instance as theorem_draw
+    from convres.instances import simulations_instance
+
+    s = ex.settings("simulations", "book")
+    regime = s["regimes"][2]
+    p, X, Y, cfg = sim.instance(s, regime["N"], regime["d_qk"], regime["scale"], 3)
+    q, X2, Y2, cfg2 = theorem_draw(regime, 3)
+    assert torch.equal(X, X2) and torch.equal(Y, Y2) and all(torch.equal(p[w], q[w]) for w in p)
+    assert cfg.with_residual(1.0) == cfg2
+    r = simulations_instance(3, N=regime["N"], n=4, d=32, m=32, d_qk=regime["d_qk"], scale=regime["scale"],
+                             readout_scale=2.0)[0]
+    assert torch.equal(r["W_U"], 2 * p["W_U"]) and torch.equal(r["layer1.W_Q"], p["layer1.W_Q"])

@@ -50,8 +50,8 @@ from .base import (
 )
 
 __all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "STOP", "ESCAPE_STOP", "LINEAR_PHASE", "HALVINGS", "speed",
-           "linear_rate", "escape_law", "escape_fit", "power_fit", "rerun_escape", "spot_check", "claim_records",
-           "stalled"]
+           "instance", "linear_rate", "escape_law", "escape_fit", "power_fit", "rerun_escape", "spot_check",
+           "claim_records", "stalled"]
 
 #: Sensitivity measures: the steps to these fractions of the initial loss.
 LEVELS = (1e-2, 1e-6)
@@ -106,8 +106,10 @@ def _steps(run: dict, key: str) -> tuple[float, bool]:
     return censored(t, run["horizon"])
 
 
-def _instance(s: dict, N: int, d_qk: int, scale: str, seed: int):
-    """``(params, X, Y, cfg)`` of a seed: the same weights for every beta (``cfg.beta = 0``)."""
+def instance(s: dict, N: int, d_qk: int, scale: str, seed: int):
+    """``(params, X, Y, cfg)`` of ``seed`` in a cell of the experiment with settings ``s`` (``N``
+    sequences, ``d_QK``, attention ``scale``): :func:`convres.instances.simulations_instance`, the
+    same weights for every beta and step (``cfg.beta = 0``; ``cfg.with_residual(b)`` for another)."""
     return simulations_instance(seed, N=N, n=s["n"], d=s["d"], m=s["m"], d_qk=d_qk, scale=scale,
                                 activation=s["activation"], beta=0.0, dtype=dtype_of(s))
 
@@ -115,7 +117,7 @@ def _instance(s: dict, N: int, d_qk: int, scale: str, seed: int):
 def _runs(s, N, d_qk, scale, jobs, steps, stop, *, device=None) -> list[tuple]:
     """Gradient descent for every ``(beta, eta, seed)`` of ``jobs`` in one sweep, each stopped at
     ``stop`` of its start: ``[(beta, eta, seed, X, Y, params_0, cfg, History)]``."""
-    drawn = {seed: _instance(s, N, d_qk, scale, seed) for seed in sorted({j[2] for j in jobs})}
+    drawn = {seed: instance(s, N, d_qk, scale, seed) for seed in sorted({j[2] for j in jobs})}
     cfgs = [drawn[k][3].with_residual(b) for b, _, k in jobs]
     out = sweep([drawn[k][0] for _, _, k in jobs], [drawn[k][1] for _, _, k in jobs],
                 [drawn[k][2] for _, _, k in jobs], cfgs, [eta / (N * s["n"]) for _, eta, _ in jobs], steps,
@@ -235,8 +237,8 @@ def _evaluate(s, N, d_qk, scale, arms: dict, horizon, stop, *, follows=None, mec
         for key, other in follows.items():
             if other in again and key not in again:
                 again[key] = (pending.get(key, arms[key])[0], again[other][1] / 2)
-                reruns.append(dict(arm=list(key), beta=again[key][0], eta=again[key][1] * 2, diverged_seeds=[],
-                                   rerun_eta=again[key][1], follows=list(other)))
+                reruns.append(dict(arm=list(key), beta=again[key][0], eta=again[key][1] * 2,
+                                   diverged_seeds=[], rerun_eta=again[key][1], follows=list(other)))
         pending = again
         if not pending:
             break
@@ -277,8 +279,9 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
                 if d_qk == max(s["d_qks"]):
                     common = min(t["chosen"] for t in tuned.values())
                     arms.update({("common", b): (b, common) for b in (0.0, 1.0)})
-            runs, again = _evaluate(s, s["N"], d_qk, scale, arms, s["escape_steps"], ESCAPE_STOP, follows=follows,
-                                    curves=s["curve_seeds"] if d_qk == max(s["d_qks"]) else (), device=device)
+            curves = s["curve_seeds"] if d_qk == max(s["d_qks"]) else ()
+            runs, again = _evaluate(s, s["N"], d_qk, scale, arms, s["escape_steps"], ESCAPE_STOP,
+                                    follows=follows, curves=curves, device=device)
             reruns += [dict(x, where=f"escape, scale {scale}, d_QK = {d_qk}") for x in again]
             protocols = sorted({p for p, _ in arms})
             escape.append(dict(d_qk=d_qk, scale=scale, N=s["N"], n=s["n"], runs={
@@ -423,7 +426,8 @@ def _simulations_numbers(res: Result) -> dict:
     s = res.settings
     per_regime = []
     for c in res.data["regimes"]:
-        row = {"regime": c["name"], "N": c["N"], "n": c["n"], "d": c["d"], "d_qk": c["d_qk"], "scale": c["scale"]}
+        row = {k: c[k] for k in ("N", "n", "d", "d_qk", "scale")}
+        row = {"regime": c["name"], **row}
         for protocol, runs in c["runs"].items():
             row[protocol] = []
             for b in s["betas"]:
@@ -431,7 +435,8 @@ def _simulations_numbers(res: Result) -> dict:
                 ok = [r for r in mine if not r["diverged"]]
                 row[protocol].append({
                     "beta": b, "eta": mine[0]["eta"],
-                    "median_mean_log_loss": float(np.median([r["mean_log_loss"] for r in ok])) if ok else None,
+                    "median_mean_log_loss": float(np.median([r["mean_log_loss"] for r in ok]))
+                    if ok else None,
                     **{f"median_steps_{k}": float(np.median([_steps(r, k)[0] for r in ok])) if ok else None
                        for k in (f"{lv:g}" for lv in LEVELS)},
                     "censored": sum(_steps(r, f"{LEVELS[-1]:g}")[1] for r in ok),
@@ -516,7 +521,8 @@ def _s3(res: Result, measure: str, protocol: str) -> list:
     cell = _largest(res)
     out = []
     for k in res.settings["seeds"]:
-        a, b = (next(r for r in cell["runs"][protocol] if r["seed"] == k and r["beta"] == beta) for beta in (0, 1))
+        a, b = (next(r for r in cell["runs"][protocol] if r["seed"] == k and r["beta"] == beta)
+                for beta in (0, 1))
         if a["diverged"] or b["diverged"]:
             out.append(None)
         elif measure == "escape time":
@@ -564,8 +570,7 @@ def claim_records(res: Result) -> list:
     """The claims S1-S5 graded by protocol v4 (:func:`convres.experiments.base.claim_record`)."""
     checks, profile = _checks(res), res.profile
     regimes = [c["name"] for c in res.data["regimes"] for _ in res.settings["seeds"]]
-    speed_alt = {(m, p): None for m, p in (("steps to 1e-2", "tuned"), ("steps to 1e-6", "tuned"),
-                                           ("mean log-loss", "common"))}
+    speed_alt = (("steps to 1e-2", "tuned"), ("steps to 1e-6", "tuned"), ("mean log-loss", "common"))
     s5, s5_strata = _s5(res, "rate")
     return [
         claim_record("S1", _s1(res, "mean log-loss", "tuned"), profile=profile, checks=checks, strata=regimes,
@@ -598,8 +603,8 @@ def _simulations_claims(res: Result) -> list[dict]:
 
 
 def _shapes(s: dict) -> list[Shape]:
-    return [Shape(f"simulations ({r['name']})", _instance(s, 1, r["d_qk"], r["scale"], 0)[3].with_residual(1.0),
-                  r["N"], s["n"]) for r in s["regimes"]]
+    cfgs = [instance(s, 1, r["d_qk"], r["scale"], 0)[3].with_residual(1.0) for r in s["regimes"]]
+    return [Shape(f"simulations ({r['name']})", cfg, r["N"], s["n"]) for r, cfg in zip(s["regimes"], cfgs)]
 
 
 def _report(res: Result) -> dict:
@@ -618,9 +623,10 @@ def _report(res: Result) -> dict:
         "settings": {"book": f"Gaussian X, Y; n = {s['n']}, d = {s['d']}, m = {s['m']}, {s['activation']}; "
                              f"{regimes}; beta in {s['betas']}; each arm at its own tuned step (the smallest "
                              f"tuned step second); {s['steps']} steps; escape law over d_QK in {s['d_qks']}, "
-                             f"{s['escape_steps']} steps, a step tuned at every d_QK; {len(s['seeds'])} seeds",
-                     "why": "one regime where the output layer alone can fit, two where a plateau can happen, "
-                            "and the escape time against d_QK"},
+                             f"{s['escape_steps']} steps, a step tuned at every d_QK; "
+                             f"{len(s['seeds'])} seeds",
+                     "why": "one regime where the output layer alone can fit, two where a plateau can "
+                            "happen, and the escape time against d_QK"},
         "spread": spread_rows,
         "runs": sum(len(v) for c in res.data["regimes"] for v in c["runs"].values())
         + sum(len(v) for c in res.data["escape"] for v in c["runs"].values()),
