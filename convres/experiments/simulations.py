@@ -35,6 +35,7 @@ from ..gd import History, sweep
 from ..instances import simulations_instance
 from ..model import forward_trace
 from ..plotting import plot_simulations
+from ..protocol import LOG_LOSS_FLOOR, PROBE_HORIZON_MAX, PROBE_SEEDS, RERUN_FACTOR
 from ..rank import extreme_singular_values
 from ..stats import ProbeRun, censored, kendall_tau, mean_log_loss, steps_to, tune_step
 from .base import (
@@ -59,15 +60,14 @@ LEVELS = (1e-2, 1e-6)
 ESCAPE = 0.5
 #: The runs of the regimes stop at this fraction of their start, the floor of the mean log-loss
 #: (protocol v4, section 4), so that a stopped run's remaining steps count exactly.
-STOP = 1e-12
+STOP = LOG_LOSS_FLOOR
 #: The escape-law runs stop at this fraction of their start (long after their escape).
 ESCAPE_STOP = 1e-6
 #: The linear phase of a run: from its first step at or below ``LINEAR_PHASE[0]`` of its start to
 #: its first step at or below ``LINEAR_PHASE[1]`` (or its last step).
 LINEAR_PHASE = (1e-3, 1e-9)
-#: The probe horizon doubles at most up to this multiple of the evaluation horizon.
-PROBE_HORIZON_MAX = 4
-#: An arm with a diverged evaluation run is rerun at half its step at most this many times.
+#: An arm with a diverged evaluation run is rerun at ``RERUN_FACTOR`` (half) its step at most this
+#: many times.
 HALVINGS = 3
 #: The step-size grid grows at most this many times per arm beyond ``eta_grid``.
 EXTEND = 8
@@ -79,15 +79,15 @@ def linear_rate(loss, mu: float) -> float | None:
     below ``LINEAR_PHASE[1] Phi_0`` (the last step if none). A run that never reaches
     ``LINEAR_PHASE[0]`` gets its average rate over the whole run, ``ln(Phi_0 / Phi_T) / (mu T)``.
     ``None`` for a run of no step."""
-    v = np.asarray(loss, dtype=np.float64)
-    if v.size < 2:
+    v = [float(x) for x in loss]
+    if len(v) < 2:
         return None
     a = steps_to(v, LINEAR_PHASE[0])
-    if a is None or a == v.size - 1:
-        a, b = 0, v.size - 1
+    if a is None or a == len(v) - 1:
+        a, b = 0, len(v) - 1
     else:
         hit = steps_to(v, LINEAR_PHASE[1])
-        b = v.size - 1 if hit is None else hit
+        b = len(v) - 1 if hit is None else hit
     return float(math.log(v[a] / v[b]) / (mu * (b - a)))
 
 
@@ -148,9 +148,10 @@ def _probe_runs(s, N, d_qk, scale, pairs, T, measure, device) -> dict:
         if h.status == "diverged" or h.loss[-1] > h.loss[0]:
             run = None
         elif measure == "mean log-loss":
-            run = ProbeRun(float(mean_log_loss(list(h.loss), T)), steps_to(h.loss, LEVELS[0]) is not None)
+            mll = mean_log_loss(list(h.loss), T)
+            run = None if mll is None else ProbeRun(mll, steps_to(list(h.loss), LEVELS[0]) is not None)
         else:
-            t = steps_to(h.loss, ESCAPE * rank_one_floor(Y.double()), relative=False)
+            t = steps_to(list(h.loss), ESCAPE * rank_one_floor(Y.double()), relative=False)
             run = ProbeRun(float(T if t is None else t), t is not None)
         out.setdefault((beta, eta), []).append(run)
     return out
@@ -231,9 +232,9 @@ def _evaluate(s, N, d_qk, scale, arms: dict, horizon, stop, *, follows=None, mec
             out[key] = runs[pair]
             bad = [r["seed"] for r in runs[pair] if r["diverged"]]
             if bad and attempt < HALVINGS:
-                again[key] = (pair[0], pair[1] / 2)
+                again[key] = (pair[0], pair[1] * RERUN_FACTOR)
                 reruns.append(dict(arm=list(key), beta=pair[0], eta=pair[1], diverged_seeds=bad,
-                                   rerun_eta=pair[1] / 2))
+                                   rerun_eta=again[key][1]))
         for key, other in follows.items():
             if other in again and key not in again:
                 again[key] = (pending.get(key, arms[key])[0], again[other][1] / 2)
@@ -499,7 +500,7 @@ def _s2(res: Result, measure: str, protocol: str) -> list:
     """S2 per seed x regime, in decades: the mean log-loss of beta = 0 minus that of beta = 0.1, or
     ``log10`` of the ratio of their steps to a level."""
     small = min(b for b in res.settings["betas"] if b > 0)
-    out = []
+    out: list[float | None] = []
     for _, _, runs in _regime_units(res, protocol):
         a, b = runs[0.0], runs[small]
         if a["diverged"] or b["diverged"]:
@@ -519,7 +520,7 @@ def _s3(res: Result, measure: str, protocol: str) -> list:
     """S3 per seed, at scale 1/d_QK and the largest d_QK: ``log10(T(beta = 0) / T(beta = 1))`` of
     the escape steps (``measure="escape time"``) or the steps to a level."""
     cell = _largest(res)
-    out = []
+    out: list[float | None] = []
     for k in res.settings["seeds"]:
         a, b = (next(r for r in cell["runs"][protocol] if r["seed"] == k and r["beta"] == beta)
                 for beta in (0, 1))
@@ -536,7 +537,7 @@ def _s4(res: Result, protocol: str) -> list:
     """S4 per seed: Kendall's tau of d_QK against the escape time of beta = 0 at scale 1/d_QK, in
     units of ``mu t`` (the step differs between d_QK; a censored time counts as the horizon)."""
     cells = sorted((c for c in res.data["escape"] if c["scale"] == "1/d_qk"), key=lambda c: c["d_qk"])
-    out = []
+    out: list[float | None] = []
     for k in res.settings["seeds"]:
         runs = [next(r for r in c["runs"][protocol] if r["seed"] == k and r["beta"] == 0) for c in cells]
         if any(r["diverged"] for r in runs):
@@ -640,7 +641,7 @@ def _report(res: Result) -> dict:
 _WIDE_REGIME = dict(name="wide", N=4, d_qk=32, scale="1/sqrt(d_qk)")
 _SIM = dict(N=4, n=4, d=32, m=32, activation="gelu", betas=[0.0, 0.1, 0.25, 0.5, 1.0],
             eta_grid=[0.032, 0.064, 0.128, 0.256, 0.512], floor=1e-20, dtype="float64",
-            probe_seeds=[100, 101, 102], scales=["1/d_qk", "1/sqrt(d_qk)"],
+            probe_seeds=list(PROBE_SEEDS), scales=["1/d_qk", "1/sqrt(d_qk)"],
             regimes=[_WIDE_REGIME, dict(name="narrow", N=32, d_qk=32, scale="1/sqrt(d_qk)"),
                      dict(name="uniform attention", N=4, d_qk=1024, scale="1/d_qk")])
 
@@ -648,13 +649,13 @@ EXPERIMENT = Experiment(
     "simulations", "Simulations: the escape from the rank-one floor against d_QK, and beta in three regimes",
     "book/simulations.md",
     {"book": dict(_SIM, seeds=list(range(10)), curve_seeds=list(range(10)), steps=3000,
-                  d_qks=[16, 64, 256, 1024], escape_steps=3000),
+                  d_qks=[16, 64, 256, 1024], escape_steps=4000),
      "paper": dict(_SIM, seeds=list(range(20)), curve_seeds=[0, 1, 2], steps=10_000,
-                   d_qks=[16, 64, 256, 1024, 4096], escape_steps=10_000),
+                   d_qks=[16, 64, 256, 1024, 4096, 8192], escape_steps=10_000),
      "smoke": dict(_SIM, betas=[0.0, 1.0], seeds=[0, 1], curve_seeds=[0, 1], steps=60, d_qks=[16, 64],
                    escape_steps=60, eta_grid=[0.064, 0.128],
                    regimes=[_WIDE_REGIME, dict(name="narrow", N=16, d_qk=32, scale="1/sqrt(d_qk)"),
                             dict(name="uniform attention", N=4, d_qk=64, scale="1/d_qk")])},
     _run_simulations, _simulations_numbers, _simulations_claims, lambda res: plot_simulations(res),
-    shapes=_shapes, report=_report, piece_seeds=4,
+    shapes=_shapes, report=_report, piece_seeds=2,
     paper="synthetic data, several beta; sizes, steps and step sizes not stated")
