@@ -149,16 +149,21 @@ def _relative(curve):
 
 def plot_simulations(result):
     """Chapter *Simulations*: the loss relative to its start, ``Phi_t / Phi_0``, per beta (median
-    and min-max band over seeds, each beta at its own tuned step) in each named regime, one panel
-    per regime, steps on a log axis (``result``: a :class:`convres.experiments.Result`)."""
+    and min-max band over seeds, each beta at its own tuned step; a run that stopped at convergence
+    kept at its last value) in each named regime, one panel per regime, steps on a log axis
+    (``result``: a :class:`convres.experiments.Result`)."""
     s = result.settings
     betas = list(s["betas"])
     cells = result.data["regimes"]
     fig, axes = _stacked(len(cells), height=2.3)
     for ax, cell in zip(axes, cells):
         for i, (b, c) in enumerate(zip(betas, beta_colors(betas))):
-            curves = [_relative(r["loss"]) for r in cell["runs"]["tuned"] if r["beta"] == b and "loss" in r]
-            plot_band(ax, curves, x=np.arange(1, max(map(len, curves)) + 1), color=c,
+            runs = [r for r in cell["runs"]["tuned"] if r["beta"] == b and "loss" in r]
+            length = max(len(r["loss"]) for r in runs)
+            # a run stopped at convergence stays at its last value (as the mean log-loss counts it)
+            curves = [_relative(r["loss"] + ([r["loss"][-1]] * (length - len(r["loss"]))
+                                             if r["status"] == "converged" else [])) for r in runs]
+            plot_band(ax, curves, x=np.arange(1, length + 1), color=c,
                       label=rf"$\beta={b:g}$", marker=MARKERS[i % len(MARKERS)])
         ax.set_xscale("log")
         ax.set_ylim(max(ax.get_ylim()[0], 1e-13), 3)

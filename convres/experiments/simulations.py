@@ -318,35 +318,39 @@ def _escape_time(run: dict) -> float:
     return max(_steps(run, "escape")[0], 1.0)
 
 
-def power_fit(d, T, *, step: float = 0.001, top: float = 3.0) -> dict:
+def power_fit(d, T, *, fine: bool = True) -> dict:
     """The empirical fit ``T = a + b d^p`` (``a, b >= 0``) to the times ``T[i][j]`` of unit ``i`` at
-    ``d[j]`` (``nan``: left out), by least squares on the relative error ``(T - a - b d^p) / T``:
-    for each ``p`` the best ``(a, b)`` in closed form (the normal equations, or one of them with the
-    other coefficient at 0 where the bound is active), and ``p`` the best of a grid of step 0.01 on
-    ``[0, top]``, then of a grid of ``step`` around it. Returns ``{"a", "b", "p"}``."""
+    ``d[j]`` (``nan``: left out), by least squares on ``log T`` (the times span decades, and a ratio
+    counts the same above and below). With ``a = rho b d_min^p``, for each ``(p, rho)`` of a grid the
+    best ``log b`` is the mean of ``log T - log(rho d_min^p + d^p)``; the grid is ``p`` in ``[0, 3]``
+    by 0.02 and ``rho`` 0 or ``10^-3 .. 10^3``, then grids by 0.001 in ``p`` and 0.005 decade in
+    ``rho`` around the best (``fine``; else 0.005 and 0.025), moved until the best stays. Returns
+    ``{"a", "b", "p"}``."""
     x = np.tile(np.asarray(d, dtype=np.float64), (len(T), 1)).ravel()
     y = np.asarray(T, dtype=np.float64).ravel()
     keep = np.isfinite(y)
-    x, w = x[keep], 1.0 / y[keep]
+    x, ly = x[keep], np.log(y[keep])
+    lx = np.log(x)
 
-    def best(grid):
-        P = np.asarray(grid, dtype=np.float64)[:, None]
-        u = x[None, :] ** P * w                        # the column d^p / T, one row per p
-        s11, s12, s22 = (w * w).sum(), (u * w).sum(1), (u * u).sum(1)
-        r1, r2 = w.sum(), u.sum(1)
-        det = s11 * s22 - s12 ** 2
-        with np.errstate(divide="ignore", invalid="ignore"):
-            a = (s22 * r1 - s12 * r2) / det
-            b = (s11 * r2 - s12 * r1) / det
-        only_b, only_a = ~(a >= 0), ~(b >= 0) & (a >= 0)
-        a = np.where(only_b, 0.0, np.where(only_a, r1 / s11, a))
-        b = np.where(only_b, r2 / s22, np.where(only_a, 0.0, b))
-        err = w.size - 2 * (a * r1 + b * r2) + a * a * s11 + 2 * a * b * s12 + b * b * s22
-        i = int(np.nanargmin(err))
-        return {"a": float(a[i]), "b": float(b[i]), "p": float(P[i, 0])}
+    def best(ps, rhos):
+        P, R = ps[:, None, None], rhos[None, :, None]
+        g = np.log(R * x.min() ** P + np.exp(P * lx))             # (p, rho, unit)
+        lb = (ly - g).mean(axis=-1)
+        err = ((ly - g - lb[..., None]) ** 2).sum(axis=-1)
+        i, j = np.unravel_index(int(np.argmin(err)), err.shape)
+        return float(ps[i]), float(rhos[j]), float(lb[i, j])
 
-    coarse = best(np.arange(0.0, top + 0.005, 0.01))["p"]
-    return best(np.arange(max(coarse - 0.01, 0.0), min(coarse + 0.01, top) + step / 2, step))
+    rhos = np.concatenate([[0.0], np.logspace(-3, 3, 25)])
+    p, rho, lb = best(np.arange(0.0, 3.0001, 0.02), rhos)
+    dp, n_rho = (0.001, 201) if fine else (0.005, 41)
+    for _ in range(8):                                # down the valley where a and p trade off
+        near = rho * np.logspace(-0.5, 0.5, n_rho) if rho > 0 else np.array([0.0, 1e-4, 1e-3])
+        step = best(np.arange(max(p - 0.03, 0.0), min(p + 0.03, 3.0) + dp / 2, dp), near)
+        if step[:2] == (p, rho):
+            break
+        p, rho, lb = step
+    b = math.exp(lb)
+    return {"a": rho * b * float(x.min()) ** p, "b": b, "p": p}
 
 
 def _times(res: Result, scale: str, beta: float, protocol: str, *, mu_units: bool) -> tuple[list, np.ndarray]:
@@ -389,7 +393,7 @@ def escape_law(res: Result, scale: str, beta: float = 0.0, protocol: str = "tune
     return out
 
 
-def escape_fit(res: Result, *, draws: int = 2000) -> dict:
+def escape_fit(res: Result, *, draws: int = 1000) -> dict:
     """The empirical fit of the escape time of ``beta = 0`` at scale ``1/d_QK`` (protocol v4, S4;
     reported, not graded), in units of ``mu t`` (the step differs between ``d_QK``): ``T = a + b
     d_QK^p`` (:func:`power_fit`) with a percentile bootstrap interval for ``p`` over the seeds
@@ -403,7 +407,7 @@ def escape_fit(res: Result, *, draws: int = 2000) -> dict:
     d, T = _times(res, "1/d_qk", 0.0, "tuned", mu_units=True)
     fit = power_fit(d, T)
     rng = np.random.default_rng(0)
-    boot = [power_fit(d, T[rng.integers(0, len(T), len(T))])["p"] for _ in range(draws)]
+    boot = [power_fit(d, T[rng.integers(0, len(T), len(T))], fine=False)["p"] for _ in range(draws)]
     slopes = []
     for j in range(len(d) - 1):
         e = np.log(T[:, j + 1] / T[:, j]) / math.log(d[j + 1] / d[j])
