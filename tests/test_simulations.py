@@ -68,7 +68,8 @@ def test_a_small_run_tunes_every_arm_at_every_d_qk_and_is_cached(monkeypatch):
     assert all(keys <= set(x) for x in runs)
     assert all(("loss" in x) == (x["seed"] == 0) for x in runs)                   # curves of curve_seeds
     common = {x["eta"] for x in wide["runs"]["common"]}
-    assert len(common) == 1 or r.data["reruns"]
+    assert len(common) == 1 or sim.reruns(r)
+    assert all(x["tuned_eta"] == x["eta"] or x["diverged_before"] for x in runs)
     arms = [t["arm"] for t in r.data["step_sizes"]]
     # regimes x beta, then scales x d_QK x beta: a step tuned at every d_QK
     assert len(arms) == 2 * 2 + 2 * 2 * 2 and len(set(arms)) == len(arms)
@@ -95,15 +96,37 @@ def test_a_small_run_tunes_every_arm_at_every_d_qk_and_is_cached(monkeypatch):
 def test_an_arm_that_diverges_is_rerun_at_half_its_step_with_its_followers():
     s = dict(ex.settings("simulations", "smoke"), seeds=[0, 1])
     arms = {("tuned", 0.0): (0.0, 64.0), ("half", 0.0): (0.0, 32.0), ("tuned", 1.0): (1.0, 0.064)}
-    out, reruns = sim._evaluate(s, 4, 16, "1/d_qk", arms, 30, sim.ESCAPE_STOP,
-                                follows={("half", 0.0): ("tuned", 0.0)})
-    tuned = [x for x in reruns if x["arm"] == ["tuned", 0.0]]
-    assert [x["eta"] for x in tuned] == [64.0, 32.0, 16.0][:len(tuned)] and tuned
-    assert all(x["rerun_eta"] == x["eta"] / 2 for x in reruns)
-    assert {x["eta"] for x in out[("tuned", 0.0)]} == {64.0 / 2 ** len(tuned)}
-    assert {x["eta"] for x in out[("half", 0.0)]} == {64.0 / 2 ** (len(tuned) + 1)}   # follows the tuned arm
+    out = sim._evaluate(s, "here", 4, 16, "1/d_qk", arms, 30, sim.ESCAPE_STOP,
+                        follows={("half", 0.0): ("tuned", 0.0)})
+    tuned = out[("tuned", 0.0)]
+    final = {x["eta"] for x in tuned}
+    assert len(final) == 1 and all(x["tuned_eta"] == 64.0 for x in tuned)
+    k = round(math.log2(64.0 / final.pop()))
+    assert 1 <= k <= sim.HALVINGS and any(x["diverged_before"] for x in tuned)
+    assert all(set(x["diverged_before"]) <= {64.0 / 2 ** i for i in range(k)} for x in tuned)
+    assert {x["eta"] for x in out[("half", 0.0)]} == {64.0 / 2 ** (k + 1)}      # follows the tuned arm
+    assert all(set(x["diverged_before"]) <= {32.0 / 2 ** i for i in range(k)} for x in out[("half", 0.0)])
     assert {x["eta"] for x in out[("tuned", 1.0)]} == {0.064}
-    assert not any(x["arm"] == ["tuned", 1.0] for x in reruns)
+    # a second pass of a run in pieces halves an arm from the start, with its follower
+    s["halve"] = [["here", "tuned", 0.0]]
+    out = sim._evaluate(s, "here", 4, 16, "1/d_qk", {k: v for k, v in arms.items() if k[1] == 0.0}, 30,
+                        sim.ESCAPE_STOP, follows={("half", 0.0): ("tuned", 0.0)})
+    assert out[("tuned", 0.0)][0]["eta"] <= 32.0 and out[("half", 0.0)][0]["eta"] <= 16.0
+
+
+def test_reruns_are_listed_per_arm():
+    res = _constructed(lambda b: -2.0 - 4 * b, lambda q: 5 * q, noise=0.05)
+    runs = res.data["escape"][0]["runs"]["tuned"]
+    for r in runs:
+        if r["beta"] == 0.0:
+            r.update(eta=0.032, diverged_before=[0.064] if r["seed"] in (3, 5) else [])
+    (row,) = sim.reruns(res)
+    assert row["where"] == "escape, scale 1/d_qk, d_QK = 16" and row["arm"] == ["tuned", 0.0]
+    assert row["diverged_seeds"] == [3, 5] and row["rerun_seeds"] == list(range(10))
+    assert row["rerun_eta"] == [0.032] and row["every_seed"] and row["eta"] == 0.064
+    runs[0]["eta"] = 0.064                                   # one seed at the tuned step: pieces
+    assert not sim.reruns(res)[0]["every_seed"]
+    assert res.summary()["diverged_before_rerun"] == 2
 
 
 def test_the_seeds_and_sizes_are_the_protocols():
@@ -127,8 +150,8 @@ def test_the_spot_check_reruns_a_run_at_the_largest_d_qk():
 # --- the claims on constructed results -------------------------------------------------------------
 
 def _run(beta, seed, eta, *, mll, t2, t6, esc, rate=1.0, sigma=1.0, horizon=1000, diverged=False):
-    return dict(beta=beta, seed=seed, eta=eta, status="diverged" if diverged else "converged",
-                diverged=diverged,
+    return dict(beta=beta, seed=seed, eta=eta, tuned_eta=eta, diverged_before=[],
+                status="diverged" if diverged else "converged", diverged=diverged,
                 diverged_at=None, horizon=horizon, escape=esc, steps_to={"0.01": t2, "1e-06": t6},
                 mean_log_loss=None if diverged else mll, rate=None if diverged else rate, sigma_min_Z0=sigma,
                 floor_ratio=0.7, loss0=1.0)
@@ -163,7 +186,7 @@ def _constructed(speed, escape, seeds=range(10), *, noise=0.0):
                   stable=[True, True, True], diverged=[0, 0, 0], horizon=1000, bracketed=True,
                   unresolved=False, capped=False)]
     return ex.Result(ex.EXPERIMENTS["simulations"], "book", s,
-                     {"regimes": regimes, "escape": esc, "step_sizes": steps, "reruns": []}, 0.0)
+                     {"regimes": regimes, "escape": esc, "step_sizes": steps}, 0.0)
 
 
 def _grades(res):

@@ -52,7 +52,7 @@ from .base import (
 
 __all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "STOP", "ESCAPE_STOP", "LINEAR_PHASE", "HALVINGS", "speed",
            "instance", "linear_rate", "escape_law", "escape_fit", "power_fit", "rerun_escape", "spot_check",
-           "claim_records", "stalled"]
+           "reruns", "claim_records", "stalled"]
 
 #: Sensitivity measures: the steps to these fractions of the initial loss.
 LEVELS = (1e-2, 1e-6)
@@ -211,15 +211,26 @@ def _record(beta, eta, seed, X, Y, p0, cfg, h: History, *, N, s, horizon, curve,
     return run
 
 
-def _evaluate(s, N, d_qk, scale, arms: dict, horizon, stop, *, follows=None, mechanism=False, curves=(),
-              device=None) -> tuple[dict, list]:
-    """The evaluation runs of the ``arms`` ``{key: (beta, eta)}`` of one shape on every seed (arms
-    at the same ``(beta, eta)`` share their runs), and the reruns: an arm with a diverged run is run
-    again at half its step, all seeds, at most :data:`HALVINGS` times; an arm of ``follows``
-    ``{key: other}`` is at half the step of ``other`` and is rerun with it. Returns ``({key:
-    runs}, [rerun])``."""
+def _evaluate(s, where, N, d_qk, scale, arms: dict, horizon, stop, *, follows=None, mechanism=False,
+              curves=(), device=None) -> dict:
+    """The evaluation runs ``{key: runs}`` of the ``arms`` ``{key: (beta, eta)}`` of one shape
+    (``where``) on every seed (arms at the same ``(beta, eta)`` share their runs). An arm with a
+    diverged run is run again at ``RERUN_FACTOR`` (half) its step, all seeds, at most
+    :data:`HALVINGS` times; an arm of ``follows`` ``{key: other}`` is at half the step of ``other``
+    and is rerun with it; an arm ``[where, protocol, beta]`` of the setting ``halve`` starts at half
+    its step (a second pass of a run in pieces, where one piece found a divergence). Every record
+    keeps its arm's ``tuned_eta`` and ``diverged_before``, the steps at which its seed diverged
+    first."""
     follows = follows or {}
-    pending, out, reruns = dict(arms), {}, []
+    halve = {(w, p, float(b)) for w, p, b in s.get("halve", [])}
+
+    def start(key):
+        lead = follows.get(key, key)
+        return arms[key][1] * (RERUN_FACTOR if (where, *lead) in halve else 1.0)
+
+    pending = {key: (beta, start(key)) for key, (beta, _) in arms.items()}
+    out: dict = {}
+    failed: dict = {key: [] for key in arms}
     for attempt in range(HALVINGS + 1):
         pairs = sorted(set(pending.values()))
         runs: dict = {}
@@ -229,21 +240,46 @@ def _evaluate(s, N, d_qk, scale, arms: dict, horizon, stop, *, follows=None, mec
                 _record(*job, N=N, s=s, horizon=horizon, curve=job[2] in curves, mechanism=mechanism))
         again = {}
         for key, pair in pending.items():
-            out[key] = runs[pair]
+            out[key] = [dict(r) for r in runs[pair]]
             bad = [r["seed"] for r in runs[pair] if r["diverged"]]
             if bad and attempt < HALVINGS:
+                failed[key].append((pair[1], bad))
                 again[key] = (pair[0], pair[1] * RERUN_FACTOR)
-                reruns.append(dict(arm=list(key), beta=pair[0], eta=pair[1], diverged_seeds=bad,
-                                   rerun_eta=again[key][1]))
         for key, other in follows.items():
             if other in again and key not in again:
-                again[key] = (pending.get(key, arms[key])[0], again[other][1] / 2)
-                reruns.append(dict(arm=list(key), beta=again[key][0], eta=again[key][1] * 2,
-                                   diverged_seeds=[], rerun_eta=again[key][1], follows=list(other)))
+                again[key] = (arms[key][0], again[other][1] / 2)
         pending = again
         if not pending:
             break
-    return out, reruns
+    for key, records in out.items():
+        for r in records:
+            r.update(tuned_eta=arms[key][1],
+                     diverged_before=[e for e, seeds in failed[key] if r["seed"] in seeds])
+    return out
+
+
+def reruns(res: Result) -> list[dict]:
+    """The arms run at a smaller step than their tuned one: ``where`` (a regime or an escape-law
+    cell), ``arm`` ``[protocol, beta]``, the tuned ``eta``, the ``diverged_seeds`` (a seed whose run
+    diverged at a larger step), the ``rerun_seeds`` and the ``rerun_eta`` they ran at, and
+    ``every_seed``: every seed of the arm at one smaller step (as the protocol asks; a run in pieces
+    reruns the seeds of its piece)."""
+    cells = [(c["name"], c["runs"]) for c in res.data["regimes"]] + \
+        [(f"escape, scale {c['scale']}, d_QK = {c['d_qk']}", c["runs"]) for c in res.data["escape"]]
+    rows = []
+    for where, protocols in cells:
+        for protocol, runs in protocols.items():
+            for b in sorted({r["beta"] for r in runs}):
+                mine = [r for r in runs if r["beta"] == b]
+                moved = [r for r in mine if r["eta"] != r["tuned_eta"]]
+                if moved:
+                    rows.append(dict(where=where, arm=[protocol, b], beta=b, eta=mine[0]["tuned_eta"],
+                                     diverged_seeds=sorted(r["seed"] for r in mine if r["diverged_before"]),
+                                     rerun_seeds=sorted(r["seed"] for r in moved),
+                                     rerun_eta=sorted({r["eta"] for r in moved}),
+                                     every_seed=len(moved) == len(mine)
+                                     and len({r["eta"] for r in mine}) == 1))
+    return rows
 
 
 def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
@@ -253,16 +289,15 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
     if set(s["probe_seeds"]) & set(s["seeds"]):
         raise ValueError(f"the probe seeds {s['probe_seeds']} must not be evaluation seeds {s['seeds']}.")
     betas, steps = [float(b) for b in s["betas"]], s["steps"]
-    regimes, step_sizes, reruns = [], [], []
+    regimes, step_sizes = [], []
     for r in s["regimes"]:
         tuned = _tuned(s, r["N"], r["d_qk"], r["scale"], betas, "mean log-loss", steps, device)
         step_sizes += _step_rows(tuned, r["name"])
         common = min(t["chosen"] for t in tuned.values())
         arms = {**{("tuned", b): (b, tuned[b]["chosen"]) for b in betas}, **{("common", b): (b, common)
                                                                              for b in betas}}
-        runs, again = _evaluate(s, r["N"], r["d_qk"], r["scale"], arms, steps, STOP, mechanism=True,
-                                curves=s["curve_seeds"], device=device)
-        reruns += [dict(x, where=r["name"]) for x in again]
+        runs = _evaluate(s, r["name"], r["N"], r["d_qk"], r["scale"], arms, steps, STOP, mechanism=True,
+                         curves=s["curve_seeds"], device=device)
         regimes.append(dict(name=r["name"], N=r["N"], n=s["n"], d=s["d"], d_qk=r["d_qk"], scale=r["scale"],
                             runs={p: [x for b in betas for x in runs[(p, b)]] for p in ("tuned", "common")}))
         if progress:
@@ -281,15 +316,14 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
                     common = min(t["chosen"] for t in tuned.values())
                     arms.update({("common", b): (b, common) for b in (0.0, 1.0)})
             curves = s["curve_seeds"] if d_qk == max(s["d_qks"]) else ()
-            runs, again = _evaluate(s, s["N"], d_qk, scale, arms, s["escape_steps"], ESCAPE_STOP,
-                                    follows=follows, curves=curves, device=device)
-            reruns += [dict(x, where=f"escape, scale {scale}, d_QK = {d_qk}") for x in again]
+            runs = _evaluate(s, f"escape, scale {scale}, d_QK = {d_qk}", s["N"], d_qk, scale, arms,
+                             s["escape_steps"], ESCAPE_STOP, follows=follows, curves=curves, device=device)
             protocols = sorted({p for p, _ in arms})
             escape.append(dict(d_qk=d_qk, scale=scale, N=s["N"], n=s["n"], runs={
                 p: [x for b in (0.0, 1.0) if (p, b) in runs for x in runs[(p, b)]] for p in protocols}))
         if progress:
             print(f"simulations: escape law at scale {scale} done", flush=True)
-    return {"regimes": regimes, "escape": escape, "step_sizes": step_sizes, "reruns": reruns}
+    return {"regimes": regimes, "escape": escape, "step_sizes": step_sizes}
 
 
 def rerun_escape(s: dict, d_qk: int, scale: str, beta: float, eta: float, seed: int) -> dict:
@@ -457,7 +491,8 @@ def _simulations_numbers(res: Result) -> dict:
             "escape_fit": escape_fit(res),
             "step_sizes": [{k: t[k] for k in ("arm", "grid", "chosen", "best", "largest_stable", "horizon",
                                                "bracketed", "unresolved", "capped")} for t in steps],
-            **protocol_summary(_checks(res)), "reruns": res.data["reruns"], "stalled": stalled(res),
+            **protocol_summary(_checks(res)), "reruns": reruns(res), "stalled": stalled(res),
+            "diverged_before_rerun": sum(len(r["diverged_before"]) for r in runs_all),
             "diverged_runs": sum(r["diverged"] for r in runs_all), "runs": len(runs_all)}
 
 
@@ -644,7 +679,7 @@ def _report(res: Result) -> dict:
 
 _WIDE_REGIME = dict(name="wide", N=4, d_qk=32, scale="1/sqrt(d_qk)")
 _SIM = dict(N=4, n=4, d=32, m=32, activation="gelu", betas=[0.0, 0.1, 0.25, 0.5, 1.0],
-            eta_grid=[0.032, 0.064, 0.128, 0.256, 0.512], floor=1e-20, dtype="float64",
+            eta_grid=[0.032, 0.064, 0.128, 0.256, 0.512], floor=1e-20, dtype="float64", halve=[],
             probe_seeds=list(PROBE_SEEDS), scales=["1/d_qk", "1/sqrt(d_qk)"],
             regimes=[_WIDE_REGIME, dict(name="narrow", N=32, d_qk=32, scale="1/sqrt(d_qk)"),
                      dict(name="uniform attention", N=4, d_qk=1024, scale="1/d_qk")])
