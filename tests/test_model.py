@@ -6,7 +6,7 @@ import torch
 
 import convres
 from convres import ModelConfig, check_inputs, forward, forward_trace, init_params, loss, synthetic_regression
-from convres.model import ACTIVATIONS, memory_estimate, param_shapes
+from convres.model import ACTIVATIONS, memory_estimate, param_shapes, phi_and_grad
 
 SMALL = dict(d=3, d_qk=2, m=4, c=2)
 
@@ -17,8 +17,9 @@ def small_instance(L=1, beta=1.0, activation="relu", pool=None, seed=0):
     return cfg, init_params(cfg, seed=seed + 1), X, Y
 
 
-# The model has no hand-written derivative (autograd differentiates it), so one gradient check per
-# code path is enough: two blocks and a smooth activation, and the pooled readout.
+# Autograd's derivative of the forward pass against finite differences, one check per code path
+# (two blocks and a smooth activation, and the pooled readout); the hand-written gradient
+# (phi_and_grad, convres.backprop) against autograd and finite differences below.
 @pytest.mark.parametrize("L,activation,pool", [(2, "gelu", None), (1, "relu", "mean")])
 def test_gradients_match_finite_differences(L, activation, pool):
     cfg, params, X, Y = small_instance(L, 0.5, activation, pool)
@@ -26,6 +27,56 @@ def test_gradients_match_finite_differences(L, activation, pool):
     weights = tuple(params[k].clone().requires_grad_(True) for k in names)
     assert torch.autograd.gradcheck(lambda *w: loss(dict(zip(names, w)), X, Y, cfg), weights, eps=1e-6,
                                     atol=1e-5, rtol=1e-4)
+
+
+def autograd_phi_and_grad(params, X, Y, cfg, residual=None):
+    """The reference: Phi per configuration and autograd's gradient of their sum."""
+    w = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    F = forward_trace(w, X, cfg, residual=residual).F
+    phi = 0.5 * (F - Y).pow(2).flatten(1).sum(1) if w["W_U"].dim() == 3 else 0.5 * (F - Y).pow(2).sum()
+    return phi.detach(), dict(zip(w, torch.autograd.grad(phi.sum(), list(w.values()))))
+
+
+@pytest.mark.parametrize("L,activation,pool", [(1, "relu", None), (3, "gelu", None), (2, "tanh", "mean"),
+                                               (2, "softplus", None), (1, "gelu", "mean")])
+@pytest.mark.parametrize("stack", ["none", "shared data", "data per configuration"])
+def test_the_hand_written_gradient_equals_autograd(L, activation, pool, stack):
+    cfg = ModelConfig(d=5, d_qk=3, m=7, c=2, L=L, activation=activation, pool=pool, scale="1/d_qk")
+    X, Y = synthetic_regression(3, 4, 5, 2, seed=1, pooled=pool == "mean")
+    residual = (0.7, 0.4)
+    if stack == "none":
+        params = init_params(cfg, seed=1)
+    else:
+        params = {k: torch.stack([init_params(cfg, seed=s)[k] for s in range(3)]) for k in param_shapes(cfg)}
+        residual = (torch.tensor([0.0, 0.5, 1.0], dtype=torch.float64), 0.3)
+        if stack == "data per configuration":
+            X, Y = torch.stack([X, 2 * X, -X]), torch.stack([Y, -Y, 0.5 * Y])
+    phi, grads, trace = phi_and_grad(params, X, Y, cfg, residual=residual)
+    ref_phi, ref_grads = autograd_phi_and_grad(params, X, Y, cfg, residual)
+    assert torch.allclose(phi, ref_phi, rtol=1e-14, atol=0)
+    assert list(grads) == list(params)
+    for k, g in grads.items():
+        assert g.shape == params[k].shape
+        assert float((g - ref_grads[k]).abs().max()) <= 1e-12 * float(ref_grads[k].abs().max()), k
+    for a, b in zip(trace, forward_trace(params, X, cfg, residual=residual)):
+        for u, v in zip(a if isinstance(a, list) else [a], b if isinstance(b, list) else [b]):
+            assert u.shape == v.shape and torch.allclose(u, v, rtol=1e-14, atol=1e-15)
+    assert phi_and_grad(params, X, Y, cfg, residual=residual, trace=False)[2] is None
+
+
+def test_the_hand_written_gradient_matches_finite_differences():
+    cfg = ModelConfig(d=4, d_qk=3, m=5, c=1, L=2, activation="gelu", beta=0.5)
+    X, Y = synthetic_regression(2, 3, 4, 1, seed=2)
+    params = init_params(cfg, seed=3)
+    _, grads, _ = phi_and_grad(params, X, Y, cfg)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):   # central differences along random directions: O(h^2) = 1e-12 accurate
+        v = {k: torch.randn(w.shape, generator=gen, dtype=torch.float64) for k, w in params.items()}
+        h = 1e-6
+        up, down = ({k: w + sign * h * v[k] for k, w in params.items()} for sign in (1, -1))
+        numeric = float(loss(up, X, Y, cfg) - loss(down, X, Y, cfg)) / (2 * h)
+        exact = float(sum((grads[k] * v[k]).sum() for k in params))
+        assert numeric == pytest.approx(exact, rel=1e-7, abs=1e-9)
 
 
 def stacked_instance(B=3, L=2, pool=None):
@@ -66,7 +117,7 @@ def test_attention_output_is_exposed():
     tr = forward_trace(params, X, cfg)
     S, A = convres.attention(X, params["layer1.W_Q"], params["layer1.W_K"], params["layer1.W_V"],
                              convres.model.attention_scale(cfg))
-    assert torch.equal(S, tr.S[0]) and torch.equal(A, tr.A[0])
+    assert torch.allclose(S, tr.S[0], rtol=1e-14, atol=1e-15) and torch.allclose(A, tr.A[0], rtol=1e-14, atol=1e-15)
     assert torch.allclose(tr.Z[0], A + X, rtol=0, atol=1e-15)
 
 
