@@ -5,14 +5,13 @@ is ``theta_{t+1} = theta_t - mu grad Phi(theta_t)`` with ``Phi`` the loss of
 :func:`convres.model.loss`: no momentum, no adaptive steps, no mini-batches.
 
 :func:`gradient_descent` runs one configuration and :func:`sweep` a list of them (different initial
-weights, residual coefficients and step sizes on the same data). Both run the same loop on a
-*stack*: the weights of every configuration that shares the model's sizes get a leading axis and
-advance together (one batched forward pass, one autograd backward pass on ``sum_b Phi_b``, whose
-gradient is, slice by slice, the gradient of each ``Phi_b``); one run is a stack of one. Large
-problems gain nothing from stacking (their working set leaves the cache), so a sweep is cut into
-chunks by problem size (:func:`chunk_size`). Each configuration stops on its own (converged,
-diverged or out of steps) and leaves the stack; the results equal those of the configurations run
-one by one.
+weights, residual coefficients and step sizes, on the same data or not). Both run the same loop on
+a *stack*: the weights of the configurations that share the model's sizes are the rows of one
+tensor and advance together, with the gradient written out by hand
+(:func:`convres.model.phi_and_grad`); one run is a stack of one. Large problems gain nothing from
+stacking, so a sweep is cut into chunks by problem size (:func:`chunk_size`). Each configuration
+stops on its own (converged, diverged or out of steps) and leaves the stack; the results equal
+those of the configurations run one by one. Book appendix *Performance*: how fast, and why.
 """
 
 from __future__ import annotations
@@ -130,19 +129,19 @@ def loss_and_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.
     """``(Phi(theta), grad Phi(theta), trace)`` in one forward and one backward pass
     (:func:`convres.model.phi_and_grad`); ``trace`` is the detached :class:`convres.model.Trace`
     of the forward pass. Checks its inputs (:func:`convres.model.check_inputs`)."""
-    B = check_inputs(params, X, Y, cfg, residual=residual)
+    B = check_inputs(params, X, Y, cfg, residual=residual, finite=False)
     check_cost(cfg, X.shape[0], X.shape[1], configs=B or 1, dtype=X.dtype, device=X.device)
+    check_inputs(params, X, Y, cfg, residual=residual)
     with torch.no_grad():
         return phi_and_grad(params, X, Y, cfg, residual=residual)
 
 
-#: Stack configurations only while one configuration's largest activation (rows ``N n`` times the
-#: widest layer) stays below this many entries; beyond it, running them one by one is as fast or
-#: faster on a CPU (the *Performance* appendix, ``benchmarks/gd_speed.py``; measured on one core with
-#: sweeps of 10-20 configurations of the Jena model: stacked 1.2-1.3 times faster at 25,000-48,000
-#: entries, the Jena chapter's size, and no faster at 290,000; the limit is just above the largest
-#: size measured faster).
-STACK_LIMIT = 50_000
+#: Stack configurations only while one configuration's activations of a block, ``N n (d + d_qk +
+#: m + n)`` entries, stay below this many; beyond it, running them one by one is as fast or faster
+#: on a CPU (measured with this engine on one core, sweeps of 8 configurations: stacked 1.1-1.9
+#: times faster from 5,000 to 17,500 entries, 0.9 times at 29,000 and 33,000, 0.66-0.77 at the
+#: Jena sizes, 280,000-700,000; the *Performance* appendix).
+STACK_LIMIT = 20_000
 #: At most this many configurations in one stack.
 STACK_MAX = 64
 #: The most steps one call accepts (the cost policy: a larger count is a typo, not a plan).
@@ -155,8 +154,7 @@ def chunk_size(cfg: ModelConfig, X: torch.Tensor, count: int) -> int:
     """How many of ``count`` configurations of ``cfg`` on data ``X`` to stack at once: all (up to
     :data:`STACK_MAX`) for small problems, one for large ones (see :data:`STACK_LIMIT`)."""
     N, n = X.shape[0], X.shape[1]
-    width = max(cfg.d, cfg.d_qk, cfg.m, n)
-    return max(1, min(count, STACK_MAX)) if N * n * width <= STACK_LIMIT else 1
+    return max(1, min(count, STACK_MAX)) if N * n * (cfg.d + cfg.d_qk + cfg.m + n) <= STACK_LIMIT else 1
 
 
 def stopping_rule(t: int, phi: float, phi_0: float, *, tol: float, blowup: float, steps: int,
@@ -221,10 +219,10 @@ def _as_lists(params, cfg, mu) -> tuple[list, list, list]:
     return list(params), cfgs, mus
 
 
-def _check_run(p, X, Y, cfg, mu) -> float:
+def _check_run(p, X, Y, cfg, mu, finite: bool) -> float:
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}.")
-    check_inputs(p, X, Y, cfg)
+    check_inputs(p, X, Y, cfg, finite=finite)
     if p["W_U"].dtype not in (torch.float64, torch.float32):
         raise TypeError(f"gradient descent runs in torch.float64 or torch.float32 (its singular "
                         f"values need them), got {p['W_U'].dtype}; convert the weights and data "
@@ -296,13 +294,15 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
     if torch.is_inference_mode_enabled():
         raise RuntimeError("gradient descent returns weights and traces for autograd to use, which "
                            "torch.inference_mode() forbids; call it outside that block.")
-    for i, (p, c, m) in enumerate(zip(params_list, cfgs, mus)):
-        try:
-            mus[i] = _check_run(p, Xs[i], Ys[i], c, m)
-        except (TypeError, ValueError) as err:
-            raise type(err)(err if len(params_list) == 1 else f"configuration {i}: {err}") from None
     dev = check_device(device) if device is not None else None
-    _check_cost(params_list, Xs, cfgs, dev, chunk)
+    for finite in (False, True):     # the shapes, the cost (before a value is read), the values
+        for i, (p, c, m) in enumerate(zip(params_list, cfgs, mus)):
+            try:
+                mus[i] = _check_run(p, Xs[i], Ys[i], c, m, finite)
+            except (TypeError, ValueError) as err:
+                raise type(err)(err if len(params_list) == 1 else f"configuration {i}: {err}") from None
+        if not finite:
+            _check_cost(params_list, Xs, cfgs, dev, chunk)
     groups: dict = {}
     for i, (p, c) in enumerate(zip(params_list, cfgs)):
         key = (_shared(c), p["W_U"].dtype, p["W_U"].device, tuple(Xs[i].shape), tuple(Ys[i].shape))
@@ -328,17 +328,14 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
 
 
 def _check_cost(params_list, Xs, cfgs, dev, chunk) -> None:
-    """The cost policy (:func:`convres.model.check_cost`) before anything is allocated: the
-    largest stack of configurations must fit in the memory of the device it runs on."""
-    worst, where = 0, None
-    for p, X, c in zip(params_list, Xs, cfgs):
-        count = min(len(params_list), chunk or STACK_MAX) if chunk_size(c, X, len(params_list)) > 1 else 1
-        need = memory_estimate(c, X.shape[0], X.shape[1], configs=count, dtype=p["W_U"].dtype)
-        if need > worst:
-            worst, where = need, (X, c, count)
-    if where is not None:
-        X, c, count = where
-        check_cost(c, X.shape[0], X.shape[1], configs=count, dtype=X.dtype,
+    """The cost policy (:func:`convres.model.check_cost`) before anything is allocated, for the
+    configuration whose stack needs the most memory on the device it runs on."""
+    count = [min(len(Xs), chunk or STACK_MAX) if chunk_size(c, X, len(Xs)) > 1 else 1
+             for X, c in zip(Xs, cfgs)]
+    need = [memory_estimate(c, *X.shape[:2], configs=k, dtype=X.dtype) for X, c, k in zip(Xs, cfgs, count)]
+    if need:
+        i = int(np.argmax(need))
+        check_cost(cfgs[i], Xs[i].shape[0], Xs[i].shape[1], configs=count[i], dtype=Xs[i].dtype,
                    device=dev if dev is not None else params_list[0]["W_U"].device)
 
 
@@ -373,16 +370,14 @@ BLOCK_MAX = 64
 
 
 class _Loop:
-    """The loop for one chunk of configurations sharing ``_shared(cfg)``, always on a stack: the
-    weights of the configurations still running (``active``) are the rows of one ``(B, P)`` tensor
-    ``theta`` (``W`` holds its views, one per weight), updated in place by
-    ``theta -= mu grad`` with the gradient of :func:`convres.model.phi_and_grad`. Steps run in
-    *blocks*: the losses and gradient norms stay on the device until the block ends, then are read
-    back at once and the stopping rules applied to every step; a configuration that stopped inside
-    the block takes the iterate it stopped at from the block's copies, and leaves the stack. A
-    block is one step while a ``callback`` watches, else it doubles up to :data:`BLOCK_MAX` steps
-    (and :data:`BLOCK_BYTES` of copies): a few steps computed past a stop cost time, never a
-    result."""
+    """The loop for one chunk of configurations sharing ``_shared(cfg)``: the weights of those
+    still running (``active``) are the rows of one ``(B, P)`` tensor ``theta`` (``W``: its views,
+    one per weight), updated in place, ``theta -= mu grad``. Steps run in *blocks*: the losses and
+    gradient norms stay on the device until the block ends, then are read back at once and the
+    stopping rules applied to every step; a configuration that stopped inside the block takes its
+    iterate from the block's copies and leaves the stack. A block is one step while a ``callback``
+    watches, else doubles up to :data:`BLOCK_MAX` steps: steps computed past a stop cost time,
+    never a result."""
 
     def __init__(self, params_list, X, Y, cfgs, mus, dev, record_every, index, callback):
         dev = dev or params_list[0]["W_U"].device
@@ -400,50 +395,38 @@ class _Loop:
         self.residual = tuple(v[0] if len(set(v)) == 1 else torch.tensor(v, dtype=dtype, device=dev)
                               for v in zip(*(c.residual for c in cfgs)))
         self.mu = torch.tensor(mus, dtype=dtype, device=dev).view(-1, 1)
-        self.records = [_Record(mu=m) for m in mus]
-        self.active = list(range(B))
+        self.records, self.active = [_Record(mu=m) for m in mus], list(range(B))
         self.record_every, self.index, self.callback = record_every, index, callback
         self.W = self._weights(self.theta)
 
     def _weights(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The weights held in ``flat`` (``(B, P)`` or one row ``(P,)``), as views."""
+        """The weights held in ``flat`` (``(B, P)``, or one row ``(P,)``), as views."""
         parts = flat.split([math.prod(s) for s in self.shapes], dim=-1)
         return {k: v.view(*flat.shape[:-1], *s) for k, v, s in zip(self.names, parts, self.shapes)}
 
-    def _evaluate(self, last: bool, trace: bool):
-        """``(Phi, grad, ||grad||, trace)`` at the current weights; the last iterate has no
-        gradient (no step is taken from it), and the trace is computed only if asked for."""
-        if last:
-            tr = forward_trace(self.W, self.X, self.cfg, residual=self.residual)
-            return 0.5 * (tr.F - self.Y).pow(2).flatten(1).sum(1), None, None, tr
-        phi, grads, tr = phi_and_grad(self.W, self.X, self.Y, self.cfg, residual=self.residual, trace=trace)
-        g = torch.cat([v.reshape(len(self.active), -1) for v in grads.values()], 1)
-        return phi, g, torch.linalg.vector_norm(g, dim=1), tr
-
     def run(self, steps, tol, rtol, blowup, bar) -> list[Run]:
         rules = dict(tol=tol, rtol=rtol, blowup=blowup, steps=steps)
-        prev, t, size = None, 0, 1
-        row_bytes = self.theta.numel() * self.theta.element_size()
+        prev, t, size, most = None, 0, 1, min(BLOCK_MAX, max(1, BLOCK_BYTES // self.theta.nbytes))
         while self.active:
-            block = range(t, min(t + size, steps + 1))
-            phis, gnorms, kept, spectra = [], [], [], {}
+            block, phis, norms, kept, spectra = range(t, min(t + size, steps + 1)), [], [], [], {}
             with torch.no_grad():
                 for u in block:
                     record = self.record_every is not None and u % self.record_every == 0
-                    phi, g, norm, tr = self._evaluate(u == steps, record or self.callback is not None)
-                    phis.append(phi)
-                    gnorms.append(torch.full_like(phi, math.nan) if g is None else norm)
+                    phi, grads, tr = phi_and_grad(self.W, self.X, self.Y, self.cfg,
+                                                  residual=self.residual, trace=record or bool(self.callback))
+                    g = torch.cat([v.reshape(len(self.active), -1) for v in grads.values()], 1)
+                    phis.append(phi)             # the last iterate takes no step: its norm is NaN
+                    norms.append(torch.linalg.vector_norm(g, dim=1) if u < steps else phi * math.nan)
                     kept.append(self.theta.clone())                    # theta_u
-                    if record:                                         # rows still finite only
+                    if record:                                         # the rows still finite
                         rows = torch.isfinite(phi).nonzero().flatten().tolist()
                         spectra[u] = dict(zip(rows, _spectra(tr.select(rows)).tolist()))
-                    if g is not None:
-                        self.theta.addcmul_(self.mu, g, value=-1.0)
-            losses, norms = (torch.stack(v).double().cpu().numpy() for v in (phis, gnorms))
+                    self.theta.addcmul_(self.mu, g, value=-1.0)
+            losses, gnorms = (torch.stack(v).double().cpu().numpy() for v in (phis, norms))
             step = (tr, g) if self.callback is not None else None
-            first = self._first(losses, norms, rules) if step is None else np.zeros(len(self.active), int)
+            first = self._first(losses, gnorms, rules) if step is None else np.zeros(len(self.active), int)
             keep = [j for j, i in enumerate(self.active) if self._record(
-                block, j, i, first[j], losses[:, j], norms[:, j], [prev, *kept], spectra, step, rules)]
+                block, j, i, first[j], losses[:, j], gnorms[:, j], [prev, *kept], spectra, step, rules)]
             if bar is not None:
                 bar.update(len(block))
             prev, t = kept[-1], block[-1] + 1
@@ -452,18 +435,17 @@ class _Loop:
                 self.theta, prev, self.mu, self.X = self.theta[sel], prev[sel], self.mu[sel], self.X[sel]
                 self.residual = tuple(b[sel] if isinstance(b, torch.Tensor) else b for b in self.residual)
                 self.Y = self.Y[sel] if self.per_config else self.Y
-                self.active = [self.active[j] for j in keep]
-                self.W = self._weights(self.theta)
+                self.active, self.W = [self.active[j] for j in keep], self._weights(self.theta)
             if step is None:
-                size = max(1, min(2 * size, BLOCK_MAX, BLOCK_BYTES // row_bytes))
+                size = min(2 * size, most)
         if bar is not None and t <= steps:
             bar.update(steps + 1 - t)
         return [r.run() for r in self.records]
 
     def _first(self, losses, norms, rules) -> np.ndarray:
         """Per configuration, the first step of a block's ``(steps, B)`` losses and gradient norms
-        at which a stopping rule may apply (these tests are a superset of :func:`stopping_rule`'s,
-        which then decides; the last iterate's gradient norm is NaN), or the block's length."""
+        at which a stopping rule may apply (a superset of :func:`stopping_rule`'s tests, which then
+        decides), or the block's length."""
         phi_0 = np.array([self.records[i].losses[0] if self.records[i].losses else losses[0, j]
                           for j, i in enumerate(self.active)])
         with np.errstate(invalid="ignore", over="ignore"):
@@ -491,7 +473,7 @@ class _Loop:
                     r.gnorms.pop()                              # the gradient that led here
                 if t == 0:
                     r.losses.append(phi)                        # the non-finite start, for the record
-                r.params = {k: v.clone() for k, v in self._weights(theta if t == 0 else kept[a][j]).items()}
+                r.params = {k: v.clone() for k, v in self._weights(kept[a][j] if t else theta).items()}
                 return False
             r.losses.append(phi)
             if rule is None and not np.isfinite(norms[a]):
@@ -515,9 +497,9 @@ class _Loop:
     @torch.no_grad()
     def _spectra_at(self, theta, j) -> list:
         """The four extreme singular values at the weights ``theta`` of row ``j``."""
-        W = {k: v.unsqueeze(0) for k, v in self._weights(theta).items()}
         residual = tuple(b[j:j + 1] if isinstance(b, torch.Tensor) else b for b in self.residual)
-        return _spectra(forward_trace(W, self.X[j:j + 1], self.cfg, residual=residual))[0].tolist()
+        return _spectra(forward_trace(self._weights(theta.unsqueeze(0)), self.X[j:j + 1], self.cfg,
+                                      residual=residual))[0].tolist()
 
     def _notify(self, t, j, i, phi, theta, g, tr):
         trace = tr.select(j).detach()

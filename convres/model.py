@@ -310,7 +310,7 @@ def _passes(params, X, cfg, residual, Y=None, trace=True):
     betas = [backprop.coefficient(b) for b in (cfg.residual if residual is None else residual)]
     rows = X.expand(B, N, n, d).reshape(B, N * n, d)
     blocks, last, F = backprop.forward_rows(W, rows, s, act, *betas, cfg.L, N, pooled)
-    W_V = [W[f"layer{l}.W_V"] for l in range(1, cfg.L + 1)]
+    W_V = [W[f"layer{l}.W_V"] for l in range(1, cfg.L + 1)] if trace else []
     tr = Trace._make([*backprop.trace_fields([out for _, out in blocks], W_V, lead, N, n),
                       F.reshape(*lead, N, *(() if pooled else (n,)), -1)]) if trace else None
     if Y is None:
@@ -353,10 +353,11 @@ def phi(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cf
 
 
 def _checked_output(params, X, Y, cfg, residual) -> torch.Tensor:
-    """``F`` for :func:`forward` and :func:`loss`: their inputs checked (:func:`check_inputs`),
-    the cost policy applied (:func:`check_cost`), an overflow refused."""
-    B = check_inputs(params, X, Y, cfg, residual=residual)
+    """``F`` for :func:`forward` and :func:`loss`: their inputs' shapes checked, the cost policy
+    applied (:func:`check_cost`), their values checked (:func:`check_inputs`), an overflow refused."""
+    B = check_inputs(params, X, Y, cfg, residual=residual, finite=False)
     check_cost(cfg, X.shape[0], X.shape[1], configs=B or 1, dtype=X.dtype, device=X.device, training=False)
+    check_inputs(params, X, Y, cfg, residual=residual)    # the values, once the cost is known
     F = forward_trace(params, X, cfg, residual=residual).F
     if not bool(torch.isfinite(F).all()):
         raise ValueError("the forward pass overflowed (the output has NaN or infinite entries although "

@@ -3,10 +3,14 @@
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 import convres
-from convres import ModelConfig, check_inputs, forward, forward_trace, init_params, loss, synthetic_regression
+from convres import (ModelConfig, check_inputs, forward, forward_trace, gradient_descent, init_params, loss,
+                     synthetic_regression)
 from convres.model import ACTIVATIONS, memory_estimate, param_shapes, phi_and_grad
+from convres.runtime import CostRefused
 
 SMALL = dict(d=3, d_qk=2, m=4, c=2)
 
@@ -287,3 +291,54 @@ def test_forward_and_loss_check_their_inputs():
         forward(dict(params, W_U=params["W_U"].float()), X, cfg)
     with pytest.raises(ValueError, match="residual beta_attn"):
         forward(params, X, cfg, residual=(-1.0, 1.0))
+
+
+# --- the cost policy: checked before anything is allocated (issue 32, "cost before reading") -------
+
+BUDGET = 16 * 2**20          # the memory the property below pretends the machine has
+
+huge = st.one_of(st.integers(1, 8), st.integers(1, 10**3), st.integers(1, 10**7))
+layers = st.one_of(st.integers(1, 3), st.integers(1, 10**4))
+tokens = st.one_of(st.integers(1, 8), st.integers(500, 5000), st.integers(1, 10**7))   # attention: n^2
+
+
+@settings(derandomize=True, deadline=None, database=None, max_examples=200,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(d=huge, d_qk=huge, m=huge, c=st.integers(1, 3), L=layers, N=huge, n=tokens,
+       pool=st.sampled_from([None, "mean"]), B=st.sampled_from([None, 1, 3]))
+def test_the_cost_policy_refuses_before_allocating_whatever_the_sizes(monkeypatch, d, d_qk, m, c, L, N, n,
+                                                                      pool, B):
+    """For any sizes, ``init_params``, ``forward``, ``loss`` and ``gradient_descent`` either refuse
+    with the cost policy's error naming the sizes, before allocating (the sizes go up to 10^7
+    and L to 10^4: allocating would exhaust the machine), or run, and then the estimate bounds
+    what they kept."""
+    monkeypatch.setattr(convres.runtime, "available_memory", lambda device=None: BUDGET)
+    cfg = ModelConfig(d=d, d_qk=d_qk, m=m, c=c, L=L, pool=pool)
+    sizes = f"d={d}, d_qk={d_qk}, m={m}, c={c}, L={L}"
+    if memory_estimate(cfg, 0, 0, training=False) > BUDGET:
+        with pytest.raises(CostRefused, match=rf"the weights of a model with {sizes} needs .*smaller model"):
+            init_params(cfg)
+        return event("weights refused")
+    params = init_params(cfg)
+    assert sum(w.nbytes for w in params.values()) <= memory_estimate(cfg, 0, 0, training=False)
+    if N * n * d * L > 10**5:    # an input (or a run) too large for a unit test: the weights were checked
+        return event("weights accepted, no input")
+    stacked = {k: v.expand(B, *v.shape).contiguous() for k, v in params.items()} if B else params
+    X, Y = synthetic_regression(N, n, d, c, seed=0, pooled=pool == "mean")
+    on = rf"on X of shape \(N={N}, n={n}, d={d}\) of a model with {sizes}"
+    if memory_estimate(cfg, N, n, configs=B or 1, training=False) > BUDGET:
+        for call in (lambda: forward(stacked, X, cfg), lambda: loss(stacked, X, Y, cfg)):
+            with pytest.raises(CostRefused, match=rf"the forward pass {on}.*tokens n"):
+                call()
+        event("forward refused")
+    else:
+        trace = forward_trace(stacked, X, cfg)
+        kept = sum(t.nbytes for field in trace[:6] for t in field) + trace.F.nbytes
+        assert kept <= memory_estimate(cfg, N, n, configs=B or 1, training=False)
+        assert torch.equal(forward(stacked, X, cfg), trace.F)
+    if memory_estimate(cfg, N, n) > BUDGET:
+        with pytest.raises(CostRefused, match=rf"gradient descent {on}.*tokens n"):
+            gradient_descent(params, X, Y, cfg, 1e-3, 1)
+        event("gradient descent refused")
+    else:
+        assert gradient_descent(params, X, Y, cfg, 1e-3, 1).history.steps in (0, 1)
