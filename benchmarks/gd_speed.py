@@ -65,7 +65,7 @@ SIZES = {
     "one run": dict(N=2, n=4, d=16, d_qk=16, m=16, L=1, activation="gelu", pool=None, configs=1,
                     mus=(0.005, 0.0025)),
     "simulations": dict(N=4, n=4, d=32, d_qk=32, m=32, L=1, activation="gelu", pool=None, configs=40,
-                        mus=(0.002, 0.004)),
+                        mus=(0.002, 0.001)),
     "jena": dict(N=321, n=24, d=11, d_qk=11, m=32, L=1, activation="relu", pool=None, configs=8,
                  mus=(1e-5, 5e-6)),
     "sst2": dict(N=8192, n=10, d=16, d_qk=16, m=16, L=6, activation="gelu", pool=None, configs=2,

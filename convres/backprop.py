@@ -18,9 +18,8 @@ from typing import NamedTuple
 import torch
 
 __all__ = ["Trace", "linear", "attention_logits", "attention", "softmax_rows", "coefficient", "plus_product",
-           "block_rows", "forward_rows", "trace_fields", "backward_rows"]
+           "block_rows", "forward_rows", "phi_and_grad_rows", "trace_fields", "backward_rows"]
 
-_LAYER = ("W_Q", "W_K", "W_V", "W_1", "W_2")
 
 
 class Trace(NamedTuple):
@@ -111,17 +110,26 @@ def block_rows(X, W, s: float, act, beta_attn, beta_ffn, N: int):
     return logits, S, Z, M, H, Q, K, SX, P
 
 
-def forward_rows(W, X, s: float, act, beta_attn, beta_ffn, L: int, N: int, pooled: bool):
-    """Book equations (1)-(4) on rows ``X`` ``(B, N n, d)`` of ``N`` sequences: ``(blocks, last,
-    F)`` with every block's input and :func:`block_rows` outputs, the last ``H`` (its rows
-    averaged per sequence, ``(B, N, d)``, if ``pooled``) and ``F = last W_U``."""
+def forward_rows(layers, W_U, X, s: float, act, beta_attn, beta_ffn, N: int, pooled: bool):
+    """Book equations (1)-(4) on rows ``X`` ``(B, N n, d)`` of ``N`` sequences, with the weights
+    ``layers`` (one dict ``W_Q, ..., W_2`` per block) and ``W_U``: ``(blocks, last, F)``, every
+    block's input with its :func:`block_rows` outputs, the last ``H`` (its rows averaged per
+    sequence, ``(B, N, d)``, if ``pooled``) and ``F = last W_U``."""
     blocks = []
-    for l in range(1, L + 1):
-        blocks.append((X, block_rows(X, {k: W[f"layer{l}.{k}"] for k in _LAYER}, s, act, beta_attn,
-                                     beta_ffn, N)))
+    for W in layers:
+        blocks.append((X, block_rows(X, W, s, act, beta_attn, beta_ffn, N)))
         X = blocks[-1][1][4]
     last = X.reshape(X.shape[0], N, -1, X.shape[-1]).mean(dim=2) if pooled else X
-    return blocks, last, torch.bmm(last, W["W_U"])
+    return blocks, last, torch.bmm(last, W_U)
+
+
+def phi_and_grad_rows(layers, W_U, X, Y, s: float, act, beta_attn, beta_ffn, N: int, pooled: bool):
+    """``(Phi, grads, blocks, F)``: :func:`forward_rows`, the loss ``Phi = 1/2 ||F - Y||^2`` of each
+    configuration (book equation (5); ``Y`` in the rows of ``F``) and :func:`backward_rows`."""
+    blocks, last, F = forward_rows(layers, W_U, X, s, act, beta_attn, beta_ffn, N, pooled)
+    R = F - Y
+    grads = backward_rows(layers, W_U, blocks, last, R, s, act, beta_attn, beta_ffn, N, pooled)
+    return 0.5 * R.pow(2).sum((1, 2)), grads, blocks, F
 
 
 def trace_fields(outs, W_V, lead: tuple, N: int, n: int) -> list[list[torch.Tensor]]:
@@ -134,12 +142,13 @@ def trace_fields(outs, W_V, lead: tuple, N: int, n: int) -> list[list[torch.Tens
     return [*attention, *([t.reshape(*lead, N, n, -1) for t in field] for field in rows)]
 
 
-def backward_rows(W, blocks, last, R, s: float, act, beta_attn, beta_ffn, N: int, pooled: bool):
-    """The gradient of ``Phi = 1/2 ||F - Y||^2`` (book equation (5)) with respect to every weight of
-    ``W`` (a dict of ``(B, p, q)`` weights), from the forward pass's ``blocks`` (each block's input
-    and :func:`block_rows` outputs), ``last`` (the last ``H``, pooled with ``pooled``) and
-    ``R = F - Y = dPhi/dF``. Products of row matrices sum over every row of a configuration; for
-    each block from the last to the first (``X`` its input, ``G`` its logits)::
+def backward_rows(layers, W_U, blocks, last, R, s: float, act, beta_attn, beta_ffn, N: int,
+                  pooled: bool) -> dict[str, torch.Tensor]:
+    """The gradient of ``Phi = 1/2 ||F - Y||^2`` (book equation (5)) with respect to every weight,
+    ``W_U`` and ``layer{l}.W_Q``, ... (``(B, p, q)`` each), from the forward pass's ``blocks`` (each
+    block's input and :func:`block_rows` outputs), ``last`` (the last ``H``, pooled with
+    ``pooled``) and ``R = F - Y = dPhi/dF``. Products of row matrices sum over every row of a
+    configuration; for each block from the last to the first (``X`` its input, ``G`` its logits)::
 
         dW_U = H_L^T R,  dH_L = R W_U^T        (with pooling, dH_L / n at each of the n rows)
         dW_2 = M^T dH,   dP = act'(P) * (dH W_2^T),   dW_1 = Z^T dP,   dZ = dP W_1^T + beta_ffn dH
@@ -148,13 +157,12 @@ def backward_rows(W, blocks, last, R, s: float, act, beta_attn, beta_ffn, N: int
         dX = S^T dSX + beta_attn dZ + dG K W_Q^T + dG^T Q W_K^T        (the dH of the block below)
     """
     grads = {"W_U": torch.bmm(last.mT, R)}
-    dH = torch.bmm(R, W["W_U"].mT)
+    dH = torch.bmm(R, W_U.mT)
     if pooled:
         H = blocks[-1][1][4]
         dH = (dH / (H.shape[1] // N)).unsqueeze(2).expand(-1, -1, H.shape[1] // N, -1).reshape(H.shape)
     for l in range(len(blocks), 0, -1):
-        X, (_, S, Z, M, _, Q, K, SX, P) = blocks[l - 1]
-        Wl = {k: W[f"layer{l}.{k}"] for k in _LAYER}
+        (X, (_, S, Z, M, _, Q, K, SX, P)), Wl = blocks[l - 1], layers[l - 1]
         heads = (S.shape[0], S.shape[1], -1)
         grads[f"layer{l}.W_2"] = torch.bmm(M.mT, dH)
         dM = torch.bmm(dH, Wl["W_2"].mT)

@@ -24,7 +24,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .model import ModelConfig, Trace, check_cost, check_inputs, forward_trace, memory_estimate, phi_and_grad
+from .backprop import phi_and_grad_rows
+from .model import ModelConfig, Trace, check_cost, check_inputs, memory_estimate, phi_and_grad, rows_of
 from .rank import extreme_singular_values
 from .runtime import check_device
 from .values import as_int, as_real, is_real
@@ -397,7 +398,13 @@ class _Loop:
         self.mu = torch.tensor(mus, dtype=dtype, device=dev).view(-1, 1)
         self.records, self.active = [_Record(mu=m) for m in mus], list(range(B))
         self.record_every, self.index, self.callback = record_every, index, callback
-        self.W = self._weights(self.theta)
+        self._stack()
+
+    def _stack(self):
+        """The views the steps use, set again when the stack changes: the weights ``W`` and the
+        arguments of :func:`convres.backprop.phi_and_grad_rows` (:func:`convres.model.rows_of`)."""
+        self.W, self.g = self._weights(self.theta), torch.empty_like(self.theta)
+        self.args = rows_of(self.W, self.X, self.Y, self.cfg, residual=self.residual)
 
     def _weights(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """The weights held in ``flat`` (``(B, P)``, or one row ``(P,)``), as views."""
@@ -407,21 +414,26 @@ class _Loop:
     def run(self, steps, tol, rtol, blowup, bar) -> list[Run]:
         rules = dict(tol=tol, rtol=rtol, blowup=blowup, steps=steps)
         prev, t, size, most = None, 0, 1, min(BLOCK_MAX, max(1, BLOCK_BYTES // self.theta.nbytes))
+        copies = self.theta.new_empty((most, *self.theta.shape))   # the block's iterates, reused
         while self.active:
             block, phis, norms, kept, spectra = range(t, min(t + size, steps + 1)), [], [], [], {}
             with torch.no_grad():
-                for u in block:
+                for a, u in enumerate(block):
                     record = self.record_every is not None and u % self.record_every == 0
-                    phi, grads, tr = phi_and_grad(self.W, self.X, self.Y, self.cfg,
-                                                  residual=self.residual, trace=record or bool(self.callback))
-                    g = torch.cat([v.reshape(len(self.active), -1) for v in grads.values()], 1)
+                    if record or self.callback:      # the same arithmetic, and the trace
+                        phi, grads, tr = phi_and_grad(self.W, self.X, self.Y, self.cfg,
+                                                      residual=self.residual)
+                    else:
+                        phi, grads = phi_and_grad_rows(*self.args)[:2]
+                    g = torch.cat([grads[k].reshape(len(self.active), -1) for k in self.names], 1, out=self.g)
                     phis.append(phi)             # the last iterate takes no step: its norm is NaN
                     norms.append(torch.linalg.vector_norm(g, dim=1) if u < steps else phi * math.nan)
-                    kept.append(self.theta.clone())                    # theta_u
+                    kept.append(copies[a, :len(self.active)].copy_(self.theta))    # theta_u
                     if record:                                         # the rows still finite
                         rows = torch.isfinite(phi).nonzero().flatten().tolist()
                         spectra[u] = dict(zip(rows, _spectra(tr.select(rows)).tolist()))
-                    self.theta.addcmul_(self.mu, g, value=-1.0)
+                    if u < steps:
+                        self.theta.addcmul_(self.mu, g, value=-1.0)
             losses, gnorms = (torch.stack(v).double().cpu().numpy() for v in (phis, norms))
             step = (tr, g) if self.callback is not None else None
             first = self._first(losses, gnorms, rules) if step is None else np.zeros(len(self.active), int)
@@ -429,13 +441,15 @@ class _Loop:
                 block, j, i, first[j], losses[:, j], gnorms[:, j], [prev, *kept], spectra, step, rules)]
             if bar is not None:
                 bar.update(len(block))
-            prev, t = kept[-1], block[-1] + 1
+            prev, t = kept[-1].clone(), block[-1] + 1
             if len(keep) < len(self.active):
                 sel = torch.tensor(keep, dtype=torch.long, device=self.theta.device)
                 self.theta, prev, self.mu, self.X = self.theta[sel], prev[sel], self.mu[sel], self.X[sel]
                 self.residual = tuple(b[sel] if isinstance(b, torch.Tensor) else b for b in self.residual)
                 self.Y = self.Y[sel] if self.per_config else self.Y
-                self.active, self.W = [self.active[j] for j in keep], self._weights(self.theta)
+                self.active = [self.active[j] for j in keep]
+                if self.active:
+                    self._stack()
             if step is None:
                 size = min(2 * size, most)
         if bar is not None and t <= steps:
@@ -498,12 +512,13 @@ class _Loop:
     def _spectra_at(self, theta, j) -> list:
         """The four extreme singular values at the weights ``theta`` of row ``j``."""
         residual = tuple(b[j:j + 1] if isinstance(b, torch.Tensor) else b for b in self.residual)
-        return _spectra(forward_trace(self._weights(theta.unsqueeze(0)), self.X[j:j + 1], self.cfg,
-                                      residual=residual))[0].tolist()
+        Y = self.Y[j:j + 1] if self.per_config else self.Y
+        W = self._weights(theta.unsqueeze(0))
+        return _spectra(phi_and_grad(W, self.X[j:j + 1], Y, self.cfg, residual=residual)[2])[0].tolist()
 
     def _notify(self, t, j, i, phi, theta, g, tr):
         trace = tr.select(j).detach()
-        params, grads = self._weights(theta), None if g is None else self._weights(g[j])
+        params, grads = self._weights(theta.clone()), None if g is None else self._weights(g[j].clone())
         tensors = [*params.values(), *(grads or {}).values(), *(x for f in trace[:6] for x in f), trace.F]
         versions = [v._version for v in tensors]
         self.callback(Step(t, self.index[i], params, grads, phi, trace))

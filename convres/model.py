@@ -44,7 +44,7 @@ __all__ = [
     "Activation", "ACTIVATIONS", "SCALES", "ModelConfig", "Trace", "attention", "attention_logits",
     "attention_scale", "block", "check_cost", "check_inputs", "forward", "forward_trace", "init_params",
     "generator", "layer_params", "loss", "memory_estimate", "param_shapes", "phi", "phi_and_grad",
-    "squared_error", "stack_size", "linear", "softmax_rows", "MAX_SEED",
+    "rows_of", "squared_error", "stack_size", "linear", "softmax_rows", "MAX_SEED",
 ]
 
 
@@ -299,26 +299,40 @@ def stack_size(params: Mapping[str, torch.Tensor]) -> int | None:
     return params["W_U"].shape[0] if params["W_U"].dim() == 3 else None
 
 
-def _passes(params, X, cfg, residual, Y=None, trace=True):
-    """``(Phi, grad Phi, trace)`` from the passes of :mod:`convres.backprop` on the rows of ``X``
-    (weights without a leading axis are a stack of one): the forward pass, the backward pass
-    when ``Y`` is given (else ``Phi`` and its gradient are ``None``) and the trace if asked."""
-    stacked = stack_size(params) is not None
-    W = params if stacked else {k: v.unsqueeze(0) for k, v in params.items()}
-    (B, *_), (N, n, d), lead = W["W_U"].shape, X.shape[-3:], W["W_U"].shape[:1] if stacked else ()
-    s, act, pooled = attention_scale(cfg), cfg.act, cfg.pool == "mean"
+def rows_of(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor | None, cfg: ModelConfig, *,
+            residual=None) -> tuple:
+    """The arguments of :func:`convres.backprop.phi_and_grad_rows` for weights ``params`` on
+    ``X, Y`` (``Y = None``: those of :func:`convres.backprop.forward_rows`): the weights of each
+    block, ``W_U``, the rows of ``X`` (and of ``Y``), then ``s``, the activation, the residual
+    coefficients, ``N`` and the readout. Weights without a leading axis are a stack of one."""
+    W = params if stack_size(params) is not None else {k: v.unsqueeze(0) for k, v in params.items()}
+    (B, *_), (N, n, d), pooled = W["W_U"].shape, X.shape[-3:], cfg.pool == "mean"
+    rows = [X.expand(B, N, n, d).reshape(B, N * n, d)]
+    if Y is not None:
+        rows.append(Y.reshape(-1, N if pooled else N * n, Y.shape[-1]))
     betas = [backprop.coefficient(b) for b in (cfg.residual if residual is None else residual)]
-    rows = X.expand(B, N, n, d).reshape(B, N * n, d)
-    blocks, last, F = backprop.forward_rows(W, rows, s, act, *betas, cfg.L, N, pooled)
-    W_V = [W[f"layer{l}.W_V"] for l in range(1, cfg.L + 1)] if trace else []
-    tr = Trace._make([*backprop.trace_fields([out for _, out in blocks], W_V, lead, N, n),
-                      F.reshape(*lead, N, *(() if pooled else (n,)), -1)]) if trace else None
+    return ([layer_params(W, l) for l in range(1, cfg.L + 1)], W["W_U"], *rows, attention_scale(cfg), cfg.act,
+            *betas, N, pooled)
+
+
+def _passes(params, X, cfg, residual, Y=None, trace=True):
+    """``(Phi, grad Phi, trace)`` from the passes of :mod:`convres.backprop` (:func:`rows_of`): the
+    forward pass, the backward pass when ``Y`` is given (else ``Phi`` and its gradient are
+    ``None``) and the trace if asked."""
+    args, B = rows_of(params, X, Y, cfg, residual=residual), stack_size(params)
+    phi = grads = tr = None
     if Y is None:
-        return None, None, tr
-    R = F - Y.reshape(-1, *F.shape[1:])
-    grads = backprop.backward_rows(W, blocks, last, R, s, act, *betas, N, pooled)
-    phi = 0.5 * R.pow(2).sum((1, 2))
-    return phi if stacked else phi[0], {k: grads[k] if stacked else grads[k][0] for k in params}, tr
+        blocks, _, F = backprop.forward_rows(*args)
+    else:
+        phi, grads, blocks, F = backprop.phi_and_grad_rows(*args)
+        if B is None:
+            phi, grads = phi[0], {k: g[0] for k, g in grads.items()}
+        grads = {k: grads[k] for k in params}
+    if trace:
+        lead, (N, n) = (() if B is None else (B,)), X.shape[-3:-1]
+        fields = backprop.trace_fields([out for _, out in blocks], [W["W_V"] for W in args[0]], lead, N, n)
+        tr = Trace._make([*fields, F.reshape(*lead, N, *(() if cfg.pool == "mean" else (n,)), -1)])
+    return phi, grads, tr
 
 
 def forward_trace(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig, *,
