@@ -86,7 +86,7 @@ PROFILES = {
 }
 
 #: The depths of the SST-2 paper piece, and its steps: the piece estimate of the ``full`` profile.
-PIECE = dict(depths=(2, 6, 10), betas=(0.0, 1.0), steps=1000, measured_steps=3)
+PIECE = dict(depths=(2, 6, 10), betas=(0.0, 1.0), steps=1000, measured_steps=4, repeats=3)
 
 BETAS = (0.0, 0.25, 0.5, 1.0)
 #: The backend of the compiled way (tests use ``"eager"``, which traces without compiling).
@@ -301,8 +301,8 @@ def first_calls(size, dtype, steps, ways, threads, device) -> dict:
 def piece_estimate(threads, device=None) -> dict:
     """The SST-2 paper piece (:data:`PIECE`): ``convres.sweep`` at each depth, float32, with a
     callback at every step as the experiment has (one step per block, a trace per step), timed over
-    ``measured_steps`` steps after one warm-up step; the piece's training runs then take
-    ``sum over depths and betas of steps / rate`` seconds."""
+    ``measured_steps`` steps after one warm-up step (the median of ``repeats``); the piece's
+    training runs then take ``sum over depths and betas of steps / rate`` seconds."""
     z = SIZES["sst2"]
     X, Y = synthetic_regression(z["N"], z["n"], z["d"], 1, seed=0, dtype=torch.float32)
     rates = {}
@@ -313,11 +313,14 @@ def piece_estimate(threads, device=None) -> dict:
             for b in PIECE["betas"]:
                 convres_sweep(params, X.to(device), Y.to(device), cfg.replace(beta=b), 1e-6, 1,
                               callback=lambda step: None)
-                t0 = cpu_seconds()
-                convres_sweep(params, X.to(device), Y.to(device), cfg.replace(beta=b), 1e-6,
-                              PIECE["measured_steps"], callback=lambda step: None)
-                _sync(device)
-                rates[f"L={L}, beta={b:g}"] = (PIECE["measured_steps"] + 1) / (cpu_seconds() - t0)
+                seconds = []
+                for _ in range(PIECE["repeats"]):
+                    t0 = cpu_seconds()
+                    convres_sweep(params, X.to(device), Y.to(device), cfg.replace(beta=b), 1e-6,
+                                  PIECE["measured_steps"], callback=lambda step: None)
+                    _sync(device)
+                    seconds.append(cpu_seconds() - t0)
+                rates[f"L={L}, beta={b:g}"] = (PIECE["measured_steps"] + 1) / statistics.median(seconds)
     seconds = sum(PIECE["steps"] / r for r in rates.values())
     return {"steps_per_second": rates, "steps": PIECE["steps"], "minutes": seconds / 60}
 

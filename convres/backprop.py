@@ -1,14 +1,16 @@
 """Backpropagation written out by hand: book equations (1)-(5) and the gradient of (5).
 
-The arithmetic of the model's forward pass (:func:`convres.model.forward_trace`) and of the
-gradient that gradient descent follows (:func:`convres.model.phi_and_grad`), written once, on the
-*rows* of a stack of ``B`` configurations: every weight is ``(B, p, q)`` and every hidden matrix
-``(B, N n, q)`` (the ``n`` rows of each of the ``N`` sequences, one sequence after another), so
-that each linear map is one batched product; the attention matrices, which mix the rows of one
-sequence only, are ``(B N, n, n)``.
+The arithmetic of the model, written once: the model's forward pass
+(:func:`convres.model.forward_trace`, whose :class:`Trace` is defined here) and the gradient that
+gradient descent follows (:func:`convres.model.phi_and_grad`), on the *rows* of a stack of ``B``
+configurations: every weight is ``(B, p, q)`` and every hidden matrix ``(B, N n, q)`` (the ``n``
+rows of each of the ``N`` sequences, one sequence after another), so that each linear map is one
+batched product; the attention matrices, which mix the rows of one sequence only, are
+``(B N, n, n)``. The model's own linear map and attention (:func:`linear`, :func:`attention`) for
+a single configuration are here too.
 
 Book chapter *Performance* (``book/performance.md``); ``tests/test_model.py`` holds the gradient
-equal to autograd's.
+equal to autograd's and to finite differences.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import torch
 
 __all__ = ["Trace", "linear", "attention_logits", "attention", "softmax_rows", "coefficient", "plus_product",
            "block_rows", "forward_rows", "phi_and_grad_rows", "trace_fields", "backward_rows"]
-
 
 
 class Trace(NamedTuple):

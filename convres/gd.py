@@ -436,7 +436,14 @@ class _Loop:
                         self.theta.addcmul_(self.mu, g, value=-1.0)
             losses, gnorms = (torch.stack(v).double().cpu().numpy() for v in (phis, norms))
             step = (tr, g) if self.callback is not None else None
-            first = self._first(losses, gnorms, rules) if step is None else np.zeros(len(self.active), int)
+            # per configuration, the first step at which a stopping rule may apply (a superset of
+            # stopping_rule's tests, which then decide; the last iterate's norm is NaN)
+            phi_0 = np.array([self.records[i].losses[0] if self.records[i].losses else losses[0, j]
+                              for j, i in enumerate(self.active)])
+            with np.errstate(invalid="ignore", over="ignore"):
+                flag = (~np.isfinite(losses) | ~np.isfinite(gnorms) | (losses > blowup * phi_0)
+                        | (losses <= np.maximum(tol, rtol * phi_0)) | (step is not None))
+            first = np.where(flag.any(0), flag.argmax(0), len(block))
             keep = [j for j, i in enumerate(self.active) if self._record(
                 block, j, i, first[j], losses[:, j], gnorms[:, j], [prev, *kept], spectra, step, rules)]
             if bar is not None:
@@ -456,17 +463,6 @@ class _Loop:
             bar.update(steps + 1 - t)
         return [r.run() for r in self.records]
 
-    def _first(self, losses, norms, rules) -> np.ndarray:
-        """Per configuration, the first step of a block's ``(steps, B)`` losses and gradient norms
-        at which a stopping rule may apply (a superset of :func:`stopping_rule`'s tests, which then
-        decides), or the block's length."""
-        phi_0 = np.array([self.records[i].losses[0] if self.records[i].losses else losses[0, j]
-                          for j, i in enumerate(self.active)])
-        with np.errstate(invalid="ignore", over="ignore"):
-            flag = (~np.isfinite(losses) | ~np.isfinite(norms) | (losses > rules["blowup"] * phi_0)
-                    | (losses <= np.maximum(rules["tol"], rules["rtol"] * phi_0)))
-        return np.where(flag.any(0), flag.argmax(0), len(losses))
-
     def _record(self, block, j, i, first, losses, norms, kept, spectra, step, rules) -> bool:
         """Record configuration ``i`` (row ``j``) at the iterates of ``block`` (``kept``: the
         iterate before the block, then those of the block), with the stopping rules applied from
@@ -474,10 +470,9 @@ class _Loop:
         r = self.records[i]
         r.losses += losses[:first].tolist()
         r.gnorms += norms[:first].tolist()
-        for t in block[:first] if self.record_every is not None else ():
-            if t % self.record_every == 0:
-                r.rec.append(t)
-                r.sv.append(spectra[t][j])
+        recorded = [t for t in block[:first] if self.record_every and t % self.record_every == 0]
+        r.rec += recorded
+        r.sv += [spectra[t][j] for t in recorded]
         for a in range(first, len(block)):
             t, phi, theta = block[a], float(losses[a]), kept[a + 1][j]
             rule = stopping_rule(t, phi, r.losses[0] if r.losses else phi, mu=r.mu, **rules)
