@@ -23,7 +23,7 @@ child processes included), which a busy machine inflates less than wall time; th
 is recorded with them.
 
 Usage: ``python benchmarks/gd_speed.py [--profile full|quick|tiny] [--threads 1] [--device cpu]
-[--json] [--out FILE]`` (also ``python -m convres bench ...``). The *Performance* appendix reads the
+[--json] [--out FILE]``. The *Performance* appendix reads the
 committed result of the ``full`` profile, ``benchmarks/gd_speed.json`` (:func:`committed_result`),
 and never times anything itself.
 """
