@@ -330,23 +330,23 @@ def plot_sst2_summary(result):
 
 
 def plot_speedups(result: Mapping):
-    """Appendix *Performance*: grouped bars of the speed of ``convres.gradient_descent`` relative to
-    the plain loop and to the stacked graph, per benchmark row (``benchmarks/gd_speed.py``)."""
+    """Appendix *Performance*: grouped bars of the speed of ``convres.sweep`` relative to each
+    other way of the benchmark (warm), per benchmark row (``benchmarks/gd_speed.py``); log scale."""
     rows = result["rows"]
-    labels = [f"{r['size']}\n{r['dtype']}" for r in rows]
-    x = np.arange(len(rows))
-    fig, ax = figure(1, width=5.6, height=3.2)
-    for k, (key, name, hatch) in enumerate((("convres_vs_plain", "vs plain loop", ""),
-                                            ("convres_vs_stacked", "vs stacked graph", "//"))):
-        vals = [r[key] for r in rows]
-        bars = ax.bar(x + (k - 0.5) * 0.38, vals, 0.38, label=name, hatch=hatch,
-                      color=("tab:blue", "tab:orange")[k], edgecolor="black", linewidth=0.6)
-        ax.bar_label(bars, labels=[f"{v:.2g}x" for v in vals], fontsize=8, padding=2)
+    ways = list(rows[0]["speedup"])
+    x, w = np.arange(len(rows)), 0.8 / len(ways)
+    fig, ax = figure(1, width=6.4, height=3.4)
+    for k, way in enumerate(ways):
+        vals = [r["speedup"][way] for r in rows]
+        bars = ax.bar(x + (k - (len(ways) - 1) / 2) * w, vals, w, label=f"vs {way}", edgecolor="black",
+                      hatch=("", "//", "..")[k % 3], color=("tab:blue", "tab:orange", "tab:green")[k % 3],
+                      linewidth=0.6)
+        ax.bar_label(bars, labels=[f"{v:.2g}x" for v in vals], fontsize=7, padding=2)
     ax.axhline(1, color="k", lw=0.8)
-    ax.set_xticks(x, labels)
-    ax.set_ylabel("speed relative to the other loop")
-    ax.set_ylim(0, 1.2 * max(max(r["convres_vs_plain"], r["convres_vs_stacked"]) for r in rows))
-    ax.legend(frameon=False, loc="upper right")
+    ax.set_yscale("log")
+    ax.set_xticks(x, [f"{r['size']}\n{r['dtype']}" for r in rows])
+    ax.set_ylabel("speed of convres, relative")
+    ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 
