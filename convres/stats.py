@@ -22,7 +22,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .protocol import BOOTSTRAP_DRAWS, EFFECT_BOUND, GRADES, LOG_LOSS_FLOOR, T_INTERVAL_BELOW
+from .protocol import (
+    BOOTSTRAP_DRAWS,
+    EFFECT_BOUND,
+    GRADES,
+    GRID_FACTOR,
+    LOG_LOSS_FLOOR,
+    STABLE_FRACTION,
+    T_INTERVAL_BELOW,
+)
 
 __all__ = ["VERDICTS", "GRADES", "T975", "Estimate", "Grade", "steps_to", "censored", "mean_log_loss",
            "log_ratio", "kendall_tau", "spearman_rho", "sign_test", "estimate", "grade", "paired_bootstrap",
@@ -324,8 +332,8 @@ class ProbeRun(NamedTuple):
 
 
 def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | None]]],
-              grid: Sequence[float], *, horizon: int, max_horizon: int | None = None, factor: float = 2.0,
-              stable_fraction: float = 0.5, extend: int = 8) -> dict:
+              grid: Sequence[float], *, horizon: int, max_horizon: int | None = None,
+              factor: float = GRID_FACTOR, stable_fraction: float = STABLE_FRACTION, extend: int = 8) -> dict:
     """The step of one arm by the rule of protocol v4, section 2, on a factor-``factor`` grid.
 
     ``probe(etas, T)`` runs every probe seed (never an evaluation seed) at each step of ``etas`` for
@@ -341,7 +349,8 @@ def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | N
       smallest.
     - When no step is resolved, the probe horizon doubles (every stable step is probed again; a
       diverged probe run stays diverged), up to ``max_horizon`` (protocol: 4x the evaluation
-      horizon; default ``horizon``, no doubling); a tuning that stays so is *unresolved*.
+      horizon, :data:`convres.protocol.PROBE_HORIZON_MAX`; default ``horizon``, no doubling); a
+      tuning that stays so is *unresolved*.
     - ``chosen`` is the best resolved step (lowest mean score, the larger step on a tie), capped at
       ``stable_fraction`` (1/2) of the largest stable step: above the cap, the largest stable step
       at most the cap. ``bracketed``: the best resolved step is interior to the grid.
@@ -394,8 +403,8 @@ def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | N
     def wanted() -> float | None:
         """The next step the rule needs, or ``None``."""
         ok = [e for e in etas if stable(e)]
-        b = best()
-        if not ok or not any(e <= cap() for e in ok) or (b is not None and b == etas[0]):
+        b, c = best(), cap()
+        if c is None or not any(e <= c for e in ok) or (b is not None and b == etas[0]):
             return etas[0] / factor
         if ok[-1] == etas[-1]:
             return etas[-1] * factor

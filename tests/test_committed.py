@@ -294,12 +294,13 @@ def test_a_committed_jena_run_computes_again_to_the_same_numbers():
 def test_a_committed_sst2_run_computes_again_to_the_same_numbers(which):
     """The spot check of the committed SST-2 pieces: the first 20 steps of one run (L = 2 with
     residuals, the first seed and the last, each of another piece, at its tuned step; all 8,192
-    sentences) computed again match the committed curve (measured: equal to the last bit)."""
+    sentences) computed again match the committed curve to float32 round-off (the committed pieces
+    were computed with autograd's gradient, this with the hand-written one: measured 1.2e-6)."""
     loaded = load_paper_result("sst2")
     assert loaded is not None, "results/sst2-paper.json is committed"
     res, info = loaded
     seed = res.settings["seeds"][which]
     stored = next(r for r in res.data["runs"] if r["L"] == 2 and r["beta"] == 1.0 and r["seed"] == seed)
     again = sst2.rerun(res.settings, 2, 1.0, seed, stored["eta"], 20)
-    assert again == pytest.approx(stored["mse"][:21], rel=1e-6)
+    assert again == pytest.approx(stored["mse"][:21], rel=1e-5)
     assert info["provenance"][which]["commit"]
