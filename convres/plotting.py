@@ -235,27 +235,34 @@ def plot_mechanism(result):
 
 def plot_jena(result):
     """Chapter *Jena Climate*: training MSE against the step per beta, each beta at its own tuned
-    step (median and min-max band over seeds), with the speed level (dotted) and the training MSE of
-    persistence and of the linear AR (dashed); below, the held-out skill against persistence,
+    step (median and min-max band over seeds; both axes logarithmic, steps from 1; the axis stops at
+    twice the order-blind ridge's MSE, so the first steps from the start are above it), with the speed
+    level (dotted) and the training MSE of persistence (dashed), of the linear AR (dash-dotted) and
+    of the order-blind ridge (long dashes); below, the held-out skill against persistence,
     ``1 - MSE / MSE_persistence``, per beta (one dot per seed, a bar at the median) with the linear
     AR's skill and persistence (0) as lines."""
-    runs, data = result.data["runs"], result.data
+    data = result.data
+    runs = [r for r in data["runs"] if r["protocol"] == "tuned"]
     betas = sorted({r["beta"] for r in runs})
     pv = data["persistence"]["val"]
     fig, (ax1, ax2) = _stacked(2, height=2.6)
     for i, (b, c) in enumerate(zip(betas, beta_colors(betas))):
-        sel = [r for r in runs if r["beta"] == b and "best" in r["protocols"]]
+        sel = [r for r in runs if r["beta"] == b]
         mk = MARKERS[i % len(MARKERS)]
-        plot_band(ax1, [r["train_mse"] for r in sel], color=c, label=rf"$\beta={b:g}$", marker=mk)
-        skill = [1 - r["val_mse"][-1] / pv for r in sel
-                 if r["status"] != "diverged" and r["val_mse"] and r["val_mse"][-1] is not None]
+        curves = [r["train_mse"][1:] for r in sel]
+        plot_band(ax1, curves, x=np.arange(1, max(len(v) for v in curves) + 1), color=c,
+                  label=rf"$\beta={b:g}$", marker=mk, markevery=0.12)
+        skill = [1 - r["val_mse"] / pv for r in sel if r["status"] != "diverged" and r["val_mse"] is not None]
         jitter = np.linspace(-0.15, 0.15, len(skill)) if len(skill) > 1 else np.zeros(len(skill))
         ax2.scatter(i + jitter, skill, color=c, marker=mk, s=16, alpha=0.8)
         if skill:
             ax2.hlines(float(np.median(skill)), i - 0.3, i + 0.3, color=c, lw=2.5)
+    ax1.set_xscale("log")
+    ax1.set_ylim(0.8 * data["linear_ar"]["train"], 2 * data["order_blind"]["train"])
     ax1.axhline(result.summary()["level"], color="k", ls=":", lw=1.2, label="speed level")
     ax1.axhline(data["persistence"]["train"], color="k", ls="--", lw=1.0, label="persistence")
     ax1.axhline(data["linear_ar"]["train"], color="0.45", ls="-.", lw=1.0, label="linear AR")
+    ax1.axhline(data["order_blind"]["train"], color="0.3", ls=(0, (8, 3)), lw=1.0, label="order-blind ridge")
     ax2.axhline(0.0, color="k", ls="--", lw=1.0)
     ax2.axhline(1 - data["linear_ar"]["val"] / pv, color="0.45", ls="-.", lw=1.0)
     ax2.set_xticks(range(len(betas)), [rf"$\beta={b:g}$" for b in betas])
