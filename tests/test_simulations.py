@@ -241,3 +241,26 @@ def test_one_builder_draws_the_simulations_instance():
     r = simulations_instance(3, N=regime["N"], n=4, d=32, m=32, d_qk=regime["d_qk"], scale=regime["scale"],
                              readout_scale=2.0)[0]
     assert torch.equal(r["W_U"], 2 * p["W_U"]) and torch.equal(r["layer1.W_Q"], p["layer1.W_Q"])
+
+
+@pytest.mark.parametrize("scale, beta", [("1/d_qk", 0.0), ("1/sqrt(d_qk)", 0.0), ("1/d_qk", 1.0)])
+def test_the_qk_reduction_runs_the_same_gradient_descent(scale, beta):
+    """:func:`convres.experiments.simulations.qk_reduced`: ``W_Q, W_K`` of ``2 d`` columns with the
+    same Gram matrix and the scale of the original ``d_QK`` give the same run, step by step (to
+    round-off; compared over the plateau, before any chaotic escape), and a smaller problem."""
+    import torch
+
+    from convres.gd import sweep
+    from convres.model import attention_scale
+
+    s = ex.settings("simulations", "book")
+    p, X, Y, cfg = sim.instance(s, 4, 256, scale, 3)
+    cfg = cfg.with_residual(beta)
+    q, cq = sim.qk_reduced(p, cfg)
+    assert q["layer1.W_Q"].shape == (32, 64) and cq.d_qk == 64 and attention_scale(cq) == attention_scale(cfg)
+    assert all(torch.equal(p[w], q[w]) for w in p if "W_Q" not in w and "W_K" not in w)
+    runs = sweep([p, q], [X, X], [Y, Y], [cfg, cq], [0.016 / 16] * 2, 60)
+    a, b = (torch.as_tensor(h.loss) for _, h in runs)
+    assert len(a) == len(b) == 61 and torch.allclose(a, b, rtol=1e-12, atol=0)
+    small = sim.instance(s, 4, 64, scale, 3)
+    assert sim.qk_reduced(*small[::3]) == small[::3]          # d_QK <= 2 d: unchanged

@@ -25,6 +25,7 @@ rerun is listed (:data:`HALVINGS` times at most).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -33,7 +34,7 @@ import torch
 from ..collapse import rank_one_floor
 from ..gd import History, sweep
 from ..instances import simulations_instance
-from ..model import forward_trace
+from ..model import ModelConfig, attention_scale, forward_trace
 from ..plotting import plot_simulations
 from ..protocol import LOG_LOSS_FLOOR, PROBE_HORIZON_MAX, PROBE_SEEDS, RERUN_FACTOR
 from ..rank import extreme_singular_values
@@ -52,7 +53,7 @@ from .base import (
 
 __all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "STOP", "ESCAPE_STOP", "LINEAR_PHASE", "HALVINGS", "speed",
            "instance", "linear_rate", "escape_law", "escape_fit", "power_fit", "rerun_escape", "spot_check",
-           "reruns", "claim_records", "stalled"]
+           "reruns", "claim_records", "stalled", "qk_reduced"]
 
 #: Sensitivity measures: the steps to these fractions of the initial loss.
 LEVELS = (1e-2, 1e-6)
@@ -114,10 +115,32 @@ def instance(s: dict, N: int, d_qk: int, scale: str, seed: int):
                                 activation=s["activation"], beta=0.0, dtype=dtype_of(s))
 
 
+def qk_reduced(params: dict, cfg: ModelConfig) -> tuple[dict, ModelConfig]:
+    """The same gradient-descent problem with ``W_Q, W_K`` of ``2 d`` columns instead of ``d_QK >
+    2 d``: exact in exact arithmetic. The logits use ``W_Q W_K^T`` only, and the gradient step
+    is ``[W_Q; W_K] <- (I - mu [[0, M], [M^T, 0]]) [W_Q; W_K]`` with ``M = sum_i X_i^T G_i X_i``
+    (``G_i`` the logits' gradient), so ``W(t) = P_t W(0)`` for a ``2d x 2d`` matrix ``P_t`` and the
+    run depends on ``W(0) = [W_Q; W_K]`` only through ``W(0) W(0)^T``. With ``W(0)^T = Q R`` (QR,
+    ``R`` of ``2d x 2d``), ``W(0)`` is replaced by ``R^T``: the same Gram matrix, the same run. The
+    scale ``s`` stays the number of the original ``d_QK``. Returns ``(params, cfg)`` unchanged when
+    ``d_QK <= 2 d`` or with more than one block."""
+    if cfg.L != 1 or cfg.d_qk <= 2 * cfg.d:
+        return params, cfg
+    W = torch.cat([params["layer1.W_Q"], params["layer1.W_K"]])             # (2d, d_QK)
+    R = torch.linalg.qr(W.T, mode="r").R                                   # W^T = Q R
+    out = dict(params, **{"layer1.W_Q": R.T[:cfg.d].contiguous(), "layer1.W_K": R.T[cfg.d:].contiguous()})
+    return out, dataclasses.replace(cfg, d_qk=2 * cfg.d, scale=attention_scale(cfg))
+
+
 def _runs(s, N, d_qk, scale, jobs, steps, stop, *, device=None) -> list[tuple]:
     """Gradient descent for every ``(beta, eta, seed)`` of ``jobs`` in one sweep, each stopped at
-    ``stop`` of its start: ``[(beta, eta, seed, X, Y, params_0, cfg, History)]``."""
-    drawn = {seed: instance(s, N, d_qk, scale, seed) for seed in sorted({j[2] for j in jobs})}
+    ``stop`` of its start: ``[(beta, eta, seed, X, Y, params_0, cfg, History)]``. At ``d_QK > 2 d``
+    the runs are those of :func:`qk_reduced` (the same runs, at the cost of ``d_QK = 2 d``)."""
+    drawn = {}
+    for seed in sorted({j[2] for j in jobs}):
+        p0, X, Y, cfg = instance(s, N, d_qk, scale, seed)
+        p0, cfg = qk_reduced(p0, cfg)
+        drawn[seed] = (p0, X, Y, cfg)
     cfgs = [drawn[k][3].with_residual(b) for b, _, k in jobs]
     out = sweep([drawn[k][0] for _, _, k in jobs], [drawn[k][1] for _, _, k in jobs],
                 [drawn[k][2] for _, _, k in jobs], cfgs, [eta / (N * s["n"]) for _, eta, _ in jobs], steps,
