@@ -266,7 +266,7 @@ def write_tiny_sst2(folder, n_train=24, n_val=12, seed=0):
 SST2_TINY = dict(n_train=16, depths=[1, 2], seeds=[0, 1], probe_seeds=[7], eta_grid=[0.1, 0.2], extend=8,
                  probe_steps=3, steps=6, record_every=3, check_steps=3, vocab_size=20, d=4, d_qk=4, m=4,
                  bow=dict(lambdas=[1.0, 10.0], folds=2, iters=20),
-                 adam=dict(L=1, m=4, lr=0.01, steps=6, every=3, holdout=4, seeds=1),
+                 adam=dict(L=1, m=4, lr=0.01, steps=6, every=3, holdout=4, seeds=[0]),
                  wide=dict(ex.settings("sst2", "smoke")["wide"], n_train=8, m=16))
 
 

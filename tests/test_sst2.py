@@ -256,3 +256,19 @@ def test_a_diverged_arm_is_rerun_at_half_its_step(tmp_path, monkeypatch):
     assert len(runs) == 2 and {x["eta"] for x in runs} == {2.5e3}
     t1 = next(c for c in r.claims() if c["id"] == "T1")
     assert t1["diverged"] == sum(x["status"] == "diverged" for x in runs)
+
+
+def test_the_checks_use_the_pilot_seeds_and_halvings_carry_a_rerun_across_pieces(tmp_path):
+    write_tiny_sst2(tmp_path)
+    base = {**SST2_TINY, "wide": None, "adam": None}
+    one = ex.run_experiment("sst2", "smoke", overrides={**base, "seeds": [0]}, data_dir=tmp_path).data
+    two = ex.run_experiment("sst2", "smoke", overrides={**base, "seeds": [1],
+                                                       "halvings": {"L=1, residual": 2}}, data_dir=tmp_path).data
+    assert one["design_checks"] == two["design_checks"]                 # measured on the pilot seeds
+    assert {r["seed"] for r in one["init_pilot"]} == {200, 201} and {r["seed"] for r in one["init"]} == {0}
+    eta = {e["arm"]: e["eta"] for e in one["eta"]}
+    assert {e["arm"]: e["eta"] for e in two["eta"]}["L=1, residual"] == eta["L=1, residual"] / 4
+    assert two["reruns"][0] == {"arm": "L=1, residual", "L": 1, "kind": "residual", "from": eta["L=1, residual"],
+                                "to": eta["L=1, residual"] / 4, "diverged": None}
+    with pytest.raises(ValueError, match="'halvings'"):
+        ex.run_experiment("sst2", "smoke", overrides={**base, "halvings": {"L=7, residual": 1}}, data_dir=tmp_path)

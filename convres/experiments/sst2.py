@@ -441,8 +441,8 @@ def _within(H: torch.Tensor) -> float:
 _INIT_FIELDS = ("std", "rms_H", "grad_norm", "within_sentence", "pooled_sigma_ratio", "mse")
 
 
-def init_diagnostics(s: dict, X: torch.Tensor, Yt: torch.Tensor) -> list[dict]:
-    """Every arm at initialization (float64), one record per arm and evaluation seed: the std of
+def init_diagnostics(s: dict, X: torch.Tensor, Yt: torch.Tensor, seeds) -> list[dict]:
+    """Every arm at initialization (float64), one record per arm and seed of ``seeds``: the std of
     the outputs ``F``, the RMS of the last ``H``, the gradient norm of the mean loss
     ``||grad Phi|| / (N n)``, the within-sentence share of the last ``H``
     (``RMS(H - mean_t H) / RMS(H)``), ``sigma_min / sigma_max`` of the pooled features and the
@@ -451,7 +451,7 @@ def init_diagnostics(s: dict, X: torch.Tensor, Yt: torch.Tensor) -> list[dict]:
     rows = []
     for arm in arms_of(s):
         cfg = arm_config(s, arm)
-        for seed in s["seeds"]:
+        for seed in seeds:
             phi, g, tr = loss_and_grad(arm_params(s, arm, seed, X), X, Yt, cfg)
             H, R = tr.H[-1], output_rows(cfg, X)
             grad = math.sqrt(sum(float(v.pow(2).sum()) for v in g.values())) / R
@@ -558,6 +558,23 @@ def _evaluate(s, task, Yt, plan: list, protocol: str, level: float, dtype, devic
             for (a, seed, eta), (p, h) in zip(plan, out)]
 
 
+def _baselines(s: dict, task: SST2Task, data_dir, dtype, device) -> dict:
+    """The held-out baselines on the task's sentences: the floor (and the floor with twice the
+    dimension: does it gain from a larger ``d``?), the bag-of-words logistic regression, the Adam
+    reference Transformer (shared by the pieces: its seeds are not evaluation seeds) and the
+    majority class."""
+    twice = sst2_data({**s, "d": 2 * s["d"]}, data_dir, dtype)
+    bow, adam = s.get("bow"), s.get("adam")
+    return {
+        "floor": pooled_baseline(task.X, task.labels, task.X_val, task.labels_val),
+        "floor_2d": pooled_baseline(twice.X, twice.labels, twice.X_val, twice.labels_val),
+        "bow": bow_logistic(task.tokens, task.labels, task.tokens_val, task.labels_val, task.vocab,
+                            lambdas=bow["lambdas"], folds=bow["folds"], iters=bow["iters"]) if bow else None,
+        "adam": None if not adam else shared_by_pieces(
+            "adam-sst2", s, device, lambda: [adam_reference(s, task, k, device) for k in adam["seeds"]]),
+        "majority_val_accuracy": float(max(task.labels_val.mean(), 1 - task.labels_val.mean()))}
+
+
 def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     dtype = dtype_of(s)
     task = sst2_data(s, data_dir, dtype)
@@ -569,21 +586,13 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
                          f"{s['seeds']}: the steps are chosen on seeds that are not evaluated.")
     arms = arms_of(s)
     # 1. baselines on the same sentences; the floor's training MSE is the level of T4's alternative
-    floor = pooled_baseline(X, task.labels, Xv, task.labels_val)
-    twice = sst2_data({**s, "d": 2 * s["d"]}, data_dir, dtype)     # does the floor gain from a larger d?
-    bow = s.get("bow")
-    baselines = {"floor": floor,
-                 "floor_2d": pooled_baseline(twice.X, twice.labels, twice.X_val, twice.labels_val),
-                 "bow": None if not bow else bow_logistic(task.tokens, task.labels, task.tokens_val,
-                                                          task.labels_val, task.vocab, lambdas=bow["lambdas"],
-                                                          folds=bow["folds"], iters=bow["iters"]),
-                 "adam": [adam_reference(s, task, seed, device) for seed in s["seeds"][:s["adam"]["seeds"]]]
-                 if s.get("adam") else None,
-                 "majority_val_accuracy": float(max(task.labels_val.mean(), 1 - task.labels_val.mean()))}
-    level = floor["train_mse"]
-    # 2. the design checks, at initialization, before any run
-    init_rows = init_diagnostics(s, X, Yt)
-    checks = design_checks(s, _init_table(s, init_rows))
+    baselines = _baselines(s, task, data_dir, dtype, device)
+    level = baselines["floor"]["train_mse"]
+    # 2. the design checks at initialization, on the pilot seeds, before any run (the same in every
+    # piece); the evaluation seeds' starts are recorded too
+    pilot = shared_by_pieces("checks-sst2", s, device, lambda: init_diagnostics(s, X, Yt, s["pilot_seeds"]))
+    checks = design_checks(s, _init_table(s, pilot))
+    init_rows = init_diagnostics(s, X, Yt, s["seeds"])
     # 3. each arm's step on the probe seeds (one cache entry an arm: shared by the pieces)
     def tune(a: Arm) -> dict:
         return shared_by_pieces("tune-sst2", s, device, lambda: _tune(s, X, Yt, a, dtype, device),
@@ -595,11 +604,19 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
         none = [a.name for a, v in eta.items() if v is None]
         raise ValueError(f"no stable step for the arms {none} on the grid {s['eta_grid']}: widen 'eta_grid' "
                          "downwards or raise 'extend'.")
+    reruns = []
+    for name, times in (s.get("halvings") or {}).items():   # reruns decided on another piece's seeds
+        a = next((a for a in arms if a.name == name), None)
+        if a is None or not isinstance(times, int) or times < 1:
+            raise ValueError(f"setting 'halvings' maps an arm's name ({[a.name for a in arms]}) to how many "
+                             f"times its tuned step was halved (an integer >= 1), got {name!r}: {times!r}.")
+        reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": eta[a], "to": eta[a] / 2 ** times,
+                       "diverged": None})
+        eta[a] /= 2 ** times
     # 4. every arm at its tuned step on the evaluation seeds; an arm with a diverged run is rerun at
     # half its step (every seed of it), listed as a rerun
     runs = _evaluate(s, task, Yt, [(a, k, eta[a]) for a in arms for k in s["seeds"]], "tuned", level, dtype,
                      device)
-    reruns = []
     for _ in range(positive_int(s, "max_reruns")):
         bad = sorted({Arm(r["L"], r["arm"]) for r in runs if r["status"] == "diverged"})
         if not bad:
@@ -625,7 +642,7 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
         if s.get("wide") else None
     return {"N": int(N), "N_val": int(Xv.shape[0]), "n": int(n), "embedding": task.info, "level": level,
             "matched_m": matched_width(s) if s.get("matched") else None,
-            "init": init_rows, "design_checks": [c.to_json() for c in checks],
+            "init": init_rows, "init_pilot": pilot, "design_checks": [c.to_json() for c in checks],
             "step_sizes": list(tuned.values()),
             "eta": [{"arm": a.name, "L": a.L, "kind": a.kind, "eta": eta[a]} for a in arms],
             "common_eta": common, "reruns": reruns, "runs": runs,
@@ -988,20 +1005,20 @@ _SST2 = dict(n_tokens=10, n_val=None, embedding="ppmi", vocab_size=5000, emb_see
              matched=True,
              identity_gain=6.0, preactivation=0.05,
              eta_grid=[0.03125, 0.0625, 0.125, 0.25], extend=8, probe_seeds=[100, 101, 102], max_reruns=3,
-             record_every=10, check_steps=20, dtype="float32",
-             bow=dict(lambdas=[0.1, 1.0, 10.0, 100.0], folds=5, iters=100),
-             adam=dict(L=2, m=16, lr=0.01, steps=300, every=10, holdout=10, seeds=3))
+             halvings={}, record_every=10, check_steps=20, dtype="float32",
+             pilot_seeds=[200, 201], bow=dict(lambdas=[0.01, 0.1, 1.0, 10.0, 100.0], folds=5, iters=100),
+             adam=dict(L=2, m=16, lr=0.01, steps=300, every=10, holdout=5, seeds=[0, 1, 2]))
 
 EXPERIMENT = Experiment(
     "sst2", "SST-2: depth L = 2, 6, 10 with and without residual connections, GLUE validation accuracy",
     "book/sst2.md",
-    {"book": dict(_SST2, n_train=2048, seeds=list(range(10)), probe_steps=50, steps=200, wide=_WIDE),
-     "paper": dict(_SST2, n_train=16384, seeds=list(range(20)), probe_steps=125, steps=500,
+    {"book": dict(_SST2, n_train=512, seeds=list(range(10)), probe_steps=50, steps=200, wide=_WIDE),
+     "paper": dict(_SST2, n_train=16384, seeds=list(range(20)), probe_steps=75, steps=300,
                    wide=dict(_WIDE, n_train=1024, m=2048, steps=200)),
      "smoke": dict(_SST2, n_train=16, depths=[1, 2], seeds=[0, 1], probe_seeds=[100], eta_grid=[0.1, 0.2],
-                   extend=2, probe_steps=3, steps=10, record_every=5, check_steps=3, vocab_size=300,
+                   extend=8, probe_steps=3, steps=10, record_every=5, check_steps=3, vocab_size=300,
                    bow=dict(lambdas=[1.0, 10.0], folds=2, iters=20),
-                   adam=dict(L=1, m=4, lr=0.01, steps=10, every=5, holdout=4, seeds=1),
+                   adam=dict(L=1, m=4, lr=0.01, steps=10, every=5, holdout=4, seeds=[0]),
                    wide=dict(_WIDE, n_train=8, m=16, L=1, steps=5, record_every=5, power_iters=3))},
     _run_sst2, _sst2_numbers, _sst2_claims, plot_sst2, shapes=_shapes, report=_report, piece_seeds=1,
     paper="SST-2, L = 2, 6, 10 with and without residuals; subset, embeddings, steps not stated")
