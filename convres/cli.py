@@ -53,10 +53,12 @@ class Usage(ValueError):
     """A request that cannot be run as given (the message says what to change)."""
 
 #: The fields of a claim in ``reproduce --json``: the report's row, and the numbers of the
-#: pre-registered rule (``effect``, ``ci``, ``margin``, ``units``, ``agree``; ``reason`` when
-#: inconclusive) where the claim has them.
-CLAIM_KEYS = ("experiment", "claim", "verdict", "measurement", "evidence", "criterion", "figure",
-              "effect", "ci", "margin", "units", "agree", "reason")
+#: rule (``effect``, ``ci``, ``margin``, ``units``; v3 ``agree``; protocol v4 ``id``, ``measure``,
+#: ``sign_test_p``, ``sensitivity``, ``diverged``, ``subset``...; ``reason`` when inconclusive) where
+#: the claim has them.
+CLAIM_KEYS = ("id", "experiment", "claim", "verdict", "measure", "measurement", "evidence", "criterion",
+              "figure", "effect", "ci", "interval", "margin", "units", "agree", "sign_test_p", "diverged",
+              "sensitivity", "subset", "subsets", "reason")
 
 
 class FigureLost(OSError):

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from .experiments import EXPERIMENTS, Result, run_experiment, settings
+from .experiments.base import protocol_stamp
 from .files import atomic_write_text, read_regular
 
 __all__ = ["RESULTS_DIR", "PROFILE", "pieces", "merge_data", "provenance", "run_piece", "assemble",
@@ -103,10 +104,11 @@ def _git_commit() -> str | None:
 
 def provenance(command: str, seconds: float, device: str) -> dict:
     """Where and how a piece was computed: ``commit``, ``command``, ``wall_seconds``, ``machine``,
-    ``torch`` (and the device)."""
+    ``torch``, the device and the ``protocol`` stamp (``None`` before the tag)."""
     return {"commit": _git_commit(), "command": command, "wall_seconds": round(float(seconds), 1),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} "
-                       f"{platform.release()}", "torch": torch.__version__, "device": device}
+                       f"{platform.release()}", "torch": torch.__version__, "device": device,
+            "protocol": protocol_stamp()}
 
 
 def piece_path(name: str, k: int, folder: Path = RESULTS_DIR, profile: str = PROFILE) -> Path:

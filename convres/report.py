@@ -19,17 +19,34 @@ from collections.abc import Mapping, Sequence
 
 from .committed import pieces
 from .experiments import EXPERIMENTS, VERDICTS, Result
+from .experiments.base import protocol_stamp
+from .protocol import (
+    CHECKS,
+    CLAIMS,
+    DEVIATIONS,
+    EVALUATION_SEEDS,
+    GRADES,
+    MIN_UNITS,
+    PILOT_SEEDS,
+    PROBE_SEEDS,
+    TAG,
+)
 from .show import power_of_ten, table, tex
 from .theory import MIN_DECREASE
 
 __all__ = ["VERDICT_COLORS", "NOTATION", "STATEMENTS", "notation", "badge", "verdict_counts",
            "verdict_counts_html", "claims_html", "criteria_html", "claims_table", "hypotheses_table",
            "settings_table", "spread_table", "compute_table", "deviations_table", "scale_html",
-           "effect_text", "provenance_table"]
+           "effect_text", "provenance_table", "ALL_VERDICTS", "claim_row", "protocol_line",
+           "protocol_claims_table", "protocol_checks_table", "protocol_seeds_table",
+           "protocol_deviations_table"]
 
+#: Every verdict a row can carry: protocol v4's grades, then the v3 rule's a-posteriori rows.
+ALL_VERDICTS = (*GRADES, *(v for v in VERDICTS if v not in GRADES))
 #: Badge colours (white text on each, contrast at least 4.5:1), one per verdict.
 VERDICT_COLORS = {"reproduced": "#1b6e32", "partly": "#8a5300", "not reproduced": "#a4241b",
-                  "inconclusive": "#55595f", "holds a posteriori": "#1f5aa6"}
+                  "reversed": "#6e1f5c", "inconclusive": "#55595f", "not testable": "#33405a",
+                  "holds a posteriori": "#1f5aa6"}
 
 #: The plain-text symbols of the experiments' rows (which the command line prints as they are) and
 #: their TeX in the book's notation: ``(pattern, match -> TeX)``, tried in this order.
@@ -116,17 +133,33 @@ def _html(text: str) -> str:
     return tex(notation(text))
 
 
+def _claim(row: dict) -> str:
+    """A row's claim as HTML: a protocol-v4 row's own TeX, else the plain text through :func:`notation`."""
+    return tex(row["tex"]) if "tex" in row else _html(row["claim"])
+
+
+def claim_row(rows: Sequence[dict], claim_id: str) -> dict:
+    """The row of claim ``claim_id`` (``"S1"`` ... ``"T4"``, :data:`convres.protocol.CLAIMS`)."""
+    found = [r for r in rows if r.get("id") == claim_id]
+    if len(found) != 1:
+        raise ValueError(f"{len(found)} rows of claim {claim_id!r}; the rows' ids are "
+                         f"{[r.get('id') for r in rows]}.")
+    return found[0]
+
+
 def badge(verdict: str) -> str:
-    """An HTML badge for ``verdict`` (one of :data:`convres.stats.VERDICTS`)."""
+    """An HTML badge for ``verdict`` (one of :data:`ALL_VERDICTS`)."""
     if verdict not in VERDICT_COLORS:
-        raise ValueError(f"unknown verdict {verdict!r}; expected one of {VERDICTS}.")
+        raise ValueError(f"unknown verdict {verdict!r}; expected one of {ALL_VERDICTS}.")
     return (f'<span style="background:{VERDICT_COLORS[verdict]};color:#fff;border-radius:0.8em;'
             f'padding:0.1em 0.6em;white-space:nowrap;font-size:0.9em">{html.escape(verdict)}</span>')
 
 
 def verdict_counts(rows: list[dict]) -> dict[str, int]:
-    """The number of rows of each verdict, in the order of :data:`VERDICTS`."""
-    return {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
+    """The number of rows of each verdict, in the order of :data:`ALL_VERDICTS` (a verdict that
+    only the other rule gives is left out when no row has it)."""
+    rule = GRADES if any("id" in r for r in rows) else VERDICTS
+    return {v: n for v in ALL_VERDICTS for n in [sum(r["verdict"] == v for r in rows)] if n or v in rule}
 
 
 def verdict_counts_html(rows: list[dict]) -> str:
@@ -154,7 +187,7 @@ def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None)
         png = thumbnails.get(r["figure"])
         pic = (f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}" width="110" '
                f'alt="thumbnail of figure {r["figure"]}">' if png else "figure")
-        body.append(f"<tr><td>{html.escape(r['experiment'])}</td><td>{_html(r['claim'])}</td>"
+        body.append(f"<tr><td>{html.escape(r['experiment'])}</td><td>{_claim(r)}</td>"
                     f"<td>{badge(r['verdict'])}</td><td>{_html(r['evidence'])}</td>"
                     f'<td><a href="{href}">{pic}</a></td></tr>')
     return _html_table(head, body)
@@ -162,7 +195,7 @@ def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None)
 
 def criteria_html(rows: list[dict]) -> str:
     """The criterion and the full measurement of every row, in a collapsed block."""
-    items = "".join(f"<li><b>{_html(r['claim'])}</b> ({html.escape(r['experiment'])}): "
+    items = "".join(f"<li><b>{_claim(r)}</b> ({html.escape(r['experiment'])}): "
                     f"{badge(r['verdict'])}<br>criterion: {_html(r['criterion'])}<br>"
                     f"measurement: {_html(r['measurement'])}</li>" for r in rows)
     return ("<details><summary>How each verdict is decided (criteria and measurements)</summary>"
@@ -191,19 +224,21 @@ def scale_html(book: Mapping[str, Result], larger: Mapping[str, tuple[Result, di
             b = big_rows[i] if i < len(big_rows) else None
             right = (f"<td>{badge(b['verdict'])}</td><td>{html.escape(effect_text(b))}</td>" if b else
                      '<td colspan="2">not computed yet</td>')
-            body.append(f"<tr><td>{html.escape(name)}</td><td>{_html(r['claim'])}</td>"
+            body.append(f"<tr><td>{html.escape(name)}</td><td>{_claim(r)}</td>"
                         f"<td>{badge(r['verdict'])}</td><td>{html.escape(effect_text(r))}</td>{right}</tr>")
     return _html_table(head, body)
 
 
 def provenance_table(larger: Mapping[str, tuple[Result, dict] | None]):
-    """One row per committed piece: its seeds, wall time, commit, machine and PyTorch version;
-    one row per experiment with nothing committed (a ``Styler``, :func:`convres.show.table`)."""
+    """One row per committed piece: its seeds, wall time, commit, machine, PyTorch version and the
+    protocol it was run under (the stamp its provenance recorded: a piece without one was run before
+    the tag, by the v3 rule); one row per experiment with nothing committed (a ``Styler``,
+    :func:`convres.show.table`)."""
     rows = []
     for name, big in larger.items():
         if big is None:
             rows.append({"experiment": name, "piece": "none committed", "seeds": "", "wall time": "",
-                         "commit": "", "machine": "", "PyTorch": ""})
+                         "commit": "", "machine": "", "PyTorch": "", "protocol": ""})
             continue
         _, info = big
         blocks = pieces(name)
@@ -213,24 +248,37 @@ def provenance_table(larger: Mapping[str, tuple[Result, dict] | None]):
                          "seeds": f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]} to {seeds[-1]}",
                          "wall time": f"{p['wall_seconds'] / 60:.1f} min",
                          "commit": (p["commit"] or "unknown")[:10],
-                         "machine": f"{p['machine']}, {p['device']}", "PyTorch": p["torch"]})
+                         "machine": f"{p['machine']}, {p['device']}", "PyTorch": p["torch"],
+                         "protocol": protocol_line(p.get("protocol"), before=True)})
     return table(rows)
 
 
 def claims_table(rows: list[dict], effect: str = "{:.2f}"):
     """The claims of one experiment as its chapter shows them (a ``Styler``,
     :func:`convres.show.table`): the claim, the mean per-unit effect (``effect`` is its format)
-    with its 95% paired-bootstrap interval, the margin, how many units agree and the verdict.
-    ``rows`` are claim rows (``claim``, ``verdict`` and the fields of
-    :func:`convres.stats.claim_stats`); a row without an effect leaves those cells empty."""
+    with its 95% interval, the margin, the units (v3: how many agree; v4: how many, and how many
+    diverged, with the sign test) and the verdict (v4: with its reason, and the grades under the
+    alternative measures beside it). ``rows`` are claim rows (v3: ``claim``,
+    ``verdict`` and the fields of :func:`convres.stats.claim_stats`; v4:
+    :meth:`convres.experiments.base.ClaimRecord.row`); a row without an effect leaves those cells
+    empty."""
     def interval(ci):
         return "" if ci is None else f"{effect.format(ci[0])} to {effect.format(ci[1])}"
 
-    return table([{"claim": r["claim"], "effect": r.get("effect"), "95% interval": interval(r.get("ci")),
-                   "margin": r.get("margin"),
-                   "units agreeing": f"{r['agree']} of {r['units']}" if "agree" in r else "",
-                   "verdict": r["verdict"]} for r in rows],
-                 {"effect": effect, "margin": "{:g}"}, text=notation)
+    sign = any("sign_test_p" in r for r in rows)
+    sens = any("sensitivity" in r for r in rows)
+    units = "units agreeing" if any("agree" in r for r in rows) else "units"
+    return table([{"claim": r.get("tex", r["claim"]), "effect": r.get("effect"),
+                   "95% interval": interval(r.get("ci")), "margin": r.get("margin"),
+                   units: f"{r['agree']} of {r['units']}" if "agree" in r else
+                   f"{r['units']} ({r['diverged']} diverged)" if "diverged" in r else "",
+                   **({"sign test p": r.get("sign_test_p")} if sign else {}),
+                   "verdict": r["verdict"] + (f" ({r['reason']})" if r.get("reason") and sens else ""),
+                   **({"sensitivity": "; ".join(f"{s['measure']} ({s['protocol']}): {s['verdict']}"
+                                                for s in r.get("sensitivity", []))} if sens else {})}
+                  for r in rows],
+                 {"effect": effect, "margin": "{:.3g}", **({"sign test p": "{:.2g}"} if sign else {})},
+                 text=notation)
 
 
 def hypotheses_table(checks, *, first: str = "instance"):
@@ -306,3 +354,50 @@ def deviations_table(results: Mapping[str, Result]):
     for res in results.values():
         rows += res.report()["deviations"]
     return pd.DataFrame(rows)
+
+
+# --- the protocol's statement (protocol v4) -------------------------------------------------------------
+
+def protocol_line(stamp: Mapping | None = None, *, before: bool = False) -> str:
+    """``"protocol: tag protocol-v4, commit X, date Y"`` from ``stamp`` (default: the committed stamp,
+    :func:`convres.experiments.base.protocol_stamp`). Without one: the tag is not made yet, or, with
+    ``before`` (a piece's own record), the piece was run before it, by the v3 rule."""
+    s = stamp if stamp is not None or before else protocol_stamp()
+    if s is None:
+        return f"before {TAG} (v3 rule)" if before else \
+            f"protocol: tag {TAG} not made yet (the rule of this commit)"
+    return f"protocol: tag {s['tag']}, commit {s['commit'][:10]}, date {s['date'][:10]}"
+
+
+def protocol_claims_table():
+    """The claims of :data:`convres.protocol.CLAIMS`: words, measure, unit, margin, rule, the
+    pre-named subsets, the alternatives and the design checks each needs (a ``Styler``)."""
+    return table([{"id": c.id, "claim (paper)": c.tex or c.text, "measure":
+                   f"{c.measure}; positive: {c.sign}", "unit": c.unit,
+                   "margin": f"{c.margin:.3g} ({c.scale})",
+                   "rule": c.rule + (", every subset" if c.every else ""),
+                   "pre-named subsets": ", ".join(c.subsets) or "none",
+                   "alternatives": "; ".join(f"{m} ({p})" for m, p in c.alternatives),
+                   "design checks": ", ".join(c.checks)} for c in CLAIMS.values()])
+
+
+def protocol_checks_table():
+    """The design checks of :data:`convres.protocol.CHECKS` (a ``Styler``)."""
+    return table([{"check": c.name, "value": c.statement, "passes if": f"value {c.op} {c.threshold:g}"}
+                  for c in CHECKS.values()])
+
+
+def protocol_seeds_table():
+    """The disjoint seeds and the fewest units graded per profile (a ``Styler``)."""
+    rows = [{"seeds": f"evaluation, {p} profile", "values": f"{v[0]} to {v[-1]}",
+             "fewest finite units per claim": MIN_UNITS[p]} for p, v in EVALUATION_SEEDS.items()]
+    rows += [{"seeds": what, "values": ", ".join(map(str, v)), "fewest finite units per claim": ""}
+             for what, v in (("probe (step sizes)", PROBE_SEEDS),
+                             ("pilot (levels, design checks)", PILOT_SEEDS))]
+    return table(rows)
+
+
+def protocol_deviations_table():
+    """:data:`convres.protocol.DEVIATIONS`: what changed, when, why and the claims it touches."""
+    return table([{"what": d.what, "when": d.when, "why": d.why, "touches": ", ".join(d.touches)}
+                  for d in DEVIATIONS])

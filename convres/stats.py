@@ -1,26 +1,38 @@
-"""Statistics of the reproduction report: times to a threshold, paired intervals, trends, tuned
-steps and the pre-registered verdict rule. Plain numpy on per-run numbers; no model, no torch.
+"""Statistics of the reproduction report: times to a threshold, the level-free speed measure, log
+ratios and rank correlations, the 95% interval of a claim's effect with its sign test, the verdict
+rule of protocol v4 (:func:`grade`, decided by :mod:`convres.protocol`'s constants), tuned steps and
+fitted slopes. Plain numpy on per-run numbers; no model, no torch.
 
-The verdict rule (:func:`claim_verdict`) is written once, here, before any experiment runs, and
-every claim of the report is graded by it: ``effect`` is signed so that a positive value is the
-paper's direction, ``margin`` is the claim's stated threshold, and the interval comes from a paired
-bootstrap over the units (seeds, or seeds x regimes) that share their initial weights.
+Every entry point takes a declared minimum of units and finite effects: a diverged unit is ``None``
+(counted apart, never an effect), a NaN or an effect beyond :data:`convres.protocol.EFFECT_BOUND` is
+a ``ValueError`` naming its index, and fewer finite units than the minimum give no interval but a
+reason, which :func:`grade` turns into *inconclusive*.
+
+:func:`claim_stats` and :func:`claim_verdict` are the v3 rule (percentile bootstrap, a share of
+agreeing units), kept for the chapters until their experiments are ported; to be removed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from statistics import NormalDist
 
 import numpy as np
 
-__all__ = ["VERDICTS", "steps_to", "censored", "paired_bootstrap", "kendall_tau", "claim_stats",
-           "claim_verdict", "tune_step", "loglog_slope"]
+from .protocol import BOOTSTRAP_DRAWS, EFFECT_BOUND, GRADES, LOG_LOSS_FLOOR, T_INTERVAL_BELOW
 
-#: The verdicts, in the report's order. "inconclusive": the setting cannot speak to the claim (the
-#: reason is given); "holds a posteriori": a row that checks one of the book's own inequalities
-#: along the runs rather than a claim of the paper that could fail on its own.
+__all__ = ["VERDICTS", "GRADES", "T975", "Estimate", "Grade", "steps_to", "censored", "mean_log_loss",
+           "log_ratio", "kendall_tau", "spearman_rho", "sign_test", "estimate", "grade", "paired_bootstrap",
+           "claim_stats", "claim_verdict", "tune_step", "loglog_slope"]
+
+#: The verdicts of the v3 rule (:func:`claim_verdict`; to be removed), in the report's order.
 VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "holds a posteriori")
+#: t_{0.975, df}, the two-sided 95% quantile of Student's t, for df = 1 .. 18 (n = 2 .. 19 units).
+T975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004, 2.262157,
+        2.228139, 2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905, 2.109816, 2.100922)
+_N = NormalDist()
 
 
 def steps_to(loss: Sequence[float], level: float, *, relative: bool = True) -> int | None:
@@ -43,11 +55,215 @@ def censored(t: int | None, horizon: int) -> tuple[float, bool]:
     return (float(horizon), True) if t is None else (float(t), False)
 
 
+def mean_log_loss(loss: Sequence[float | None], horizon: int) -> float | None:
+    """The level-free speed measure, in decades: ``(1/T) sum_{t=1}^{T} log10(max(Phi_t / Phi_0,
+    1e-12))``, ``T = horizon``, ``loss = [Phi_0, Phi_1, ...]`` one value per step; a run recorded to
+    ``t < T`` (stopped at convergence) counts ``log10(1e-12) = -12`` for its remaining steps.
+    ``None`` for a diverged run (a missing or non-finite ``Phi_t``): not a unit."""
+    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
+        raise ValueError(f"horizon must be an integer >= 1 (the steps T of the runs), got {horizon!r}.")
+    v = np.asarray([math.nan if x is None else x for x in loss], dtype=np.float64)
+    if not 1 <= v.size <= horizon + 1:
+        raise ValueError(f"loss must hold Phi_0 .. Phi_t, t <= horizon = {horizon}; got {v.size} values.")
+    if not np.all(np.isfinite(v)):
+        return None
+    if v[0] <= 0 or np.any(v < 0):
+        raise ValueError(f"loss must be >= 0 with Phi_0 > 0 (a ratio to Phi_0), got Phi_0 = {v[0]!r}.")
+    logs = np.log10(np.maximum(v[1:] / v[0], LOG_LOSS_FLOOR))
+    return float((logs.sum() + (horizon - logs.size) * math.log10(LOG_LOSS_FLOOR)) / horizon)
+
+
+def log_ratio(a: float | None, b: float | None, *, base: float = math.e) -> float | None:
+    """``log_base(a / b)`` of two positive numbers (steps, losses): the symmetric effect scale;
+    ``None`` when either is ``None`` or ``+inf`` (a diverged arm: not a unit)."""
+    if a is None or b is None or math.inf in (a, b):
+        return None
+    if not (math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0):
+        raise ValueError(f"log_ratio needs positive numbers, got a = {a!r}, b = {b!r}; count a time at "
+                         "step 0 as 1, and pass a diverged arm as None.")
+    return (math.log(a) - math.log(b)) / math.log(base)
+
+
+def spearman_rho(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rho: the correlation of the ranks of ``x`` and ``y`` (ties at their mean rank);
+    ``nan`` when either is constant."""
+    def centred_ranks(v):
+        _, inv, counts = np.unique(np.asarray(v, dtype=np.float64), return_inverse=True, return_counts=True)
+        r = (np.cumsum(counts) - (counts - 1) / 2.0)[inv]
+        return r - r.mean()
+    rx, ry = centred_ranks(x), centred_ranks(y)
+    den = math.sqrt(float((rx * rx).sum() * (ry * ry).sum()))
+    return float((rx * ry).sum() / den) if den > 0 else math.nan
+
+
+def sign_test(effects: Sequence[float]) -> float:
+    """The exact two-sided sign test: of the ``n`` non-zero effects, ``k`` positive, ``p = min(1,
+    2 P(B <= min(k, n - k)))`` with ``B ~ Binomial(n, 1/2)``; 1 when every effect is 0."""
+    signs = [e > 0 for e in effects if e != 0]
+    n, k = len(signs), sum(signs)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2**n)
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """A claim's ``effect`` and 95% interval ``[lo, hi]`` by ``method``, on ``units`` finite units,
+    ``diverged`` units left out, ``sign_test_p``; with too few units ``None``s and a ``reason``."""
+
+    effect: float | None
+    lo: float | None
+    hi: float | None
+    method: str
+    units: int
+    diverged: int
+    sign_test_p: float | None
+    reason: str = ""
+
+
+def _bca(stat: Callable[[np.ndarray], np.ndarray], strata: np.ndarray, draws: int) -> tuple[float, float]:
+    """The BCa bootstrap interval of ``stat`` (index arrays ``(k, n)`` -> ``k`` values), resampling
+    within each stratum (generator seed 0): the quantiles ``Phi(z0 + w / (1 - a w))``, ``w = z0 + z``,
+    ``z = z_{0.025}, z_{0.975}``, of the resampled values; ``z0`` the normal quantile of the share of
+    them below the estimate (ties half), ``a = sum d^3 / (6 (sum d^2)^1.5)`` from the jackknife."""
+    n, rng = strata.size, np.random.default_rng(0)
+    idx = np.empty((draws, n), dtype=np.intp)
+    for s in np.unique(strata):
+        where = np.flatnonzero(strata == s)
+        idx[:, where] = rng.choice(where, size=(draws, where.size))
+    theta = float(stat(np.arange(n)[None])[0])
+    boot = stat(idx)
+    boot = boot[np.isfinite(boot)]
+    if boot.size == 0 or np.ptp(boot) == 0:      # no spread: the point
+        return theta, theta
+    jack = stat(np.array([np.delete(np.arange(n), i) for i in range(n)]))
+    d = np.nanmean(jack) - jack[np.isfinite(jack)]
+    a = float((d**3).sum() / (6 * (d**2).sum() ** 1.5)) if (d**2).sum() > 0 else 0.0
+    share = ((boot < theta).sum() + 0.5 * (boot == theta).sum()) / boot.size
+    z0 = _N.inv_cdf(min(max(share, 0.5 / boot.size), 1 - 0.5 / boot.size))
+    q = [_N.cdf(z0 + w / (1 - a * w)) if 1 - a * w > 0 else float(w > 0)
+         for w in (z0 + _N.inv_cdf(0.025), z0 + _N.inv_cdf(0.975))]
+    lo, hi = np.quantile(boot, sorted(q))
+    return float(lo), float(hi)
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) \
+        and bool(abs(float(x)) <= EFFECT_BOUND)
+
+
+def estimate(effects: Sequence, *, min_units: int, strata: Sequence | None = None,
+             statistic: str = "mean", draws: int = BOOTSTRAP_DRAWS) -> Estimate:
+    """The effect of a claim and its 95% interval from one effect per unit (``None``: a diverged
+    unit, left out and counted). ``statistic="mean"``: the mean ``e`` of the ``n`` finite effects;
+    for ``n < 20`` the t-interval ``e +- t_{0.975, n-1} s / sqrt(n)`` (``s = 0`` gives the point
+    ``[e, e]``), for ``n >= 20`` the BCa bootstrap stratified by ``strata``; the sign test beside it.
+    ``statistic="spearman"``: each effect a pair ``(x, y)``, the effect the mean over ``strata`` of
+    Spearman's rho within each, the BCa interval at every ``n``, no sign test; ``min_units`` then
+    applies to every stratum. Fewer than ``min_units`` finite units: no interval, a reason."""
+    if isinstance(min_units, bool) or not isinstance(min_units, (int, np.integer)) or min_units < 2:
+        raise ValueError(f"min_units must be an integer >= 2 (a t-interval needs two units), "
+                         f"got {min_units!r}.")
+    if statistic not in ("mean", "spearman"):
+        raise ValueError(f"statistic must be 'mean' or 'spearman', got {statistic!r}.")
+    effects = effects.tolist() if isinstance(effects, np.ndarray) else effects
+    if isinstance(effects, (str, bytes)) or not isinstance(effects, Sequence):
+        raise ValueError(f"effects must be a list of numbers (None for a diverged unit), got {effects!r}.")
+    labels = ["all"] * len(effects) if strata is None else [str(s) for s in strata]
+    if len(labels) != len(effects):
+        raise ValueError(f"strata must give one label per effect: {len(labels)} labels, "
+                         f"{len(effects)} effects.")
+    pairs = statistic == "spearman"
+
+    def valid(e) -> bool:
+        if pairs:
+            return isinstance(e, (tuple, list)) and len(e) == 2 and all(map(_number, e))
+        return _number(e)
+    bad = [i for i, e in enumerate(effects) if e is not None and not valid(e)]
+    if bad:
+        what = "a pair of finite numbers" if pairs else "a finite number"
+        raise ValueError(f"effects[{bad[0]}] = {effects[bad[0]]!r} is not {what} within +-{EFFECT_BOUND:g} "
+                         "(a log ratio or a rank correlation): pass a diverged unit as None; decide a tau "
+                         "of tied values before grading.")
+    keep = [i for i, e in enumerate(effects) if e is not None]
+    lab, n, out = np.asarray([labels[i] for i in keep]), len(keep), len(effects) - len(keep)
+    fewest = min([int((lab == s).sum()) for s in set(labels)] if pairs else [n])
+    if fewest < min_units:
+        fix = "rerun the diverged arms at half their step" if out else "run more seeds"
+        return Estimate(None, None, None, "none", n, out, None, f"{fewest} finite units"
+                        f"{' in a stratum' if pairs else ''} ({out} diverged), fewer than the {min_units} "
+                        f"the protocol needs: {fix}")
+    if pairs:
+        x, y = (np.asarray([effects[i][j] for i in keep], dtype=np.float64) for j in (0, 1))
+        groups = [lab == s for s in np.unique(lab)]
+
+        def rho(idx):
+            return np.array([np.mean([spearman_rho(x[r[g[r]]], y[r[g[r]]]) for g in groups]) for r in idx])
+        effect = float(rho(np.arange(n)[None])[0])
+        if not math.isfinite(effect):
+            return Estimate(None, None, None, "none", n, out, None, "no rank correlation: x or y is "
+                            "constant within a stratum")
+        return Estimate(effect, *_bca(rho, lab, draws), "BCa bootstrap", n, out, None)
+    e = np.asarray([effects[i] for i in keep], dtype=np.float64)
+    mean, p = float(e.mean()), sign_test(e.tolist())
+    if n < T_INTERVAL_BELOW:
+        half = T975[n - 2] * float(e.std(ddof=1)) / math.sqrt(n)
+        return Estimate(mean, mean - half, mean + half, "t-interval", n, out, p)
+    return Estimate(mean, *_bca(lambda idx: e[idx].mean(axis=-1), lab, draws),
+                    "BCa bootstrap" + (", stratified" if len(set(lab)) > 1 else ""), n, out, p)
+
+
+@dataclasses.dataclass(frozen=True)
+class Grade:
+    """A verdict of :data:`GRADES`, its ``reason`` (inconclusive, not testable) and the pre-named
+    ``subset`` where the claim is reproduced."""
+
+    verdict: str
+    reason: str = ""
+    subset: tuple[str, ...] = ()
+
+
+def grade(est: Estimate, margin: float, *, rule: str = "superiority",
+          failed: Sequence[str] = (), subsets: Mapping[str, Estimate] | None = None,
+          every: bool = False) -> Grade:
+    """The verdict of protocol v4, section 1, decided in this order: *not testable* (a design check
+    ``failed``), *reversed* (hi < 0), *reproduced* (lo > margin; with ``every``, in every subset too),
+    *partly* (lo > 0, or reproduced in a pre-named subset), *not reproduced* (hi < margin),
+    *inconclusive* (the interval holds 0 and the margin, or too few units). The ``non-inferiority``
+    rule (a margin <= 0, T3): *reproduced* iff lo > margin, *reversed* iff hi < margin, else
+    *inconclusive*."""
+    if rule not in ("superiority", "non-inferiority") or not math.isfinite(margin) \
+            or (margin > 0) != (rule == "superiority"):
+        raise ValueError(f"rule {rule!r} with margin {margin!r}: 'superiority' takes a "
+                         "margin > 0, 'non-inferiority' one <= 0.")
+    if failed:
+        return Grade("not testable", "design check failed: " + ", ".join(failed))
+    if est.effect is None or est.lo is None or est.hi is None:
+        return Grade("inconclusive", est.reason)
+    lo, hi, subsets = est.lo, est.hi, subsets or {}
+    holds = f"the interval [{lo:.3g}, {hi:.3g}] holds"
+    if rule == "non-inferiority":
+        if lo > margin:
+            return Grade("reproduced")
+        if hi < margin:
+            return Grade("reversed")
+        return Grade("inconclusive", f"{holds} the margin {margin:.3g}")
+    won = tuple(k for k, s in subsets.items()
+                if grade(s, margin).verdict == "reproduced")
+    if hi < 0:
+        return Grade("reversed")
+    if lo > margin and (not every or len(won) == len(subsets)):
+        return Grade("reproduced")
+    if lo > 0 or won:
+        return Grade("partly", subset=won)
+    if hi < margin:
+        return Grade("not reproduced")
+    return Grade("inconclusive", f"{holds} both 0 and the margin {margin:.3g}")
+
+
 def paired_bootstrap(effects: Sequence[float], *, level: float = 0.95, draws: int = 10_000,
                      seed: int = 0) -> tuple[float, float, float]:
     """``(mean, lo, hi)``: the mean of the per-unit ``effects`` and its percentile bootstrap
     interval at ``level``, resampling the paired units with replacement (``draws`` resamples,
-    fixed ``seed``). One unit gives a zero-width interval."""
+    fixed ``seed``). One unit gives a zero-width interval. The v3 rule's interval; to be removed."""
     e = np.asarray(effects, dtype=np.float64)
     if e.size == 0 or not np.all(np.isfinite(e)):
         raise ValueError(f"paired_bootstrap needs finite effects, got {list(e)}.")
@@ -77,7 +293,8 @@ def claim_stats(effects: Sequence[float], margin: float, *, seed: int = 0) -> di
 
 
 def claim_verdict(stats: dict, *, some_regimes: bool = False) -> str:
-    """The pre-registered rule, applied to :func:`claim_stats`' numbers:
+    """The v3 rule (to be removed when the experiments are ported to :func:`grade`), applied to
+    :func:`claim_stats`' numbers:
 
     - *reproduced* iff the interval's lower end is above ``margin`` and at least 80% of the units agree;
     - *not reproduced* iff the interval's upper end is below 0;

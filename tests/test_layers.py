@@ -10,7 +10,7 @@ ROOT = Path(convres.__file__).resolve().parent
 
 #: Every module of the package, bottom layer first (a module may import only those before it).
 LAYERS = [
-    ["_version", "values", "paths", "runtime", "show", "files", "stats"],  # leaves
+    ["_version", "values", "paths", "runtime", "show", "files", "protocol", "stats"],  # leaves
     ["model", "rank", "cache"],                                        # the model, spectra, cache
     ["gd", "instances", "data.checksums", "data.jena", "data.sst2", "data.embeddings", "data"],
     ["lemmas", "collapse"],                                            # the lemmas, rank collapse

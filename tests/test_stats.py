@@ -1,22 +1,47 @@
-"""The report's statistics: thresholds, censoring, paired intervals, Kendall's tau, the verdict rule
-and the bracketed step search."""
+"""The report's statistics: thresholds, censoring, the level-free measure, log ratios, rank
+correlations, the 95% interval of a claim (t and BCa) with its sign test, protocol v4's verdict rule
+(:func:`convres.stats.grade`) on every kind of input, the v3 rule kept for the chapters, and the
+bracketed step search.
 
+The property tests are derandomized (the same examples on every run); their numbers of examples are
+in ``settings(max_examples=...)``. No SciPy in the environment: the t quantiles are checked against
+closed forms and a numerical integration of Student's density, the sign test against binomial sums
+written out by hand.
+"""
+
+import json
 import math
+import os
+import traceback
 
+import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from convres.protocol import EFFECT_BOUND, GRADES
 from convres.stats import (
+    T975,
     VERDICTS,
+    Estimate,
     censored,
     claim_stats,
     claim_verdict,
+    estimate,
+    grade,
     kendall_tau,
+    log_ratio,
+    mean_log_loss,
     paired_bootstrap,
+    sign_test,
+    spearman_rho,
     steps_to,
     tune_step,
 )
+
+PROPS = settings(derandomize=True, deadline=None, database=None, max_examples=400,
+                 suppress_health_check=[HealthCheck.too_slow])
+DRAWS = 400          # bootstrap resamples in the property tests (10,000 in the protocol)
 
 
 def test_steps_to_first_crossing_and_censoring():
@@ -41,7 +66,7 @@ def test_paired_bootstrap_and_tau():
 
 
 @given(st.lists(st.floats(-10, 10), min_size=1, max_size=30), st.floats(0, 1))
-def test_verdict_rule_is_the_written_one(effects, margin):
+def test_v3_verdict_rule_is_the_written_one(effects, margin):
     s = claim_stats(effects, margin)
     v = claim_verdict(s)
     lo, hi = s["ci"]
@@ -55,6 +80,225 @@ def test_verdict_rule_is_the_written_one(effects, margin):
         assert v == VERDICTS[1]
     else:
         assert v == VERDICTS[3] and claim_verdict(s, some_regimes=True) == VERDICTS[1]
+
+
+# --- exact values -----------------------------------------------------------------------------------
+
+def _t_cdf(t: float, df: int) -> float:
+    """Student's t CDF at ``t > 0`` by Simpson's rule on its density (an independent computation)."""
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    x = np.linspace(0.0, t, 40_001)
+    f = c * (1 + x * x / df) ** (-(df + 1) / 2)
+    h = x[1] - x[0]
+    return 0.5 + h / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
+
+
+def test_t_quantiles_are_students():
+    assert T975[0] == pytest.approx(math.tan(math.pi * 0.475), abs=1e-6)          # df = 1: Cauchy
+    assert T975[1] == pytest.approx(0.95 * math.sqrt(2 / (4 * 0.975 * 0.025)), abs=1e-6)  # df = 2
+    for df, t in enumerate(T975, start=1):
+        assert _t_cdf(t, df) == pytest.approx(0.975, abs=2e-7), df
+
+
+def test_t_interval_and_sign_test_exact():
+    e = estimate([1.0, 2.0, 3.0, 4.0], min_units=2)
+    half = 3.182446 * math.sqrt(5 / 3) / 2                    # t_{0.975,3} s / sqrt(n), s^2 = 5/3
+    assert (e.effect, e.method, e.units, e.diverged) == (2.5, "t-interval", 4, 0)
+    assert e.lo == pytest.approx(2.5 - half, abs=1e-12) and e.hi == pytest.approx(2.5 + half, abs=1e-12)
+    assert e.sign_test_p == 2 / 16                            # 4 of 4 positive: 2 (1/2)^4
+    assert sign_test([1.0] * 9 + [-1.0]) == 2 * (1 + 10) / 1024
+    assert sign_test([1.0] * 6) == 2 / 64
+    assert sign_test([0.0, 0.0, 1.0, -1.0]) == 1.0            # zeros carry no sign
+    assert sign_test([]) == 1.0 and sign_test([0.0]) == 1.0
+
+
+def test_zero_spread_gives_the_point():
+    for n in (5, 25):                                          # t-interval, then BCa
+        e = estimate([0.5] * n, min_units=2, draws=DRAWS)
+        assert e.lo == e.hi == e.effect == 0.5
+        assert grade(e, 0.4).verdict == "reproduced" and grade(e, 0.6).verdict == "partly"
+    assert grade(estimate([0.0] * 10, min_units=2), 0.1).verdict == "not reproduced"
+
+
+def test_bca_against_the_normal_theory_and_skew():
+    rng = np.random.default_rng(3)
+    x = rng.normal(1.0, 2.0, size=400)
+    e = estimate(x.tolist(), min_units=2)
+    half = 1.966 * x.std(ddof=1) / math.sqrt(x.size)             # t_{0.975, 399}
+    assert e.method == "BCa bootstrap"
+    assert e.lo == pytest.approx(x.mean() - half, rel=0.05) and e.hi == pytest.approx(x.mean() + half, rel=0.05)
+    skewed = rng.exponential(1.0, size=40)
+    s = estimate(skewed.tolist(), min_units=2)
+    assert s.hi - s.effect > s.effect - s.lo                     # the interval leans to the long tail
+
+
+def test_bca_covers_about_95_percent():
+    rng = np.random.default_rng(7)
+    hits = 0
+    for _ in range(200):
+        e = estimate(rng.exponential(1.0, size=25).tolist(), min_units=2, draws=1000)
+        hits += e.lo <= 1.0 <= e.hi
+    assert 0.86 <= hits / 200 <= 0.99
+
+
+def test_stratified_bootstrap_keeps_the_strata():
+    rng = np.random.default_rng(1)
+    effects = np.concatenate([rng.normal(m, 0.1, 10) for m in (0.0, 1.0, 2.0)]).tolist()
+    labels = [s for s in "abc" for _ in range(10)]
+    pooled = estimate(effects, min_units=2)
+    strat = estimate(effects, min_units=2, strata=labels)
+    assert strat.method == "BCa bootstrap, stratified" and strat.effect == pooled.effect
+    assert strat.hi - strat.lo < 0.5 * (pooled.hi - pooled.lo)
+
+
+def test_level_free_measure_and_log_ratio():
+    assert mean_log_loss([1.0, 0.1, 0.01], 2) == pytest.approx(-1.5)
+    assert mean_log_loss([2.0, 0.2], 3) == pytest.approx((-1 - 12 - 12) / 3)     # stopped at convergence
+    assert mean_log_loss([1.0, 0.0, 1e-20], 2) == -12.0                           # the floor
+    assert mean_log_loss([1.0, 4.0], 1) == pytest.approx(math.log10(4.0))
+    assert mean_log_loss([1.0, math.inf], 1) is None and mean_log_loss([1.0, None], 1) is None
+    for bad, horizon, match in (([1.0], 0, "horizon"), ([1.0, 0.5, 0.2], 1, "loss must hold"),
+                                ([0.0, 0.0], 1, "Phi_0 > 0"), ([], 3, "loss must hold")):
+        with pytest.raises(ValueError, match=match):
+            mean_log_loss(bad, horizon)
+    assert log_ratio(100.0, 10.0, base=10) == pytest.approx(1.0) and log_ratio(2.0, 8.0) == -log_ratio(8.0, 2.0)
+    assert log_ratio(math.inf, 3.0) is None and log_ratio(None, 3.0) is None
+    for a, b in ((0.0, 1.0), (1.0, -2.0), (math.nan, 1.0)):
+        with pytest.raises(ValueError, match="positive"):
+            log_ratio(a, b)
+
+
+def test_spearman_with_ties():
+    assert spearman_rho([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(4.5 / math.sqrt(22.5))
+    assert spearman_rho([3, 1, 2], [30, 10, 20]) == pytest.approx(1.0)
+    assert math.isnan(spearman_rho([1, 1, 1], [1, 2, 3]))
+
+
+def test_a_rank_correlation_within_strata():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=30)
+    pairs = list(zip(x.tolist(), (x + 0.3 * rng.normal(size=30)).tolist()))
+    e = estimate(pairs, min_units=10, strata=[s for s in "abc" for _ in range(10)], statistic="spearman",
+                 draws=DRAWS)
+    assert e.method == "BCa bootstrap" and e.sign_test_p is None and 0.6 < e.lo <= e.effect <= e.hi <= 1
+    few = estimate(pairs[:12], min_units=10, strata=["a"] * 9 + ["b"] * 3, statistic="spearman")
+    assert few.effect is None and "in a stratum" in few.reason
+    flat = estimate([(1.0, float(i)) for i in range(10)], min_units=2, statistic="spearman")
+    assert flat.effect is None and "constant" in flat.reason
+
+
+# --- the verdict rule -------------------------------------------------------------------------------
+
+def _est(lo, hi):
+    return Estimate((lo + hi) / 2, lo, hi, "t-interval", 10, 0, 0.5)
+
+
+def _written_rule(lo, hi, margin, won, every, n_subsets):
+    """Section 1 of PROTOCOL.md, written out again as a decision list."""
+    if hi < 0:
+        return "reversed"
+    if lo > margin and (not every or len(won) == n_subsets):
+        return "reproduced"
+    if lo > 0 or won:
+        return "partly"
+    if hi < margin:
+        return "not reproduced"
+    return "inconclusive"
+
+
+interval = st.tuples(st.floats(-3, 3), st.floats(0, 3)).map(lambda t: (t[0], t[0] + t[1]))
+
+
+@PROPS
+@given(interval, st.floats(0.01, 2), st.lists(interval, max_size=3), st.booleans(),
+       st.lists(st.sampled_from(["a", "b"]), max_size=2))
+def test_grade_is_the_written_rule(ci, margin, subs, every, failed):
+    subsets = {f"s{i}": _est(*c) for i, c in enumerate(subs)}
+    g = grade(_est(*ci), margin, subsets=subsets, every=every, failed=failed)
+    won = tuple(k for k, (lo, _) in zip(subsets, subs) if lo > margin)
+    if failed:
+        assert g.verdict == "not testable" and all(f in g.reason for f in failed)
+        return
+    assert g.verdict == _written_rule(*ci, margin, won, every, len(subs))
+    assert (g.verdict == "inconclusive") == bool(g.reason)
+    assert g.subset == (won if g.verdict == "partly" else ())
+
+
+@PROPS
+@given(interval, st.floats(-2, 0))
+def test_non_inferiority_rule(ci, margin):
+    g = grade(_est(*ci), margin, rule="non-inferiority")
+    lo, hi = ci
+    assert g.verdict == ("reproduced" if lo > margin else "reversed" if hi < margin else "inconclusive")
+
+
+def test_grade_refuses_a_margin_on_the_wrong_side():
+    for rule, margin in (("superiority", 0.0), ("superiority", -0.1), ("non-inferiority", 0.1),
+                         ("superiority", math.nan), ("both", 0.1)):
+        with pytest.raises(ValueError, match="margin"):
+            grade(_est(0, 1), margin, rule=rule)
+
+
+# --- degenerate input: every input gives a grade or a ValueError of convres's own -------------------
+
+def _raised_in_convres(err: BaseException) -> bool:
+    tb = traceback.extract_tb(err.__traceback__)
+    return bool(tb) and f"{os.sep}convres{os.sep}" in tb[-1].filename
+
+
+element = st.one_of(st.none(), st.floats(-5, 5), st.sampled_from([0.0, 1.0, -1.0]),
+                    st.sampled_from([math.nan, math.inf, -math.inf, 1e300, -1e300, EFFECT_BOUND, 2e4]),
+                    st.integers(-3, 3))
+
+
+@PROPS
+@given(st.one_of(st.lists(element, max_size=45),
+                 st.tuples(st.floats(-5, 5), st.integers(0, 45)).map(lambda t: [t[0]] * t[1])),
+       st.integers(2, 12), st.booleans(), st.floats(0.01, 1))
+def test_estimate_and_grade_on_any_input(effects, min_units, stratify, margin):
+    strata = [i % 3 for i in range(len(effects))] if stratify else None
+    bad = [e for e in effects if e is not None and not (math.isfinite(e) and abs(e) <= EFFECT_BOUND)]
+    try:
+        e = estimate(effects, min_units=min_units, strata=strata, draws=DRAWS)
+    except ValueError as err:
+        assert bad and _raised_in_convres(err) and "effects[" in str(err) and "None" in str(err)
+        return
+    assert not bad
+    finite = [float(x) for x in effects if x is not None]
+    assert e.units == len(finite) and e.diverged == len(effects) - len(finite)
+    if len(finite) < min_units:
+        assert e.effect is None and e.lo is None and str(min_units) in e.reason
+    else:
+        assert all(math.isfinite(v) for v in (e.effect, e.lo, e.hi)) and e.lo <= e.hi
+        assert min(finite) - 1e-9 <= e.lo and e.hi <= max(finite) + 1e-9 or e.method == "t-interval"
+        assert e.method != "t-interval" or e.lo <= e.effect <= e.hi
+        assert 0 < e.sign_test_p <= 1
+    g = grade(e, margin)
+    assert g.verdict in GRADES and (g.verdict not in ("inconclusive", "not testable") or g.reason)
+    json.dumps([e.effect, e.lo, e.hi, e.sign_test_p, g.verdict, g.reason], allow_nan=False)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(effects="0.1 0.2"), "effects must be a list"), (dict(effects=5), "effects must be a list"),
+    (dict(min_units=1), "min_units"), (dict(min_units=True), "min_units"), (dict(min_units=2.5), "min_units"),
+    (dict(strata=["a"]), "one label per effect"), (dict(statistic="median"), "statistic"),
+    (dict(effects=[True, 1.0]), r"effects\[0\]"), (dict(effects=[(1.0, 2.0)]), r"effects\[0\]"),
+    (dict(effects=[1.0, (1.0, 2.0, 3.0)], statistic="spearman"), r"effects\[0\]"),
+])
+def test_estimate_names_the_bad_argument(bad, match):
+    kw = dict(effects=[0.1, 0.2], min_units=2) | bad
+    with pytest.raises(ValueError, match=match):
+        estimate(**kw)
+
+
+def test_every_unit_diverged_or_none_given():
+    e = estimate([None] * 10, min_units=10)
+    assert (e.units, e.diverged, e.effect) == (0, 10, None) and "half their step" in e.reason
+    assert grade(e, 0.4).verdict == "inconclusive"
+    assert "more seeds" in estimate([], min_units=10).reason
+    one = estimate([0.7], min_units=2)
+    assert grade(one, 0.4) == grade(one, 0.4) and grade(one, 0.4).verdict == "inconclusive"
+    assert estimate(np.array([0.5, 0.6, 0.7]), min_units=2).units == 3
 
 
 def test_tune_step_brackets_the_best():

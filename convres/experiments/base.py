@@ -9,8 +9,11 @@ command line loop over the records and call their hooks.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,12 +21,14 @@ import torch
 
 from ..cache import cached_json
 from ..model import ModelConfig
-from ..stats import VERDICTS
+from ..protocol import BOOTSTRAP_DRAWS, CHECKS, CLAIMS, MIN_UNITS, TAG, Claim
+from ..stats import VERDICTS, Estimate, estimate, grade
 from ..values import as_int, json_safe
 
 __all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
            "RESULT_FORMAT", "check_settings", "measured_rate", "finite_list", "dtype_of", "stable",
-           "median_by", "spread", "final", "positive_int", "output_rows", "shared_by_pieces"]
+           "median_by", "spread", "final", "positive_int", "output_rows", "shared_by_pieces", "CheckResult",
+           "design_check", "ClaimRecord", "claim_record", "protocol_stamp", "protocol_summary", "STAMP_FILE"]
 
 PROFILES = ("book", "paper", "smoke")
 #: Version of the layout of the results; part of the cache key (bump it when a runner changes).
@@ -225,3 +230,139 @@ def shared_by_pieces(what: str, s: dict, device, compute: Callable[[], Any], **c
     the others read it back."""
     config = {"settings": {k: v for k, v in s.items() if k != "seeds"}, **context, "device": str(device)}
     return cached_json(what, config, compute)
+
+
+# --- protocol v4: the design checks, the claim records and the protocol's stamp, as the JSON holds them ---
+
+#: Written by the coordinator right after tagging ``protocol-v4``: ``{"tag", "commit", "date"}``.
+STAMP_FILE = Path(__file__).resolve().parents[2] / "results" / "protocol.json"
+
+
+def protocol_stamp(path: Path = STAMP_FILE) -> dict | None:
+    """The tag's ``{"tag", "commit", "date"}`` read from ``path``; ``None`` before it is written."""
+    if not path.is_file():
+        return None
+    try:
+        s = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path} cannot be read ({err}); write it again from `git show {TAG}`.") from None
+    if not (isinstance(s, dict) and s.get("tag") == TAG
+            and re.fullmatch(r"[0-9a-f]{40}", str(s.get("commit")))
+            and re.fullmatch(r"\d{4}-\d{2}-\d{2}([T ].*)?", str(s.get("date")))):
+        raise ValueError(f"{path} must hold {{'tag': {TAG!r}, 'commit': 40 hex digits, 'date': "
+                         f"'YYYY-MM-DD...'}}, got {s!r}; write it again from `git show {TAG}`.")
+    return {k: s[k] for k in ("tag", "commit", "date")}
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """A design check of :data:`convres.protocol.CHECKS` as measured before the evaluation runs."""
+
+    name: str
+    value: float
+    threshold: float
+    passed: bool
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "passed": self.passed, "value": self.value, "threshold": self.threshold}
+
+
+def design_check(name: str, value: float) -> CheckResult:
+    """Check ``name`` (a key of :data:`convres.protocol.CHECKS`) on its measured ``value``."""
+    if name not in CHECKS:
+        raise ValueError(f"unknown design check {name!r}; the protocol's are {sorted(CHECKS)}.")
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(value):
+        raise ValueError(f"design check {name!r} needs a finite number ({CHECKS[name].statement}), "
+                         f"got {value!r}.")
+    return CheckResult(name, float(value), float(CHECKS[name].threshold), CHECKS[name].passes(float(value)))
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimRecord:
+    """A graded claim: its :class:`convres.protocol.Claim`, the :class:`convres.stats.Estimate`, the
+    verdict with its ``reason`` and ``subset``, every pre-named subset's verdict (``subsets``) and the
+    ``sensitivity`` grades ``[{"measure", "protocol", "verdict"}]``."""
+
+    claim: Claim
+    estimate: Estimate
+    verdict: str
+    reason: str
+    subset: tuple[str, ...]
+    subsets: Mapping[str, str]
+    sensitivity: tuple[dict, ...]
+
+    @property
+    def id(self) -> str:
+        return self.claim.id
+
+    @property
+    def text(self) -> str:
+        return self.claim.text
+
+    @property
+    def tex(self) -> str:
+        """The claim in the paper's words, symbols as ``$...$`` TeX (:func:`convres.show.tex`)."""
+        return self.claim.tex or self.claim.text
+
+    def to_json(self) -> dict:
+        e = self.estimate
+        return json_safe({"id": self.id, "measure": self.claim.measure, "effect": e.effect,
+                          "ci": None if e.lo is None else [e.lo, e.hi], "interval": e.method,
+                          "margin": self.claim.margin, "units": e.units, "sign_test_p": e.sign_test_p,
+                          "verdict": self.verdict, "sensitivity": list(self.sensitivity),
+                          "diverged": e.diverged,
+                          "subset": list(self.subset), "subsets": dict(self.subsets),
+                          **({"reason": self.reason} if self.reason else {})})
+
+    def row(self, **extra: Any) -> dict:
+        """The row of the report's claims tables: the JSON, ``claim`` (the words), ``tex`` and ``extra``
+        (``figure``, ``criterion``, ``measurement``, ``evidence``)."""
+        return {"claim": self.text, "tex": self.tex, **self.to_json(), **extra}
+
+
+def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequence[CheckResult],
+                 strata: Sequence | None = None,
+                 sensitivity: Mapping[tuple[str, str], Sequence] | None = None,
+                 draws: int = BOOTSTRAP_DRAWS) -> ClaimRecord:
+    """Claim ``claim_id`` graded by protocol v4 from one effect per unit (``None``: a diverged unit;
+    a pair ``(x, y)`` per run for S5), its units' ``strata`` (a regime or depth per unit, required
+    when the claim names subsets), the experiment's design ``checks`` (every check the claim needs)
+    and ``sensitivity``, the effects of each of the claim's alternatives ``(measure, protocol)``,
+    on the same units. The minimum of units is the ``profile``'s (:data:`convres.protocol.MIN_UNITS`)."""
+    if claim_id not in CLAIMS:
+        raise ValueError(f"unknown claim {claim_id!r}; the protocol's are {list(CLAIMS)}.")
+    if profile not in MIN_UNITS:
+        raise ValueError(f"profile must be one of {list(MIN_UNITS)}, got {profile!r}.")
+    c, ran = CLAIMS[claim_id], {ch.name: ch for ch in checks}
+    missing = [n for n in c.checks if n not in ran]
+    if missing:
+        raise ValueError(f"claim {claim_id} needs the design checks {missing}: run them before grading "
+                         "(protocol section 3) and pass their CheckResults.")
+    if c.subsets and strata is None:
+        raise ValueError(f"claim {claim_id} names the subsets {c.subsets}: pass strata, one label per "
+                         "effect.")
+    alt = dict(sensitivity or {})
+    if set(alt) != set(c.alternatives):
+        raise ValueError(f"claim {claim_id} needs its alternatives {list(c.alternatives)} and no others in "
+                         f"sensitivity, got {list(alt)}; a change is a protocol deviation.")
+    failed = [n for n in c.checks if not ran[n].passed]
+
+    def graded(eff):
+        kw = dict(min_units=MIN_UNITS[profile], statistic=c.statistic, draws=draws)
+        est = estimate(eff, strata=strata, **kw)
+        labels = [str(s) for s in strata] if strata is not None else []
+        subs = {s: estimate([e for e, k in zip(eff, labels) if k == s], **kw) for s in c.subsets}
+        return est, subs, grade(est, c.margin, rule=c.rule, failed=failed, subsets=subs, every=c.every)
+    est, subs, g = graded(effects)
+    sens = tuple({"measure": m, "protocol": p, "verdict": graded(alt[(m, p)])[2].verdict}
+                 for m, p in c.alternatives)
+    by_subset = {s: grade(e, c.margin, rule=c.rule, failed=failed).verdict for s, e in subs.items()}
+    return ClaimRecord(c, est, g.verdict, g.reason, g.subset, by_subset, sens)
+
+
+def protocol_summary(checks: Sequence[CheckResult]) -> dict:
+    """``{"design_checks": [...], "protocol": {"tag", "commit", "date"}}`` for an experiment's summary
+    (``commit`` and ``date`` ``None`` until the tag's stamp is committed)."""
+    s = protocol_stamp() or {"tag": TAG, "commit": None, "date": None}
+    return {"design_checks": [ch.to_json() for ch in checks], "protocol": s}

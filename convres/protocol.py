@@ -1,0 +1,194 @@
+"""Protocol v4: what every claim of the paper is measured by and graded against, fixed before the v4
+runs (the commit tagged ``protocol-v4`` holds this module).
+
+A claim (:class:`Claim`) is turned into one effect per paired *unit* (a seed, or a seed in one
+pre-named regime or depth; the arms of a unit start from the same weights), signed so that a
+positive effect is the paper's direction, on a symmetric scale (a log ratio, a difference of mean
+log-losses in decades, a rank correlation); its ``margin`` is the smallest effect the paper's words
+claim, on the same scale. :func:`convres.stats.grade` decides the verdict; a failed design check
+(:class:`Check`, section 3) makes a claim *not testable*. The alternative measures of a claim are
+graded the same way, with the primary's margin (a speed alternative is the log10 ratio of steps, in
+decades like the primary), and shown beside the verdict; only the primary grade counts. Changes made
+after the tag are :data:`DEVIATIONS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+__all__ = ["TAG", "GRADES", "LEVEL", "T_INTERVAL_BELOW", "BOOTSTRAP_DRAWS", "EFFECT_BOUND", "LOG_LOSS_FLOOR",
+           "EVALUATION_SEEDS", "PROBE_SEEDS", "PILOT_SEEDS", "MIN_UNITS", "GRID_FACTOR", "PROBE_HORIZON_MAX",
+           "STABLE_FRACTION", "RERUN_FACTOR", "PROTOCOLS", "REGIMES", "DEPTHS", "Claim", "Check", "Deviation",
+           "CLAIMS", "CHECKS", "DEVIATIONS"]
+
+TAG = "protocol-v4"
+#: The grades, in the order :func:`convres.stats.grade` tries them (after *not testable*).
+GRADES = ("reproduced", "partly", "not reproduced", "reversed", "inconclusive", "not testable")
+LEVEL = 0.95                  # every interval is a 95% interval
+T_INTERVAL_BELOW = 20         # a t-interval for n < 20 units, a BCa bootstrap for n >= 20
+BOOTSTRAP_DRAWS = 10_000      # resamples of the BCa bootstrap (generator seed 0)
+#: No effect on a log or rank scale is larger: |ln(a/b)| <= 1,489 for positive float64 a, b.
+EFFECT_BOUND = 1e4
+LOG_LOSS_FLOOR = 1e-12        # the floor of Phi_t / Phi_0 in the mean log-loss
+
+#: Seeds: pilots (levels, design checks), probes (step sizes), evaluation (graded); disjoint.
+EVALUATION_SEEDS = {"book": tuple(range(10)), "paper": tuple(range(20))}
+PROBE_SEEDS = (100, 101, 102)
+PILOT_SEEDS = (200, 201)
+#: Fewest finite units (diverged runs left out) a grade is given on, per profile; ``smoke`` only
+#: exercises the code (its numbers mean nothing; 2 is the fewest a t-interval takes).
+MIN_UNITS = {"book": 10, "paper": 20, "smoke": 2}
+
+#: Step sizes (section 2): a factor-2 grid per arm scored on the probe seeds; an unresolved score
+#: (every probe run censored) doubles the probe horizon, at most to 4x the evaluation horizon; the
+#: chosen step is at most half the largest step stable on every probe seed.
+GRID_FACTOR = 2.0
+PROBE_HORIZON_MAX = 4
+STABLE_FRACTION = 0.5
+#: An arm that diverges at its tuned step on an evaluation seed is rerun, every seed, at half the step.
+RERUN_FACTOR = 0.5
+#: "tuned": each arm at its own step (primary); "common": every arm at the smallest tuned step.
+PROTOCOLS = ("tuned", "common")
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """One claim: its ``id``, the paper's words (``text``; ``tex`` with ``$...$`` TeX where it has
+    symbols), the primary ``measure`` per ``unit`` on its ``scale``, what a positive effect means
+    (``sign``), the ``margin``, the ``rule`` ("superiority"; "non-inferiority" for T3), the
+    pre-named ``subsets`` (strata of the units), ``every`` (reproduced only if reproduced in every
+    subset), the ``alternatives`` ``(measure, protocol)``, the design ``checks`` it needs and the
+    ``statistic`` ("mean" of unit effects, or "spearman" within each stratum)."""
+
+    id: str
+    text: str
+    measure: str
+    unit: str
+    scale: str
+    sign: str
+    margin: float
+    checks: tuple[str, ...]
+    alternatives: tuple[tuple[str, str], ...] = ()
+    subsets: tuple[str, ...] = ()
+    every: bool = False
+    rule: str = "superiority"
+    statistic: str = "mean"
+    tex: str = ""
+
+    @property
+    def experiment(self) -> str:
+        return {"S": "simulations", "J": "jena", "T": "sst2"}[self.id[0]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """A design check of section 3: it passes iff ``value <op> threshold`` (``op`` one of ``<``,
+    ``<=``, ``>=``, ``>``); run before the evaluation runs."""
+
+    name: str
+    experiment: str
+    statement: str
+    op: str
+    threshold: float
+
+    def passes(self, value: float) -> bool:
+        t = self.threshold
+        return {"<": value < t, "<=": value <= t, ">=": value >= t, ">": value > t}[self.op]
+
+
+@dataclasses.dataclass(frozen=True)
+class Deviation:
+    """A change to the protocol: ``what``, ``when``, ``why`` and the claims it ``touches``."""
+
+    what: str
+    when: str
+    why: str
+    touches: tuple[str, ...]
+
+
+REGIMES = ("wide", "narrow", "uniform attention")
+DEPTHS = ("L=2", "L=6", "L=10")
+_SPEED = (("steps to 1e-2", "tuned"), ("steps to 1e-6", "tuned"), ("mean log-loss", "common"))
+_LEVEL = (("steps to the level", "tuned"), ("mean log-loss", "common"))
+_SIM = ("simulations tuning resolves", "simulations probes stable")
+_SST = ("sst2 arms alive", "sst2 within-sentence share", "sst2 pooled sigma ratio")
+_JENA = ("jena informative", "jena reachable", "jena equal start")
+_LL = "mean log-loss (mean over t = 1..T of log10 max(Phi_t / Phi_0, 1e-12))"
+_LN11 = math.log(1.1)
+CLAIMS = {c.id: c for c in [
+    Claim("S1", "The stronger the residual, the faster gradient descent converges.",
+          f"-tau (Kendall) of beta against the {_LL}", "seed x regime", "tau", "larger beta, lower", 0.4,
+          _SIM, _SPEED, REGIMES),
+    Claim("S2", "Even a small residual (beta = 0.1) converges faster than none.",
+          f"{_LL} of beta = 0 minus beta = 0.1", "seed x regime", "decades", "beta = 0.1 lower", 0.1,
+          _SIM, _SPEED, REGIMES, tex=r"Even a small residual ($\beta = 0.1$) converges faster than none."),
+    Claim("S3", "Without the residual, training stalls where attention is nearly uniform (tested: a "
+          "plateau, ten times longer or more).", "log10(T_escape(beta = 0) / T_escape(beta = 1)), scale "
+          "1/d_QK, the largest d_QK", "seed", "decades", "beta = 0 escapes later", 1.0, _SIM,
+          (("steps to 1e-2", "tuned"), ("escape time", "common"))),
+    Claim("S4", "The stall grows as d_QK grows.", "tau (Kendall) of d_QK against T_escape(beta = 0), "
+          "scale 1/d_QK", "seed", "tau", "later escape at larger d_QK", 0.4, _SIM,
+          (("escape time", "half step"),), tex=r"The stall grows as $d_{QK}$ grows."),
+    Claim("S5", "The rate is set by the smallest singular value of the attention output (the paper's "
+          "mechanism).", "Spearman rho of sigma_min(Z_0) against the rate (slope of -ln Phi_t over its "
+          "linear phase) within each regime, mean over regimes", "seed in a regime", "rho",
+          "larger sigma_min, faster", 0.3, _SIM, (("-mean log-loss", "tuned"),), REGIMES,
+          statistic="spearman", tex=r"The rate is set by $\sigma_{\min}$ of the attention output (the "
+          "paper's mechanism)."),
+    Claim("J1", "Larger beta converges faster.", f"-tau (Kendall) of beta against the {_LL}", "seed", "tau",
+          "larger beta, lower", 0.4, _JENA, _LEVEL, tex=r"Larger $\beta$ converges faster."),
+    Claim("J2", "Even a small beta (0.1) beats beta = 0.", f"{_LL} of beta = 0 minus beta = 0.1", "seed",
+          "decades", "beta = 0.1 lower", 0.05, _JENA, _LEVEL,
+          tex=r"Even a small $\beta$ (0.1) beats $\beta = 0$."),
+    Claim("T1", "With residuals the training loss is consistently lower.", "ln(MSE_none / MSE_res) at the "
+          "horizon, the non-collapsed arm without residuals", "seed x depth", "ln", "residual lower",
+          _LN11, _SST, (("norm-preserving arm", "tuned"), ("ln MSE ratio", "common")), DEPTHS, every=True),
+    Claim("T2", "With residuals the loss improves with depth.", "ln(MSE_{L=2, matched} / MSE_{L=10}), "
+          "residual arms", "seed", "ln", "L = 10 lower", _LN11,
+          ("sst2 arms alive", "sst2 matched shallow arm"),
+          (("unmatched L = 2", "tuned"), ("ln MSE ratio", "common"))),
+    Claim("T3", "Without residuals depth does not help.", "ln(MSE_{L=10} / MSE_{L=2}), the non-collapsed "
+          "arm without residuals", "seed", "ln", "depth does not help", -_LN11, _SST,
+          (("collapsed arm", "tuned"), ("ln MSE ratio", "common")), rule="non-inferiority"),
+    Claim("T4", "Residuals reach a given loss sooner.", f"{_LL} of none minus residual, the non-collapsed "
+          "arm without residuals", "seed x depth", "decades", "residual lower", 0.1, _SST, _LEVEL, DEPTHS),
+]}
+
+CHECKS = {c.name: c for c in [
+    Check("simulations tuning resolves", "simulations", "arms whose step tuning stays unresolved", "<=", 0),
+    Check("simulations probes stable", "simulations",
+          "probe runs that diverge at the chosen step (every d_QK and regime)", "<=", 0),
+    Check("jena informative", "jena", "training MSE of the best order-blind predictor (ridge on the mean, "
+          "std, min, max of each feature) over the speed level", ">", 1.0),
+    Check("jena reachable", "jena", "pilot runs (every beta, 2 pilot seeds) that do not reach the level "
+          "within half the horizon", "<=", 0),
+    Check("jena equal start", "jena", "largest relative difference of the initial loss between the betas "
+          "of a seed", "<", 0.01),
+    Check("sst2 arms alive", "sst2", "largest |log10(output std of an arm / the residual arm's)| at init",
+          "<=", 1.0),
+    Check("sst2 within-sentence share", "sst2", "within-sentence share of the non-collapsed arm without "
+          "residuals at init (smallest over depths)", ">=", 0.5),
+    Check("sst2 pooled sigma ratio", "sst2", "pooled sigma_min / sigma_max of the non-collapsed arm over "
+          "the residual arm's at init (smallest over depths)", ">=", 0.1),
+    Check("sst2 matched shallow arm", "sst2", "|parameters of the matched L = 2 arm / those of L = 10 - 1|",
+          "<=", 0.05),
+]}
+
+_BEFORE = "in the protocol-v4 commit, before any v4 run"
+DEVIATIONS = (
+    Deviation("S5 is a rank correlation over runs, not a mean of paired unit effects: its interval is a "
+              "BCa bootstrap over the runs resampled within each regime at every n, with no sign test",
+              _BEFORE, "section 1's t-interval and sign test need one effect per unit; a correlation has "
+              "none",
+              ("S5",)),
+    Deviation("a claim is graded only on at least MIN_UNITS finite units (10 book, 20 paper), diverged "
+              "runs left out; below it the grade is inconclusive until the arm is rerun at half its step",
+              _BEFORE, "section 1 asks for 10 (20) seeds per claim but says nothing of a claim that falls "
+              "below them when runs diverge", tuple(CLAIMS)),
+    Deviation("alternatives are graded with the primary's margin; speed alternatives as log10 ratios "
+              "of steps (decades, like the primary)", _BEFORE,
+              "section 4 names the alternative measures but not their margins", tuple(CLAIMS)),
+    Deviation("S3 is measured at the largest d_QK of the escape runs; T4 against the non-collapsed arm",
+              _BEFORE, "section 4 leaves the d_QK of S3 and the arm of T4 unnamed", ("S3", "T4")),
+)

@@ -1,0 +1,229 @@
+"""Protocol v4 in code: its constants agree with each other and with the experiments, a claim record
+is graded by the one rule and written as strict JSON, the design checks gate their claims, and the
+protocol's stamp (``results/protocol.json``, written by the coordinator right after tagging) agrees
+with the tag when git knows it.
+
+The property test is derandomized; its number of examples is in ``settings(max_examples=...)``.
+"""
+
+import json
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from convres import protocol as P
+from convres import report
+from convres.experiments import EXPERIMENTS
+from convres.experiments.base import (
+    STAMP_FILE,
+    claim_record,
+    design_check,
+    protocol_stamp,
+    protocol_summary,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_constants_are_those_of_protocol_md():
+    margins = {"S1": 0.4, "S2": 0.1, "S3": 1.0, "S4": 0.4, "S5": 0.3, "J1": 0.4, "J2": 0.05,
+               "T1": math.log(1.1), "T2": math.log(1.1), "T3": -math.log(1.1), "T4": 0.1}
+    assert {k: c.margin for k, c in P.CLAIMS.items()} == margins
+    assert [c.id for c in P.CLAIMS.values() if c.rule == "non-inferiority"] == ["T3"]
+    assert [c.id for c in P.CLAIMS.values() if c.every] == ["T1"]
+    seeds = [set(P.PILOT_SEEDS), set(P.PROBE_SEEDS), set(P.EVALUATION_SEEDS["paper"])]
+    assert all(not (a & b) for i, a in enumerate(seeds) for b in seeds[i + 1:])      # disjoint
+    assert set(P.EVALUATION_SEEDS["book"]) <= seeds[2] and len(P.PROBE_SEEDS) == 3 and len(P.PILOT_SEEDS) == 2
+    assert len(P.EVALUATION_SEEDS["book"]) >= 10 and len(P.EVALUATION_SEEDS["paper"]) >= 20
+    assert all(P.MIN_UNITS[p] <= len(v) for p, v in P.EVALUATION_SEEDS.items())
+    assert (P.GRID_FACTOR, P.PROBE_HORIZON_MAX, P.STABLE_FRACTION, P.T_INTERVAL_BELOW) == (2.0, 4, 0.5, 20)
+    for c in P.CLAIMS.values():
+        assert set(c.checks) <= set(P.CHECKS) and c.checks and c.alternatives
+        assert all(p in (*P.PROTOCOLS, "half step") for _, p in c.alternatives)
+        assert c.experiment in EXPERIMENTS and (c.margin > 0) == (c.rule == "superiority")
+        assert not c.tex or c.tex.count("$") % 2 == 0 and c.tex.replace("$", "") != c.text
+    assert all(set(d.touches) <= set(P.CLAIMS) and d.why for d in P.DEVIATIONS)
+
+
+def test_the_pre_named_subsets_are_the_experiments_regimes_and_depths():
+    sim = EXPERIMENTS["simulations"].profiles["book"]
+    assert P.REGIMES == tuple(r["name"] for r in sim["regimes"])
+    for profile in ("book", "paper"):
+        depths = EXPERIMENTS["sst2"].profiles[profile]["depths"]
+        assert P.DEPTHS == tuple(f"L={L}" for L in depths)
+
+
+def _checks(experiment, failed=()):
+    return [design_check(c.name, c.threshold + (1 if c.op in ("<", "<=") else -1) * (c.name in failed)
+                         + (0.5 if c.op == ">" else -0.001 if c.op == "<" else 0))
+            for c in P.CHECKS.values() if c.experiment == experiment]
+
+
+def test_design_checks_pass_and_fail_at_their_thresholds():
+    assert all(ch.passed for e in ("simulations", "jena", "sst2") for ch in _checks(e))
+    failed = _checks("jena", failed=["jena informative"])
+    assert [ch.name for ch in failed if not ch.passed] == ["jena informative"]
+    assert design_check("jena equal start", 0.0099).passed and not design_check("jena equal start", 0.01).passed
+    for name, value, match in (("no such check", 0.0, "unknown design check"),
+                               ("jena equal start", math.nan, "finite"), ("jena reachable", None, "finite")):
+        with pytest.raises(ValueError, match=match):
+            design_check(name, value)
+
+
+def _units(claim, n, rng):
+    strata = [s for s in claim.subsets for _ in range(n)] if claim.subsets else None
+    size = len(strata) if strata else n
+    if claim.statistic == "spearman":
+        x = [float(i) for i in range(size)]
+        return [(a, a + rng.normal()) for a in x], strata
+    return [0.6 + 0.1 * rng.normal() for _ in range(size)], strata
+
+
+@pytest.mark.parametrize("cid", list(P.CLAIMS))
+def test_a_claim_record_holds_the_json_of_issue_33(cid):
+    import numpy as np
+
+    c = P.CLAIMS[cid]
+    effects, strata = _units(c, 10, np.random.default_rng(0))
+    sens = {a: effects for a in c.alternatives}
+    rec = claim_record(cid, effects, profile="book", checks=_checks(c.experiment), strata=strata,
+                       sensitivity=sens, draws=300)
+    doc = json.loads(json.dumps(rec.to_json(), allow_nan=False))
+    assert {"id", "measure", "effect", "ci", "margin", "units", "sign_test_p", "verdict", "sensitivity",
+            "diverged", "subset"} <= set(doc)
+    assert doc["id"] == cid == rec.id and doc["verdict"] in P.GRADES and doc["margin"] == c.margin
+    assert [(s["measure"], s["protocol"]) for s in doc["sensitivity"]] == list(c.alternatives)
+    assert rec.tex == (c.tex or c.text) and rec.row(figure="f")["figure"] == "f"
+    assert report.claim_row([rec.row(experiment=c.experiment)], cid)["verdict"] == doc["verdict"]
+    failed = claim_record(cid, effects, profile="book", strata=strata, sensitivity=sens, draws=300,
+                          checks=_checks(c.experiment, failed=[c.checks[0]]))
+    assert failed.verdict == "not testable" and c.checks[0] in failed.reason
+    assert all(s["verdict"] == "not testable" for s in failed.to_json()["sensitivity"])
+
+
+def test_claim_record_refuses_what_the_protocol_did_not_name():
+    c = P.CLAIMS["S1"]
+    effects = [0.5] * 30
+    strata = [s for s in P.REGIMES for _ in range(10)]
+    sens = {a: effects for a in c.alternatives}
+    base = dict(profile="book", checks=_checks("simulations"), strata=strata, sensitivity=sens)
+    for change, match in ((dict(claim_id="S9"), "unknown claim"), (dict(profile="huge"), "profile"),
+                          (dict(checks=_checks("simulations")[:1]), "needs the design checks"),
+                          (dict(strata=None), "pass strata"),
+                          (dict(sensitivity={("steps to 1e-3", "tuned"): effects}), "alternatives")):
+        kw = dict(claim_id="S1", effects=effects, **base) | change
+        with pytest.raises(ValueError, match=match):
+            claim_record(kw.pop("claim_id"), kw.pop("effects"), **kw)
+
+
+def test_consistently_needs_every_depth_and_names_a_reversed_one():
+    c = P.CLAIMS["T1"]
+    by_depth = {"L=2": -0.3, "L=6": 0.5, "L=10": 0.5}
+    effects = [by_depth[s] + 0.01 * (i % 3) for s in P.DEPTHS for i in range(10)]
+    strata = [s for s in P.DEPTHS for _ in range(10)]
+    rec = claim_record("T1", effects, profile="book", checks=_checks("sst2"), strata=strata,
+                       sensitivity={a: effects for a in c.alternatives}, draws=500)
+    assert rec.verdict == "partly" and rec.subset == ("L=6", "L=10")
+    assert rec.subsets == {"L=2": "reversed", "L=6": "reproduced", "L=10": "reproduced"}
+
+
+def test_diverged_units_are_counted_apart_and_can_leave_too_few():
+    c = P.CLAIMS["J2"]
+    effects = [0.2] * 8 + [None, None] + [0.21]
+    rec = claim_record("J2", effects, profile="book", checks=_checks("jena"),
+                       sensitivity={a: effects for a in c.alternatives})
+    doc = rec.to_json()
+    assert (doc["units"], doc["diverged"], doc["verdict"]) == (9, 2, "inconclusive")
+    assert doc["effect"] is None and doc["ci"] is None and "half their step" in doc["reason"]
+
+
+@settings(derandomize=True, deadline=None, database=None, max_examples=150,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(list(P.CLAIMS)), st.integers(0, 25), st.floats(-1, 1), st.floats(0, 1),
+       st.lists(st.integers(0, 40), max_size=5), st.booleans())
+def test_every_claim_record_is_strict_json_with_a_grade(cid, n, shift, spread, diverged, fail):
+    import numpy as np
+
+    c = P.CLAIMS[cid]
+    rng = np.random.default_rng(n)
+    effects, strata = _units(c, n, rng)
+    effects = [None if i in diverged else
+               (e if c.statistic == "spearman" else shift + spread * (e - 0.6)) for i, e in enumerate(effects)]
+    checks = _checks(c.experiment, failed=[c.checks[-1]] if fail else [])
+    rec = claim_record(cid, effects, profile="book", checks=checks, strata=strata,
+                       sensitivity={a: effects for a in c.alternatives}, draws=200)
+    doc = json.loads(json.dumps(rec.to_json(), allow_nan=False))
+    assert doc["verdict"] in P.GRADES and (doc["verdict"] == "not testable") == fail
+    assert (doc["verdict"] in ("inconclusive", "not testable")) == bool(doc.get("reason"))
+    assert doc["diverged"] == sum(e is None for e in effects)
+    assert doc["ci"] is None or doc["ci"][0] <= doc["ci"][1]
+
+
+def test_the_stamp_is_read_strictly(tmp_path):
+    assert protocol_stamp(tmp_path / "absent.json") is None
+    good = {"tag": P.TAG, "commit": "a" * 40, "date": "2025-01-02T03:04:05+00:00"}
+    f = tmp_path / "protocol.json"
+    f.write_text(json.dumps(good))
+    assert protocol_stamp(f) == good
+    assert report.protocol_line(good) == f"protocol: tag {P.TAG}, commit {'a' * 10}, date 2025-01-02"
+    assert report.protocol_line(None, before=True) == f"before {P.TAG} (v3 rule)"
+    for bad in ({**good, "tag": "v3"}, {**good, "commit": "xyz"}, {**good, "date": "soon"}, [1]):
+        f.write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match="git show"):
+            protocol_stamp(f)
+    f.write_text("{not json")
+    with pytest.raises(ValueError, match="cannot be read"):
+        protocol_stamp(f)
+    assert protocol_summary([])["protocol"]["tag"] == P.TAG
+
+
+def _git(*args: str) -> str | None:
+    """``git -C ROOT args`` in the project's own clone only (hooks and fsmonitor off); ``None`` when
+    there is no clone or git fails."""
+    if not (ROOT / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
+                              *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def test_the_committed_stamp_agrees_with_the_tag():
+    """Skipped before the coordinator tags the protocol commit and commits ``results/protocol.json``,
+    and in a copy without git or without the tag."""
+    stamp = protocol_stamp()
+    if stamp is None:
+        pytest.skip(f"{STAMP_FILE.name} is not committed yet (written right after tagging {P.TAG})")
+    commit = _git("rev-parse", "--verify", "--quiet", f"{P.TAG}^{{commit}}")
+    if commit is None:
+        pytest.skip(f"git does not know the tag {P.TAG} here")
+    assert stamp["commit"] == commit
+    assert stamp["date"][:10] == _git("show", "-s", "--format=%cI", commit)[:10]
+    assert _git("cat-file", "-e", f"{commit}:convres/protocol.py") is not None   # the tag holds the module
+
+
+def test_the_report_states_the_protocol():
+    rows = [{"id": "S1", "experiment": "simulations", "claim": "x", "tex": r"with $\beta$", "verdict": "reversed",
+             "evidence": "", "criterion": "", "measurement": "", "figure": "fig-sim-regimes"}]
+    page = report.claims_html(rows)
+    assert r"\(\beta\)" in page and report.VERDICT_COLORS["reversed"] in page
+    assert report.verdict_counts(rows) == {g: int(g == "reversed") for g in P.GRADES}
+    claims = report.protocol_claims_table().to_html()
+    assert all(f">{cid}<" in claims for cid in P.CLAIMS)
+    checks = report.protocol_checks_table().to_html()
+    assert all(name in checks for name in P.CHECKS)
+    assert "100, 101, 102" in report.protocol_seeds_table().to_html()
+    assert len(report.protocol_deviations_table().data) == len(P.DEVIATIONS)
+    assert report.protocol_line().startswith("protocol: tag ")
+    c = P.CLAIMS["J1"]
+    effects = [0.5, 0.6, 0.7, 0.55, 0.65, 0.6, 0.5, 0.7, 0.6, None]
+    rec = claim_record("J1", effects, profile="smoke", checks=_checks("jena"),
+                       sensitivity={a: effects for a in c.alternatives})
+    table = report.claims_table([rec.row()]).to_html()
+    assert "sign test p" in table and ">9 (1 diverged)<" in table and "steps to the level (tuned): " in table
