@@ -235,6 +235,12 @@ def test_a_tiny_run_of_every_arm_end_to_end(tmp_path, monkeypatch):
                                                    (2, "isometric", 1)), s["steps"], data_dir=tmp_path)
     run = next(x for x in tuned if (x["L"], x["arm"], x["seed"]) == (2, "isometric", 1))
     assert np.allclose(again[::s["record_every"]], run["mse"], rtol=1e-5)
+    from convres import plotting
+
+    for fig in (plotting.plot_sst2(r), plotting.plot_sst2(r, "common"), plotting.plot_sst2_summary(r)):
+        assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
+        assert all(ax.get_ylabel() for ax in fig.axes)
+    assert len(plotting.plot_sst2(r).axes) == 2                              # one panel per depth
     with pytest.raises(ValueError, match="must not share a seed"):
         ex.run_experiment("sst2", "smoke", overrides={**SST2_TINY, "probe_seeds": [1]}, data_dir=tmp_path)
 
