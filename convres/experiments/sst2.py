@@ -22,7 +22,8 @@ reported against baselines on the same sentences (not a claim of the paper).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -41,6 +42,7 @@ from ..model import (
     param_shapes,
 )
 from ..plotting import plot_sst2
+from ..runtime import check_device, torch_threads
 from ..stats import ProbeRun, censored, estimate, log_ratio, mean_log_loss, steps_to, tune_step
 from ..theory import ffn_theorem_run
 from ..values import json_safe
@@ -64,7 +66,7 @@ from .base import (
 __all__ = ["EXPERIMENT", "SST2Task", "Arm", "ARM_KINDS", "sst2_data", "pooled_baseline", "bow_logistic",
            "adam_reference", "SST2_PROBE_WORDS", "token_targets", "norm_preserving_init", "isometric_init",
            "matched_width", "n_params", "arms_of", "arm_config", "arm_params", "init_diagnostics",
-           "design_checks", "claim_records", "heldout_table", "rerun"]
+           "design_checks", "claim_records", "heldout_table", "rerun", "prepare"]
 
 #: Words whose nearest neighbours the SST-2 chapter shows (a look at what the embeddings carry).
 SST2_PROBE_WORDS = ("good", "bad", "funny", "boring")
@@ -558,21 +560,65 @@ def _evaluate(s, task, Yt, plan: list, protocol: str, level: float, dtype, devic
             for (a, seed, eta), (p, h) in zip(plan, out)]
 
 
-def _baselines(s: dict, task: SST2Task, data_dir, dtype, device) -> dict:
+def _baselines(s: dict, task: SST2Task, data_dir, dtype, shared: dict) -> dict:
     """The held-out baselines on the task's sentences: the floor (and the floor with twice the
     dimension: does it gain from a larger ``d``?), the bag-of-words logistic regression, the Adam
-    reference Transformer (shared by the pieces: its seeds are not evaluation seeds) and the
-    majority class."""
+    reference Transformer (a shared part: its seeds are not evaluation seeds) and the majority
+    class."""
     twice = sst2_data({**s, "d": 2 * s["d"]}, data_dir, dtype)
-    bow, adam = s.get("bow"), s.get("adam")
+    bow = s.get("bow")
     return {
         "floor": pooled_baseline(task.X, task.labels, task.X_val, task.labels_val),
         "floor_2d": pooled_baseline(twice.X, twice.labels, twice.X_val, twice.labels_val),
         "bow": bow_logistic(task.tokens, task.labels, task.tokens_val, task.labels_val, task.vocab,
                             lambdas=bow["lambdas"], folds=bow["folds"], iters=bow["iters"]) if bow else None,
-        "adam": None if not adam else shared_by_pieces(
-            "adam-sst2", s, device, lambda: [adam_reference(s, task, k, device) for k in adam["seeds"]]),
+        "adam": shared["adam"]() if s.get("adam") else None,
         "majority_val_accuracy": float(max(task.labels_val.mean(), 1 - task.labels_val.mean()))}
+
+
+def _shared_parts(s: dict, task: SST2Task, Yt: torch.Tensor, dtype, device) -> dict:
+    """The parts of a run that use no evaluation seed, each computed once and cached for every
+    piece (:func:`convres.experiments.base.shared_by_pieces`): ``"tune <arm name>"`` (the arm's
+    step on the probe seeds), ``"checks"`` (every arm at its start on the pilot seeds),
+    ``"adam"`` (the reference Transformer), ``"precision"`` (float32 against float64, after the
+    tunings) and ``"wide"`` (the wide FFN). Name -> a function that returns the part."""
+    X = task.X
+
+    def tune(a: Arm) -> Callable[[], Any]:
+        return lambda: shared_by_pieces("tune-sst2", s, device, lambda: _tune(s, X, Yt, a, dtype, device),
+                                        arm=list(a))
+
+    parts: dict[str, Callable[[], Any]] = {f"tune {a.name}": tune(a) for a in arms_of(s)}
+    parts["checks"] = lambda: shared_by_pieces("checks-sst2", s, device,
+                                               lambda: init_diagnostics(s, X, Yt, s["pilot_seeds"]))
+    parts["adam"] = lambda: shared_by_pieces(
+        "adam-sst2", s, device, lambda: [adam_reference(s, task, k, device) for k in s["adam"]["seeds"]])
+
+    def precision():
+        chosen = {a: parts[f"tune {a.name}"]()["chosen"] for a in arms_of(s)}   # the same in every piece
+        return shared_by_pieces("precision-sst2", s, device,
+                                lambda: _precision_check(s, X, Yt, chosen, device))
+
+    parts["precision"] = precision
+    parts["wide"] = lambda: shared_by_pieces("wide-sst2", s, device, lambda: _run_sst2_wide(s, task, device))
+    return parts
+
+
+def prepare(profile: str, part: str, *, data_dir=None, device=None) -> dict | list | None:
+    """Compute (or read back) one shared part of ``profile``'s run, before its pieces
+    (:mod:`convres.committed`): the parts of :func:`_shared_parts` (e.g. ``"tune L=10, isometric"``),
+    so that each can run on its own, within the hour a piece is given, and every piece reads it back
+    from the cache."""
+    if profile not in EXPERIMENT.profiles:
+        raise ValueError(f"profile must be one of {sorted(EXPERIMENT.profiles)}, got {profile!r}.")
+    s = dict(EXPERIMENT.profiles[profile])
+    dtype = dtype_of(s)
+    task = sst2_data(s, data_dir, dtype)
+    parts = _shared_parts(s, task, token_targets(task.Y, task.X.shape[1]), dtype, check_device(device))
+    if part not in parts:
+        raise ValueError(f"unknown shared part {part!r}; choose one of {sorted(parts)}.")
+    with torch_threads(1):
+        return parts[part]()
 
 
 def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
@@ -585,20 +631,17 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
         raise ValueError(f"setting 'probe_seeds' {s['probe_seeds']} must not share a seed with 'seeds' "
                          f"{s['seeds']}: the steps are chosen on seeds that are not evaluated.")
     arms = arms_of(s)
+    shared = _shared_parts(s, task, Yt, dtype, device)
     # 1. baselines on the same sentences; the floor's training MSE is the level of T4's alternative
-    baselines = _baselines(s, task, data_dir, dtype, device)
+    baselines = _baselines(s, task, data_dir, dtype, shared)
     level = baselines["floor"]["train_mse"]
     # 2. the design checks at initialization, on the pilot seeds, before any run (the same in every
     # piece); the evaluation seeds' starts are recorded too
-    pilot = shared_by_pieces("checks-sst2", s, device, lambda: init_diagnostics(s, X, Yt, s["pilot_seeds"]))
+    pilot = shared["checks"]()
     checks = design_checks(s, _init_table(s, pilot))
     init_rows = init_diagnostics(s, X, Yt, s["seeds"])
     # 3. each arm's step on the probe seeds (one cache entry an arm: shared by the pieces)
-    def tune(a: Arm) -> dict:
-        return shared_by_pieces("tune-sst2", s, device, lambda: _tune(s, X, Yt, a, dtype, device),
-                                arm=list(a))
-
-    tuned = {a: tune(a) for a in arms}
+    tuned = {a: shared[f"tune {a.name}"]() for a in arms}
     eta = {a: t["chosen"] for a, t in tuned.items()}
     if any(v is None for v in eta.values()):
         none = [a.name for a, v in eta.items() if v is None]
@@ -636,10 +679,8 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     runs += _evaluate(s, task, Yt, [(a, k, common) for a in again if eta[a] != common for k in s["seeds"]],
                       "common", level, dtype, device)
     # 6. float32 against float64 (the deepest arms, a probe seed); 7. the wide FFN: shared by the pieces
-    chosen = {a: t["chosen"] for a, t in tuned.items()}   # the tuned steps: the same in every piece
-    check = shared_by_pieces("precision-sst2", s, device, lambda: _precision_check(s, X, Yt, chosen, device))
-    wide = shared_by_pieces("wide-sst2", s, device, lambda: _run_sst2_wide(s, task, device)) \
-        if s.get("wide") else None
+    check = shared["precision"]()
+    wide = shared["wide"]() if s.get("wide") else None
     return {"N": int(N), "N_val": int(Xv.shape[0]), "n": int(n), "embedding": task.info, "level": level,
             "matched_m": matched_width(s) if s.get("matched") else None,
             "init": init_rows, "init_pilot": pilot, "design_checks": [c.to_json() for c in checks],
@@ -1013,7 +1054,7 @@ EXPERIMENT = Experiment(
     "sst2", "SST-2: depth L = 2, 6, 10 with and without residual connections, GLUE validation accuracy",
     "book/sst2.md",
     {"book": dict(_SST2, n_train=512, seeds=list(range(10)), probe_steps=50, steps=200, wide=_WIDE),
-     "paper": dict(_SST2, n_train=16384, seeds=list(range(20)), probe_steps=75, steps=300,
+     "paper": dict(_SST2, n_train=16384, seeds=list(range(20)), probe_steps=60, steps=250,
                    wide=dict(_WIDE, n_train=1024, m=2048, steps=200)),
      "smoke": dict(_SST2, n_train=16, depths=[1, 2], seeds=[0, 1], probe_seeds=[100], eta_grid=[0.1, 0.2],
                    extend=8, probe_steps=3, steps=10, record_every=5, check_steps=3, vocab_size=300,
