@@ -2,7 +2,7 @@
 Transformers with Residual Connections* (Qin, Zhou, Jiang, Zhu; arXiv:2506.05249).
 
 The model, exact full-batch gradient descent, the theory's computable quantities, data loaders,
-experiments, plots and explorers (Vega-Lite charts drawn from precomputed grids, see
+experiments, plots and explorers (gradient descent run live in the reader's browser, see
 :mod:`convres.explorers`) used by the book in ``book/``. The modules form layers; each imports
 only from the layers below it (``tests/test_layers.py`` holds the order).
 """

@@ -1,183 +1,214 @@
 """Results too large for the book's build: the ``paper`` profile, run in pieces, committed with provenance.
 
-Book chapters: *Reproduction report* and the experiment chapters (section "At a larger scale").
-``python -m convres reproduce NAME --profile paper --piece K`` runs piece ``K`` of experiment
-``NAME``: the ``paper`` settings with the evaluation seeds restricted to the ``K``-th block of
-:attr:`~convres.experiments.base.Experiment.piece_seeds` seeds (the step sizes are tuned on the
-probe seeds in every piece, so every piece chooses the same steps). A piece is written to
-``results/pieces/NAME-paper-K.json`` with its provenance, and ``results/NAME-paper.json`` is then
-assembled from every piece present (:func:`merge_data`): the per-seed records concatenated, the
-rest taken from the first piece. A piece never computed is listed as missing, never filled in.
+Book chapter *Reproduction report*. ``python -m convres reproduce NAME --profile paper --piece K``
+computes the ``K``-th block of the evaluation seeds, writes ``results/pieces/NAME-paper-K.json``
+with its provenance and merges the pieces present into ``results/NAME-paper.json`` under a lock
+(pieces may run side by side, one per task of a job array). What is read back passes the checks of
+what is written (:func:`read_record`): a file that fails them is an error naming it and the fix.
 """
 
-from __future__ import annotations
-
-import json
-import math
+import contextlib
+import fcntl
 import os
 import platform
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .cache import dumps, loads, write_atomic
+from .data import fingerprint
 from .experiments import EXPERIMENTS, Result, run_experiment, settings
 from .experiments.base import protocol_stamp
-from .files import atomic_write_text, read_regular
 
-__all__ = ["RESULTS_DIR", "PROFILE", "pieces", "merge_data", "provenance", "run_piece", "assemble",
-           "load_paper_result", "piece_path", "paper_path"]
-
-#: The committed results of a clone: ``results/`` beside the package.
-RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
-#: The profile whose results are committed.
+#: The project's source tree, when this package runs from one (:func:`source_checkout`).
+ROOT = Path(__file__).resolve().parent.parent
 PROFILE = "paper"
-#: The largest committed file read back (bytes).
-MAX_BYTES = 64 * 2 ** 20
+#: The schema of a result file: its fields and their types.
+SCHEMA: dict[str, type | tuple[type, ...]] = {"name": str, "profile": str, "settings": dict, "data": dict,
+                                              "seconds": (int, float)}
+
+
+def source_checkout() -> Path | None:
+    """The project's source tree this package runs from (its ``pyproject.toml`` names convres)."""
+    project = ROOT / "pyproject.toml"
+    return ROOT if project.is_file() and 'name = "convres"' in project.read_text(errors="replace") else None
+
+
+def results_dir(folder: str | os.PathLike | None = None) -> Path:
+    """``folder``, else ``results/`` of the source tree (an installed package has none)."""
+    if folder is None and source_checkout() is None:
+        raise ValueError(f"convres runs from {ROOT}, not from the project's source tree, so it has no "
+                         "results/ folder: pass one (--results FOLDER).")
+    return Path(folder) if folder is not None else ROOT / "results"
 
 
 def pieces(name: str, profile: str = PROFILE) -> list[list[int]]:
-    """The evaluation seeds of ``name``'s ``profile`` in blocks of ``piece_seeds`` (one block
-    when the experiment does not set it)."""
-    seeds = settings(name, profile)["seeds"]
+    """The evaluation seeds of ``name``'s ``profile`` in blocks of its ``piece_seeds``."""
+    seeds = settings(name, profile).get("seeds")
+    if not seeds:
+        raise ValueError(f"{name!r} has no evaluation seeds, so it is not run in pieces; run it whole: "
+                         f"python -m convres reproduce {name} --profile {profile}")
     k = EXPERIMENTS[name].piece_seeds or len(seeds)
     return [seeds[i:i + k] for i in range(0, len(seeds), k)]
 
 
-def _is_seed_records(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(x, dict) and "seed" in x for x in value)
+def _seed_lists(x: Any) -> Iterator[list]:
+    """Every list of per-seed records (dicts with a ``"seed"``) in ``x``."""
+    if isinstance(x, list) and x and all(isinstance(r, dict) and "seed" in r for r in x):
+        yield x
+    for v in x.values() if isinstance(x, dict) else x if isinstance(x, list) else []:
+        yield from _seed_lists(v)
 
 
-def _same(a: Any, b: Any) -> bool:
-    """Equal, numbers to a relative 1e-9 (round-off of another device or thread count)."""
-    if isinstance(a, float) and isinstance(b, (int, float)) or isinstance(b, float) and isinstance(a, int):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-300) or a != a and b != b
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return type(a) is type(b) and a == b
-
-
-def merge_data(parts: Sequence[Any], where: str = "data") -> Any:
-    """The data of several pieces as one. A list of per-seed records (dicts with a ``"seed"``)
-    is the concatenation of the pieces' lists (their seeds disjoint), or the first piece's when
-    every piece holds the same list (records of seeds of their own, e.g. a side experiment); a
-    dict, or a list of dicts of the same length in every piece, is merged entry by entry;
-    anything else (tuned steps, baselines, shapes) must be the same in every piece. Anything
-    else is a :class:`ValueError` naming where (``where``) the pieces disagree."""
+def merge_data(parts: list) -> Any:
+    """The data of pieces as one: what every piece holds alike once (tuned steps, side runs); lists of
+    per-seed records concatenated; dicts (and lists of containers of one length) merged entry by
+    entry; else a ValueError."""
     first = parts[0]
-    if _is_seed_records(first) and all(_is_seed_records(p) for p in parts):
-        if all(_same(p, first) for p in parts):
-            return first
-        seeds = [{x["seed"] for x in p} for p in parts]
-        if sum(map(len, seeds)) != len(set().union(*seeds)):
-            raise ValueError(f"the pieces share seeds at {where}: they are not blocks of one run.")
-        return [x for p in parts for x in p]
+    same = all(dumps(p, sort_keys=True) == dumps(first, sort_keys=True) for p in parts)
+    if not same and all(next(_seed_lists(p), None) is p for p in parts):  # the pieces' own runs
+        return [r for p in parts for r in p]
     if isinstance(first, dict) and all(isinstance(p, dict) and p.keys() == first.keys() for p in parts):
-        return {k: merge_data([p[k] for p in parts], f"{where}.{k}") for k in first}
-    if isinstance(first, list) and first and all(isinstance(x, dict) for x in first) \
-            and all(isinstance(p, list) and len(p) == len(first) for p in parts):
-        return [merge_data([p[i] for p in parts], f"{where}[{i}]") for i in range(len(first))]
-    if not all(_same(p, first) for p in parts):
-        raise ValueError(f"the pieces differ at {where}, which does not depend on the seeds of a piece in "
-                         "an experiment that can be run in pieces; this experiment cannot be merged.")
+        return {k: merge_data([p[k] for p in parts]) for k in first}
+    if isinstance(first, list) and all(isinstance(p, list) and len(p) == len(first) for p in parts) \
+            and all(isinstance(x, (dict, list)) for x in first):
+        return [merge_data([p[i] for p in parts]) for i in range(len(first))]
+    if not same:
+        raise ValueError("the pieces differ in a part that does not depend on their seeds")
     return first
 
 
-@lru_cache(maxsize=1)
-def _git_commit() -> str | None:
-    """The commit of the clone when this process first asks (its source is the source that runs:
-    a later commit does not change the code of a running process)."""
+def read_record(path: Path, name: str, profile: str, seeds: list | None, k: int) -> dict:
+    """The result at ``path`` if it is strict JSON of :data:`SCHEMA`, of ``name``'s ``profile``, with
+    today's settings for ``seeds`` (``None``: those of its ``pieces``), its per-seed records those of
+    ``seeds``; else a ValueError naming ``path`` and the ``--piece`` that writes it again."""
+    stored: Any = None
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=RESULTS_DIR.parent, capture_output=True,
-                             text=True, timeout=10, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "convres"], cwd=RESULTS_DIR.parent,
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        stored = loads(path.read_bytes(), str(path)) if path.is_file() else None
+        problems = [f"no {key!r}" for key, kind in SCHEMA.items()
+                    if not isinstance(stored, dict) or not isinstance(stored.get(key), kind)]
+    except (OSError, ValueError) as err:
+        stored, problems = None, [str(err)]
+    if not problems:
+        if seeds is None:  # a merged file: the seeds of the pieces it lists
+            listed = stored.get("pieces")
+            done: Any = listed.get("done") if isinstance(listed, dict) else None
+            blocks = pieces(name, profile)
+            if isinstance(done, list) and done == sorted(set(done)) and set(done) <= set(range(len(blocks))):
+                seeds = [s for j in done for s in blocks[j]]
+        full = settings(name, profile)
+        lists = list(_seed_lists(stored["data"]))
+        found = {r["seed"] for records in lists for r in records} & set(full["seeds"])
+        twice = any(len({dumps(r, sort_keys=True) for r in records}) < len(records) for records in lists)
+        checks = [(seeds is None, "no list of the pieces it holds"),
+                  ("provenance" not in stored, "no provenance"),
+                  ((stored["name"], stored["profile"]) != (name, profile), "it is of another experiment"),
+                  ({**stored["settings"], "seeds": full["seeds"]} != full, "its settings are not today's"),
+                  (stored["settings"]["seeds"] != seeds, f"its seeds are not {seeds}"),
+                  (twice, "it holds a record twice"),
+                  (bool(found) and not set(seeds or []) <= found, f"it holds records of the seeds "
+                                                                   f"{sorted(found)} only")]
+        problems = [what for bad, what in checks if bad]
+    if problems:
+        raise ValueError(f"{path} cannot be used: {'; '.join(problems)}. Compute it again: python -m convres "
+                         f"reproduce {name} --profile {profile} --piece {k}")
+    return stored
+
+
+@lru_cache(maxsize=1)
+def git_commit() -> str | None:
+    """The commit of the source tree's own clone (git run there only, its hooks and file-system
+    monitor off); ``None`` for an installed package."""
+    root = source_checkout()
+    if root is None or not (root / ".git").exists():
+        return None
+    git = ["git", "-C", str(root), "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null"]
+    asks = (["rev-parse", "HEAD"], ["status", "--porcelain", "--", "convres"])
+    try:
+        head, dirty = (subprocess.run([*git, *ask], capture_output=True, text=True, timeout=10, check=True)
+                       .stdout.strip() for ask in asks)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() + ("+uncommitted convres/ changes" if dirty else "")
+    return head + ("+uncommitted convres/ changes" if dirty else "")
 
 
-def provenance(command: str, seconds: float, device: str) -> dict:
-    """Where and how a piece was computed: ``commit``, ``command``, ``wall_seconds``, ``machine``,
-    ``torch``, the device and the ``protocol`` stamp (``None`` before the tag)."""
-    return {"commit": _git_commit(), "command": command, "wall_seconds": round(float(seconds), 1),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} "
-                       f"{platform.release()}", "torch": torch.__version__, "device": device,
-            "protocol": protocol_stamp()}
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
-def piece_path(name: str, k: int, folder: Path = RESULTS_DIR, profile: str = PROFILE) -> Path:
-    return Path(folder) / "pieces" / f"{name}-{profile}-{k}.json"
+def piece_path(name: str, k: int, folder, profile: str = PROFILE) -> Path:
+    return results_dir(folder) / "pieces" / f"{name}-{profile}-{k}.json"
 
 
-def paper_path(name: str, folder: Path = RESULTS_DIR, profile: str = PROFILE) -> Path:
-    return Path(folder) / f"{name}-{profile}.json"
+def paper_path(name: str, folder=None, profile: str = PROFILE) -> Path:
+    return results_dir(folder) / f"{name}-{profile}.json"
 
 
-def run_piece(name: str, k: int, *, folder: Path = RESULTS_DIR, device=None, progress: bool = False,
+def run_piece(name: str, k: int, *, folder=None, device=None, progress: bool = False,
               profile: str = PROFILE) -> tuple[Path, dict]:
-    """Compute piece ``k`` of ``name`` (cached like every experiment), write it with its
-    provenance, re-assemble ``NAME-paper.json``; return the piece's path and the assembled
-    record (:func:`assemble`)."""
-    blocks = pieces(name, profile)
+    """Compute piece ``k`` of ``name``, write it with its provenance, merge the pieces present."""
+    blocks, path = pieces(name, profile), piece_path(name, k, folder, profile)
     if not 0 <= k < len(blocks):
-        raise ValueError(f"experiment {name!r} has pieces 0 to {len(blocks) - 1} in the {profile!r} "
-                         f"profile, got {k}.")
-    _git_commit()  # before the work, while the clone holds the code that runs
+        raise ValueError(f"{name!r} has pieces 0 to {len(blocks) - 1} in the {profile!r} profile, got {k}.")
+    try:  # before the work
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"the results folder {path.parents[1]} cannot be written ({err}).") from None
+    if not path.parent.resolve().is_relative_to(path.parents[1].resolve()):
+        raise ValueError(f"{path.parent} is a link out of {path.parents[1]}; make it a folder of its own.")
+    commit = git_commit()  # the code that runs is the clone's now
     res = run_experiment(name, profile, overrides={"seeds": blocks[k]}, progress=progress, device=device)
     command = f"python -m convres reproduce {name} --profile {profile} --piece {k}" + \
-        (f" --device {device}" if device not in (None, "cpu") else "")
-    out = {**res.to_json(), "piece": k, "provenance": provenance(command, res.seconds, str(device or "cpu"))}
-    path = piece_path(name, k, folder, profile)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(out, separators=(",", ":")))
-    merged = assemble(name, folder, profile)
-    assert merged is not None  # the piece just written is present
-    return path, merged
+        ("" if device in (None, "cpu") else f" --device {device}")
+    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"
+    write_atomic(path, dumps({**res.to_json(), "piece": k, "provenance": {
+        "commit": commit, "command": command, "wall_seconds": round(res.seconds, 1), "machine": machine,
+        "python": platform.python_version(), "torch": torch.__version__, "device": res.data.get("device"),
+        "data": fingerprint(), "shared": res.data.get("shared", []), "protocol": protocol_stamp()}}))
+    return path, assemble(name, path.parents[1], profile) or {}
 
 
-def _read(path: Path) -> dict:
-    return json.loads(read_regular(path, max_bytes=MAX_BYTES).decode("utf-8"))
-
-
-def assemble(name: str, folder: Path = RESULTS_DIR, profile: str = PROFILE) -> dict | None:
-    """Merge the pieces of ``name`` present in ``folder`` into ``NAME-paper.json`` and return
-    the merged record (none present: nothing written, ``None``). Its ``pieces`` lists those done
-    and those missing; ``settings["seeds"]`` holds only the seeds computed."""
-    blocks = pieces(name, profile)
-    done = [k for k in range(len(blocks)) if piece_path(name, k, folder, profile).is_file()]
-    if not done:
-        return None
-    parts = [_read(piece_path(name, k, folder, profile)) for k in done]
-    full = settings(name, profile)
-    for k, p in zip(done, parts):
-        if {**p["settings"], "seeds": full["seeds"]} != full or p["settings"]["seeds"] != blocks[k]:
-            raise ValueError(f"{piece_path(name, k, folder, profile)} was computed with other settings "
-                             f"than the {profile!r} profile of {name!r} has now; recompute it with "
-                             f"--piece {k}.")
-    out = {"name": name, "profile": profile,
-           "settings": {**full, "seeds": [sd for p in parts for sd in p["settings"]["seeds"]]},
-           "data": merge_data([p["data"] for p in parts]), "seconds": sum(p["seconds"] for p in parts),
-           "pieces": {"total": len(blocks), "done": done,
-                      "missing": [k for k in range(len(blocks)) if k not in done],
-                      "planned_seeds": full["seeds"]},
-           "provenance": [dict(piece=k, **p["provenance"]) for k, p in zip(done, parts)]}
-    atomic_write_text(paper_path(name, folder, profile), json.dumps(out, separators=(",", ":")))
+def assemble(name: str, folder=None, profile: str = PROFILE) -> dict | None:
+    """Merge the pieces of ``name`` present in ``folder`` into ``NAME-PROFILE.json``, under a lock
+    on the folder; return the merged record (``None`` when no piece is there)."""
+    blocks, folder, full = pieces(name, profile), results_dir(folder), settings(name, profile)
+    with _locked(folder):
+        done = [k for k in range(len(blocks)) if piece_path(name, k, folder, profile).exists()]
+        parts = [read_record(piece_path(name, k, folder, profile), name, profile, blocks[k], k) for k in done]
+        if not parts:
+            return None
+        try:
+            data = merge_data([p["data"] for p in parts])
+        except ValueError as err:
+            raise ValueError(f"the pieces {done} of {name!r} in {folder} cannot be merged ({err}); compute "
+                             "the odd one again (--piece K).") from None
+        seeds = [s for k in done for s in blocks[k]]
+        out = {"name": name, "profile": profile, "settings": {**full, "seeds": seeds}, "data": data,
+               "seconds": sum(p["seconds"] for p in parts),
+               "pieces": {"total": len(blocks), "done": done, "planned_seeds": full["seeds"],
+                          "missing": [k for k in range(len(blocks)) if k not in done]},
+               "provenance": [{"piece": k, **p.get("provenance", {})} for k, p in zip(done, parts)]}
+        write_atomic(paper_path(name, folder, profile), dumps(out))
     return out
 
 
-def load_paper_result(name: str, folder: Path = RESULTS_DIR,
-                      profile: str = PROFILE) -> tuple[Result, dict] | None:
-    """The committed ``profile`` result of ``name`` as a :class:`Result` and its ``pieces`` and
-    ``provenance`` (``None`` when nothing is committed)."""
+def load_paper_result(name: str, folder=None, profile: str = PROFILE) -> tuple[Result, dict] | None:
+    """The committed ``profile`` result of ``name`` (checked by :func:`read_record`) and its
+    ``pieces`` and ``provenance``; ``None`` when nothing is committed."""
     path = paper_path(name, folder, profile)
-    if not path.is_file():
+    settings(name, profile)  # an unknown name is an error, not "nothing committed"
+    if not (path.exists() or path.is_symlink()):
         return None
-    stored = _read(path)
+    stored = read_record(path, name, profile, None, 0)
     res = Result(EXPERIMENTS[name], stored["profile"], stored["settings"], stored["data"], stored["seconds"])
-    return res, {"pieces": stored["pieces"], "provenance": stored["provenance"]}
+    return res, {"pieces": stored["pieces"], "provenance": stored.get("provenance", [])}

@@ -1,393 +1,342 @@
-"""Interactive explorers that work on the book's static site: grids computed by convres, drawn in the browser.
+"""Live explorers: gradient descent run in the reader's browser on instances that convres exports.
 
-Book chapters: *Rank collapse under gradient descent* (``book/rank_collapse_gd.md``, next to the
-paragraph on the residual) and *Explore convergence* (``book/explore_convergence.md``).
+Book chapters: *Rank collapse under gradient descent* (:func:`rank_collapse_explorer`), *Explore
+convergence* (:func:`convergence_explorer`, :func:`theorem_explorer`).
 
-Each explorer has preset buttons (:data:`PRESETS`; the prose links them with
-:meth:`convres.vega.Explorer.link`), draws the previous setting faintly behind the current one,
-shows the values under the pointer, and has an overview panel over two of its controls (the last
-loss of every position, relative to the rank-one floor or to the first loss) with the current
-position outlined.
+An explorer's page element carries a bank of instances (:func:`bank`): the data and the initial
+weights of a few seeds at a few ``d_QK``, exactly as :func:`convres.instances.problem` draws them.
+``web/model.js`` runs the model of :mod:`convres.model` (one block, one output) and gradient descent
+on them in double precision: every slider (``beta``, ``mu``, and the attention scale) is continuous,
+and every seed and ``d_QK`` of the bank can be chosen. The browser cannot draw torch's random
+numbers, so the seeds are those of the bank. The attention weights enter the model only through
+``W_Q W_K^T`` on the span of the tokens: the bank holds ``P = A B^T``, ``A A^T`` and ``B B^T`` with
+``A = Q^T W_Q``, ``B = Q^T W_K`` (``Q`` an orthonormal basis of the rows of the stacked ``X``; ``r =
+N n`` rows and columns) and ``Q^T W_V``, whose gradient-descent updates are exact (see
+``web/model.js``); a step then costs the same at every ``d_QK``.
 
-The published book has no Python kernel, so an explorer is computed at build time on a grid of
-slider positions (the experiments ``explorer_rank_collapse`` and ``explorer_convergence`` of
-:mod:`convres.experiments.explorers`): every position holds exactly what convres computes for it,
-and the browser only picks the position and draws it (:mod:`convres.vega`). With a live kernel
-(Binder, JupyterLab), :func:`rank_collapse_live` and :func:`convergence_live` compute off the grid,
-for any slider value.
+:func:`run` is the same run computed by :func:`convres.gradient_descent` (cached): the chapters assert
+their numbers with it, and the tests check the page against it. Elsewhere than on the site (a
+notebook viewer, the PDF) an explorer is a static figure of its starting setting.
 """
 
 from __future__ import annotations
 
+import base64
 import html
+import json
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 
-from .experiments import run_experiment
-from .experiments.explorers import (
-    CONVERGENCE_GRID,
-    GRID_LISTS,
-    RANK_COLLAPSE_GRID,
-    convergence_position,
-    rank_collapse_position,
-)
-from .plotting import figure
-from .vega import (
-    COLORS,
-    DISPLAY_WIDTH_PX,
-    FIGURE_WIDTH_IN,
-    Explorer,
-    add_static_labels,
-    decade_text,
-    draw_chart,
-    explorer_png,
-    log_domain,
-    make_control,
-    make_preset,
-    merge_grid,
-    overview_chart,
-    readout_text,
-    rounded,
-    series_spec,
-    value_text,
-    vega_chart,
-    with_labels,
-)
+import numpy as np
 
-__all__ = ["RANK_COLLAPSE_GRID", "CONVERGENCE_GRID", "START", "PRESETS", "SIGMA_FLOOR", "rank_collapse_data",
-           "rank_collapse_explorer", "rank_collapse_figure", "rank_collapse_live", "convergence_data",
-           "convergence_explorer", "convergence_figure", "convergence_live"]
+from .cache import cached_json
+from .collapse import rank_one_floor
+from .experiments.simulations import ESCAPE
+from .gd import BLOWUP, gradient_descent
+from .instances import problem
+from .lemmas import mu_max, rate_alpha
+from .model import SCALES, ModelConfig, forward_trace
+from .plotting import figure, figure_png
+from .rank import sigma_nn
+from .show import strip_tags
 
-#: The first frame of each explorer (slider values): the rank-collapse explorer starts where the
-#: chapter's figure runs (n = 4 tokens, d_QK = 1024, beta = 0 against beta = 1).
-START = {"rank-collapse": {"beta": 1.0, "d_qk": 1024, "n": 4},
-         "convergence": {"beta": 1.0, "mu": 0.002, "d_qk": 32}}
+__all__ = ["FAMILIES", "RTOL", "ESCAPE", "instance", "bank", "run", "escape_step", "Explorer",
+           "PresetLink", "rank_collapse_explorer", "convergence_explorer", "theorem_explorer"]
 
-_DQK = "d<sub>QK</sub>"
-
-#: The named settings of each explorer: a button above its sliders and a link from the prose
-#: (:meth:`convres.vega.Explorer.link`). ``look`` says what to look at; the numbers are the
-#: chapter's, computed and checked there.
-PRESETS = {
-    "rank-collapse": [
-        make_preset("figure", f"the figure: β = 1, {_DQK} = 1024", "The first steps of two runs of the "
-                    "figure: without residual (orange) the loss stays on the rank-one floor, with β = 1 "
-                    "(blue) it leaves it. Above, the spectrum of Attn(X) falls far below those of X and Z.",
-                    beta=1.0, d_qk=1024, n=4),
-        make_preset("stall", f"the stall: β = 0, {_DQK} = 1024", "No residual: Z = Attn(X), one run, "
-                    "on the floor. In the overview, the β = 0 column is on the floor from "
-                    f"{_DQK} = 256 up and below it for small {_DQK}.", beta=0.0, d_qk=1024, n=4),
-        make_preset("wide", f"wide attention: β = 0, {_DQK} = 16", "No residual, but the attention "
-                    "starts far from uniform: the run leaves the floor.", beta=0.0, d_qk=16, n=4),
-        make_preset("small", f"a small residual: β = 0.01, {_DQK} = 1024", "A residual a hundred "
-                    "times weaker than the figure's: compare σ<sub>min</sub>(Z) with β = 1, and the "
-                    "loss with β = 0.", beta=0.01, d_qk=1024, n=4),
-        make_preset("diverge", "too strong for the step: β = 2", "With β = 2 the step μ is too "
-                    "large: the blue curve leaves the chart.", beta=2.0, d_qk=1024, n=4),
-    ],
-    "convergence": [
-        make_preset("linear", f"linear convergence: β = 1, μ = 0.002, {_DQK} = 32", "The loss falls "
-                    "on a straight line (log scale), far below the theorem's envelope (dashed), which "
-                    "holds.", beta=1.0, mu=0.002, d_qk=32),
-        make_preset("plateau", f"the plateau: β = 0, {_DQK} = 1024", "No residual and nearly uniform "
-                    "attention: α is tiny, the envelope flat, and the loss barely moves.",
-                    beta=0.0, mu=0.002, d_qk=1024),
-        make_preset("wide", f"no residual, wide: β = 0, μ = 0.005, {_DQK} = 32", "No residual, a "
-                    "vacuous envelope, and gradient descent converges all the same.",
-                    beta=0.0, mu=0.005, d_qk=32),
-        make_preset("small", f"a small residual: β = 0.03, {_DQK} = 1024", "The plateau's setting "
-                    "with a weak residual: compare the overview's β = 0 and β = 0.03 cells.",
-                    beta=0.03, mu=0.002, d_qk=1024),
-        make_preset("diverge", "too large a step: β = 1, μ = 0.02", "The step is too large: the "
-                    "loss grows and the run stops.", beta=1.0, mu=0.02, d_qk=32),
-    ],
+#: The instance families (:func:`convres.instances.problem`): sizes, activation, the seed of the
+#: weights (data seed + ``weight_offset``), the attention scales offered and the ``d_QK`` (``None``:
+#: ``d_QK`` is a control). ``collapse`` is :func:`convres.instances.collapse_instance`,
+#: ``simulations`` the instance of each seed of the chapter *Simulations*, ``theorem``
+#: :func:`convres.instances.theorem_instance`.
+FAMILIES: dict[str, dict] = {
+    "collapse": dict(N=4, n=4, d=32, m=32, activation="relu", weight_offset=1, d_qk=None),
+    "simulations": dict(N=4, n=4, d=32, m=32, activation="gelu", weight_offset=1000, d_qk=None),
+    "theorem": dict(N=2, n=4, d=16, m=16, activation="gelu", weight_offset=1, d_qk=16),
 }
-
-#: The lowest value the singular-value charts of the convergence explorer draw (a dead ReLU layer
-#: of a diverged run can make ``sigma_min(H)`` exactly 0); the readout gives the exact values.
-SIGMA_FLOOR = 1e-6
-
-
-def rank_collapse_data(grid: Mapping | None = None, *, refresh: bool = False) -> dict:
-    """``{"grid": the full grid, "positions": {"i,j,k": record}}`` of the rank-collapse explorer,
-    ``i, j, k`` the indices of ``beta, d_qk, n`` in the grid: the experiment
-    ``explorer_rank_collapse`` (cached). ``grid`` overrides entries of :data:`RANK_COLLAPSE_GRID`."""
-    return _grid_data("explorer_rank_collapse", RANK_COLLAPSE_GRID, grid, refresh)
+#: A run stops as converged once its loss is below ``RTOL`` times the first: below that the loss
+#: is float64 rounding.
+RTOL = 1e-20
 
 
-def _grid_data(name: str, defaults: Mapping, grid: Mapping | None, refresh: bool) -> dict:
-    g = merge_grid(grid or {}, defaults, GRID_LISTS[name])
-    res = run_experiment(name, overrides=None if g == defaults else g, refresh=refresh)
-    return {"grid": g, "positions": res.data["positions"]}
+def instance(family: str, seed: int, d_qk: int, *, beta: float = 0.0, scale: str = "1/d_qk"):
+    """``(params, X, Y, cfg)`` of ``family`` (:data:`FAMILIES`) for the data seed ``seed``."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILIES)}.")
+    f = FAMILIES[family]
+    cfg = ModelConfig(d=f["d"], d_qk=d_qk, m=f["m"], c=1, beta=beta, activation=f["activation"],
+                      scale=scale)
+    return (*problem(cfg, f["N"], f["n"], seed, weight_seed=seed + f["weight_offset"]), cfg)
 
 
-def _rc_charts(g: dict, positions: Mapping) -> list:
-    recs = list(positions.values())
-    spectra = [
-        series_spec("X", "sv_X", "index1", COLORS["grey"], [2, 2], "square"),
-        series_spec("Attn", "sv_attn", "index1", COLORS["orange"], [1, 0], "circle"),
-        series_spec("Z", "sv_Z", "index1", COLORS["blue"], [6, 3], "triangle-up"),
-    ]
-    steps = g["gd"]["steps"]
-    for ser, label in zip(spectra, ["X (the input)", "Attn(X) (no residual)", None]):
-        ser["label"] = label
-    gd = [
-        series_spec("base", "loss0", "index0", COLORS["orange"], [1, 0], "circle", every=10),
-        series_spec("chosen", "loss", "index0", COLORS["blue"], [6, 3], "triangle-up", every=10),
-        series_spec("floor", "floor", None, COLORS["black"], [2, 3], "cross", every=1, const_x=[0, steps]),
-    ]
-    for ser, label in zip(gd, ["β = 0 (no residual)", None, "rank-one floor"]):
-        ser["label"] = label
-    sv = [v for r in recs for f in ("sv_X", "sv_attn", "sv_Z") for v in r[f]]
-    losses = [v for r in recs for f in ("loss0", "loss") for v in r[f]] + [r["floor"] for r in recs]
-    return [
-        {"name": "spectra", "series": spectra, "x_name": "i", "spec": vega_chart(
-            description="Singular values of X, Attn(X) and Z at the chosen position, log scale.",
-            x_title="index i", y_title="singular value σᵢ (log scale)", x_domain=[1, max(g["ns"])],
-            y_domain=log_domain(sv), series=spectra, height=230, integer_x=True)},
-        {"name": "gd", "series": gd, "x_name": "t", "spec": vega_chart(
-            description="Loss of gradient descent with beta = 0 and with the chosen beta, log scale.",
-            x_title="gradient-descent step t", y_title="loss Φ(θₜ) (log scale)", x_domain=[0, steps],
-            y_domain=log_domain(losses), series=gd, height=200)},
-    ]
+def _b64(a) -> str:
+    return base64.b64encode(np.ascontiguousarray(np.asarray(a, dtype=np.float64), "<f8").tobytes()).decode()
 
 
-def rank_collapse_explorer(grid: Mapping | None = None, *, start: Mapping | None = None,
-                           presets: list | None = None) -> Explorer:
-    """The rank-collapse explorer of the book (chapter *Rank collapse under gradient descent*):
-    sliders for ``beta``, ``d_qk`` and ``n`` over the grid (default :data:`RANK_COLLAPSE_GRID`),
-    the spectra of ``X``, ``Attn(X)`` and ``Z``, their collapse measures and the short gradient
-    descent for ``beta = 0`` and the chosen ``beta``, and the overview over ``beta`` and ``d_qk``
-    (the last loss over the rank-one floor). ``start``: the first frame's values; ``presets``:
-    the named settings (default: those of :data:`PRESETS` on the grid)."""
-    data = rank_collapse_data(grid)
-    g = data["grid"]
-    s = {**START["rank-collapse"], **(start or {})}
-    controls = [
-        make_control("beta", "β", "residual coefficient", g["betas"], s["beta"]),
-        make_control("d_qk", "d<sub>QK</sub>", "query/key width (scale 1/d<sub>QK</sub>)", g["d_qks"],
-                     s["d_qk"]),
-        make_control("n", "n", "tokens", g["ns"], s["n"]),
-    ]
-    size = len(g["betas"]) * len(g["d_qks"]) * len(g["ns"])
-    gd = g["gd"]
-    note = (f"Precomputed with convres when the book was built: {len(g['betas'])} values of β × "
-            f"{len(g['d_qks'])} of d<sub>QK</sub> × {len(g['ns'])} of n = {size} positions, each with its "
-            f"spectra and {gd['steps']} gradient-descent steps for β = 0 and for the chosen β.")
-    alt = ("Two stacked panels: the singular values of X, Attn(X) and Z on a log scale against their "
-           "index, and the loss of gradient descent with beta = 0 and with the chosen beta.")
-    charts = _rc_charts(g, data["positions"])
-    add_static_labels(charts, data["positions"])
-    overview = _overview(controls, data["positions"], 0, 1, description=(
-        "Overview: for every beta and d_QK at the current n, the loss after the last step over the "
-        "rank-one floor; the current position outlined."),
-        color_title=f"loss after {gd['steps']} steps ÷ rank-one floor (grey: diverged)")
-    return Explorer("rank-collapse", "Rank-collapse explorer", controls, charts,
-                    data["positions"], lambda rec, values: rank_collapse_figure(rec, g, values), note, alt, g,
-                    presets=_presets("rank-collapse", controls, presets), overview=overview)
+def bank(family: str, seeds: Sequence[int], d_qks: Sequence[int]) -> dict:
+    """The instances a page runs (base64 of little-endian float64, row-major): per seed ``X``
+    (``N n x d``), ``R = X Q`` (``N n x r``), ``Y`` and the rank-one floor; per seed and ``d_QK``
+    ``V = Q^T W_V``, ``W_1``, ``W_2``, ``W_U`` and ``P``, ``Gq``, ``Gk`` (see the module)."""
+    f = FAMILIES[family]
+    out: dict = {"family": family, "act": f["activation"], "data": {}, "weights": {},
+                 **{k: f[k] for k in ("N", "n", "d", "m")}, "r": f["N"] * f["n"]}
+    if out["r"] > f["d"] or any(v % 4 for v in (out["r"], f["d"], f["m"])):
+        raise ValueError(f"family {family!r}: web/model.js needs N n <= d and N n, d, m multiples of 4.")
+    for seed in seeds:
+        for d_qk in d_qks:
+            p, X, Y, _ = instance(family, seed, d_qk)
+            Xs = X.numpy().reshape(-1, f["d"])
+            Q = np.linalg.qr(Xs.T)[0]
+            A, B = Q.T @ p["layer1.W_Q"].numpy(), Q.T @ p["layer1.W_K"].numpy()
+            out["data"][str(seed)] = {"X": _b64(Xs), "R": _b64(Xs @ Q), "Y": _b64(Y.numpy()),
+                                      "floor": rank_one_floor(Y)}
+            out["weights"][f"{seed}/{d_qk}"] = {
+                "V": _b64(Q.T @ p["layer1.W_V"].numpy()), "W_1": _b64(p["layer1.W_1"]),
+                "W_2": _b64(p["layer1.W_2"]), "W_U": _b64(p["W_U"]), "P": _b64(A @ B.T),
+                "Gq": _b64(A @ A.T), "Gk": _b64(B @ B.T)}
+    return out
 
 
-def _presets(name: str, controls: list, presets) -> list:
-    """The presets of an explorer: ``presets``, or those of :data:`PRESETS` whose values are all on
-    the grid (a smaller grid keeps the ones it holds)."""
-    if presets is not None:
-        return list(presets)
-    on_grid = {c["name"]: c["values"] for c in controls}
-    return [p for p in PRESETS[name] if all(v in on_grid[k] for k, v in p["values"].items())]
+def run(family: str, seed: int, d_qk: int, beta: float, mu: float, *, scale: str = "1/d_qk",
+        steps: int = 500, stop_at_escape: bool = False) -> dict:
+    """The run the page computes, by :func:`convres.gradient_descent` (cached): ``{"loss",
+    "status", "floor", "escape", "alpha", "sigma_Z0"}`` with ``escape`` the first step below
+    :data:`ESCAPE` times the rank-one floor (``None``: not within ``steps``), ``alpha`` the theorem's
+    rate ``(sigma_Nn(H_0)/2)^2`` and ``sigma_Z0`` the smallest singular value of the stacked ``Z_0``.
+    With ``stop_at_escape`` the run ends at its escape."""
+    config = dict(family=family, seed=seed, d_qk=d_qk, beta=beta, mu=mu, scale=scale, steps=steps,
+                  stop_at_escape=stop_at_escape, rtol=RTOL)
+
+    def compute() -> dict:
+        params, X, Y, cfg = instance(family, seed, d_qk, beta=beta, scale=scale)
+        floor = rank_one_floor(Y)
+        _, h = gradient_descent(params, X, Y, cfg, mu, steps, blowup=BLOWUP, rtol=RTOL,
+                                tol=ESCAPE * floor if stop_at_escape else 0.0)
+        return {"loss": h.loss.tolist(), "status": h.status, "floor": floor,
+                "escape": escape_step(h.loss, floor), "alpha": rate_alpha(params, X, cfg),
+                "sigma_Z0": sigma_nn(forward_trace(params, X, cfg).Z[0].detach())}
+
+    return cached_json("explorer-run", config, compute)
 
 
-def _overview(controls: list, positions: Mapping, kx: int, ky: int, *, description: str,
-              color_title: str) -> dict:
-    """The overview panel over the controls ``kx`` (across) and ``ky`` (up): its chart and which
-    controls it spans; the colour scale covers every position's ``cell_v``."""
-    vs = [r["cell_v"] for r in positions.values() if r["cell_v"] is not None]
-    domain = [math.floor(min(vs)), max(math.ceil(max(vs)), math.floor(min(vs)) + 1)] if vs else [-1, 0]
-    spec = overview_chart(description=description, x=controls[kx], y=controls[ky],
-                          x_title=_plain(controls[kx]["label"]), y_title=_plain(controls[ky]["label"]),
-                          color_title=color_title, domain=domain)
-    return {"x": kx, "y": ky, "spec": spec}
+def escape_step(loss, floor: float) -> int | None:
+    """The first step whose loss is below :data:`ESCAPE` times the rank-one ``floor`` (the escape of
+    the chapter *Simulations*), or ``None``."""
+    below = np.flatnonzero(np.asarray(loss) < ESCAPE * floor)
+    return int(below[0]) if below.size else None
 
 
-def _plain(label: str) -> str:
-    return label.replace("<sub>", "_").replace("</sub>", "")
+class PresetLink:
+    """A link of the prose to a preset (:meth:`Explorer.link`): on the site a click sets the
+    explorer and scrolls to it (``web/explorer.js``); ``text/plain`` (the PDF) is the text alone."""
+
+    def __init__(self, element_id: str, preset_id: str, text: str):
+        self.element_id, self.preset_id, self.text = element_id, preset_id, text
+
+    def html(self) -> str:
+        return (f'<a class="cx-preset-link" href="#{self.element_id}" data-cx-preset="{self.preset_id}" '
+                f'title="set the explorer to this setting">{self.text}</a>')
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/html": self.html(), "text/plain": strip_tags(self.text.replace("<sub>", "_"))}
 
 
-def rank_collapse_figure(record: Mapping, grid: Mapping | None = None, values: Mapping | None = None):
-    """The static frame of one rank-collapse position: the spectra above, the loss below."""
-    g = merge_grid(grid or {}, RANK_COLLAPSE_GRID, GRID_LISTS["explorer_rank_collapse"])
-    charts = _rc_charts(g, {"this": record})
-    charts[0]["spec"]["layer"][0]["encoding"]["y"]["scale"]["domain"] = log_domain(
-        [v for f in ("sv_X", "sv_attn", "sv_Z") for v in record[f]])
-    charts[1]["spec"]["layer"][0]["encoding"]["y"]["scale"]["domain"] = log_domain(
-        list(record["loss0"]) + list(record["loss"]) + [record["floor"]])
-    rec = with_labels(charts, record)
-    fig, (ax1, ax2) = figure(1, 2, width=FIGURE_WIDTH_IN, height=3.1)
-    draw_chart(ax1, charts[0], rec)
-    draw_chart(ax2, charts[1], rec)
-    if values:
-        fig.suptitle(f"β = {value_text(values['beta'])}, d_QK = {values['d_qk']} (scale 1/d_QK), "
-                     f"n = {values['n']}", fontsize=11)
-    return fig
+class Explorer:
+    """A live explorer (``web/explorer.js`` draws it from :meth:`payload`).
+
+    ``family``, ``seeds`` and ``d_qks``: the bank; ``start``: the first setting (``beta``, ``mu``,
+    ``d_qk``, ``seed``, ``scale``); ``beta_range`` and ``mu_range``: the sliders' ends (``mu`` on a
+    log scale); ``horizon``: the steps of a run (the step axis is logarithmic); ``charts``: some of
+    ``"loss"`` (both runs and the rank-one floor), ``"envelope"`` (the theorem's envelope
+    ``Phi_0 (1 - mu alpha)^t`` of the chosen run), ``"sigma"`` (``sigma_min(Z_t)`` of both runs),
+    ``"escape"`` (the escape step of ``beta = 0`` against ``d_QK``), ``"ratio"`` (``Phi_{t+1} /
+    Phi_t`` against ``1 - mu alpha``); ``presets``: ``[{"id", "label", "look", "values"}]`` (buttons;
+    ``look`` says what the curves show there); ``mu_hat``: per seed a reference step (the theorem
+    chapter's ``1/(2 L_hat)``), shown in the readout.
+    """
+
+    def __init__(self, name: str, title: str, family: str, *, seeds: Sequence[int], d_qks: Sequence[int],
+                 start: Mapping, beta_range=(0.0, 2.0), mu_range=(1e-3, 2e-2), horizon: int = 5000,
+                 charts: Sequence[str] = ("loss", "sigma", "escape"), presets: Sequence[Mapping] = (),
+                 alt: str = "", mu_hat: Mapping | None = None):
+        self.name, self.title, self.family, self.alt = name, title, family, alt
+        self.seeds, self.d_qks, self.horizon, self.charts = list(seeds), list(d_qks), horizon, list(charts)
+        self.beta_range, self.mu_range, self.mu_hat = list(beta_range), list(mu_range), mu_hat
+        self.start = dict(start)
+        self.presets = [dict(p) for p in presets]
+        for setting in [self.start, *(p["values"] for p in self.presets)]:
+            self._check(setting)
+
+    def _check(self, v: Mapping) -> None:
+        if set(v) != {"beta", "mu", "d_qk", "seed", "scale"}:
+            raise ValueError(f"a setting needs beta, mu, d_qk, seed and scale, got {sorted(v)}.")
+        if not (self.beta_range[0] <= v["beta"] <= self.beta_range[1]
+                and self.mu_range[0] <= v["mu"] <= self.mu_range[1]):
+            raise ValueError(f"{dict(v)}: beta or mu outside the sliders {self.beta_range}, {self.mu_range}.")
+        if v["d_qk"] not in self.d_qks or v["seed"] not in self.seeds or v["scale"] not in SCALES[:2]:
+            raise ValueError(f"{dict(v)}: d_qk, seed or scale not offered ({self.d_qks}, {self.seeds}).")
+
+    def preset(self, preset_id: str) -> dict:
+        for p in self.presets:
+            if p["id"] == preset_id:
+                return p
+        raise ValueError(f"explorer {self.name!r} has no preset {preset_id!r}; it has "
+                         f"{[p['id'] for p in self.presets]}.")
+
+    def link(self, preset_id: str, text: str | None = None) -> PresetLink:
+        """A link for the prose (glue it): it sets the explorer to the preset ``preset_id``."""
+        p = self.preset(preset_id)
+        return PresetLink(f"cx-{self.name}", preset_id, p["label"] if text is None else text)
+
+    def payload(self) -> dict:
+        """What the page embeds (JSON): the settings, the presets and the bank."""
+        return {"name": self.name, "title": self.title, "start": self.start, "presets": self.presets,
+                "beta": self.beta_range, "mu": self.mu_range, "d_qks": self.d_qks, "seeds": self.seeds,
+                "scales": list(SCALES[:2]), "horizon": self.horizon, "charts": self.charts,
+                "escape": ESCAPE, "rtol": RTOL, "blowup": BLOWUP, "mu_hat": self.mu_hat,
+                "bank": bank(self.family, self.seeds, self.d_qks)}
+
+    def html(self) -> str:
+        data = json.dumps(self.payload(), separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+        sizes = FAMILIES[self.family]
+        note = (f"Computed in your browser: gradient descent on the model of the book "
+                f"({sizes['activation']}, N = {sizes['N']} sequences of n = {sizes['n']} tokens, "
+                f"d = {sizes['d']}, m = {sizes['m']}), "
+                f"from the initial weights convres draws for seeds {', '.join(map(str, self.seeds))}"
+                + (f" and d<sub>QK</sub> = {', '.join(map(str, self.d_qks))}" if len(self.d_qks) > 1 else "")
+                + f" ({len(data) // 1000} kB).")
+        return (f'<div class="convres-explorer mathjax_ignore" id="cx-{self.name}" role="figure" '
+                f'aria-label="{html.escape(self.title)}">\n<p class="cx-note">{note}</p>\n'
+                f'<p class="cx-fallback">{html.escape(self.alt)} This interactive figure needs the '
+                "JavaScript of the book's web site.</p>\n"
+                f'<script type="application/json" class="cx-data">{data}</script>\n</div>')
+
+    def png(self) -> bytes:
+        """The static figure of the starting setting: the loss of both runs and, with the chart
+        ``"escape"``, the escape step against ``d_QK``."""
+        v = self.start
+        runs = {b: run(self.family, v["seed"], v["d_qk"], b, v["mu"], scale=v["scale"],
+                       steps=self.horizon) for b in dict.fromkeys([0.0, v["beta"]])}
+        panels = 2 if "escape" in self.charts else 1
+        fig, axes = figure(panels, 1, width=6.0 / panels, height=3.0)
+        ax = axes[0] if panels == 2 else axes
+        for (b, r), style, color in zip(runs.items(), ("-", "--"), ("#D55E00", "#0072B2")):
+            ax.loglog(np.arange(1, len(r["loss"]) + 1), r["loss"], style, color=color, label=f"β = {b:g}")
+        ax.axhline(runs[0.0]["floor"], color="0.3", ls=":", label="rank-one floor")
+        ax.set(xlabel="step t + 1", ylabel="loss Φ(θₜ)")
+        ax.legend(frameon=False, fontsize=8)
+        if panels == 2:
+            esc = [(q, r["escape"]) for q in self.d_qks
+                   for r in [run(self.family, v["seed"], q, 0.0, v["mu"], scale=v["scale"],
+                                 steps=self.horizon, stop_at_escape=True)] if r["escape"]]
+            if esc:
+                axes[1].loglog(*zip(*esc), "o-", color="#D55E00", label="β = 0")
+            axes[1].set_xscale("log")
+            axes[1].axvline(v["d_qk"], color="0.5", ls=":")
+            axes[1].set(xlabel="d_QK", ylabel="escape step")
+        scale = {"1/d_qk": "1/d_QK", "1/sqrt(d_qk)": "1/√d_QK"}[v["scale"]]
+        fig.suptitle(f"β = {v['beta']:g}, μ = {v['mu']:.3g}, d_QK = {v['d_qk']}, scale {scale}, "
+                     f"seed {v['seed']}", fontsize=10)
+        return figure_png(fig, dpi=200)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/html": self.html(), "image/png": base64.b64encode(self.png()).decode("ascii"),
+                "text/plain": f"{self.title} (interactive on the book's web site). {self.alt}"}
 
 
-def rank_collapse_live(beta: float = 1.0, d_qk: int = 1024, n: int = 4, grid: Mapping | None = None):
-    """The rank-collapse explorer for a live kernel: sliders for any ``beta`` in [0, 2], ``d_qk`` a
-    power of two up to 16384 and ``n`` from 2 to the grid's ``d``; every change recomputes the
-    position with convres (:func:`rank_collapse_position`, about a second with the gradient
-    descent) and redraws the static frame."""
-    import ipywidgets as w
-    g = merge_grid(grid or {}, RANK_COLLAPSE_GRID, GRID_LISTS["explorer_rank_collapse"])
-    d_qks = [2 ** k for k in range(15)]
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 <= beta <= 2:
-        raise ValueError(f"beta must be a number in [0, 2], got {beta!r}.")
-    if d_qk not in d_qks:
-        raise ValueError(f"d_qk must be a power of two from 1 to 16384, got {d_qk!r}.")
-    if isinstance(n, bool) or not isinstance(n, int) or not 2 <= n <= g["d"]:
-        raise ValueError(f"n must be an integer in [2, d={g['d']}], got {n!r}.")
-    style = {"description_width": "initial"}
-    s_beta = w.FloatSlider(value=beta, min=0, max=2, step=0.01, description="β", style=style,
-                           continuous_update=False)
-    s_dqk = w.SelectionSlider(options=d_qks, value=d_qk, description="d_QK", style=style,
-                              continuous_update=False)
-    s_n = w.IntSlider(value=n, min=2, max=g["d"], description="tokens n", style=style,
-                      continuous_update=False)
-    return _live_explorer({"beta": s_beta, "d_qk": s_dqk, "n": s_n}, g,
-                          rank_collapse_position, rank_collapse_figure)
+def _preset(preset_id: str, label: str, look: str, **values) -> dict:
+    if not re.fullmatch(r"[a-z0-9-]+", preset_id):
+        raise ValueError(f"a preset id is lower-case letters, digits and '-', got {preset_id!r}.")
+    return {"id": preset_id, "label": label, "look": look, "values": values}
 
 
-def _live_explorer(sliders: Mapping, g: Mapping, position, figure):
-    """A kernel explorer: ``sliders`` (name -> ipywidget, in the order of ``position``'s arguments)
-    above a readout and the static frame ``figure(position(*values, g), g, values)``, redrawn on every
-    change."""
-    import ipywidgets as w
-    image = w.Image(format="png", layout=w.Layout(width="100%", max_width=f"{DISPLAY_WIDTH_PX}px"))
-    readout = w.HTML()
-
-    def refresh(_change=None):
-        values = {k: ctrl.value for k, ctrl in sliders.items()}
-        rec = rounded(position(*values.values(), g))
-        image.value = explorer_png(figure(rec, g, values))
-        readout.value = "<br>".join(html.escape(t) for t in readout_text(rec["readout"]))
-
-    for ctrl in sliders.values():
-        ctrl.observe(refresh, names="value")
-    refresh()
-    return w.VBox([*sliders.values(), readout, image])
+_DQK, _S = "d<sub>QK</sub>", {"1/d_qk": "1/d<sub>QK</sub>", "1/sqrt(d_qk)": "1/√d<sub>QK</sub>"}
 
 
-def convergence_data(grid: Mapping | None = None, *, refresh: bool = False) -> dict:
-    """``{"grid": the full grid, "positions": {"i,j,k": record}}`` of the convergence explorer,
-    ``i, j, k`` the indices of ``beta, mu, d_qk`` in the grid: the experiment
-    ``explorer_convergence`` (cached). ``grid`` overrides entries of :data:`CONVERGENCE_GRID`."""
-    return _grid_data("explorer_convergence", CONVERGENCE_GRID, grid, refresh)
+def _setting(beta, d_qk, *, mu=0.002, seed=0, scale="1/d_qk") -> dict:
+    return dict(beta=beta, mu=mu, d_qk=d_qk, seed=seed, scale=scale)
 
 
-def _cv_charts(g: dict, positions: Mapping) -> list:
-    recs = list(positions.values())
-    loss = [
-        series_spec("loss", "loss", "index0", COLORS["blue"], [1, 0], "circle", every=25),
-        series_spec("envelope", "envelope", "env_steps", COLORS["orange"], [6, 3], "triangle-up", every=10),
-        series_spec("tol", "tol", None, COLORS["black"], [2, 3], "cross", const_x=[0, g["steps"]]),
-    ]
-    sv = [
-        series_spec("Z", "smin_Z", "rec", COLORS["blue"], [1, 0], "circle", every=5),
-        series_spec("H", "smin_H", "rec", COLORS["green"], [6, 3], "square", every=5),
-    ]
-    losses = [v for r in recs for v in r["loss"]] + [v for r in recs if r["envelope"] for v in r["envelope"]]
-    losses += [g["tol"]]
-    svs = [v for r in recs for f in ("smin_Z", "smin_H") for v in r[f]]
-    sv_domain = log_domain(svs)
-    sv_floor = SIGMA_FLOOR if min(svs) < SIGMA_FLOOR else None   # zeros of a dead ReLU layer
-    if sv_floor is not None:
-        sv_domain[0] = max(sv_domain[0], sv_floor)
-    sv_title = "smallest singular value (log scale" + (f", ≥ {decade_text(sv_floor)})" if sv_floor else ")")
-    labels_note = {"envelope": "theorem's envelope Φ₀(1 − μα)ᵗ", "tol": "float64 floor (the run stops)",
-                   "Z": "smallest singular value of Zₜ (attention output)",
-                   "H": "smallest singular value of Hₜ (last hidden matrix)"}
-    for s in loss + sv:
-        s["label"] = labels_note.get(s["key"])
-    return [
-        {"name": "loss", "series": loss, "x_name": "t", "spec": vega_chart(
-            description="Loss of gradient descent and the theorem's envelope, log scale.",
-            x_title="gradient-descent step t", y_title="loss Φ(θₜ) (log scale)", x_domain=[0, g["steps"]],
-            y_domain=log_domain(losses), series=loss, height=230)},
-        {"name": "sigma", "series": sv, "floor": sv_floor, "x_name": "t", "spec": vega_chart(
-            description="Smallest singular values of Z_t and H_t along the run, log scale.",
-            x_title="gradient-descent step t", y_title=sv_title,
-            x_domain=[0, g["steps"]], y_domain=sv_domain, series=sv, height=180)},
-    ]
+def rank_collapse_explorer() -> Explorer:
+    """The explorer of the chapter *Rank collapse under gradient descent*: the figure's instance
+    (:func:`convres.instances.collapse_instance`, ReLU), ``beta = 0`` beside the chosen ``beta``,
+    ``sigma_min(Z_t)`` and the escape step against ``d_QK``."""
+    return Explorer(
+        "rank-collapse", "Rank-collapse explorer", "collapse", seeds=[0, 1, 2],
+        d_qks=[4, 16, 64, 256, 1024, 4096], start=_setting(1.0, 1024),
+        alt=("Three panels: the loss of gradient descent without residual and with the chosen beta "
+             "against the step (log scales) with the rank-one floor; the smallest singular value of "
+             "the attention output Z_t; the escape step of the run without residual against d_QK."),
+        presets=[
+            _preset("figure", f"the figure: β = 1, {_DQK} = 1024", "The two runs of the figure: without "
+                    "residual (orange) the loss sits on the rank-one floor for hundreds of steps, then "
+                    "leaves it; with β = 1 (blue) it falls at once.", **_setting(1.0, 1024)),
+            _preset("wide", f"wide attention: β = 0, {_DQK} = 16", "No residual, but the attention starts "
+                    "far from uniform: the plateau is short.", **_setting(0.0, 16)),
+            _preset("scale", f"the usual scale 1/√{_DQK}", "No residual at the usual attention scale: "
+                    "the plateau is short at every d<sub>QK</sub> (lowest panel).",
+                    **_setting(0.0, 1024, scale="1/sqrt(d_qk)")),
+            _preset("small", "a small residual: β = 0.01", "A residual a hundred times weaker than the "
+                    "figure's: σ<sub>min</sub>(Z) starts far above the run without residual, yet the "
+                    "loss sits on the floor as long.", **_setting(0.01, 1024)),
+            _preset("diverge", "too strong for the step: β = 2", "With β = 2 the step μ = 0.002 is "
+                    "too large: the blue run diverges and stops.", **_setting(2.0, 1024)),
+        ])
 
 
+def convergence_explorer() -> Explorer:
+    """The explorer of the chapter *Explore convergence*: the instances of the chapter
+    *Simulations* (GELU), the theorem's envelope ``Phi_0 (1 - mu alpha)^t`` beside the run,
+    ``sigma_min(Z_t)`` and the escape step against ``d_QK``."""
+    return Explorer(
+        "convergence", "Convergence explorer", "simulations", seeds=[0, 1, 2],
+        d_qks=[4, 16, 64, 256, 1024, 4096], start=_setting(1.0, 256),
+        charts=("loss", "envelope", "sigma", "escape"),
+        alt=("Three panels: the loss of gradient descent without residual and with the chosen beta "
+             "against the step (log scales), with the theorem's envelope of the chosen run and the "
+             "rank-one floor; the smallest singular value of Z_t; the escape step without residual "
+             "against d_QK."),
+        presets=[
+            _preset("linear", f"linear convergence: β = 1, {_DQK} = 256", "With the residual the loss "
+                    "falls at every step, down to float64 rounding within a few hundred steps, far below "
+                    "the theorem's envelope (dotted).", **_setting(1.0, 256)),
+            _preset("plateau", f"the plateau: β = 0, {_DQK} = 1024", "No residual and nearly uniform "
+                    "attention: α is tiny, the envelope flat, and the loss sits on the floor for "
+                    "hundreds of steps before it leaves it.", **_setting(0.0, 1024)),
+            _preset("scale", f"the usual scale 1/√{_DQK}", "The same without residual at the usual scale: "
+                    "no long plateau, at any d<sub>QK</sub>.", **_setting(0.0, 1024, scale="1/sqrt(d_qk)")),
+            _preset("small", f"a weak residual: β = 0.03, {_DQK} = 1024", "The plateau's setting with "
+                    "a weak residual: a shorter plateau, and an envelope that is still flat.",
+                    **_setting(0.03, 1024)),
+            _preset("diverge", "too large a step: μ = 0.02", "With β = 1 the step μ = 0.02 is too "
+                    "large: the run diverges.", **_setting(1.0, 256, mu=0.02)),
+        ])
 
 
-def convergence_explorer(grid: Mapping | None = None, *, start: Mapping | None = None,
-                         presets: list | None = None) -> Explorer:
-    """The convergence explorer of the book (chapter *Explore convergence*): sliders for ``beta``,
-    the step ``mu`` and ``d_qk`` (scale ``1/d_qk``) over the grid (default
-    :data:`CONVERGENCE_GRID`), the loss with the theorem's envelope ``Phi_0 (1 - mu alpha)^t``,
-    the smallest singular values of ``Z_t`` and ``H_t`` along the run, and the overview over
-    ``beta`` and ``d_qk`` (the last loss over the first). ``presets``: the named settings
-    (default: those of :data:`PRESETS` on the grid)."""
-    data = convergence_data(grid)
-    g = data["grid"]
-    s = {**START["convergence"], **(start or {})}
-    controls = [
-        make_control("beta", "β", "residual coefficient", g["betas"], s["beta"]),
-        make_control("mu", "μ", "step size", g["mus"], s["mu"]),
-        make_control("d_qk", "d<sub>QK</sub>", "query/key width (scale 1/d<sub>QK</sub>)", g["d_qks"],
-                     s["d_qk"]),
-    ]
-    charts = _cv_charts(g, data["positions"])
-    add_static_labels(charts, data["positions"])
-    overview = _overview(controls, data["positions"], 0, 2, description=(
-        "Overview: for every beta and d_QK at the current step size, the loss after the run over "
-        "the loss at the start; the current position outlined."),
-        color_title="last loss ÷ first loss (grey: diverged)")
-    size = len(g["betas"]) * len(g["mus"]) * len(g["d_qks"])
-    note = (f"Precomputed with convres when the book was built: {len(g['betas'])} values of β × "
-            f"{len(g['mus'])} of μ × {len(g['d_qks'])} of d<sub>QK</sub> = {size} runs of up to "
-            f"{g['steps']} gradient-descent steps each.")
-    alt = ("Two stacked panels against the gradient-descent step: the loss on a log scale with the "
-           "theorem's envelope, and the smallest singular values of Z_t and H_t.")
-    return Explorer("convergence", "Convergence explorer", controls, charts, data["positions"],
-                    lambda rec, values: convergence_figure(rec, g, values), note, alt, g,
-                    presets=_presets("convergence", controls, presets), overview=overview)
-
-
-def convergence_figure(record: Mapping, grid: Mapping | None = None, values: Mapping | None = None):
-    """The static frame of one convergence position: the loss and the envelope above, the
-    smallest singular values below."""
-    g = merge_grid(grid or {}, CONVERGENCE_GRID, GRID_LISTS["explorer_convergence"])
-    charts = _cv_charts(g, {"this": record})
-    rec = with_labels(charts, record)
-    fig, (ax1, ax2) = figure(1, 2, width=FIGURE_WIDTH_IN, height=3.1)
-    draw_chart(ax1, charts[0], rec)
-    draw_chart(ax2, charts[1], rec)
-    if values:
-        fig.suptitle(f"β = {value_text(values['beta'])}, μ = {value_text(values['mu'])}, "
-                     f"d_QK = {values['d_qk']} (scale 1/d_QK)", fontsize=11)
-    return fig
-
-
-def convergence_live(beta: float = 1.0, mu: float = 0.002, d_qk: int = 32, grid: Mapping | None = None):
-    """The convergence explorer for a live kernel: sliders for any ``beta`` in [0, 2], ``mu`` from
-    1e-4 to 0.1 (log scale) and ``d_qk`` a power of two up to 4096; every change reruns gradient
-    descent with convres (:func:`convergence_position`) and redraws the static frame."""
-    import ipywidgets as w
-    g = merge_grid(grid or {}, CONVERGENCE_GRID, GRID_LISTS["explorer_convergence"])
-    d_qks = [2 ** k for k in range(13)]
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 <= beta <= 2:
-        raise ValueError(f"beta must be a number in [0, 2], got {beta!r}.")
-    if isinstance(mu, bool) or not isinstance(mu, (int, float)) or not 1e-4 <= mu <= 0.1:
-        raise ValueError(f"mu must be a number in [1e-4, 0.1], got {mu!r}.")
-    if d_qk not in d_qks:
-        raise ValueError(f"d_qk must be a power of two from 1 to 4096, got {d_qk!r}.")
-    style = {"description_width": "initial"}
-    s_beta = w.FloatSlider(value=beta, min=0, max=2, step=0.05, description="β", style=style,
-                           continuous_update=False)
-    s_mu = w.FloatLogSlider(value=mu, base=10, min=-4, max=-1, step=0.1, description="μ", style=style,
-                            continuous_update=False, readout_format=".2g")
-    s_dqk = w.SelectionSlider(options=d_qks, value=d_qk, description="d_QK", style=style,
-                              continuous_update=False)
-    return _live_explorer({"beta": s_beta, "mu": s_mu, "d_qk": s_dqk}, g,
-                          convergence_position, convergence_figure)
+def theorem_explorer(seeds: Sequence[int] = (0, 1, 2)) -> Explorer:
+    """The theorem's envelope beside a live run, on :func:`convres.instances.theorem_instance`
+    (``N = 2``, ``n = 4``, ``d = d_QK = 16``, GELU, scale ``1/sqrt(d_QK)``): the loss and
+    ``Phi_0 (1 - mu alpha)^t``, and ``Phi_{t+1}/Phi_t`` against ``1 - mu alpha``; ``mu`` starts at
+    the chapter's ``1/(2 L_hat)`` of seed 0 (:func:`convres.lemmas.mu_max`, ``beta = 1``)."""
+    hat = {}
+    for s in seeds:
+        p, X, Y, cfg = instance("theorem", s, 16, beta=1.0, scale="1/sqrt(d_qk)")
+        hat[str(s)] = mu_max(p, X, Y, cfg, seed=s)
+    start = _setting(1.0, 16, mu=hat["0"], seed=seeds[0], scale="1/sqrt(d_qk)")
+    lo = 10 ** math.floor(math.log10(min(hat.values()) / 10))
+    hi = 10 ** math.ceil(math.log10(max(hat.values()) * 20))
+    return Explorer(
+        "theorem", "The theorem's envelope, live", "theorem", seeds=seeds, d_qks=[16], start=start,
+        mu_range=(lo, hi), horizon=300, charts=("envelope", "ratio"), mu_hat=hat,
+        alt=("Two panels against the step: the loss and the theorem's envelope (1 - mu alpha)^t Phi_0 "
+             "on a log scale; the ratio of consecutive losses against 1 - mu alpha."),
+        presets=[
+            _preset("chapter", "the chapter's step μ̂ = 1/(2L̂)", "The loss stays under the envelope "
+                    "at every step, and far below it.", **start),
+            _preset("large", "a step 20 times larger", "Far above the chapter's step: the loss rises "
+                    "at the first step, above 1 − μα (red) and above the envelope, and then converges.",
+                    **{**start, "mu": 20 * hat["0"]}),
+            _preset("no-residual", "no residual: β = 0", "Without the residual α is tiny: the envelope "
+                    "is nearly flat and guarantees little, while the loss still falls.",
+                    **{**start, "beta": 0.0}),
+        ])

@@ -94,6 +94,8 @@ def check_device(device) -> torch.device:
             raise ValueError(f"device {device!r}: Apple's MPS backend is not available here; use 'cpu'.")
     elif dev.type != "cpu":
         raise ValueError(f"device {device!r} is not supported by convres; use 'cpu' or 'cuda'.")
+    elif dev.index is not None:  # torch accepts 'cpu:1' and runs on the one CPU device
+        raise ValueError(f"device {device!r}: the CPU has no numbered devices; use 'cpu'.")
     return dev
 
 

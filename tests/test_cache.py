@@ -1,225 +1,210 @@
-"""The on-disk cache, atomic writes and the directory settings."""
+"""The results cache and the JSON writer: strict JSON, the key, entries read back only when sound,
+concurrent writers, and the cache folder setting (each policy held by a property over its family)."""
 
-import errno
 import json
+import math
 import os
-import stat
+import subprocess
+import sys
+import threading
+import time
 import warnings
 
+import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from convres import cache, files, paths
+from convres import cache
 
+PROPS = settings(derandomize=True, deadline=None, database=None,
+                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
-def test_atomic_write_replaces_whole_file_and_leaves_no_temporary(tmp_path):
-    path = tmp_path / "sub" / "out.json"
-    cache.atomic_write_text(path, "first")
-    cache.atomic_write_text(path, "second")
-    assert path.read_text() == "second"
-    assert os.listdir(path.parent) == ["out.json"]
-
-
-def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
-    path = tmp_path / "out.txt"
-    cache.atomic_write_text(path, "old")
-
-    def broken_replace(src, dst):
-        raise OSError("disk full")
-    monkeypatch.setattr(cache.os, "replace", broken_replace)
-    with pytest.raises(OSError, match="disk full"):
-        cache.atomic_write_text(path, "new")
-    assert path.read_text() == "old"
-    assert os.listdir(tmp_path) == ["out.txt"]
+floats = st.floats(allow_nan=True, allow_infinity=True)
+leaves = st.one_of(st.none(), st.booleans(), st.integers(-2**60, 2**60), floats, st.text(max_size=5),
+                   floats.map(np.float64), st.integers(-9, 9).map(np.int64), st.booleans().map(np.bool_))
+trees = st.recursive(leaves, lambda kids: st.one_of(st.lists(kids, max_size=4),
+                                                    st.dictionaries(st.text(max_size=3), kids, max_size=4)),
+                     max_leaves=20)
 
 
-def test_cached_json_computes_once_per_configuration(tmp_path):
+def finite_or_none(x):
+    if isinstance(x, dict):
+        return {k: finite_or_none(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [finite_or_none(v) for v in x]
+    x = x.item() if hasattr(x, "item") else x
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+@settings(PROPS, max_examples=300)
+@given(tree=trees)
+def test_every_document_is_strict_json_and_non_finite_numbers_are_null(tree):
+    text = cache.dumps(tree)
+    assert cache.loads(text, "it") == finite_or_none(tree)
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in {text}"))
+
+
+@pytest.mark.parametrize("text", ["NaN", "[Infinity]", '{"a": -Infinity}', "{", "\xff"])
+def test_what_is_not_strict_json_is_refused_naming_the_source(text):
+    with pytest.raises(ValueError, match="the-file is not valid JSON"):
+        cache.loads(text.encode("latin-1"), "the-file")
+
+
+def test_one_computation_per_configuration_version_source_and_a_refresh(tmp_path, monkeypatch):
     calls = []
 
     def compute():
         calls.append(1)
-        return {"value": len(calls)}
-    a = cache.cached_json("exp", {"beta": 1.0}, compute, directory=tmp_path)
-    b = cache.cached_json("exp", {"beta": 1.0}, compute, directory=tmp_path)
-    c = cache.cached_json("exp", {"beta": 0.5}, compute, directory=tmp_path)
-    assert a == b == {"value": 1} and c == {"value": 2} and len(calls) == 2
-    assert cache.cached_json("exp", {"beta": 1.0}, compute, directory=tmp_path, refresh=True) == {"value": 3}
-
-
-def test_corrupt_cache_file_is_recomputed(tmp_path):
-    cache.cached_json("exp", {"x": 1}, lambda: 1, directory=tmp_path)
-    (path,) = tmp_path.glob("exp-*.json")
-    path.write_text("{not json")
-    with pytest.warns(cache.CacheWarning, match="not valid JSON"):
-        assert cache.cached_json("exp", {"x": 1}, lambda: 2, directory=tmp_path) == 2
-    assert json.loads(path.read_text())["result"] == 2
-
-
-def test_key_depends_on_configuration_version_and_source(monkeypatch):
-    key = cache.cache_key({"a": 1})
-    assert key == cache.cache_key({"a": 1}) != cache.cache_key({"a": 2})
+        return {"n": len(calls)}
+    assert cache.cached_json("e", {"b": 1}, compute, directory=tmp_path) == {"n": 1}
+    assert cache.cached_json("e", {"b": 1}, compute, directory=tmp_path) == {"n": 1}
+    assert cache.cached_json("e", {"b": 2}, compute, directory=tmp_path) == {"n": 2}
+    assert cache.cached_json("e", {"b": 1}, compute, directory=tmp_path, refresh=True) == {"n": 3}
     monkeypatch.setattr(cache, "__version__", "0.0.0-other")
-    assert cache.cache_key({"a": 1}) != key
-    monkeypatch.undo()
-    monkeypatch.setattr(cache, "source_fingerprint", lambda: "edited-code")
-    assert cache.cache_key({"a": 1}) != key
+    assert cache.cached_json("e", {"b": 1}, compute, directory=tmp_path) == {"n": 4}
+    monkeypatch.setattr(cache, "source_fingerprint", lambda: "edited")
+    assert cache.cached_json("e", {"b": 1}, compute, directory=tmp_path) == {"n": 5}
 
 
-def test_directory_settings(tmp_path, monkeypatch):
-    monkeypatch.setenv(paths.DATA_ENV, str(tmp_path / "data"))
-    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "cache"))
-    assert paths.data_dir() == tmp_path / "data"
-    assert paths.cache_dir() == tmp_path / "cache"
-    assert paths.data_dir(tmp_path / "explicit") == tmp_path / "explicit"
-    monkeypatch.delenv(paths.DATA_ENV)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert paths.data_dir() == tmp_path / "xdg" / "convres" / "data"
+def test_a_computed_result_reads_as_a_stored_one(tmp_path):
+    first = cache.cached_json("e", {}, lambda: {"x": float("inf"), "y": np.float32(0.5)}, directory=tmp_path)
+    again = cache.cached_json("e", {}, lambda: pytest.fail("recomputed"), directory=tmp_path)
+    assert first == again == {"x": None, "y": 0.5}
 
 
-# --- review rows 87-98: an unusable cache costs no result; a wrong entry is recomputed -------------
+def test_an_experiment_key_holds_the_data_files_and_the_device_as_asked(tmp_path, monkeypatch):
+    import dataclasses
 
-def _compute_counter(value):
+    from convres.experiments import EXPERIMENTS, run_experiment
+
     calls = []
 
-    def compute():
+    def runner(s, **kwargs):
         calls.append(1)
-        return value
-    return compute, calls
+        return {"n": len(calls)}
+    record = dataclasses.replace(EXPERIMENTS["rank_collapse_gd"], run=runner)
+    monkeypatch.setitem(EXPERIMENTS, "rank_collapse_gd", record)
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    data = tmp_path / "data"
+    (data / "sst2").mkdir(parents=True)
+    (data / "sst2" / "train.parquet").write_bytes(b"one")
+    run = lambda: run_experiment("rank_collapse_gd", "smoke", data_dir=data).data["n"]  # noqa: E731
+    assert run() == run() == 1
+    (data / "sst2" / "train.parquet").write_bytes(b"two")
+    assert run() == 2
+    assert run_experiment("rank_collapse_gd", "smoke", data_dir=tmp_path / "no-such-folder").data["n"] == 3
+    with pytest.raises(ValueError, match="cpu:1"):
+        run_experiment("rank_collapse_gd", "smoke", device="cpu:1")
 
 
-def test_cache_dir_that_is_a_file_is_found_before_computing_and_the_result_is_kept(tmp_path, monkeypatch):
-    """Review row 94: CONVRES_CACHE_DIR is a regular file."""
-    blocker = tmp_path / "not_a_dir"
-    blocker.write_text("x")
-    monkeypatch.setenv(paths.CACHE_ENV, str(blocker))
-    seen_at_compute = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-
-        def compute():
-            seen_at_compute.append(len(caught))
-            return {"runs": [1, 2]}
-        assert cache.cached_json("exp", {"x": 1}, compute) == {"runs": [1, 2]}
-        assert cache.cached_json("exp", {"x": 1}, compute) == {"runs": [1, 2]}
-    assert seen_at_compute == [1, 1]  # warned before the first computation, and only once
-    (w,) = caught
-    assert issubclass(w.category, cache.CacheWarning)
-    assert str(blocker) in str(w.message) and "CONVRES_CACHE_DIR" in str(w.message)
-    assert blocker.read_text() == "x"
+ENTRY_EDITS = {
+    "garbage": lambda p: p.write_bytes(b"\x00garbage"),
+    "truncated": lambda p: p.write_bytes(p.read_bytes()[:10]),
+    "deep": lambda p: p.write_bytes(b"[" * 100_000),
+    "empty": lambda p: p.write_bytes(b""),
+    "nan": lambda p: p.write_text(p.read_text().replace('"v":1', '"v":NaN')),
+    "result edited": lambda p: p.write_text(p.read_text().replace('"v":1', '"v":2')),
+    "other config": lambda p: p.write_text(p.read_text().replace('"a":1', '"a":9')),
+    "no sha": lambda p: p.write_text(p.read_text().replace('"sha256"', '"sha255"')),
+    "a list": lambda p: p.write_text("[1, 2]"),
+    "fifo": lambda p: (p.unlink(), os.mkfifo(p)),
+    "link": lambda p: (p.unlink(), p.symlink_to("/etc/hostname")),
+    "dangling link": lambda p: (p.unlink(), p.symlink_to(p.with_name("nowhere"))),
+}
 
 
-def test_read_only_cache_dir_still_returns_the_result(tmp_path, monkeypatch):
-    """Review row 95: a read-only cache folder (simulated: root ignores permission bits)."""
-    def read_only(*args, **kwargs):
-        raise OSError(errno.EROFS, "Read-only file system")
-    monkeypatch.setattr(cache.tempfile, "mkstemp", read_only)
-    compute, calls = _compute_counter([3.0])
-    with pytest.warns(cache.CacheWarning, match="Read-only file system.*CONVRES_CACHE_DIR"):
-        assert cache.cached_json("exp", {"x": 1}, compute, directory=tmp_path / "ro") == [3.0]
-    assert calls == [1] and list((tmp_path / "ro").iterdir()) == []
+@settings(PROPS, max_examples=60)
+@given(edits=st.lists(st.sampled_from(sorted(ENTRY_EDITS)), min_size=1, max_size=2))
+def test_an_entry_is_served_only_as_written(edits, tmp_path_factory):
+    """Whatever happened to an entry, the result served is the computed one, and the entry is sound
+    afterwards (a link is replaced, never written through)."""
+    folder = tmp_path_factory.mktemp("cache")
+    cache.cached_json("e", {"a": 1}, lambda: {"v": 1}, directory=folder)
+    (path,) = folder.iterdir()
+    for edit in edits:
+        if path.is_file() and not path.is_symlink():
+            ENTRY_EDITS[edit](path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cache.CacheWarning)
+        assert cache.cached_json("e", {"a": 1}, lambda: {"v": 1}, directory=folder) == {"v": 1}
+    assert cache.cached_json("e", {"a": 1}, lambda: pytest.fail("recomputed"), directory=folder) == {"v": 1}
+    assert path.is_file() and not path.is_symlink() and [p.name for p in folder.iterdir()] == [path.name]
 
 
-def test_failed_write_after_computing_warns_and_returns_the_result(tmp_path, monkeypatch):
-    compute, calls = _compute_counter({"v": 1})
-    real_replace = os.replace
+@settings(PROPS, max_examples=25)
+@given(delays=st.lists(st.floats(0, 0.05), min_size=2, max_size=4))
+def test_writers_on_one_key_in_any_interleaving_end_with_one_sound_entry(delays, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("race")
+    got = []
 
-    def full_disk(src, dst):
-        if str(dst).endswith(".json"):
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_replace(src, dst)
-    monkeypatch.setattr(cache.os, "replace", full_disk)
-    with pytest.warns(cache.CacheWarning, match="No space left on device.*CONVRES_CACHE_DIR"):
-        assert cache.cached_json("exp", {"x": 1}, compute, directory=tmp_path) == {"v": 1}
-    assert calls == [1] and os.listdir(tmp_path) == []
-
-
-def test_entry_path_that_is_a_directory_costs_no_result(tmp_path):
-    """Review row 92: the entry's path is a directory."""
-    (tmp_path / f"exp-{cache.cache_key({'x': 1})}.json").mkdir()
-    with pytest.warns(cache.CacheWarning, match="is a directory"):
-        assert cache.cached_json("exp", {"x": 1}, lambda: 7, directory=tmp_path) == 7
+    def writer(delay):
+        got.append(cache.cached_json("e", {"a": 1}, lambda: time.sleep(delay) or {"v": list(range(1000))},
+                                     directory=folder))
+    threads = [threading.Thread(target=writer, args=(d,)) for d in delays]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(g == {"v": list(range(1000))} for g in got) and len(got) == len(delays)
+    (entry,) = folder.iterdir()
+    assert cache.loads(entry.read_bytes(), "entry")["result"] == {"v": list(range(1000))}
 
 
-def _entry(tmp_path, result):
-    """A well-formed entry for config {"x": 1} holding ``result``, as if written by an older run."""
-    cache.cached_json("exp", {"x": 1}, lambda: {"runs": []}, directory=tmp_path)
-    (path,) = tmp_path.glob("exp-*.json")
-    stored = json.loads(path.read_text())
-    stored["result"] = result
-    path.write_text(json.dumps(stored))
-    return path
+def test_processes_on_one_key_end_with_one_sound_entry(tmp_path):
+    code = ("import time, sys; from convres.cache import cached_json; "
+            "cached_json('e', {'a': 1}, lambda: time.sleep(1) or list(range(10**5)), directory=sys.argv[1])")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)]) for _ in range(3)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    (entry,) = tmp_path.iterdir()
+    assert cache.loads(entry.read_bytes(), "entry")["result"][-1] == 10**5 - 1
 
 
-def _has_runs(result):
-    if not isinstance(result, dict) or not isinstance(result["runs"], list):
-        raise TypeError("expected a dict with a list 'runs'")
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+    path = tmp_path / "out.json"
+    cache.write_atomic(path, "old")
+    monkeypatch.setattr(cache.os, "replace", lambda *a: (_ for _ in ()).throw(OSError(28, "No space left")))
+    with pytest.raises(OSError, match="No space"):
+        cache.write_atomic(path, "new")
+    assert path.read_text() == "old" and os.listdir(tmp_path) == ["out.json"]
+    assert oct(path.stat().st_mode & 0o777) == oct(0o644)
 
 
-@pytest.mark.parametrize("stored", [{}, "pwned", {"runs": "x"}], ids=["row88-empty", "row89-str", "wrong-type"])
-def test_well_formed_entry_of_the_wrong_form_is_recomputed(tmp_path, stored):
-    """Review rows 88 and 89: ``"result": {}`` or ``"pwned"`` broke every later run."""
-    path = _entry(tmp_path, stored)
-    compute, calls = _compute_counter({"runs": [0.5]})
-    with pytest.warns(cache.CacheWarning, match=f"ignoring {path}.*rejected by the check.*recomputing"):
-        assert cache.cached_json("exp", {"x": 1}, compute, directory=tmp_path, check=_has_runs) == {"runs": [0.5]}
-    assert cache.cached_json("exp", {"x": 1}, compute, directory=tmp_path, check=_has_runs) == {"runs": [0.5]}
-    assert calls == [1]  # the replaced entry is served
+def test_an_entry_that_is_a_directory_is_named_before_any_work(tmp_path):
+    cache.cached_json("e", {"a": 1}, lambda: 1, directory=tmp_path)
+    (path,) = tmp_path.iterdir()
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(OSError, match=f"{path} is a directory"):
+        cache.cached_json("e", {"a": 1}, lambda: pytest.fail("computed"), directory=tmp_path)
 
 
-def test_check_returning_false_rejects_the_entry(tmp_path):
-    _entry(tmp_path, {"runs": []})
-    with pytest.warns(cache.CacheWarning, match="rejected by the check"):
-        got = cache.cached_json("exp", {"x": 1}, lambda: {"runs": [1]}, directory=tmp_path,
-                                check=lambda r: len(r["runs"]) > 0)
-    assert got == {"runs": [1]}
+def folder_setting(kind, tmp):
+    if kind == "loop":
+        (tmp / "loop").symlink_to(tmp / "loop")
+        return tmp / "loop"
+    if kind in ("file", "under a file"):
+        (tmp / "f").write_text("x")
+        return tmp / "f" if kind == "file" else tmp / "f" / "sub"
+    return {"empty": "", "blank": "  ", "no user": "~nosuchuserqq/c", "nul": "a\0b",
+            "proc": "/proc/convres-cache"}[kind]
 
 
-@pytest.mark.parametrize("content", [b"[" * 200_000, b"\xff\xfe garbage", b"", b'{"config": {"x": 1}, "res'],
-                         ids=["row91-deep", "non-utf8", "empty", "truncated"])
-def test_corrupt_entries_are_recomputed_with_a_notice(tmp_path, content):
-    """Review row 91 (200,000 nested brackets raised RecursionError) and row 87."""
-    cache.cached_json("exp", {"x": 1}, lambda: 1, directory=tmp_path)
-    (path,) = tmp_path.glob("exp-*.json")
-    path.write_bytes(content)
-    with pytest.warns(cache.CacheWarning, match=f"ignoring {path} \\(not valid JSON"):
-        assert cache.cached_json("exp", {"x": 1}, lambda: 2, directory=tmp_path) == 2
-    assert json.loads(path.read_text())["result"] == 2
+@settings(PROPS, max_examples=40)
+@given(kind=st.sampled_from(["loop", "file", "under a file", "empty", "blank", "no user", "nul", "proc"]))
+def test_an_unusable_cache_folder_is_a_clear_error_before_any_work(kind, tmp_path_factory, monkeypatch):
+    value = folder_setting(kind, tmp_path_factory.mktemp("setting"))
+    if "\0" in str(value):
+        monkeypatch.setattr(cache.os, "environ", {cache.CACHE_ENV: str(value)})
+    else:
+        monkeypatch.setenv(cache.CACHE_ENV, str(value))
+    with pytest.raises((ValueError, OSError), match=cache.CACHE_ENV):
+        cache.cached_json("e", {}, lambda: pytest.fail("computed"))
 
 
-def test_entry_of_another_configuration_is_recomputed(tmp_path):
-    path = _entry(tmp_path, {"runs": []})
-    stored = json.loads(path.read_text())
-    stored["config"] = {"x": 2}
-    path.write_text(json.dumps(stored))
-    with pytest.warns(cache.CacheWarning, match="another configuration"):
-        assert cache.cached_json("exp", {"x": 1}, lambda: 5, directory=tmp_path) == 5
-
-
-def test_stale_temporary_files_are_removed(tmp_path):
-    """Review row 97: a writer killed during the write left ``.NAME.XXXX.tmp`` forever."""
-    path = tmp_path / "entry.json"
-    old, fresh, other = (tmp_path / ".entry.json.dead1234.tmp", tmp_path / ".entry.json.live5678.tmp",
-                         tmp_path / ".other.json.dead0000.tmp")
-    for f in (old, fresh, other):
-        f.write_bytes(b"partial")
-    two_hours_ago = os.stat(fresh).st_mtime - 2 * files.STALE_TMP_SECONDS
-    os.utime(old, (two_hours_ago, two_hours_ago))
-    os.utime(other, (two_hours_ago, two_hours_ago))
-    files.atomic_write_text(path, "done")
-    assert not old.exists()
-    assert fresh.exists()   # may belong to a writer still at work
-    assert other.exists()   # another file's temporaries are that write's business
-    assert path.read_text() == "done"
-
-
-@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
-def test_written_files_respect_the_umask(tmp_path, umask, mode):
-    """Review row 98: files were always 0600 (mkstemp's mode)."""
-    old = os.umask(umask)
-    try:
-        cache.atomic_write_bytes(tmp_path / "fig.png", b"png")
-        cache.cached_json("exp", {"x": 1}, lambda: 1, directory=tmp_path)
-    finally:
-        os.umask(old)
-    assert stat.S_IMODE(os.stat(tmp_path / "fig.png").st_mode) == mode
-    (entry,) = tmp_path.glob("exp-*.json")
-    assert stat.S_IMODE(os.stat(entry).st_mode) == mode
+@pytest.mark.parametrize("xdg", ["", "relative/dir"])
+def test_an_empty_or_relative_xdg_cache_home_means_the_home_folder(monkeypatch, tmp_path, xdg):
+    monkeypatch.delenv(cache.CACHE_ENV, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+    assert cache.cache_dir() == tmp_path / ".cache" / "convres" / "results"

@@ -1,105 +1,151 @@
-"""The command line: in-process calls of ``main``, and one subprocess smoke test of the real entry
-point (help, version, a closed pipe)."""
+"""The command line: one parser per command and mode, one error path, strict JSON on stdout."""
 
 import json
 import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from convres import __version__
-from convres.cli import build_parser, main
-from convres.model import ACTIVATIONS
+from convres import __version__, cli
+from convres.cli import main
+
+PROPS = settings(derandomize=True, deadline=None, database=None,
+                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
 def run_main(capsys, *args):
-    code = main(list(args))
+    """``(exit status, stdout, stderr)`` of ``python -m convres ARGS`` (argparse's usage errors: 2)."""
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as done:
+        code = done.code
     out = capsys.readouterr()
     return code, out.out, out.err
 
 
+def a_clear_error(code, out, err, *names):
+    """Exit 2, nothing on stdout, no traceback, one line naming the problem (argparse adds its usage)."""
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    assert code == 2 and out == "" and "Traceback" not in err and all(n in last for n in names), err
+
+
 def test_the_entry_point_in_a_subprocess():
-    """`python -m convres` runs: help, version, and no traceback when the reader closes the pipe."""
     out = subprocess.run([sys.executable, "-m", "convres", "--help"], capture_output=True, text=True)
-    assert out.returncode == 0 and all(c in out.stdout for c in ("gd", "theorem", "reproduce", "rank-collapse"))
+    assert out.returncode == 0 and all(c in out.stdout for c in ("gd", "theorem", "reproduce", "data"))
     out = subprocess.run([sys.executable, "-m", "convres", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and __version__ in out.stdout
-    p = subprocess.run([sys.executable, "-c", "import sys; sys.argv = ['convres', 'gd', '--steps', '5']; "
-                        "from convres.cli import main; sys.exit(main())"], capture_output=True, text=True)
-    assert p.returncode == 0
-    closed = subprocess.Popen([sys.executable, "-m", "convres", "gd", "--steps", "5"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE)
-    closed.stdout.close()
-    assert b"Traceback" not in closed.stderr.read()
-    closed.wait()
+    closed = subprocess.run(f"{sys.executable} -m convres reproduce >&-", shell=True, capture_output=True,
+                            text=True)
+    assert closed.returncode == 2 and "stdout is closed" in closed.stderr and "Traceback" not in closed.stderr
 
 
-def test_gd_json(capsys):
+def test_gd_and_theorem_modes_print_strict_json(capsys):
     code, out, _ = run_main(capsys, "gd", "--steps", "20", "--json")
-    result = json.loads(out)
+    result = json.loads(out, parse_constant=pytest.fail)
     assert code == 0 and result["steps"] == 20 and result["final_loss"] < result["initial_loss"]
+    for mode in (["theorem", "--json", "--steps", "3"], ["theorem", "run", "--json", "--steps", "3"],
+                 ["theorem", "--width-condition", "--json"], ["theorem", "width", "--json"]):
+        code, out, _ = run_main(capsys, *mode)
+        assert code == 0 and isinstance(json.loads(out, parse_constant=pytest.fail), dict), mode
 
 
-@pytest.mark.parametrize("args,message", [
-    (("gd", "--mu", "-1"), "--mu: must be > 0"),
-    (("gd", "--activation", "nope"), "invalid choice: 'nope'"),
-    (("gd", "--beta", "nan"), "--beta: must be a finite number"),
-    (("gd", "--beta", "1e300"), "--beta: must be >= 0 and <= 1000"),
-    (("gd", "--seed", "-1"), "--seed: must be >= 0"),
-    (("gd", "--seed", str(2**70)), "--seed: must be >= 0 and <= "),
-    (("gd", "--N", str(10**30)), "--N: must be >= 1 and <= 1000000"),
-    (("gd", "--layers", "1000000000"), "--layers: must be >= 1 and <= 1000"),
-    (("theorem", "--seed", "-5"), "--seed: must be >= 0"),
-    (("rank-collapse", "--seed", "-1"), "--seed: must be >= 0"),
+class Stub(dict):
+    def to_dict(self):
+        return {}
+
+
+FLAGS = {
+    "gd": ["--seed 1", "--beta 0.5", "--layers 2", "--N 2", "--d 4", "--mu 0.1", "--steps 2", "--activation gelu",
+           "--certify", "--list", "--N -1", "--mu nan"],
+    "theorem": ["--seed 1", "--beta 0.5", "--steps 3", "--certify", "--route ffn", "--width-condition",
+                "--delta 0.1", "--scope", "--N 2", "--d 8", "--out x", "--delta 2"],
+    "rank-collapse": ["--beta 0.5", "--seeds 2", "--seed 3", "--steps 2", "--seeds 0"],
+    "reproduce": ["simulations", "all", "bogus", "--profile paper", "--out figs", "--refresh",
+                  "--results r", "--piece 0", "--device cpu:1", "--seed 1"],
+}
+#: The flags each command and mode uses (a flag outside its set must be refused).
+USES = {"gd": {"--seed", "--beta", "--layers", "--N", "--d", "--mu", "--steps", "--activation"},
+        "run": {"--seed", "--beta", "--steps"}, "certify": {"--seed", "--steps", "--route", "--N", "--d"},
+        "width": {"--delta", "--N"}, "scope": set(), "rank-collapse": {"--beta", "--seeds", "--seed"}}
+
+
+@settings(PROPS, max_examples=200)
+@given(data=st.data(), command=st.sampled_from(sorted(FLAGS)))
+def test_a_flag_is_used_by_the_chosen_mode_or_refused_in_one_line(data, command, monkeypatch, capsys):
+    chosen = data.draw(st.lists(st.sampled_from(FLAGS[command]), max_size=4, unique=True))
+    argv = [command, *[w for f in chosen for w in f.split()], "--json"]
+    seen = {}
+    for name in ("_gd", "_theorem_run", "_theorem_certify", "_theorem_scope", "_rank_collapse", "width_condition"):
+        monkeypatch.setattr(cli, name, lambda *args, **kwargs: seen.setdefault("args", args) and Stub())
+    for name in ("run_experiment", "run_piece"):
+        monkeypatch.setattr(cli, name, lambda *a, **k: (_ for _ in ()).throw(ValueError("ran")))
+    code, out, err = run_main(capsys, *argv)
+    given_flags = {f.split()[0] for f in chosen}
+    if command == "reproduce":   # reached the experiment only with a consistent set of flags
+        if err.strip().endswith("error: ran") or (code == 0 and seen):
+            piece = "--piece" in given_flags
+            assert not (piece and given_flags & {"--out", "--refresh"}) and ("--results" not in given_flags or piece)
+            assert "--device" not in given_flags
+        return
+    if code != 0:
+        assert code == 2 and out == "" and "Traceback" not in err and err.strip(), err
+        return
+    modes = [cli.THEOREM_MODES[f] for f in chosen if f in cli.THEOREM_MODES] or ["run"]
+    key = modes[0] if command == "theorem" else command
+    assert given_flags - set(cli.THEOREM_MODES) <= USES[key], f"{argv}: accepted flags the mode does not use"
+
+
+@pytest.mark.parametrize("args, names", [
+    (("reproduce", "rank_collapse_gd", "--profile", "paper", "--piece", "0"), ("no evaluation seeds",)),
+    (("reproduce", "theorem_certified", "--profile", "paper", "--piece", "0"), ("no evaluation seeds",)),
+    (("reproduce", "simulations", "--device", "cpu:1"), ("cpu:1",)),
+    (("reproduce", "simulations", "--device", "gpu"), ("gpu",)),
+    (("reproduce", "simulations", "--results", "r"), ("--results",)),
+    (("reproduce", "../etc/passwd"), ("unknown experiment",)),
+    (("reproduce", "simulations", "--out", ""), ("--out",)),
+    (("reproduce", "simulations", "--piece", "0"), ("--profile paper",)),
+    (("reproduce", "simulations", "--profile", "paper", "--piece", "99"), ("pieces 0 to 4",)),
+    (("theorem", "--certify", "--d", "1"), ("N n <= d",)),
+    (("theorem", "--width-condition", "--delta", "2"), ("delta",)),
+    (("theorem", "--scope", "--width-condition"), ("--scope", "--width-condition")),
+    (("theorem", "--certify", "--beta", "1"), ("--beta",)),
+    (("gd", "--d", "100000"), ("GiB", "smaller sizes")),
+    (("gd", "--seed", "-1"), ("--seed",)),
+    (("gd", "--beta", "nan"), ("--beta",)),
+    (("data", "bogus"), ("bogus",)),
 ])
-def test_bad_arguments_give_one_clear_line(capsys, args, message):
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    err = capsys.readouterr().err
-    assert exc.value.code == 2 and message in err and "Traceback" not in err
+def test_bad_requests_are_one_clear_line_before_any_work(capsys, monkeypatch, args, names):
+    monkeypatch.setattr(cli, "run_experiment", lambda *a, **k: pytest.fail("an experiment was run"))
+    a_clear_error(*run_main(capsys, *args), *names)
 
 
-def test_activation_choices_come_from_the_model():
-    gd = build_parser()._subparsers._group_actions[0].choices["gd"]
-    (action,) = [a for a in gd._actions if a.dest == "activation"]
-    assert tuple(action.choices) == tuple(sorted(ACTIVATIONS))
+def test_an_error_of_the_work_is_one_line_and_an_interrupt_exits_130(capsys, monkeypatch):
+    for failure, code in [(ValueError("the instance is degenerate; use another --seed"), 2),
+                          (OSError(28, "No space left on device"), 2), (KeyboardInterrupt(), 130)]:
+        monkeypatch.setattr(cli, "sigma_min_table", lambda *a, _f=failure, **k: (_ for _ in ()).throw(_f))
+        got, out, err = run_main(capsys, "rank-collapse")
+        assert got == code and out == "" and len(err.strip().splitlines()) == 1
 
 
-def test_a_run_too_large_for_memory_is_refused_before_allocating(capsys):
-    code, out, err = run_main(capsys, "gd", "--d", "100000", "--json")
-    assert code == 2 and out == "" and "GiB of memory" in err and "use smaller sizes" in err
+def test_a_piece_from_the_command_line(capsys, monkeypatch, tmp_path):
+    import dataclasses
+
+    from convres.experiments import EXPERIMENTS
+    sim = EXPERIMENTS["simulations"]
+    monkeypatch.setitem(EXPERIMENTS, "simulations", dataclasses.replace(
+        sim, profiles={**sim.profiles, "paper": sim.profiles["smoke"]}, piece_seeds=1))
+    monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
+    code, out, err = run_main(capsys, "reproduce", "simulations", "--profile", "paper", "--piece", "1",
+                              "--results", tmp_path, "--json")
+    assert code == 0 and json.loads(out)["pieces"]["done"] == [1], err
 
 
-def test_json_output_is_all_or_nothing(capsys, monkeypatch):
-    import convres.cli as cli
-    monkeypatch.setattr(cli, "sigma_min_table", lambda *a, **k: [{"d_qk": 4, "sigma_min_attn": float("nan")}])
-    code, out, err = run_main(capsys, "rank-collapse", "--json")
-    assert code == 2 and out == "" and "error" in err
-
-
-def test_interrupt_exits_130_with_one_line(capsys, monkeypatch):
-    import convres.cli as cli
-
-    def interrupted(*a, **k):
-        raise KeyboardInterrupt
-    monkeypatch.setattr(cli, "sigma_min_table", interrupted)
-    code, out, err = run_main(capsys, "rank-collapse")
-    assert code == 130 and err.strip() == "convres rank-collapse: interrupted; nothing was cached"
-
-
-def test_allocator_failure_is_one_line(capsys, monkeypatch):
-    import convres.cli as cli
-
-    def oom(*a, **k):
-        raise RuntimeError("[enforce fail] DefaultCPUAllocator: can't allocate memory: you tried to allocate "
-                           "8 GB")
-    monkeypatch.setattr(cli, "sigma_min_table", oom)
-    code, _, err = run_main(capsys, "rank-collapse")
-    assert code == 2 and "out of memory" in err and len(err.strip().splitlines()) == 1
-
-
-def test_bench_runs_the_script(capsys):
-    code, out, _ = run_main(capsys, "bench", "--profile", "tiny", "--json")
-    assert code == 0 and {r["size"] for r in json.loads(out)["rows"]} == {"theorem", "jena"}
-    code, _, err = run_main(capsys, "bench", "--threads", "100000")
-    assert code == 2 and "--threads" in err
+def test_reproduce_prints_strict_json_and_writes_the_figure(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
+    code, out, err = run_main(capsys, "reproduce", "rank_collapse_gd", "--profile", "smoke", "--json",
+                              "--out", tmp_path / "figs")
+    report = json.loads(out, parse_constant=pytest.fail)
+    assert code == 0 and (tmp_path / "figs" / "rank_collapse_gd-smoke.png").stat().st_size > 1000, err
+    assert {"settings", "summary", "claims", "figure"} <= set(report)

@@ -1,8 +1,10 @@
-"""The explorers of the static site (convres.explorers): their data against convres itself, their page
-element, their static frame and their live (kernel) version. The browser plays them in test_site.py."""
+"""The live explorers (convres.explorers, web/model.js): the exported instances are convres's, the
+page's gradient descent is convres's (run in node here; tests/test_site.py runs it in the browser),
+and the page element, presets and static figure are what the chapters use."""
 
 import base64
 import json
+import math
 import re
 import shutil
 import struct
@@ -15,19 +17,11 @@ import torch
 
 import convres
 from convres import explorers as ex
-from convres import vega
-from convres.collapse import attention_output, collapse_measures, gaussian_instance, rank_one_floor
-from convres.gd import BLOWUP
-from convres.lemmas import rate_alpha
+from convres.model import attention_logits, attention_scale, forward_trace
 
-PNG = b"\x89PNG\r\n\x1a\n"
 ROOT = Path(__file__).resolve().parents[1]
-
-# Small grids: the same code paths as the book's, in about a second.
-RC = {"betas": [0.0, 0.3, 1.0], "d_qks": [4, 64], "ns": [2, 5], "gd": {"steps": 6, "record_every": 2}}
-RC_START = {"beta": 1.0, "d_qk": 64, "n": 5}
-CV = {"betas": [0.0, 1.0], "mus": [0.002, 0.3], "d_qks": [4, 16], "steps": 12, "record_every": 4}
-CV_START = {"beta": 1.0, "mu": 0.002, "d_qk": 16}
+MODEL_JS = ROOT / "web" / "model.js"
+PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(autouse=True)
@@ -35,255 +29,179 @@ def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
 
 
+def node() -> str:
+    exe = shutil.which("node") or str(ROOT / ".venv" / "bin" / "node")
+    if not Path(exe).exists():
+        pytest.skip("no node to run web/model.js")
+    return exe
+
+
+def decoded(b64: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(b64), dtype="<f8")
+
+
+# Runs web/model.js on one instance of a bank: prints the losses and the status.
+RUN_JS = """
+const M = require(%s);
+const [bank, seed, dqk, opt, steps] = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+const inst = {N: bank.N, n: bank.n, d: bank.d, m: bank.m, r: bank.r};
+for (const k of ['X', 'R', 'Y']) inst[k] = M.decode(bank.data[seed][k]);
+const w = bank.weights[seed + '/' + dqk];
+for (const k of ['V', 'W_1', 'W_2', 'W_U', 'P', 'Gq', 'Gk']) inst[k] = M.decode(w[k]);
+const run = new M.Run(inst, opt);
+let alpha = null;
+const first = t => { if (t === 0) alpha = (run.spectra().H[inst.N * inst.n - 1] / 2) ** 2; };
+while (run.step(steps, first)) {}
+console.log(JSON.stringify({loss: run.loss, status: run.status, alpha}));
+"""
+
+
+def js_run(bank: dict, seed: int, d_qk: int, beta: float, mu: float, scale: str, steps: int) -> dict:
+    s = 1 / d_qk if scale == "1/d_qk" else 1 / math.sqrt(d_qk)
+    opt = {"beta": beta, "mu": mu, "s": s, "act": bank["act"], "rtol": ex.RTOL,
+           "blowup": convres.gd.BLOWUP}
+    out = subprocess.run([node(), "-e", RUN_JS % json.dumps(str(MODEL_JS))], check=True, text=True,
+                         capture_output=True, input=json.dumps([bank, str(seed), d_qk, opt, steps]))
+    return json.loads(out.stdout)
+
+
+def agree(js, ref) -> bool:
+    """The page's losses equal convres's to 1e-9 relative; below 1e-12 of the start, where the loss
+    is the square of a residual a millionth of the targets, to 1e-21 of the start."""
+    js, ref = np.asarray(js), np.asarray(ref)
+    return js.shape == ref.shape and bool(np.all(np.abs(js - ref) <= 1e-9 * np.maximum(ref, 1e-12 * ref[0])))
+
+
+def test_the_bank_is_the_instance():
+    b = ex.bank("collapse", [1], [64])
+    params, X, Y, cfg = ex.instance("collapse", 1, 64)
+    f = ex.FAMILIES["collapse"]
+    T, r = f["N"] * f["n"], b["r"]
+    Xs = decoded(b["data"]["1"]["X"]).reshape(T, f["d"])
+    R = decoded(b["data"]["1"]["R"]).reshape(T, r)
+    w = b["weights"]["1/64"]
+    assert np.array_equal(Xs, X.numpy().reshape(T, -1))
+    assert np.array_equal(decoded(b["data"]["1"]["Y"]), Y.numpy().ravel())
+    assert np.array_equal(decoded(w["W_1"]).reshape(f["d"], f["m"]), params["layer1.W_1"].numpy())
+    # the logits and the attention output from the exported r x r and r x d matrices
+    P = decoded(w["P"]).reshape(r, r)
+    s = attention_scale(cfg)
+    logits = attention_logits(X, params["layer1.W_Q"], params["layer1.W_K"], s).numpy()
+    for i in range(f["N"]):
+        Ri = R[i * f["n"]:(i + 1) * f["n"]]
+        assert np.allclose(s * Ri @ P @ Ri.T, logits[i], rtol=1e-12, atol=1e-15)
+    tr = forward_trace(params, X, cfg.replace(beta=0.0))
+    V = decoded(w["V"]).reshape(r, f["d"])
+    SR = np.concatenate([tr.S[0][i].numpy() @ R[i * f["n"]:(i + 1) * f["n"]] for i in range(f["N"])])
+    assert np.allclose(SR @ V, tr.A[0].numpy().reshape(T, -1), rtol=1e-12, atol=1e-13)
+    Gq = decoded(w["Gq"]).reshape(r, r)
+    assert np.allclose(Gq, Gq.T) and np.all(np.linalg.eigvalsh(Gq) > 0)
+
+
+@pytest.mark.parametrize("family, seed, d_qk, beta, mu, scale", [
+    ("collapse", 0, 1024, 0.0, 0.002, "1/d_qk"),       # the figure's run, on its plateau
+    ("collapse", 0, 1024, 1.0, 0.002, "1/d_qk"),       # converges to float64 rounding
+    ("collapse", 2, 16, 0.3, 0.005, "1/sqrt(d_qk)"),
+    ("simulations", 1, 64, 1.0, 0.002, "1/d_qk"),     # gelu
+    ("simulations", 0, 4096, 0.0, 0.003, "1/sqrt(d_qk)"),
+])
+def test_the_page_computes_what_convres_computes(family, seed, d_qk, beta, mu, scale):
+    """web/model.js against convres.gradient_descent, 300 steps (500 in the browser test)."""
+    got = js_run(ex.bank(family, [seed], [d_qk]), seed, d_qk, beta, mu, scale, 300)
+    params, X, Y, cfg = ex.instance(family, seed, d_qk, beta=beta, scale=scale)
+    _, h = convres.gradient_descent(params, X, Y, cfg, mu, 300, rtol=ex.RTOL)
+    assert got["status"] == h.status and agree(got["loss"], h.loss)
+    assert got["alpha"] == pytest.approx(convres.lemmas.rate_alpha(params, X, cfg), rel=1e-10)
+
+
+def test_divergence_stops_like_convres():
+    b = ex.bank("collapse", [0], [1024])
+    got = js_run(b, 0, 1024, 2.0, 0.002, "1/d_qk", 300)
+    r = ex.run("collapse", 0, 1024, 2.0, 0.002, steps=300)
+    assert got["status"] == r["status"] == "diverged" and agree(got["loss"], r["loss"])
+
+
+def test_the_comparison_can_fail():
+    """The check is not vacuous: another step size, or another seed's weights, disagree."""
+    b = ex.bank("collapse", [0], [64])
+    ref = ex.run("collapse", 0, 64, 0.0, 0.002, steps=50)["loss"]
+    assert not agree(js_run(b, 0, 64, 0.0, 0.002 * (1 + 1e-7), "1/d_qk", 50)["loss"], ref)
+    assert not agree(js_run(b, 0, 64, 0.0, 0.002, "1/sqrt(d_qk)", 50)["loss"], ref)
+
+
+def test_erf_and_singular_values_in_javascript():
+    xs = [0.0, 1e-8, 0.1, 0.5, 1.0, 1.7, 2.5, 3.3, 4.9, 5.99, 6.5, -0.3, -2.0, -7.0]
+    a = np.random.default_rng(0).standard_normal((8, 12))
+    a[3] = a[2] + 1e-9 * np.random.default_rng(1).standard_normal(12)    # a tiny singular value
+    script = (f"const M = require({json.dumps(str(MODEL_JS))});\n"
+              f"const a = Float64Array.from({json.dumps(a.ravel().tolist())});\n"
+              f"console.log(JSON.stringify([{json.dumps(xs)}.map(M.erf), M.singularValues(a, 8, 12)]));")
+    out = subprocess.run([node(), "-e", script], check=True, text=True, capture_output=True)
+    erf, sv = json.loads(out.stdout)
+    assert all(abs(e - math.erf(x)) <= 1e-15 for e, x in zip(erf, xs))    # a few units in the last place
+    assert np.allclose(sv, np.linalg.svd(a, compute_uv=False), rtol=1e-6, atol=1e-14)
+    assert 1e-10 < sv[-1] < 1e-8
+
+
+def test_run_and_escape():
+    r = ex.run("collapse", 0, 16, 0.0, 0.002, steps=200)
+    assert r["escape"] == ex.escape_step(r["loss"], r["floor"]) and 0 < r["escape"] < 200
+    stopped = ex.run("collapse", 0, 16, 0.0, 0.002, steps=200, stop_at_escape=True)
+    assert len(stopped["loss"]) == r["escape"] + 1 and stopped["loss"] == r["loss"][:r["escape"] + 1]
+    assert ex.escape_step([3.0, 2.0], 1.0) is None and ex.escape_step([3.0, 0.4, 0.6], 1.0) == 1
+    with pytest.raises(ValueError, match="unknown family"):
+        ex.instance("bogus", 0, 4)
+
+
+def small_explorer(presets=None) -> ex.Explorer:
+    setting = dict(beta=1.0, mu=0.002, d_qk=16, seed=0, scale="1/d_qk")
+    return ex.Explorer("test", "Test explorer", "collapse", seeds=[0], d_qks=[4, 16], start=setting,
+                       horizon=40, presets=presets or [ex._preset("one", "one", "look", **setting)],
+                       alt="Alt text.")
+
+
 def embedded(explorer) -> dict:
-    """The data an explorer's page element carries (what web/explorer.js reads)."""
-    html = explorer.html()
-    raw = re.search(r'<script type="application/json" class="cx-data">(.*?)</script>', html, re.S).group(1)
-    return json.loads(raw.replace("<\\/", "</"))
+    raw = re.search(r'<script type="application/json" class="cx-data">(.*?)</script>', explorer.html(), re.S)
+    return json.loads(raw.group(1).replace("<\\/", "</"))
 
 
-def close(a, b, rtol=1e-4):
-    """Equal up to the 5 significant digits a page embeds."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    return a.shape == b.shape and np.allclose(a, b, rtol=rtol, atol=0)
-
-
-def test_rank_collapse_positions_are_what_convres_computes():
-    data = embedded(ex.rank_collapse_explorer(RC, start=RC_START))
-    g = {**ex.RANK_COLLAPSE_GRID, **RC, "gd": {**ex.RANK_COLLAPSE_GRID["gd"], **RC["gd"]}}
-    assert len(data["positions"]) == 3 * 2 * 2 and data["start"] == "2,1,1"
-    for key in ("2,1,1", "0,0,0", "1,1,0"):
-        i, j, k = map(int, key.split(","))
-        beta, d_qk, n = g["betas"][i], g["d_qks"][j], g["ns"][k]
-        rec = data["positions"][key]
-        # the spectra, straight from the collapse primitives
-        inst = gaussian_instance(n, g["d"], d_qk, g["seed"])
-        _, A, Z = attention_output(inst["X"], inst["W_Q"], inst["W_K"], inst["W_V"], 1.0 / d_qk, beta)
-        assert close(rec["sv_X"], torch.linalg.svdvals(inst["X"]))
-        assert close(rec["sv_attn"], torch.linalg.svdvals(A)) and close(rec["sv_Z"], torch.linalg.svdvals(Z))
-        measures = collapse_measures(A)
-        assert np.isclose(rec["readout"][0][1], measures["sigma_min"], rtol=1e-4)
-        assert np.isclose(rec["readout"][0][3], measures["effective_rank"], rtol=1e-4)
-        # the runs, with convres.gradient_descent directly
-        s = g["gd"]   # the chapter's instance: data from seed, weights from seed + 1, scale 1/d_QK
-        cfg = convres.ModelConfig(d=s["d"], d_qk=d_qk, m=s["m"], c=1, beta=1.0, scale="1/d_qk")
-        X, Y = convres.synthetic_regression(s["N"], n, s["d"], 1, seed=s["seed"])
-        params = convres.init_params(cfg, seed=s["seed"] + 1)
-        for field, b in (("loss0", 0.0), ("loss", beta)):
-            _, h = convres.gradient_descent(params, X, Y, cfg.replace(beta=b), s["mu"], s["steps"],
-                                            record_every=s["record_every"])
-            assert close(rec[field], h.loss), (key, field)
-        assert np.isclose(rec["floor"], rank_one_floor(Y), rtol=1e-4)
-
-
-def test_convergence_positions_are_what_convres_computes():
-    data = embedded(ex.convergence_explorer(CV, start=CV_START))
-    g = {**ex.CONVERGENCE_GRID, **CV}
-    assert len(data["positions"]) == 2 * 2 * 2
-    statuses = set()
-    for key, rec in data["positions"].items():
-        i, j, k = map(int, key.split(","))
-        beta, mu, d_qk = g["betas"][i], g["mus"][j], g["d_qks"][k]
-        cfg = convres.ModelConfig(d=g["d"], d_qk=d_qk, m=g["m"], c=1, beta=beta,
-                                  activation=g["activation"], scale="1/d_qk")
-        X, Y = convres.synthetic_regression(g["N"], g["n"], g["d"], 1, seed=g["seed"])
-        params = convres.init_params(cfg, seed=g["init_seed"])
-        _, h = convres.gradient_descent(params, X, Y, cfg, mu, g["steps"], record_every=g["record_every"],
-                                        tol=g["tol"], blowup=BLOWUP)
-        assert close(rec["loss"], h.loss) and close(rec["smin_Z"], h.sigma_min_Z)
-        assert close(rec["smin_H"], h.sigma_min_H) and rec["status"] == h.status
-        alpha = rate_alpha(params, X, cfg)
-        assert np.isclose(rec["alpha"], alpha, rtol=1e-4)
-        t = np.arange(0, g["steps"] + 1, g["record_every"])
-        assert close(rec["envelope"], h.loss[0] * (1 - mu * alpha) ** t)
-        statuses.add(h.status)
-    assert "diverged" in statuses and statuses - {"diverged"}   # mu = 0.3 diverges, 0.002 does not
-
-
-def test_page_element_mime_bundle_and_static_frame():
-    explorer = ex.rank_collapse_explorer(RC, start=RC_START)
+def test_page_element_and_static_figure():
+    explorer = small_explorer()
     bundle = explorer._repr_mimebundle_()
     assert set(bundle) == {"text/html", "image/png", "text/plain"}
     html = bundle["text/html"]
-    assert 'class="convres-explorer' in html and html.count("<script") == 1
-    assert "<input" not in html            # no control exists before the page's script builds it
-    png = base64.b64decode(bundle["image/png"])
-    assert png.startswith(PNG)
-    width, height = struct.unpack(">II", png[16:24])
-    assert width == 2 * vega.DISPLAY_WIDTH_PX and height > width / 2     # 2x, two stacked panels
-    assert f"{explorer.data_bytes() / 1000:.0f} kB of data" in html
-    assert "= 12 positions" in explorer.note   # computed from the grid, not typed
-
-
-def test_data_cannot_end_the_script_element(monkeypatch):
-    explorer = ex.rank_collapse_explorer(RC, start=RC_START)
-    explorer.positions[explorer.start_key]["readout"][0][0] = "</script><b>"
-    assert "</script><b>" not in explorer.html() and embedded(explorer)["positions"]
-
-
-def test_explorer_checks(monkeypatch):
-    with pytest.raises(ValueError, match="not one of the grid values"):
-        ex.rank_collapse_explorer(RC, start={"beta": 0.5})
-    with pytest.raises(ValueError, match="unknown grid settings"):
-        ex.rank_collapse_data({"bogus": 1})
-    with pytest.raises(ValueError, match="must contain 0"):
-        ex.rank_collapse_data({**RC, "betas": [0.3, 1.0]})
-    with pytest.raises(ValueError, match="distinct"):
-        ex.convergence_data({**CV, "mus": [0.1, 0.1]})
-    monkeypatch.setattr(vega, "MAX_DATA_BYTES", 1000)
-    with pytest.raises(ValueError, match="MAX_DATA_BYTES"):
-        ex.rank_collapse_explorer(RC, start=RC_START)
-
-
-def test_record_lookup_and_cache():
-    explorer = ex.convergence_explorer(CV, start=CV_START)
-    assert explorer.record(beta=0.0, mu=0.3, d_qk=4) is explorer.positions["0,1,0"]
-    with pytest.raises(ValueError, match="not a grid value"):
-        explorer.record(beta=0.5, mu=0.3, d_qk=4)
-    again = ex.convergence_data(CV)   # from the cache, the same numbers
-    assert again["positions"]["0,1,0"]["loss"] == explorer.positions["0,1,0"]["loss"]
-
-
-def test_series_rows_and_floor():
-    rec = {"a": [3.0, 0.0, 1e-9], "steps": [0, 5, 10], "c": 2.0}
-    rows = vega.series_rows({"key": "A", "y": "a", "x": "steps", "every": 2}, rec, floor=1e-6)
-    assert [r["y"] for r in rows] == [3.0, 1e-6, 1e-6] and [r["m"] for r in rows] == [True, False, True]
-    assert [r["x"] for r in vega.series_rows({"key": "A", "y": "a", "x": "index1"}, rec)] == [1, 2, 3]
-    const = vega.series_rows({"key": "C", "y": "c", "x": None, "const_x": [0, 60]}, rec)
-    assert [(r["x"], r["y"]) for r in const] == [(0, 2.0), (60, 2.0)]
-    assert vega.series_rows({"key": "B", "y": "missing", "x": "index0"}, rec) == []
-
-
-@pytest.mark.parametrize("x, text", [(5.249e-4, "5.25 × 10⁻⁴"), (1.41, "1.41"), (0.0479, "0.0479"),
-                                     (14.65, "14.7"), (999.6, "1.00 × 10³"), (0.01, "0.0100"),
-                                     (0.00999, "9.99 × 10⁻³"), (1.125, "1.13"), (0, "0"),
-                                     (-2.5e7, "-2.50 × 10⁷")])
-def test_format_number(x, text):
-    assert vega.format_number(x) == text
-
-
-def test_readout_text():
-    assert vega.readout_text([["σ<sub>min</sub> = ", 5.249e-4, " after ", [60, "int"], " steps"]]) == \
-        ["σmin = 5.25 × 10⁻⁴ after 60 steps"]
-
-
-def test_javascript_formats_numbers_like_python():
-    """web/explorer.js writes the readout; its number format must be format_number's, to the character."""
-    node = shutil.which("node") or (str(Path(convres.__file__).parents[1] / ".venv" / "bin" / "node"))
-    if not Path(node).exists():
-        pytest.skip("no node to run web/explorer.js's formatter")
-    js = (ROOT / "web" / "explorer.js").read_text()
-    fmt = js[js.index("  var SUP"):js.index("  function loadScript")]
-    rng = np.random.default_rng(0)
-    xs = [float(v) for v in 10 ** rng.uniform(-22, 9, 400)] + [k / 8 for k in range(1, 8001, 37)]
-    xs += [1.125, 2.375, 0.0625, 999.5, 9995.0, 0.0099951, 1e-20, 1e6]
-    script = fmt + f"\nconsole.log(JSON.stringify({json.dumps(xs)}.map(x => fmt(x))));\n"
-    out = json.loads(subprocess.run([node, "-e", script], capture_output=True, text=True, check=True).stdout)
-    assert out == [vega.format_number(x) for x in xs]
-
-
-def test_grid_matches_the_simulations_chapter():
-    """The convergence explorer runs on the instance of the chapter Simulations."""
-    from convres.experiments import EXPERIMENTS
-    exp = EXPERIMENTS["simulations"]
-    profiles = getattr(exp, "profiles", exp)
-    chapter = profiles.get("book", profiles.get("smoke"))   # the profile the chapter shows
-    for key in ("N", "n", "d", "m", "activation"):
-        assert ex.CONVERGENCE_GRID[key] == chapter[key], key
-
-
-def test_static_frames():
-    rc = ex.rank_collapse_explorer(RC, start=RC_START)
-    fig = rc.figure(rc.positions[rc.start_key], rc.start_values)
-    assert len(fig.axes) == 2 and fig.axes[1].get_position().y1 < fig.axes[0].get_position().y0
-    assert all(line.get_marker() not in (None, "None", "") for line in fig.axes[0].lines)  # markers too
-    cv = ex.convergence_explorer(CV, start=CV_START)
-    fig = cv.figure(cv.positions[cv.start_key], cv.start_values)
-    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert any("envelope" in t for t in labels)
-
-
-def test_live_versions_compute_off_the_grid():
-    ipywidgets = pytest.importorskip("ipywidgets")
-    box = ex.rank_collapse_live(beta=0.7, d_qk=8, n=3, grid={"gd": {"steps": 3, "record_every": 1}})
-    s_beta, s_dqk, s_n, readout, image = box.children
-    first = bytes(image.value)
-    assert first.startswith(PNG) and "σmin(Attn(X))" in readout.value
-    s_n.value = 4
-    assert bytes(image.value) != first
-    with pytest.raises(ValueError, match="d_qk"):
-        ex.rank_collapse_live(d_qk=3)
-    box = ex.convergence_live(beta=0.4, mu=0.003, d_qk=8, grid={"steps": 4, "record_every": 2})
-    s_beta, s_mu, s_dqk, readout, image = box.children
-    first = readout.value
-    s_mu.value = 0.01
-    assert readout.value != first and isinstance(box, ipywidgets.VBox)
-    with pytest.raises(ValueError, match="mu"):
-        ex.convergence_live(mu=1.0)
-
-
-@pytest.mark.parametrize("x, text", [(None, "div"), (0.996, "1.0"), (0.272, "0.27"), (0.0125, "0.013"),
-                                     (0.00099, "1·10⁻³"), (3.2e-5, "3·10⁻⁵"), (9.7e-5, "1·10⁻⁴"),
-                                     (12.3, "12"), (1.0, "1.0")])
-def test_cell_text(x, text):
-    assert vega.cell_text(x) == text
-
-
-def test_presets_links_and_overview():
-    explorer = ex.rank_collapse_explorer({**RC, "betas": [0.0, 0.01, 1.0, 2.0], "d_qks": [16, 1024],
-                                          "ns": [2, 4]})
+    assert 'id="cx-test"' in html and html.count("<script") == 1 and "<input" not in html
     data = embedded(explorer)
-    assert data["start"] == "2,1,1"                          # the figure's setting: beta 1, d_QK 1024, n 4
-    # the presets of PRESETS on this grid, each with the key of its position
-    assert [p["id"] for p in data["presets"]] == ["figure", "stall", "wide", "small", "diverge"]
-    assert data["presets"][0]["key"] == data["start"] and data["presets"][1]["key"] == "0,1,1"
-    link = explorer.link("stall")._repr_mimebundle_()
-    assert 'href="#cx-rank-collapse"' in link["text/html"] and 'data-cx-preset="stall"' in link["text/html"]
-    assert link["text/plain"] == "the stall: β = 0, d_QK = 1024"
+    assert data["start"]["d_qk"] == 16 and set(data["bank"]["weights"]) == {"0/4", "0/16"}
+    assert data["escape"] == ex.ESCAPE and data["scales"] == ["1/sqrt(d_qk)", "1/d_qk"]
+    png = base64.b64decode(bundle["image/png"])
+    width, height = struct.unpack(">II", png[16:24])
+    assert png.startswith(PNG) and width > 1.5 * height     # two panels side by side
+    link = explorer.link("one")._repr_mimebundle_()
+    assert 'href="#cx-test"' in link["text/html"] and 'data-cx-preset="one"' in link["text/html"]
+    assert link["text/plain"] == "one"
+
+
+def test_settings_are_checked():
+    with pytest.raises(ValueError, match="not offered"):
+        small_explorer(presets=[ex._preset("x", "x", "", beta=1.0, mu=0.002, d_qk=8, seed=0, scale="1/d_qk")])
+    with pytest.raises(ValueError, match="outside the sliders"):
+        small_explorer(presets=[ex._preset("x", "x", "", beta=3.0, mu=0.002, d_qk=4, seed=0, scale="1/d_qk")])
+    with pytest.raises(ValueError, match="needs beta"):
+        small_explorer(presets=[ex._preset("x", "x", "", beta=1.0, d_qk=4, seed=0, scale="1/d_qk")])
+    with pytest.raises(ValueError, match="lower-case"):
+        ex._preset("Bad id", "x", "")
     with pytest.raises(ValueError, match="no preset"):
-        explorer.link("nowhere")
-    with pytest.raises(ValueError, match="not a grid value"):
-        ex.rank_collapse_explorer(RC, start=RC_START, presets=[vega.make_preset("x", "x", "", beta=0.5, d_qk=4, n=2)])
-    # a grid without a preset's values keeps the others
-    assert [p["id"] for p in embedded(ex.rank_collapse_explorer(RC, start=RC_START))["presets"]] == []
-    # the overview: beta across, d_QK up, the other controls where they are; the cell is the
-    # chosen beta's last loss over the rank-one floor
-    ov = data["overview"]
-    rows = vega.overview_rows(ov, data["controls"], data["positions"], [0, 1, 1])
-    assert len(rows) == 4 * 2 and sum(r["cur"] for r in rows) == 1
-    for r in rows:
-        rec = data["positions"][r["key"]]
-        assert r["key"].endswith(",1")                      # n stays at 4
-        if rec["status"] == "diverged":
-            assert r["v"] is None and r["t"] == "div"
-        else:
-            assert np.isclose(rec["end"], rec["loss"][-1] / rec["floor"], rtol=1e-4)
-            assert np.isclose(r["v"], np.log10(rec["end"]), rtol=1e-4, atol=1e-4)
-    cells = ov["spec"]["layer"][1]["encoding"]["color"]["scale"]["domain"]
-    vs = [r["cell_v"] for r in data["positions"].values() if r["cell_v"] is not None]
-    assert cells[0] <= min(vs) and cells[1] >= max(vs)
+        small_explorer().link("nowhere")
 
 
-def test_charts_have_ghost_and_hover_layers():
-    data = embedded(ex.convergence_explorer(CV, start=CV_START))
-    for chart in data["charts"]:
-        names = [layer.get("name") for layer in chart["spec"]["layer"]]
-        assert names[0] == "ghost" and "hover_rule" in names and "hover_points" in names
-        assert chart["x_name"] == "t"
-    assert data["overview"]["x"] == 0 and data["overview"]["y"] == 2   # beta across, d_QK up
-    rec = data["positions"]["1,0,1"]
-    assert np.isclose(rec["end"], rec["loss"][-1] / rec["loss"][0], rtol=1e-4)
-
-
-def test_javascript_builds_the_overview_like_python():
-    """web/explorer.js builds the overview's rows as convres.vega.overview_rows does."""
-    node = shutil.which("node") or (str(Path(convres.__file__).parents[1] / ".venv" / "bin" / "node"))
-    if not Path(node).exists():
-        pytest.skip("no node to run web/explorer.js")
-    data = embedded(ex.convergence_explorer(CV, start=CV_START))
-    js = (ROOT / "web" / "explorer.js").read_text()
-    fn = js[js.index("  function overviewRows"):js.index("  function readoutHTML")]
-    index = [1, 1, 0]
-    script = fn + f"\nconsole.log(JSON.stringify(overviewRows({json.dumps(data)}, {json.dumps(index)})));\n"
-    out = json.loads(subprocess.run([node, "-e", script], capture_output=True, text=True, check=True).stdout)
-    assert out == vega.overview_rows(data["overview"], data["controls"], data["positions"], index)
+def test_the_book_explorers():
+    """The chapters' explorers: their presets lie on their controls, and the theorem explorer starts
+    at the theorem chapter's step (convres.theory.theorem_run, seed 0)."""
+    rc, cv = ex.rank_collapse_explorer(), ex.convergence_explorer()
+    assert rc.start == rc.preset("figure")["values"] and cv.start == cv.preset("linear")["values"]
+    assert rc.family == "collapse" and cv.family == "simulations"
+    th = ex.theorem_explorer(seeds=[0])
+    params, X, Y, cfg = convres.instances.theorem_instance(0)
+    assert th.start["mu"] == convres.theory.theorem_run(params, X, Y, cfg, steps=1, seed=0).mu
+    assert torch.equal(ex.instance("theorem", 0, 16, beta=1.0, scale="1/sqrt(d_qk)")[0]["W_U"], params["W_U"])

@@ -10,15 +10,15 @@ ROOT = Path(convres.__file__).resolve().parent
 
 #: Every module of the package, bottom layer first (a module may import only those before it).
 LAYERS = [
-    ["_version", "values", "paths", "runtime", "show", "files", "protocol", "stats"],  # leaves
-    ["model", "rank", "cache"],                                        # the model, spectra, cache
-    ["gd", "instances", "data.checksums", "data.jena", "data.sst2", "data.embeddings", "data"],
+    ["_version", "values", "runtime", "show", "cache", "protocol", "stats"],  # leaves
+    ["backprop", "model", "rank"],                                     # the model, spectra
+    ["gd", "instances", "data.sources", "data.jena", "data.sst2", "data.embeddings", "data"],
     ["lemmas", "collapse"],                                            # the lemmas, rank collapse
     ["checks", "certify", "width"],                                    # checks, certified bounds, width
-    ["theory"],                                                        # the theorems along runs
-    ["plotting", "vega"],                                              # figures and charts
+    ["theory", "separation"],                                          # the theorems along runs
+    ["plotting"],                                                      # figures
     ["experiments.base", "experiments.simulations", "experiments.jena", "experiments.sst2",
-     "experiments.rank_collapse", "experiments.theorem", "experiments.explorers", "experiments",
+     "experiments.rank_collapse", "experiments.theorem", "experiments",
      "scope"],                                                         # experiments
     ["explorers", "committed", "report"],                              # pages
     ["cli", "__main__", "__init__"],                                   # entry points
@@ -54,9 +54,9 @@ def _imports(path: Path):
             else:
                 continue
             names = [a.name for a in node.names]
-            submodules = [n for n in names if f"{target}.{n}" in ORDER]
+            submodules = [n for n in names if f"{target}.{n}".lstrip(".") in ORDER]
             for n in submodules:
-                yield f"{target}.{n}", []
+                yield f"{target}.{n}".lstrip("."), []
             if len(submodules) < len(names):
                 yield target, [n for n in names if n not in submodules]
         elif isinstance(node, ast.Import):

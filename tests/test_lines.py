@@ -1,4 +1,6 @@
-"""Code and outputs fit the column: no line of a notebook cell on the built site is longer than 88
+"""Checks of the built site that need no browser (tests/test_site.py opens it in one).
+
+Code and outputs fit the column: no line of a notebook cell on the built site is longer than 88
 characters.
 
 Reads every chapter page of the built site (``_build/html``, or ``CONVRES_SITE_DIR``) as a reader
@@ -8,6 +10,10 @@ A failure names the chapter, the cell, and for code the line of ``book/<chapter>
 from. Longer lines scroll sideways on a screen and are cut or wrapped on paper (conventions: "keep
 code and outputs within 88 characters").
 
+Also: the build wrote no execution-error report, every chapter offers its executed notebook, the
+site's JavaScript is pinned, no page reads like a template filled in ('step(s)', 'β ∈ 1', '0 are',
+'nan', an unrendered glue role), and every module of convres is on one API page.
+
 Without a built site the tests are skipped (``CONVRES_SITE_REQUIRED=1``, set by ``make browser``,
 turns that into a failure). Run after building the book.
 """
@@ -15,7 +21,9 @@ turns that into a failure). Run after building the book.
 from __future__ import annotations
 
 import html.parser
+import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -138,3 +146,168 @@ short</pre></div></div>
     problems = long_lines(page)
     assert len(problems) == 2 and problems[0].startswith("cell 1 input: 89 characters")
     assert problems[1].startswith(f"cell 1 output: {MAX_LINE + 2} characters")
+
+
+# --------------------------------------------------------------------------- the whole site
+def _pages() -> list[str]:
+    if not (SITE / "index.html").exists():
+        return []
+    return sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html")
+                  if not {"_static", "_sources", "_images", "reports", "vendor"} & set(p.relative_to(SITE).parts))
+
+
+PAGES = _pages()
+
+
+def _skip_or_fail(reason: str):
+    if REQUIRED:
+        pytest.fail(reason + " (CONVRES_SITE_REQUIRED=1 makes this a failure)")
+    pytest.skip(reason)
+
+
+def _is_api(page: str) -> bool:
+    return page == "api.html" or page.startswith("api/")
+
+
+def test_no_execution_error_reports():
+    if not PAGES:
+        _skip_or_fail(f"no built site at {SITE} (build it first: make book)")
+    reports = sorted((SITE / "reports").glob("*.log")) if (SITE / "reports").is_dir() else []
+    page = lambda r: SITE / (r.name.removesuffix(".err.log") + ".html")  # noqa: E731
+    reports = [r for r in reports if not page(r).is_file() or page(r).stat().st_mtime <= r.stat().st_mtime]
+    assert not reports, "execution errors during the build:\n" + "\n".join(
+        f"--- {r.name}\n{r.read_text(errors='replace')[-2000:]}" for r in reports)
+
+
+
+def test_notebook_downloads_are_executed():
+    """Every chapter offers its executed notebook (.ipynb with outputs) for download."""
+    chapters = [p for p in PAGES if (ROOT / "book" / p.replace(".html", ".md")).is_file()
+                and "kernelspec" in (ROOT / "book" / p.replace(".html", ".md")).read_text()[:500]]
+    if not chapters:
+        _skip_or_fail(f"no built site at {SITE} (build it first: make book)")
+    for page in chapters:
+        nb_path = SITE / "_sources" / page.replace(".html", ".ipynb")
+        assert nb_path.is_file() and f'_sources/{page.replace(".html", ".ipynb")}' in (SITE / page).read_text()
+        code = [c for c in json.loads(nb_path.read_text())["cells"] if c["cell_type"] == "code"
+                and "skip-execution" not in c.get("metadata", {}).get("tags", [])]
+        assert all(c.get("execution_count") for c in code) and any(c.get("outputs") for c in code), page
+
+
+def test_site_javascript_is_pinned():
+    """The JavaScript the site serves is pinned to exact versions, and the lock file agrees."""
+    web = ROOT / "web"
+    wanted = json.loads((web / "package.json").read_text())["dependencies"]
+    locked = json.loads((web / "package-lock.json").read_text())["packages"]
+    assert set(wanted) == {"mathjax", "requirejs", "@jupyter-widgets/html-manager"}
+    for name, version in wanted.items():
+        assert re.fullmatch(r"\d+\.\d+\.\d+", version), f"{name}: {version!r} is not an exact version"
+        assert locked[f"node_modules/{name}"]["version"] == version, f"{name}: lock file differs"
+        assert locked[f"node_modules/{name}"]["integrity"].startswith("sha512-")
+
+
+
+# --------------------------------------------------------------------------- template text
+# Leftovers of generated prose (no browser needed), searched in the text of a page's article, code
+# excluded; formulas are searched as their TeX source.
+TEMPLATE_TEXT = [
+    (r"\b[A-Za-z]+\((?:s|es)\)", "a plural written '(s)': say one or several"),
+    (r"∈\s*\{[^{},]*\}|\\in\s*\\\{[^{},]*\\\}|\bin \{[^{},]*\}", "a one-element set: say '= x'"),
+    (r"∈\s*-?\d|\\in\s*-?\d", "a number after '∈' (a set written as one value)"),
+    (r"\b0 (?:are|were|have|hold|do|did)\b|\b0 of (?:the|them|these|those)\b|(?:^|[.!?:;]\s+)0 [a-z]+s\b",
+     "a count of zero in a sentence ('0 are ...'): say 'none' or leave the clause out"),
+    (r"\b(?:nan|inf)\b", "'nan' or 'inf' in the text (a number that is missing or infinite)"),
+    (r"(?<!\| )(?<![`'\"\w.[])None(?! of\b)(?![\w`'\"|\]])", "'None' in the text (a missing value)"),
+    (r"\{glue|\bglue:(?:text|math|figure|md)?`", "a glue role that was not replaced"),
+]
+CODE_TAGS = {"pre", "code", "script", "style", "kbd", "samp", "tt"}
+CODE_CLASSES = {"highlight", "cell_input", "sig", "pre", "literal", "sig-name", "headerlink"}
+
+
+class _ProseText(__import__("html.parser").parser.HTMLParser):
+    """The text of ``<article class="bd-article">`` outside code, one block per paragraph, item,
+    cell, heading or caption."""
+
+    BLOCKS = {"p", "li", "td", "th", "h1", "h2", "h3", "h4", "h5", "h6", "figcaption", "dt", "dd",
+              "caption", "div", "section", "br"}
+    VOID = {"br", "img", "hr", "input", "meta", "link", "wbr", "col", "area", "source"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack: list[tuple[str, bool]] = []
+        self.in_article = 0
+        self.blocks: list[str] = [""]
+
+    def handle_starttag(self, tag, attrs):
+        classes = set((dict(attrs).get("class") or "").split())
+        self.in_article += tag == "article" and "bd-article" in classes
+        if tag in self.BLOCKS:
+            self.blocks.append("")
+        if tag not in self.VOID:
+            code = (bool(self.stack) and self.stack[-1][1]) or tag in CODE_TAGS or bool(classes & CODE_CLASSES)
+            self.stack.append((tag, code))
+
+    def handle_endtag(self, tag):
+        if tag in self.BLOCKS:
+            self.blocks.append("")
+        if tag == "article" and self.in_article:
+            self.in_article -= 1
+        for k in range(len(self.stack) - 1, -1, -1):
+            if self.stack[k][0] == tag:
+                del self.stack[k:]
+                break
+
+    def handle_data(self, data):
+        if self.in_article and not (self.stack and self.stack[-1][1]):
+            self.blocks[-1] += data
+
+
+def _template_problems(html: str, api: bool = False) -> list[str]:
+    parser = _ProseText()
+    parser.feed(html)
+    problems = []
+    for text in (" ".join(b.split()) for b in parser.blocks):
+        for pattern, why in TEMPLATE_TEXT:
+            if not (api and "None" in why):
+                problems += [f"{why}: ...{text[max(0, m.start() - 50):m.end() + 30]}..."
+                             for m in re.finditer(pattern, text)]
+    return problems
+
+
+def test_template_text_is_caught():
+    """The patterns catch the leftovers of the reader's reviews and pass their corrected forms."""
+    bad = ["fails at 6 step(s), by up to", "unstable in the probe (β ∈ 1 at η = 0.01)",
+           r"unstable (<span class='math'>\(\beta \in \{1\}\)</span>)", "1 inconclusive and 0 are checks",
+           "Results. 0 runs diverged.", "the ratio is nan here", "the gap is None.", "the step is (None)",
+           "and 0 were certified", "{glue:text}`x:.2f`"]
+    good = ["fails at 6 steps, by up to", r"<span class='math'>\(\beta = 1\)</span>",
+            r"<span class='math'>\(\beta \in \{0, 1\}\)</span>", "at step 0 the loss", "0.5 of the runs",
+            "<code>None</code> means the default", "None of the runs stalls.", "never returns NaN",
+            "feature 0 of X is 1", "int | None", "Callable[[Step], None]", "β ∈ [0, 2]",
+            r"<span class='math'>\(x \in \mathbb{R}^n\)</span>"]
+    wrap = '<article class="bd-article"><p>{}</p></article>'.format
+    assert all(_template_problems(wrap(t)) for t in bad), [t for t in bad if not _template_problems(wrap(t))]
+    assert not any(_template_problems(wrap(t)) for t in good), [t for t in good if _template_problems(wrap(t))]
+
+
+@pytest.mark.parametrize("page", PAGES or ["(no built site)"])
+def test_no_template_text(page):
+    """No page reads like a template filled in (TEMPLATE_TEXT); code is not searched."""
+    if page not in PAGES:
+        _skip_or_fail(f"no built site at {SITE} (build it first: make book)")
+    problems = _template_problems((SITE / page).read_text(encoding="utf-8", errors="replace"), api=_is_api(page))
+    assert not problems, f"{page}, template text:\n  " + "\n  ".join(dict.fromkeys(problems))
+
+
+def test_every_module_is_on_one_api_page():
+    """Every public module of convres is on exactly one API page, and every such page is in the TOC."""
+    import sys
+    sys.path.insert(0, str(ROOT / "web"))
+    try:
+        import convres_site
+    finally:
+        sys.path.remove(str(ROOT / "web"))
+    assert not convres_site.api_page_problems()
+    toc = (ROOT / "_toc.yml").read_text()
+    for page in convres_site.API_PAGES:
+        assert (ROOT / "book" / f"{page}.md").is_file() and f"- file: {page}\n" in toc, page

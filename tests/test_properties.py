@@ -14,16 +14,13 @@ examples are in ``settings(max_examples=...)`` below.
 import math
 import os
 import traceback
-from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from convres import ModelConfig, cli, gradient_descent, init_params, paths, synthetic_regression, values
-from convres.files import FileRefused, read_regular
+from convres import ModelConfig, gradient_descent, init_params, synthetic_regression, values
 
 PROPS = settings(derandomize=True, deadline=None, database=None,
                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -95,73 +92,6 @@ def test_as_int_accepts_integers_only(v):
         assert "count" in str(err)
         return
     assert type(got) is int and 1 <= got <= 10**6 and not isinstance(v, (bool, np.bool_, float))
-
-
-@settings(PROPS, max_examples=300)
-@given(text=st.one_of(st.text(max_size=8), odd_floats.map(repr), st.integers(-10**4, 10**4).map(str),
-                      st.sampled_from(["nan", "inf", "-inf", "1e3", " 2 ", "0x10", "1_0", "", "1e-400"])))
-def test_the_command_line_accepts_a_number_iff_the_api_does(text):
-    """``--beta TEXT`` (0 .. 1000) and ``ModelConfig(beta=float(TEXT))``-style coercion agree."""
-    import argparse
-
-    parse = cli.beta_value
-    try:
-        api = values.as_real("beta", float(text), minimum=0.0, maximum=1e3)
-    except (TypeError, ValueError):
-        api = None
-    try:
-        got = parse(text)
-    except argparse.ArgumentTypeError as err:
-        assert api is None, f"the CLI refused {text!r} ({err}) that the API accepts"
-        return
-    assert api is not None and got == api
-
-
-# --- the CLI parser: every flag used or refused ------------------------------------------------
-
-FLAG_POOL = {
-    "gd": ["--seed 1", "--beta 0.5", "--layers 2", "--N 2", "--n 2", "--d 4", "--mu 0.1", "--steps 2",
-           "--activation gelu", "--json", "--certify", "--list", "--bogus", "--N -1", "--mu nan"],
-    "theorem": ["--seed 1", "--beta 0.5", "--layers 2", "--steps 3", "--certify", "--route ffn",
-                "--width-condition", "--delta 0.1", "--scope", "--N 2", "--n 2", "--d 8", "--json",
-                "--out x", "--delta 2", "--N 0"],
-    "rank-collapse": ["--beta 0.5", "--seeds 2", "--seed 3", "--json", "--steps 2", "--seeds 0"],
-    "reproduce": ["simulations", "jena", "all", "bogus", "--list", "--profile paper", "--out figs",
-                  "--refresh", "--download", "--json", "--device cpu", "--seed 1", "--profile smoke"],
-}
-
-
-@settings(PROPS, max_examples=300)
-@given(data=st.data(), command=st.sampled_from(sorted(FLAG_POOL)))
-def test_every_flag_is_used_by_the_chosen_mode_or_refused(data, command, monkeypatch, capsys):
-    flags = data.draw(st.lists(st.sampled_from(FLAG_POOL[command]), max_size=4, unique=True))
-    argv = [command] + [w for f in flags for w in f.split()]
-    seen = {}
-
-    def stub(args):
-        seen["args"] = args
-        return 0
-    parser = cli.build_parser
-    def stubbed():
-        p = parser()
-        for sub in p._subparsers._group_actions[0].choices.values():
-            sub.set_defaults(func=stub)
-        return p
-    monkeypatch.setattr(cli, "build_parser", stubbed)
-    try:
-        code = cli.main(argv)
-    except SystemExit as done:          # argparse: a usage error on stderr
-        assert done.code == 2 and "error:" in capsys.readouterr().err
-        return
-    err = capsys.readouterr().err
-    if code == 2:
-        assert err.count("\n") == 1 and "error:" in err
-        return
-    assert code == 0 and "args" in seen
-    args = seen["args"]
-    used = cli.APPLIES[command][cli._mode(args)]
-    given_ = set(getattr(args, "given_", set())) | ({"name"} if getattr(args, "name", None) else set())
-    assert given_ <= used, f"{argv}: flags {given_ - used} were accepted but not used"
 
 
 # --- tensors at the entry point: dtype, layout, device, grad mode, values ----------------------
@@ -286,60 +216,3 @@ def test_model_config_fields_are_coerced_or_named(field, v):
         assert field == "beta_attn" and v is None
         return
     assert isinstance(got, (int, float, str)) or field == "scale", f"{field} kept a {type(got).__name__}"
-
-
-# --- paths and files -------------------------------------------------------------------------
-
-@settings(PROPS, max_examples=200)
-@given(text=st.one_of(st.text(max_size=12), st.sampled_from(["", " ", "~", "~nosuchuserx/c", "~/c", "a\0b",
-                                                            "rel/dir", "/abs/dir", "\t"])),
-       env=st.sampled_from([paths.DATA_ENV, paths.CACHE_ENV, paths.XDG_ENV]))
-def test_path_settings_give_a_path_or_name_the_setting(text, env, monkeypatch):
-    for name in (paths.DATA_ENV, paths.CACHE_ENV, paths.XDG_ENV):
-        monkeypatch.delenv(name, raising=False)
-    if "\0" in text:
-        monkeypatch.setattr(paths.os, "environ", {env: text})
-    else:
-        monkeypatch.setenv(env, text)
-    for get in (paths.data_dir, paths.cache_dir):
-        try:
-            folder = get()
-        except paths.PathSettingError as err:
-            assert env in str(err)
-            continue
-        assert str(folder) not in ("", ".") and not str(folder).startswith("~")
-        if env == paths.XDG_ENV:
-            assert folder.is_absolute(), f"XDG_CACHE_HOME={text!r} gave the relative {folder}"
-
-
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
-@settings(PROPS, max_examples=30)
-@given(kind=st.sampled_from(["regular", "big", "dir", "fifo", "link-in", "link-out", "dev-zero", "missing"]))
-def test_read_regular_reads_regular_files_only(kind, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("files")
-    path = folder / "entry"
-    if kind in ("regular", "link-in"):
-        (folder / "real").write_bytes(b"abc")
-        os.symlink(folder / "real", path) if kind == "link-in" else path.write_bytes(b"abc")
-    elif kind == "big":
-        path.write_bytes(b"x" * 101)
-    elif kind == "dir":
-        path.mkdir()
-    elif kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "link-out":
-        outside = tmp_path_factory.mktemp("outside") / "f"
-        outside.write_bytes(b"abc")
-        os.symlink(outside, path)
-    elif kind == "dev-zero":
-        os.symlink("/dev/zero", path)
-    try:
-        got = read_regular(path, max_bytes=100, what="entry")
-    except FileNotFoundError:
-        assert kind == "missing"
-        return
-    except FileRefused as err:
-        assert kind in ("big", "dir", "fifo", "link-out", "dev-zero") and str(path) in str(err)
-        return
-    assert kind in ("regular", "link-in") and got == b"abc"
-    assert Path(path).exists()

@@ -30,3 +30,20 @@ def test_check_device():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="device 'cuda'.*(no CUDA support|no CUDA device)"):
             check_device("cuda")
+
+
+def test_a_cpu_with_a_number_is_refused_not_served_as_the_cpu():
+    with pytest.raises(ValueError, match="cpu:1"):
+        check_device("cpu:1")
+
+
+def test_cost_is_refused_before_allocating_with_the_estimate_and_what_to_change():
+    from convres import ModelConfig, gradient_descent, init_params
+    from convres.runtime import CostRefused, check_memory
+
+    with pytest.raises(CostRefused, match=r"GiB.*use less"):
+        check_memory(2**43, "this thing", "use less")
+    cfg = ModelConfig(d=4, d_qk=4, m=4)
+    X = torch.zeros(1, 60_000, 4, dtype=torch.float64)   # attention: n^2 = 3.6e9 entries per block
+    with pytest.raises(CostRefused, match=r"n=60000.*GiB"):
+        gradient_descent(init_params(cfg), X, torch.zeros(1, 60_000, 1, dtype=torch.float64), cfg, 0.01, 1)

@@ -2,19 +2,21 @@ r"""Sphinx extension of the convres book (loaded through ``sphinx.local_extensio
 
 Jobs for the published site:
 
-1. **No CDN.** MathJax, require.js, the ipywidgets embed manager, Vega and Vega-Lite are installed
+1. **No CDN.** MathJax, require.js and the ipywidgets embed manager are installed
    from the npm registry at exact versions (``web/package.json`` and its lock file, ``make
    assets``) into ``web/node_modules/`` (git-ignored). This extension copies the files the pages
    need straight into the output, ``_build/html/_static/vendor/``, where ``mathjax_path`` and
    ``nb_ipywidgets_js`` in ``_config.yml`` point (Sphinx resolves those relative to ``_static``).
-   The site's own scripts (``web/explorer.js``, ``web/explorer.css``, ``web/mathjax2-shim.js``) go
+   The site's own scripts (``web/model.js``, ``web/explorer.js``, ``web/explorer.css``,
+   ``web/mathjax2-shim.js``, ``web/site.js``, ``web/site.css``) go
    to ``_build/html/_static/convres/``. None of them is put in a *source* static folder
    (``book/_static``): Jupyter Book 1 would inject every ``.js``/``.css`` found there into every
    page.
 2. **Explorers.** A page that holds an explorer (``convres.explorers``: an element of class
-   ``convres-explorer``) loads ``explorer.js`` and ``explorer.css``, which draw it with Vega-Lite;
-   other pages load neither. Pages with saved ipywidgets load ``mathjax2-shim.js`` first
-   (``nb_ipywidgets_js``), which gives the embed manager the MathJax 2 call it makes.
+   ``convres-explorer``) loads ``model.js`` (the model and gradient descent, run in the page),
+   ``explorer.js`` and ``explorer.css`` (the controls and the charts); other pages load none of
+   them. Pages with saved ipywidgets load ``mathjax2-shim.js`` first (``nb_ipywidgets_js``), which
+   gives the embed manager the MathJax 2 call it makes.
 3. **API reference.** One page per group of modules, ``book/api/<page>.md`` (``API_PAGES``
    below), each filled at build time with one ``automodule`` section per module of its group, so
    that no page is too long to read; ``book/api.md`` gets the list of pages with what each module
@@ -39,7 +41,9 @@ Jobs for the published site:
    with "Appendix" starts the appendix), the chapters' empty "References" sections and the
    Bibliography page are dropped, and the references are listed once, at the end, each work once,
    sorted by author. When ``_build/latex/convres.pdf`` exists, the next HTML build serves it as
-   ``convres.pdf`` and lists it in every page's download menu; without it, no page links it.
+   ``convres.pdf`` and lists it in every page's download menu; without it, no page links it. When
+   that changes, every page is written again from the kept doctrees (no chapter is executed again),
+   so ``make pdf`` after an HTML build, then an incremental HTML build, gives a site with the PDF.
 """
 
 from __future__ import annotations
@@ -77,16 +81,10 @@ ASSETS = [
     ("requirejs/package.json", "requirejs-package.json"),
     ("@jupyter-widgets/html-manager/dist", "html-manager"),
     ("@jupyter-widgets/html-manager/package.json", "html-manager/package.json"),
-    ("vega/build/vega.min.js", "vega/vega.min.js"),
-    ("vega/LICENSE", "vega/LICENSE"),
-    ("vega/package.json", "vega/package.json"),
-    ("vega-lite/build/vega-lite.min.js", "vega-lite/vega-lite.min.js"),
-    ("vega-lite/LICENSE", "vega-lite/LICENSE"),
-    ("vega-lite/package.json", "vega-lite/package.json"),
 ]
 WEB = Path(__file__).resolve().parent
 OWN = "_static/convres"  # folder of the output that holds the site's own scripts
-OWN_FILES = ["explorer.js", "explorer.css", "mathjax2-shim.js", "site.css", "site.js"]
+OWN_FILES = ["model.js", "explorer.js", "explorer.css", "mathjax2-shim.js", "site.css", "site.js"]
 EXPLORER_MARK = 'class="convres-explorer'  # what convres.explorers.Explorer.html() writes
 # Files of html-manager/dist the pages never load (source maps, the non-AMD bundles).
 _SKIP = shutil.ignore_patterns("*.map", "embed.js", "embed.js.LICENSE.txt", "libembed-amd.js")
@@ -100,14 +98,13 @@ API_PAGES: dict[str, list[str]] = {
     "api/model": ["model", "gd", "instances"],
     "api/rank": ["rank", "collapse"],
     "api/theory": ["theory", "lemmas", "checks", "scope"],
-    "api/certify": ["certify", "width"],
-    "api/experiments": ["experiments", "experiments.base", "stats", "committed"],
+    "api/certify": ["certify", "width", "separation"],
+    "api/experiments": ["experiments", "experiments.base", "protocol", "stats", "committed"],
     "api/experiment_runs": ["experiments.simulations", "experiments.jena", "experiments.sst2",
-                            "experiments.rank_collapse", "experiments.theorem",
-                            "experiments.explorers"],
-    "api/data": ["data", "data.jena", "data.sst2", "data.embeddings", "data.checksums"],
-    "api/figures": ["plotting", "vega", "explorers", "report", "show"],
-    "api/tools": ["cache", "files", "paths", "runtime", "values", "cli"],
+                            "experiments.rank_collapse", "experiments.theorem"],
+    "api/data": ["data", "data.sources", "data.jena", "data.sst2", "data.embeddings"],
+    "api/figures": ["plotting", "explorers", "report", "show"],
+    "api/tools": ["cache", "runtime", "values", "cli"],
 }
 
 
@@ -249,9 +246,10 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
             unique.append(js)
     if "script_files" in context:
         context["script_files"][:] = unique
-    # Explorers: their script (it loads Vega and Vega-Lite itself) and style, on their pages only.
+    # Explorers: the model (gradient descent in the page), their script and style, on their pages only.
     if EXPLORER_MARK in (context.get("body") or ""):
         app.add_css_file(f"{OWN.removeprefix('_static/')}/explorer.css")
+        app.add_js_file(f"{OWN.removeprefix('_static/')}/model.js", defer="defer")
         app.add_js_file(f"{OWN.removeprefix('_static/')}/explorer.js", defer="defer")
     # The widget manager loads its fonts from the folder require.js reports for it, which is the
     # page's folder unless require.js is told (a global `require` before require.js is its config).
@@ -400,15 +398,13 @@ def _find_pdf(app) -> None:
     app.env.convres_pdf = str(pdf) if pdf else ""
     if pdf:
         logger.info(f"convres_site: serving {pdf} as {PDF_NAME} and linking it from every page")
-
-
-def _pdf_outdated(app, env, added, changed, removed) -> list[str]:
-    # The download menu of every page depends on whether the PDF exists: when that changes since
-    # the last build, every page is written again.
-    previous = getattr(env, "convres_pdf_linked", None)
-    now = bool(getattr(env, "convres_pdf", ""))
-    env.convres_pdf_linked = now
-    return sorted(env.found_docs) if previous is not None and previous != now else []
+    if app.builder.format == "html" and (Path(app.outdir) / PDF_NAME).is_file() != bool(pdf):
+        # The download menu of every page changes (the last build served the PDF and this one does
+        # not, or the reverse): remove the pages, which the builder then writes again from the
+        # doctrees it keeps, without reading or executing any chapter.
+        for page in Path(app.outdir).rglob("*.html"):
+            if not {"_static", "_sources", "_images"} & set(page.relative_to(app.outdir).parts):
+                page.unlink()
 
 
 def _copy_pdf(app, exception) -> None:
@@ -527,7 +523,6 @@ def setup(app):
     app.connect("source-read", _api_source)
     app.connect("source-read", _insert_repository_url)
     app.connect("env-get-outdated", _api_always_outdated)
-    app.connect("env-get-outdated", _pdf_outdated)
     app.connect("html-page-context", _link_pdf, priority=950)
     app.connect("doctree-resolved", _pdf_shape)
     app.connect("build-finished", _copy_pdf)

@@ -1,9 +1,16 @@
-/* Tables of the text on a phone (web/convres_site.py loads this on every page, with site.css).
+/* The text on a phone (web/convres_site.py loads this on every page, with site.css).
  *
- * A table written in a page (class "table"; not a notebook's data frame) that does not fit the
- * column on a narrow screen is shown as one card per row, each cell labelled with the header of
- * its column (site.css, ".convres-cards"), instead of scrolling sideways. Checked again once
- * MathJax has typeset the page (formulas change the widths) and when the window is resized.
+ * Tables: a table written in a page (class "table"; not a notebook's data frame) that does not fit
+ * the column on a narrow screen is shown as one card per row, each cell labelled with the header of
+ * its column (site.css, ".convres-cards"), instead of scrolling sideways.
+ *
+ * Inline formulas: MathJax cannot break a formula inside a line, so one that is wider than the
+ * line it sits in (the column, a card, a box) would be cut off at the right edge. Each such formula
+ * is shown on a line of its own that scrolls sideways inside the formula (site.css,
+ * ".convres-wide-math"); the page itself never does.
+ *
+ * Both are checked once MathJax has typeset the page (formulas change the widths) and again when
+ * the window is resized.
  */
 (function () {
   'use strict';
@@ -19,7 +26,7 @@
     });
   }
 
-  function fit() {
+  function fitTables() {
     var tables = document.querySelectorAll('.bd-article table.table');
     Array.prototype.forEach.call(tables, function (table) {
       table.classList.remove('convres-cards');
@@ -32,6 +39,31 @@
     });
   }
 
+  // The width a line of text has inside the nearest block around `node` (its content box).
+  function lineWidth(node) {
+    for (var a = node.parentElement; a; a = a.parentElement) {
+      var s = getComputedStyle(a);
+      if (s.display.indexOf('inline') !== 0 && s.display !== 'contents') {
+        return a.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);
+      }
+    }
+    return window.innerWidth;
+  }
+
+  function fitMath() {
+    var inline = document.querySelectorAll('.bd-article mjx-container:not([display="true"])');
+    Array.prototype.forEach.call(inline, function (c) { c.classList.remove('convres-wide-math'); });
+    Array.prototype.forEach.call(inline, function (c) {
+      var math = c.firstElementChild || c;
+      if (math.getBoundingClientRect().width > lineWidth(c) + 1) c.classList.add('convres-wide-math');
+    });
+  }
+
+  function fit() {
+    fitTables();
+    fitMath();
+  }
+
   function afterMath() {
     fit();
     var mj = window.MathJax;
@@ -41,4 +73,7 @@
   if (document.readyState === 'complete') afterMath();
   else window.addEventListener('load', afterMath);
   window.addEventListener('resize', fit);
+  // a folded proof or dropdown opened later: its formulas are measured when they are shown
+  document.addEventListener('click', function () { setTimeout(fitMath, 0); });
+  window.convresFit = fit;
 })();

@@ -1,8 +1,5 @@
-"""Frozen word vectors for the SST-2 chapter: PPMI-SVD vectors and hashed Gaussian vectors.
-
-Book chapter *SST-2*: the PPMI vectors are computed from the unlabelled training text; the hashed
-vectors are a floor baseline that carries no meaning.
-"""
+"""Frozen word vectors for the SST-2 chapter: PPMI-SVD vectors of the unlabelled training text, and
+hashed Gaussian vectors (a floor baseline that carries no meaning)."""
 
 from __future__ import annotations
 
@@ -18,20 +15,12 @@ __all__ = ["ppmi_embeddings", "embed_with", "hash_embedding", "embed_tokens"]
 
 def ppmi_embeddings(sentences, d: int, *, vocab_size: int = 5000, smoothing: float = 0.75,
                     seed: int = 0, iterations: int = 4):
-    """Word vectors from unlabelled text: a truncated SVD of the positive pointwise mutual
-    information (PPMI) of word co-occurrence within a sentence (book chapter *SST-2*).
-
-    The vocabulary is the ``vocab_size`` most frequent tokens (ties in alphabetical order);
-    ``C[w, c]`` counts the ordered pairs of positions ``(i, j)``, ``i != j``, of one sentence with
-    token ``w`` at ``i`` and ``c`` at ``j``. With the context distribution raised to ``smoothing``
-    (Levy, Goldberg and Dagan 2015), ``PPMI[w, c] = max(0, log(P(w, c) / (P(w) P_s(c))))``. The
-    vectors are ``U_d S_d^(1/2)`` of its ``d`` leading singular triples, found by subspace
-    iteration from a Gaussian start drawn with ``seed`` (``iterations`` rounds); each column's sign
-    is fixed so that its largest entry is positive. No labels are used; the same text gives the
-    same vectors.
-
-    Returns ``(vocab, vectors)``: the token list and a float64 ``numpy`` array ``(len(vocab), d)``.
-    """
+    """Word vectors from unlabelled text (book chapter *SST-2*): the ``d`` leading singular triples
+    ``U_d S_d^(1/2)`` of the positive pointwise mutual information ``PPMI[w, c] = max(0, log(P(w, c) /
+    (P(w) P_s(c))))`` of the ``vocab_size`` most frequent tokens (ties alphabetical), ``C[w, c]``
+    counting the ordered pairs of positions of one sentence, the context distribution raised to
+    ``smoothing`` (Levy, Goldberg and Dagan 2015); subspace iteration from a Gaussian start drawn
+    with ``seed``, each column's largest entry positive. Returns ``(vocab, vectors)``."""
     import numpy as np
 
     d = as_int("d (the embedding dimension)", d, minimum=1)
@@ -84,14 +73,10 @@ def ppmi_embeddings(sentences, d: int, *, vocab_size: int = 5000, smoothing: flo
 
 
 def embed_with(sentences, vocab, vectors, *, mean=None, std=None, dtype=torch.float64):
-    """``X`` of shape ``(N, n, d)`` from equal-length token lists and a table ``vocab -> vectors``
-    (e.g. :func:`ppmi_embeddings`), every coordinate standardized as ``(v - mean) / std``.
-
-    ``mean`` and ``std`` (length ``d``) default to the statistics of the in-vocabulary tokens of
-    ``sentences`` themselves; pass the training ones to embed held-out text the same way. A token
-    outside the vocabulary gets the zero vector (after standardization: the mean). Returns
-    ``(X, (mean, std), oov)`` with ``oov`` the fraction of tokens outside the vocabulary.
-    """
+    """``X`` of shape ``(N, n, d)`` from equal-length token lists and a table ``vocab -> vectors``,
+    every coordinate standardized by ``mean`` and ``std`` (default: those of the known tokens of
+    ``sentences``; pass the training ones for held-out text); an unknown token gets the mean.
+    Returns ``(X, (mean, std), oov)``, ``oov`` the fraction of unknown tokens."""
     import numpy as np
 
     lengths = {len(s) for s in sentences}
@@ -120,9 +105,8 @@ def embed_with(sentences, vocab, vectors, *, mean=None, std=None, dtype=torch.fl
 
 
 def hash_embedding(token: str, d: int, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
-    """A frozen Gaussian embedding of ``token``: ``d`` i.i.d. ``N(0, 1)`` entries drawn from a
-    generator seeded with the SHA-256 of ``"<seed>:<token>"``. The same token always gets the same
-    vector, on every machine, without a vocabulary."""
+    """A frozen Gaussian embedding of ``token``: ``d`` i.i.d. ``N(0, 1)`` entries from a generator
+    seeded with the SHA-256 of ``"<seed>:<token>"`` (the same vector on every machine)."""
     if not isinstance(token, str):
         raise TypeError(f"token must be a str, got {type(token).__name__}.")
     d = as_int("d (the embedding dimension)", d, minimum=1)

@@ -20,11 +20,13 @@ import time
 from collections.abc import Mapping
 
 from ..cache import cached_json
+from ..data import fingerprint
 from ..runtime import check_device, torch_threads
-from . import explorers, jena, rank_collapse, simulations, sst2, theorem
+from . import jena, rank_collapse, simulations, sst2, theorem
 from .base import (
     PROFILES,
     RESULT_FORMAT,
+    RUN_CONTEXT,
     SUMMARY_KEYS,
     VERDICTS,
     Experiment,
@@ -44,8 +46,7 @@ __all__ = ["Experiment", "Result", "Shape", "EXPERIMENTS", "PROFILES", "VERDICTS
 
 #: Every experiment of the book, by name.
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
-    simulations.EXPERIMENT, jena.EXPERIMENT, sst2.EXPERIMENT, rank_collapse.EXPERIMENT, *theorem.RECORDS,
-    explorers.RANK_COLLAPSE, explorers.CONVERGENCE)}
+    simulations.EXPERIMENT, jena.EXPERIMENT, sst2.EXPERIMENT, rank_collapse.EXPERIMENT, *theorem.RECORDS)}
 
 
 def _experiment(name: str) -> Experiment:
@@ -62,18 +63,13 @@ def settings(name: str, profile: str = "book") -> dict:
     return copy.deepcopy(e.profiles[profile])
 
 
-def _stored_ok(stored) -> bool:
-    return isinstance(stored, dict) and {"name", "profile", "settings", "data", "seconds"} <= set(stored) \
-        and isinstance(stored["data"], dict)
-
-
 def run_experiment(name: str, profile: str = "book", *, progress: bool = False, refresh: bool = False,
                    data_dir=None, overrides: dict | None = None, device=None) -> Result:
     """Run experiment ``name`` under ``profile`` (or load its cached result); return a :class:`Result`.
 
     ``overrides`` replaces some settings (a different configuration, hence a different cache key).
-    ``device`` (e.g. ``"cuda"``) runs the gradient descent there; it is part of the cache key
-    (a result computed on another device may differ in round-off).
+    ``device`` (e.g. ``"cuda"``) runs the gradient descent there. The cache key holds the settings,
+    the device as asked and the fingerprint of the data files (:func:`convres.data.fingerprint`).
     """
     e = _experiment(name)
     s = settings(name, profile)
@@ -86,18 +82,22 @@ def run_experiment(name: str, profile: str = "book", *, progress: bool = False, 
         s.update(copy.deepcopy(overrides))
     check_settings(name, s)
     dev = check_device(device)
-    key = {"experiment": name, "settings": s, "format": RESULT_FORMAT}
-    if dev.type != "cpu":
-        key["device"] = str(dev)
+    files = fingerprint(data_dir)
+    key = {"experiment": name, "settings": s, "format": RESULT_FORMAT, "device": str(dev), "data": files}
 
     def compute():
         t0 = time.perf_counter()
-        with torch_threads(1):  # small models: one thread is fastest (appendix Performance)
-            data = e.run(s, progress=progress, data_dir=data_dir, device=dev)
-        data["device"] = str(dev)
+        context: dict = {"data": files, "shared": []}
+        token = RUN_CONTEXT.set(context)
+        try:
+            with torch_threads(1):  # small models: one thread is fastest (appendix Performance)
+                data = e.run(s, progress=progress, data_dir=data_dir, device=dev)
+            data.update(device=str(dev), shared=context["shared"])
+        finally:
+            RUN_CONTEXT.reset(token)
         return Result(e, profile, s, data, time.perf_counter() - t0).to_json()
 
-    stored = cached_json(f"experiment-{name}", key, compute, refresh=refresh, check=_stored_ok)
+    stored = cached_json(f"experiment-{name}", key, compute, refresh=refresh)
     return Result(e, stored["profile"], stored["settings"], stored["data"], stored["seconds"])
 
 

@@ -8,6 +8,7 @@ command line loop over the records and call their hooks.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import json
 import math
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..cache import cached_json
+from ..cache import cached_json, digest
 from ..model import ModelConfig
 from ..protocol import BOOTSTRAP_DRAWS, CHECKS, CLAIMS, MIN_UNITS, TAG, Claim
 from ..stats import VERDICTS, Estimate, estimate, grade
@@ -27,8 +28,9 @@ from ..values import as_int, json_safe
 
 __all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
            "RESULT_FORMAT", "check_settings", "measured_rate", "finite_list", "dtype_of", "stable",
-           "median_by", "spread", "final", "positive_int", "output_rows", "shared_by_pieces", "CheckResult",
-           "design_check", "ClaimRecord", "claim_record", "protocol_stamp", "protocol_summary", "STAMP_FILE"]
+           "median_by", "spread", "final", "positive_int", "output_rows", "shared_by_pieces", "RUN_CONTEXT",
+           "CheckResult", "design_check", "ClaimRecord", "claim_record", "protocol_stamp", "protocol_summary",
+           "STAMP_FILE"]
 
 PROFILES = ("book", "paper", "smoke")
 #: Version of the layout of the results; part of the cache key (bump it when a runner changes).
@@ -128,6 +130,8 @@ class Result:
 
     def figure(self):
         """The experiment's figure (matplotlib)."""
+        if self.experiment.plot is None:
+            raise ValueError(f"experiment {self.name!r} has no figure.")
         return self.experiment.plot(self)
 
     def report(self) -> dict:
@@ -222,14 +226,23 @@ def positive_int(s: dict, key: str) -> int:
     return as_int(f"setting {key!r}", s.get(key), minimum=1)
 
 
+#: The experiment in progress (set by ``run_experiment``): the fingerprint of its data files, and
+#: the shared computations it used (``what``, cache key, SHA-256 of the value), for provenance.
+RUN_CONTEXT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("run_context", default=None)
+
+
 def shared_by_pieces(what: str, s: dict, device, compute: Callable[[], Any], **context: Any) -> Any:
     """``compute()``, a part of an experiment that does not use its evaluation seeds (the step sizes
     tuned on the probe seeds, a check on a probe seed), cached as ``what`` on the settings ``s``
-    less ``seeds``, the ``device`` it runs on and ``context`` (JSON-serializable): the pieces of a
-    run in pieces (:mod:`convres.committed`) differ only in ``seeds``, so the first computes it and
-    the others read it back."""
-    config = {"settings": {k: v for k, v in s.items() if k != "seeds"}, **context, "device": str(device)}
-    return cached_json(what, config, compute)
+    less ``seeds``, the ``device`` it runs on, the data files and ``context`` (JSON-serializable):
+    the pieces of a run in pieces (:mod:`convres.committed`) differ only in ``seeds``, so the first
+    computes it and the others read it back; the run records which it used (``data["shared"]``)."""
+    run = RUN_CONTEXT.get() or {"data": {}, "shared": []}
+    config = {"settings": {k: v for k, v in s.items() if k != "seeds"}, **context, "device": str(device),
+              "data": run["data"]}
+    value = cached_json(what, config, compute)
+    run["shared"].append({"what": what, "key": digest(config)[:16], "sha256": digest(value)})
+    return value
 
 
 # --- protocol v4: the design checks, the claim records and the protocol's stamp, as the JSON holds them ---
@@ -349,7 +362,7 @@ def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequ
     failed = [n for n in c.checks if not ran[n].passed]
 
     def graded(eff):
-        kw = dict(min_units=MIN_UNITS[profile], statistic=c.statistic, draws=draws)
+        kw: dict[str, Any] = dict(min_units=MIN_UNITS[profile], statistic=c.statistic, draws=draws)
         est = estimate(eff, strata=strata, **kw)
         labels = [str(s) for s in strata] if strata is not None else []
         subs = {s: estimate([e for e, k in zip(eff, labels) if k == s], **kw) for s in c.subsets}

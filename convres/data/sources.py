@@ -1,0 +1,154 @@
+"""Where the data come from: the data folder, the download sources, the fetcher and the checksums.
+
+Book appendix on the data (README, *Data*). The sources are settings, so that a mirror can stand in:
+``HF_ENDPOINT`` for the Hugging Face Hub (SST-2 at :data:`SST2_REVISION`) and ``CONVRES_JENA_URL``
+for the Keras zip of Jena Climate. A download shows a progress bar, resumes its ``.part`` file, and
+its sha256 is recorded in the data folder's ``SHA256SUMS``, against which every read checks it.
+"""
+
+import functools
+import hashlib
+import http.client
+import os
+import re
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+
+from ..cache import setting_dir, write_atomic
+
+DATA_ENV, JENA_URL_ENV, CHECKSUMS = "CONVRES_DATA_DIR", "CONVRES_JENA_URL", "SHA256SUMS"
+JENA_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/jena_climate_2009_2016.csv.zip"
+#: The commit of the Hub dataset ``nyu-mll/glue`` that SST-2 is downloaded at.
+SST2_REVISION = "bcdcba79d07bc864c1c254ccfcedcce55bcc9a8c"
+#: The sha256 of the offline copy's Jena slice, a name no other file has (shared/data/README.md).
+KNOWN_SHA256 = {"jena_climate/jena_climate_2009_2016_SUBSET_2009-01-01_to_2009-01-28_12cols.csv.gz":
+                "9de67d18a184d5ea11e9a5f5ab7e0b258d30ab1233b68f47589ac79aa5c19e83"}
+#: The cost policy: the most bytes a data file, or a zip member, may declare (the Keras CSV: 43 MB).
+MAX_MEMBER_BYTES = 256 * 2**20
+SUPPORTED = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
+
+
+class DataError(ValueError):
+    """A data file is missing, malformed, too costly to read, or does not cover what is needed."""
+
+
+class DataWarning(UserWarning):
+    """Something about a data file could not be verified (the data are still used)."""
+
+
+def data_dir(path: str | os.PathLike | None = None) -> Path:
+    """The data folder: ``path``, else ``$CONVRES_DATA_DIR``, else ``~/.cache/convres/data``."""
+    return setting_dir(DATA_ENV, "data", path)
+
+
+def _hub(split: str) -> str:
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    return f"{endpoint}/datasets/nyu-mll/glue/resolve/{SST2_REVISION}/sst2/{split}-00000-of-00001.parquet"
+
+
+#: The files that are downloaded (their path in the data folder), and their sources.
+SOURCES = {"jena_climate/jena_climate_2009_2016.csv.zip": lambda: os.environ.get(JENA_URL_ENV, JENA_URL),
+           "sst2/train.parquet": lambda: _hub("train"), "sst2/validation.parquet": lambda: _hub("validation")}
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The sha256 of the file at ``path`` (computed once per size and modification time)."""
+    st = os.stat(path)
+    return _sha256(os.fspath(path), st.st_size, st.st_mtime_ns)
+
+
+def read_checksums(root: Path) -> dict[str, str]:
+    """The folder's ``SHA256SUMS`` (``sha256sum``'s format) as ``{relative path: sha256}``."""
+    manifest, sums = root / CHECKSUMS, {}
+    if manifest.exists() and not manifest.is_file():
+        raise DataError(f"{manifest} is not a regular file, so nothing could be verified; remove it.")
+    lines = manifest.read_text(errors="replace").splitlines() if manifest.exists() else []
+    for number, line in enumerate(lines, 1):
+        match = re.fullmatch(r"([0-9a-fA-F]{64}) [ *](?:\./)?(.+)", line)
+        if match is None and line.strip() and not line.startswith("#"):
+            raise DataError(f"{manifest}, line {number}: not '<sha256>  <path>'; fix or delete that line.")
+        if match:
+            sums[match[2]] = match[1].lower()
+    return sums
+
+
+def verify_file(path: Path, root: Path) -> str:
+    """Check ``path``, in the data folder ``root``, against its recorded sha256; say what was checked."""
+    rel, sums = path.relative_to(root).as_posix(), read_checksums(root)
+    expected, where = (sums[rel], root / CHECKSUMS) if rel in sums else (KNOWN_SHA256.get(rel), "convres")
+    if expected is None:
+        return f"not verified: no sha256 is recorded for it in {root / CHECKSUMS}"
+    if sha256_file(path) != expected:
+        raise DataError(f"{path}: its sha256 is not the {expected} of {where}; the file is damaged or "
+                        "another one: delete it and download it again (or, if it is yours, remove its line).")
+    return f"sha256 matches {where}"
+
+
+def zip_member(archive: zipfile.ZipFile, where: Path) -> zipfile.ZipInfo:
+    """The one CSV of a zip, checked against the cost policy before a byte of it is read."""
+    csvs = [i for i in archive.infolist() if i.filename.endswith(".csv") and "__MACOSX" not in i.filename]
+    m = csvs[0] if len(csvs) == 1 else zipfile.ZipInfo("no single CSV")
+    checks = [(len(csvs) != 1, f"holds {len(csvs)} CSV files, not one"), (m.flag_bits & 1, "is encrypted"),
+              (m.compress_type not in SUPPORTED, "uses a compression that is not supported"),
+              (m.file_size > MAX_MEMBER_BYTES, "declares more bytes than a data file may have")]
+    for bad, what in checks:
+        if bad:
+            raise DataError(f"{where} {what}; it is not the Keras zip of Jena Climate: download it again.")
+    return m
+
+
+def fetch(rel: str, root: Path, check=None) -> Path:
+    """``root/rel`` (a file of :data:`SOURCES`), downloaded first when missing; the download passes
+    ``check(path)`` (if given) before it takes that name."""
+    dest, url = root / rel, SOURCES[rel]()
+    if dest.is_file():
+        return dest
+    fix = f"without network, put the file at {dest}, or set {DATA_ENV} to an offline copy holding {rel}"
+    if rel.startswith("sst2/") and os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
+        raise DataError(f"{rel} is missing and HF_HUB_OFFLINE is set, so it is not downloaded from {url}; "
+                        f"unset HF_HUB_OFFLINE, or {fix}.")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    try:
+        _download(url, part, rel)
+        if check is not None:
+            check(part)
+    except (OSError, http.client.HTTPException, zipfile.BadZipFile) as err:  # URLError, timeouts, ...
+        kept = f" What arrived is kept in {part}: the next try resumes it." if part.exists() else ""
+        raise DataError(f"could not download {rel} from {url} ({getattr(err, 'reason', None) or err}); "
+                        f"{fix}.{kept}") from None
+    os.replace(part, dest)
+    sums = {**read_checksums(root), rel: sha256_file(dest)}
+    write_atomic(root / CHECKSUMS, "".join(f"{sha}  {name}\n" for name, sha in sorted(sums.items())))
+    return dest
+
+
+def _download(url: str, part: Path, rel: str) -> None:
+    from tqdm.auto import tqdm
+
+    have = part.stat().st_size if part.is_file() else 0
+    try:
+        response = urllib.request.urlopen(urllib.request.Request(url, headers={"Range": f"bytes={have}-"}),
+                                          timeout=60)  # noqa: S310 (a source of SOURCES)
+    except urllib.error.HTTPError as err:
+        if err.code == 416 and have:  # the part is already whole
+            return
+        raise
+    resumed = response.status == 206
+    total = int(response.headers.get("Content-Length") or 0) + (have if resumed else 0)
+    with response, open(part, "ab" if resumed else "wb") as f, \
+            tqdm(total=total, initial=have if resumed else 0, unit="B", unit_scale=True, desc=rel) as bar:
+        for block in iter(lambda: response.read(1 << 20), b""):
+            f.write(block)
+            bar.update(len(block))
