@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from ..data import embed_with, load_sst2, ppmi_embeddings, sst2_prefixes
+from ..data import embed_with, fingerprint, load_sst2, ppmi_embeddings, sst2_prefixes
 from ..gd import gradient_descent, loss_and_grad, sweep
 from ..lemmas import hessian_norm
 from ..model import (
@@ -47,6 +47,7 @@ from ..stats import ProbeRun, censored, estimate, log_ratio, mean_log_loss, step
 from ..theory import ffn_theorem_run
 from ..values import json_safe
 from .base import (
+    RUN_CONTEXT,
     CheckResult,
     Experiment,
     Result,
@@ -617,8 +618,12 @@ def prepare(profile: str, part: str, *, data_dir=None, device=None) -> dict | li
     parts = _shared_parts(s, task, token_targets(task.Y, task.X.shape[1]), dtype, check_device(device))
     if part not in parts:
         raise ValueError(f"unknown shared part {part!r}; choose one of {sorted(parts)}.")
-    with torch_threads(1):
-        return parts[part]()
+    token = RUN_CONTEXT.set({"data": fingerprint(data_dir), "shared": []})  # the run's cache keys
+    try:
+        with torch_threads(1):
+            return parts[part]()
+    finally:
+        RUN_CONTEXT.reset(token)
 
 
 def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
