@@ -279,60 +279,75 @@ def _depth_styles(depths):
             for i, L in enumerate(depths)}
 
 
-def plot_sst2(result, protocol: str = "best"):
+#: The SST-2 arms: (label, colour, line style, marker).
+SST2_ARMS = {"residual": ("residual", "tab:blue", "-", "D"),
+             "isometric": ("no residual, isometric init", "tab:red", "--", "o"),
+             "norm-preserving": ("no residual, norm-preserving init", "0.45", ":", "s"),
+             "matched": ("residual, matched width", "tab:green", "-.", "^")}
+
+
+def plot_sst2(result, protocol: str = "tuned"):
     """Chapter *SST-2*: the training MSE that gradient descent minimises against the step, one panel
-    per depth (log scale), with residuals (solid, filled markers) and without (dashed, open
-    markers), each arm at its own step; median and min-max band over the seeds; dotted: the loss
-    level of the speed claim (the floor baseline's training MSE); diverged runs are left out.
-    ``protocol`` is kept for older callers: every arm runs at its own tuned step."""
-    runs, data = [r for r in result.data["runs"] if r["status"] != "diverged"], result.data
+    per depth (log scale), one curve per arm (:data:`SST2_ARMS`: colour, line style and marker),
+    each arm at its own step (``protocol="tuned"``) or at the common step (``"common"``); median
+    and min-max band over the seeds; dotted black: the floor baseline's training MSE; diverged runs
+    are left out."""
+    data = result.data
+    runs = [r for r in data["runs"] if r["status"] != "diverged" and r["protocol"] == protocol]
     depths = sorted({r["L"] for r in runs})
-    styles = _depth_styles(depths)
-    fig, axes = _stacked(len(depths), height=2.0)
-    for ax, L in zip(axes, depths):
-        color, mk = styles[L]
-        for beta, ls in ((1.0, "-"), (0.0, "--")):
-            sel = [r for r in runs if r["L"] == L and r["beta"] == beta]
+    every = result.settings["record_every"]
+    fig, axes = _stacked(len(depths), height=1.9)
+    for ax, L in zip(np.atleast_1d(axes), depths):
+        for kind, (label, color, ls, mk) in SST2_ARMS.items():
+            sel = [r["mse"] for r in runs if r["L"] == L and r["arm"] == kind]
             if sel:
-                plot_band(ax, [r["mse"] for r in sel], color=color if beta else "tab:gray", linestyle=ls,
-                          label="residual" if beta else "no residual", marker=mk,
-                          markerfacecolor=None if beta else "white")
-        ax.axhline(data["level"], color="k", ls=":", lw=1.2, label="level (floor baseline)")
+                x = [min(i * every, result.settings["steps"]) for i in range(max(map(len, sel)))]
+                plot_band(ax, sel, x=x, color=color, linestyle=ls, label=label, marker=mk,
+                          markerfacecolor="white" if kind != "residual" else None)
+        ax.axhline(data["level"], color="k", ls=":", lw=1.0, label="floor baseline")
         ax.set_ylabel(f"training MSE\n$L = {L}$")
-    axes[-1].set_xlabel("gradient-descent step $t$")
-    _legend_on_top(fig, axes, ncol=3, fontsize=8)
+    np.atleast_1d(axes)[-1].set_xlabel("gradient-descent step $t$")
+    _legend_on_top(fig, list(np.atleast_1d(axes)), ncol=2, fontsize=8)
     return fig
 
 
 def plot_sst2_summary(result):
-    """Chapter *SST-2*: per depth, the final training MSE (top, log scale) and the GLUE validation
-    accuracy (bottom) of every seed without and with residuals, a line joining the two arms of a
-    seed (they start from the same Gaussian draws), each arm at its own step; dotted: the floor
-    baseline; diverged runs are left out."""
-    runs, data = [r for r in result.data["runs"] if r["status"] != "diverged"], result.data
+    """Chapter *SST-2*: per depth, the final training MSE of every seed (top, log scale) and its
+    GLUE validation accuracy (bottom), one column of points per arm (:data:`SST2_ARMS`), grey lines
+    joining the arms of a seed (they start from the same Gaussian draws), each arm at its own step;
+    dotted: the floor baseline, dashed: the bag-of-words baseline; diverged runs are left out."""
+    data = result.data
+    runs = [r for r in data["runs"] if r["status"] != "diverged" and r["protocol"] == "tuned"]
     depths = sorted({r["L"] for r in runs})
-    fig, (ax1, ax2) = _stacked(2, height=2.4)
-    colors = {1.0: "tab:blue", 0.0: "tab:red"}
+    kinds = [k for k in SST2_ARMS if any(r["arm"] == k for r in runs)]
+    fig, (ax1, ax2) = _stacked(2, height=2.3)
+    width = 0.6 / max(1, len(kinds) - 1)
     for i, L in enumerate(depths):
-        by = {(r["beta"], r["seed"]): r for r in runs if r["L"] == L}
-        seeds = sorted({k for _, k in by})
-        for ax, value in ((ax1, lambda r: r["mse"][-1]), (ax2, lambda r: r["val_accuracy"][-1])):
-            for k in seeds:
-                if (0.0, k) in by and (1.0, k) in by:
-                    ax.plot([i - 0.15, i + 0.15], [value(by[(0.0, k)]), value(by[(1.0, k)])], color="0.6",
-                            lw=0.8, zorder=1)
-            for beta, x, mk in ((0.0, i - 0.15, "o"), (1.0, i + 0.15, "D")):
-                v = [value(by[(beta, k)]) for k in seeds if (beta, k) in by]
-                ax.scatter([x] * len(v), v, s=22, marker=mk, color=colors[beta], zorder=2,
-                           label=("residual" if beta else "no residual") if i == 0 else None)
-    ax1.axhline(data["baselines"]["ppmi"]["train_mse"], color="k", ls=":", lw=1.4, label="floor baseline")
-    ax2.axhline(data["baselines"]["ppmi"]["val_accuracy"], color="k", ls=":", lw=1.4)
+        by = {(r["arm"], r["seed"]): r for r in runs if r["L"] == L}
+        here = [k for k in kinds if any(a == k for a, _ in by)]
+        xs = {k: i - 0.3 + j * width for j, k in enumerate(here)}
+        seeds = sorted({s for _, s in by})
+        for ax, value in ((ax1, lambda r: r["final_mse"]),
+                          (ax2, lambda r: r["val_correct"].count("1") / len(r["val_correct"]))):
+            for s in seeds:
+                pts = [(xs[k], value(by[(k, s)])) for k in here if (k, s) in by]
+                ax.plot(*zip(*pts), color="0.8", lw=0.6, zorder=1)
+            for k in here:
+                label, color, _, mk = SST2_ARMS[k]
+                v = [value(by[(k, s)]) for s in seeds if (k, s) in by]
+                ax.scatter([xs[k]] * len(v), v, s=16, marker=mk, color=color, zorder=2,
+                           label=label if ax is ax1 else None)
+    b = data["baselines"]
+    ax1.axhline(b["floor"]["train_mse"], color="k", ls=":", lw=1.2, label="floor baseline")
+    ax2.axhline(b["floor"]["val_accuracy"], color="k", ls=":", lw=1.2)
+    if b.get("bow"):
+        ax2.axhline(b["bow"]["val_accuracy"], color="k", ls="--", lw=1.0, label="bag of words")
     ax1.set_yscale("log")
     ax1.set_ylabel("final training MSE")
     ax2.set_ylabel("validation accuracy")
     for ax in (ax1, ax2):
         ax.set_xticks(range(len(depths)), [f"$L = {L}$" for L in depths])
-    _legend_on_top(fig, [ax1, ax2], ncol=3, fontsize=8)
+    _legend_on_top(fig, [ax1, ax2], ncol=2, fontsize=8)
     return fig
 
 

@@ -60,14 +60,6 @@ def test_settings_are_copies_and_validated():
         for profile in ("book", "paper"):
             s = ex.settings(name, profile)
             assert 0.0 in s["betas"] and 1.0 in s["betas"] and len(s["seeds"]) >= 5
-    for profile in ("book", "paper"):  # SST-2: >= 5 paired seeds, steps chosen on other seeds
-        s = ex.settings("sst2", profile)
-        assert s["depths"] == [2, 6, 10] and s["betas"] == [0.0, 1.0] and len(s["seeds"]) >= 5
-        assert s["n_train"] >= 512 and s["n_tokens"] == 10 and len(s["probe_seeds"]) >= 2
-        assert not set(s["seeds"]) & set(s["probe_seeds"]) and 4 * s["probe_steps"] >= s["steps"]
-        grid = sorted(s["eta_grid"])
-        assert all(b == 2 * a for a, b in zip(grid, grid[1:]))     # a factor-2 grid
-    assert ex.settings("sst2", "paper")["n_train"] >= 4 * ex.settings("sst2")["n_train"]
 
 
 def test_the_book_profiles_name_the_three_regimes_and_the_whole_jena_slice():
@@ -144,8 +136,10 @@ def write_tiny_sst2(folder, n_train=24, n_val=12, seed=0):
     return folder
 
 
-SST2_TINY = dict(n_train=16, depths=[1, 2], seeds=[0, 1], probe_seeds=[7], eta_grid=[0.1, 0.2], extend=2,
-                 probe_steps=3, steps=6, eval_every=3, check_steps=3, vocab_size=20, d=4, d_qk=4, m=4,
+SST2_TINY = dict(n_train=16, depths=[1, 2], seeds=[0, 1], probe_seeds=[7], eta_grid=[0.1, 0.2], extend=8,
+                 probe_steps=3, steps=6, record_every=3, check_steps=3, vocab_size=20, d=4, d_qk=4, m=4,
+                 bow=dict(lambdas=[1.0, 10.0], folds=2, iters=20),
+                 adam=dict(L=1, m=4, lr=0.01, steps=6, every=3, holdout=4, seeds=[0]),
                  wide=dict(ex.settings("sst2", "smoke")["wide"], n_train=8, m=16))
 
 
@@ -163,113 +157,6 @@ def test_sst2_data_on_files_in_the_real_format(tmp_path):
     assert torch.equal(task.X, again.X) and torch.equal(task.X_val, again.X_val)   # deterministic
     Yt = ex.sst2.token_targets(task.Y, 10)
     assert Yt.shape == (16, 10, 1) and torch.equal(Yt[:, 3], task.Y)
-
-
-def test_norm_preserving_init_keeps_every_block_at_the_rms_of_its_input():
-    from convres.model import ModelConfig, forward_trace, init_params
-
-    X = torch.randn(32, 10, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    cfg = ModelConfig(d=8, d_qk=8, m=8, L=6, beta=0.0, activation="gelu")
-    p = ex.sst2.norm_preserving_init(cfg, X, seed=3)
-    tr = forward_trace(p, X, cfg)
-    rms = [float(t.pow(2).mean().sqrt()) for t in [X, *tr.H]]
-    assert np.allclose(rms, rms[0], rtol=1e-10)                       # every block output: RMS(X)
-    assert all(np.isclose(float(A.pow(2).mean().sqrt()), rms[0], rtol=1e-10) for A in tr.A)
-    raw = init_params(cfg, seed=3, branch_scale=1.0)                  # the same draws, scaled per matrix
-    for k, w in p.items():
-        ratio = w / raw[k]
-        assert torch.allclose(ratio, ratio.flatten()[0].expand_as(ratio))
-        assert (k.endswith(("W_V", "W_2")) or float(ratio.flatten()[0]) == 1.0)
-    old = forward_trace(init_params(cfg, seed=3), X, cfg)             # 1/sqrt(L): the signal fades
-    assert float(old.H[-1].pow(2).mean().sqrt()) < 1e-3 * rms[0]
-    with pytest.raises(ValueError, match="without residual"):
-        ex.sst2.norm_preserving_init(cfg.replace(beta=1.0), X)
-    s = {"d": 8, "d_qk": 8, "m": 8, "activation": "gelu"}
-    res = ex.sst2.arm_params(s, 6, 1.0, 3, X)
-    assert all(torch.allclose(res[k], raw[k] * (6 ** -0.5 if k.endswith(("W_V", "W_2")) else 1.0), rtol=1e-14)
-               for k in raw)
-    with pytest.raises(ValueError, match="init_no_residual"):
-        ex.sst2.arm_params({**s, "init_no_residual": "nope"}, 6, 0.0, 3, X)
-
-
-def test_sst2_tiny_run_tunes_each_arm_and_pairs_the_seeds(tmp_path):
-    write_tiny_sst2(tmp_path)
-    r = ex.run_experiment("sst2", "smoke", overrides=SST2_TINY, data_dir=tmp_path)
-    d = r.data
-    assert d["N"] == 16 and d["N_val"] == 12 and d["n"] == 10
-    arms = {(x["L"], x["beta"]) for x in d["runs"]}
-    assert arms == {(1, 0.0), (1, 1.0), (2, 0.0), (2, 1.0)} and len(d["runs"]) == 2 * 4
-    for t in d["step_sizes"]:                       # factor-2 grids grown from the setting's grid
-        g = t["grid"]
-        assert {0.1, 0.2} <= set(g) and all(np.isclose(b, 2 * a) for a, b in zip(g, g[1:]))
-        assert t["chosen"] in g and len(t["scores"]) == len(g)
-    for x in d["runs"]:
-        tuned = next(t for t in d["step_sizes"] if (t["L"], bool(t["residual"])) == (x["L"], bool(x["beta"])))
-        assert x["eta"] == tuned["chosen"] and np.isclose(x["mu"], x["eta"] / (16 * 10))
-        assert len(x["error"]) == 3 and len(x["val_accuracy"]) == 3 and len(x["mse"]) <= 7
-        assert all(0 <= v <= 1 for v in x["error"] + x["val_accuracy"])
-    assert [c["beta"] for c in d["float64_check"]] == [0.0, 1.0]
-    assert all(c["max_rel_diff"] < 1e-3 for c in d["float64_check"])
-    assert set(d["baselines"]) == {"ppmi", "hashed", "ppmi_2d", "majority_val_accuracy"}
-    assert {"train_mse", "train_accuracy", "val_accuracy"} == set(d["baselines"]["ppmi"])
-    w = d["wide"]
-    assert w["N"] == 8 and w["m"] == 16 and len(w["runs"]) == 1
-    summary = w["runs"][0]["summary"]
-    assert {"alpha_ffn", "mu", "hypotheses", "violations", "checked_steps", "observed_steps",
-            "initial_loss", "final_loss", "status"} <= set(summary)
-    assert summary["hypotheses"]["width"]["holds"] is True
-    k = r.summary()
-    assert k["n_train"] == 16 and k["n_val"] == 12 and k["dtype"] == "float32" and k["seeds"] == 2
-    rows = k["init_output_std"]
-    assert {(x["L"], x["residual"], x["trained"]) for x in rows} == {
-        (L, res, trained) for L in (1, 2) for res, trained in ((True, True), (False, True), (False, False))}
-    assert all(x["std"] > 0.05 for x in rows if x["trained"])           # every trained arm is alive
-    assert {x["arm"] for x in k["step_sizes"]} == {"L=1, residual", "L=1, no residual", "L=2, residual",
-                                                   "L=2, no residual"}
-    assert {m["protocol"] for m in k["per_model"]} == {"best"} and len(k["per_model"]) == 4
-    claims = r.claims()
-    assert len(claims) == 4 and all({"effect", "ci", "margin", "units", "agree"} <= set(c) for c in claims)
-    assert [c["units"] for c in claims] == [4, 2, 2, 4]
-    assert all(c["verdict"] in ex.VERDICTS and (c["verdict"] != "inconclusive" or c["reason"]) for c in claims)
-    with pytest.raises(ValueError, match="must not share a seed"):
-        ex.run_experiment("sst2", "smoke", overrides={**SST2_TINY, "probe_seeds": [1]}, data_dir=tmp_path)
-
-
-def _fake_sst2(mse, steps=None, seeds=(0, 1, 2, 3, 4), horizon=100):
-    """SST-2 runs whose final training MSE is ``mse[(L, beta)] * (1 + 0.01 seed)`` and whose steps to
-    the level are ``steps[(L, beta)]`` (``None``: never)."""
-    steps = steps or {}
-    return result("sst2", {"steps": horizon}, {"level": 0.5, "runs": [
-        {"L": L, "beta": b, "seed": k, "status": "max_steps", "mse": [1.0, m * (1 + 0.01 * k)],
-         "error": [0.5, 0.3], "val_accuracy": [0.5, 0.6], "eta": 0.1, "steps_to_level": steps.get((L, b))}
-        for (L, b), m in mse.items() for k in seeds]})
-
-
-def test_report_criteria_sst2():
-    good = {(2, 1.0): 0.4, (6, 1.0): 0.3, (10, 1.0): 0.2, (2, 0.0): 0.6, (6, 0.0): 0.7, (10, 0.0): 0.8}
-    fast = {(L, b): (10 if b else 50) for L in (2, 6, 10) for b in (0.0, 1.0)}
-    rows = ex.claims({"sst2": _fake_sst2(good, fast)})
-    assert [r["verdict"] for r in rows] == ["reproduced"] * 4
-    assert rows[0]["units"] == 15 and rows[1]["units"] == 5 and rows[3]["units"] == 15
-    assert np.isclose(rows[0]["effect"], np.mean([1 - good[(L, 1.0)] / good[(L, 0.0)] for L in (2, 6, 10)]))
-    bad = {(2, 1.0): 0.8, (6, 1.0): 0.9, (10, 1.0): 0.95, (2, 0.0): 0.6, (6, 0.0): 0.5, (10, 0.0): 0.4}
-    slow = {(L, b): (None if b else 50) for L in (2, 6, 10) for b in (0.0, 1.0)}   # residual censored
-    assert [r["verdict"] for r in ex.claims({"sst2": _fake_sst2(bad, slow)})] == ["not reproduced"] * 4
-    some = {**bad, (10, 1.0): 0.2, (10, 0.0): 0.8}      # lower with residuals at L = 10 only
-    assert ex.claims({"sst2": _fake_sst2(some)})[0]["verdict"] == "partly"
-    never = ex.claims({"sst2": _fake_sst2(good)})[3]     # nobody reaches the level: both censored
-    assert never["verdict"] == "inconclusive" and never["reason"].startswith("15 of 15 pairs never")
-    tie = {(L, b): 0.5 for L in (2, 6, 10) for b in (0.0, 1.0)}
-    row = ex.claims({"sst2": _fake_sst2(tie, seeds=(0,))})[1]
-    assert row["verdict"] == "inconclusive" and row["reason"]
-
-
-def test_pooled_baseline_reads_a_linear_signal():
-    X = torch.zeros(4, 2, 3)
-    X[:2, :, 0], X[2:, :, 0] = 1.0, -1.0
-    labels = np.array([1, 1, 0, 0])
-    out = ex.pooled_baseline(X, labels, X.flip(0), labels[::-1].copy())
-    assert out["train_accuracy"] == 1.0 and out["val_accuracy"] == 1.0 and out["train_mse"] < 1e-20
 
 
 # --- figures ---------------------------------------------------------------------------------------

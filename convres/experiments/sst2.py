@@ -1,64 +1,96 @@
-"""SST-2: depth L = 2, 6, 10 with and without residual connections, GLUE validation accuracy.
+"""SST-2: depth L = 2, 6, 10 with and without residual connections (protocol v4, claims T1-T4).
 
 Book chapter *SST-2* (``book/sst2.md``). Sentences of the GLUE training split cut to their first
-``n_tokens`` tokens (one length: no padding, no mask), frozen PPMI-SVD word vectors computed from
-the unlabelled training text, targets +-1 at **every token** (a per-token loss over all ``N n``
-rows, the model's own readout without pooling). Each arm keeps its signal at order one at
-initialization: the residual stacks with the ``1/sqrt(L)`` branch scale of
-:func:`convres.model.init_params`, the stacks without residuals with the norm-preserving gains of
-:func:`norm_preserving_init`. Every arm (depth x residual) runs at its own step, chosen by
-:func:`convres.stats.tune_step` on probe seeds that are not the evaluation seeds; the claims are
-graded by :func:`convres.stats.claim_verdict` with the margins below.
+``n_tokens`` tokens (one length: no padding, no mask), frozen PPMI-SVD word vectors computed from the
+unlabelled training text, the sentence's target +-1 at **every token** (a per-token loss over all
+``N n`` rows). Per depth three *arms* start from the same Gaussian draws of a seed:
+
+- ``residual``: ``beta = 1`` with the ``1/sqrt(L)`` branch scale of :func:`convres.model.init_params`;
+- ``isometric``: ``beta = 0``, each block started near an isometry (:func:`isometric_init`): attention
+  near the identity, orthogonal weights, the FFN in the near-linear range of GELU; not collapsed;
+- ``norm-preserving``: ``beta = 0`` with the gains of :func:`norm_preserving_init` (LSUV): alive,
+  but rank-collapsed at depth;
+
+and at the shallowest depth a ``matched`` residual arm whose FFN width gives it the parameter count
+of the deepest stack (:func:`matched_width`). The design checks of protocol section 3 are measured
+at initialization (:func:`init_diagnostics`, :func:`design_checks`); every arm's step is chosen by
+:func:`convres.stats.tune_step` on probe seeds; the claims are graded by
+:func:`convres.experiments.base.claim_record`. Held-out accuracy on the GLUE validation split is
+reported against baselines on the same sentences (not a claim of the paper).
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from ..data import embed_tokens, embed_with, load_sst2, ppmi_embeddings, sst2_prefixes
-from ..gd import Step, gradient_descent, loss_and_grad, sweep
+from ..data import embed_with, fingerprint, load_sst2, ppmi_embeddings, sst2_prefixes
+from ..gd import gradient_descent, loss_and_grad, sweep
 from ..lemmas import hessian_norm
-from ..model import ModelConfig, attention_scale, block, forward, forward_trace, init_params, layer_params
+from ..model import (
+    ModelConfig,
+    attention_scale,
+    block,
+    forward,
+    forward_trace,
+    init_params,
+    layer_params,
+    param_shapes,
+)
 from ..plotting import plot_sst2
-from ..runtime import check_device
-from ..stats import censored, claim_stats, claim_verdict, kendall_tau, steps_to, tune_step
+from ..runtime import check_device, torch_threads
+from ..stats import ProbeRun, censored, estimate, log_ratio, mean_log_loss, steps_to, tune_step
 from ..theory import ffn_theorem_run
 from ..values import json_safe
 from .base import (
+    RUN_CONTEXT,
+    CheckResult,
     Experiment,
     Result,
     Shape,
+    claim_record,
+    design_check,
     dtype_of,
     finite_list,
     output_rows,
     positive_int,
+    protocol_summary,
     shared_by_pieces,
     spread,
     stable,
 )
 
-__all__ = ["EXPERIMENT", "SST2Task", "sst2_data", "pooled_baseline", "SST2_PROBE_WORDS", "token_targets",
-           "norm_preserving_init", "arm_params", "MARGIN_LOWER", "MARGIN_DEPTH", "MARGIN_NO_DEPTH",
-           "MARGIN_SPEED"]
-
-#: The claims' margins, written down before any run of this design (the verdict rule of
-#: :func:`convres.stats.claim_verdict`: *reproduced* needs the interval's lower end above the margin).
-#: With residuals the final training MSE is at least 10% lower than without (per depth and seed).
-MARGIN_LOWER = 0.10
-#: With residuals the deepest stack's final training MSE is at least 10% below the shallowest's.
-MARGIN_DEPTH = 0.10
-#: Without residuals the deepest stack's final training MSE is not below the shallowest's.
-MARGIN_NO_DEPTH = 0.0
-#: With residuals at least 20% fewer steps to the loss level (the floor baseline's training MSE).
-MARGIN_SPEED = 0.20
-
+__all__ = ["EXPERIMENT", "SST2Task", "Arm", "ARM_KINDS", "sst2_data", "pooled_baseline", "bow_logistic",
+           "adam_reference", "SST2_PROBE_WORDS", "token_targets", "norm_preserving_init", "isometric_init",
+           "matched_width", "n_params", "arms_of", "arm_config", "arm_params", "init_diagnostics",
+           "design_checks", "claim_records", "heldout_table", "rerun", "prepare"]
 
 #: Words whose nearest neighbours the SST-2 chapter shows (a look at what the embeddings carry).
 SST2_PROBE_WORDS = ("good", "bad", "funny", "boring")
+#: The arms: ``residual`` (beta = 1), ``isometric`` and ``norm-preserving`` (beta = 0, two inits),
+#: ``matched`` (beta = 1 at the shallowest depth, FFN widened to the deepest stack's parameter count).
+ARM_KINDS = ("residual", "isometric", "norm-preserving", "matched")
+#: The arms that run at the common step too (the secondary protocol of the claims' sensitivity).
+COMMON_KINDS = ("residual", "isometric", "matched")
+
+
+class Arm(NamedTuple):
+    """One arm: depth ``L`` and ``kind`` (one of :data:`ARM_KINDS`)."""
+
+    L: int
+    kind: str
+
+    @property
+    def name(self) -> str:
+        return f"L={self.L}, {self.kind}"
+
+    @property
+    def residual(self) -> bool:
+        return self.kind in ("residual", "matched")
 
 
 class SST2Task(NamedTuple):
@@ -66,8 +98,8 @@ class SST2Task(NamedTuple):
 
     ``X`` ``(N, n, d)``, ``Y`` ``(N, 1)`` (``+1`` positive, ``-1`` negative) and ``labels`` (0/1)
     for the training sentences; ``X_val``, ``Y_val``, ``labels_val`` for the GLUE validation split;
-    ``tokens``, ``tokens_val``: the token lists; ``info``: the vocabulary size, the fraction of tokens
-    outside the vocabulary and a few nearest neighbours.
+    ``tokens``, ``tokens_val``: the token lists; ``vocab``: the embeddings' vocabulary; ``info``: the
+    vocabulary size, the fraction of tokens outside the vocabulary and a few nearest neighbours.
     """
 
     X: torch.Tensor
@@ -78,6 +110,7 @@ class SST2Task(NamedTuple):
     labels_val: np.ndarray
     tokens: list
     tokens_val: list
+    vocab: list
     info: dict
 
 
@@ -118,21 +151,129 @@ def sst2_data(s: dict, data_dir=None, dtype=torch.float32) -> SST2Task:
             "neighbours": _neighbours(vocab, vectors, SST2_PROBE_WORDS),
             "examples": [{"label": int(y), "tokens": t} for t, y in zip(tokens[:4], labels[:4])],
             "train_sentences": int(len(train)), "val_sentences": int(len(val))}
-    return SST2Task(X, target(labels), labels, Xv, target(labels_val), labels_val, tokens, tokens_val, info)
+    return SST2Task(X, target(labels), labels, Xv, target(labels_val), labels_val, tokens, tokens_val,
+                    list(vocab), info)
+
+
+def _correct(pred: np.ndarray, labels: np.ndarray) -> str:
+    """Per sentence, ``"1"`` where the prediction (a score, positive for label 1) is right."""
+    return "".join("1" if ok else "0" for ok in ((np.asarray(pred) > 0) == (np.asarray(labels) == 1)))
 
 
 def pooled_baseline(X: torch.Tensor, labels: np.ndarray, X_val: torch.Tensor, labels_val: np.ndarray) -> dict:
     """The floor baseline of the SST-2 chapter: least squares from the mean-pooled token vectors
-    (with an intercept) to the targets ``+-1``; returns training and validation accuracy and the
-    training mean squared error (the same at every token: it predicts one value per sentence)."""
+    (with an intercept) to the targets ``+-1``; returns training and validation accuracy, the
+    training mean squared error (the same at every token: it predicts one value per sentence) and
+    ``val_correct`` (per validation sentence, ``"1"`` where it is right)."""
     A = np.c_[X.double().mean(1).cpu().numpy(), np.ones(len(labels))]
     B = np.c_[X_val.double().mean(1).cpu().numpy(), np.ones(len(labels_val))]
     y = 2.0 * labels - 1.0
     w = np.linalg.lstsq(A, y, rcond=None)[0]
     return {"train_accuracy": float(((A @ w > 0) == labels).mean()),
             "val_accuracy": float(((B @ w > 0) == labels_val).mean()),
-            "train_mse": float(np.mean((A @ w - y) ** 2))}
+            "train_mse": float(np.mean((A @ w - y) ** 2)), "val_correct": _correct(B @ w, labels_val)}
 
+
+def _bow_index(tokens: list, vocab: list) -> torch.Tensor:
+    """``(N, n)`` indices of the tokens in ``vocab``; a token outside it gets ``len(vocab)``."""
+    index = {t: i for i, t in enumerate(vocab)}
+    return torch.tensor([[index.get(t, len(vocab)) for t in sent] for sent in tokens], dtype=torch.long)
+
+
+def _fit_logistic(idx: torch.Tensor, y: torch.Tensor, V: int, lam: float, iters: int) -> torch.Tensor:
+    """Weights ``(V + 2,)`` (one per word, a zero for the unknown word, the intercept last) that
+    minimise ``sum_i log(1 + exp(-y_i f_i)) + lam / 2 ||w_words||^2`` with ``f_i = b + sum_t w[idx_it]``
+    (L-BFGS, float64)."""
+    w = torch.zeros(V + 2, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([w], max_iter=iters, tolerance_grad=1e-9, tolerance_change=1e-12,
+                            history_size=20, line_search_fn="strong_wolfe")
+    mask = torch.ones(V + 2, dtype=torch.float64)
+    mask[V:] = 0.0                                    # the unknown word stays 0, the intercept is free
+
+    def closure():
+        opt.zero_grad()
+        f = (w * mask)[idx].sum(1) + w[-1]
+        loss = torch.nn.functional.softplus(-y * f).sum() + 0.5 * lam * (w * mask)[:V].pow(2).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    out = w.detach().clone()
+    out[V] = 0.0
+    return out
+
+
+def _bow_scores(w: torch.Tensor, idx: torch.Tensor) -> np.ndarray:
+    return (w[:-1][idx].sum(1) + w[-1]).numpy()
+
+
+def bow_logistic(tokens: list, labels: np.ndarray, tokens_val: list, labels_val: np.ndarray, vocab: list, *,
+                 lambdas, folds: int = 5, iters: int = 200) -> dict:
+    """The bag-of-words baseline: L2-regularized logistic regression on the counts of the
+    vocabulary's words in a sentence's tokens (the embeddings' vocabulary; other words dropped), the
+    penalty ``lam`` chosen from ``lambdas`` by ``folds``-fold cross-validated accuracy on the
+    training sentences (the validation split is never used for a choice), then refitted on all of
+    them. Returns the accuracies, the chosen ``lambda``, the cross-validated accuracy per ``lambda``
+    and ``val_correct``."""
+    V = len(vocab)
+    idx, idx_val = _bow_index(tokens, vocab), _bow_index(tokens_val, vocab)
+    y = torch.tensor(2.0 * labels - 1.0, dtype=torch.float64)
+    fold = np.arange(len(labels)) % folds
+    cv = []
+    for lam in lambdas:
+        right = 0
+        for k in range(folds):
+            tr, te = torch.from_numpy(fold != k), torch.from_numpy(fold == k)
+            w = _fit_logistic(idx[tr], y[tr], V, float(lam), iters)
+            right += int(((_bow_scores(w, idx[te]) > 0) == (labels[fold == k] == 1)).sum())
+        cv.append(right / len(labels))
+    lam = float(lambdas[int(np.argmax(cv))])
+    w = _fit_logistic(idx, y, V, lam, iters)
+    f, fv = _bow_scores(w, idx), _bow_scores(w, idx_val)
+    return {"train_accuracy": float(((f > 0) == (labels == 1)).mean()),
+            "val_accuracy": float(((fv > 0) == (labels_val == 1)).mean()), "lambda": lam,
+            "cv_accuracy": dict(zip([float(v) for v in lambdas], cv)),
+            "val_correct": _correct(fv, labels_val)}
+
+
+def adam_reference(s: dict, task: SST2Task, seed: int, device=None) -> dict:
+    """The reference Transformer (not a claim of the paper): the book's model with ``s["adam"]``'s
+    depth ``L`` and width ``m``, residual, a mean-pooled readout and the logistic loss, trained by
+    full-batch Adam (learning rate ``lr``) on the same inputs, from :func:`convres.model.init_params`
+    of ``seed``. Every ``holdout``-th training sentence is held out; the model trains on the others
+    for ``steps`` steps and is kept at the step (a multiple of ``every``) of best held-out accuracy:
+    early stopping on the training split, never on the validation split."""
+    a = s["adam"]
+    cfg = ModelConfig(d=s["d"], d_qk=s["d_qk"], m=a["m"], c=1, L=a["L"], beta=1.0, pool="mean",
+                      activation=s["activation"])
+    dtype = task.X.dtype
+    start = init_params(cfg, seed, dtype=dtype, device=device)
+    p = {k: v.detach().requires_grad_(True) for k, v in start.items()}
+    dev = p["W_U"].device
+    inner = np.arange(len(task.labels)) % a["holdout"] == 0
+    X, y = task.X[~inner].to(dev), task.Y[~inner].to(dev)
+    Xi, yi = task.X[inner].to(dev), task.Y[inner].to(dev)
+    opt = torch.optim.Adam(list(p.values()), lr=a["lr"])
+    best = (-1.0, 0, {k: v.detach().clone() for k, v in p.items()})
+    for t in range(a["steps"] + 1):
+        if t % a["every"] == 0:
+            with torch.no_grad():
+                acc = float((torch.sign(forward_trace(p, Xi, cfg).F) == yi).double().mean())
+            if acc > best[0]:
+                best = (acc, t, {k: v.detach().clone() for k, v in p.items()})
+        if t == a["steps"]:
+            break
+        opt.zero_grad()
+        loss = torch.nn.functional.softplus(-y * forward_trace(p, X, cfg).F).mean()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        fv = forward(best[2], task.X_val.to(dev), cfg)[:, 0].double().cpu().numpy()
+        f = forward(best[2], X, cfg)[:, 0].double().cpu().numpy()
+    return {"seed": seed, "step": best[1], "inner_accuracy": best[0],
+            "train_accuracy": float(((f > 0) == (y[:, 0].cpu().numpy() > 0)).mean()),
+            "val_accuracy": float(((fv > 0) == (task.labels_val == 1)).mean()),
+            "val_correct": _correct(fv, task.labels_val)}
 
 
 def token_targets(Y: torch.Tensor, n: int) -> torch.Tensor:
@@ -145,6 +286,16 @@ def token_targets(Y: torch.Tensor, n: int) -> torch.Tensor:
 
 def _rms(t: torch.Tensor) -> float:
     return float(t.double().pow(2).mean().sqrt())
+
+
+def _no_residual(cfg: ModelConfig, name: str) -> None:
+    if cfg.residual != (0.0, 0.0):
+        raise ValueError(f"{name} is an init of the model without residual connections; got residual "
+                         f"coefficients {cfg.residual}.")
+
+
+def _gain(p: dict, key: str, factor: float) -> None:
+    p[key] = p[key] * factor
 
 
 def norm_preserving_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *,
@@ -160,9 +311,7 @@ def norm_preserving_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *,
     output ``H_l`` have the root mean square of its input. Without residuals ``A_l`` is linear in
     ``W_V`` and ``H_l`` in ``W_2``, so each gain sets its RMS exactly.
     """
-    if cfg.residual != (0.0, 0.0):
-        raise ValueError(f"norm_preserving_init is the init of the model without residual connections; "
-                         f"got residual coefficients {cfg.residual}.")
+    _no_residual(cfg, "norm_preserving_init")
     p = init_params(cfg, seed, dtype=dtype, branch_scale=1.0)
     s, act = attention_scale(cfg), cfg.act
     H = X.to(dtype=dtype, device=p["W_U"].device)
@@ -170,9 +319,74 @@ def norm_preserving_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *,
         for l in range(1, cfg.L + 1):
             for name, k in (("W_V", 2), ("W_2", 5)):   # block() returns (logits, S, A, Z, M, H)
                 out = block(H, layer_params(p, l), s=s, act=act, beta_attn=0.0, beta_ffn=0.0)
-                p[f"layer{l}.{name}"] = p[f"layer{l}.{name}"] * (_rms(H) / _rms(out[k]))
+                _gain(p, f"layer{l}.{name}", _rms(H) / _rms(out[k]))
             H = block(H, layer_params(p, l), s=s, act=act, beta_attn=0.0, beta_ffn=0.0)[5]
     return p
+
+
+def _polar(W: torch.Tensor) -> torch.Tensor:
+    """The orthogonal factor ``U V^T`` of ``W = U Sigma V^T`` (the nearest matrix with orthonormal
+    rows or columns)."""
+    U, _, Vh = torch.linalg.svd(W, full_matrices=False)
+    return U @ Vh
+
+
+def isometric_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *, identity_gain: float,
+                   preactivation: float, dtype=torch.float64) -> dict[str, torch.Tensor]:
+    """An initialization of a stack *without* residual connections that is **not collapsed**: each
+    block starts near an isometry of its input. From the Gaussian draws ``G`` of
+    :func:`convres.model.init_params` (branch scale 1, the draws of the other arms of the seed), for
+    ``l = 1, ..., L`` on the inputs ``X`` (``H_0 = X``):
+
+        W_Q = G_Q + c I,  W_K = G_K + c I       (attention near the identity: s c^2 X X^T dominates)
+        W_V = a_V P(G_V),  W_1 = a_1 P(G_1),  W_2 = a_2 P(G_2)
+
+    with ``c = identity_gain``, ``P`` the orthogonal factor of a matrix and the gains: ``a_1`` so that
+    ``RMS(Z_l W_1) = epsilon = preactivation`` (GELU near its linear part ``x / 2``, which keeps the
+    FFN from adding a mean shared by every token, a mean that would pull the attention of the next
+    block onto the same token for every row), split evenly between ``W_V`` and ``W_1`` (``a_V`` so
+    that ``RMS(A_l) = sqrt(epsilon) RMS(H_{l-1})``: the curvature of the loss along ``W_V``, ``W_1``
+    and ``W_2`` then grows as ``1/epsilon``, not ``1/epsilon^2``), and ``a_2`` so that
+    ``RMS(H_l) = RMS(H_{l-1})``. ``I`` is the ``d x d_QK`` identity.
+    """
+    _no_residual(cfg, "isometric_init")
+    p = init_params(cfg, seed, dtype=dtype, branch_scale=1.0)
+    s, act = attention_scale(cfg), cfg.act
+    H = X.to(dtype=dtype, device=p["W_U"].device)
+    eye = torch.eye(cfg.d, cfg.d_qk, dtype=dtype, device=H.device)
+    with torch.no_grad():
+        for l in range(1, cfg.L + 1):
+            def key(w: str, l: int = l) -> str:
+                return f"layer{l}.{w}"
+
+            for w in ("W_Q", "W_K"):
+                p[key(w)] = p[key(w)] + identity_gain * eye
+            for w in ("W_V", "W_1", "W_2"):
+                p[key(w)] = _polar(p[key(w)])
+            out = block(H, layer_params(p, l), s=s, act=act, beta_attn=0.0, beta_ffn=0.0)
+            _gain(p, key("W_V"), math.sqrt(preactivation) * _rms(H) / _rms(out[2]))
+            Z = block(H, layer_params(p, l), s=s, act=act, beta_attn=0.0, beta_ffn=0.0)[3]
+            _gain(p, key("W_1"), preactivation / _rms(Z @ p[key("W_1")]))
+            out = block(H, layer_params(p, l), s=s, act=act, beta_attn=0.0, beta_ffn=0.0)
+            _gain(p, key("W_2"), _rms(H) / _rms(out[5]))
+            H = block(H, layer_params(p, l), s=s, act=act, beta_attn=0.0, beta_ffn=0.0)[5]
+    return p
+
+
+def n_params(cfg: ModelConfig) -> int:
+    """The number of weights of the model ``cfg``."""
+    return sum(a * b for a, b in param_shapes(cfg).values())
+
+
+def matched_width(s: dict) -> int:
+    """The FFN width ``m`` of the shallowest residual stack whose parameter count is closest to the
+    deepest stack's (width ``s["m"]``): ``L_lo (3 d^2 + 2 d d_QK - d^2 + 2 d m) + d`` against the same
+    with ``L_hi`` (protocol check (c))."""
+    lo, hi = min(s["depths"]), max(s["depths"])
+    target, d = n_params(_cfg(s, hi, 1.0)), s["d"]
+    m = (target - n_params(_cfg(s, lo, 1.0, m=1)) + 2 * d * lo) / (2 * d * lo)
+    return min({max(1, math.floor(m)), max(1, math.ceil(m))},
+               key=lambda w: (abs(n_params(_cfg(s, lo, 1.0, m=w)) - target), w))
 
 
 def _cfg(s: dict, L: int, beta: float, **changes) -> ModelConfig:
@@ -180,23 +394,39 @@ def _cfg(s: dict, L: int, beta: float, **changes) -> ModelConfig:
                                  activation=s["activation"]), **changes})
 
 
-def arm_params(s: dict, L: int, beta: float, seed: int, X: torch.Tensor, *, dtype=torch.float64,
-               init: str | None = None) -> dict[str, torch.Tensor]:
-    """The initial weights of one arm: with residuals (``beta > 0``) the branch scale ``1/sqrt(L)``
-    of :func:`convres.model.init_params`; without, :func:`norm_preserving_init` on the training
-    inputs ``X`` (or, with ``init="branch"``, the ``1/sqrt(L)`` init of the residual arm, the
-    earlier choice of the book). Both start from the same Gaussian draws for a given seed."""
-    init = init or s.get("init_no_residual", "norm_preserving")
-    cfg = _cfg(s, L, beta)
-    if beta or init == "branch":
+def arms_of(s: dict) -> list[Arm]:
+    """Every arm of the settings ``s``: per depth the kinds of ``s["arms"]``, then the ``matched``
+    arm at the shallowest depth (when ``s["matched"]``)."""
+    out = [Arm(L, k) for L in s["depths"] for k in s["arms"]]
+    bad = [k for k in s["arms"] if k not in ARM_KINDS[:3]]
+    if bad or not s["arms"]:
+        raise ValueError(f"setting 'arms' must be a non-empty list of {list(ARM_KINDS[:3])}, "
+                         f"got {s['arms']!r}.")
+    return out + ([Arm(min(s["depths"]), "matched")] if s.get("matched") else [])
+
+
+def arm_config(s: dict, arm: Arm) -> ModelConfig:
+    """The model of ``arm``: ``beta = 1`` for the residual arms, 0 otherwise; the matched arm's FFN
+    width from :func:`matched_width`."""
+    if arm.kind not in ARM_KINDS:
+        raise ValueError(f"unknown arm kind {arm.kind!r}; choose one of {ARM_KINDS}.")
+    return _cfg(s, arm.L, 1.0 if arm.residual else 0.0,
+                **({"m": matched_width(s)} if arm.kind == "matched" else {}))
+
+
+def arm_params(s: dict, arm: Arm, seed: int, X: torch.Tensor, *,
+               dtype=torch.float64) -> dict[str, torch.Tensor]:
+    """The initial weights of ``arm`` for ``seed``: :func:`convres.model.init_params` (residual and
+    matched arms), :func:`isometric_init` or :func:`norm_preserving_init` (on the training inputs
+    ``X``). Every arm of a seed starts from the same Gaussian draws (the matched arm's FFN, wider,
+    from draws of its own shape)."""
+    cfg = arm_config(s, arm)
+    if arm.residual:
         return init_params(cfg, seed, dtype=dtype)
-    if init != "norm_preserving":
-        raise ValueError(f"setting 'init_no_residual' must be 'norm_preserving' or 'branch', got {init!r}.")
+    if arm.kind == "isometric":
+        return isometric_init(cfg, X, seed, identity_gain=s["identity_gain"],
+                              preactivation=s["preactivation"], dtype=dtype)
     return norm_preserving_init(cfg, X, seed, dtype=dtype)
-
-
-def _arm(L: int, beta: float) -> str:
-    return f"L={L}, " + ("residual" if beta else "no residual")
 
 
 def _pooled_sigma(H: torch.Tensor) -> tuple[float, float]:
@@ -206,163 +436,299 @@ def _pooled_sigma(H: torch.Tensor) -> tuple[float, float]:
     return float(sv[-1]), float(sv[-1] / sv[0])
 
 
+def _within(H: torch.Tensor) -> float:
+    """The share of ``H`` that varies within a sentence: ``RMS(H - mean_t H) / RMS(H)``."""
+    return _rms(H - H.mean(-2, keepdim=True)) / _rms(H)
+
+
 _INIT_FIELDS = ("std", "rms_H", "grad_norm", "within_sentence", "pooled_sigma_ratio", "mse")
 
 
-def _init_rows(s: dict, X: torch.Tensor, Yt: torch.Tensor) -> list[dict]:
-    """The scale of every arm at initialization (float64), one record per arm and evaluation
-    seed: the std of the outputs ``F``, the RMS of the last ``H``, the gradient norm of the mean
-    loss ``||grad Phi|| / (N n)``, the share of the last ``H`` that varies within a sentence
-    (``RMS(H - mean_t H) / RMS(H)``), ``sigma_min / sigma_max`` of the pooled features and the MSE."""
+def init_diagnostics(s: dict, X: torch.Tensor, Yt: torch.Tensor, seeds) -> list[dict]:
+    """Every arm at initialization (float64), one record per arm and seed of ``seeds``: the std of
+    the outputs ``F``, the RMS of the last ``H``, the gradient norm of the mean loss
+    ``||grad Phi|| / (N n)``, the within-sentence share of the last ``H``
+    (``RMS(H - mean_t H) / RMS(H)``), ``sigma_min / sigma_max`` of the pooled features and the
+    MSE ``2 Phi / (N n)``."""
     X, Yt = X.double(), Yt.double()
     rows = []
-    arms = [(b, None) for b in sorted(s["betas"], reverse=True)] + [(0.0, "branch")]
-    for L in s["depths"]:
-        for beta, init in arms:
-            cfg = _cfg(s, L, beta)
-            for seed in s["seeds"]:
-                phi, g, tr = loss_and_grad(arm_params(s, L, beta, seed, X, init=init), X, Yt, cfg)
-                H, R = tr.H[-1], output_rows(cfg, X)
-                grad = math.sqrt(sum(float(v.pow(2).sum()) for v in g.values())) / R
-                vals = [float(tr.F.std()), _rms(H), grad, _rms(H - H.mean(-2, keepdim=True)) / _rms(H),
-                        _pooled_sigma(H)[1], 2 * float(phi) / R]
-                rows.append({"L": L, "residual": bool(beta), "seed": seed,
-                             "init": "1/sqrt(L) branch scale" if beta or init else "norm-preserving gains",
-                             "trained": init is None, **dict(zip(_INIT_FIELDS, vals))})
+    for arm in arms_of(s):
+        cfg = arm_config(s, arm)
+        for seed in seeds:
+            phi, g, tr = loss_and_grad(arm_params(s, arm, seed, X), X, Yt, cfg)
+            H, R = tr.H[-1], output_rows(cfg, X)
+            grad = math.sqrt(sum(float(v.pow(2).sum()) for v in g.values())) / R
+            vals = [float(tr.F.std()), _rms(H), grad, _within(H), _pooled_sigma(H)[1], 2 * float(phi) / R]
+            rows.append({"L": arm.L, "arm": arm.kind, "seed": seed, **dict(zip(_INIT_FIELDS, vals))})
     return rows
 
 
-def _init_table(records: list[dict]) -> list[dict]:
-    """The records of :func:`_init_rows` as one row per arm, each field the median over the seeds."""
-    arms: dict = {}
+def _init_table(s: dict, records: list[dict]) -> list[dict]:
+    """The records of :func:`init_diagnostics` as one row per arm (median over the seeds), with its
+    parameter count and the ratios to the residual arm of its depth (``std_ratio``, ``sigma_ratio``)."""
+    by: dict = {}
     for r in records:
-        arms.setdefault((r["L"], r["residual"], r["init"], r["trained"]), []).append(r)
-    return [{"L": L, "residual": res, "init": init, "trained": trained,
-             **{f: float(np.median([r[f] for r in rs])) for f in _INIT_FIELDS}}
-            for (L, res, init, trained), rs in arms.items()]
+        by.setdefault((r["L"], r["arm"]), []).append(r)
+    med = {k: {f: float(np.median([r[f] for r in rs])) for f in _INIT_FIELDS} for k, rs in by.items()}
+    out = []
+    for (L, kind), m in med.items():
+        ref = med.get((L, "residual"))
+        out.append({"L": L, "arm": kind, "residual": kind in ("residual", "matched"),
+                    "params": n_params(arm_config(s, Arm(L, kind))), **m,
+                    "std_ratio": m["std"] / ref["std"] if ref else None,
+                    "sigma_ratio": m["pooled_sigma_ratio"] / ref["pooled_sigma_ratio"] if ref else None})
+    return out
 
 
-def _tune(s: dict, X, Yt, L: int, beta: float, dtype, device) -> dict:
-    """The arm's step ``eta`` (``mu = eta / (N n)``): :func:`convres.stats.tune_step` on the
-    factor-2 grid ``eta_grid``, scored by the median final training MSE of the probe seeds after
-    ``probe_steps`` steps (``inf`` unless every probe run is stable: not diverged, ending below its
-    start)."""
-    cfg = _cfg(s, L, beta)
+def design_checks(s: dict, table: list[dict]) -> list:
+    """Protocol section 3 for SST-2, on the medians of :func:`_init_table`: (a) every arm alive
+    (largest ``|log10(std / std of the residual arm of its depth)|``); (b) the isometric arm not
+    collapsed (its smallest within-sentence share over the depths, and its smallest pooled
+    ``sigma_min / sigma_max`` over the residual arm's); (c) the matched arm's parameter count
+    within 5% of the deepest stack's."""
+    alive = max(abs(math.log10(r["std_ratio"])) for r in table if r["std_ratio"] is not None)
+    iso = [r for r in table if r["arm"] == "isometric"]
+    checks = [design_check("sst2 arms alive", alive)]
+    if iso:
+        checks += [design_check("sst2 within-sentence share", min(r["within_sentence"] for r in iso)),
+                   design_check("sst2 pooled sigma ratio", min(r["sigma_ratio"] for r in iso))]
+    if s.get("matched"):
+        deep = n_params(_cfg(s, max(s["depths"]), 1.0))
+        matched = n_params(arm_config(s, Arm(min(s["depths"]), "matched")))
+        checks.append(design_check("sst2 matched shallow arm", abs(matched / deep - 1)))
+    return checks
+
+
+def _final_mse(h, R: int) -> float:
+    return 2 * float(h.loss[-1]) / R
+
+
+def _tune(s: dict, X, Yt, arm: Arm, dtype, device) -> dict:
+    """The arm's step ``eta`` (``mu = eta / (N n)``) by :func:`convres.stats.tune_step` (protocol
+    section 2) on the factor-2 grid ``eta_grid``: each probe seed's score is its final training MSE
+    after the probe horizon (never censored: every stable probe run resolves); a probe run that
+    diverges or ends above its start makes the step unstable."""
+    cfg = arm_config(s, arm)
     R = output_rows(cfg, X)
-    starts = [arm_params(s, L, beta, seed, X, dtype=dtype) for seed in s["probe_seeds"]]
+    starts = [arm_params(s, arm, seed, X, dtype=dtype) for seed in s["probe_seeds"]]
 
-    def score(eta: float) -> float:
-        out = sweep(starts, X, Yt, cfg, eta / R, s["probe_steps"], device=device)
-        if not all(stable(h) for _, h in out):
-            return math.inf
-        return float(np.median([h.loss[-1] for _, h in out])) * 2 / R
+    def probe(etas: list[float], T: int) -> list[list]:
+        out = sweep([p for _ in etas for p in starts], X, Yt, cfg, [e / R for e in etas for _ in starts], T,
+                    device=device)
+        runs = [ProbeRun(_final_mse(h, R), True) if stable(h) else None for _, h in out]
+        k = len(starts)
+        return [runs[i * k:(i + 1) * k] for i in range(len(etas))]
 
-    t = tune_step(score, s["eta_grid"], extend=s.get("extend", 6))
-    return {"arm": _arm(L, beta), "L": L, "residual": bool(beta), **t,
-            "scores": [None if math.isinf(v) else v for v in t["scores"]]}
+    t = tune_step(probe, s["eta_grid"], horizon=positive_int(s, "probe_steps"),
+                  max_horizon=4 * positive_int(s, "steps"), extend=s.get("extend", 8))
+    return {"arm": arm.name, "L": arm.L, "kind": arm.kind, **json_safe(t)}
+
+
+def _run_record(s, task, arm: Arm, seed: int, eta: float, protocol: str, p, h, level: float, R: int) -> dict:
+    """One evaluation run: its training MSE every ``record_every`` steps, the measures of the
+    claims (final MSE, mean log-loss, steps to the level) and, from its last weights, the training
+    error, the within-sentence share and pooled ``sigma`` ratio of the last ``H`` and, per
+    validation sentence, whether it is classified right (the sign of the mean output)."""
+    cfg, T = arm_config(s, arm), s["steps"]
+    mse = h.loss * 2 / R
+    every = positive_int(s, "record_every")
+    diverged = h.status == "diverged"
+    with torch.no_grad():
+        tr = forward_trace(p, task.X.to(p["W_U"].device), cfg)
+        Fv = forward_trace(p, task.X_val.to(p["W_U"].device), cfg).F.mean(-2)[:, 0]
+    F = tr.F.mean(-2)[:, 0]
+    return {"L": arm.L, "arm": arm.kind, "seed": seed, "protocol": protocol, "eta": eta, "status": h.status,
+            "mse": finite_list([mse[t] for t in range(0, len(mse), every)]
+                               + ([mse[-1]] if (len(mse) - 1) % every else [])),
+            "final_mse": None if diverged else float(mse[-1]),
+            "mean_log_loss": None if diverged else mean_log_loss(list(h.loss), T),
+            "steps_to_level": steps_to(list(mse), level, relative=False),
+            "train_error": float((torch.sign(F) != task.Y[:, 0].to(F)).double().mean()),
+            "within_sentence": _within(tr.H[-1]), "pooled_sigma_ratio": _pooled_sigma(tr.H[-1])[1],
+            "val_correct": _correct(Fv.double().cpu().numpy(), task.labels_val)}
+
+
+def _evaluate(s, task, Yt, plan: list, protocol: str, level: float, dtype, device) -> list[dict]:
+    """The evaluation runs ``plan`` = ``[(arm, seed, eta)]``, every arm from its seed's weights."""
+    if not plan:
+        return []
+    X = task.X
+    cfgs = [arm_config(s, a) for a, _, _ in plan]
+    R = output_rows(cfgs[0], X)
+    starts = [arm_params(s, a, seed, X, dtype=dtype) for a, seed, _ in plan]
+    out = sweep(starts, X, Yt, cfgs, [eta / R for _, _, eta in plan], s["steps"], device=device)
+    return [_run_record(s, task, a, seed, eta, protocol, p, h, level, R)
+            for (a, seed, eta), (p, h) in zip(plan, out)]
+
+
+def _baselines(s: dict, task: SST2Task, data_dir, dtype, shared: dict) -> dict:
+    """The held-out baselines on the task's sentences: the floor (and the floor with twice the
+    dimension: does it gain from a larger ``d``?), the bag-of-words logistic regression, the Adam
+    reference Transformer (a shared part: its seeds are not evaluation seeds) and the majority
+    class."""
+    twice = sst2_data({**s, "d": 2 * s["d"]}, data_dir, dtype)
+    bow = s.get("bow")
+    return {
+        "floor": pooled_baseline(task.X, task.labels, task.X_val, task.labels_val),
+        "floor_2d": pooled_baseline(twice.X, twice.labels, twice.X_val, twice.labels_val),
+        "bow": bow_logistic(task.tokens, task.labels, task.tokens_val, task.labels_val, task.vocab,
+                            lambdas=bow["lambdas"], folds=bow["folds"], iters=bow["iters"]) if bow else None,
+        "adam": shared["adam"]() if s.get("adam") else None,
+        "majority_val_accuracy": float(max(task.labels_val.mean(), 1 - task.labels_val.mean()))}
+
+
+def _shared_parts(s: dict, task: SST2Task, Yt: torch.Tensor, dtype, device) -> dict:
+    """The parts of a run that use no evaluation seed, each computed once and cached for every
+    piece (:func:`convres.experiments.base.shared_by_pieces`): ``"tune <arm name>"`` (the arm's
+    step on the probe seeds), ``"checks"`` (every arm at its start on the pilot seeds),
+    ``"adam"`` (the reference Transformer), ``"precision"`` (float32 against float64, after the
+    tunings) and ``"wide"`` (the wide FFN). Name -> a function that returns the part."""
+    X = task.X
+
+    def tune(a: Arm) -> Callable[[], Any]:
+        return lambda: shared_by_pieces("tune-sst2", s, device, lambda: _tune(s, X, Yt, a, dtype, device),
+                                        arm=list(a))
+
+    parts: dict[str, Callable[[], Any]] = {f"tune {a.name}": tune(a) for a in arms_of(s)}
+    parts["checks"] = lambda: shared_by_pieces("checks-sst2", s, device,
+                                               lambda: init_diagnostics(s, X, Yt, s["pilot_seeds"]))
+    parts["adam"] = lambda: shared_by_pieces(
+        "adam-sst2", s, device, lambda: [adam_reference(s, task, k, device) for k in s["adam"]["seeds"]])
+
+    def precision():
+        chosen = {a: parts[f"tune {a.name}"]()["chosen"] for a in arms_of(s)}   # the same in every piece
+        return shared_by_pieces("precision-sst2", s, device,
+                                lambda: _precision_check(s, X, Yt, chosen, device))
+
+    parts["precision"] = precision
+    parts["wide"] = lambda: shared_by_pieces("wide-sst2", s, device, lambda: _run_sst2_wide(s, task, device))
+    return parts
+
+
+def prepare(profile: str, part: str, *, data_dir=None, device=None) -> dict | list | None:
+    """Compute (or read back) one shared part of ``profile``'s run, before its pieces
+    (:mod:`convres.committed`): the parts of :func:`_shared_parts` (e.g. ``"tune L=10, isometric"``),
+    so that each can run on its own, within the hour a piece is given, and every piece reads it back
+    from the cache."""
+    if profile not in EXPERIMENT.profiles:
+        raise ValueError(f"profile must be one of {sorted(EXPERIMENT.profiles)}, got {profile!r}.")
+    s = dict(EXPERIMENT.profiles[profile])
+    dtype = dtype_of(s)
+    task = sst2_data(s, data_dir, dtype)
+    parts = _shared_parts(s, task, token_targets(task.Y, task.X.shape[1]), dtype, check_device(device))
+    if part not in parts:
+        raise ValueError(f"unknown shared part {part!r}; choose one of {sorted(parts)}.")
+    token = RUN_CONTEXT.set({"data": fingerprint(data_dir), "shared": []})  # the run's cache keys
+    try:
+        with torch_threads(1):
+            return parts[part]()
+    finally:
+        RUN_CONTEXT.reset(token)
 
 
 def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     dtype = dtype_of(s)
     task = sst2_data(s, data_dir, dtype)
-    X, Xv, Yv = task.X, task.X_val, task.Y_val
+    X, Xv = task.X, task.X_val
     N, n = X.shape[:2]
     Yt = token_targets(task.Y, n)
-    every, steps = positive_int(s, "eval_every"), positive_int(s, "steps")
     if set(s["seeds"]) & set(s["probe_seeds"]):
         raise ValueError(f"setting 'probe_seeds' {s['probe_seeds']} must not share a seed with 'seeds' "
                          f"{s['seeds']}: the steps are chosen on seeds that are not evaluated.")
-    # 1. the floor baseline, whose training MSE is the level of the speed claim
-    hashed = pooled_baseline(embed_tokens(task.tokens, s["d"], seed=s["emb_seed"]), task.labels,
-                             embed_tokens(task.tokens_val, s["d"], seed=s["emb_seed"]), task.labels_val)
-    floor = pooled_baseline(X, task.labels, Xv, task.labels_val)
-    twice = sst2_data({**s, "d": 2 * s["d"]}, data_dir, dtype)     # does the floor gain from a larger d?
-    baselines = {"ppmi": floor, "hashed": hashed,
-                 "ppmi_2d": pooled_baseline(twice.X, twice.labels, twice.X_val, twice.labels_val),
-                 "majority_val_accuracy": float(max(task.labels_val.mean(), 1 - task.labels_val.mean()))}
-    level = floor["train_mse"]
-    # 2. every arm at initialization
-    init_rows = _init_rows(s, X, Yt)
-    # 3. each arm's step, on the probe seeds
-    arms = [(L, b) for L in s["depths"] for b in s["betas"]]
-
-    def tune(L: int, beta: float) -> dict:  # one cache entry an arm: kept if a run stops
-        return shared_by_pieces("tune-sst2", s, device, lambda: _tune(s, X, Yt, L, beta, dtype, device),
-                                arm=[L, beta])
-
-    tuned = {a: tune(*a) for a in arms}
-    # 4. every arm at its step, on the evaluation seeds (the same draws for both arms of a seed)
-    meta = [(a, seed) for a in arms for seed in s["seeds"]]
-    cfgs = [_cfg(s, *a) for a, _ in meta]
-    R = output_rows(cfgs[0], X)
-    Xv_d, Yv_d = (t.to(check_device(device)) for t in (Xv, Yv))
-    errors: list[list[float]] = [[] for _ in meta]
-    accs: list[list[float]] = [[] for _ in meta]
-
-    def evaluate(step: Step):  # the sentence's output is the mean of its tokens' outputs
-        if step.t % every == 0 or step.t == steps:
-            F = step.trace.F.mean(-2)
-            errors[step.index].append(float((torch.sign(F) != task.Y.to(F.device)).double().mean()))
-            with torch.no_grad():
-                Fv = forward(step.params, Xv_d, cfgs[step.index]).mean(-2)
-            accs[step.index].append(float((torch.sign(Fv) == Yv_d).double().mean()))
-
-    starts = [arm_params(s, *a, seed, X, dtype=dtype) for a, seed in meta]
-    out = sweep(starts, X, Yt, cfgs, [tuned[a]["chosen"] / R for a, _ in meta], steps, progress=progress,
-                callback=evaluate, device=device)
-    runs = []
-    for (a, seed), cfg, (p, h), er, acc in zip(meta, cfgs, out, errors, accs):
-        mse = h.loss * 2 / R
-        with torch.no_grad():
-            H = forward_trace(p, X.to(p["W_U"].device), cfg).H[-1]
-        sig_min, sig_ratio = _pooled_sigma(H)
-        runs.append(dict(L=a[0], beta=a[1], seed=seed, eta=tuned[a]["chosen"], mu=tuned[a]["chosen"] / R,
-                         status=h.status, mse=finite_list(mse), error=er, val_accuracy=acc,
-                         steps_to_level=steps_to(list(mse), level, relative=False),
-                         pooled_sigma_min=sig_min, pooled_sigma_ratio=sig_ratio))
-    # 5. float32 against float64: the deepest arms, the same inputs and initial weights; 6. the wide
-    # FFN; both on a probe seed, so the same in every piece
-    check = shared_by_pieces("precision-sst2", s, device, lambda: _precision_check(s, X, Yt, tuned, device))
-    wide = shared_by_pieces("wide-sst2", s, device, lambda: _run_sst2_wide(s, task, device)) \
-        if s.get("wide") else None
+    arms = arms_of(s)
+    shared = _shared_parts(s, task, Yt, dtype, device)
+    # 1. baselines on the same sentences; the floor's training MSE is the level of T4's alternative
+    baselines = _baselines(s, task, data_dir, dtype, shared)
+    level = baselines["floor"]["train_mse"]
+    # 2. the design checks at initialization, on the pilot seeds, before any run (the same in every
+    # piece); the evaluation seeds' starts are recorded too
+    pilot = shared["checks"]()
+    checks = design_checks(s, _init_table(s, pilot))
+    init_rows = init_diagnostics(s, X, Yt, s["seeds"])
+    # 3. each arm's step on the probe seeds (one cache entry an arm: shared by the pieces)
+    tuned = {a: shared[f"tune {a.name}"]() for a in arms}
+    eta = {a: t["chosen"] for a, t in tuned.items()}
+    if any(v is None for v in eta.values()):
+        none = [a.name for a, v in eta.items() if v is None]
+        raise ValueError(f"no stable step for the arms {none} on the grid {s['eta_grid']}: widen 'eta_grid' "
+                         "downwards or raise 'extend'.")
+    reruns = []
+    for name, times in (s.get("halvings") or {}).items():   # reruns decided on another piece's seeds
+        a = next((a for a in arms if a.name == name), None)
+        if a is None or not isinstance(times, int) or times < 1:
+            raise ValueError(f"setting 'halvings' maps an arm's name ({[a.name for a in arms]}) to how many "
+                             f"times its tuned step was halved (an integer >= 1), got {name!r}: {times!r}.")
+        reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": eta[a], "to": eta[a] / 2 ** times,
+                       "diverged": None})
+        eta[a] /= 2 ** times
+    # 4. every arm at its tuned step on the evaluation seeds; an arm with a diverged run is rerun at
+    # half its step (every seed of it), listed as a rerun
+    runs = _evaluate(s, task, Yt, [(a, k, eta[a]) for a in arms for k in s["seeds"]], "tuned", level, dtype,
+                     device)
+    for _ in range(positive_int(s, "max_reruns")):
+        bad = sorted({Arm(r["L"], r["arm"]) for r in runs if r["status"] == "diverged"})
+        if not bad:
+            break
+        for a in bad:
+            reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": eta[a], "to": eta[a] / 2,
+                           "diverged": sum(r["status"] == "diverged" for r in runs
+                                           if (r["L"], r["arm"]) == tuple(a))})
+            eta[a] /= 2
+        runs = [r for r in runs if Arm(r["L"], r["arm"]) not in bad] + _evaluate(
+            s, task, Yt, [(a, k, eta[a]) for a in bad for k in s["seeds"]], "tuned", level, dtype, device)
+    # 5. the secondary protocol: the common step (the smallest tuned step) for the arms of COMMON_KINDS
+    common = min(eta.values())
+    again = [a for a in arms if a.kind in COMMON_KINDS]
+    runs += [{**r, "protocol": "common"} for r in runs
+             if Arm(r["L"], r["arm"]) in again and r["eta"] == common]
+    runs += _evaluate(s, task, Yt, [(a, k, common) for a in again if eta[a] != common for k in s["seeds"]],
+                      "common", level, dtype, device)
+    # 6. float32 against float64 (the deepest arms, a probe seed); 7. the wide FFN: shared by the pieces
+    check = shared["precision"]()
+    wide = shared["wide"]() if s.get("wide") else None
     return {"N": int(N), "N_val": int(Xv.shape[0]), "n": int(n), "embedding": task.info, "level": level,
-            "init": init_rows, "step_sizes": list(tuned.values()), "runs": runs,
-            "eval_steps": [t for t in range(steps + 1) if t % every == 0 or t == steps],
+            "matched_m": matched_width(s) if s.get("matched") else None,
+            "init": init_rows, "init_pilot": pilot, "design_checks": [c.to_json() for c in checks],
+            "step_sizes": list(tuned.values()),
+            "eta": [{"arm": a.name, "L": a.L, "kind": a.kind, "eta": eta[a]} for a in arms],
+            "common_eta": common, "reruns": reruns, "runs": runs,
             "float64_check": check, "baselines": baselines, "wide": wide}
 
 
-def rerun(s: dict, L: int, beta: float, seed: int, eta: float, steps: int, *, data_dir=None) -> list[float]:
-    """The training MSE ``2 Phi_t / (N n)``, ``t = 0..steps``, of the run of :func:`_run_sst2` with
-    depth ``L``, ``beta``, ``seed`` and step ``eta`` (settings ``s``), computed alone: the spot
-    check of a committed result (:mod:`convres.committed`)."""
+def rerun(s: dict, L: int, kind: str, seed: int, eta: float, steps: int, *, data_dir=None) -> list[float]:
+    """The training MSE ``2 Phi_t / (N n)``, ``t = 0..steps``, of the run of arm ``(L, kind)``,
+    ``seed`` and step ``eta`` (settings ``s``), computed alone: the spot check of a committed result
+    (:mod:`convres.committed`)."""
     dtype = dtype_of(s)
     task = sst2_data(s, data_dir, dtype)
-    cfg = _cfg(s, L, beta)
+    arm = Arm(L, kind)
+    cfg = arm_config(s, arm)
     R = output_rows(cfg, task.X)
-    [(_, h)] = sweep([arm_params(s, L, beta, seed, task.X, dtype=dtype)], task.X,
+    [(_, h)] = sweep([arm_params(s, arm, seed, task.X, dtype=dtype)], task.X,
                      token_targets(task.Y, task.X.shape[1]), cfg, eta / R, steps)
     return finite_list(h.loss * 2 / R)
 
 
-def _precision_check(s: dict, X, Yt, tuned: dict, device) -> list[dict] | None:
+def _precision_check(s: dict, X, Yt, eta: dict, device) -> list[dict] | None:
     """Each arm of the largest depth run in float32 and in float64 from the same (float32-rounded)
     weights (of the first probe seed) and inputs for ``check_steps`` steps at its step: the largest
     relative difference of the loss."""
     if s.get("dtype", "float64") == "float64" or not s.get("check_steps"):
         return None
-    L, out = max(s["depths"]), []
-    for beta in sorted(s["betas"]):
-        cfg, eta = _cfg(s, L, beta), tuned[(L, beta)]["chosen"]
-        p32 = arm_params(s, L, beta, s["probe_seeds"][0], X, dtype=torch.float32)  # the same in every piece
+    out = []
+    deepest = max(s["depths"])
+    for arm in [a for a in arms_of(s) if deepest == a.L]:
+        cfg = arm_config(s, arm)
+        p32 = arm_params(s, arm, s["probe_seeds"][0], X, dtype=torch.float32)  # the same in every piece
         curves = {}
         for name, dt in (("float32", torch.float32), ("float64", torch.float64)):
             p = {k: v.to(dt) for k, v in p32.items()}
-            _, h = gradient_descent(p, X.to(dt), Yt.to(dt), cfg, eta / output_rows(cfg, X), s["check_steps"],
-                                    device=device)
+            mu = eta[arm] / output_rows(cfg, X)
+            _, h = gradient_descent(p, X.to(dt), Yt.to(dt), cfg, mu, s["check_steps"], device=device)
             curves[name] = h.loss
         a, b64 = curves["float32"], curves["float64"]
         k = min(len(a), len(b64))
-        out.append({"L": L, "beta": beta, "eta": eta, "steps": s["check_steps"],
+        out.append({"L": arm.L, "arm": arm.kind, "eta": eta[arm], "steps": s["check_steps"],
                     "max_rel_diff": float(np.max(np.abs(a[:k] - b64[:k]) / np.abs(b64[:k])))})
     return out
 
@@ -399,172 +765,230 @@ def _run_sst2_wide(s: dict, task: SST2Task, device) -> dict:
     return {"N": int(len(rows)), "m": w["m"], "L": w["L"], "runs": out}
 
 
+# --- the claims ------------------------------------------------------------------------------------
 
-def _final(r) -> float:
-    """The run's final training MSE (``inf`` for a diverged run)."""
-    v = r["mse"][-1]
-    return math.inf if v is None or r["status"] == "diverged" else float(v)
-
-
-def _clip(e: float) -> float:
-    """A per-unit effect in ``[-1, 1]``: a diverged run (final MSE ``inf``) counts as the largest
-    effect against its arm, and no single unit outweighs the others by more than that."""
-    return float(min(1.0, max(-1.0, e)))
-
-
-def _by_arm(runs) -> dict:
-    """``{(L, beta): {seed: run}}``."""
+def _runs_by(runs, protocol: str) -> dict:
+    """``{(L, kind): {seed: run}}`` of one protocol."""
     out: dict = {}
     for r in runs:
-        out.setdefault((r["L"], r["beta"]), {})[r["seed"]] = r
+        if r["protocol"] == protocol:
+            out.setdefault((r["L"], r["arm"]), {})[r["seed"]] = r
     return out
 
 
-def _steps(r, horizon: int) -> tuple[float, bool]:
-    return censored(r["steps_to_level"], horizon)
+def _steps(r, horizon: int) -> float | None:
+    """Steps to the level, censored at the horizon, a time at step 0 counted as 1; ``None`` when
+    the run diverged."""
+    if r["status"] == "diverged":
+        return None
+    return max(1.0, censored(r["steps_to_level"], horizon)[0])
 
 
 def _effects(res: Result) -> dict:
-    """The per-unit effects of the claims, each signed so that positive is the paper's direction:
-    ``lower[L]``: ``1 - MSE_res / MSE_none`` per seed (paired: the same draws); ``depth``:
-    ``1 - MSE_res(L_max) / MSE_res(L_min)`` per seed; ``no_depth``: ``MSE_none(L_max) /
-    MSE_none(L_min) - 1`` per seed; ``speed[L]``: ``1 - T_res / T_none`` per seed, with the steps
-    ``T`` to the level censored at the horizon (both censored: 0). Every effect is clipped to
-    ``[-1, 1]`` (a diverged run: ``-1`` against its arm's side)."""
+    """The per-unit effects of T1-T4 and of their alternatives, each signed so that a positive
+    value is the paper's direction, ``None`` for a unit with a diverged run:
+
+    - ``T1``, per (depth, seed): ``ln(MSE_isometric / MSE_residual)`` (final training MSE); the
+      norm-preserving arm in place of the isometric one; the common step;
+    - ``T2``, per seed: ``ln(MSE_{matched} / MSE_{residual, L_max})``; the unmatched shallow residual
+      arm; the common step;
+    - ``T3``, per seed: ``ln(MSE_{L_max} / MSE_{L_min})`` of the isometric arm; the norm-preserving
+      arm; the common step;
+    - ``T4``, per (depth, seed): mean log-loss of the isometric arm minus the residual's (decades);
+      ``log10(T_isometric / T_residual)`` of the steps to the level; the mean log-loss at the common
+      step.
+    """
     runs, horizon = res.data["runs"], res.settings["steps"]
-    arm = _by_arm(runs)
-    depths = sorted({r["L"] for r in runs})
-    seeds = sorted({r["seed"] for r in runs})
+    tuned, common = _runs_by(runs, "tuned"), _runs_by(runs, "common")
+    depths, seeds = sorted(res.settings["depths"]), sorted(res.settings["seeds"])
     lo, hi = depths[0], depths[-1]
-    out: dict = {"depths": depths, "seeds": seeds, "lower": {}, "speed": {}, "censored": {}}
-    for L in depths:
-        res_, none = arm[(L, 1.0)], arm[(L, 0.0)]
-        out["lower"][L] = [_clip(1 - _final(res_[k]) / _final(none[k])) for k in seeds]
-        t = [(_steps(res_[k], horizon), _steps(none[k], horizon)) for k in seeds]
-        out["speed"][L] = [_clip(1 - a[0] / b[0]) if b[0] > 0 else 0.0 for a, b in t]
-        out["censored"][L] = {"residual": sum(a[1] for a, _ in t), "no residual": sum(b[1] for _, b in t),
-                              "both": sum(a[1] and b[1] for a, b in t)}
-    out["depth"] = [_clip(1 - _final(arm[(hi, 1.0)][k]) / _final(arm[(lo, 1.0)][k])) for k in seeds]
-    out["no_depth"] = [_clip(_final(arm[(hi, 0.0)][k]) / _final(arm[(lo, 0.0)][k]) - 1) for k in seeds]
-    out["tau_res"] = [kendall_tau(depths, [-_final(arm[(L, 1.0)][k]) for L in depths]) for k in seeds]
-    out["tau_none"] = [kendall_tau(depths, [-_final(arm[(L, 0.0)][k]) for L in depths]) for k in seeds]
-    return out
+
+    def ratio(by, a, b, k, field="final_mse", base=math.e):
+        x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
+        return None if x is None or y is None else log_ratio(x[field], y[field], base=base)
+
+    def diff(by, a, b, k):
+        x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
+        if x is None or y is None or x["mean_log_loss"] is None or y["mean_log_loss"] is None:
+            return None
+        return x["mean_log_loss"] - y["mean_log_loss"]
+
+    def steps(by, a, b, k):
+        x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
+        tx, ty = (None, None) if x is None or y is None else (_steps(x, horizon), _steps(y, horizon))
+        return log_ratio(tx, ty, base=10.0)
+
+    units = [(L, k) for L in depths for k in seeds]
+    strata = [f"L={L}" for L, _ in units]
+    iso, npr, res_, mat = "isometric", "norm-preserving", "residual", "matched"
+    return {
+        "units": units, "strata": strata, "seeds": seeds, "depths": depths,
+        "T1": [ratio(tuned, (L, iso), (L, res_), k) for L, k in units],
+        "T1 norm-preserving": [ratio(tuned, (L, npr), (L, res_), k) for L, k in units],
+        "T1 common": [ratio(common, (L, iso), (L, res_), k) for L, k in units],
+        "T2": [ratio(tuned, (lo, mat), (hi, res_), k) for k in seeds],
+        "T2 unmatched": [ratio(tuned, (lo, res_), (hi, res_), k) for k in seeds],
+        "T2 common": [ratio(common, (lo, mat), (hi, res_), k) for k in seeds],
+        "T3": [ratio(tuned, (hi, iso), (lo, iso), k) for k in seeds],
+        "T3 collapsed": [ratio(tuned, (hi, npr), (lo, npr), k) for k in seeds],
+        "T3 common": [ratio(common, (hi, iso), (lo, iso), k) for k in seeds],
+        "T4": [diff(tuned, (L, iso), (L, res_), k) for L, k in units],
+        "T4 steps": [steps(tuned, (L, iso), (L, res_), k) for L, k in units],
+        "T4 common": [diff(common, (L, iso), (L, res_), k) for L, k in units]}
 
 
-def _per_depth(effects: dict, margin: float) -> dict:
-    """``{L: (claim_stats, verdict)}`` for effects given per depth."""
-    return {L: (st, claim_verdict(st)) for L, e in effects.items() for st in [claim_stats(e, margin)]}
+def _profile(res: Result) -> str:
+    return res.profile if res.profile in ("book", "paper", "smoke") else "smoke"
 
 
-def _some(per: dict) -> bool:
-    """Whether a claim graded per depth is *reproduced* at some depths but not at all of them."""
-    verdicts = [v for _, v in per.values()]
-    return "reproduced" in verdicts and any(v != "reproduced" for v in verdicts)
+def _checks(data: dict) -> list[CheckResult]:
+    return [CheckResult(c["name"], c["value"], c["threshold"], c["passed"]) for c in data["design_checks"]]
 
 
-def _fmt_ci(st: dict, pct: bool = True) -> str:
-    f = (lambda v: f"{100 * v:+.1f}%") if pct else (lambda v: f"{v:+.3g}")
-    return f"{f(st['effect'])} [{f(st['ci'][0])}, {f(st['ci'][1])}], {st['agree']}/{st['units']} agree"
+def claim_records(res: Result) -> list:
+    """T1-T4 graded by protocol v4 (:func:`convres.experiments.base.claim_record`), with the design
+    checks measured at initialization."""
+    e, profile, checks = _effects(res), _profile(res), _checks(res.data)
+    strata = e["strata"]
+    return [
+        claim_record("T1", e["T1"], profile=profile, checks=checks, strata=strata,
+                     sensitivity={("norm-preserving arm", "tuned"): e["T1 norm-preserving"],
+                                  ("ln MSE ratio", "common"): e["T1 common"]}),
+        claim_record("T2", e["T2"], profile=profile, checks=checks,
+                     sensitivity={("unmatched L = 2", "tuned"): e["T2 unmatched"],
+                                  ("ln MSE ratio", "common"): e["T2 common"]}),
+        claim_record("T3", e["T3"], profile=profile, checks=checks,
+                     sensitivity={("collapsed arm", "tuned"): e["T3 collapsed"],
+                                  ("ln MSE ratio", "common"): e["T3 common"]}),
+        claim_record("T4", e["T4"], profile=profile, checks=checks, strata=strata,
+                     sensitivity={("steps to the level", "tuned"): e["T4 steps"],
+                                  ("mean log-loss", "common"): e["T4 common"]})]
 
 
-_STEP_KEYS = ("arm", "L", "residual", "grid", "scores", "chosen", "bracketed")
+def _per_depth_text(e: dict, key: str, scale) -> str:
+    parts = []
+    for L in e["depths"]:
+        v = [x for x, s in zip(e[key], e["strata"]) if s == f"L={L}" and x is not None]
+        if v:
+            parts.append(f"L={L}: mean {scale(np.mean(v))}, {sum(x > 0 for x in v)}/{len(v)} positive")
+    return "; ".join(parts)
+
+
+def _sst2_claims(res: Result) -> list[dict]:
+    e = _effects(res)
+    pct = lambda v: f"{100 * math.expm1(v):+.0f}%"  # noqa: E731
+    dec = lambda v: f"{v:+.3f} decades"  # noqa: E731
+    lo, hi = e["depths"][0], e["depths"][-1]
+    extra = {
+        "T1": dict(figure="fig-sst2-final",
+                   criterion="per (depth, seed): ln(MSE without / MSE with residuals), final training MSE, "
+                   "the isometric arm; reproduced only if reproduced at every depth",
+                   evidence=_per_depth_text(e, "T1", pct)),
+        "T2": dict(figure="fig-sst2-final",
+                   criterion=f"per seed: ln(MSE of the matched L = {lo} / MSE of L = {hi}), residual arms, "
+                   "final training MSE", evidence=""),
+        "T3": dict(figure="fig-sst2-final",
+                   criterion=f"per seed: ln(MSE of L = {hi} / MSE of L = {lo}), isometric arm; reproduced "
+                   "iff the interval's lower end > -ln 1.1", evidence=""),
+        "T4": dict(figure="fig-sst2-loss", criterion="per (depth, seed): mean log-loss without minus with "
+                   "residuals (isometric arm), in decades", evidence=_per_depth_text(e, "T4", dec))}
+    rows = []
+    for rec in claim_records(res):
+        est = rec.estimate
+        measurement = "no interval: " + est.reason if est.effect is None else (
+            f"{est.effect:+.3f} [{est.lo:+.3f}, {est.hi:+.3f}], {est.units} units, sign test p = "
+            f"{est.sign_test_p:.2g}")
+        rows.append(rec.row(measurement=measurement, **extra[rec.id]))
+    return rows
+
+
+# --- the numbers of the chapter --------------------------------------------------------------------
+
+def heldout_table(data: dict, seeds=None) -> list[dict]:
+    """Held-out accuracy on the GLUE validation split (not a claim of the paper): one row per arm at
+    its tuned step (median, min and max over the seeds) and per baseline, each with its difference
+    from the floor baseline and from the bag-of-words baseline: the mean over the validation
+    sentences of (share of the seeds right) minus (the baseline right), with its 95% interval over
+    the sentences (:func:`convres.stats.estimate`; BCa bootstrap)."""
+    b = data["baselines"]
+    ref = {"floor": b["floor"]["val_correct"], **({"bow": b["bow"]["val_correct"]} if b.get("bow") else {})}
+    rows: list[dict] = []
+
+    def add(name, kind, L, corrects):
+        hits = np.array([[c == "1" for c in v] for v in corrects], dtype=np.float64)
+        acc = hits.mean(axis=1)
+        row = {"name": name, "kind": kind, "L": L, "accuracy": spread(acc.tolist())}
+        for key, r in ref.items():
+            d = hits.mean(axis=0) - np.array([c == "1" for c in r], dtype=np.float64)
+            est = estimate(d.tolist(), min_units=2, draws=2000)
+            row[f"vs_{key}"] = {"effect": est.effect, "ci": [est.lo, est.hi]}
+        row["beats_floor"] = row["vs_floor"]["ci"][0] > 0
+        rows.append(row)
+
+    by: dict = {}
+    for r in data["runs"]:
+        if r["protocol"] == "tuned" and r["status"] != "diverged":
+            by.setdefault((r["L"], r["arm"]), []).append(r["val_correct"])
+    for (L, kind), v in sorted(by.items(), key=lambda kv: (kv[0][0], ARM_KINDS.index(kv[0][1]))):
+        add(f"L={L}, {kind}", "arm", L, v)
+    add("floor (least squares, mean vector)", "baseline", None, [b["floor"]["val_correct"]])
+    add("floor with twice the dimension", "baseline", None, [b["floor_2d"]["val_correct"]])
+    if b.get("bow"):
+        add("bag of words, logistic regression", "baseline", None, [b["bow"]["val_correct"]])
+    if b.get("adam"):
+        add("reference Transformer (Adam)", "baseline", None, [r["val_correct"] for r in b["adam"]])
+    return rows
+
+
+def _without_correct(v):
+    """A baseline's record without its per-sentence ``val_correct`` (the summary keeps the numbers)."""
+    if isinstance(v, dict):
+        return {k: x for k, x in v.items() if k != "val_correct"}
+    return [_without_correct(x) for x in v] if isinstance(v, list) else v
+
+
+_STEP_KEYS = ("arm", "L", "kind", "grid", "scores", "stable", "horizon", "best", "largest_stable", "chosen",
+              "bracketed", "unresolved", "capped")
 
 
 def _sst2_numbers(res: Result) -> dict:
-    data, runs = res.data, res.data["runs"]
-    horizon = res.settings["steps"]
+    data, horizon = res.data, res.settings["steps"]
     per_model = []
-    for (L, b), by_seed in _by_arm(runs).items():
-        rs = list(by_seed.values())
-        t = [_steps(r, horizon) for r in rs]
-        per_model.append({
-            "protocol": "best", "L": L, "residual": bool(b), "eta": rs[0]["eta"],
-            "train_mse": spread([None if r["status"] == "diverged" else r["mse"][-1] for r in rs]),
-            "initial_mse": spread([r["mse"][0] for r in rs]),
-            "train_error": spread([r["error"][-1] for r in rs]),
-            "val_accuracy": spread([r["val_accuracy"][-1] for r in rs]),
-            "steps_to_level": spread([v for v, _ in t]), "censored": int(sum(c for _, c in t)),
-            "pooled_sigma_ratio": spread([r["pooled_sigma_ratio"] for r in rs]),
-            "diverged": sum(r["status"] == "diverged" for r in rs)})
-    e = _effects(res)
-    paired = {  # each depth's statistics and its verdict by the report's rule
-        key: {str(L): {**st, "verdict": v} for L, (st, v) in _per_depth(e[key], margin).items()}
-        for key, margin in (("lower", MARGIN_LOWER), ("speed", MARGIN_SPEED))} | {
-        "censored": {str(L): v for L, v in e["censored"].items()}}
+    for protocol in ("tuned", "common"):
+        for (L, kind), by_seed in _runs_by(data["runs"], protocol).items():
+            rs = list(by_seed.values())
+            t = [_steps(r, horizon) for r in rs]
+            per_model.append({
+                "protocol": protocol, "L": L, "arm": kind, "residual": kind in ("residual", "matched"),
+                "eta": rs[0]["eta"], "final_mse": spread([r["final_mse"] for r in rs]),
+                "initial_mse": spread([r["mse"][0] for r in rs]),
+                "mean_log_loss": spread([r["mean_log_loss"] for r in rs]),
+                "train_error": spread([r["train_error"] for r in rs]),
+                "steps_to_level": spread(t),
+                "censored": sum(r["steps_to_level"] is None and r["status"] != "diverged" for r in rs),
+                "within_sentence": spread([r["within_sentence"] for r in rs]),
+                "pooled_sigma_ratio": spread([r["pooled_sigma_ratio"] for r in rs]),
+                "diverged": sum(r["status"] == "diverged" for r in rs)})
     wide = data.get("wide")
     return {"n_train": data["N"], "n_val": data["N_val"], "d": res.settings["d"], "readout": "per token",
-            "level": data["level"],
-            "margins": {"lower": MARGIN_LOWER, "depth": MARGIN_DEPTH, "no_depth": MARGIN_NO_DEPTH,
-                        "speed": MARGIN_SPEED},
-            "init_output_std": _init_table(data["init"]),
-            "step_sizes": [{k: t[k] for k in _STEP_KEYS} for t in data["step_sizes"]],
-            "per_model": per_model, "paired": paired,
-            "baselines": data["baselines"], "float64_check": data["float64_check"],
+            "level": data["level"], "matched_m": data["matched_m"],
+            "init_output_std": _init_table(res.settings, data["init"]),
+            **protocol_summary(_checks(data)),
+            "step_sizes": [{k: t.get(k) for k in _STEP_KEYS} for t in data["step_sizes"]],
+            "eta": data["eta"], "common_eta": data["common_eta"], "reruns": data["reruns"],
+            "per_model": per_model, "heldout": heldout_table(data),
+            "baselines": {k: _without_correct(v) for k, v in data["baselines"].items()},
+            "float64_check": data["float64_check"],
             "wide": None if wide is None else {"N": wide["N"], "m": wide["m"], "L": wide["L"],
                                                "runs": [{k: r[k] for k in ("seed", "mu", "train_error",
                                                                           "val_accuracy", "summary")}
                                                         for r in wide["runs"]]}}
 
 
-def _sst2_claims(res: Result) -> list[dict]:
-    e = _effects(res)
-    depths, lo, hi = e["depths"], e["depths"][0], e["depths"][-1]
-    level = res.data["level"]
-    rows = []
-    # 1. lower training loss with residuals: units (L, seed)
-    per = _per_depth(e["lower"], MARGIN_LOWER)
-    st = claim_stats([v for L in depths for v in e["lower"][L]], MARGIN_LOWER)
-    rows.append(dict(
-        claim="With residual connections the training loss is consistently lower.",
-        criterion=f"paired per (depth, seed), each arm at its own tuned step: effect = 1 - MSE(residual) / "
-                  f"MSE(no residual) of the final training MSE; margin {MARGIN_LOWER:.0%}; partly also "
-                  "when the claim holds at some depths only",
-        measurement="; ".join(f"L={L}: {_fmt_ci(st_)} ({v})" for L, (st_, v) in per.items()),
-        verdict=claim_verdict(st, some_regimes=_some(per)), figure="fig-sst2-final",
-        evidence="relative reduction of the final training MSE per seed: " + "; ".join(
-            f"L={L} " + ", ".join(f"{100 * v:+.0f}%" for v in e["lower"][L]) for L in depths), **st))
-    # 2. with residuals, deeper is better; 3. without residuals, depth does not help
-    for claim, key, taus, margin, effect in (
-            ("With residuals, the training loss improves with depth.", "depth", "tau_res",
-             MARGIN_DEPTH, f"residual arm: effect = 1 - MSE(L={hi}) / MSE(L={lo}) of the final "
-                           f"training MSE; margin {MARGIN_DEPTH:.0%}"),
-            ("Without residuals, depth does not help.", "no_depth", "tau_none", MARGIN_NO_DEPTH,
-             f"arm without residuals: effect = MSE(L={hi}) / MSE(L={lo}) - 1 of the final training "
-             f"MSE (positive: the deeper stack is not better); margin {MARGIN_NO_DEPTH:g}")):
-        st = claim_stats(e[key], margin)
-        row = dict(
-            claim=claim, criterion=f"paired per seed, {effect}",
-            measurement=_fmt_ci(st) + "; Kendall tau of L against -MSE per seed: " + ", ".join(
-                f"{t:+.2f}" for t in e[taus]),
-            verdict=claim_verdict(st), figure="fig-sst2-final",
-            evidence="per seed: " + ", ".join(f"{100 * v:+.0f}%" for v in e[key]), **st)
-        if row["verdict"] == "inconclusive":
-            row["reason"] = "the seeds disagree and the interval straddles 0"
-        rows.append(row)
-    # 4. speed: steps to the level, censored at the horizon
-    per = _per_depth(e["speed"], MARGIN_SPEED)
-    st = claim_stats([v for L in depths for v in e["speed"][L]], MARGIN_SPEED)
-    both = sum(c["both"] for c in e["censored"].values())
-    row = dict(
-        claim="With residuals, gradient descent reaches a fixed training loss in fewer steps.",
-        criterion=f"paired per (depth, seed): effect = 1 - T(residual) / T(no residual), T the first step "
-                  f"with training MSE <= {level:.3f} (the floor baseline's training MSE), censored at the "
-                  f"horizon of {res.settings['steps']} steps (both censored: 0); margin {MARGIN_SPEED:.0%}; "
-                  "partly also when it holds at some depths only",
-        measurement="; ".join(f"L={L}: {_fmt_ci(st_)} ({v})" for L, (st_, v) in per.items()),
-        verdict=claim_verdict(st, some_regimes=_some(per)), figure="fig-sst2-final",
-        evidence="censored runs (residual / no residual / both) per depth: " + "; ".join(
-            f"L={L} {c['residual']}/{c['no residual']}/{c['both']}" for L, c in e["censored"].items()), **st)
-    if row["verdict"] == "inconclusive":
-        row["reason"] = (f"{both} of {st['units']} pairs never reach the level" if both else
-                         "the pairs disagree and the interval straddles 0")
-    rows.append(row)
-    return rows
-
-
 def _shapes(s: dict) -> list[Shape]:
-    out = [Shape(f"sst2 L={L}", _cfg(s, L, 1.0), s["n_train"], s["n_tokens"],
-                 "per-token outputs (the sentence's target at every token)") for L in s["depths"]]
+    out = [Shape(f"sst2 {a.name}", arm_config(s, a), s["n_train"], s["n_tokens"],
+                 "per-token outputs (the sentence's target at every token)") for a in arms_of(s)
+           if a.kind in ("residual", "matched")]
     w = s.get("wide")
     if w:
         out.append(Shape(f"sst2 wide FFN (L={w['L']}, m={w['m']})",
@@ -576,18 +1000,14 @@ def _shapes(s: dict) -> list[Shape]:
 def _report(res: Result) -> dict:
     s, d, k = res.settings, res.data, res.summary()
     spread_rows = []
-    for m in sorted(k["per_model"], key=lambda m: (m["L"], not m["residual"])):
-        name = f"L = {m['L']}, " + ("residual" if m["residual"] else "no residual") + ", own step"
-        for field, label, fmt in (("train_mse", "final training MSE", "{:.3f}"),
-                                  ("train_error", "training error", "{:.1%}"),
-                                  ("val_accuracy", "validation accuracy", "{:.1%}")):
+    for m in sorted((m for m in k["per_model"] if m["protocol"] == "tuned"),
+                    key=lambda m: (m["L"], ARM_KINDS.index(m["arm"]))):
+        name = f"L = {m['L']}, {m['arm']}, own step"
+        for field, label, fmt in (("final_mse", "final training MSE", "{:.3f}"),
+                                  ("mean_log_loss", "mean log-loss (decades)", "{:.3f}")):
             v = m[field]
             spread_rows.append({"configuration": name, "measurement": label, "median": v["median"],
                                 "min": v["min"], "max": v["max"], "seeds": v["count"], "format": fmt})
-    spread_rows.append({"configuration": "floor baseline (least squares)",
-                        "measurement": "validation accuracy",
-                        "median": k["baselines"]["ppmi"]["val_accuracy"], "min": None, "max": None,
-                        "seeds": None, "format": "{:.1%}"})
     w = d.get("wide")
     deviations = [
         {"what": "SST-2 inputs", "paper": "not stated",
@@ -597,11 +1017,13 @@ def _report(res: Result) -> dict:
          "book": "the sentence's target at every token (per-token loss); prediction: the mean output",
          "why": "a mean-pooled loss cannot see a collapse of the rows within a sentence"},
         {"what": "SST-2 initialization", "paper": "Gaussian, 'proper'",
-         "book": "residual: branch scale 1/sqrt(L); no residual: norm-preserving gains (LSUV)",
-         "why": "with 1/sqrt(L) the deep stacks without residuals start with an output of about 1e-14"},
-        {"what": "SST-2 step sizes", "paper": "not stated",
-         "book": "each depth x residual at its own step, factor-2 grid, bracketed, chosen on probe seeds",
-         "why": "depth and the residual change the stable step"}]
+         "book": "residual: branch scale 1/sqrt(L); no residual: an isometric init (graded) and "
+                 "norm-preserving gains (LSUV, collapsed at depth; beside it)",
+         "why": "separates a collapse at initialization from what gradient descent does"},
+        {"what": "SST-2 matched shallow arm", "paper": "none",
+         "book": f"L = {min(s['depths'])} with m = {d['matched_m']}, the parameter count of "
+                 f"L = {max(s['depths'])}",
+         "why": "'improves with depth' about depth, not parameters"}]
     if w:
         deviations.append({"what": "SST-2 wide FFN", "paper": "none",
                            "book": f"L = {w['L']}, m = {w['m']} on {w['N']} of the training sentences",
@@ -610,11 +1032,12 @@ def _report(res: Result) -> dict:
     return {
         "settings": {"book": f"N = {d['N']:,} training and {d['N_val']} GLUE validation sentences, first "
                              f"{s['n_tokens']} tokens; frozen PPMI-SVD vectors d = {s['d']}; m = {s['m']}, "
-                             f"{s['activation']}; L in {s['depths']}; per-token loss; each arm at its own "
-                             f"step (factor-2 grid from {s['eta_grid']}); {s['steps']} steps; "
-                             f"{len(s['seeds'])} seeds; {s['dtype']}",
+                             f"{s['activation']}; L in {s['depths']}; {len(arms_of(s))} arms; per-token "
+                             f"loss; each arm at its own step; {s['steps']} steps; {len(s['seeds'])} seeds; "
+                             f"{s['dtype']}",
                      "why": "fixed length without masks keeps the theory's X; a per-token loss sees the "
-                            "rows; every arm alive at initialization and at its own step"},
+                            "rows; every arm alive at initialization, one arm without residuals not "
+                            "collapsed"},
         "spread": spread_rows,
         "runs": len(d["runs"]) + probes + (len(w["runs"]) if w else 0) + len(d.get("float64_check") or []),
         "deviations": deviations,
@@ -624,19 +1047,24 @@ def _report(res: Result) -> dict:
 _WIDE = dict(n_train=256, m=1024, L=2, beta=1.0, activation="gelu", seeds=[0], steps=60, record_every=20,
              power_iters=5, safety=2.0, dtype="float64")
 _SST2 = dict(n_tokens=10, n_val=None, embedding="ppmi", vocab_size=5000, emb_seed=0, d=16, d_qk=16, m=16,
-             activation="gelu", betas=[0.0, 1.0], init_no_residual="norm_preserving",
-             eta_grid=[0.03125, 0.0625, 0.125, 0.25], extend=6, probe_seeds=[100, 101], eval_every=10,
-             check_steps=30, dtype="float32")
+             activation="gelu", depths=[2, 6, 10], arms=["residual", "isometric", "norm-preserving"],
+             matched=True,
+             identity_gain=6.0, preactivation=0.05,
+             eta_grid=[0.03125, 0.0625, 0.125, 0.25], extend=8, probe_seeds=[100, 101, 102], max_reruns=3,
+             halvings={}, record_every=10, check_steps=20, dtype="float32",
+             pilot_seeds=[200, 201], bow=dict(lambdas=[0.01, 0.1, 1.0, 10.0, 100.0], folds=5, iters=100),
+             adam=dict(L=2, m=16, lr=0.01, steps=300, every=10, holdout=5, seeds=[0, 1, 2]))
 
 EXPERIMENT = Experiment(
     "sst2", "SST-2: depth L = 2, 6, 10 with and without residual connections, GLUE validation accuracy",
     "book/sst2.md",
-    {"book": dict(_SST2, n_train=512, depths=[2, 6, 10], seeds=[0, 1, 2, 3, 4], probe_steps=50, steps=200,
-                  wide=_WIDE),
-     "paper": dict(_SST2, n_train=8192, depths=[2, 6, 10], seeds=list(range(10)), probe_steps=250, steps=1000,
+    {"book": dict(_SST2, n_train=512, seeds=list(range(10)), probe_steps=50, steps=200, wide=_WIDE),
+     "paper": dict(_SST2, n_train=16384, seeds=list(range(20)), probe_steps=60, steps=250,
                    wide=dict(_WIDE, n_train=1024, m=2048, steps=200)),
      "smoke": dict(_SST2, n_train=16, depths=[1, 2], seeds=[0, 1], probe_seeds=[100], eta_grid=[0.1, 0.2],
-                   extend=2, probe_steps=3, steps=10, eval_every=5, check_steps=3, vocab_size=300,
+                   extend=8, probe_steps=3, steps=10, record_every=5, check_steps=3, vocab_size=300,
+                   bow=dict(lambdas=[1.0, 10.0], folds=2, iters=20),
+                   adam=dict(L=1, m=4, lr=0.01, steps=10, every=5, holdout=4, seeds=[0]),
                    wide=dict(_WIDE, n_train=8, m=16, L=1, steps=5, record_every=5, power_iters=3))},
     _run_sst2, _sst2_numbers, _sst2_claims, plot_sst2, shapes=_shapes, report=_report, piece_seeds=1,
     paper="SST-2, L = 2, 6, 10 with and without residuals; subset, embeddings, steps not stated")

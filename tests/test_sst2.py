@@ -1,0 +1,295 @@
+"""SST-2 (chapter *SST-2*): the arms and their initializations, the design checks, the baselines, the
+held-out table, the claims T1-T4 graded by protocol v4, and a tiny run end to end."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from convres import experiments as ex
+from convres.experiments import sst2
+from convres.experiments.sst2 import Arm
+from convres.model import ModelConfig, forward_trace, init_params
+from convres.protocol import CHECKS, EVALUATION_SEEDS, GRADES, PROBE_SEEDS
+from tests.test_experiments import SST2_TINY, offline, write_tiny_sst2  # noqa: F401 (a fixture)
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _rms(t):
+    return float(t.double().pow(2).mean().sqrt())
+
+
+X8 = torch.randn(32, 10, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+
+
+def test_the_profiles_follow_the_protocol():
+    for profile in ("book", "paper"):
+        s = ex.settings("sst2", profile)
+        assert s["depths"] == [2, 6, 10] and s["arms"] == ["residual", "isometric", "norm-preserving"]
+        assert s["matched"] and s["seeds"] == list(EVALUATION_SEEDS[profile])
+        assert s["probe_seeds"] == list(PROBE_SEEDS) and not set(s["seeds"]) & set(s["probe_seeds"])
+        grid = sorted(s["eta_grid"])
+        assert all(b == 2 * a for a, b in zip(grid, grid[1:]))     # a factor-2 grid
+    assert ex.settings("sst2", "paper")["n_train"] >= 16384
+
+
+def test_norm_preserving_init_keeps_every_block_at_the_rms_of_its_input():
+    cfg = ModelConfig(d=8, d_qk=8, m=8, L=6, beta=0.0, activation="gelu")
+    p = sst2.norm_preserving_init(cfg, X8, seed=3)
+    tr = forward_trace(p, X8, cfg)
+    rms = [_rms(t) for t in [X8, *tr.H]]
+    assert np.allclose(rms, rms[0], rtol=1e-10)                       # every block output: RMS(X)
+    assert all(np.isclose(_rms(A), rms[0], rtol=1e-10) for A in tr.A)
+    raw = init_params(cfg, seed=3, branch_scale=1.0)                  # the same draws, scaled per matrix
+    for k, w in p.items():
+        ratio = w / raw[k]
+        assert torch.allclose(ratio, ratio.flatten()[0].expand_as(ratio))
+        assert (k.endswith(("W_V", "W_2")) or float(ratio.flatten()[0]) == 1.0)
+    with pytest.raises(ValueError, match="without residual"):
+        sst2.norm_preserving_init(cfg.replace(beta=1.0), X8)
+
+
+def test_isometric_init_starts_each_block_near_an_isometry_from_the_same_draws():
+    cfg = ModelConfig(d=8, d_qk=8, m=8, L=4, beta=0.0, activation="gelu")
+    c, eps = 6.0, 0.05
+    p = sst2.isometric_init(cfg, X8, seed=3, identity_gain=c, preactivation=eps)
+    raw = init_params(cfg, seed=3, branch_scale=1.0)
+    tr = forward_trace(p, X8, cfg)
+    H = [X8, *tr.H]
+    for l in range(1, 5):
+        for w in ("W_Q", "W_K"):                                      # the draw plus c I
+            assert torch.allclose(p[f"layer{l}.{w}"] - raw[f"layer{l}.{w}"], c * torch.eye(8, dtype=torch.float64))
+        for w in ("W_V", "W_1", "W_2"):                               # a multiple of an orthogonal matrix
+            W = p[f"layer{l}.{w}"]
+            gram = W.T @ W
+            assert torch.allclose(gram, gram[0, 0] * torch.eye(8, dtype=torch.float64), atol=1e-10)
+            U, _, Vh = torch.linalg.svd(raw[f"layer{l}.{w}"])
+            assert torch.allclose(W / math.sqrt(float(gram[0, 0])), U @ Vh, atol=1e-10)   # of the draw
+        assert np.isclose(_rms(tr.Z[l - 1] @ p[f"layer{l}.W_1"]), eps, rtol=1e-10)
+        assert np.isclose(_rms(tr.A[l - 1]), math.sqrt(eps) * _rms(H[l - 1]), rtol=1e-10)
+        assert np.isclose(_rms(H[l]), _rms(X8), rtol=1e-10)
+        diag = torch.diagonal(tr.S[l - 1], dim1=-2, dim2=-1)
+        assert float(diag.median()) > 0.99                             # attention near the identity
+    within = _rms(H[-1] - H[-1].mean(-2, keepdim=True)) / _rms(H[-1])
+    assert within > 0.5
+    with pytest.raises(ValueError, match="without residual"):
+        sst2.isometric_init(cfg.replace(beta=1.0), X8, identity_gain=c, preactivation=eps)
+
+
+def test_the_arms_and_the_matched_width():
+    s = ex.settings("sst2")
+    arms = sst2.arms_of(s)
+    assert len(arms) == 10 and arms[-1] == Arm(2, "matched")
+    assert {a.kind for a in arms} == set(sst2.ARM_KINDS)
+    m = sst2.matched_width(s)
+    deep = sst2.n_params(sst2.arm_config(s, Arm(10, "residual")))
+    matched = sst2.n_params(sst2.arm_config(s, Arm(2, "matched")))
+    assert m == 176 and matched == deep == 12_816                      # d = 16: an exact match
+    assert sst2.n_params(sst2.arm_config(s, Arm(2, "residual"))) == 2_576
+    near = {**s, "d": 12, "d_qk": 8, "m": 10}                          # no exact width: the nearest
+    gap = abs(sst2.n_params(sst2.arm_config(near, Arm(2, "matched"))) /
+              sst2.n_params(sst2.arm_config(near, Arm(10, "residual"))) - 1)
+    assert gap < 0.05
+    assert sst2.arm_config(s, Arm(6, "isometric")).residual == (0.0, 0.0)
+    assert sst2.arm_config(s, Arm(2, "matched")).residual == (1.0, 1.0)
+    Xs = torch.randn(8, 10, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    res = sst2.arm_params(s, Arm(6, "residual"), 3, Xs)
+    raw = init_params(sst2.arm_config(s, Arm(6, "residual")), 3)
+    assert all(torch.equal(res[k], raw[k]) for k in raw)
+    with pytest.raises(ValueError, match="arm kind"):
+        sst2.arm_config(s, Arm(2, "nope"))
+    with pytest.raises(ValueError, match="'arms'"):
+        sst2.arms_of({**s, "arms": ["residual", "nope"]})
+
+
+def test_pooled_baseline_reads_a_linear_signal():
+    X = torch.zeros(4, 2, 3)
+    X[:2, :, 0], X[2:, :, 0] = 1.0, -1.0
+    labels = np.array([1, 1, 0, 0])
+    out = sst2.pooled_baseline(X, labels, X.flip(0), labels[::-1].copy())
+    assert out["train_accuracy"] == 1.0 and out["val_accuracy"] == 1.0 and out["train_mse"] < 1e-20
+    assert out["val_correct"] == "1111"
+
+
+def test_bag_of_words_finds_the_sentiment_words_and_chooses_its_penalty_by_cross_validation():
+    rng = np.random.default_rng(0)
+    vocab = ["good", "bad", "the", "film", "a"]
+
+    def sents(k):
+        labels = np.arange(k) % 2
+        toks = [list(rng.choice(["the", "film", "a", "unknown"], 4)) + ["good" if y else "bad"] for y in labels]
+        return toks, labels
+
+    tok, lab = sents(40)
+    tok_v, lab_v = sents(10)
+    out = sst2.bow_logistic(tok, lab, tok_v, lab_v, vocab, lambdas=[0.01, 1e6], folds=4, iters=50)
+    assert out["val_accuracy"] == 1.0 and out["lambda"] == 0.01 and out["cv_accuracy"][1e6] <= 0.6
+    assert out["val_correct"] == "1" * 10
+
+
+def _runs(mse, *, seeds=(0, 1, 2), diverged=()):
+    """Fake runs: arm (L, kind) of seed k ends at ``mse[(L, kind)] * (1 + 0.01 k)``, its mean log-loss
+    ``log10`` of that over its start 1; steps to the level 10 (residual) or 50."""
+    out = []
+    for protocol in ("tuned", "common"):
+        for (L, kind), m in mse.items():
+            if protocol == "common" and kind == "norm-preserving":
+                continue
+            for k in seeds:
+                v = m * (1 + 0.01 * k)
+                div = (L, kind, k) in diverged and protocol == "tuned"
+                out.append({"L": L, "arm": kind, "seed": k, "protocol": protocol, "eta": 0.1,
+                            "status": "diverged" if div else "max_steps", "mse": [1.0, v],
+                            "final_mse": None if div else v, "mean_log_loss": None if div else math.log10(v),
+                            "steps_to_level": 10 if kind in ("residual", "matched") else 50,
+                            "val_correct": "1100"})
+    return out
+
+
+def _result(mse, checks_pass=True, **kw):
+    s = {"steps": 100, "depths": [2, 6, 10], "seeds": [0, 1, 2], "record_every": 1}
+    checks = [{"name": n, "value": 1.0, "threshold": CHECKS[n].threshold, "passed": checks_pass or n != "sst2 arms alive"}
+              for n in CHECKS if n.startswith("sst2")]
+    return ex.Result(ex.EXPERIMENTS["sst2"], "smoke", s, {"runs": _runs(mse, **kw), "design_checks": checks}, 0.0)
+
+
+DEPTHS = (2, 6, 10)
+GOOD = {(L, k): v for L in DEPTHS
+        for k, v in (("residual", 1 / L), ("isometric", 0.8), ("norm-preserving", 0.9))}
+GOOD[(2, "matched")] = 0.6
+
+
+def test_the_claims_effects_and_grades():
+    recs = {r.id: r for r in sst2.claim_records(_result(GOOD))}
+    assert list(recs) == ["T1", "T2", "T3", "T4"]
+    t1 = recs["T1"]
+    expected = np.mean([math.log(0.8 * L) for L in DEPTHS])
+    assert np.isclose(t1.estimate.effect, expected) and t1.estimate.units == 9
+    assert np.isclose(recs["T2"].estimate.effect, math.log(0.6 / 0.1))        # matched L = 2 against L = 10
+    assert np.isclose(recs["T3"].estimate.effect, 0.0)                        # isometric: depth does nothing
+    assert recs["T3"].verdict == "reproduced"                                 # non-inferiority: lo > -ln 1.1
+    assert np.isclose(recs["T4"].estimate.effect, np.mean([math.log10(0.8 * L) for L in DEPTHS]))
+    assert [s["measure"] for s in recs["T4"].sensitivity] == ["steps to the level", "mean log-loss"]
+    assert all(r.verdict in GRADES for r in recs.values())
+    assert recs["T1"].verdict == "reproduced" and recs["T2"].verdict == "reproduced"
+    worse = {**GOOD, (2, "residual"): 1.6}                                    # residual higher at L = 2
+    t1 = {r.id: r for r in sst2.claim_records(_result(worse))}["T1"]
+    assert t1.verdict == "partly" and t1.subset == ("L=6", "L=10") and t1.subsets["L=2"] == "reversed"
+    failed = sst2.claim_records(_result(GOOD, checks_pass=False))
+    assert {r.verdict for r in failed} == {"not testable"}
+    gone = {r.id: r for r in sst2.claim_records(_result(GOOD, diverged={(10, "isometric", 0)}))}
+    assert gone["T1"].estimate.diverged == 1 and gone["T3"].estimate.diverged == 1
+    assert gone["T2"].estimate.diverged == 0 and gone["T1"].estimate.units == 8
+
+
+def test_the_heldout_table_pairs_the_arms_with_the_baselines_on_the_same_sentences():
+    data = {"runs": [{"L": 2, "arm": "residual", "seed": k, "protocol": "tuned", "status": "max_steps",
+                      "val_correct": "1" * 30 + "0" * 10} for k in range(3)],
+            "baselines": {"floor": {"val_correct": "1" * 20 + "0" * 20},
+                          "floor_2d": {"val_correct": "1" * 20 + "0" * 20},
+                          "bow": {"val_correct": "1" * 30 + "0" * 10}, "adam": None}}
+    rows = {r["name"]: r for r in sst2.heldout_table(data)}
+    arm = rows["L=2, residual"]
+    assert arm["accuracy"]["median"] == 0.75 and np.isclose(arm["vs_floor"]["effect"], 0.25)
+    assert arm["vs_floor"]["ci"][0] > 0 and arm["beats_floor"]
+    assert arm["vs_bow"] == {"effect": 0.0, "ci": [0.0, 0.0]}
+    assert not rows["floor with twice the dimension"]["beats_floor"]
+
+
+def test_a_tiny_run_of_every_arm_end_to_end(tmp_path, monkeypatch):
+    write_tiny_sst2(tmp_path)
+    r = ex.run_experiment("sst2", "smoke", overrides=SST2_TINY, data_dir=tmp_path)
+    d, s = r.data, r.settings
+    arms = sst2.arms_of(s)
+    assert len(arms) == 7 and d["N"] == 16 and d["N_val"] == 12 and d["matched_m"] >= 4
+    tuned = [x for x in d["runs"] if x["protocol"] == "tuned"]
+    assert {(x["L"], x["arm"]) for x in tuned} == {tuple(a) for a in arms} and len(tuned) == 2 * 7
+    common = [x for x in d["runs"] if x["protocol"] == "common"]
+    assert {x["eta"] for x in common} == {d["common_eta"]} == {min(e["eta"] for e in d["eta"])}
+    assert {x["arm"] for x in common} == set(sst2.COMMON_KINDS)
+    for t in d["step_sizes"]:
+        assert t["chosen"] is not None and t["chosen"] <= t["largest_stable"] / 2 * (1 + 1e-9)
+    for x in tuned:
+        assert x["eta"] == next(e["eta"] for e in d["eta"] if (e["L"], e["kind"]) == (x["L"], x["arm"]))
+        assert len(x["val_correct"]) == 12 and 0 <= x["train_error"] <= 1 and len(x["mse"]) == 3
+    assert [c["arm"] for c in d["float64_check"]] == ["residual", "isometric", "norm-preserving"]
+    k = r.summary()
+    rows = k["init_output_std"]
+    assert {(x["L"], x["arm"]) for x in rows} == {tuple(a) for a in arms}
+    assert all({"within_sentence", "pooled_sigma_ratio", "std_ratio", "params"} <= set(x) for x in rows)
+    assert {c["name"] for c in k["design_checks"]} == {n for n in CHECKS if n.startswith("sst2")}
+    assert k["protocol"]["tag"] == "protocol-v4"
+    names = {h["name"] for h in k["heldout"]}
+    assert {f"L={a.L}, {a.kind}" for a in arms} <= names and "bag of words, logistic regression" in names
+    assert all("vs_floor" in h and "vs_bow" in h for h in k["heldout"])
+    claims = r.claims()
+    assert [c["id"] for c in claims] == ["T1", "T2", "T3", "T4"]
+    assert all(c["verdict"] in GRADES and len(c["sensitivity"]) == 2 for c in claims)
+    assert all(c["verdict"] not in ("inconclusive", "not testable") or c["reason"] for c in claims)
+    again = sst2.rerun(s, 2, "isometric", 1, next(x["eta"] for x in tuned if (x["L"], x["arm"], x["seed"]) ==
+                                                   (2, "isometric", 1)), s["steps"], data_dir=tmp_path)
+    run = next(x for x in tuned if (x["L"], x["arm"], x["seed"]) == (2, "isometric", 1))
+    assert np.allclose(again[::s["record_every"]], run["mse"], rtol=1e-5)
+    from convres import plotting
+
+    for fig in (plotting.plot_sst2(r), plotting.plot_sst2(r, "common"), plotting.plot_sst2_summary(r)):
+        assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
+        assert all(ax.get_ylabel() for ax in fig.axes)
+    assert len(plotting.plot_sst2(r).axes) == 2                              # one panel per depth
+    with pytest.raises(ValueError, match="must not share a seed"):
+        ex.run_experiment("sst2", "smoke", overrides={**SST2_TINY, "probe_seeds": [1]}, data_dir=tmp_path)
+
+
+def test_a_diverged_arm_is_rerun_at_half_its_step(tmp_path, monkeypatch):
+    write_tiny_sst2(tmp_path)
+    original = sst2._tune
+
+    def tune(s, X, Yt, arm, dtype, device):             # the residual L = 2 arm "tuned" far too large
+        t = original(s, X, Yt, arm, dtype, device)
+        return {**t, "chosen": 1e4} if arm == Arm(2, "residual") else t
+
+    monkeypatch.setattr(sst2, "_tune", tune)
+    r = ex.run_experiment("sst2", "smoke", overrides={**SST2_TINY, "max_reruns": 2, "wide": None},
+                          data_dir=tmp_path)
+    reruns = r.data["reruns"]
+    assert [(x["from"], x["to"]) for x in reruns if x["arm"] == "L=2, residual"] == [(1e4, 5e3), (5e3, 2.5e3)]
+    runs = [x for x in r.data["runs"] if (x["L"], x["arm"], x["protocol"]) == (2, "residual", "tuned")]
+    assert len(runs) == 2 and {x["eta"] for x in runs} == {2.5e3}
+    t1 = next(c for c in r.claims() if c["id"] == "T1")
+    assert t1["diverged"] == sum(x["status"] == "diverged" for x in runs)
+
+
+def test_the_checks_use_the_pilot_seeds_and_halvings_carry_a_rerun_across_pieces(tmp_path):
+    write_tiny_sst2(tmp_path)
+    base = {**SST2_TINY, "wide": None, "adam": None}
+    one = ex.run_experiment("sst2", "smoke", overrides={**base, "seeds": [0]}, data_dir=tmp_path).data
+    two = ex.run_experiment("sst2", "smoke", overrides={**base, "seeds": [1],
+                                                       "halvings": {"L=1, residual": 2}}, data_dir=tmp_path).data
+    assert one["design_checks"] == two["design_checks"]                 # measured on the pilot seeds
+    assert {r["seed"] for r in one["init_pilot"]} == {200, 201} and {r["seed"] for r in one["init"]} == {0}
+    eta = {e["arm"]: e["eta"] for e in one["eta"]}
+    assert {e["arm"]: e["eta"] for e in two["eta"]}["L=1, residual"] == eta["L=1, residual"] / 4
+    assert two["reruns"][0] == {"arm": "L=1, residual", "L": 1, "kind": "residual", "from": eta["L=1, residual"],
+                                "to": eta["L=1, residual"] / 4, "diverged": None}
+    with pytest.raises(ValueError, match="'halvings'"):
+        ex.run_experiment("sst2", "smoke", overrides={**base, "halvings": {"L=7, residual": 1}}, data_dir=tmp_path)
+
+
+def test_a_shared_part_prepared_alone_is_read_back_by_the_run(offline, monkeypatch):
+    calls = []
+    original = sst2._tune
+    monkeypatch.setattr(sst2, "_tune", lambda *a, **k: calls.append(a[3]) or original(*a, **k))
+    t = sst2.prepare("smoke", "tune L=2, isometric")
+    assert calls == [Arm(2, "isometric")] and t["arm"] == "L=2, isometric" and t["chosen"] is not None
+    r = ex.run_experiment("sst2", "smoke")
+    assert calls.count(Arm(2, "isometric")) == 1 and len(calls) == len(sst2.arms_of(r.settings))
+    assert next(x for x in r.data["step_sizes"] if x["arm"] == "L=2, isometric") == t
+    with pytest.raises(ValueError, match="unknown shared part"):
+        sst2.prepare("smoke", "tune L=7, residual")
+    with pytest.raises(ValueError, match="profile must be one of"):
+        sst2.prepare("huge", "checks")
