@@ -69,6 +69,7 @@ executed:
 # With TeX Live, the whole-book PDF from the chapters just executed (none runs again), then the pages
 # written again to serve it as convres.pdf from every page's download menu; without it, no PDF link.
 book: $(STAMP) $(ASSETS) data executed
+	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j $(JOBS) $(addprefix experiment-,$(EXPERIMENTS))
 	$(BIN)/jupyter-book build --all book
 	@if command -v xelatex >/dev/null && command -v latexmk >/dev/null; then \
 	  $(MAKE) --no-print-directory pdf && $(BIN)/jupyter-book build book \
