@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from .committed import pieces
-from .experiments import EXPERIMENTS, VERDICTS, Result
+from .experiments import EXPERIMENTS, Result
 from .experiments.base import protocol_stamp
 from .protocol import (
     CHECKS,
@@ -41,12 +41,11 @@ __all__ = ["VERDICT_COLORS", "NOTATION", "STATEMENTS", "notation", "badge", "ver
            "protocol_claims_table", "protocol_checks_table", "protocol_seeds_table",
            "protocol_deviations_table"]
 
-#: Every verdict a row can carry: protocol v4's grades, then the v3 rule's a-posteriori rows.
-ALL_VERDICTS = (*GRADES, *(v for v in VERDICTS if v not in GRADES))
+#: Every verdict a row can carry: protocol v4's grades.
+ALL_VERDICTS = GRADES
 #: Badge colours (white text on each, contrast at least 4.5:1), one per verdict.
 VERDICT_COLORS = {"reproduced": "#1b6e32", "partly": "#8a5300", "not reproduced": "#a4241b",
-                  "reversed": "#6e1f5c", "inconclusive": "#55595f", "not testable": "#33405a",
-                  "holds a posteriori": "#1f5aa6"}
+                  "reversed": "#6e1f5c", "inconclusive": "#55595f", "not testable": "#33405a"}
 
 #: The plain-text symbols of the experiments' rows (which the command line prints as they are) and
 #: their TeX in the book's notation: ``(pattern, match -> TeX)``, tried in this order.
@@ -156,10 +155,8 @@ def badge(verdict: str) -> str:
 
 
 def verdict_counts(rows: list[dict]) -> dict[str, int]:
-    """The number of rows of each verdict, in the order of :data:`ALL_VERDICTS` (a verdict that
-    only the other rule gives is left out when no row has it)."""
-    rule = GRADES if any("id" in r for r in rows) else VERDICTS
-    return {v: n for v in ALL_VERDICTS for n in [sum(r["verdict"] == v for r in rows)] if n or v in rule}
+    """The number of rows of each verdict, in the order of :data:`ALL_VERDICTS`."""
+    return {v: sum(r["verdict"] == v for r in rows) for v in ALL_VERDICTS}
 
 
 def verdict_counts_html(rows: list[dict]) -> str:

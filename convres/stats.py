@@ -32,12 +32,10 @@ from .protocol import (
     T_INTERVAL_BELOW,
 )
 
-__all__ = ["VERDICTS", "GRADES", "T975", "Estimate", "Grade", "steps_to", "censored", "mean_log_loss",
-           "log_ratio", "kendall_tau", "spearman_rho", "sign_test", "estimate", "grade", "paired_bootstrap",
-           "claim_stats", "claim_verdict", "ProbeRun", "tune_step", "loglog_slope"]
+__all__ = ["GRADES", "T975", "Estimate", "Grade", "steps_to", "censored", "mean_log_loss",
+           "log_ratio", "kendall_tau", "spearman_rho", "sign_test", "estimate", "grade", "ProbeRun",
+           "tune_step"]
 
-#: The verdicts of the v3 rule (:func:`claim_verdict`; to be removed), in the report's order.
-VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "holds a posteriori")
 #: t_{0.975, df}, the two-sided 95% quantile of Student's t, for df = 1 .. 18 (n = 2 .. 19 units).
 T975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004, 2.262157,
         2.228139, 2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905, 2.109816, 2.100922)
@@ -268,20 +266,6 @@ def grade(est: Estimate, margin: float, *, rule: str = "superiority",
     return Grade("inconclusive", f"{holds} both 0 and the margin {margin:.3g}")
 
 
-def paired_bootstrap(effects: Sequence[float], *, level: float = 0.95, draws: int = 10_000,
-                     seed: int = 0) -> tuple[float, float, float]:
-    """``(mean, lo, hi)``: the mean of the per-unit ``effects`` and its percentile bootstrap
-    interval at ``level``, resampling the paired units with replacement (``draws`` resamples,
-    fixed ``seed``). One unit gives a zero-width interval. The v3 rule's interval; to be removed."""
-    e = np.asarray(effects, dtype=np.float64)
-    if e.size == 0 or not np.all(np.isfinite(e)):
-        raise ValueError(f"paired_bootstrap needs finite effects, got {list(e)}.")
-    rng = np.random.default_rng(seed)
-    means = e[rng.integers(0, e.size, size=(draws, e.size))].mean(axis=1)
-    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return float(e.mean()), float(lo), float(hi)
-
-
 def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
     """Kendall's tau-b of the pairs ``(x_i, y_i)``: (concordant - discordant) over the square root
     of the pairs untied in x times those untied in y; ``nan`` when either is constant."""
@@ -290,36 +274,6 @@ def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
     sx, sy = np.sign(a[i] - a[j]), np.sign(b[i] - b[j])
     nx, ny = np.count_nonzero(sx), np.count_nonzero(sy)
     return float((sx * sy).sum() / math.sqrt(nx * ny)) if nx and ny else math.nan
-
-
-def claim_stats(effects: Sequence[float], margin: float, *, seed: int = 0) -> dict:
-    """The numbers a claim's verdict is decided on: ``effect`` (mean over units), ``ci`` [lo, hi]
-    (paired bootstrap, 95%), ``margin``, ``units`` and ``agree`` (units with effect > 0, the
-    paper's direction)."""
-    mean, lo, hi = paired_bootstrap(effects, seed=seed)
-    return {"effect": mean, "ci": [lo, hi], "margin": float(margin), "units": len(effects),
-            "agree": int(sum(e > 0 for e in effects))}
-
-
-def claim_verdict(stats: dict, *, some_regimes: bool = False) -> str:
-    """The v3 rule (to be removed when the experiments are ported to :func:`grade`), applied to
-    :func:`claim_stats`' numbers:
-
-    - *reproduced* iff the interval's lower end is above ``margin`` and at least 80% of the units agree;
-    - *not reproduced* iff the interval's upper end is below 0;
-    - *partly* iff the lower end is above 0, or at least 50% of the units agree, or the claim holds
-      in some regimes only (``some_regimes``, and the caller says which);
-    - *inconclusive* otherwise (the caller gives the reason).
-    """
-    lo, hi = stats["ci"]
-    share = stats["agree"] / stats["units"]
-    if lo > stats["margin"] and share >= 0.8:
-        return VERDICTS[0]
-    if hi < 0:
-        return VERDICTS[2]
-    if lo > 0 or share >= 0.5 or some_regimes:
-        return VERDICTS[1]
-    return VERDICTS[3]
 
 
 class ProbeRun(NamedTuple):
@@ -430,24 +384,3 @@ def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | N
             "cap": None if c is None else c / (1 + 1e-9), "chosen": chosen,
             "bracketed": b is not None and etas[0] < b < etas[-1], "unresolved": b is None,
             "capped": b is not None and chosen is not None and chosen < b}
-
-
-def loglog_slope(x: Sequence[float], T: Sequence[Sequence[float]], *, level: float = 0.95,
-                 draws: int = 2_000, seed: int = 0) -> dict:
-    """The power law ``T ~ x^slope``: the least-squares slope of ``log T`` on ``log x`` over every
-    unit (row of ``T``, one value per ``x``) and its percentile bootstrap interval over the units.
-    Returns ``{"slope", "ci": [lo, hi], "units"}``."""
-    lx = np.log(np.asarray(x, dtype=np.float64))
-    lT = np.log(np.asarray(T, dtype=np.float64))
-
-    def fit(rows: np.ndarray) -> float:
-        xs, ys = np.tile(lx, len(rows)), lT[rows].ravel()
-        xc = xs - xs.mean()
-        return float((xc * (ys - ys.mean())).sum() / (xc * xc).sum())
-
-    units = np.arange(len(lT))
-    rng = np.random.default_rng(seed)
-    boot = [fit(rng.choice(units, len(units))) for _ in range(draws)]
-    tail = (1.0 - level) / 2 * 100
-    return {"slope": fit(units), "ci": [float(np.percentile(boot, tail)),
-                                       float(np.percentile(boot, 100 - tail))], "units": len(units)}

@@ -220,8 +220,7 @@ def test_cli_reproduce_json(tmp_path, capsys, monkeypatch):
     assert k["summary"]["seeds"] == 2 and {"d_qk", "beta", "median_steps", "censored"} <= set(k["summary"]["escape"][0])
     assert all({"arm", "grid", "chosen"} <= set(t) for t in k["summary"]["step_sizes"])
     assert all({"claim", "verdict", "measurement", "evidence", "figure"} <= set(c) for c in k["claims"])
-    assert all({"effect", "ci", "margin", "units", "agree"} <= set(c) for c in k["claims"]
-               if c["verdict"] != "holds a posteriori")
+    assert all({"id", "effect", "ci", "margin", "units", "sign_test_p"} <= set(c) for c in k["claims"])
     assert (tmp_path / "simulations-book.png").is_file()
     assert main(["reproduce", "simulations", "--json", "--out", str(tmp_path), "--device", "cuda:7"]) == 2
     assert "cuda" in capsys.readouterr().err

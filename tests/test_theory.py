@@ -348,9 +348,9 @@ def test_scope_table_is_computed_from_the_settings():
         assert isinstance(r["holds"], bool)
     by = {(r["experiment"], r["theorem"], r["hypothesis"]): r for r in rows}
     s = settings("sst2")
-    sst = by[(f"sst2 L={s['depths'][0]}", "thm-ffn", "(F1) width m >= rows")]
+    sst = by[(f"sst2 L={s['depths'][0]}, residual", "thm-ffn", "(F1) width m >= rows")]
     assert sst["value"] == s["m"] and sst["holds"] == (s["m"] >= sst["threshold"])
-    assert by[(f"sst2 L={s['depths'][0]}", "thm-main", "per-token readout")]["holds"]
+    assert by[(f"sst2 L={s['depths'][0]}, residual", "thm-main", "per-token readout")]["holds"]
     sim = settings("simulations")
     first = (sim.get("regimes") or [dict(N=sim["N"])])[0]
     label = next(r["experiment"] for r in rows if r["experiment"].startswith("simulations"))

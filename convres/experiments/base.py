@@ -23,7 +23,7 @@ import torch
 from ..cache import cached_json, digest
 from ..model import ModelConfig
 from ..protocol import BOOTSTRAP_DRAWS, CHECKS, CLAIMS, MIN_UNITS, TAG, Claim
-from ..stats import VERDICTS, Estimate, estimate, grade
+from ..stats import GRADES, Estimate, estimate, grade
 from ..values import as_int, json_safe
 
 __all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
@@ -31,6 +31,9 @@ __all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEY
            "median_by", "spread", "final", "positive_int", "output_rows", "shared_by_pieces", "RUN_CONTEXT",
            "CheckResult", "design_check", "ClaimRecord", "claim_record", "protocol_stamp", "protocol_summary",
            "STAMP_FILE"]
+
+#: The verdicts a claim can get (protocol v4, :data:`convres.protocol.GRADES`), in the report's order.
+VERDICTS = GRADES
 
 PROFILES = ("book", "paper", "smoke")
 #: Version of the layout of the results; part of the cache key (bump it when a runner changes).
