@@ -44,6 +44,21 @@ Jobs for the published site:
    ``convres.pdf`` and lists it in every page's download menu; without it, no page links it. When
    that changes, every page is written again from the kept doctrees (no chapter is executed again),
    so ``make pdf`` after an HTML build, then an incremental HTML build, gives a site with the PDF.
+9. **Math in docstrings.** The package's docstrings write formulas in ASCII inside inline
+   literals (``mu <= 1/L_B``, ``rho = 4 sqrt(2 Phi_0) / sigma_0``). On the API pages a literal
+   that reads as a formula (it has ``<=``, ``>=``, ``||``, ``sqrt`` or ``^``, and no Python
+   syntax such as ``==`` or ``name=value``) is shown with the symbols: ``μ ≤ 1/L_B``,
+   ``ρ = 4 √(2 Φ₀) / σ₀`` (:func:`readable_math`). Names of functions and arguments are left as
+   they are (``r_sigma_lower`` keeps its ``sigma``), and the docstrings themselves do not change.
+10. **Search.** The search page ranks the chapters above the API reference for a query in words
+   (``web/search_scorer.js``, Sphinx's ``html_search_scorer``), and only the search page loads
+   the search index (``web/templates/layout.html``: the theme loads it on every page, for a
+   search-as-you-type box the book does not use).
+11. **Formulas broken for a phone only.** ``\phonebreak`` in an aligned display formula is a line
+   break (the next line a quad right of the ``&`` column) on a screen up to 36rem wide, and
+   nothing on a wider one: an inline script defines the MathJax macro before MathJax starts
+   (``PHONEBREAK_JS``), ``web/site.js`` typesets those formulas again when the window crosses
+   that width, and the PDF defines it as nothing (``_config.yml``, ``latex_elements.preamble``).
 """
 
 from __future__ import annotations
@@ -90,7 +105,7 @@ EXPLORER_MARK = 'class="convres-explorer'  # what convres.explorers.Explorer.htm
 _SKIP = shutil.ignore_patterns("*.map", "embed.js", "embed.js.LICENSE.txt", "libembed-amd.js")
 
 # The API reference: one page per group of modules (book/api/<page>.md, listed under book/api.md
-# in _toc.yml), each short enough to read (tests/test_site.py: at most 27,000 px at 1280 px). Every
+# in _toc.yml), each short enough to read (tests/test_site.py: MAX_API_HEIGHT px at 1400 px). Every
 # public module of convres is on exactly one page; a module missing here (or a name here that is
 # no module) is a build warning, which fails the strict build. "data" stands for the subpackage
 # and its modules.
@@ -98,7 +113,8 @@ API_PAGES: dict[str, list[str]] = {
     "api/model": ["model", "gd", "instances"],
     "api/rank": ["rank", "collapse"],
     "api/theory": ["theory", "lemmas", "checks", "scope"],
-    "api/certify": ["certify", "width"],
+    "api/certify": ["certify"],
+    "api/width": ["width"],
     "api/experiments": ["experiments", "experiments.base", "protocol", "stats", "committed"],
     "api/experiment_runs": ["experiments.simulations", "experiments.jena", "experiments.sst2",
                             "experiments.rank_collapse", "experiments.theorem"],
@@ -106,6 +122,24 @@ API_PAGES: dict[str, list[str]] = {
     "api/figures": ["plotting", "explorers", "report", "show"],
     "api/tools": ["cache", "runtime", "values", "cli"],
 }
+
+
+# Defines the MathJax macro \phonebreak before MathJax starts (job 11): after the page's MathJax
+# configuration (which myst-parser writes as `window.MathJax = {...}`, priority 500) and before
+# MathJax itself runs (it is loaded with `defer`). Pages without formulas have no configuration and
+# load no MathJax: nothing to do there. The media query is site.css's phone width.
+PHONEBREAK_JS = (
+    "(function () { var m = window.MathJax; if (!m || m.version) return;"
+    " m.tex = m.tex || {}; m.tex.macros = m.tex.macros || {};"
+    " m.tex.macros.phonebreak = window.matchMedia('(max-width: 36rem)').matches"
+    " ? '\\\\\\\\ &\\\\quad ' : ''; })();")
+
+
+def _site_settings(app, config) -> None:
+    # The search page's ranking and the page layout that loads the search index only there (job 10).
+    if not config.html_search_scorer:
+        config.html_search_scorer = str(WEB / "search_scorer.js")
+    config.templates_path.append(str(WEB / "templates"))
 
 
 def _check_assets(app) -> None:
@@ -190,6 +224,41 @@ def _api_source(app, docname: str, source: list) -> None:
         sections.append(f"\n## `convres.{name}`\n\n```{{eval-rst}}\n.. automodule:: convres.{name}\n"
                         "   :members:\n```\n")
     source[0] += "".join(sections)
+
+
+GREEK = {"alpha": "α", "beta": "β", "gamma": "γ", "delta": "δ", "eps": "ε", "epsilon": "ε",
+         "kappa": "κ", "lambda": "λ", "mu": "μ", "nu": "ν", "rho": "ρ", "sigma": "σ", "tau": "τ",
+         "theta": "θ", "psi": "ψ", "omega": "ω", "Phi": "Φ", "Theta": "Θ", "Delta": "Δ"}
+_GREEK_WORD = re.compile(r"(?<![\w.])(" + "|".join(sorted(GREEK, key=len, reverse=True))
+                         + r")(?![A-Za-z])")
+_POWERS = {"2": "²", "3": "³", "T": "ᵀ", "-1": "⁻¹", "-2": "⁻²", "-1/2": "⁻¹ᐟ²", "1/2": "¹ᐟ²"}
+_FORMULA = re.compile(r"<=|>=|\|\||\bsqrt\b|\^|!=")       # what makes a literal a formula
+_PYTHON = re.compile(r"==|\bdef\b|\bimport\b|\w\(\w+=|\w=\w")   # ... and what makes it code
+
+
+def readable_math(text: str) -> str:
+    """An ASCII formula of a docstring with its symbols (job 9): Greek names as letters (a whole
+    word, or one followed by ``_``: ``sigma_0`` -> ``σ₀``, not ``r_sigma``), a digit subscript
+    after a letter, ``sqrt`` as ``√``, small powers as superscripts, ``<=``, ``>=``, ``!=``,
+    ``->`` and ``||`` as ``≤``, ``≥``, ``≠``, ``→`` and ``‖``. Text that does not read as a formula
+    is returned unchanged."""
+    if not _FORMULA.search(text) or _PYTHON.search(text):
+        return text
+    text = _GREEK_WORD.sub(lambda m: GREEK[m[1]], text)
+    text = re.sub(r"(?<=[^\W\d_])_(\d)(?!\w)", lambda m: chr(0x2080 + int(m[1])), text)
+    text = re.sub(r"\bsqrt\s*(?=[\d(])", "√", text)
+    text = re.sub(r"\^\{?(-1/2|1/2|-1|-2|2|3|T)\}?(?![\w/])", lambda m: _POWERS[m[1]], text)
+    for a, b in (("<=", "≤"), (">=", "≥"), ("!=", "≠"), ("->", "→"), ("||", "‖")):
+        text = text.replace(a, b)
+    return text
+
+
+def _readable_docstring(app, what, name, obj, options, lines) -> None:
+    # Runs after the other docstring handlers: every inline literal that reads as a formula.
+    text = "\n".join(lines)
+    new = re.sub(r"``(.+?)``", lambda m: f"``{readable_math(m[1])}``", text, flags=re.S)
+    if new != text:
+        lines[:] = new.split("\n")
 
 
 def _resolve_convres_name(app, env, node, contnode):
@@ -514,10 +583,12 @@ def setup(app):
     _register_citation_style()
     app.add_css_file(f"{OWN.removeprefix('_static/')}/site.css")
     app.add_js_file(f"{OWN.removeprefix('_static/')}/site.js", defer="defer")
+    app.add_js_file(None, body=PHONEBREAK_JS, priority=501)
     app.add_autodocumenter(_QuietDataDocumenter, override=True)
     app.add_autodocumenter(_QuietAttributeDocumenter, override=True)
     app.connect("config-inited", _inline_figures)
     app.connect("config-inited", _one_search_box, priority=100)
+    app.connect("config-inited", _site_settings)
     app.connect("builder-inited", _check_assets)
     app.connect("builder-inited", _find_pdf)
     app.connect("source-read", _api_source)
@@ -529,5 +600,6 @@ def setup(app):
     app.connect("missing-reference", _resolve_convres_name)
     app.connect("autodoc-process-docstring", _keep_attribute_docstring, priority=400)
     app.connect("autodoc-process-docstring", _restore_attribute_docstring, priority=600)
+    app.connect("autodoc-process-docstring", _readable_docstring, priority=700)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
