@@ -16,7 +16,8 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["FLOAT_TOL", "LOSS_FLOOR", "tolerance", "Hypothesis", "Contraction", "contraction_check"]
+__all__ = ["FLOAT_TOL", "LOSS_FLOOR", "tolerance", "finite_fields", "Hypothesis", "Contraction",
+           "contraction_check"]
 
 #: Relative round-off tolerance of float64 losses: a measured ratio may exceed a bound by this much.
 FLOAT_TOL = 1e-9
@@ -30,6 +31,11 @@ def tolerance(dtype: torch.dtype | str = torch.float64) -> float:
     float64, ``100 eps`` otherwise (``1.2e-5`` in float32)."""
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     return FLOAT_TOL if dtype == torch.float64 else 100 * torch.finfo(dtype).eps
+
+
+def finite_fields(d: dict) -> dict:
+    """``d`` with every non-finite float replaced by ``None`` (JSON has no infinity)."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
 
 
 @dataclasses.dataclass(frozen=True)

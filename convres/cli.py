@@ -24,11 +24,13 @@ from .model import ACTIVATIONS, MAX_SEED, ModelConfig, init_params, memory_estim
 from .plotting import figure_png
 from .runtime import check_device, check_memory
 from .scope import certified_scope
+from .separation import separation_report
 from .theory import theorem_run
-from .width import width_condition
+from .width import fixed_data, orthonormal_data, width_condition
 
 #: The flag spellings of the theorem's modes, as the book writes them (``theorem --certify``).
-THEOREM_MODES = {"--certify": "certify", "--width-condition": "width", "--scope": "scope"}
+THEOREM_MODES = {"--certify": "certify", "--width-condition": "width", "--scope": "scope",
+                 "--separation": "separation"}
 
 
 def number(kind: type, lo: float, hi: float | None = None, *, above: bool = False):
@@ -93,6 +95,18 @@ def _theorem_certify(args):
     else:
         run = certified_run(params, X, Y, cfg, steps=args.steps or 60)
     return {**run.summary(), "N": N, "n": n, "d": d, "m": cfg.m, "seed": args.seed}
+
+
+def _theorem_width(args):
+    data = fixed_data(*orthonormal_data(args.N, args.n, 0.05)) if args.data == "fixed" else None
+    return width_condition(args.N, args.n, args.delta, data=data).to_dict()
+
+
+def _theorem_separation(args):
+    if args.d_qk is None or args.n % 2:
+        raise ValueError(f"separation needs --d-qk D and an even --n (balanced targets), got --d-qk "
+                         f"{args.d_qk}, --n {args.n}.")
+    return separation_report(args.d_qk, args.seed, mu=args.mu, N=args.N, n=args.n, d=args.d)
 
 
 def _theorem_scope(args):
@@ -203,10 +217,16 @@ def build_parser() -> argparse.ArgumentParser:
     command(modes, "certify", _theorem_certify, "certify an instance, then run GD at mu = 1/L_upper",
             seed=SEED, steps=STEPS, route={"choices": ("main", "ffn"), "default": "main"}, N=size(64),
             n=size(64), d=size(8192))
-    command(modes, "width", lambda a: width_condition(a.N, a.n, a.delta).to_dict(),
-            "d_min(N, n, delta) of the width theorem", N=size(64, 1),
-            n=size(64, 2), delta={"type": number(float, 0, above=True), "default": 0.05})
+    command(modes, "width", _theorem_width, "d_min(N, n, delta) of the width theorem", N=size(64, 1),
+            n=size(64, 2), delta={"type": number(float, 0, above=True), "default": 0.05},
+            data={"choices": ("random", "fixed"), "default": "random", "help": "Gaussian data, or fixed "
+                  "data (orthonormal tokens, ||Y||_F = 0.05, zero-padded to width d)"})
     command(modes, "scope", _theorem_scope, "which experiment lies inside which theorem; which is certified")
+    command(modes, "separation", _theorem_separation, "the certified separation at d_QK: a plateau without "
+            "the residual, linear convergence with it, on one draw", d_qk=size(65536), seed=SEED,
+            mu={"type": number(float, 0, above=True), "default": None, "help": "the plateau's step "
+                "(default: the residual arm's certified step)"},
+            N=size(64, 1), n=size(64, 2), d=size(8192, 1024))
     # A further mode of the theorem is one more line here: command(modes, "NAME", _theorem_NAME, ...).
     command(commands, "rank-collapse", _rank_collapse, "median sigma_min(Attn(X)) and sigma_min(Attn(X) + "
             "beta X) over Gaussian instances", beta=BETA, seeds=size(1000, 16),

@@ -1,28 +1,12 @@
 """Rank collapse of softmax attention, the counterexamples, and what the residual does about it.
 
-Book chapters: *Rank collapse and what the residual does about it* (``book/rank_collapse.md``) and
-*Rank collapse under gradient descent* (``book/rank_collapse_gd.md``). Paper: arXiv:2506.05249,
-as its abstract and summary put it (v1 and v4; the book has not read the full text): softmax
-attention can degenerate towards a rank-one output, ``sigma_min(Attn(X)) -> 0``; with the residual
-``Z = Attn(X) + beta X`` the smallest singular value stays positive.
-
-For one sequence ``X`` (``n x d``, ``n <= d``) and weights ``W_Q, W_K`` (``d x d_qk``), ``W_V``
-(``d x d``) and an attention scale ``s``::
-
-    S       = softmax_rows( s X W_Q W_K^T X^T )      (book equation (1))
-    Attn(X) = S X W_V
-    Z       = Attn(X) + beta X                        (book equation (2))
-
-Two ways ``S`` degenerates, both built here on explicit instances:
-
-* **uniform rows**, ``S -> 1 1^T / n``: the logits go to zero, e.g. the scale ``s = 1/d_qk`` with
-  Gaussian ``W_Q, W_K`` and growing ``d_qk`` (:func:`gaussian_instance`, :func:`dqk_sweep`), or a small
-  scale ``s``. Then ``Attn(X) -> (1/n) 1 1^T X W_V``, a rank-one matrix.
-* **saturated rows that pick the same token**, ``S -> 1 e_j^T``: one token ``j`` is every query's
-  favourite key and the scale is large (:func:`spiked_instance`, :func:`scale_sweep`). Then
-  ``Attn(X) -> 1 x_j^T W_V``, again rank one.
-
-All functions work in float64 and draw randomness only from explicit seeds.
+Book chapters *Rank collapse* (``book/rank_collapse.md``) and *Rank collapse under gradient descent*
+(``book/rank_collapse_gd.md``). With ``S = softmax_rows(s X W_Q W_K^T X^T)``, ``Attn(X) = S X W_V``
+and ``Z = Attn(X) + beta X`` (book equations (1), (2)), ``S`` degenerates in two ways, each built
+here on explicit instances: **uniform rows** ``S -> 1 1^T / n`` (small logits, e.g. scale ``1/d_qk``
+with growing ``d_qk``: :func:`gaussian_instance`, :func:`dqk_sweep`) and **saturated rows on one
+token** ``S -> 1 e_j^T`` (:func:`spiked_instance`, :func:`scale_sweep`); either way ``Attn(X)`` tends
+to rank one, and the residual keeps ``sigma_min(Z)`` positive. Float64, explicit seeds.
 """
 
 from __future__ import annotations
@@ -86,11 +70,8 @@ def _check_matrix(name: str, M, ndim=(2, 3)) -> None:
 
 def attention_output(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, W_V: torch.Tensor,
                      s: float, beta: float = 0.0):
-    """``(S, Attn(X), Z)`` with ``S = softmax_rows(s X W_Q W_K^T X^T)``, ``Attn(X) = S X W_V`` and
-    ``Z = Attn(X) + beta X`` (book equations (1) and (2)), from the model's own
-    :func:`convres.model.attention`. ``X`` is one sequence ``(n, d)`` or a batch ``(N, n, d)``; the
-    results have the same leading dimensions.
-    """
+    """``(S, Attn(X), Z)`` (book equations (1), (2)) by :func:`convres.model.attention`, for one
+    sequence ``(n, d)`` or a batch ``(N, n, d)``."""
     _check_matrix("X", X)
     for name, W in (("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V)):
         _check_matrix(name, W, ndim=(2,))
@@ -108,13 +89,8 @@ def attention_output(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, W_V:
 
 
 def collapse_measures(M: torch.Tensor) -> dict[str, float | np.ndarray]:
-    """The book's collapse measures of ``M`` (one ``n x k`` matrix, or a batch ``(..., n, k)``).
-
-    The spectral ones from :func:`convres.rank.singular_value_measures` (``sigma_min``,
-    ``sigma_max``, condition number, effective rank, stable rank; one SVD per matrix) and the
-    relative distance to the nearest matrix with identical rows, ``min_x ||M - 1 x^T||_F / ||M||_F``
-    (:func:`convres.rank.rank_one_residual`). Floats for one matrix, arrays for a batch.
-    """
+    """The collapse measures of ``M`` (``n x k`` or a batch): those of
+    :func:`convres.rank.singular_value_measures` and ``min_x ||M - 1 x^T||_F / ||M||_F``."""
     _check_matrix("M", M, ndim=tuple(range(2, 8)))
     measures = singular_value_measures(singular_values(M, "M"))
     measures["rank_one_residual"] = rank_one_residual(M, relative=True)
@@ -123,17 +99,9 @@ def collapse_measures(M: torch.Tensor) -> dict[str, float | np.ndarray]:
 
 
 def gaussian_instance(n: int, d: int, d_qk: int, seed: int = 0) -> dict[str, torch.Tensor]:
-    """One random sequence and weights: ``X`` (``n x d``) with i.i.d. ``N(0, 1)`` entries and
-    ``W_Q, W_K`` (``d x d_qk``), ``W_V`` (``d x d``) with i.i.d. ``N(0, 1/d)`` entries, the book's
-    Gaussian initialization (:func:`convres.model.init_params`).
-
-    ``X`` and the weights come from two independent streams derived from ``seed``, and ``X`` is
-    drawn token by token, so changing ``n`` adds or removes rows of ``X`` and keeps the other rows
-    and all the weights. The columns of ``W_Q``
-    and ``W_K`` are drawn one after the other, so the first ``k`` columns of an instance with
-    ``d_qk = K >= k`` are an instance with ``d_qk = k``: a sweep over ``d_qk`` adds query/key
-    features to the *same* instance.
-    """
+    """``X`` (``n x d``, ``N(0, 1)``) and ``W_Q, W_K`` (``d x d_qk``), ``W_V`` (``d x d``) with
+    ``N(0, 1/d)`` entries, from two streams of ``seed``: ``X`` token by token and ``W_Q, W_K`` column
+    by column, so a smaller ``n`` or ``d_qk`` gives a sub-instance of the same draw."""
     for name, v in (("n", n), ("d", d), ("d_qk", d_qk)):
         _check_int(name, v)
     if n > d:
@@ -149,10 +117,8 @@ def gaussian_instance(n: int, d: int, d_qk: int, seed: int = 0) -> dict[str, tor
 
 
 def logit_margins(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, token: int) -> torch.Tensor:
-    """Per row ``i`` of the (unscaled) logits ``L = X W_Q W_K^T X^T``: ``L_{i,token} - max_{j != token}
-    L_{ij}``. All positive means every row puts its largest attention weight on ``token``, at every
-    scale ``s > 0`` (the argmax of ``softmax(s L_i)`` does not depend on ``s``), and
-    ``||S - 1 e_token^T||`` decays like ``exp(-s min_i margin_i)`` as ``s`` grows."""
+    """``L_{i,token} - max_{j != token} L_{ij}`` per row of ``L = X W_Q W_K^T X^T``: all positive means
+    every row's largest weight is on ``token`` at every scale ``s > 0``."""
     _check_matrix("X", X, ndim=(2,))
     n = X.shape[0]
     if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < n:
@@ -164,19 +130,10 @@ def logit_margins(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, token: 
 
 def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float = 6.0,
                     token: int = 0) -> dict[str, torch.Tensor]:
-    """A Gaussian instance (:func:`gaussian_instance`) in which token ``token`` is every query's
-    favourite key: the saturated counterexample.
-
-    Feature 0 of ``X`` is set to 1 for every token (a constant feature, like a bias) and feature 1 to
-    ``1`` for ``token`` and ``0`` for all others (a marker). Query/key column 0 is replaced by a
-    "key direction": ``W_Q[:, 0] = strength e_0`` and ``W_K[:, 0] = strength e_1`` (the Gaussian
-    column 0 is zeroed first), so this column adds exactly ``s * strength^2`` to the logit of
-    ``token`` in every row and nothing to the others; the other ``d_qk - 1`` columns stay Gaussian.
-
-    Raises ``ValueError`` unless every row's largest logit is on ``token``
-    (:func:`logit_margins` all positive): then for large ``s`` every row of ``S`` tends to
-    ``e_token^T``. Returns ``X, W_Q, W_K, W_V`` and the per-row ``margins``.
-    """
+    """The saturated counterexample: a :func:`gaussian_instance` with a constant feature 0, a marker
+    feature 1 on ``token``, and query/key column 0 set to ``strength e_0``, ``strength e_1``, so that
+    column adds ``s strength^2`` to ``token``'s logit in every row. Raises ``ValueError`` unless
+    every row's largest logit is on ``token``; returns ``X, W_Q, W_K, W_V, margins``."""
     if d < 3:
         raise ValueError("spiked_instance needs d >= 3 (two structured features and "
                          f"Gaussian ones), got d={d}.")
@@ -251,23 +208,12 @@ def _sweep_body(inst_at, points: Sequence, betas: list[float]) -> dict[str, np.n
 
 def dqk_sweep(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *, n: int = 8, d: int = 16,
               seed: int = 0, scale: str = "1/d_qk") -> dict[str, np.ndarray]:
-    """The collapse measures of ``Attn(X)`` and of ``Z = Attn(X) + beta X`` as ``d_qk`` grows.
-
-    One :func:`gaussian_instance` with ``max(d_qks)`` query/key features; at each ``d_qk`` its first
-    ``d_qk`` columns are used, with the attention scale ``scale`` (``"1/d_qk"``: the logits shrink like
-    ``1/sqrt(d_qk)`` and ``S -> 1 1^T/n``; ``"1/sqrt(d_qk)"``: they stay of order one).
-
-    Returns a dict of arrays: ``d_qk``; ``attn_<measure>`` (one value per ``d_qk``) and
-    ``Z_<measure>`` (``len(d_qks) x len(betas)``) for every measure of :data:`MEASURES`; all singular
-    values ``attn_sv`` (``len(d_qks) x n``) and ``Z_sv`` (``len(d_qks) x len(betas) x n``);
-    ``dist_uniform = ||S - 1 1^T/n||_2``, ``S_rank_one_residual`` (relative distance of ``S`` to
-    the matrices with identical rows), ``dist_one_hot`` (distance of ``S`` to ``1 e_j^T`` for its
-    most attended token ``j``), ``sigma_min_X``, ``sigma_max_X``, the two upper bounds on
-    ``sigma_2(Attn(X))`` of the book's lemma "Nearly uniform attention gives a nearly rank-one
-    output" (chapter *Rank collapse*; ``uniform_bound`` =
-    ``||S - 1 1^T/n||_2 ||X||_2 ||W_V||_2`` and ``logit_bound`` =
-    ``||s X W_Q W_K^T X^T||_F ||X||_2 ||W_V||_2 / 2``) and ``betas``.
-    """
+    """The collapse measures of ``Attn(X)`` and ``Z = Attn(X) + beta X`` as ``d_qk`` grows, on the
+    first ``d_qk`` query/key columns of one :func:`gaussian_instance` at attention ``scale``: arrays
+    ``d_qk``, ``attn_<measure>``, ``Z_<measure>`` (per ``d_qk`` and beta), the singular values
+    ``attn_sv``, ``Z_sv``, ``dist_uniform = ||S - U||_2``, ``S_rank_one_residual``, ``dist_one_hot``,
+    ``sigma_min_X``, ``sigma_max_X``, the bounds of lemma rc-lem-uniform on ``sigma_2(Attn(X))``
+    (``uniform_bound``, ``logit_bound``) and ``betas``."""
     if not isinstance(d_qks, Sequence) or len(d_qks) == 0:
         raise ValueError(f"d_qks must be a non-empty list of positive integers, got {d_qks!r}.")
     for i, v in enumerate(d_qks):
@@ -287,9 +233,7 @@ def dqk_sweep(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *, n: i
 
 def dqk_sweep_seeds(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *,
                     seeds: Sequence[int] = tuple(range(16)), **kwargs) -> dict[str, np.ndarray]:
-    """:func:`dqk_sweep` on one instance per seed, stacked: every array gets a leading seed
-    dimension (``d_qk`` and ``betas`` stay one-dimensional). For medians and quantiles over
-    instances: ``sigma_min`` of a single instance fluctuates a lot."""
+    """:func:`dqk_sweep` per seed, stacked along a leading seed axis (``d_qk``, ``betas`` once)."""
     if not isinstance(seeds, Sequence) or len(seeds) == 0:
         raise ValueError(f"seeds must be a non-empty list of integers, got {seeds!r}.")
     runs = [dqk_sweep(d_qks, betas, seed=s, **kwargs) for s in seeds]
@@ -318,14 +262,9 @@ def scale_sweep(scales: Sequence[float], betas: Sequence[float] = (0.1, 1.0), *,
 
 def value_counterexample(n: int = 6, d: int = 8, *, beta: float = 1.0, seed: int = 0,
                          scale: float = 1.0, identity_attention: bool = False) -> dict[str, torch.Tensor]:
-    """The instance where the residual does *not* save the rank: ``W_V = -beta I``.
-
-    Then ``Z = S X W_V + beta X = beta (I - S) X`` and ``(I - S) 1 = 0`` for every row-stochastic
-    ``S``, so ``rank Z <= n - 1`` whatever ``X`` and the attention weights are. With
-    ``identity_attention=True`` the attention is pushed to ``S = I`` (``W_Q = W_K = I``, rows of
-    ``X`` of equal norm, a large ``scale``) and ``Z`` tends to the zero matrix.
-    Returns ``X, W_Q, W_K, W_V, S, A, Z``.
-    """
+    """Where the residual does not save the rank: ``W_V = -beta I`` gives ``Z = beta (I - S) X`` with
+    ``(I - S) 1 = 0``, so ``rank Z <= n - 1``; ``identity_attention`` pushes ``S`` to ``I`` and ``Z``
+    to 0. Returns ``X, W_Q, W_K, W_V, S, A, Z``."""
     beta = _check_beta("beta", beta)
     scale = _check_scale(scale)
     inst = gaussian_instance(n, d, d, seed)
@@ -347,17 +286,9 @@ def rank_one_floor(Y: torch.Tensor) -> float:
 
 
 def gd_attention_stats(beta=0.0, *, mu: float = 0.002, **instance) -> dict[str, np.ndarray | float]:
-    """How uniform the attention of the gradient-descent experiment is at initialization and how
-    fast one step moves it (book chapter *Rank collapse under gradient descent*).
-
-    On :func:`convres.instances.collapse_instance` (keyword arguments ``instance``) with residual
-    ``beta`` (a number or a pair): ``dist_uniform``, ``||S_i - 1 1^T/n||_2`` per sequence at ``theta_0``, and
-    ``logit_step``, ``||Delta_1||_F / mu`` with ``Delta_1`` the change of the scaled logits
-    ``s X_i W_Q W_K^T X_i^T`` (all sequences) after one step of size ``mu``. The gradient of a logit
-    with respect to ``W_Q, W_K`` carries the factor ``s``, and the change of the logits carries it
-    again, so with ``s = 1/d_qk`` the step moves the logits about ``d_qk`` times less per unit of
-    ``mu`` at ``d_qk`` than at ``d_qk = 1`` (times ``d_qk``-independent factors at initialization).
-    """
+    """On :func:`convres.instances.collapse_instance` with residual ``beta``: ``dist_uniform``
+    (``||S_i - U||_2`` per sequence at ``theta_0``) and ``logit_step`` (the change of the scaled logits
+    after one step, over ``mu``; it carries ``s`` twice, so ``1/d_qk`` at scale ``1/d_qk``)."""
     mu = as_real("mu (the step size)", mu, minimum=0.0, above=True)
     params, X, Y, cfg = collapse_instance(**instance)
     cfg = cfg.with_residual(beta)
@@ -376,13 +307,9 @@ TABLE_D_QKS = (16, 64, 256, 1024, 4096, 16384)
 
 def sigma_min_table(beta: float = 1.0, d_qks: Sequence[int] = TABLE_D_QKS, *, n: int = 8, d: int = 16,
                     seed: int = 0, seeds: int = 16) -> list[dict[str, float]]:
-    """``[{"d_qk", "sigma_min_attn", "sigma_min_residual", ...}, ...]``: the median over ``seeds``
-    :func:`gaussian_instance` s (seeds ``seed, ..., seed + seeds - 1``) of ``sigma_min(Attn(X))`` and
-    ``sigma_min(Attn(X) + beta X)`` with scale ``1/d_qk`` (the ``rank-collapse`` command, book chapter
-    *Rank collapse*, its first figure). One instance fluctuates a lot (its ``sigma_min(Attn)``
-    need not fall from one ``d_qk`` to the next); the median shows the ``d_qk^{-1/2}`` trend.
-    Extra fields per row: ``sigma_min_attn_q10`` and ``sigma_min_attn_q90`` (10 % and 90 % quantiles
-    over the instances) and ``instances`` (= ``seeds``)."""
+    """Per ``d_qk``, the median over ``seeds`` instances (from ``seed``) of ``sigma_min(Attn(X))`` and
+    ``sigma_min(Attn(X) + beta X)`` at scale ``1/d_qk`` (the ``rank-collapse`` command), with the 10%
+    and 90% quantiles of the first (``sigma_min_attn_q10``, ``_q90``) and ``instances``."""
     beta = _check_beta("beta", beta)
     _check_int("seeds", seeds)
     _check_int("seed", seed, minimum=0)

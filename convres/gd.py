@@ -5,28 +5,29 @@ is ``theta_{t+1} = theta_t - mu grad Phi(theta_t)`` with ``Phi`` the loss of
 :func:`convres.model.loss`: no momentum, no adaptive steps, no mini-batches.
 
 :func:`gradient_descent` runs one configuration and :func:`sweep` a list of them (different initial
-weights, residual coefficients and step sizes on the same data). Both run the same loop on a
-*stack*: the weights of every configuration that shares the model's sizes get a leading axis and
-advance together (one batched forward pass, one autograd backward pass on ``sum_b Phi_b``, whose
-gradient is, slice by slice, the gradient of each ``Phi_b``); one run is a stack of one. Large
-problems gain nothing from stacking (their working set leaves the cache), so a sweep is cut into
-chunks by problem size (:func:`chunk_size`). Each configuration stops on its own (converged,
-diverged or out of steps) and leaves the stack; the results equal those of the configurations run
-one by one.
+weights, residual coefficients and step sizes, on the same data or not). Both run the same loop on
+a *stack*: the weights of the configurations that share the model's sizes are the rows of one
+tensor and advance together, with the gradient written out by hand
+(:func:`convres.model.phi_and_grad`); one run is a stack of one. Large problems gain nothing from
+stacking, so a sweep is cut into chunks by problem size (:func:`chunk_size`). Each configuration
+stops on its own (converged, diverged or out of steps) and leaves the stack; the results equal
+those of the configurations run one by one. Book appendix *Performance*: how fast, and why.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from .model import ModelConfig, Trace, check_inputs, forward_trace, memory_estimate, squared_error
+from .backprop import phi_and_grad_rows
+from .model import ModelConfig, Trace, check_cost, check_inputs, memory_estimate, phi_and_grad, rows_of
 from .rank import extreme_singular_values
-from .runtime import check_device, check_memory
+from .runtime import check_device
 from .values import as_int, as_real, is_real
 
 __all__ = ["History", "Run", "Step", "gradient_descent", "sweep", "loss_and_grad", "chunk_size",
@@ -126,31 +127,22 @@ class Step:
 
 def loss_and_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,
                   cfg: ModelConfig, *, residual=None):
-    """``(Phi(theta), grad Phi(theta), trace)`` in one forward and one backward pass (autograd);
-    ``trace`` is the detached :class:`convres.model.Trace` of the forward pass. Checks its inputs
-    (:func:`convres.model.check_inputs`)."""
+    """``(Phi(theta), grad Phi(theta), trace)`` in one forward and one backward pass
+    (:func:`convres.model.phi_and_grad`); ``trace`` is the detached :class:`convres.model.Trace`
+    of the forward pass. Checks its inputs (:func:`convres.model.check_inputs`)."""
+    B = check_inputs(params, X, Y, cfg, residual=residual, finite=False)
+    check_cost(cfg, X.shape[0], X.shape[1], configs=B or 1, dtype=X.dtype, device=X.device)
     check_inputs(params, X, Y, cfg, residual=residual)
-    phi, grads, tr = _loss_and_grad(params, X, Y, cfg, residual)
-    return phi, grads, tr.detach()
+    with torch.no_grad():
+        return phi_and_grad(params, X, Y, cfg, residual=residual)
 
 
-def _loss_and_grad(params, X, Y, cfg, residual):
-    leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
-    with torch.enable_grad():
-        tr = forward_trace(leaves, X, cfg, residual=residual)
-        phi = _stacked_error(tr.F, Y) if tr.F.dim() == Y.dim() and leaves["W_U"].dim() == 3 \
-            else squared_error(tr.F, Y)
-        grads = torch.autograd.grad(phi.sum(), list(leaves.values()))
-    return phi.detach(), dict(zip(leaves, grads)), tr
-
-
-#: Stack configurations only while one configuration's largest activation (rows ``N n`` times the
-#: widest layer) stays below this many entries; beyond it, running them one by one is as fast or
-#: faster on a CPU (the *Performance* appendix, ``benchmarks/gd_speed.py``; measured on one core with
-#: sweeps of 10-20 configurations of the Jena model: stacked 1.2-1.3 times faster at 25,000-48,000
-#: entries, the Jena chapter's size, and no faster at 290,000; the limit is just above the largest
-#: size measured faster).
-STACK_LIMIT = 50_000
+#: Stack configurations only while one configuration's activations of a block, ``N n (d + d_qk +
+#: m + n)`` entries, stay below this many; beyond it, running them one by one is as fast or faster
+#: on a CPU (measured with this engine on one core, sweeps of 8 configurations: stacked 1.1-1.9
+#: times faster from 5,000 to 17,500 entries, 0.9 times at 29,000 and 33,000, 0.66-0.77 at the
+#: Jena sizes, 280,000-700,000; the *Performance* appendix).
+STACK_LIMIT = 20_000
 #: At most this many configurations in one stack.
 STACK_MAX = 64
 #: The most steps one call accepts (the cost policy: a larger count is a typo, not a plan).
@@ -163,8 +155,7 @@ def chunk_size(cfg: ModelConfig, X: torch.Tensor, count: int) -> int:
     """How many of ``count`` configurations of ``cfg`` on data ``X`` to stack at once: all (up to
     :data:`STACK_MAX`) for small problems, one for large ones (see :data:`STACK_LIMIT`)."""
     N, n = X.shape[0], X.shape[1]
-    width = max(cfg.d, cfg.d_qk, cfg.m, n)
-    return max(1, min(count, STACK_MAX)) if N * n * width <= STACK_LIMIT else 1
+    return max(1, min(count, STACK_MAX)) if N * n * (cfg.d + cfg.d_qk + cfg.m + n) <= STACK_LIMIT else 1
 
 
 def stopping_rule(t: int, phi: float, phi_0: float, *, tol: float, blowup: float, steps: int,
@@ -229,10 +220,10 @@ def _as_lists(params, cfg, mu) -> tuple[list, list, list]:
     return list(params), cfgs, mus
 
 
-def _check_run(p, X, Y, cfg, mu) -> float:
+def _check_run(p, X, Y, cfg, mu, finite: bool) -> float:
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}.")
-    check_inputs(p, X, Y, cfg)
+    check_inputs(p, X, Y, cfg, finite=finite)
     if p["W_U"].dtype not in (torch.float64, torch.float32):
         raise TypeError(f"gradient descent runs in torch.float64 or torch.float32 (its singular "
                         f"values need them), got {p['W_U'].dtype}; convert the weights and data "
@@ -302,15 +293,17 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
     blowup = as_real("blowup", blowup, minimum=1.0, above=True, finite=False)
     chunk = None if chunk is None else as_int("chunk", chunk, minimum=1)
     if torch.is_inference_mode_enabled():
-        raise RuntimeError("gradient descent needs autograd, which torch.inference_mode() turns off; "
-                           "call it outside that block.")
-    for i, (p, c, m) in enumerate(zip(params_list, cfgs, mus)):
-        try:
-            mus[i] = _check_run(p, Xs[i], Ys[i], c, m)
-        except (TypeError, ValueError) as err:
-            raise type(err)(err if len(params_list) == 1 else f"configuration {i}: {err}") from None
+        raise RuntimeError("gradient descent returns weights and traces for autograd to use, which "
+                           "torch.inference_mode() forbids; call it outside that block.")
     dev = check_device(device) if device is not None else None
-    _check_cost(params_list, Xs, cfgs, dev, chunk)
+    for finite in (False, True):     # the shapes, the cost (before a value is read), the values
+        for i, (p, c, m) in enumerate(zip(params_list, cfgs, mus)):
+            try:
+                mus[i] = _check_run(p, Xs[i], Ys[i], c, m, finite)
+            except (TypeError, ValueError) as err:
+                raise type(err)(err if len(params_list) == 1 else f"configuration {i}: {err}") from None
+        if not finite:
+            _check_cost(params_list, Xs, cfgs, dev, chunk)
     groups: dict = {}
     for i, (p, c) in enumerate(zip(params_list, cfgs)):
         key = (_shared(c), p["W_U"].dtype, p["W_U"].device, tuple(Xs[i].shape), tuple(Ys[i].shape))
@@ -336,22 +329,15 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
 
 
 def _check_cost(params_list, Xs, cfgs, dev, chunk) -> None:
-    """The cost policy (:func:`convres.runtime.check_memory`) before anything is allocated: the
-    largest stack of configurations must fit in the memory of the device it runs on."""
-    worst, where = 0, None
-    for p, X, c in zip(params_list, Xs, cfgs):
-        count = min(len(params_list), chunk or STACK_MAX) if chunk_size(c, X, len(params_list)) > 1 else 1
-        need = memory_estimate(c, X.shape[0], X.shape[1], configs=count, dtype=p["W_U"].dtype)
-        if need > worst:
-            worst, where = need, (X.shape, c, count)
-    if where is None:
-        return
-    (N, n, _), c, count = where
-    device = dev if dev is not None else params_list[0]["W_U"].device
-    check_memory(worst, f"gradient descent on X of shape (N={N}, n={n}, d={c.d}) with L={c.L}, "
-                 f"d_qk={c.d_qk}, m={c.m}" + (f" ({count} configurations at once)" if count > 1 else ""),
-                 "use fewer sequences N or tokens n (attention costs n^2 per sequence), a smaller "
-                 "model" + (", or chunk=1" if count > 1 else ""), device=device)
+    """The cost policy (:func:`convres.model.check_cost`) before anything is allocated, for the
+    configuration whose stack needs the most memory on the device it runs on."""
+    count = [min(len(Xs), chunk or STACK_MAX) if chunk_size(c, X, len(Xs)) > 1 else 1
+             for X, c in zip(Xs, cfgs)]
+    need = [memory_estimate(c, *X.shape[:2], configs=k, dtype=X.dtype) for X, c, k in zip(Xs, cfgs, count)]
+    if need:
+        i = int(np.argmax(need))
+        check_cost(cfgs[i], Xs[i].shape[0], Xs[i].shape[1], configs=count[i], dtype=Xs[i].dtype,
+                   device=dev if dev is not None else params_list[0]["W_U"].device)
 
 
 @dataclasses.dataclass
@@ -378,130 +364,169 @@ class _Record:
             status=self.status, message=self.message, mu=float(self.mu), diverged_at=self.diverged_at))
 
 
+#: A block of steps keeps its iterates (to return the one a run stopped at) in at most this many
+#: bytes, and has at most :data:`BLOCK_MAX` steps.
+BLOCK_BYTES = 2**25
+BLOCK_MAX = 64
+
+
 class _Loop:
-    """The loop for one chunk of configurations sharing ``_shared(cfg)``, always on a stack: every
-    weight has a leading axis over the configurations still running (``active``)."""
+    """The loop for one chunk of configurations sharing ``_shared(cfg)``: the weights of those
+    still running (``active``) are the rows of one ``(B, P)`` tensor ``theta`` (``W``: its views,
+    one per weight), updated in place, ``theta -= mu grad``. Steps run in *blocks*: the losses and
+    gradient norms stay on the device until the block ends, then are read back at once and the
+    stopping rules applied to every step; a configuration that stopped inside the block takes its
+    iterate from the block's copies and leaves the stack. A block is one step while a ``callback``
+    watches, else doubles up to :data:`BLOCK_MAX` steps: steps computed past a stop cost time,
+    never a result."""
 
     def __init__(self, params_list, X, Y, cfgs, mus, dev, record_every, index, callback):
         dev = dev or params_list[0]["W_U"].device
-        self.cfg = cfgs[0]
-        # shared data: one (N, n, d) tensor; data per configuration: a stack (B, N, n, d)
-        self.X, self.Y = ((torch.stack([t.to(dev) for t in v]) if isinstance(v, list) else v.to(dev))
-                          for v in (X, Y))
-        self.per_config = isinstance(X, list)
-        self.theta = {k: torch.stack([p[k].detach().to(dev) for p in params_list]) for k in params_list[0]}
-        dtype = self.theta["W_U"].dtype
+        self.cfg, self.names = cfgs[0], list(params_list[0])
+        self.shapes = [tuple(params_list[0][k].shape) for k in self.names]
+        self.theta = torch.stack([torch.cat([p[k].detach().to(dev).reshape(-1) for k in self.names])
+                                  for p in params_list])
+        B, dtype = len(params_list), self.theta.dtype
+        # the data as a contiguous stack (B, N, n, d); targets shared by all stay unstacked
+        self.X = (torch.stack([t.to(dev) for t in X]) if isinstance(X, list)
+                  else X.to(dev).expand(B, *X.shape).contiguous())
+        self.Y = torch.stack([t.to(dev) for t in Y]) if isinstance(Y, list) else Y.to(dev)
+        self.per_config = isinstance(Y, list)
         # one coefficient per configuration; a plain number when they all share it (cheaper)
         self.residual = tuple(v[0] if len(set(v)) == 1 else torch.tensor(v, dtype=dtype, device=dev)
                               for v in zip(*(c.residual for c in cfgs)))
-        self.mu = torch.tensor(mus, dtype=dtype, device=dev).view(-1, 1, 1)
-        self.records = [_Record(mu=m) for m in mus]
-        self.active = list(range(len(mus)))
+        self.mu = torch.tensor(mus, dtype=dtype, device=dev).view(-1, 1)
+        self.records, self.active = [_Record(mu=m) for m in mus], list(range(B))
         self.record_every, self.index, self.callback = record_every, index, callback
+        self._stack()
+
+    def _stack(self):
+        """The views the steps use, set again when the stack changes: the weights ``W`` and the
+        arguments of :func:`convres.backprop.phi_and_grad_rows` (:func:`convres.model.rows_of`)."""
+        self.W, self.g = self._weights(self.theta), torch.empty_like(self.theta)
+        self.args = rows_of(self.W, self.X, self.Y, self.cfg, residual=self.residual)
+
+    def _weights(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The weights held in ``flat`` (``(B, P)``, or one row ``(P,)``), as views."""
+        parts = flat.split([math.prod(s) for s in self.shapes], dim=-1)
+        return {k: v.view(*flat.shape[:-1], *s) for k, v, s in zip(self.names, parts, self.shapes)}
 
     def run(self, steps, tol, rtol, blowup, bar) -> list[Run]:
-        self.prev = self.theta              # the previous iterate, slice by slice
-        for t in range(steps + 1):
-            phi, grads, tr = self._evaluate(last=t == steps)
-            phis = phi.double().tolist()
-            gnorms = [None] * len(phis) if grads is None else _grad_norms(grads).tolist()
-            keep = [j for j, i in enumerate(self.active)
-                    if self._advance(t, j, i, phis[j], gnorms[j], (tol, rtol), blowup, steps, grads, tr)]
-            self._record_spectra(t, tr)
-            del tr                          # free the activations before the next forward pass
+        rules = dict(tol=tol, rtol=rtol, blowup=blowup, steps=steps)
+        prev, t, size, most = None, 0, 1, min(BLOCK_MAX, max(1, BLOCK_BYTES // self.theta.nbytes))
+        copies = self.theta.new_empty((most, *self.theta.shape))   # the block's iterates, reused
+        while self.active:
+            block, phis, norms, kept, spectra = range(t, min(t + size, steps + 1)), [], [], [], {}
+            with torch.no_grad():
+                for a, u in enumerate(block):
+                    record = self.record_every is not None and u % self.record_every == 0
+                    if record or self.callback:      # the same arithmetic, and the trace
+                        phi, grads, tr = phi_and_grad(self.W, self.X, self.Y, self.cfg,
+                                                      residual=self.residual)
+                    else:
+                        phi, grads = phi_and_grad_rows(*self.args)[:2]
+                    g = torch.cat([grads[k].reshape(len(self.active), -1) for k in self.names], 1, out=self.g)
+                    phis.append(phi)             # the last iterate takes no step: its norm is NaN
+                    norms.append(torch.linalg.vector_norm(g, dim=1) if u < steps else phi * math.nan)
+                    kept.append(copies[a, :len(self.active)].copy_(self.theta))    # theta_u
+                    if record:                                         # the rows still finite
+                        rows = torch.isfinite(phi).nonzero().flatten().tolist()
+                        spectra[u] = dict(zip(rows, _spectra(tr.select(rows)).tolist()))
+                    if u < steps:
+                        self.theta.addcmul_(self.mu, g, value=-1.0)
+            losses, gnorms = (torch.stack(v).double().cpu().numpy() for v in (phis, norms))
+            step = (tr, g) if self.callback is not None else None
+            # per configuration, the first step at which a stopping rule may apply (a superset of
+            # stopping_rule's tests, which then decide; the last iterate's norm is NaN)
+            phi_0 = np.array([self.records[i].losses[0] if self.records[i].losses else losses[0, j]
+                              for j, i in enumerate(self.active)])
+            with np.errstate(invalid="ignore", over="ignore"):
+                flag = (~np.isfinite(losses) | ~np.isfinite(gnorms) | (losses > blowup * phi_0)
+                        | (losses <= np.maximum(tol, rtol * phi_0)) | (step is not None))
+            first = np.where(flag.any(0), flag.argmax(0), len(block))
+            keep = [j for j, i in enumerate(self.active) if self._record(
+                block, j, i, first[j], losses[:, j], gnorms[:, j], [prev, *kept], spectra, step, rules)]
             if bar is not None:
-                bar.update(1)
-            if not keep:
-                break
+                bar.update(len(block))
+            prev, t = kept[-1].clone(), block[-1] + 1
             if len(keep) < len(self.active):
-                sel = torch.tensor(keep, device=self.mu.device)
-                self.theta = {k: v[sel] for k, v in self.theta.items()}
-                grads = {k: g[sel] for k, g in grads.items()}
+                sel = torch.tensor(keep, dtype=torch.long, device=self.theta.device)
+                self.theta, prev, self.mu, self.X = self.theta[sel], prev[sel], self.mu[sel], self.X[sel]
                 self.residual = tuple(b[sel] if isinstance(b, torch.Tensor) else b for b in self.residual)
-                self.mu = self.mu[sel]
-                if self.per_config:
-                    self.X, self.Y = self.X[sel], self.Y[sel]
+                self.Y = self.Y[sel] if self.per_config else self.Y
                 self.active = [self.active[j] for j in keep]
-            self.prev = self.theta
-            self.theta = {k: torch.addcmul(v, self.mu, grads[k], value=-1.0) for k, v in self.theta.items()}
-        if bar is not None and t < steps:
-            bar.update(steps - t)
+                if self.active:
+                    self._stack()
+            if step is None:
+                size = min(2 * size, most)
+        if bar is not None and t <= steps:
+            bar.update(steps + 1 - t)
         return [r.run() for r in self.records]
 
-    def _evaluate(self, last: bool):
-        if last:  # no step is taken from the last iterate: no gradient
-            with torch.no_grad():
-                tr = forward_trace(self.theta, self.X, self.cfg, residual=self.residual)
-                return _stacked_error(tr.F, self.Y), None, tr
-        return _loss_and_grad(self.theta, self.X, self.Y, self.cfg, self.residual)
-
-    def _advance(self, t, j, i, phi, gnorm, tol, blowup, steps, grads, tr) -> bool:
-        """Apply the stopping rules to configuration ``i`` (slice ``j``) at iterate ``t`` and
-        record it. True: it goes on."""
+    def _record(self, block, j, i, first, losses, norms, kept, spectra, step, rules) -> bool:
+        """Record configuration ``i`` (row ``j``) at the iterates of ``block`` (``kept``: the
+        iterate before the block, then those of the block), with the stopping rules applied from
+        the ``first`` iterate that may stop it. True: it goes on."""
         r = self.records[i]
-        rule = stopping_rule(t, phi, r.losses[0] if r.losses else phi, tol=tol[0], rtol=tol[1],
-                             blowup=blowup, steps=steps, mu=r.mu)
-        if rule is not None and rule[0] == "diverged":     # iterate t is not kept
-            r.status, r.message, r.diverged_at = *rule, t
-            if r.gnorms:
-                r.gnorms.pop()                              # the gradient that led here
-            if t == 0:
-                r.losses.append(phi)                        # the non-finite start, for the record
-            r.params = {k: v[j].detach().clone() for k, v in (self.prev if t else self.theta).items()}
-            return False
-        r.losses.append(phi)
-        if rule is None and not np.isfinite(gnorm):
-            rule = ("diverged", f"the gradient became non-finite at step {t}; no step was taken "
-                                f"from it (mu={r.mu:g} too large?)")
-            r.diverged_at = t + 1
-        self._notify(t, j, i, phi, grads if rule is None else None, tr)
-        if rule is not None:
-            r.status, r.message = rule
-            if self.record_every is not None:
+        r.losses += losses[:first].tolist()
+        r.gnorms += norms[:first].tolist()
+        recorded = [t for t in block[:first] if self.record_every and t % self.record_every == 0]
+        r.rec += recorded
+        r.sv += [spectra[t][j] for t in recorded]
+        for a in range(first, len(block)):
+            t, phi, theta = block[a], float(losses[a]), kept[a + 1][j]
+            rule = stopping_rule(t, phi, r.losses[0] if r.losses else phi, mu=r.mu, **rules)
+            if rule is not None and rule[0] == "diverged":     # iterate t is not kept
+                r.status, r.message, r.diverged_at = *rule, t
+                if r.gnorms:
+                    r.gnorms.pop()                              # the gradient that led here
+                if t == 0:
+                    r.losses.append(phi)                        # the non-finite start, for the record
+                r.params = {k: v.clone() for k, v in self._weights(kept[a][j] if t else theta).items()}
+                return False
+            r.losses.append(phi)
+            if rule is None and not np.isfinite(norms[a]):
+                rule = ("diverged", f"the gradient became non-finite at step {t}; no step was taken "
+                                    f"from it (mu={r.mu:g} too large?)")
+                r.diverged_at = t + 1
+            if step is not None:
+                self._notify(t, j, i, phi, theta, step[1] if rule is None else None, step[0])
+            if rule is None:
+                r.gnorms.append(float(norms[a]))
+            else:
+                r.status, r.message = rule
+                r.params = {k: v.clone() for k, v in self._weights(theta).items()}
+            if self.record_every is not None and (rule is not None or t % self.record_every == 0):
                 r.rec.append(t)
-            r.params = {k: v[j].detach().clone() for k, v in self.theta.items()}
-            return False
-        r.gnorms.append(gnorm)
-        if self.record_every is not None and t % self.record_every == 0:
-            r.rec.append(t)
+                r.sv.append(spectra[t][j] if j in spectra.get(t, ()) else self._spectra_at(theta, j))
+            if rule is not None:
+                return False
         return True
 
-    def _notify(self, t, j, i, phi, grads, tr):
-        if self.callback is None:
-            return
+    @torch.no_grad()
+    def _spectra_at(self, theta, j) -> list:
+        """The four extreme singular values at the weights ``theta`` of row ``j``."""
+        residual = tuple(b[j:j + 1] if isinstance(b, torch.Tensor) else b for b in self.residual)
+        Y = self.Y[j:j + 1] if self.per_config else self.Y
+        W = self._weights(theta.unsqueeze(0))
+        return _spectra(phi_and_grad(W, self.X[j:j + 1], Y, self.cfg, residual=residual)[2])[0].tolist()
+
+    def _notify(self, t, j, i, phi, theta, g, tr):
         trace = tr.select(j).detach()
-        tensors = [*self.theta.values(), *(grads or {}).values(), *(x for f in trace[:6] for x in f),
-                   trace.F]
+        params, grads = self._weights(theta.clone()), None if g is None else self._weights(g[j].clone())
+        tensors = [*params.values(), *(grads or {}).values(), *(x for f in trace[:6] for x in f), trace.F]
         versions = [v._version for v in tensors]
-        self.callback(Step(t, self.index[i], {k: v[j].detach() for k, v in self.theta.items()},
-                           None if grads is None else {k: g[j] for k, g in grads.items()},
-                           phi, trace))
+        self.callback(Step(t, self.index[i], params, grads, phi, trace))
         if [v._version for v in tensors] != versions:
             raise RuntimeError("the callback modified step.params, step.grads or step.trace in place, "
                                "which would change the run (the caller's own weights are untouched); "
                                "copy them first (step.params[k].clone()).")
 
-    def _record_spectra(self, t, tr):
-        """Extreme singular values of ``Z_1`` and ``H_L`` for the configurations recording at ``t``
-        (one batched SVD for all of them)."""
-        rows = [j for j, i in enumerate(self.active) if self.records[i].rec[-1:] == [t]]
-        if not rows:
-            return
-        sel = torch.tensor(rows, device=tr.F.device)
-        Z1, HL = tr.Z[0].detach()[sel], tr.H[-1].detach()[sel]
-        sv = torch.cat([extreme_singular_values(Z1), extreme_singular_values(HL)], dim=1).cpu().tolist()
-        for j, row in zip(rows, sv):
-            self.records[self.active[j]].sv.append(tuple(row))
 
-def _stacked_error(F: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
-    """``Phi_b = 1/2 ||F_b - Y_b||_F^2`` for every configuration ``b`` of a stack; ``Y`` is shared
-    (no leading axis) or stacked like ``F``."""
-    return 0.5 * (F - Y).pow(2).flatten(1).sum(1)
-
-
-def _grad_norms(grads: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """``||grad||`` per configuration of a stacked gradient."""
-    return torch.stack([g.flatten(1).pow(2).sum(1) for g in grads.values()]).sum(0).sqrt().double()
+def _spectra(tr: Trace) -> torch.Tensor:
+    """``(sigma_min(Z_1), sigma_max(Z_1), sigma_min(H_L), sigma_max(H_L))`` of every configuration
+    of a stacked trace, ``(B, 4)`` (one batched SVD each)."""
+    return torch.cat([extreme_singular_values(tr.Z[0]), extreme_singular_values(tr.H[-1])], dim=1)
 
 
 def _progress(total: int, enabled: bool):

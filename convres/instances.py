@@ -19,7 +19,7 @@ from .values import as_int, as_real
 
 __all__ = ["synthetic_regression", "regression_data", "problem", "theorem_instance", "collapse_instance",
            "certified_instance", "CERTIFIED_REGIME", "ffn_certified_instance", "FFN_CERTIFIED_REGIME",
-           "TARGETS"]
+           "TARGETS", "simulations_instance", "SIMULATIONS_WEIGHT_SEED"]
 
 #: How the targets are drawn: i.i.d. ``N(0, 1)``, or their signs (``||Y||_F^2 = N n c`` exactly).
 TARGETS = ("gaussian", "sign")
@@ -83,6 +83,25 @@ def theorem_instance(seed: int = 0, *, beta: float = 1.0, layers: int = 1, N: in
     cfg = ModelConfig(d=d, d_qk=d if d_qk is None else d_qk, m=d, c=1, L=layers, beta=beta,
                       activation=activation, scale=scale)
     return (*problem(cfg, N, n, seed), cfg)
+
+
+#: The *Simulations* experiment draws the weights of seed ``k`` from seed ``SIMULATIONS_WEIGHT_SEED + k``
+#: (its data from ``k``): the weights never reuse the data's random stream.
+SIMULATIONS_WEIGHT_SEED = 1000
+
+
+def simulations_instance(seed: int, *, N: int, n: int, d: int, m: int, d_qk: int, scale: str | float,
+                         activation: str = "gelu", beta: float = 1.0, branch_scale: float | None = None,
+                         readout_scale: float = 1.0, ffn_gain: float = 1.0, dtype=torch.float64):
+    """The instance of one seed of the *Simulations* experiment (chapter *Simulations*; the
+    theorem chapters certify variants of it): ``(params, X, Y, cfg)``, Gaussian data and targets
+    (one per token) from ``seed`` and weights from ``SIMULATIONS_WEIGHT_SEED + seed``, one block.
+    Every ``beta`` of a seed gets the same weights (``beta`` only sets ``cfg``); ``branch_scale``,
+    ``readout_scale`` and ``ffn_gain`` rescale them as in :func:`problem`."""
+    cfg = ModelConfig(d=d, d_qk=d_qk, m=m, c=1, beta=beta, activation=activation, scale=scale)
+    return (*problem(cfg, N, n, seed, weight_seed=SIMULATIONS_WEIGHT_SEED + as_int("seed", seed, minimum=0),
+                     branch_scale=branch_scale, readout_scale=readout_scale, ffn_gain=ffn_gain, dtype=dtype),
+            cfg)
 
 
 def collapse_instance(*, N: int = 4, n: int = 4, d: int = 32, m: int = 32, d_qk: int = 1024,

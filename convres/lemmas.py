@@ -1,14 +1,9 @@
 """The theory's lemmas as computable quantities: each formula in one place.
 
-Book chapters: *Assumptions*, the theorem chapters and *Multi-layer*. Notation: the stacked matrices ``Z``
-(first block's attention output with its residual) and ``H`` (last hidden matrix, the input of
-``W_U``) have ``N n`` rows and ``d`` columns; ``sigma_0 = sigma_Nn(H_0)``
-(:func:`convres.rank.sigma_nn`, 0 when ``N n > d``); ``M = act(Z W_1)`` are the FFN activations.
-
-These functions are the mathematics: they do not check their tensors (the runs of
-:mod:`convres.theory` and :mod:`convres.certify`, which call them, check their inputs once with
-:func:`convres.model.check_inputs`). Pass weights from :func:`convres.init_params` and data of
-the shapes of the config.
+Book chapters *Assumptions*, the theorem chapters and *Multi-layer*. ``Z`` (first block's attention
+output with its residual) and ``H`` (last hidden matrix) are stacked, ``N n x d``; ``sigma_0 =
+sigma_Nn(H_0)``; ``M = act(Z W_1)``. The mathematics only: inputs are checked by the callers
+(:mod:`convres.theory`, :mod:`convres.certify`).
 """
 
 from __future__ import annotations
@@ -58,10 +53,8 @@ def flat_norm(tensors) -> float:
 
 
 def hessian_norm(params, X, Y, cfg, *, iters: int = 20, seed: int = 0) -> float:
-    """Estimate ``||nabla^2 Phi(theta)||_2`` (the largest absolute value of an eigenvalue) by power
-    iteration. Each iteration is one exact Hessian-vector product (``torch.func.jvp`` of
-    ``torch.func.grad``). Power iteration approaches the top eigenvalue from below, so this is an
-    *estimate*, not a bound (``inf`` when a product overflows)."""
+    """An *estimate* (from below, not a bound) of ``||nabla^2 Phi(theta)||_2`` by power iteration
+    on exact Hessian-vector products (``inf`` when one overflows)."""
     iters = as_int("iters", iters, minimum=1)
     names = list(params)
 
@@ -86,13 +79,9 @@ def hessian_norm(params, X, Y, cfg, *, iters: int = 20, seed: int = 0) -> float:
 
 def smoothness_estimate(params, X, Y, cfg, *, radius: float | None = None, samples: int = 1,
                         iters: int = 20, seed: int = 0) -> dict:
-    """Estimate a smoothness constant ``L_Phi`` of ``Phi`` near ``params`` (book: *The theorems*).
-
-    The largest :func:`hessian_norm` at ``params`` and at ``samples`` points at distance ``radius``
-    in random directions (``radius`` defaults to 10% of ``||theta||``). Returns ``{"L_hat",
-    "at_init", "samples", "radius"}``. A lower estimate, not a bound: the run checks the
-    descent-lemma inequality it is used for.
-    """
+    """``{"L_hat", "at_init", "samples", "radius"}``: the largest :func:`hessian_norm` at ``params``
+    and at ``samples`` random points at distance ``radius`` (default 10% of ``||theta||``); an
+    estimate, not a bound."""
     samples = as_int("samples", samples, minimum=0)
     radius = 0.1 * flat_norm(params.values()) if radius is None else as_real("radius", radius, minimum=0.0)
     at_init = hessian_norm(params, X, Y, cfg, iters=iters, seed=seed)
@@ -111,9 +100,7 @@ def smoothness_estimate(params, X, Y, cfg, *, radius: float | None = None, sampl
 
 
 def mu_max(params, X, Y, cfg, *, safety: float = 2.0, **kwargs) -> float:
-    """The theorem's largest step size ``mu_max = 1 / (safety * L_hat)`` (equation (thm-mu)), with
-    ``L_hat`` from :func:`smoothness_estimate`; ``safety`` (default 2) absorbs the error of the
-    estimate and the change of the Hessian along the run."""
+    """``mu_max = 1 / (safety L_hat)`` (equation (thm-mu)) with ``L_hat`` of :func:`smoothness_estimate`."""
     safety = as_real("safety", safety, minimum=1.0)
     L_hat = smoothness_estimate(params, X, Y, cfg, **kwargs)["L_hat"]
     return math.inf if L_hat == 0 else 1.0 / (safety * L_hat)
@@ -170,17 +157,9 @@ def ffn_lemma(params, X, cfg, *, layer: int = 1) -> dict:
 
 
 def r_sigma_upper(params, X, cfg) -> float:
-    """An exact upper bound of ``r_sigma`` (equation (thm-alpha)), from one explicit direction
-    (lemma thm-lem-rsigma).
-
-    Let ``H_0 = M W_2 + beta_ffn Z`` be the last hidden matrix at ``params`` with
-    ``M = act(Z W_1)`` (last block), and ``(u, sigma_0, v)`` its ``N n``-th singular triple. If
-    ``u`` lies in the range of ``M``, replacing ``W_2`` by ``W_2 - c M^+ u v^T`` changes nothing
-    but ``H``, which becomes ``H_0 - c u v^T``, with ``sigma_Nn = sigma_0 - c`` for
-    ``0 <= c <= sigma_0``. For ``c > sigma_0/2`` this point, at distance ``c ||M^+ u||``, has
-    ``sigma_Nn(H) < sigma_0/2``, hence ``r_sigma <= (sigma_0/2) ||M^+ u||``. Returns that number
-    (``inf`` when ``u`` is not in the range of ``M`` or ``sigma_0 = 0``).
-    """
+    """Lemma thm-lem-rsigma: ``r_sigma <= (sigma_0/2) ||M^+ u||`` with ``(u, sigma_0, v)`` the ``N n``-th
+    singular triple of ``H_0``: moving ``W_2`` by ``-c M^+ u v^T`` turns ``H_0`` into ``H_0 - c u v^T``
+    (``inf`` when ``u`` is not in the range of ``M`` or ``sigma_0 = 0``)."""
     with torch.no_grad():
         tr = forward_trace(params, X, cfg)
     H = stacked(tr.H[-1])
@@ -211,11 +190,8 @@ def activation_rows(M: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
 
 
 def ffn_sigmas(params, X, cfg) -> dict:
-    """The FFN theorem's constants at ``params`` (book: *The theorem through the FFN*, equation
-    (thm-ffn-alpha)):
-    ``rows`` (``N n`` per token, ``N`` pooled), ``sigma_M = sigma_rows(M~)`` of the last block's
-    activations (their mean per sequence when pooled), ``sigma_U = sigma_c(W_U)`` and
-    ``alpha_ffn = (sigma_M sigma_U / 4)^2``."""
+    """The FFN theorem's constants (equation thm-ffn-alpha): ``rows``, ``sigma_M = sigma_rows(M~)``,
+    ``sigma_U = sigma_c(W_U)`` and ``alpha_ffn = (sigma_M sigma_U / 4)^2``."""
     with torch.no_grad():
         M = activation_rows(forward_trace(params, X, cfg).M[-1], cfg)
     sM, sU = sigma_k(M), sigma_k(params["W_U"].T)

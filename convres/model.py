@@ -16,15 +16,14 @@ the last ``H`` are averaged first (one output per sequence, for classification).
 
 Parameters are a plain ``dict`` of tensors named in the paper's notation: block ``l`` (from 1)
 holds ``"layer{l}.W_Q"``, ..., ``"layer{l}.W_2"`` and the model holds ``"W_U"``. Every weight may
-carry one extra leading axis of ``B`` *configurations* (a sweep): the forward pass then evaluates
-all of them at once with batched matrix products, and the residual coefficients may be tensors of
-shape ``(B,)``.
+carry one extra leading axis of ``B`` *configurations* (a sweep), evaluated at once with batched
+products; the residual coefficients may then be tensors of shape ``(B,)``. The arithmetic lives in
+:mod:`convres.backprop`, written once for the forward and the backward pass.
 
-:func:`forward_trace` and :func:`phi` are the pure forward pass and loss, with no checks: the
-functions that ``torch.func.grad`` and ``torch.func.vmap`` trace and that the package calls inside
-its loops. :func:`forward` and :func:`loss` are the entry points for a user's call: they check
-their inputs first (:func:`check_inputs`, the one check: types, shapes, dtypes, devices and finite
-values) and refuse an overflowing forward pass.
+:func:`forward_trace`, :func:`phi` and :func:`phi_and_grad` (the loss and its gradient) are pure,
+with no checks: the functions that ``torch.func`` transforms and the package's loops call.
+:func:`forward` and :func:`loss` are the entry points for a user's call: they check their inputs
+(:func:`check_inputs`, the one check) and the cost (:func:`check_cost`), and refuse an overflow.
 """
 
 from __future__ import annotations
@@ -32,19 +31,20 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as nnf
 
-from .runtime import check_device
+from . import backprop
+from .backprop import Trace, attention, attention_logits, linear, softmax_rows
+from .runtime import check_device, check_memory
 from .values import MAX_SEED, as_int, as_real, as_seed
 
 __all__ = [
     "Activation", "ACTIVATIONS", "SCALES", "ModelConfig", "Trace", "attention", "attention_logits",
-    "attention_scale", "block", "check_inputs", "forward", "forward_trace", "init_params",
-    "generator", "layer_params", "loss", "memory_estimate", "param_shapes", "phi", "squared_error",
-    "stack_size", "linear", "MAX_SEED",
+    "attention_scale", "block", "check_cost", "check_inputs", "forward", "forward_trace", "init_params",
+    "generator", "layer_params", "loss", "memory_estimate", "param_shapes", "phi", "phi_and_grad",
+    "rows_of", "squared_error", "stack_size", "linear", "softmax_rows", "MAX_SEED",
 ]
 
 
@@ -58,6 +58,8 @@ class Activation:
         gain: ``sup_x |fn(x)| / |x|`` (``inf`` when ``fn(0) != 0``), the FFN lemma's constant.
         lip: ``sup_x |fn'(x)|``, the Lipschitz constant of ``fn``.
         lip2: ``sup_x |fn''(x)|`` (``inf`` for ReLU), the Lipschitz constant of ``fn'``.
+        grad: ``grad(P, M, dM) = fn'(P) * dM`` given ``M = fn(P)`` (PyTorch's own derivative
+            kernel, for :func:`convres.backprop.backward_rows`; autograd's when ``None``).
     """
 
     fn: Callable[[torch.Tensor], torch.Tensor]
@@ -65,6 +67,7 @@ class Activation:
     gain: float
     lip: float
     lip2: float
+    grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.fn(x)
@@ -75,17 +78,21 @@ class Activation:
 
 
 _SQRT2PI = math.sqrt(2 * math.pi)
+_aten = torch.ops.aten
 
 #: The FFN activations, all Lipschitz. GELU: ``sup|gelu'| = gelu'(sqrt 2) = Phi(sqrt 2) + sqrt(2)
 #: phi(sqrt 2)`` and ``sup|gelu''| = gelu''(0) = 2 phi(0)``; tanh: ``sup|tanh''| = 4 / (3 sqrt 3)``;
 #: softplus: ``sup|softplus''| = 1/4``.
 ACTIVATIONS: dict[str, Activation] = {
-    "relu": Activation(torch.relu, smooth=False, gain=1.0, lip=1.0, lip2=math.inf),
+    "relu": Activation(torch.relu, smooth=False, gain=1.0, lip=1.0, lip2=math.inf,
+                       grad=lambda P, M, dM: _aten.threshold_backward(dM, M, 0)),
     "gelu": Activation(nnf.gelu, smooth=True, gain=1.0,
                        lip=0.5 * (1 + math.erf(1.0)) + math.sqrt(2) * math.exp(-1.0) / _SQRT2PI,
-                       lip2=2 / _SQRT2PI),
-    "tanh": Activation(torch.tanh, smooth=True, gain=1.0, lip=1.0, lip2=4 / (3 * math.sqrt(3))),
-    "softplus": Activation(nnf.softplus, smooth=True, gain=math.inf, lip=1.0, lip2=0.25),
+                       lip2=2 / _SQRT2PI, grad=lambda P, M, dM: _aten.gelu_backward(dM, P)),
+    "tanh": Activation(torch.tanh, smooth=True, gain=1.0, lip=1.0, lip2=4 / (3 * math.sqrt(3)),
+                       grad=lambda P, M, dM: _aten.tanh_backward(dM, M)),
+    "softplus": Activation(nnf.softplus, smooth=True, gain=math.inf, lip=1.0, lip2=0.25,
+                           grad=lambda P, M, dM: _aten.softplus_backward(dM, P, 1.0, 20.0)),
 }
 
 #: Named attention scales ``s`` in ``softmax(s X W_Q W_K^T X^T)``.
@@ -195,15 +202,35 @@ def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
     return shapes
 
 
-def memory_estimate(cfg: ModelConfig, N: int, n: int, *, configs: int = 1, dtype=torch.float64) -> int:
-    """Bytes that one gradient-descent step on ``N`` sequences of ``n`` tokens needs, roughly: the
-    weights, their gradients and the update (4 copies), and twice the activations autograd keeps
-    for the backward pass (per block ``S`` and its logits, ``X W_Q``, ``X W_K``, ``S X``, ``A``,
-    ``Z``, ``Z W_1`` and its activation, ``H``), for ``configs`` configurations."""
+def memory_estimate(cfg: ModelConfig, N: int, n: int, *, configs: int = 1, dtype=torch.float64,
+                    training: bool = True) -> int:
+    """Bytes that ``configs`` configurations need on ``N`` sequences of ``n`` tokens, roughly: for
+    a gradient-descent step (``training``) 4 copies of the weights (them, their gradient, the
+    update, the kept iterate) and twice the activations the backward pass reuses (per block
+    ``S``, the logits, ``X W_Q``, ``X W_K``, ``S X``, ``A``, ``Z``, ``Z W_1``, ``M``, ``H``); for a
+    forward pass the weights and the activations once."""
     weights = sum(a * b for a, b in param_shapes(cfg).values())
-    per_block = 2 * n + 2 * cfg.d_qk + 4 * cfg.d + 2 * cfg.m
-    activations = N * n * (cfg.d + cfg.L * per_block)
-    return configs * (4 * weights + 2 * activations) * torch.empty(0, dtype=dtype).element_size()
+    activations = N * n * (cfg.d + cfg.L * (2 * n + 2 * cfg.d_qk + 4 * cfg.d + 2 * cfg.m))
+    copies = (4, 2) if training else (1, 1)
+    return configs * (copies[0] * weights + copies[1] * activations) * torch.empty(0, dtype=dtype).itemsize
+
+
+def check_cost(cfg: ModelConfig, N: int = 0, n: int = 0, *, configs: int = 1, dtype=torch.float64,
+               device=None, training: bool = True) -> None:
+    """The cost policy of :func:`init_params` (``N = 0``: the weights alone), :func:`forward`,
+    :func:`loss` and gradient descent, before anything is allocated: refuse
+    (:class:`convres.runtime.CostRefused`, a ValueError naming the sizes and what to change) when
+    :func:`memory_estimate` exceeds the memory available on ``device``."""
+    task = "gradient descent" if training else "the forward pass" if N else "the weights"
+    on = f" on X of shape (N={N}, n={n}, d={cfg.d})" if N else ""
+    what = f"{task}{on} of a model with d={cfg.d}, d_qk={cfg.d_qk}, m={cfg.m}, c={cfg.c}, L={cfg.L}"
+    change = ("use fewer sequences N or tokens n (attention costs n^2 per sequence) or " if N else "use ") \
+        + "a smaller model (d, d_qk, m, L)"
+    if configs > 1:
+        what += f" ({configs} configurations at once)"
+        change += ", or chunk=1" if training else ""
+    check_memory(memory_estimate(cfg, N, n, configs=configs, dtype=dtype, training=training), what, change,
+                 device=device)
 
 
 def generator(seed: int | torch.Generator) -> torch.Generator:
@@ -212,12 +239,6 @@ def generator(seed: int | torch.Generator) -> torch.Generator:
     if isinstance(seed, torch.Generator):
         return seed
     return torch.Generator().manual_seed(as_seed("seed", seed))
-
-
-def _check_dtype(dtype) -> None:
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
-        raise TypeError(f"dtype must be a real floating-point torch dtype (torch.float64 or "
-                        f"torch.float32), got {dtype!r}.")
 
 
 def init_params(cfg: ModelConfig, seed: int | torch.Generator = 0, *, dtype=torch.float64,
@@ -239,10 +260,13 @@ def init_params(cfg: ModelConfig, seed: int | torch.Generator = 0, *, dtype=torc
     """
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}.")
-    _check_dtype(dtype)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
+        raise TypeError(f"dtype must be a real floating-point torch dtype (torch.float64 or "
+                        f"torch.float32), got {dtype!r}.")
     branch_scale = 1.0 / math.sqrt(cfg.L) if branch_scale is None else \
         as_real("branch_scale", branch_scale, minimum=0.0, above=True)
     device = check_device(device)
+    check_cost(cfg, dtype=torch.float64, device=device, training=False)  # drawn in float64
     gen = generator(seed)
     params = {}
     for name, (fan_in, fan_out) in param_shapes(cfg).items():
@@ -259,78 +283,15 @@ def layer_params(params: Mapping[str, torch.Tensor], l: int) -> dict[str, torch.
 
 # --- the forward pass (pure: no checks) ---------------------------------------------------------
 
-def linear(A: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    """``A W``. ``W`` is ``(p, q)``, or ``(B, p, q)`` for ``B`` configurations with ``A`` of shape
-    ``(B, ..., p)``: one batched product over all rows of each configuration."""
-    if W.dim() == 2:
-        return A @ W
-    B, p, q = W.shape
-    if B == 1:  # one configuration: a plain product (no batched kernel)
-        return (A.reshape(-1, p) @ W[0]).reshape(*A.shape[:-1], q)
-    return torch.bmm(A.reshape(B, -1, p), W).reshape(*A.shape[:-1], q)
-
-
-def _coefficient(beta, like: torch.Tensor):
-    """A residual coefficient ready to multiply ``like``: a number, or a ``(B,)`` tensor viewed as
-    ``(B, 1, ..., 1)`` to scale configuration ``b`` of ``like`` by ``beta[b]``."""
-    if isinstance(beta, torch.Tensor):
-        return beta.reshape(-1, *([1] * (like.dim() - 1)))
-    return beta
-
-
-def softmax_rows(logits):
-    """``softmax_rows(G)_ij = exp(G_ij - c_i) / sum_k exp(G_ik - c_i)`` with ``c_i = max_k G_ik``
-    (book equation (1)): the softmax of each row. The shift ``c`` cancels exactly, so it is held
-    constant for autograd (every derivative is unchanged). The same function as
-    ``torch.softmax(G, dim=-1)``, written out because that kernel is several times slower on a CPU
-    for rows as short as the book's."""
-    e = torch.exp(logits - logits.amax(-1, keepdim=True).detach())
-    return e / e.sum(-1, keepdim=True)
-
-
-def attention_logits(X, W_Q, W_K, s: float):
-    """The attention logits ``s X W_Q W_K^T X^T`` (book equation (1)), ``(..., n, n)``."""
-    return s * linear(X, W_Q) @ linear(X, W_K).transpose(-1, -2)
-
-
-def attention(X, W_Q, W_K, W_V, s: float):
-    """``(S, A)``: the attention matrix ``S = softmax_rows(s X W_Q W_K^T X^T)`` and the attention
-    output ``A = Attn(X) = S X W_V`` (book equation (1)), for ``X`` of shape ``(..., n, d)``."""
-    S = softmax_rows(attention_logits(X, W_Q, W_K, s))
-    return S, linear(S @ X, W_V)
-
-
 def block(X, W: Mapping[str, torch.Tensor], *, s: float, act: Activation,
           beta_attn, beta_ffn):
-    """One block, book equations (1)-(3): ``(logits, S, A, Z, M, H)`` for input ``X``."""
-    logits = attention_logits(X, W["W_Q"], W["W_K"], s)
-    S = softmax_rows(logits)                                            # (1)
-    A = linear(S @ X, W["W_V"])
-    Z = A + _coefficient(beta_attn, X) * X                              # (2)
-    M = act(linear(Z, W["W_1"]))                                        # (3)
-    H = linear(M, W["W_2"]) + _coefficient(beta_ffn, Z) * Z
-    return logits, S, A, Z, M, H
-
-
-class Trace(NamedTuple):
-    """Every intermediate of a forward pass: per block the ``logits``, ``S``, ``A``, ``Z``, ``M``
-    and ``H`` (lists of length ``L``) and the output ``F``."""
-
-    logits: list
-    S: list
-    A: list
-    Z: list
-    M: list
-    H: list
-    F: torch.Tensor
-
-    def detach(self) -> Trace:
-        """The same trace with every tensor detached from the autograd graph."""
-        return Trace._make([*([t.detach() for t in field] for field in self[:6]), self.F.detach()])
-
-    def select(self, index) -> Trace:
-        """Configuration ``index`` (an int or an index tensor) of a stacked trace."""
-        return Trace._make([*([t[index] for t in field] for field in self[:6]), self.F[index]])
+    """One block, book equations (1)-(3): ``(logits, S, A, Z, M, H)`` for input ``X``
+    (:func:`convres.backprop.block_rows` on the rows of ``X``)."""
+    B, (N, n, d) = W["W_Q"].shape[0] if W["W_Q"].dim() == 3 else None, X.shape[-3:]
+    W = W if B else {k: v.unsqueeze(0) for k, v in W.items()}
+    out = backprop.block_rows(X.expand(B or 1, N, n, d).reshape(B or 1, N * n, d), W, s, act,
+                              backprop.coefficient(beta_attn), backprop.coefficient(beta_ffn), N)
+    return tuple(f[0] for f in backprop.trace_fields([out], [W["W_V"]], (B,) if B else (), N, n))
 
 
 def stack_size(params: Mapping[str, torch.Tensor]) -> int | None:
@@ -338,26 +299,56 @@ def stack_size(params: Mapping[str, torch.Tensor]) -> int | None:
     return params["W_U"].shape[0] if params["W_U"].dim() == 3 else None
 
 
+def rows_of(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor | None, cfg: ModelConfig, *,
+            residual=None) -> tuple:
+    """The arguments of :func:`convres.backprop.phi_and_grad_rows` for weights ``params`` on
+    ``X, Y`` (``Y = None``: those of :func:`convres.backprop.forward_rows`): the weights of each
+    block, ``W_U``, the rows of ``X`` (and of ``Y``), then ``s``, the activation, the residual
+    coefficients, ``N`` and the readout. Weights without a leading axis are a stack of one."""
+    W = params if stack_size(params) is not None else {k: v.unsqueeze(0) for k, v in params.items()}
+    (B, *_), (N, n, d), pooled = W["W_U"].shape, X.shape[-3:], cfg.pool == "mean"
+    rows = [X.expand(B, N, n, d).reshape(B, N * n, d)]
+    if Y is not None:
+        rows.append(Y.reshape(-1, N if pooled else N * n, Y.shape[-1]))
+    betas = [backprop.coefficient(b) for b in (cfg.residual if residual is None else residual)]
+    return ([layer_params(W, l) for l in range(1, cfg.L + 1)], W["W_U"], *rows, attention_scale(cfg), cfg.act,
+            *betas, N, pooled)
+
+
+def _passes(params, X, cfg, residual, Y=None, trace=True):
+    """``(Phi, grad Phi, trace)`` from the passes of :mod:`convres.backprop` (:func:`rows_of`): the
+    forward pass, the backward pass when ``Y`` is given (else ``Phi`` and its gradient are
+    ``None``) and the trace if asked."""
+    args, B = rows_of(params, X, Y, cfg, residual=residual), stack_size(params)
+    phi = grads = tr = None
+    if Y is None:
+        blocks, _, F = backprop.forward_rows(*args)
+    else:
+        phi, grads, blocks, F = backprop.phi_and_grad_rows(*args)
+        if B is None:
+            phi, grads = phi[0], {k: g[0] for k, g in grads.items()}
+        grads = {k: grads[k] for k in params}
+    if trace:
+        lead, (N, n) = (() if B is None else (B,)), X.shape[-3:-1]
+        fields = backprop.trace_fields([out for _, out in blocks], [W["W_V"] for W in args[0]], lead, N, n)
+        tr = Trace._make([*fields, F.reshape(*lead, N, *(() if cfg.pool == "mean" else (n,)), -1)])
+    return phi, grads, tr
+
+
 def forward_trace(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig, *,
                   residual=None) -> Trace:
     """The forward pass keeping every block's intermediates (book equations (1)-(4)); pure and
-    unchecked (see :func:`check_inputs`).
+    unchecked (see :func:`check_inputs`). ``residual = (beta_attn, beta_ffn)`` overrides the
+    coefficients of ``cfg``; each may be a ``(B,)`` tensor for stacked weights (one per configuration)."""
+    return _passes(params, X, cfg, residual)[2]
 
-    ``residual = (beta_attn, beta_ffn)`` overrides the coefficients of ``cfg``; each may be a
-    ``(B,)`` tensor when the weights are stacked (one coefficient per configuration).
-    """
-    beta_attn, beta_ffn = cfg.residual if residual is None else residual
-    B = stack_size(params)
-    H = X if B is None or X.dim() == 4 else X.expand(B, *X.shape)
-    s, act = attention_scale(cfg), cfg.act
-    fields: list[list] = [[], [], [], [], [], []]
-    for l in range(1, cfg.L + 1):
-        out = block(H, layer_params(params, l), s=s, act=act, beta_attn=beta_attn, beta_ffn=beta_ffn)
-        for field, value in zip(fields, out):
-            field.append(value)
-        H = out[-1]
-    last = H.mean(dim=-2) if cfg.pool == "mean" else H
-    return Trace._make([*fields, linear(last, params["W_U"])])
+
+def phi_and_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cfg: ModelConfig,
+                 *, residual=None, trace: bool = True):
+    """``(Phi, grad Phi, trace)``: the loss (5) (per configuration for stacked weights), its gradient
+    by backpropagation written out by hand (:func:`convres.backprop.backward_rows`) and the
+    :class:`Trace` (``None`` with ``trace=False``); pure and unchecked like :func:`phi`."""
+    return _passes(params, X, cfg, residual, Y, trace)
 
 
 def squared_error(F: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
@@ -375,7 +366,13 @@ def phi(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cf
     return squared_error(forward_trace(params, X, cfg, residual=residual).F, Y)
 
 
-def _finite_output(F: torch.Tensor) -> torch.Tensor:
+def _checked_output(params, X, Y, cfg, residual) -> torch.Tensor:
+    """``F`` for :func:`forward` and :func:`loss`: their inputs' shapes checked, the cost policy
+    applied (:func:`check_cost`), their values checked (:func:`check_inputs`), an overflow refused."""
+    B = check_inputs(params, X, Y, cfg, residual=residual, finite=False)
+    check_cost(cfg, X.shape[0], X.shape[1], configs=B or 1, dtype=X.dtype, device=X.device, training=False)
+    check_inputs(params, X, Y, cfg, residual=residual)    # the values, once the cost is known
+    F = forward_trace(params, X, cfg, residual=residual).F
     if not bool(torch.isfinite(F).all()):
         raise ValueError("the forward pass overflowed (the output has NaN or infinite entries although "
                          "the inputs are finite): the data or beta are too large for the dtype; "
@@ -388,8 +385,7 @@ def forward(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfi
     """``F_Theta(X)`` (book equation (4)): ``(N, n, c)`` per token, or ``(N, c)`` with
     ``pool="mean"``; with a leading axis ``B`` when the weights are stacked. An entry point: its
     inputs are checked (:func:`check_inputs`) and an overflow is an error, not a NaN."""
-    check_inputs(params, X, None, cfg, residual=residual)
-    return _finite_output(forward_trace(params, X, cfg, residual=residual).F)
+    return _checked_output(params, X, None, cfg, residual)
 
 
 def loss(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cfg: ModelConfig, *,
@@ -397,8 +393,7 @@ def loss(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, c
     """``Phi(theta)``, the book's one normalization (equation (5)); shape ``(B,)`` when the weights
     are stacked. An entry point, checked as :func:`forward` is; to differentiate or vectorize
     it with ``torch.func``, use the pure :func:`phi`."""
-    check_inputs(params, X, Y, cfg, residual=residual)
-    return squared_error(_finite_output(forward_trace(params, X, cfg, residual=residual).F), Y)
+    return squared_error(_checked_output(params, X, Y, cfg, residual), Y)
 
 
 # --- the one place where inputs are checked ------------------------------------------------------

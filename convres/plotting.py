@@ -18,10 +18,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .gd import History
-from .show import fixed
 
 __all__ = ["figure", "figure_png", "plot_loss", "beta_colors", "plot_band", "plot_simulations",
-           "plot_escape_law", "plot_jena", "plot_sst2", "plot_sst2_summary", "show", "thumbnail_png",
+           "plot_escape_law", "plot_mechanism",
+           "plot_jena", "plot_sst2", "plot_sst2_summary", "show", "thumbnail_png",
            "plot_speedups", "plot_rank_collapse_gd", "plot_certified_run", "plot_certificate_sweep",
            "MARKERS"]
 
@@ -149,77 +149,120 @@ def _relative(curve):
 
 def plot_simulations(result):
     """Chapter *Simulations*: the loss relative to its start, ``Phi_t / Phi_0``, per beta (median
-    and min-max band over seeds, each beta at its own tuned step) in each named regime, one panel
-    per regime, steps on a log axis (``result``: a :class:`convres.experiments.Result`)."""
+    and min-max band over seeds, each beta at its own tuned step; a run that stopped at convergence
+    kept at its last value) in each named regime, one panel per regime, steps on a log axis
+    (``result``: a :class:`convres.experiments.Result`)."""
     s = result.settings
     betas = list(s["betas"])
     cells = result.data["regimes"]
     fig, axes = _stacked(len(cells), height=2.3)
     for ax, cell in zip(axes, cells):
         for i, (b, c) in enumerate(zip(betas, beta_colors(betas))):
-            curves = [_relative(r["loss"]) for r in cell["runs"]["tuned"] if r["beta"] == b and "loss" in r]
-            plot_band(ax, curves, x=np.arange(1, max(map(len, curves)) + 1), color=c,
+            runs = [r for r in cell["runs"]["tuned"] if r["beta"] == b and "loss" in r]
+            length = max(len(r["loss"]) for r in runs)
+            # a run stopped at convergence stays at its last value (as the mean log-loss counts it)
+            curves = [_relative(r["loss"] + ([r["loss"][-1]] * (length - len(r["loss"]))
+                                             if r["status"] == "converged" else [])) for r in runs]
+            plot_band(ax, curves, x=np.arange(1, length + 1), color=c,
                       label=rf"$\beta={b:g}$", marker=MARKERS[i % len(MARKERS)])
         ax.set_xscale("log")
-        ax.set_ylim(max(ax.get_ylim()[0], 1e-8), 3)
+        ax.set_ylim(max(ax.get_ylim()[0], 1e-13), 3)
+        scale = "1/d_{QK}" if cell["scale"] == "1/d_qk" else r"1/\sqrt{d_{QK}}"
         ax.set_title(f"{cell['name']}: $Nn={cell['N'] * cell['n']}$, $d={cell['d']}$, "
-                     f"$d_{{QK}}={cell['d_qk']}$, scale {cell['scale']}", fontsize=10)
+                     f"$d_{{QK}}={cell['d_qk']}$, scale ${scale}$", fontsize=10)
         ax.set_ylabel(r"$\Phi(\theta_t)/\Phi(\theta_0)$")
     axes[-1].set_xlabel("gradient-descent step $t + 1$ (log scale)")
     _legend_on_top(fig, axes, ncol=3)
     return fig
 
 
-def plot_escape_law(laws: Sequence[Mapping], horizon: int):
-    """Chapter *Simulations*: the escape time from the rank-one floor against ``d_QK`` (log-log),
-    median over seeds with the interquartile range, one line per attention scale and beta
-    (``laws``: :func:`convres.experiments.simulations.escape_law` results); open markers where some
-    seeds were censored at ``horizon`` steps; the fitted power law of each ``beta = 0`` line."""
-    fig, (ax,) = _stacked(1, height=3.4)
-    styles = {("1/d_qk", 0.0): ("tab:red", "o", "-"), ("1/sqrt(d_qk)", 0.0): ("tab:orange", "s", "--"),
-              ("1/d_qk", 1.0): ("tab:blue", "^", "-"), ("1/sqrt(d_qk)", 1.0): ("tab:cyan", "v", "--")}
+def plot_escape_law(laws: Sequence[Mapping], fit: Mapping | None = None):
+    """Chapter *Simulations*: the escape time from the rank-one floor against ``d_QK`` (log-log), in
+    units of ``mu t`` (``mu`` times the steps: a time that does not depend on the step if the escape
+    scales as ``1/mu``), median over seeds with the interquartile range, one line per attention
+    scale, beta and step (``laws``: :func:`convres.experiments.simulations.escape_law` results; the
+    half step dashed with open markers), and the empirical fit ``a + b d_QK^p`` of
+    :func:`convres.experiments.simulations.escape_fit` (``fit``) dotted."""
+    fig, (ax,) = _stacked(1, height=3.6)
+    styles = {("1/d_qk", 0.0): ("tab:red", "o"), ("1/sqrt(d_qk)", 0.0): ("tab:orange", "s"),
+              ("1/d_qk", 1.0): ("tab:blue", "^"), ("1/sqrt(d_qk)", 1.0): ("tab:cyan", "v")}
     for law in laws:
-        color, marker, ls = styles.get((law["scale"], law["beta"]), ("k", "x", ":"))
-        x, med = np.asarray(law["d_qk"], dtype=float), np.asarray(law["median"])
-        err = [med - np.asarray(law["q25"]), np.asarray(law["q75"]) - med]
+        color, marker = styles.get((law["scale"], law["beta"]), ("k", "x"))
+        half = law.get("protocol") == "half"
+        x, med = np.asarray(law["d_qk"], dtype=float), np.asarray(law["median_mu_t"], dtype=float)
+        err = [med - np.asarray(law["q25_mu_t"], dtype=float), np.asarray(law["q75_mu_t"], dtype=float) - med]
         scale = "1/d_{QK}" if law["scale"] == "1/d_qk" else r"1/\sqrt{d_{QK}}"
-        label = rf"$\beta={law['beta']:g}$, scale ${scale}$"
-        if law["beta"] == 0:
-            label += f", slope {fixed(law['slope'])}"
-        ax.errorbar(x, med, yerr=err, color=color, marker=marker, linestyle=ls, capsize=3, label=label,
-                    markerfacecolor="white" if any(law["censored"]) else color)
-    ax.axhline(horizon, color="k", ls=":", lw=1, label=f"horizon ({horizon:,} steps)")
+        label = rf"$\beta={law['beta']:g}$, scale ${scale}$" + (", half the step" if half else "")
+        ax.errorbar(x, med, yerr=err, color=color, marker=marker, linestyle="--" if half else "-", capsize=3,
+                    label=label, markerfacecolor="white" if half else color)
+    if fit is not None:
+        d = np.geomspace(min(min(law["d_qk"]) for law in laws), max(max(law["d_qk"]) for law in laws), 100)
+        ax.plot(d, fit["a"] + fit["b"] * d ** fit["p"], color="k", ls=":", lw=1.5,
+                label=rf"fit $a + b\,d_{{QK}}^{{\,p}}$, $p = {fit['p']:.2f}$")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(r"$d_{QK}$")
-    ax.set_ylabel("escape time (steps)")
+    ax.set_ylabel(r"escape time $\mu t$")
     _legend_on_top(fig, [ax], ncol=2, fontsize=8)
+    return fig
+
+
+def plot_mechanism(result):
+    """Chapter *Simulations*: the paper's mechanism, one panel per regime: the rate of each run over
+    its linear phase (per unit of ``mu t``) against ``sigma_min`` of the attention output ``Z`` at
+    initialization, both on log axes, one marker and colour per beta, every run at its tuned step,
+    Spearman's rho of the regime in the title (``result``: a :class:`convres.experiments.Result`)."""
+    from .stats import spearman_rho
+
+    betas = list(result.settings["betas"])
+    cells = result.data["regimes"]
+    fig, axes = _stacked(len(cells), height=2.4)
+    for ax, cell in zip(axes, cells):
+        runs = [r for r in cell["runs"]["tuned"] if not r["diverged"] and r["rate"] is not None]
+        for i, (b, c) in enumerate(zip(betas, beta_colors(betas))):
+            sel = [r for r in runs if r["beta"] == b]
+            ax.scatter([r["sigma_min_Z0"] for r in sel], [r["rate"] for r in sel], color=c, s=18,
+                       marker=MARKERS[i % len(MARKERS)], label=rf"$\beta={b:g}$")
+        rho = spearman_rho([r["sigma_min_Z0"] for r in runs], [r["rate"] for r in runs])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(rf"{cell['name']}: Spearman $\rho = {rho:.2f}$", fontsize=10)
+        ax.set_ylabel(r"rate per unit $\mu t$")
+    axes[-1].set_xlabel(r"$\sigma_{\min}(Z_0)$, the attention output at initialization")
+    _legend_on_top(fig, axes, ncol=5)
     return fig
 
 
 def plot_jena(result):
     """Chapter *Jena Climate*: training MSE against the step per beta, each beta at its own tuned
-    step (median and min-max band over seeds), with the speed level (dotted) and the training MSE of
-    persistence and of the linear AR (dashed); below, the held-out skill against persistence,
+    step (median and min-max band over seeds; both axes logarithmic, steps from 1; the axis stops at
+    twice the order-blind ridge's MSE, so the first steps from the start are above it), with the speed
+    level (dotted) and the training MSE of persistence (dashed), of the linear AR (dash-dotted) and
+    of the order-blind ridge (long dashes); below, the held-out skill against persistence,
     ``1 - MSE / MSE_persistence``, per beta (one dot per seed, a bar at the median) with the linear
     AR's skill and persistence (0) as lines."""
-    runs, data = result.data["runs"], result.data
+    data = result.data
+    runs = [r for r in data["runs"] if r["protocol"] == "tuned"]
     betas = sorted({r["beta"] for r in runs})
     pv = data["persistence"]["val"]
     fig, (ax1, ax2) = _stacked(2, height=2.6)
     for i, (b, c) in enumerate(zip(betas, beta_colors(betas))):
-        sel = [r for r in runs if r["beta"] == b and "best" in r["protocols"]]
+        sel = [r for r in runs if r["beta"] == b]
         mk = MARKERS[i % len(MARKERS)]
-        plot_band(ax1, [r["train_mse"] for r in sel], color=c, label=rf"$\beta={b:g}$", marker=mk)
-        skill = [1 - r["val_mse"][-1] / pv for r in sel
-                 if r["status"] != "diverged" and r["val_mse"] and r["val_mse"][-1] is not None]
+        curves = [r["train_mse"][1:] for r in sel]
+        plot_band(ax1, curves, x=np.arange(1, max(len(v) for v in curves) + 1), color=c,
+                  label=rf"$\beta={b:g}$", marker=mk, markevery=0.12)
+        skill = [1 - r["val_mse"] / pv for r in sel if r["status"] != "diverged" and r["val_mse"] is not None]
         jitter = np.linspace(-0.15, 0.15, len(skill)) if len(skill) > 1 else np.zeros(len(skill))
         ax2.scatter(i + jitter, skill, color=c, marker=mk, s=16, alpha=0.8)
         if skill:
             ax2.hlines(float(np.median(skill)), i - 0.3, i + 0.3, color=c, lw=2.5)
+    ax1.set_xscale("log")
+    ax1.set_ylim(0.8 * data["linear_ar"]["train"], 2 * data["order_blind"]["train"])
     ax1.axhline(result.summary()["level"], color="k", ls=":", lw=1.2, label="speed level")
     ax1.axhline(data["persistence"]["train"], color="k", ls="--", lw=1.0, label="persistence")
     ax1.axhline(data["linear_ar"]["train"], color="0.45", ls="-.", lw=1.0, label="linear AR")
+    ax1.axhline(data["order_blind"]["train"], color="0.3", ls=(0, (8, 3)), lw=1.0, label="order-blind ridge")
     ax2.axhline(0.0, color="k", ls="--", lw=1.0)
     ax2.axhline(1 - data["linear_ar"]["val"] / pv, color="0.45", ls="-.", lw=1.0)
     ax2.set_xticks(range(len(betas)), [rf"$\beta={b:g}$" for b in betas])
@@ -294,23 +337,23 @@ def plot_sst2_summary(result):
 
 
 def plot_speedups(result: Mapping):
-    """Appendix *Performance*: grouped bars of the speed of ``convres.gradient_descent`` relative to
-    the plain loop and to the stacked graph, per benchmark row (``benchmarks/gd_speed.py``)."""
+    """Appendix *Performance*: grouped bars of the speed of ``convres.sweep`` relative to each
+    other way of the benchmark (warm), per benchmark row (``benchmarks/gd_speed.py``); log scale."""
     rows = result["rows"]
-    labels = [f"{r['size']}\n{r['dtype']}" for r in rows]
-    x = np.arange(len(rows))
-    fig, ax = figure(1, width=5.6, height=3.2)
-    for k, (key, name, hatch) in enumerate((("convres_vs_plain", "vs plain loop", ""),
-                                            ("convres_vs_stacked", "vs stacked graph", "//"))):
-        vals = [r[key] for r in rows]
-        bars = ax.bar(x + (k - 0.5) * 0.38, vals, 0.38, label=name, hatch=hatch,
-                      color=("tab:blue", "tab:orange")[k], edgecolor="black", linewidth=0.6)
-        ax.bar_label(bars, labels=[f"{v:.2g}x" for v in vals], fontsize=8, padding=2)
+    ways = list(rows[0]["speedup"])
+    x, w = np.arange(len(rows)), 0.8 / len(ways)
+    fig, ax = figure(1, width=6.4, height=3.4)
+    for k, way in enumerate(ways):
+        vals = [r["speedup"][way] for r in rows]
+        bars = ax.bar(x + (k - (len(ways) - 1) / 2) * w, vals, w, label=f"vs {way}", edgecolor="black",
+                      hatch=("", "//", "..")[k % 3], color=("tab:blue", "tab:orange", "tab:green")[k % 3],
+                      linewidth=0.6)
+        ax.bar_label(bars, labels=[f"{v:.2g}x" for v in vals], fontsize=7, padding=2)
     ax.axhline(1, color="k", lw=0.8)
-    ax.set_xticks(x, labels)
-    ax.set_ylabel("speed relative to the other loop")
-    ax.set_ylim(0, 1.2 * max(max(r["convres_vs_plain"], r["convres_vs_stacked"]) for r in rows))
-    ax.legend(frameon=False, loc="upper right")
+    ax.set_yscale("log")
+    ax.set_xticks(x, [f"{r['size']}\n{r['dtype']}" for r in rows])
+    ax.set_ylabel("speed of convres, relative")
+    ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 

@@ -1,16 +1,11 @@
 """Which experiment lies inside which theorem: the shape hypotheses of the book's two theorems,
 and which configuration is certified before the run.
 
-Book chapter *The theorem through the FFN, certified, and the scope* (section *Scope*), the
-*Reproduction report* and the intro. The rows of :func:`scope_table` are computed from each
-experiment's :attr:`~convres.experiments.Experiment.shapes` (no data loaded, nothing trained). Only the
-hypotheses that the shapes decide are listed: the width conditions, the smoothness of the
-activation, the readout, and the parameter count ``p >= outputs`` below which no PL inequality
-(hence no linear convergence to zero loss) is possible under any theorem. The other hypotheses
-(non-degenerate start, step size, the whole-run radius) depend on the weights:
-:func:`certified_scope` adds, for the configurations whose shapes meet a theorem, whether the
-certificate of :mod:`convres.certify` establishes them before the run
-(:func:`convres.experiments.theorem.scope_certificates`).
+Book chapter *The theorem through the FFN* (section *Scope*), the *Reproduction report* and the
+intro. :func:`scope_table` evaluates, from each experiment's shapes alone, the hypotheses the shapes
+decide (widths, smoothness, readout, and ``p >= outputs``, without which no PL inequality holds);
+:func:`certified_scope` adds whether the certificate of :mod:`convres.certify` establishes the rest
+before the run (:func:`convres.experiments.theorem.scope_certificates`).
 """
 
 from __future__ import annotations

@@ -18,14 +18,23 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from statistics import NormalDist
+from typing import NamedTuple
 
 import numpy as np
 
-from .protocol import BOOTSTRAP_DRAWS, EFFECT_BOUND, GRADES, LOG_LOSS_FLOOR, T_INTERVAL_BELOW
+from .protocol import (
+    BOOTSTRAP_DRAWS,
+    EFFECT_BOUND,
+    GRADES,
+    GRID_FACTOR,
+    LOG_LOSS_FLOOR,
+    STABLE_FRACTION,
+    T_INTERVAL_BELOW,
+)
 
 __all__ = ["VERDICTS", "GRADES", "T975", "Estimate", "Grade", "steps_to", "censored", "mean_log_loss",
            "log_ratio", "kendall_tau", "spearman_rho", "sign_test", "estimate", "grade", "paired_bootstrap",
-           "claim_stats", "claim_verdict", "tune_step", "loglog_slope"]
+           "claim_stats", "claim_verdict", "ProbeRun", "tune_step", "loglog_slope"]
 
 #: The verdicts of the v3 rule (:func:`claim_verdict`; to be removed), in the report's order.
 VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "holds a posteriori")
@@ -313,33 +322,114 @@ def claim_verdict(stats: dict, *, some_regimes: bool = False) -> str:
     return VERDICTS[3]
 
 
-def tune_step(score: Callable[[float], float], grid: Sequence[float], *, factor: float = 2.0,
-              extend: int = 6) -> dict:
-    """The best step on a factor-``factor`` grid, bracketed: ``score(eta)`` (lower is better, ``inf``
-    for a diverged run; computed on probe seeds, never the evaluation seeds) is evaluated on
-    ``grid``, and while the best value sits at an edge the grid grows past that edge, at most
-    ``extend`` times; while every step diverges it grows below the smallest (only a smaller step can
-    be stable). Returns ``{"grid", "scores", "chosen", "bracketed"}``; ``bracketed`` is false when
-    the budget ran out with the best step still at an edge, or with no stable step (the caller must
-    say so)."""
+class ProbeRun(NamedTuple):
+    """One probe run of a step-size tuning (:func:`tune_step`): its ``score`` on the measure the arm
+    is tuned for (lower is better; a censored run scores its censored value, e.g. the horizon) and
+    whether it ``reached`` that measure's target within the probe horizon (``False``: censored)."""
+
+    score: float
+    reached: bool
+
+
+def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | None]]],
+              grid: Sequence[float], *, horizon: int, max_horizon: int | None = None,
+              factor: float = GRID_FACTOR, stable_fraction: float = STABLE_FRACTION, extend: int = 8) -> dict:
+    """The step of one arm by the rule of protocol v4, section 2, on a factor-``factor`` grid.
+
+    ``probe(etas, T)`` runs every probe seed (never an evaluation seed) at each step of ``etas`` for
+    ``T`` steps and returns, per step, one :class:`ProbeRun` per seed, ``None`` for a run that
+    diverged or ended above its start. A step is *stable* when no probe run of it is ``None``, and
+    *resolved* when it is stable and at least one of its probe runs ``reached`` the target (its
+    score is not made of censored values alone); its score is the mean over the probe seeds.
+
+    - The grid (``grid`` at first) grows by one step of ratio ``factor`` at a time, at most
+      ``extend`` times in all: above the largest step while that one is stable (the largest stable
+      step must be known), below the smallest while no step is stable, while no stable step is at
+      most ``stable_fraction`` times the largest stable one, or while the best resolved step is the
+      smallest.
+    - When no step is resolved, the probe horizon doubles (every stable step is probed again; a
+      diverged probe run stays diverged), up to ``max_horizon`` (protocol: 4x the evaluation
+      horizon, :data:`convres.protocol.PROBE_HORIZON_MAX`; default ``horizon``, no doubling); a
+      tuning that stays so is *unresolved*.
+    - ``chosen`` is the best resolved step (lowest mean score, the larger step on a tie), capped at
+      ``stable_fraction`` (1/2) of the largest stable step: above the cap, the largest stable step
+      at most the cap. ``bracketed``: the best resolved step is interior to the grid.
+
+    Returns a JSON-ready dict: ``grid``, ``scores`` (``inf`` for an unstable step), ``stable``,
+    ``diverged`` (the probe runs that diverged) and ``resolved`` (per step), ``horizon`` (the probe
+    horizon of the scores), ``best``, ``largest_stable``, ``cap``, ``chosen`` (``None`` when no step
+    is stable), ``bracketed``, ``unresolved`` and ``capped`` (``chosen`` below ``best``).
+    """
     etas = sorted({float(g) for g in grid})
-    if len(etas) < 2:
-        raise ValueError(f"tune_step needs a grid of at least two steps, got {list(grid)}.")
-    scores = {eta: float(score(eta)) for eta in etas}
-    for _ in range(extend):
-        best = min(etas, key=lambda e: (scores[e], -e))
-        if best == etas[0] or math.isinf(scores[best]):
-            new = etas[0] / factor
-            etas.insert(0, new)
-        elif best == etas[-1]:
-            new = etas[-1] * factor
-            etas.append(new)
-        else:
+    if len(etas) < 2 or not all(math.isfinite(e) and e > 0 for e in etas):
+        raise ValueError(f"tune_step needs a grid of at least two finite steps > 0, got {list(grid)}.")
+    if not (math.isfinite(factor) and factor > 1):
+        raise ValueError(f"factor must be a number > 1 (the grid's ratio; protocol: 2), got {factor!r}.")
+    if not 0 < stable_fraction < 1:
+        raise ValueError(f"stable_fraction must lie in (0, 1) (protocol: 0.5), got {stable_fraction!r}.")
+    T = int(horizon)
+    top = T if max_horizon is None else int(max_horizon)
+    if T < 1 or top < T:
+        raise ValueError(f"horizon must be >= 1 and max_horizon >= horizon, got {horizon!r} and "
+                         f"{max_horizon!r}.")
+    runs: dict[float, list] = {}
+    budget = extend
+
+    def measure(new: list[float]) -> None:
+        out = probe(list(new), T)
+        if len(out) != len(new):
+            raise ValueError(f"probe returned {len(out)} results for {len(new)} steps; it must return one "
+                             "list of probe runs per step.")
+        for eta, seeds in zip(new, out):
+            runs[eta] = list(seeds)
+
+    def stable(e: float) -> bool:
+        return bool(runs[e]) and all(r is not None for r in runs[e])
+
+    def score(e: float) -> float:
+        return float(np.mean([r.score for r in runs[e]])) if stable(e) else math.inf
+
+    def resolved(e: float) -> bool:
+        return stable(e) and any(r.reached for r in runs[e])
+
+    def best() -> float | None:
+        done = [e for e in etas if resolved(e)]
+        return min(done, key=lambda e: (score(e), -e)) if done else None
+
+    def cap() -> float | None:
+        ok = [e for e in etas if stable(e)]
+        return stable_fraction * ok[-1] * (1 + 1e-9) if ok else None
+
+    def wanted() -> float | None:
+        """The next step the rule needs, or ``None``."""
+        ok = [e for e in etas if stable(e)]
+        b, c = best(), cap()
+        if c is None or not any(e <= c for e in ok) or (b is not None and b == etas[0]):
+            return etas[0] / factor
+        if ok[-1] == etas[-1]:
+            return etas[-1] * factor
+        return None
+
+    measure(etas)
+    while True:
+        while budget > 0 and (new := wanted()) is not None:
+            budget -= 1
+            etas = sorted(etas + [new])
+            measure([new])
+        if best() is not None or top < 2 * T:
             break
-        scores[new] = float(score(new))
-    best = min(etas, key=lambda e: (scores[e], -e))
-    return {"grid": etas, "scores": [scores[e] for e in etas], "chosen": best,
-            "bracketed": etas[0] < best < etas[-1] and not math.isinf(scores[best])}
+        T *= 2
+        measure([e for e in etas if stable(e)])
+    b, c = best(), cap()
+    below = [e for e in etas if stable(e) and c is not None and e <= c]
+    chosen = b if b is not None and c is not None and b <= c else (below[-1] if below else None)
+    return {"grid": etas, "scores": [score(e) for e in etas], "stable": [stable(e) for e in etas],
+            "diverged": [sum(r is None for r in runs[e]) for e in etas],
+            "resolved": [resolved(e) for e in etas], "horizon": T, "best": b,
+            "largest_stable": max((e for e in etas if stable(e)), default=None),
+            "cap": None if c is None else c / (1 + 1e-9), "chosen": chosen,
+            "bracketed": b is not None and etas[0] < b < etas[-1], "unresolved": b is None,
+            "capped": b is not None and chosen is not None and chosen < b}
 
 
 def loglog_slope(x: Sequence[float], T: Sequence[Sequence[float]], *, level: float = 0.95,

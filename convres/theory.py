@@ -1,21 +1,11 @@
 """The book's two theorems checked along gradient-descent runs, and the assumptions on an instance.
 
-Book chapters: *Assumptions* (``book/assumptions.md``), *The theorems: statements and proofs*
-(``book/theorem.md``), *Certified constants and a certified instance* (``book/certificate.md``),
-*The theorem through the FFN, certified, and the scope* (``book/ffn.md``) and *Multi-layer*
-(``book/multilayer.md``). Paper: arXiv:2506.05249 (main theorem: under proper
-initialization ``Phi(theta_{t+1}) <= (1 - mu alpha) Phi(theta_t)``). The constants are the
-**book's own** (the paper's are not available to this project); the formulas are in
-:mod:`convres.lemmas`, the rigorous bounds in :mod:`convres.certify`.
-
-Theorem ``thm-main`` (through ``W_U``): :func:`theorem_run` runs gradient descent with the
-theorem's step and measures every inequality of the proof at every step (:class:`RunCheck`); what
-that establishes is *observed*, not certified before the run. :func:`part_b_check` decides part
-(b') where it can: it *fails* when ``rho`` exceeds :func:`convres.lemmas.r_sigma_upper`, it
-*holds* when the certificate of :mod:`convres.certify` is valid, for the certified step.
-
-Theorem ``thm-ffn`` (through the last ``W_2``, per token or pooled): :func:`ffn_theorem_run`.
-Which experiment meets which hypothesis: :mod:`convres.scope`.
+Book chapters *Assumptions*, *The theorems*, *Certified constants*, *The theorem through the FFN* and
+*Multi-layer*. Everything here is *observed* (measured along a run), except :func:`part_b_check`,
+which reads the certificate of :mod:`convres.certify`: :func:`theorem_run` measures every inequality
+of ``thm-main`` at every step, :func:`ffn_theorem_run` those of ``thm-ffn``; :func:`lazy_report`,
+:func:`tangent_kernel_blocks` and :func:`sampled_estimates` measure what the certified regimes are.
+The constants are the book's own (the paper's are not available to this project).
 """
 
 from __future__ import annotations
@@ -26,8 +16,8 @@ import math
 import numpy as np
 import torch
 
-from .certify import centre, certificate_of
-from .checks import Contraction, Hypothesis, contraction_check, tolerance
+from .certify import Certificate, centre, certificate_of, chain, check_certifiable
+from .checks import Contraction, Hypothesis, contraction_check, finite_fields, tolerance
 from .gd import History, Step, gradient_descent, loss_and_grad
 from .lemmas import (
     activation_rows,
@@ -46,6 +36,7 @@ from .values import as_int, as_real, as_seed
 
 __all__ = ["part_b_check", "check_assumptions", "RunCheck", "verify_run", "TheoremRun",
            "theorem_run", "FFNTheoremRun", "ffn_theorem_run", "tangent_kernel_blocks", "lazy_report",
+           "sampled_estimates",
            "MIN_DECREASE"]
 
 #: The "non-vacuous rate" hypothesis: the guaranteed factor ``(1 - mu alpha)^T`` is at most this.
@@ -79,19 +70,10 @@ def _part_b(params, X, Y, cfg, phi: float, sigma_0: float, grad_norm: float) -> 
 
 
 def part_b_check(params, X, Y, cfg) -> dict:
-    """Can part (b') of the book's theorem apply to this instance?
-
-    Part (b') needs a radius ``r`` with ``rho := 4 sqrt(2 Phi_0) / sigma_0 < r <= r_sigma`` and
-    ``mu <= 1/L_B`` on that ball. ``rho`` is computed exactly and ``r_sigma <= r_sigma_upper``: if
-    ``rho >= r_sigma_upper`` no admissible ``r`` exists, and ``fails = True`` is a certificate of
-    failure (up to float64). ``holds = True`` when :func:`convres.certify.certificate` certifies
-    the instance (one block, smooth activation): (b') then holds **for the certified step**
-    ``mu_certified = 1 / L_upper`` (or any smaller one); ``None`` when neither is decided.
-
-    Also returned, for the remark on the older condition (A5) (``2 J_B sqrt(2 Phi_0) / alpha <=
-    r``): ``J0 = ||grad Phi_0|| / sqrt(2 Phi_0) <= J_B`` and ``radius_lower_A5``, a lower bound of
-    its left side.
-    """
+    """Can part (b') apply? ``fails``: ``rho = 4 sqrt(2 Phi_0) / sigma_0 >= r_sigma_upper`` (no ball
+    exists; a certificate of failure); ``holds``: certified by :func:`convres.certify.certificate`,
+    for the step ``mu_certified``; ``None`` when neither is decided. Also ``J0 = ||grad Phi_0|| /
+    sqrt(2 Phi_0) <= J_B`` and ``radius_lower_A5`` (the older condition (A5))."""
     _check_per_token(params, X, Y, cfg)
     phi, grads, tr = loss_and_grad(params, X, Y, cfg)
     return _part_b(params, X, Y, cfg, float(phi), sigma_nn(tr.H[-1]), flat_norm(grads.values()))
@@ -121,15 +103,10 @@ def _assumptions(X, H0, cfg, mu, steps) -> list[Hypothesis]:
 
 def check_assumptions(params, X, Y, cfg, *, mu: float | None = None,
                       steps: int | None = None) -> list[Hypothesis]:
-    """Evaluate the book's assumptions (chapter *Assumptions*) on one instance.
-
-    * ``width``: ``N n <= d`` (value ``N n``, threshold ``d``).
-    * ``smooth activation``: the activation has a Lipschitz derivative (value 1 if so).
-    * ``full-rank input``: ``sigma_Nn(X) > 0`` (relative to ``||X||_2``, threshold ``1e-10``).
-    * ``non-degenerate H_0``: ``sigma_Nn(H_0) / ||H_0||_2 > 1e-10`` (no rank collapse at init).
-    * ``non-vacuous rate`` (only with ``mu`` and ``steps``): ``mu alpha T >= ln(1/0.9)``, which
-      implies that the guaranteed factor ``(1 - mu alpha)^T`` is at most :data:`MIN_DECREASE`.
-    """
+    """The book's assumptions (chapter *Assumptions*) on one instance: ``width`` (``N n <= d``),
+    ``smooth activation``, ``full-rank input`` and ``non-degenerate H_0`` (relative smallest singular
+    values above ``1e-10``) and, with ``mu`` and ``steps``, ``non-vacuous rate`` (``mu alpha T >=
+    ln(1/0.9)``)."""
     _check_per_token(params, X, Y, cfg)
     if (mu is None) != (steps is None):
         raise ValueError(f"give both mu and steps (for the non-vacuous-rate check) or neither, got "
@@ -144,18 +121,11 @@ def check_assumptions(params, X, Y, cfg, *, mu: float | None = None,
 
 @dataclasses.dataclass
 class RunCheck:
-    """Every inequality of the proof, measured at every step of one run (book: *The theorems*).
-
-    ``contraction``: the per-step bound ``Phi_{t+1} <= (1 - mu alpha) Phi_t``
-    (:func:`convres.checks.contraction_check`); at its checked steps ``t``: ``pl_margin =
-    ||grad_{W_U}||^2 / (2 Phi_t) - sigma_Nn(H_t)^2`` (PL lemma, >= 0); ``descent_margin = Phi_t -
-    mu (1 - L mu/2) ||g_t||^2 - Phi_{t+1}`` (descent lemma with the estimated ``L``, >= 0);
-    ``half_margin = Phi_t - (mu/2) ||g_t||^2 - Phi_{t+1}`` (the form the proof uses, >= 0);
-    ``sigma_ratio = sigma_Nn(H_t) / sigma_Nn(H_0)`` (>= 1/2 for the uniform rate). ``observed``
-    counts the steps with ``half_margin >= 0`` and ``sigma_ratio >= 1/2``: at those, the PL lemma
-    alone implies the per-step bound (an a-posteriori deduction, not a certificate).
-    ``max_distance = max_t ||theta_t - theta_0||``.
-    """
+    """Every inequality of the proof at every step of one run: the per-step ``contraction``;
+    ``pl_margin = ||grad_{W_U}||^2 / (2 Phi_t) - sigma_Nn(H_t)^2``; ``descent_margin`` (with the
+    estimated ``L``) and ``half_margin = Phi_t - mu/2 ||g_t||^2 - Phi_{t+1}``; ``sigma_ratio =
+    sigma_Nn(H_t) / sigma_0``; ``observed``: steps with ``half_margin >= 0`` and ``sigma_ratio >= 1/2``
+    (where the PL lemma implies the bound, a posteriori); ``max_distance``."""
 
     contraction: Contraction
     pl_margin: np.ndarray
@@ -214,17 +184,9 @@ def verify_run(hist: History, grad_U, sigma_H, mu: float, a: float, L_hat: float
 
 @dataclasses.dataclass
 class TheoremRun:
-    """Gradient descent with the theorem's step size, every inequality measured at every step.
-
-    Attributes:
-        alpha: the rate ``(sigma_0/2)^2``; sigma_0: ``sigma_Nn(H_0)``.
-        mu: the step size used; mu_max: ``1/(safety L_hat)``, with ``L_hat`` *estimated*.
-        sigma_min_Z0, sigma_max_Z0: extreme singular values of the stacked ``Z_0``.
-        assumptions: the table of :func:`check_assumptions`; assumptions_hold: all hold.
-        part_b: :func:`part_b_check` at ``theta_0`` (part (b')).
-        history: the run's :class:`~convres.gd.History`; check: its :class:`RunCheck`;
-        params_final: the last iterate.
-    """
+    """Gradient descent with the theorem's step (``mu``; ``mu_max = 1/(safety L_hat)``, ``L_hat``
+    estimated), ``alpha = (sigma_0/2)^2``, the :func:`check_assumptions` table, :func:`part_b_check`
+    and the run's :class:`RunCheck`."""
 
     alpha: float
     sigma_0: float
@@ -256,7 +218,7 @@ class TheoremRun:
         h, b = self.history, self.part_b
         mu_cert = b["mu_certified"]
         run_certified = bool(b["holds"]) and mu_cert is not None and self.mu <= mu_cert
-        return _finite_fields({
+        return finite_fields({
             "status": self.status, "alpha": self.alpha, "sigma_nn_H0": self.sigma_0, "mu": self.mu,
             "mu_max": self.mu_max, "mu_max_is_estimate": True, "sigma_min_Z0": self.sigma_min_Z0,
             "sigma_max_Z0": self.sigma_max_Z0, "assumptions_hold": self.assumptions_hold,
@@ -268,10 +230,6 @@ class TheoremRun:
             "mu_certified": mu_cert, "run_step_certified": run_certified,
             "part_b_holds": False if b["fails"] else (True if run_certified else None),
         })
-
-
-def _finite_fields(d: dict) -> dict:
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
 
 
 def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None, safety: float = 2.0,
@@ -316,27 +274,12 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
 
 @dataclasses.dataclass
 class FFNTheoremRun:
-    """Gradient descent checked against the FFN theorem (book: *The theorem through the FFN*,
-    thm-ffn); observed, nothing bounded before the run (that is :func:`convres.certify.ffn_certificate`).
-
-    Attributes:
-        alpha_ffn: ``alpha' = (sigma_M0 sigma_U0 / 4)^2``.
-        sigma_M0: ``sigma_rows(M~_0)``, the smallest singular value of the activations of the
-            last block (per token: ``N n x m``; pooled: their mean per sequence, ``N x m``).
-        sigma_U0: ``sigma_c(W_U^0)``.
-        mu, rows, readout: the step size, the number of output rows, ``"per token"`` or ``"pooled"``.
-        hypotheses: the :class:`~convres.checks.Hypothesis` records (see :func:`ffn_theorem_run`).
-        history: the run's :class:`~convres.gd.History`.
-        contraction: ``Phi_{t+1} <= (1 - mu alpha') Phi_t`` checked at every step;
-        pl_margin, descent_margin: at its checked steps,
-            ``||grad_{W_2} Phi_t||^2 / (2 Phi_t) - alpha'`` and
-            ``(Phi_t - mu/2 ||g_t||^2 - Phi_{t+1}) / Phi_t``.
-        recorded_steps, sigma_M, sigma_U: the singular values at the recorded steps.
-        lemma_margin: at the recorded steps, ``||grad_{W_2} Phi||^2 / (2 Phi) - sigma_M^2 sigma_U^2``
-            (the PL lemma itself: never negative up to round-off).
-        observed: recorded steps ``t < T`` where every hypothesis of part (a) was measured to hold.
-        dtype: the dtype of the run; params_final: the last iterate.
-    """
+    """Gradient descent checked against ``thm-ffn`` (observed; :func:`convres.certify.ffn_certificate`
+    bounds it before the run): ``alpha_ffn = (sigma_M0 sigma_U0 / 4)^2`` from the last block's
+    activations ``M~`` and ``W_U``; the :class:`~convres.checks.Hypothesis` records; the per-step
+    ``contraction``, ``pl_margin`` and ``descent_margin``; at the recorded steps ``sigma_M``,
+    ``sigma_U`` and ``lemma_margin`` (the PL lemma, never negative up to round-off); ``observed``:
+    recorded steps where every hypothesis of part (a) was measured to hold."""
 
     alpha_ffn: float
     sigma_M0: float
@@ -377,7 +320,7 @@ class FFNTheoremRun:
         evaluated held; the step-size hypothesis ``mu <= 1/L_B`` is only compared with an
         *estimate* (it can be refuted, not established), so the run is *observed*."""
         h = self.history
-        return _finite_fields({
+        return finite_fields({
             "theorem": "thm-ffn", "claim": "observed", "readout": self.readout, "rows": self.rows,
             "alpha_ffn": self.alpha_ffn, "sigma_M0": self.sigma_M0, "sigma_U0": self.sigma_U0,
             "mu": self.mu, "mu_alpha": self.mu * self.alpha_ffn,
@@ -395,29 +338,13 @@ class FFNTheoremRun:
 
 def ffn_theorem_run(params, X, Y, cfg, *, mu: float, steps: int, record_every: int = 1,
                     seed: int = 0, smoothness_iters: int = 10) -> FFNTheoremRun:
-    """Run gradient descent and check the FFN theorem (book: *The theorem through the FFN*) along it.
-
-    The theorem goes through the last block's ``W_2`` (any depth, per-token or pooled readout):
-    with ``M~`` the last block's activations (per token) or their mean per sequence (pooled), the
-    PL lemma ``||grad_{W_2} Phi||_F^2 >= 2 sigma_rows(M~)^2 sigma_c(W_U)^2 Phi`` gives
-    ``Phi_{t+1} <= (1 - mu alpha') Phi_t`` with ``alpha' = (sigma_M0 sigma_U0 / 4)^2`` while both
-    singular values stay above half their initial values and the descent inequality holds.
-
-    Checked at **every** step (from the gradient the step computes anyway): the per-step bound,
-    the PL inequality with ``alpha'`` and the descent inequality; at the **recorded** steps only
-    (every ``record_every`` steps and the last): ``sigma_rows(M~_t)`` and ``sigma_c(W_U)``. Nothing
-    is certified before the run: ``mu <= 1/L_B`` is compared with an *estimate* ``L_hat_0`` of the
-    Hessian norm at ``theta_0`` (a lower bound of ``L_B``: a failure certifies ``mu > 1/L_B``, a
-    success establishes nothing). The run may be float32; the tolerance is
-    :func:`convres.checks.tolerance` of its dtype.
-
-    Hypotheses: ``width`` (``m >= rows``), ``output_dim`` (``c <= d``), ``smooth_activation``,
-    ``full_rank_activations`` (``sigma_M0 / ||M~_0||_2 > 1e-10``), ``full_rank_readout``,
-    ``non_vacuous_rate`` (``mu alpha' T >= ln(1/0.9)``), ``step_size`` (``mu L_hat_0 <= 1``,
-    estimated), and, observed along the run, ``sigma_M_along_run``, ``sigma_U_along_run`` (the
-    smallest ratio to the initial value over the recorded steps, threshold 1/2) and
-    ``descent_along_run``.
-    """
+    """Gradient descent checked against ``thm-ffn`` (any depth, per token or pooled): at every step
+    the per-step bound, the PL inequality with ``alpha'`` and the descent inequality; at the recorded
+    steps ``sigma_rows(M~_t)`` and ``sigma_c(W_U)``. Observed, not certified: ``mu <= 1/L_B`` is
+    compared with an estimate ``L_hat_0 <= L_B`` (a failure refutes it, a success establishes
+    nothing). Hypotheses: ``width``, ``output_dim``, ``smooth_activation``, ``full_rank_activations``,
+    ``full_rank_readout``, ``non_vacuous_rate``, ``step_size`` (estimated) and, along the run,
+    ``sigma_M_along_run``, ``sigma_U_along_run``, ``descent_along_run``."""
     check_inputs(params, X, Y, cfg)
     mu = as_real("mu", mu, minimum=0.0, above=True)
     steps = as_int("steps", steps, minimum=1)
@@ -550,19 +477,11 @@ def _one_block_descent(params, X, Y, cfg, block: str, mu: float, steps: int) -> 
 
 
 def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U") -> dict:
-    """How lazy a run is (book: what the certified regimes are; Chizat, Oyallon & Bach 2019), all
-    *observed*, for gradient descent with step ``mu`` for ``steps`` steps:
-
-    * ``tangent_kernel``: :func:`tangent_kernel_blocks` at ``theta_0``;
-    * ``displacement``, ``displacement_share``: ``||W_b,T - W_b,0||_F`` per weight (full names,
-      ``"layer1.W_Q"``, ...) and its share of ``||theta_T - theta_0||^2``;
-    * ``H0_minus_X``: ``||H_0 - X||_2 / ||X||_2``; ``max_S_minus_uniform``: ``max |S_ij - 1/n|`` at
-      ``theta_0``; ``sigma_Nn_H0``, ``sigma_Nn_X`` (when ``N n <= d``);
-    * ``loss``, ``loss_one_block``: full gradient descent and gradient descent on ``block`` alone
-      (``"W_U"``, or e.g. ``"layer1.W_2"``) with the same step; ``one_block_gap``: their relative
-      difference ``|Phi^b_t - Phi_t| / Phi_t`` at ``t = 1, 10, 30, T``;
-    * ``linearization_error``: ``||F_T - F_0 - J_0 (theta_T - theta_0)|| / ||F_T - F_0||``.
-    """
+    """How lazy a run is (observed; Chizat, Oyallon & Bach 2019): ``tangent_kernel``
+    (:func:`tangent_kernel_blocks`), ``displacement`` and ``displacement_share`` per weight,
+    ``H0_minus_X``, ``max_S_minus_uniform``, ``sigma_Nn_H0``, ``sigma_Nn_X``, the losses of full
+    gradient descent and of gradient descent on ``block`` alone (``one_block_gap``: their relative
+    difference at ``t = 1, 10, 30, T``) and the ``linearization_error`` of ``F`` at ``T``."""
     check_inputs(params, X, Y, cfg)
     mu = as_real("mu", mu, minimum=0.0, above=True)
     steps = as_int("steps", steps, minimum=1)
@@ -600,3 +519,59 @@ def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U")
                linearization_error=float((FT - F0 - JD).norm()) / moved if moved > 0 else None,
                mu=mu, steps=hist.steps)
     return out
+
+
+# --- how tight the bounds are ---------------------------------------------------------------------------
+
+def _ascend_delta_H(theta0, X, cfg, r, start, steps) -> float:
+    """The largest ``||H(theta) - H_0||_2`` that projected gradient ascent finds on ``B_r``
+    (``steps`` steps from ``start``): a lower estimate of what ``delta_H(r)`` bounds."""
+    with torch.no_grad():
+        H0 = stacked(forward_trace(theta0, X, cfg).H[0])
+
+    def value(p):
+        return torch.linalg.matrix_norm(stacked(forward_trace(p, X, cfg).H[0]) - H0, 2)
+
+    p, best = start, 0.0
+    for _ in range(steps + 1):
+        leaves = {k: v.detach().requires_grad_(True) for k, v in p.items()}
+        with torch.enable_grad():
+            val = value(leaves)
+            grads = torch.autograd.grad(val, list(leaves.values()), allow_unused=True,
+                                        materialize_grads=True)
+        best = max(best, float(val.detach()))
+        gnorm = math.sqrt(sum(float(g.pow(2).sum()) for g in grads)) or 1.0
+        step = {k: leaves[k].detach() + 0.5 * r * g / gnorm - theta0[k] for k, g in zip(leaves, grads)}
+        norm = math.sqrt(sum(float(t.pow(2).sum()) for t in step.values()))
+        p = {k: theta0[k] + step[k] * min(1.0, r / norm) for k in theta0}
+    return best
+
+
+def sampled_estimates(params, X, Y, cfg, cert: Certificate, *, samples: int = 1, iters: int = 8,
+                      ascent_steps: int = 10, seed: int = 0) -> dict:
+    """Lower estimates of what the certified bounds bound (the tightness table of *Certified
+    constants*): ``L_hat`` (power iteration at ``theta_0`` and at ``samples`` points of the ball;
+    ``L_lower = ||H_0||^2 <= L_B``), ``J_0`` (exact) and ``J_hat``, ``delta_H_hat`` (projected ascent on
+    ``B_{r_sigma_lower}``) against ``delta_H_bound``, and ``r_sigma_upper`` (lemma thm-lem-rsigma)."""
+    check_certifiable(params, X, Y, cfg)
+    gen = torch.Generator().manual_seed(seed)
+    theta0 = {k: v.detach() for k, v in params.items()}
+
+    def point(r):
+        u = {k: torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in theta0.items()}
+        norm = math.sqrt(sum(float(t.pow(2).sum()) for t in u.values()))
+        return {k: theta0[k] + r * u[k] / norm for k in theta0}
+
+    def jac_norm(p):
+        G = torch.stack([torch.cat(row) for row in _jacobian_rows(p, X, cfg)[1]])
+        return math.sqrt(max(float(torch.linalg.eigvalsh(G @ G.T)[-1]), 0.0))
+
+    pts = [point(cert.radius) for _ in range(samples)]
+    L_hat = max(hessian_norm(p, X, Y, cfg, iters=iters, seed=seed) for p in [theta0] + pts)
+    J_0 = jac_norm(theta0)
+    J_hat = max([J_0] + [jac_norm(p) for p in pts])
+    dH = _ascend_delta_H(theta0, X, cfg, cert.r_sigma_lower, point(cert.r_sigma_lower), ascent_steps)
+    c = centre(params, X, Y, cfg)
+    return {"L_hat": L_hat, "L_lower": c.h0 ** 2, "J_0": J_0, "J_hat": J_hat, "delta_H_hat": dH,
+            "delta_H_bound": chain(c, cert.r_sigma_lower).delta_H,
+            "r_sigma_upper": r_sigma_upper(params, X, cfg)}

@@ -1,25 +1,14 @@
 """The width theorem: a width ``d_min(N, n, delta)`` above which the certificate holds with
 probability at least ``1 - delta`` over the data and the initialization.
 
-Book chapter *A width theorem* (``book/width.md``), theorem ``wd-thm-width``. The random instance
-is :func:`convres.instances.certified_instance` (definition ``wd-def-instance``): ``X`` with
-i.i.d. ``N(0, 1)`` entries, targets of the regime, weights of :func:`convres.model.init_params`
-with branch scale ``gamma`` on ``W_V, W_2`` and readout scale ``omega`` on ``W_U``, attention scale
-``1/d_QK`` with ``d_QK = d``, FFN width ``m = round(f d)``, gelu or tanh, residual ``beta``.
-
-* :func:`worst_case` bounds every input of :class:`convres.certify.Centre` that the certificate
-  uses by a closed-form value that holds with probability at least ``1 - delta`` (one Gaussian
-  event per line of the table of the chapter, a union bound with a split of ``delta`` fixed in
-  advance; lemma ``wd-lem-below``).
-* Every output of :func:`convres.certify.chain` is non-decreasing in those inputs (lemma
-  ``wd-lem-monotone``), so the certificate ratio at the worst case dominates the ratio of every
-  instance on the event (lemma ``wd-lem-compare``); the worst-case ratio is non-increasing in ``d``.
-* :func:`width_condition` returns the smallest width at which the worst-case ratio (with a margin
-  for the bisection) is below 1: for every ``d >= d_min``, with probability ``>= 1 - delta``,
-  :func:`convres.certify.certificate` returns ``certified=True``.
-
-Nothing here is a measurement: every number is a bound (computed in float64 like the certificate
-itself).
+Book chapter *A width theorem* (``book/width.md``): theorem ``wd-thm-width`` on the random instance
+:func:`convres.instances.certified_instance`, and corollary ``wd-cor-fixed`` for fixed data
+zero-padded to width ``d`` (:class:`FixedData`). :func:`worst_case` bounds every input of the
+certificate's :class:`convres.certify.Centre` by a closed form that holds on an event of probability
+``>= 1 - delta`` (lemma ``wd-lem-below``); the chain is monotone in them (``wd-lem-monotone``), so
+the ratio at the worst case dominates every instance's on the event; :func:`width_condition` finds
+the smallest width where it is below 1. Every number here is a bound, in float64. The measured
+side: :func:`width_sweep` and :func:`crossing`.
 """
 
 from __future__ import annotations
@@ -29,15 +18,27 @@ import math
 import time
 
 import numpy as np
+import torch
 
-from .certify import BALL_MARGIN, Centre, r_sigma_lower, smoothness_upper
-from .instances import CERTIFIED_REGIME, TARGETS
+from .certify import (
+    BALL_MARGIN,
+    Centre,
+    centre,
+    certificate_of,
+    check_certifiable,
+    r_sigma_lower,
+    smoothness_upper,
+    weight_norms,
+)
+from .checks import finite_fields
+from .instances import CERTIFIED_REGIME, TARGETS, certified_instance, regression_data
 from .model import ACTIVATIONS
 from .values import as_int, as_real
 
 __all__ = ["EVENT_GROUPS", "DELTA_SPLIT", "BISECTION_MARGIN", "events", "gelu_second_moment",
-           "WorstCase", "worst_case", "worst_ratio", "WidthCondition", "width_condition",
-           "quadratic_lower_bound"]
+           "FixedData", "fixed_data", "orthonormal_data", "padded", "WorstCase", "worst_case",
+           "worst_ratio", "WidthCondition", "width_condition", "quadratic_lower_bound", "width_sweep",
+           "crossing"]
 
 #: The groups of events of the union bound: the input ``X``, the query and key weights, the value
 #: weight, the FFN, the readout, and (Gaussian targets only) the targets.
@@ -70,15 +71,17 @@ def _check_regime(regime: dict) -> dict:
     return r
 
 
-def events(N: int, n: int, targets: str = "sign", activation: str = "gelu") -> dict[str, list[str]]:
-    """The events of theorem wd-thm-width, by group (definitions in the chapter's table)."""
-    return {"X": ["X+", "X-", "XF", "Pi"] + ([f"X{i}" for i in range(N)] if N > 1 else []),
+def events(N: int, n: int, targets: str = "sign", activation: str = "gelu",
+           fixed: bool = False) -> dict[str, list[str]]:
+    """The events of theorem wd-thm-width, by group (definitions in the chapter's table); with
+    ``fixed`` data (corollary wd-cor-fixed) the input and target groups are empty."""
+    return {"X": [] if fixed else ["X+", "X-", "XF", "Pi"] + ([f"X{i}" for i in range(N)] if N > 1 else []),
             "QK": [f"Q{i}" for i in range(N)] + [f"K{i}" for i in range(N)]
             + ([f"l{i}" for i in range(N)] if n > 1 else []),
             "V": [f"V{i}" for i in range(N)] + ["A", "AP"],
             "FFN": ["W1", "P", "MF"] + (["EF"] if activation == "gelu" else []) + ["W2", "MW", "MWP"],
             "U": ["U", "Unorm"],
-            "Y": ["Y"] if targets == "gaussian" else []}
+            "Y": ["Y"] if targets == "gaussian" and not fixed else []}
 
 
 def _fluctuations(ev: dict[str, list[str]], delta: float) -> dict[str, float]:
@@ -103,22 +106,53 @@ def gelu_second_moment(sigma: float) -> tuple[float, float]:
 
 
 @dataclasses.dataclass(frozen=True)
-class WorstCase:
-    """The worst-case centre of definition wd-def-worst at width ``d``: on an event of probability
-    at least ``1 - delta``, every norm of the instance's :class:`~convres.certify.Centre` is at most
-    the value here, ``sigma_0`` at least ``sigma_0`` here and ``R0`` at most ``R0`` here.
+class FixedData:
+    """Fixed data (corollary wd-cor-fixed), zero-padded to any width ``d >= d0``: ``N, n``, ``d0``
+    and the exact norms ``x = ||X||_2``, ``sigma_X = sigma_Nn(X)``, ``x_i = max_i ||X_i||_2``,
+    ``X_F = ||X||_F``, ``ux = ||[1 xbar_1^T; ...]||_2`` (the uniform-attention rows) and ``y =
+    ||Y||_F``. Padding changes none of them."""
 
-    Attributes: the sizes ``N, n, d, m`` (``m = round(f d)``; the bounds use ``m_lo = f d - 1/2 <= m
-    <= m_hi = f d + 1/2``), ``delta``, ``K`` (the number of events), ``t`` (the fluctuation of each
-    group), the attention scale ``s``, and the bounds: ``x`` (``||X||_2``), ``sigma_X``
-    (``sigma_Nn(X)``, from below), ``x_i``, ``X_F`` (``||X||_F``), ``q_i = k_i`` (``||X_i W_Q||_2``),
-    ``v_i``, ``logits`` (``||l_i||_F``), ``eps_S`` (``||S_i - 1 1^T / n||_F``), ``sx``, ``A``
-    (``||S X W_V||_2``), ``A_P`` (its part on the row space of ``X``), ``z0``, ``Z_F``, ``sigma_Z``
-    (from below), ``w1``, ``P`` (``||Z_0 W_1||_2``), ``M_F`` (``||M_0||_F``), ``E_F``
-    (``||M_0 - Z_0 W_1 / 2||_F``, gelu), ``a0``, ``w2``, ``MW`` (``||M_0 W_2||_2``), ``MW_P``,
-    ``sigma_0`` (from below), ``h0``, ``y`` (``||Y||_F``), ``R0``, ``u``; the constants ``beta``,
-    ``lip``, ``lip2``.
-    """
+    N: int
+    n: int
+    d0: int
+    x: float
+    sigma_X: float
+    x_i: float
+    X_F: float
+    ux: float
+    y: float
+
+
+def fixed_data(X: torch.Tensor, Y: torch.Tensor) -> FixedData:
+    """The :class:`FixedData` of ``X`` (``(N, n, d0)``, ``N n <= d0``) and targets ``Y``."""
+    N, n, d0 = X.shape
+    Xs, U = X.double().reshape(N * n, d0), X.double().mean(1, keepdim=True).expand(N, n, d0)
+    sv = torch.linalg.svdvals(Xs)
+    return FixedData(N=N, n=n, d0=d0, x=float(sv[0]), sigma_X=float(sv[N * n - 1]) if N * n <= d0 else 0.0,
+                     x_i=float(torch.linalg.matrix_norm(X.double(), 2).max()), X_F=float(Xs.norm()),
+                     ux=float(torch.linalg.matrix_norm(U.reshape(N * n, d0), 2)), y=float(Y.double().norm()))
+
+
+def orthonormal_data(N: int, n: int, y: float, seed: int = 0):
+    """``(X, Y)``: ``N n`` orthonormal tokens in dimension ``d0 = N n`` (the rows of a random
+    orthogonal matrix, in ``N`` sequences of ``n``) and sign targets scaled to ``||Y||_F = y``."""
+    gen = torch.Generator().manual_seed(seed)
+    Q = torch.linalg.qr(torch.randn(N * n, N * n, generator=gen, dtype=torch.float64))[0]
+    Y = torch.where(torch.randn(N, n, 1, generator=gen, dtype=torch.float64) >= 0, 1.0, -1.0).double()
+    return Q.reshape(N, n, N * n), Y * y / math.sqrt(N * n)
+
+
+def padded(X: torch.Tensor, d: int) -> torch.Tensor:
+    """``X`` (``(N, n, d0)``) zero-padded to width ``d``: the same data in a wider model."""
+    return torch.nn.functional.pad(X, (0, d - X.shape[-1]))
+
+
+@dataclasses.dataclass(frozen=True)
+class WorstCase:
+    """The worst-case centre of definition wd-def-worst at width ``d`` (the chapter's table, line by
+    line, under the same names): on the event, every norm of the instance's centre is at most its
+    value here, ``sigma_X``, ``sigma_Z`` and ``sigma_0`` at least theirs. Also the sizes (``m =
+    round(f d)``), ``delta``, ``K`` events and the fluctuation ``t`` of each group."""
 
     N: int
     n: int
@@ -172,20 +206,25 @@ class WorstCase:
         return dataclasses.asdict(self)
 
 
-def worst_case(N: int, n: int, d: int, delta: float = 0.05, **regime) -> WorstCase:
+def worst_case(N: int, n: int, d: int, delta: float = 0.05, data: FixedData | None = None,
+               **regime) -> WorstCase:
     """Definition wd-def-worst: the worst-case centre at width ``d`` (``regime``: the settings of
     :data:`convres.instances.CERTIFIED_REGIME` that differ from the book's). Each line is the bound
     of one event of the chapter's table, or a deterministic consequence of earlier lines (lemma
-    wd-lem-below)."""
+    wd-lem-below). With fixed ``data`` (corollary wd-cor-fixed) the input lines are its exact norms
+    and the probability is over ``theta_0`` alone."""
     N, n, d = as_int("N", N, minimum=1), as_int("n", n, minimum=1), as_int("d", d, minimum=1)
     delta = as_real("delta", delta, minimum=0.0, above=True, maximum=1.0)
     if delta >= 1:
         raise ValueError(f"delta must be below 1, got {delta}.")
     r = _check_regime(regime)
     g, om, b, f = r["branch_scale"], r["readout_scale"], r["beta"], r["ffn_ratio"]
-    ev = events(N, n, r["targets"], r["activation"])
+    if data is not None and (data.N, data.n) != (N, n) or data is not None and d < data.d0:
+        raise ValueError(f"the fixed data have N, n, d0 = {data.N}, {data.n}, {data.d0}; got N={N}, "
+                         f"n={n}, d={d} (d must be at least d0).")
+    ev = events(N, n, r["targets"], r["activation"], fixed=data is not None)
     t = _fluctuations(ev, delta)
-    tX, tQ, tV, tF, tU = t["X"], t["QK"], t["V"], t["FFN"], t["U"]
+    tX, tQ, tV, tF, tU = t.get("X", 0.0), t["QK"], t["V"], t["FFN"], t["U"]
     act = ACTIVATIONS[r["activation"]]
     Nn, rd, rn, rN = N * n, math.sqrt(d), math.sqrt(n), math.sqrt(N)
     m = max(1, round(f * d))
@@ -197,6 +236,9 @@ def worst_case(N: int, n: int, d: int, delta: float = 0.05, **regime) -> WorstCa
     x_i = min(x, rd + rn + tX)                            # E_Xi
     uX = tX * tX / 2
     X_F = math.sqrt(Nn * d + 2 * math.sqrt(Nn * d * uX) + 2 * uX)    # E_XF (Laurent-Massart)
+    ux = rd + rN + tX                                     # E_Pi
+    if data is not None:                                  # fixed data: exact norms
+        x, sigma_X, x_i, X_F, ux = data.x, data.sigma_X, data.x_i, data.X_F, data.ux
     # the products X_i W (rank <= n), the logits and the attention
     q_i = x_i * (rn + rd + tQ) / rd                       # E_Qi, E_Ki (d_QK = d)
     v_i = g * x_i * (rn + rd + tV) / rd                   # E_Vi
@@ -205,7 +247,7 @@ def worst_case(N: int, n: int, d: int, delta: float = 0.05, **regime) -> WorstCa
     # ||S_i - 1 1^T / n||_F <= min(1/2, exp(sqrt 2 ||l_i||_F) / n) ||l_i||_F (written without overflow)
     grows = math.sqrt(2) * logits > math.log(n / 2) if n > 1 else False
     eps_S = 0.0 if n == 1 else (0.5 if grows else math.exp(math.sqrt(2) * logits) / n) * logits
-    sx = min(rn * x, rd + rN + tX + rN * eps_S * x_i)     # E_Pi and lemma wd-lem-det (a)
+    sx = min(rn * x, ux + rN * eps_S * x_i)               # E_Pi and lemma wd-lem-det (a)
     A = g * sx * (math.sqrt(kX) + rd + tV) / rd           # E_A
     A_P = g * sx * (math.sqrt(kX) + math.sqrt(Nn) + tV) / rd    # E_AP
     z0, Z_F = b * x + A, b * X_F + math.sqrt(kX) * A
@@ -228,7 +270,9 @@ def worst_case(N: int, n: int, d: int, delta: float = 0.05, **regime) -> WorstCa
     MW_P = g * a0 * (math.sqrt(kM) + math.sqrt(Nn) + tF) / math.sqrt(m_lo)   # E_MWP
     sigma_0, h0 = b * sigma_Z - MW_P, b * z0 + MW
     # the readout
-    if r["targets"] == "sign":
+    if data is not None:
+        y = data.y
+    elif r["targets"] == "sign":
         y = math.sqrt(Nn)
     else:
         uY = t["Y"] ** 2 / 2
@@ -242,13 +286,14 @@ def worst_case(N: int, n: int, d: int, delta: float = 0.05, **regime) -> WorstCa
                      lip=act.lip, lip2=act.lip2)
 
 
-def worst_ratio(N: int, n: int, d: int, delta: float = 0.05, **regime) -> tuple[float, dict]:
+def worst_ratio(N: int, n: int, d: int, delta: float = 0.05, data: FixedData | None = None,
+                **regime) -> tuple[float, dict]:
     """``R(d) = rho(c_bar) / ((1 - eta) r_sigma^lo(c_bar))`` at the worst-case centre ``c_bar``
     (``inf`` when its ``sigma_0`` is not positive), with ``eta = max(2^-30, 2^-30 / r_sigma^lo)``;
     and the worst-case numbers: ``rho``, ``r_sigma_lower``, ``sigma_0``, ``R0``, ``L_upper`` (on the
     ball of radius ``1.01 rho``) and ``mu_alpha = sigma_0^2 / (4 L_upper)``, the certified rate's
     lower bound of part (iii)."""
-    wc = worst_case(N, n, d, delta, **regime)
+    wc = worst_case(N, n, d, delta, data, **regime)
     out = {"d": d, "rho": math.inf, "r_sigma_lower": 0.0, "sigma_0": wc.sigma_0, "R0": wc.R0,
            "L_upper": math.inf, "mu_alpha": 0.0}
     if not wc.sigma_0 > 0:
@@ -263,18 +308,10 @@ def worst_ratio(N: int, n: int, d: int, delta: float = 0.05, **regime) -> tuple[
 
 @dataclasses.dataclass(frozen=True)
 class WidthCondition:
-    """Theorem wd-thm-width for one ``(N, n, delta)`` and regime.
-
-    Attributes:
-        d_min: the smallest width ``d >= d_lo`` with ``R(d) < 1`` (``None`` if none up to ``d_max``);
-            for every ``d >= d_min`` the instance is certified with probability ``>= 1 - delta``.
-        d_lo: the smallest width the theorem allows (``d >= N n + 1`` and ``f d >= 3/2``).
-        N, n, delta, regime: the question; m: the FFN width at ``d_min``.
-        ratio: ``R(d_min) < 1``; ratio_below: ``R(d_min - 1) >= 1`` (``None`` at ``d_lo``).
-        rho, r_sigma_lower, sigma_0, R0: the worst-case numbers at ``d_min``.
-        mu_alpha: the lower bound of the certified rate at ``d_min`` (part (iii)).
-        K: the number of events; t: the fluctuation of each group; seconds: the time it took.
-    """
+    """Theorem wd-thm-width for one ``(N, n, delta)`` and regime: ``d_min``, the smallest ``d >= d_lo``
+    with ``R(d) < 1`` (``None`` if ``ratio_limit = R(d_max) >= 1``); ``ratio`` and ``ratio_below`` at
+    ``d_min`` and ``d_min - 1``; the worst-case ``rho``, ``r_sigma_lower``, ``sigma_0``, ``R0`` and the
+    certified rate's lower bound ``mu_alpha`` at ``d_min``; ``K`` events, fluctuations ``t``."""
 
     N: int
     n: int
@@ -293,46 +330,49 @@ class WidthCondition:
     K: int
     t: dict
     seconds: float
+    ratio_limit: float | None = None
 
     def to_dict(self) -> dict:
         """JSON-ready (what ``python -m convres theorem --width-condition --json`` prints)."""
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                for k, v in {**dataclasses.asdict(self), "Nn": self.N * self.n}.items()}
+        return finite_fields({**dataclasses.asdict(self), "Nn": self.N * self.n})
 
 
-def width_condition(N: int, n: int, delta: float = 0.05, *, d_max: int = 2 ** 40, **regime) -> WidthCondition:
-    """Theorem wd-thm-width: ``d_min(N, n, delta)``, found by doubling and integer bisection on
-    :func:`worst_ratio` (``R(d_min) < 1 <= R(d_min - 1)`` is checked on the result)."""
+def width_condition(N: int, n: int, delta: float = 0.05, *, d_max: int = 2 ** 40,
+                    data: FixedData | None = None, **regime) -> WidthCondition:
+    """Theorem wd-thm-width (corollary wd-cor-fixed with fixed ``data``): ``d_min(N, n, delta)``,
+    found by doubling and integer bisection on :func:`worst_ratio` (``R(d_min) < 1 <= R(d_min - 1)``
+    is checked on the result); ``d_min = None`` when ``R(d_max) >= 1``."""
     t0 = time.perf_counter()
     N, n = as_int("N", N, minimum=1), as_int("n", n, minimum=1)
     d_max = as_int("d_max", d_max, minimum=2)
     r = _check_regime(regime)
-    d_lo = max(N * n + 1, math.ceil(1.5 / r["ffn_ratio"]))
+    d_lo = max(N * n + 1, math.ceil(1.5 / r["ffn_ratio"]), data.d0 if data is not None else 1)
 
     def R(d: int) -> float:
-        return worst_ratio(N, n, d, delta, **regime)[0]
+        return worst_ratio(N, n, d, delta, data, **regime)[0]
 
-    ev = events(N, n, r["targets"], r["activation"])
+    ev = events(N, n, r["targets"], r["activation"], fixed=data is not None)
     K, t = sum(len(v) for v in ev.values()), _fluctuations(ev, as_real("delta", delta, minimum=0.0,
                                                                         above=True, maximum=1.0))
+    limit = R(d_max)                                       # R is non-increasing in d (part (i))
+    if limit >= 1:
+        return WidthCondition(N, n, delta, dict(regime), None, d_lo, None, None, None, None, None, None,
+                              None, None, K, t, time.perf_counter() - t0, limit)
     lo, hi = d_lo, d_lo
     if R(hi) >= 1:
-        while R(hi) >= 1:                                 # R is non-increasing in d (part (i))
+        while R(hi) >= 1:
             lo, hi = hi, 2 * hi
-            if hi > d_max:
-                return WidthCondition(N, n, delta, dict(regime), None, d_lo, None, None, None, None, None,
-                                      None, None, None, K, t, time.perf_counter() - t0)
         while hi - lo > 1:                                # R(lo) >= 1 > R(hi)
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if R(mid) < 1 else (mid, hi)
-    ratio, w = worst_ratio(N, n, hi, delta, **regime)
+    ratio, w = worst_ratio(N, n, hi, delta, data, **regime)
     below = R(hi - 1) if hi > d_lo else None
     if not ratio < 1 or (below is not None and below < 1):
         raise ArithmeticError(f"the worst-case ratio is not monotone near d = {hi} (R(d) = {ratio}, "
                               f"R(d - 1) = {below}); this contradicts part (i) of wd-thm-width.")
     return WidthCondition(N, n, delta, dict(regime), hi, d_lo, max(1, round(r["ffn_ratio"] * hi)), ratio,
                           below, w["rho"], w["r_sigma_lower"], w["sigma_0"], w["R0"], w["mu_alpha"], K, t,
-                          time.perf_counter() - t0)
+                          time.perf_counter() - t0, limit)
 
 
 def quadratic_lower_bound(N: int, n: int, beta: float = 1.0, ffn_ratio: float = 0.25) -> float:
@@ -340,3 +380,42 @@ def quadratic_lower_bound(N: int, n: int, beta: float = 1.0, ffn_ratio: float = 
     asymptotically at least equal (gelu; ``f`` the FFN ratio): the threshold grows at least like
     ``(N n)^2``."""
     return 64 * ffn_ratio * gelu_second_moment(beta)[1] * beta ** -6 * (N * n) ** 2
+
+
+# --- the measured side: the certificate against the width ------------------------------------------
+
+def width_sweep(widths, shapes, seeds, **regime) -> list[dict]:
+    """The certificate ratio against the width: one row (``d, N, n, Nn, seed, ratio, rho,
+    r_sigma_lower, sigma_0, initial_loss, L_upper, mu_alpha, certified``) per width, shape and seed
+    of :func:`convres.instances.certified_instance` (weights drawn once per width and seed)."""
+    r = {**CERTIFIED_REGIME, **regime}
+    rows = []
+    for d in widths:
+        for seed in seeds:
+            params, _, _, cfg = certified_instance(seed, N=1, n=1, d=d, **regime)
+            norms = weight_norms({k: v.detach().to(torch.float64) for k, v in params.items()})
+            for N, n in shapes:
+                X, Y = regression_data(cfg, N, n, seed, targets=r["targets"])
+                check_certifiable(params, X, Y, cfg)
+                cert = certificate_of(centre(params, X, Y, cfg, norms))
+                rows.append(dict(d=int(d), N=int(N), n=int(n), Nn=int(N * n), seed=int(seed),
+                                 ratio=cert.ratio, rho=cert.rho, r_sigma_lower=cert.r_sigma_lower,
+                                 sigma_0=cert.sigma_0, initial_loss=cert.initial_loss,
+                                 L_upper=cert.L_upper, mu_alpha=cert.mu_alpha,
+                                 certified=cert.certified))
+    return rows
+
+
+def crossing(widths, ratios) -> float:
+    """``d*``: the width at which ``ratios`` (one per width, increasing widths) first falls below 1,
+    interpolated linearly in ``log d`` and ``log ratio`` between the bracketing widths; ``inf`` if
+    it never does, the first width if it starts below 1."""
+    w, q = np.asarray(widths, dtype=float), np.asarray(ratios, dtype=float)
+    below = np.nonzero(q < 1)[0]
+    if not len(below):
+        return math.inf
+    k = int(below[0])
+    if k == 0:
+        return float(w[0])
+    x0, x1, y0, y1 = np.log(w[k - 1]), np.log(w[k]), np.log(q[k - 1]), np.log(q[k])
+    return float(np.exp(x0 + (0 - y0) * (x1 - x0) / (y1 - y0)))

@@ -1,6 +1,9 @@
 """The benchmark script (benchmarks/gd_speed.py): its comparison models are the same model, its
-three ways give the same losses. No test here asserts a wall-clock time."""
+four ways give the same losses, its committed result is checked when read. No test here asserts
+a wall-clock time."""
 
+import json
+import math
 import runpy
 from pathlib import Path
 
@@ -13,7 +16,7 @@ from convres.model import forward
 bench = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "gd_speed.py"))
 
 
-@pytest.mark.parametrize("size", ["theorem", "sst2"])
+@pytest.mark.parametrize("size", ["theorem", "simulations"])
 def test_the_comparison_models_are_the_model_of_convres(size):
     params, X, Y, cfgs, _ = bench["sweep"](size)
     for p, cfg in zip(params, cfgs):
@@ -23,18 +26,58 @@ def test_the_comparison_models_are_the_model_of_convres(size):
         assert torch.allclose(stacked[i], forward(p, X, cfg), rtol=1e-12, atol=1e-12)
 
 
-def test_the_three_ways_give_the_same_losses():
+def test_the_four_ways_give_the_same_losses(monkeypatch):
+    """The compiled way with the ``eager`` backend: traced by ``torch.compile`` without compiling."""
+    monkeypatch.setitem(bench["way_compiled"].__globals__, "COMPILE_BACKEND", "eager")
     args = (*bench["sweep"]("theorem"), 20)
     losses = {w: f(*args) for w, f in bench["WAYS"].items()}
-    for w in ("plain", "stacked"):
+    for w in ("plain", "stacked", "compiled"):
         np.testing.assert_allclose(losses[w], losses["convres"], rtol=1e-11)
+    again = bench["WAYS"]["compiled"](*args)       # the same compiled module, its weights loaded again
+    np.testing.assert_array_equal(again, losses["compiled"])
+    diff = bench["loss_differences"](losses)
+    assert set(diff) == {"plain", "stacked", "compiled"} and all(v["curve"] < 1e-12 for v in diff.values())
 
 
 def test_a_tiny_run_reports_every_row():
     result = bench["run"]("tiny")
     assert [r["size"] for r in result["rows"]] == ["theorem", "jena"]
     for r in result["rows"]:
-        assert r["max_loss_diff"] < 1e-10 and set(r["seconds"]) == {"plain", "stacked", "convres"}
+        assert set(r["seconds"]) == {"plain", "stacked", "convres"} and set(r["speedup"]) == {"plain", "stacked"}
+        assert all(v["curve"] < 1e-10 for v in r["loss_diff"].values())
     assert "vs plain" in bench["format_report"](result)
     with pytest.raises(ValueError, match="profile"):
         bench["run"]("huge")
+
+
+def test_a_first_call_is_timed_in_a_fresh_process():
+    seconds = bench["_fresh"]("convres", "theorem", "float64", 3, 1, None, {})
+    assert 0 < seconds < 60
+
+
+def test_the_committed_result_is_the_full_profile_of_this_script():
+    result = bench["committed_result"]()
+    assert result["settings"] == json.loads(json.dumps(bench["settings"]("full")))
+    rows = {(r["size"], r["dtype"]) for r in result["rows"]}
+    assert rows == {(s, d) for s, d, *_ in bench["PROFILES"]["full"]["rows"]}
+    for r in result["rows"]:
+        assert set(r["first_call"]) == {"plain", "stacked", "compiled", "compiled, cache on disk", "convres"}
+        if r["dtype"] == "float64":
+            assert all(v["curve"] < 1e-10 for v in r["loss_diff"].values())
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda r: r["settings"]["rows"][0].__setitem__(2, 1), "other settings"),
+    (lambda r: r.__setitem__("profile", "quick"), "not a result of the full profile"),
+    (lambda r: r["rows"][0]["seconds"].__setitem__("convres", math.nan), "not finite"),
+])
+def test_a_committed_result_that_does_not_match_is_refused(tmp_path, edit, match):
+    result = json.loads(bench["RESULT"].read_text())
+    edit(result)
+    path = tmp_path / "gd_speed.json"
+    path.write_text(json.dumps(result))
+    with pytest.raises(ValueError, match=rf"{match}.*python benchmarks/gd_speed.py --profile full"):
+        bench["committed_result"](path)
+    path.write_text("{")
+    with pytest.raises(ValueError, match="cannot be read"):
+        bench["committed_result"](path)

@@ -19,14 +19,12 @@ from convres.certify import (
     BLOCKS,
     EPS_GRID,
     SOFTMAX_C2,
-    _smoothness_upper,
     centre,
     certificate,
     certificate_of,
     certified_run,
     chain,
     check_certifiable,
-    crossing,
     ffn_centre,
     ffn_certificate,
     ffn_certificate_of,
@@ -36,8 +34,8 @@ from convres.certify import (
     radius_within,
     second_order,
     sharpest_certificate_of,
+    smoothness_bounds,
     smoothness_upper,
-    width_sweep,
 )
 from convres.checks import FLOAT_TOL as ENVELOPE_TOL
 from convres.cli import main
@@ -45,6 +43,7 @@ from convres.instances import certified_instance, ffn_certified_instance
 from convres.lemmas import activation_rows, hessian_norm, r_sigma_upper
 from convres.model import forward_trace
 from convres.rank import sigma_k, sigma_nn, stacked
+from convres.width import crossing, width_sweep
 
 INSTANCES = 200
 CHUNKS = 10
@@ -120,7 +119,7 @@ def test_no_sampled_point_of_the_ball_breaks_a_bound(chunk):
         c = centre(params, X, Y, cfg)
         r = _radius(c, k, g)
         ch = chain(c, r)
-        L_up, J_up, _ = _smoothness_upper(c, r)
+        L_up, J_up, _ = smoothness_bounds(c, r)
         f = Flat(params, X, Y, cfg)
         S0, Z0, M0, H0 = f.parts(f.theta0)
         for j, block in enumerate((None, int(g.integers(6)))):
@@ -149,7 +148,7 @@ def test_hessian_power_iteration_at_random_points_stays_below_L_upper(k):
     params, X, Y, cfg, g = random_instance(k)
     c = centre(params, X, Y, cfg)
     r = float(r_sigma_lower(c))
-    L_up = _smoothness_upper(c, r)[0]
+    L_up = smoothness_bounds(c, r)[0]
     f = Flat(params, X, Y, cfg)
     for v in (f.theta0, f.point(r, g), f.point(r * 0.5, g)):
         assert hessian_norm(f.unflat(v), X, Y, cfg, iters=20, seed=k) <= L_up * (1 + 1e-9)
@@ -196,7 +195,7 @@ def test_mutant_bounds_are_caught():
         params, X, Y, cfg, g = random_instance(k)
         c = centre(params, X, Y, cfg)
         r = float(r_sigma_lower(c))
-        _, J_up, _ = _smoothness_upper(c, r)
+        _, J_up, _ = smoothness_bounds(c, r)
         f = Flat(params, X, Y, cfg)
         if not broken_L:
             hess = torch.autograd.functional.hessian(f.phi, f.point(r, g), vectorize=True)
@@ -383,7 +382,7 @@ def test_ffn_radius_and_pooled_smoothness_hold_at_sampled_points(pool):
         cert = ffn_certificate_of(f)
         r = cert.r_lower
         ch = chain(f.chain, r)
-        L_up = _smoothness_upper(f.chain, r, readout=1 / math.sqrt(3) if pool else 1.0)[0]
+        L_up = smoothness_bounds(f.chain, r, readout=1 / math.sqrt(3) if pool else 1.0)[0]
         flat = Flat(params, X, Y, cfg)
         g = np.random.default_rng(k)
         for block in (None, 2, 3, 4):

@@ -99,7 +99,7 @@ def test_a_flag_is_used_by_the_chosen_mode_or_refused_in_one_line(data, command,
 
 @pytest.mark.parametrize("args, names", [
     (("reproduce", "rank_collapse_gd", "--profile", "paper", "--piece", "0"), ("no evaluation seeds",)),
-    (("reproduce", "explorer_convergence", "--profile", "paper", "--piece", "0"), ("no evaluation seeds",)),
+    (("reproduce", "theorem_certified", "--profile", "paper", "--piece", "0"), ("no evaluation seeds",)),
     (("reproduce", "simulations", "--device", "cpu:1"), ("cpu:1",)),
     (("reproduce", "simulations", "--device", "gpu"), ("gpu",)),
     (("reproduce", "simulations", "--results", "r"), ("--results",)),

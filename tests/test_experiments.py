@@ -13,7 +13,6 @@ import torch
 
 from convres import experiments as ex
 from convres.cli import main
-from convres.data import JENA_FEATURES, DataError
 from convres.gd import History
 from convres.data import data_dir
 
@@ -113,133 +112,7 @@ def test_measured_rate_of_a_geometric_sequence():
 
 # --- simulations: tests/test_simulations.py ---------------------------------------------------------
 
-# --- Jena --------------------------------------------------------------------------------------------
-
-def test_jena_data_splits_standardizes_on_training_rows_and_looks_only_at_the_past(offline):
-    s = {**ex.settings("jena", "book"), "time_of_day": False}
-    task = ex.jena_data(s)
-    assert task.rows == 4000 and task.train_rows == 3 * 7 * 144 and task.val_rows == 4000 - task.train_rows
-    w, h, stride = s["window"], s["horizon"], s["stride"]
-    assert task.X.shape == (len(range(0, task.train_rows - w - h + 1, stride)), w, 11)
-    assert task.Y.shape == (task.X.shape[0], 1)                     # one target per window
-    assert task.X_val.shape == (task.val_rows - w - h + 1, w, 11) and task.Y_val.shape[-1] == 1
-    t = list(JENA_FEATURES).index(s["target"])
-    # the target of a window is the temperature h rows after its last row (never one of its inputs):
-    # with stride 1 it is the first row of the window that starts w + h - 1 rows later
-    raw = ex.jena_data({**s, "stride": 1})
-    assert torch.equal(raw.X[::stride], task.X) and torch.equal(raw.Y[::stride], task.Y)
-    for X, Y in ((raw.X, raw.Y), (raw.X_val, raw.Y_val)):
-        assert torch.equal(Y[:-(w + h - 1), 0], X[w + h - 1:, 0, t])
-    flat = raw.X[::w].reshape(-1, 11)                              # disjoint windows: the training rows
-    assert abs(float(flat.mean())) < 0.1 and abs(float(flat.std()) - 1) < 0.1
-    persistence = float(((task.X_val[:, -1, t] - task.Y_val[:, 0]) ** 2).mean())
-    assert task.persistence["val"] == pytest.approx(persistence)
-    tod = ex.jena_data(s, time_of_day=True)
-    assert torch.equal(tod.X[..., :11], task.X) and torch.equal(tod.Y, task.Y)
-    assert tod.X.shape[-1] == 13 and tod.features[-2:] == ("sin(hour)", "cos(hour)")
-    assert np.allclose(tod.X[..., 11] ** 2 + tod.X[..., 12] ** 2, 1.0)
-
-
-def test_linear_ar_chooses_its_ridge_on_the_training_split_only():
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(200, 3, 2))
-    c = rng.normal(size=6)
-    Y = X.reshape(200, -1) @ c + 0.5 + 0.01 * rng.normal(size=200)
-    Xv = rng.normal(size=(50, 3, 2))
-    Yv = Xv.reshape(50, -1) @ c + 0.5
-    inner = np.arange(200) < 150
-    ar = ex.jena.linear_ar(X, Y[:, None], Xv, Yv[:, None], inner, [0.0, 1.0, 1e3])
-    assert ar["ridge"] == 0.0 and ar["train"] < 1e-3 and ar["val"] < 1e-3 and ar["parameters"] == 7
-    # a held-out set the fit must not see: scrambling it changes the held-out MSE only
-    bad = ex.jena.linear_ar(X, Y[:, None], Xv, -Yv[:, None], inner, [0.0, 1.0, 1e3])
-    assert bad["ridge"] == ar["ridge"] and bad["train"] == ar["train"] and bad["val"] > 1
-    with pytest.raises(ValueError, match="inner split"):
-        ex.jena.linear_ar(X, Y[:, None], Xv, Yv[:, None], np.ones(200, bool), [0.0])
-
-
-def test_jena_tiny_run(offline):
-    r = ex.run_experiment("jena", "smoke")
-    d, s = r.data, r.settings
-    tuned = {t["beta"]: t for t in d["step_sizes"]}
-    assert set(tuned) == set(s["betas"]) and all(t["chosen"] in t["grid"] for t in tuned.values())
-    assert d["common_eta"] == min(t["chosen"] for t in tuned.values())
-    best = [x for x in d["runs"] if "best" in x["protocols"]]
-    common = [x for x in d["runs"] if "common" in x["protocols"]]
-    assert len(best) == len(common) == len(s["betas"]) * len(s["seeds"])
-    assert all(x["eta"] == tuned[x["beta"]]["chosen"] for x in best)
-    assert all(x["eta"] == d["common_eta"] for x in common)
-    assert all(len(x["train_mse"]) == s["steps"] + 1 and len(x["val_mse"]) == 3 for x in d["runs"]
-               if x["status"] != "diverged")
-    for x in ex.jena.timed_runs(r):                 # censored at the horizon, and marked so
-        for v in x["speed"].values():
-            assert 0 <= v["steps"] <= s["steps"] and (not v["censored"] or v["steps"] == s["steps"])
-    # the same initial weights for every beta of a seed (a paired design)
-    for sd in s["seeds"]:
-        starts = {x["train_mse"][0] for x in d["runs"] if x["seed"] == sd and x["beta"] == 0.0}
-        assert len(starts) == 1
-    k = r.summary()
-    assert k["rows"] == d["rows"] and k["n_train"] == d["N"] and k["n_val"] == d["N_val"] and k["seeds"] == 2
-    assert k["causal"] is True and set(k["baselines"]) == {"persistence", "linear_ar"}
-    assert {"persistence_val_mse", "per_beta", "step_sizes", "level"} <= set(k)
-    assert [x["arm"] for x in k["step_sizes"]] == [f"beta={b:g}" for b in s["betas"]]
-    assert k["level"] == pytest.approx(ex.jena.LEVEL_FACTOR * k["baselines"]["linear_ar"]["train_mse"])
-    rows = r.claims()
-    assert [row["claim"] for row in rows] == ["Larger beta converges faster.",
-                                              "Even a small beta converges faster than no residual."]
-    assert all({"effect", "ci", "margin", "units", "agree", "verdict"} <= set(row) for row in rows)
-    assert [row["margin"] for row in rows] == [ex.jena.TAU_MARGIN, ex.jena.SAVED_MARGIN]
-
-
-def test_bad_jena_settings_give_clear_errors():
-    for key, bad in (("window", 0), ("stride", 1.5), ("horizon", 0), ("target", "wind")):
-        s = {**ex.settings("jena"), key: bad}
-        with pytest.raises(ValueError, match=f"setting '{key}'"):
-            ex.jena_data(s)
-
-
-def test_jena_split_outside_the_window_or_too_short_is_refused(offline):
-    s = ex.settings("jena")
-    with pytest.raises(ValueError, match="'train_end'.*strictly between"):
-        ex.jena_data({**s, "train_end": "2009-02-01 00:00"})
-    with pytest.raises(DataError, match="held-out rows, but a window of 6 rows"):
-        ex.jena_data({**s, "train_end": "2009-01-28 17:00"})
-
-
-def _fake_jena(level_steps, betas, horizon=100):
-    """A Jena result whose runs reach the level (0.1) after the given steps (per beta, per seed;
-    None: never, censored at ``horizon``)."""
-    runs = []
-    for b, per_seed in zip(betas, level_steps):
-        for k, t in enumerate(per_seed):
-            t = horizon + 1 if t is None else t
-            curve = [1.0] * t + [0.05] * (horizon + 1 - t)
-            runs.append({"beta": b, "seed": k, "eta": 0.1, "protocols": ["best", "common"],
-                         "status": "max_steps", "train_mse": curve, "val_mse": [1.0, 0.5]})
-    seeds = list(range(len(level_steps[0])))
-    s = {**ex.settings("jena"), "steps": horizon, "betas": betas, "seeds": seeds}
-    return result("jena", s, {"runs": runs, "N": 1, "n": 2, "rows": 4000, "train_rows": 3024,
-                              "linear_ar": {"train": 0.1 / ex.jena.LEVEL_FACTOR}, "common_eta": 0.1})
-
-
-def test_report_criteria_jena():
-    betas = [0.0, 0.1, 1.0]
-    seeds = 10
-    fast = _fake_jena([[90] * seeds, [50] * seeds, [10] * seeds], betas)
-    rows = ex.claims({"jena": fast})
-    assert [r["verdict"] for r in rows] == ["reproduced", "reproduced"]
-    assert rows[0]["effect"] == pytest.approx(1.0) and rows[1]["effect"] == pytest.approx(40 / 90)
-    assert all("4,000 rows every 10min" in r["criterion"] and "11 of the 14 features" in r["criterion"]
-               for r in rows)
-    slow = _fake_jena([[10] * seeds, [50] * seeds, [None] * seeds], betas)
-    assert [r["verdict"] for r in ex.claims({"jena": slow})] == ["not reproduced", "not reproduced"]
-    # every run censored: no seed tells the betas apart (tau undefined counts as 0)
-    none = _fake_jena([[None] * seeds] * 3, betas)
-    rows = ex.claims({"jena": none})
-    assert [r["verdict"] for r in rows] == ["inconclusive", "inconclusive"] and all(r["reason"] for r in rows)
-    # a small beta 10% faster on every seed: agreed, but below the 20% margin -> partly
-    small = _fake_jena([[100] * seeds, [90] * seeds, [10] * seeds], betas, horizon=200)
-    assert ex.claims({"jena": small})[1]["verdict"] == "partly"
-
+# --- Jena: tests/test_jena.py ------------------------------------------------------------------------
 
 # --- SST-2 -------------------------------------------------------------------------------------------
 

@@ -296,3 +296,56 @@ def test_data_per_configuration_equals_the_runs_one_by_one():
         run_sweep(params, [X for X, _ in data], data[0][1], cfg, 0.01, 3)
     with pytest.raises(ValueError, match="one tensor per configuration"):
         run_sweep(params, [data[0][0]] * 3, [data[0][1]] * 3, cfg, 0.01, 3)
+
+
+def reference_descent(params, X, Y, cfg, mu, steps):
+    """Plain gradient descent with autograd, step after step: the losses and gradient norms."""
+    w, losses, norms = {k: v.clone() for k, v in params.items()}, [], []
+    for t in range(steps + 1):
+        leaves = {k: v.requires_grad_(True) for k, v in w.items()}
+        phi = loss(leaves, X, Y, cfg)
+        losses.append(float(phi.detach()))
+        if t == steps:
+            break
+        grads = torch.autograd.grad(phi, list(leaves.values()))
+        norms.append(float(torch.sqrt(sum(g.pow(2).sum() for g in grads))))
+        w = {k: (v - mu * g).detach() for (k, v), g in zip(leaves.items(), grads)}
+    return np.array(losses), np.array(norms), w
+
+
+@pytest.mark.parametrize("L,activation,pool", [(1, "gelu", None), (2, "relu", "mean")])
+def test_a_run_equals_plain_gradient_descent_with_autograd(L, activation, pool):
+    params, X, Y, cfgs, mus = sweep(L, activation, pool)
+    for (theta, h), p, c, m in zip(run_sweep(params, X, Y, cfgs, mus, 150), params, cfgs, mus):
+        losses, norms, w = reference_descent(p, X, Y, c, m, 150)
+        np.testing.assert_allclose(h.loss, losses, rtol=1e-12)
+        np.testing.assert_allclose(h.grad_norm, norms, rtol=1e-12)
+        assert all(torch.allclose(theta[k], w[k], rtol=1e-12, atol=1e-14) for k in w)
+
+
+def test_blocks_of_steps_give_the_same_runs_as_step_by_step():
+    """Without a callback the steps run in blocks and the stopping rules are applied when a block
+    ends; with one, step by step. Runs that stop inside a block (diverged at different steps,
+    converged, out of steps), recording at steps off the grid too, give the same histories."""
+    params, X, Y, cfgs, _ = sweep(L=2)
+    cfgs += cfgs[:2]
+    params += [init_params(cfgs[0], seed=s) for s in (5, 6)]
+    mus = [1e-3, 0.5, 1e-3, 1e4, 3e-3, 2e-3]
+    kw = dict(record_every=7, chunk=6, rtol=0.9)
+    blocks = run_sweep(params, X, Y, cfgs, mus, 90, **kw)
+    steps = run_sweep(params, X, Y, cfgs, mus, 90, callback=lambda step: None, **kw)
+    assert_same(blocks, steps, tol=1e-300)                      # the same arithmetic: equal
+    statuses = [h.status for _, h in blocks]
+    assert set(statuses) == {"diverged", "converged", "max_steps"}, statuses
+    assert any(h.record_steps[-1] % 7 for _, h in blocks)       # a record at a stop off the grid
+
+
+def test_data_per_configuration_pooled_with_runs_leaving_the_stack():
+    cfg = ModelConfig(d=6, d_qk=4, m=5, c=2, activation="tanh", pool="mean")
+    data = [synthetic_regression(3, 4, 6, 2, seed=s, pooled=True) for s in range(4)]
+    params = [init_params(cfg, seed=20 + s) for s in range(4)]
+    mus = [0.05, 50.0, 0.05, 0.02]
+    runs = run_sweep(params, [X for X, _ in data], [Y for _, Y in data], cfg, mus, 60, rtol=0.3)
+    for run, p, (X, Y), m in zip(runs, params, data, mus):
+        assert_same([run], [gradient_descent(p, X, Y, cfg, m, 60, rtol=0.3)])
+    assert len({r.history.steps for r in runs}) > 1

@@ -11,11 +11,11 @@ ROOT = Path(convres.__file__).resolve().parent
 #: Every module of the package, bottom layer first (a module may import only those before it).
 LAYERS = [
     ["_version", "values", "runtime", "show", "cache", "protocol", "stats"],  # leaves
-    ["model", "rank"],                                                 # the model, spectra
+    ["backprop", "model", "rank"],                                     # the model, spectra
     ["gd", "instances", "data.sources", "data.jena", "data.sst2", "data.embeddings", "data"],
     ["lemmas", "collapse"],                                            # the lemmas, rank collapse
     ["checks", "certify", "width"],                                    # checks, certified bounds, width
-    ["theory"],                                                        # the theorems along runs
+    ["theory", "separation"],                                          # the theorems along runs
     ["plotting"],                                                      # figures
     ["experiments.base", "experiments.simulations", "experiments.jena", "experiments.sst2",
      "experiments.rank_collapse", "experiments.theorem", "experiments",
@@ -54,9 +54,9 @@ def _imports(path: Path):
             else:
                 continue
             names = [a.name for a in node.names]
-            submodules = [n for n in names if f"{target}.{n}" in ORDER]
+            submodules = [n for n in names if f"{target}.{n}".lstrip(".") in ORDER]
             for n in submodules:
-                yield f"{target}.{n}", []
+                yield f"{target}.{n}".lstrip("."), []
             if len(submodules) < len(names):
                 yield target, [n for n in names if n not in submodules]
         elif isinstance(node, ast.Import):

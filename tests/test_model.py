@@ -3,10 +3,14 @@
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 import convres
-from convres import ModelConfig, check_inputs, forward, forward_trace, init_params, loss, synthetic_regression
-from convres.model import ACTIVATIONS, memory_estimate, param_shapes
+from convres import (ModelConfig, check_inputs, forward, forward_trace, gradient_descent, init_params, loss,
+                     synthetic_regression)
+from convres.model import ACTIVATIONS, memory_estimate, param_shapes, phi_and_grad
+from convres.runtime import CostRefused
 
 SMALL = dict(d=3, d_qk=2, m=4, c=2)
 
@@ -17,8 +21,9 @@ def small_instance(L=1, beta=1.0, activation="relu", pool=None, seed=0):
     return cfg, init_params(cfg, seed=seed + 1), X, Y
 
 
-# The model has no hand-written derivative (autograd differentiates it), so one gradient check per
-# code path is enough: two blocks and a smooth activation, and the pooled readout.
+# Autograd's derivative of the forward pass against finite differences, one check per code path
+# (two blocks and a smooth activation, and the pooled readout); the hand-written gradient
+# (phi_and_grad, convres.backprop) against autograd and finite differences below.
 @pytest.mark.parametrize("L,activation,pool", [(2, "gelu", None), (1, "relu", "mean")])
 def test_gradients_match_finite_differences(L, activation, pool):
     cfg, params, X, Y = small_instance(L, 0.5, activation, pool)
@@ -26,6 +31,56 @@ def test_gradients_match_finite_differences(L, activation, pool):
     weights = tuple(params[k].clone().requires_grad_(True) for k in names)
     assert torch.autograd.gradcheck(lambda *w: loss(dict(zip(names, w)), X, Y, cfg), weights, eps=1e-6,
                                     atol=1e-5, rtol=1e-4)
+
+
+def autograd_phi_and_grad(params, X, Y, cfg, residual=None):
+    """The reference: Phi per configuration and autograd's gradient of their sum."""
+    w = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    F = forward_trace(w, X, cfg, residual=residual).F
+    phi = 0.5 * (F - Y).pow(2).flatten(1).sum(1) if w["W_U"].dim() == 3 else 0.5 * (F - Y).pow(2).sum()
+    return phi.detach(), dict(zip(w, torch.autograd.grad(phi.sum(), list(w.values()))))
+
+
+@pytest.mark.parametrize("L,activation,pool", [(1, "relu", None), (3, "gelu", None), (2, "tanh", "mean"),
+                                               (2, "softplus", None), (1, "gelu", "mean")])
+@pytest.mark.parametrize("stack", ["none", "shared data", "data per configuration"])
+def test_the_hand_written_gradient_equals_autograd(L, activation, pool, stack):
+    cfg = ModelConfig(d=5, d_qk=3, m=7, c=2, L=L, activation=activation, pool=pool, scale="1/d_qk")
+    X, Y = synthetic_regression(3, 4, 5, 2, seed=1, pooled=pool == "mean")
+    residual = (0.7, 0.4)
+    if stack == "none":
+        params = init_params(cfg, seed=1)
+    else:
+        params = {k: torch.stack([init_params(cfg, seed=s)[k] for s in range(3)]) for k in param_shapes(cfg)}
+        residual = (torch.tensor([0.0, 0.5, 1.0], dtype=torch.float64), 0.3)
+        if stack == "data per configuration":
+            X, Y = torch.stack([X, 2 * X, -X]), torch.stack([Y, -Y, 0.5 * Y])
+    phi, grads, trace = phi_and_grad(params, X, Y, cfg, residual=residual)
+    ref_phi, ref_grads = autograd_phi_and_grad(params, X, Y, cfg, residual)
+    assert torch.allclose(phi, ref_phi, rtol=1e-14, atol=0)
+    assert list(grads) == list(params)
+    for k, g in grads.items():
+        assert g.shape == params[k].shape
+        assert float((g - ref_grads[k]).abs().max()) <= 1e-12 * float(ref_grads[k].abs().max()), k
+    for a, b in zip(trace, forward_trace(params, X, cfg, residual=residual)):
+        for u, v in zip(a if isinstance(a, list) else [a], b if isinstance(b, list) else [b]):
+            assert u.shape == v.shape and torch.allclose(u, v, rtol=1e-14, atol=1e-15)
+    assert phi_and_grad(params, X, Y, cfg, residual=residual, trace=False)[2] is None
+
+
+def test_the_hand_written_gradient_matches_finite_differences():
+    cfg = ModelConfig(d=4, d_qk=3, m=5, c=1, L=2, activation="gelu", beta=0.5)
+    X, Y = synthetic_regression(2, 3, 4, 1, seed=2)
+    params = init_params(cfg, seed=3)
+    _, grads, _ = phi_and_grad(params, X, Y, cfg)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):   # central differences along random directions: O(h^2) = 1e-12 accurate
+        v = {k: torch.randn(w.shape, generator=gen, dtype=torch.float64) for k, w in params.items()}
+        h = 1e-6
+        up, down = ({k: w + sign * h * v[k] for k, w in params.items()} for sign in (1, -1))
+        numeric = float(loss(up, X, Y, cfg) - loss(down, X, Y, cfg)) / (2 * h)
+        exact = float(sum((grads[k] * v[k]).sum() for k in params))
+        assert numeric == pytest.approx(exact, rel=1e-7, abs=1e-9)
 
 
 def stacked_instance(B=3, L=2, pool=None):
@@ -66,7 +121,7 @@ def test_attention_output_is_exposed():
     tr = forward_trace(params, X, cfg)
     S, A = convres.attention(X, params["layer1.W_Q"], params["layer1.W_K"], params["layer1.W_V"],
                              convres.model.attention_scale(cfg))
-    assert torch.equal(S, tr.S[0]) and torch.equal(A, tr.A[0])
+    assert torch.allclose(S, tr.S[0], rtol=1e-14, atol=1e-15) and torch.allclose(A, tr.A[0], rtol=1e-14, atol=1e-15)
     assert torch.allclose(tr.Z[0], A + X, rtol=0, atol=1e-15)
 
 
@@ -236,3 +291,54 @@ def test_forward_and_loss_check_their_inputs():
         forward(dict(params, W_U=params["W_U"].float()), X, cfg)
     with pytest.raises(ValueError, match="residual beta_attn"):
         forward(params, X, cfg, residual=(-1.0, 1.0))
+
+
+# --- the cost policy: checked before anything is allocated (issue 32, "cost before reading") -------
+
+BUDGET = 16 * 2**20          # the memory the property below pretends the machine has
+
+huge = st.one_of(st.integers(1, 8), st.integers(1, 10**3), st.integers(1, 10**7))
+layers = st.one_of(st.integers(1, 3), st.integers(1, 10**4))
+tokens = st.one_of(st.integers(1, 8), st.integers(500, 5000), st.integers(1, 10**7))   # attention: n^2
+
+
+@settings(derandomize=True, deadline=None, database=None, max_examples=200,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(d=huge, d_qk=huge, m=huge, c=st.integers(1, 3), L=layers, N=huge, n=tokens,
+       pool=st.sampled_from([None, "mean"]), B=st.sampled_from([None, 1, 3]))
+def test_the_cost_policy_refuses_before_allocating_whatever_the_sizes(monkeypatch, d, d_qk, m, c, L, N, n,
+                                                                      pool, B):
+    """For any sizes, ``init_params``, ``forward``, ``loss`` and ``gradient_descent`` either refuse
+    with the cost policy's error naming the sizes, before allocating (the sizes go up to 10^7
+    and L to 10^4: allocating would exhaust the machine), or run, and then the estimate bounds
+    what they kept."""
+    monkeypatch.setattr(convres.runtime, "available_memory", lambda device=None: BUDGET)
+    cfg = ModelConfig(d=d, d_qk=d_qk, m=m, c=c, L=L, pool=pool)
+    sizes = f"d={d}, d_qk={d_qk}, m={m}, c={c}, L={L}"
+    if memory_estimate(cfg, 0, 0, training=False) > BUDGET:
+        with pytest.raises(CostRefused, match=rf"the weights of a model with {sizes} needs .*smaller model"):
+            init_params(cfg)
+        return event("weights refused")
+    params = init_params(cfg)
+    assert sum(w.nbytes for w in params.values()) <= memory_estimate(cfg, 0, 0, training=False)
+    if N * n * d * L > 10**5:    # an input (or a run) too large for a unit test: the weights were checked
+        return event("weights accepted, no input")
+    stacked = {k: v.expand(B, *v.shape).contiguous() for k, v in params.items()} if B else params
+    X, Y = synthetic_regression(N, n, d, c, seed=0, pooled=pool == "mean")
+    on = rf"on X of shape \(N={N}, n={n}, d={d}\) of a model with {sizes}"
+    if memory_estimate(cfg, N, n, configs=B or 1, training=False) > BUDGET:
+        for call in (lambda: forward(stacked, X, cfg), lambda: loss(stacked, X, Y, cfg)):
+            with pytest.raises(CostRefused, match=rf"the forward pass {on}.*tokens n"):
+                call()
+        event("forward refused")
+    else:
+        trace = forward_trace(stacked, X, cfg)
+        kept = sum(t.nbytes for field in trace[:6] for t in field) + trace.F.nbytes
+        assert kept <= memory_estimate(cfg, N, n, configs=B or 1, training=False)
+        assert torch.equal(forward(stacked, X, cfg), trace.F)
+    if memory_estimate(cfg, N, n) > BUDGET:
+        with pytest.raises(CostRefused, match=rf"gradient descent {on}.*tokens n"):
+            gradient_descent(params, X, Y, cfg, 1e-3, 1)
+        event("gradient descent refused")
+    else:
+        assert gradient_descent(params, X, Y, cfg, 1e-3, 1).history.steps in (0, 1)

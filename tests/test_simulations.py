@@ -1,7 +1,9 @@
-"""Simulations: speed as steps to a threshold, the escape law, tuned steps per arm, the claims graded
-by the pre-registered rule (on small runs and on constructed results)."""
+"""Simulations (protocol v4, claims S1-S5): the speed measures, the rate over the linear phase, the
+empirical escape fit, a step tuned at every d_QK, reruns at half the step, and the claims graded by
+the protocol's rule (on small runs and on constructed results)."""
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -9,8 +11,8 @@ import pytest
 from convres import experiments as ex
 from convres.experiments import simulations as sim
 
-TINY = dict(betas=[0.0, 1.0], seeds=[0, 1], steps=20, probe_steps=10, d_qks=[16, 64], escape_steps=20,
-            escape_probe_steps=10, tune_d_qk=16, tune_extend=1, scales=["1/d_qk", "1/sqrt(d_qk)"],
+TINY = dict(betas=[0.0, 1.0], seeds=[0, 1], curve_seeds=[0], steps=20, d_qks=[16, 64], escape_steps=20,
+            eta_grid=[0.064, 0.128], scales=["1/d_qk", "1/sqrt(d_qk)"],
             regimes=[dict(name="wide", N=4, d_qk=32, scale="1/sqrt(d_qk)"),
                      dict(name="uniform attention", N=4, d_qk=64, scale="1/d_qk")])
 
@@ -20,91 +22,222 @@ def fresh_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def test_speed_counts_steps_to_each_level_and_the_escape():
+def test_speed_counts_steps_to_each_level_the_escape_and_the_mean_log_loss():
     loss = [1.0, 0.9, 0.4, 1e-3, 1e-7]
     v = sim.speed(loss, floor=0.9, horizon=4)
     assert v["steps_to"] == {"0.01": 3, "1e-06": 4} and v["escape"] == 2 and v["horizon"] == 4
+    assert v["mean_log_loss"] == pytest.approx(np.mean(np.log10([0.9, 0.4, 1e-3, 1e-7])))
     v = sim.speed([1.0, 0.99, 0.98], floor=1.0, horizon=2)
     assert v["steps_to"] == {"0.01": None, "1e-06": None} and v["escape"] is None   # censored
+    assert sim.speed([1.0, 0.5], floor=1.0, horizon=10, diverged=True)["mean_log_loss"] is None
+    # a run stopped at convergence counts at the floor 1e-12 for its remaining steps
+    assert sim.speed([1.0, 1e-13], floor=1.0, horizon=4)["mean_log_loss"] == pytest.approx(-12.0)
 
 
-def test_a_small_run_tunes_every_arm_records_speed_and_is_cached(monkeypatch):
+def test_the_rate_is_measured_over_the_linear_phase_per_unit_of_mu_t():
+    mu, r = 0.01, 3.0
+    plateau = [1.0] * 50                              # a plateau first, then Phi_t = exp(-r mu t)
+    loss = plateau + list(np.exp(-r * mu * np.arange(1, 2000)))
+    assert sim.linear_rate(loss, mu) == pytest.approx(r, rel=1e-9)
+    # a run that never reaches 1e-3 of its start: its average rate over the whole run
+    assert sim.linear_rate([1.0, 0.5, 0.25], 0.1) == pytest.approx(math.log(4) / 0.2)
+    assert sim.linear_rate([1.0], 0.1) is None
+
+
+def test_the_power_fit_recovers_a_b_and_p():
+    d = [16, 64, 256, 1024, 4096]
+    fit = sim.power_fit(d, [[20 + 0.5 * q ** 0.8 for q in d]])
+    assert fit["p"] == pytest.approx(0.8, abs=0.01) and fit["a"] == pytest.approx(20, rel=0.1)
+    assert fit["b"] == pytest.approx(0.5, rel=0.1)
+    # seeds that differ by a factor: the same curve; a and p trade off, so p is known less well
+    T = [[(20 + 0.5 * q ** 0.8) * f for q in d] for f in (0.8, 1.0, 1.25)]
+    assert sim.power_fit(d, T)["p"] == pytest.approx(0.8, abs=0.05)
+    fit = sim.power_fit(d, [[3.0 * q ** 0.5 for q in d], [np.nan] * 5])              # nan: left out
+    assert fit["p"] == pytest.approx(0.5, abs=0.002) and fit["a"] == pytest.approx(0.0, abs=1e-3)
+    assert fit["b"] == pytest.approx(3.0, rel=0.01)
+    assert abs(sim.power_fit(d, T, fine=False)["p"] - 0.8) <= 0.01                     # the coarser grid
+
+
+def test_a_small_run_tunes_every_arm_at_every_d_qk_and_is_cached(monkeypatch):
     r = ex.run_experiment("simulations", overrides=TINY)
     assert [c["name"] for c in r.data["regimes"]] == ["wide", "uniform attention"]
     wide = r.data["regimes"][0]
     assert set(wide["runs"]) == {"tuned", "common"}
-    assert all("steps_to" in x and "escape" in x and x["horizon"] == 20 for x in wide["runs"]["tuned"])
-    assert all("bound_holds" in x for x in wide["runs"]["common"])        # N n <= d: checked
-    assert all(x["eta"] == ex.settings("simulations")["eta"] for x in wide["runs"]["common"])
-    tuned = {t["arm"]: t for t in r.data["step_sizes"]}
-    assert len(tuned) == 2 * 2 + 2 * 2                                     # regimes x beta + scales x beta
-    assert all(t["grid"][0] < t["chosen"] < t["grid"][-1] for t in tuned.values() if t["bracketed"])
-    assert [c["d_qk"] for c in r.data["escape"]] == [16, 64, 16, 64]
+    runs = wide["runs"]["tuned"]
+    keys = {"steps_to", "escape", "mean_log_loss", "rate", "sigma_min_Z0", "diverged"}
+    assert all(keys <= set(x) for x in runs)
+    assert all(("loss" in x) == (x["seed"] == 0) for x in runs)                   # curves of curve_seeds
+    common = {x["eta"] for x in wide["runs"]["common"]}
+    assert len(common) == 1 or sim.reruns(r)
+    assert all(x["tuned_eta"] == x["eta"] or x["diverged_before"] for x in runs)
+    arms = [t["arm"] for t in r.data["step_sizes"]]
+    # regimes x beta, then scales x d_QK x beta: a step tuned at every d_QK
+    assert len(arms) == 2 * 2 + 2 * 2 * 2 and len(set(arms)) == len(arms)
+    assert all(t["chosen"] <= t["largest_stable"] / 2 + 1e-12 for t in r.data["step_sizes"])
+    cells = {(c["scale"], c["d_qk"]): c for c in r.data["escape"]}
+    assert set(cells) == {(sc, q) for sc in TINY["scales"] for q in TINY["d_qks"]}
+    assert set(cells[("1/d_qk", 16)]["runs"]) == {"tuned", "half"}
+    assert set(cells[("1/d_qk", 64)]["runs"]) == {"tuned", "half", "common"}       # the largest d_QK
+    assert set(cells[("1/sqrt(d_qk)", 64)]["runs"]) == {"tuned"}
+    tuned0 = {x["seed"]: x["eta"] for x in cells[("1/d_qk", 16)]["runs"]["tuned"] if x["beta"] == 0}
+    assert all(x["eta"] == tuned0[x["seed"]] / 2 for x in cells[("1/d_qk", 16)]["runs"]["half"])
     k = r.summary()
-    assert k["seeds"] == 2 and len(k["escape_law"]) == 2 and len(k["escape"]) == 8
+    assert [c["name"] for c in k["design_checks"]] == ["simulations tuning resolves",
+                                                       "simulations probes stable"]
+    assert {"p", "p_ci", "local_slopes"} <= set(k["escape_fit"])
+    assert [(x["d_lo"], x["d_hi"]) for x in k["escape_fit"]["local_slopes"]] == [(16, 64)]
+    assert k["runs"] == sum(len(v) for c in r.data["regimes"] + r.data["escape"] for v in c["runs"].values())
     e = ex.EXPERIMENTS["simulations"]
     monkeypatch.setitem(ex.EXPERIMENTS, "simulations",
                         dataclasses.replace(e, run=lambda *a, **k: pytest.fail("cache not used")))
     assert ex.run_experiment("simulations", overrides=TINY).data == r.data
 
 
-def test_the_probe_seeds_are_not_the_evaluation_seeds():
+def test_an_arm_that_diverges_is_rerun_at_half_its_step_with_its_followers():
+    s = dict(ex.settings("simulations", "smoke"), seeds=[0, 1])
+    arms = {("tuned", 0.0): (0.0, 64.0), ("half", 0.0): (0.0, 32.0), ("tuned", 1.0): (1.0, 0.064)}
+    out = sim._evaluate(s, "here", 4, 16, "1/d_qk", arms, 30, sim.ESCAPE_STOP,
+                        follows={("half", 0.0): ("tuned", 0.0)})
+    tuned = out[("tuned", 0.0)]
+    final = {x["eta"] for x in tuned}
+    assert len(final) == 1 and all(x["tuned_eta"] == 64.0 for x in tuned)
+    k = round(math.log2(64.0 / final.pop()))
+    assert 1 <= k <= sim.HALVINGS and any(x["diverged_before"] for x in tuned)
+    assert all(set(x["diverged_before"]) <= {64.0 / 2 ** i for i in range(k)} for x in tuned)
+    assert {x["eta"] for x in out[("half", 0.0)]} == {64.0 / 2 ** (k + 1)}      # follows the tuned arm
+    assert all(set(x["diverged_before"]) <= {32.0 / 2 ** i for i in range(k)} for x in out[("half", 0.0)])
+    assert {x["eta"] for x in out[("tuned", 1.0)]} == {0.064}
+    # a second pass of a run in pieces halves an arm from the start, with its follower
+    s["halve"] = [["here", "tuned", 0.0]]
+    out = sim._evaluate(s, "here", 4, 16, "1/d_qk", {k: v for k, v in arms.items() if k[1] == 0.0}, 30,
+                        sim.ESCAPE_STOP, follows={("half", 0.0): ("tuned", 0.0)})
+    assert out[("tuned", 0.0)][0]["eta"] <= 32.0 and out[("half", 0.0)][0]["eta"] <= 16.0
+
+
+def test_reruns_are_listed_per_arm():
+    res = _constructed(lambda b: -2.0 - 4 * b, lambda q: 5 * q, noise=0.05)
+    runs = res.data["escape"][0]["runs"]["tuned"]
+    for r in runs:
+        if r["beta"] == 0.0:
+            r.update(eta=0.032, diverged_before=[0.064] if r["seed"] in (3, 5) else [])
+    (row,) = sim.reruns(res)
+    assert row["where"] == "escape, scale 1/d_qk, d_QK = 16" and row["arm"] == ["tuned", 0.0]
+    assert row["diverged_seeds"] == [3, 5] and row["rerun_seeds"] == list(range(10))
+    assert row["rerun_eta"] == [0.032] and row["every_seed"] and row["eta"] == 0.064
+    runs[0]["eta"] = 0.064                                   # one seed at the tuned step: pieces
+    assert not sim.reruns(res)[0]["every_seed"]
+    assert res.summary()["diverged_before_rerun"] == 2
+
+
+def test_the_seeds_and_sizes_are_the_protocols():
     for profile in ex.PROFILES:
         s = ex.settings("simulations", profile)
-        assert not set(s["probe_seeds"]) & set(s["seeds"])
+        assert not set(s["probe_seeds"]) & set(s["seeds"]) and len(s["probe_seeds"]) == 3
     assert len(ex.settings("simulations", "book")["seeds"]) >= 10
+    paper = ex.settings("simulations", "paper")
+    assert len(paper["seeds"]) >= 20 and max(paper["d_qks"]) >= 4096
 
 
-def _run(beta, seed, t1, t6, esc, horizon=1000):
-    return dict(beta=beta, seed=seed, eta=0.032, status="converged", horizon=horizon, escape=esc,
-                steps_to={"0.01": t1, "1e-06": t6}, floor_ratio=0.7, loss0=1.0)
+def test_the_spot_check_reruns_a_run_at_the_largest_d_qk():
+    r = ex.run_experiment("simulations", "smoke")
+    stored, again = sim.spot_check(r)
+    assert stored["seed"] == r.settings["seeds"][-1] and stored["beta"] == 0.0
+    assert {k: again[k] for k in ("status", "escape", "steps_to", "eta")} == \
+        {k: stored[k] for k in ("status", "escape", "steps_to", "eta")}
+    assert again["mean_log_loss"] == pytest.approx(stored["mean_log_loss"], rel=1e-9)
 
 
-def _constructed(times, escape, seeds=range(10)):
-    """A simulations result: ``times[regime][beta] = (t1, t6)`` for every seed, and ``escape[d_qk] =
-    (beta 0 escape, beta 1 escape)`` at scale 1/d_qk."""
-    s = dict(ex.settings("simulations"), seeds=list(seeds), betas=[0.0, 0.1, 1.0], scales=["1/d_qk"],
-             d_qks=sorted(escape), steps=1000, escape_steps=1000,
-             regimes=[dict(name=n, N=4, d_qk=32 if n != "uniform attention" else 1024,
-                           scale="1/d_qk" if n == "uniform attention" else "1/sqrt(d_qk)") for n in times])
-    regimes = [dict(name=r["name"], N=4, n=4, d=32, d_qk=r["d_qk"], scale=r["scale"],
-                    runs={p: [_run(b, k, *times[r["name"]][b], None) for k in s["seeds"] for b in s["betas"]]
-                          for p in ("tuned", "common")}) for r in s["regimes"]]
-    esc = [dict(d_qk=q, scale="1/d_qk", runs=[_run(b, k, 10, 20, escape[q][int(b)] + k) for k in s["seeds"]
-                                               for b in (0.0, 1.0)]) for q in sorted(escape)]
-    return ex.Result(ex.EXPERIMENTS["simulations"], "book", s, {"regimes": regimes, "escape": esc,
-                                                                "step_sizes": []}, 0.0)
+# --- the claims on constructed results -------------------------------------------------------------
+
+def _run(beta, seed, eta, *, mll, t2, t6, esc, rate=1.0, sigma=1.0, horizon=1000, diverged=False):
+    return dict(beta=beta, seed=seed, eta=eta, tuned_eta=eta, diverged_before=[],
+                status="diverged" if diverged else "converged", diverged=diverged,
+                diverged_at=None, horizon=horizon, escape=esc, steps_to={"0.01": t2, "1e-06": t6},
+                mean_log_loss=None if diverged else mll, rate=None if diverged else rate, sigma_min_Z0=sigma,
+                floor_ratio=0.7, loss0=1.0)
 
 
-def _verdicts(res):
-    return {r["claim"].split(" (")[0].split(",")[0]: r["verdict"] for r in res.claims()}
+def _constructed(speed, escape, seeds=range(10), *, noise=0.0):
+    """A simulations result: every regime's beta ``b`` has mean log-loss ``speed(b)`` (and rate
+    ``-speed(b)``, ``sigma_min(Z_0) = 1 + b``); the escape of beta = 0 at scale 1/d_QK is
+    ``escape(d_QK)`` steps, beta = 1 escapes at step 2."""
+    seeds = list(seeds)
+    betas = [0.0, 0.1, 0.5, 1.0]
+    rng = np.random.default_rng(1)
+    s = dict(ex.settings("simulations"), seeds=seeds, betas=betas, scales=["1/d_qk"], d_qks=[16, 64, 256])
+    regimes = []
+    for name in ("wide", "narrow", "uniform attention"):
+        runs = []
+        for k in seeds:
+            for b in betas:
+                v = speed(b) + noise * rng.standard_normal()
+                runs.append(_run(b, k, 0.064, mll=v, t2=int(100 * 2 ** (v / 4)), t6=int(300 * 2 ** (v / 4)),
+                                 esc=None, rate=10 ** (-v / 4), sigma=1 + b))
+        regimes.append(dict(name=name, N=4, n=4, d=32, d_qk=32, scale="1/sqrt(d_qk)",
+                            runs={"tuned": runs, "common": runs}))
+    esc = []
+    for q in s["d_qks"]:
+        runs = {p: [_run(b, k, 0.064 if p != "half" else 0.032, mll=-5, t2=50, t6=90,
+                         esc=(escape(q) * (2 if p == "half" else 1) + k) if b == 0 else 2)
+                    for k in seeds for b in ((0.0,) if p == "half" else (0.0, 1.0))]
+                for p in ("tuned", "half", "common")}
+        esc.append(dict(d_qk=q, scale="1/d_qk", N=4, n=4, runs=runs))
+    steps = [dict(arm="x", grid=[0.032, 0.064, 0.128], chosen=0.064, best=0.064, largest_stable=0.128,
+                  stable=[True, True, True], diverged=[0, 0, 0], horizon=1000, bracketed=True,
+                  unresolved=False, capped=False)]
+    return ex.Result(ex.EXPERIMENTS["simulations"], "book", s,
+                     {"regimes": regimes, "escape": esc, "step_sizes": steps}, 0.0)
+
+
+def _grades(res):
+    return {r["id"]: r["verdict"] for r in res.claims()}
 
 
 def test_the_verdicts_follow_the_numbers():
-    fast = {0.0: (500, 900), 0.1: (100, 300), 1.0: (20, 60)}
-    law = {16: (20, 5), 64: (80, 5), 256: (320, 5)}
-    v = _verdicts(_constructed({"wide": fast, "uniform attention": fast}, law))
-    assert set(v.values()) == {"reproduced"}
-    # the residual slower everywhere, escape not growing with d_QK: not reproduced / inconclusive
-    slow = {0.0: (20, 60), 0.1: (100, 300), 1.0: (500, 900)}
-    flat = {16: (80, 5), 64: (80, 5), 256: (80, 5)}
-    v = _verdicts(_constructed({"wide": slow, "uniform attention": slow}, flat))
-    assert v["The stronger the residual"] == "not reproduced"
-    assert v["Even a small residual converges faster than none."] == "not reproduced"
-    assert v["Without the residual"] == "not reproduced"
-    assert v["The stall without the residual grows as the attention approaches uniform"] != "reproduced"
+    fast = _constructed(lambda b: -2.0 - 4 * b, lambda q: 5 * q, noise=0.05)
+    assert _grades(fast) == {"S1": "reproduced", "S2": "reproduced", "S3": "reproduced", "S4": "reproduced",
+                             "S5": "reproduced"}
+    fit = fast.summary()["escape_fit"]
+    assert fit["p"] == pytest.approx(1.0, abs=0.05) and fit["p_ci"][0] <= fit["p"] <= fit["p_ci"][1]
+    assert all(x["slope"] == pytest.approx(1.0, abs=0.05) for x in fit["local_slopes"])
+    # the residual slower everywhere, no plateau growing with d_QK
+    slow = _constructed(lambda b: -6.0 + 4 * b, lambda q: 3, noise=0.05)
+    g = _grades(slow)
+    assert g["S1"] == g["S2"] == "reversed" and g["S3"] != "reproduced" and g["S4"] != "reproduced"
 
 
-def test_a_censored_time_counts_as_the_horizon():
-    never = {0.0: (None, None), 0.1: (100, 300), 1.0: (20, 60)}
-    res = _constructed({"wide": never, "uniform attention": never}, {16: (20, 5), 64: (80, 5)})
-    row = next(r for r in res.claims() if r["claim"].startswith("Without the residual"))
-    assert row["effect"] == pytest.approx(1 - 20 / 1000) and "censored" in row["measurement"]
+def test_a_failed_design_check_makes_every_claim_not_testable():
+    res = _constructed(lambda b: -2.0 - 4 * b, lambda q: 5 * q, noise=0.05)
+    res.data["step_sizes"][0].update(unresolved=True, best=None)
+    assert set(_grades(res).values()) == {"not testable"}
+    checks = {c["name"]: c for c in res.summary()["design_checks"]}
+    assert not checks["simulations tuning resolves"]["passed"]
+    assert checks["simulations probes stable"]["passed"]
 
 
-def test_the_escape_law_recovers_a_power():
-    law = {q: (int(3 * q ** 0.5), 5) for q in (16, 64, 256, 1024)}
-    res = _constructed({"uniform attention": {0.0: (1, 1), 0.1: (1, 1), 1.0: (1, 1)}}, law, seeds=[0])
-    fit = ex.escape_law(res, "1/d_qk")
-    assert fit["slope"] == pytest.approx(0.5, abs=0.02) and fit["censored"] == [0, 0, 0, 0]
-    assert np.all(np.diff(fit["median"]) > 0)
+def test_a_diverged_run_is_not_a_unit_and_no_run_stalled():
+    res = _constructed(lambda b: -2.0 - 4 * b, lambda q: 5 * q, noise=0.05)
+    cell = res.data["escape"][-1]
+    cell["runs"]["tuned"][0] = _run(0.0, 0, 0.064, mll=-5, t2=50, t6=90, esc=None, diverged=True)
+    s3 = next(r for r in res.claims() if r["id"] == "S3")
+    assert s3["units"] == 9 and s3["diverged"] == 1 and sim.stalled(res) == 0
+    cell["runs"]["tuned"][2] = _run(0.0, 1, 0.064, mll=-1, t2=None, t6=None, esc=None)
+    assert sim.stalled(res) == 1
+
+
+def test_one_builder_draws_the_simulations_instance():
+    """The experiment's runs and the theorem chapters' certified variants draw the same instance."""
+    import torch
+
+    from convres.experiments.theorem import simulations_instance as theorem_draw
+    from convres.instances import simulations_instance
+
+    s = ex.settings("simulations", "book")
+    regime = s["regimes"][2]
+    p, X, Y, cfg = sim.instance(s, regime["N"], regime["d_qk"], regime["scale"], 3)
+    q, X2, Y2, cfg2 = theorem_draw(regime, 3)
+    assert torch.equal(X, X2) and torch.equal(Y, Y2) and all(torch.equal(p[w], q[w]) for w in p)
+    assert cfg.with_residual(1.0) == cfg2
+    r = simulations_instance(3, N=regime["N"], n=4, d=32, m=32, d_qk=regime["d_qk"], scale=regime["scale"],
+                             readout_scale=2.0)[0]
+    assert torch.equal(r["W_U"], 2 * p["W_U"]) and torch.equal(r["layer1.W_Q"], p["layer1.W_Q"])

@@ -1,7 +1,7 @@
 """The report's statistics: thresholds, censoring, the level-free measure, log ratios, rank
 correlations, the 95% interval of a claim (t and BCa) with its sign test, protocol v4's verdict rule
-(:func:`convres.stats.grade`) on every kind of input, the v3 rule kept for the chapters, and the
-bracketed step search.
+(:func:`convres.stats.grade`) on every kind of input and the v3 rule kept for the chapters (the
+step-size rule is tested in ``tests/test_tune_step.py``).
 
 The property tests are derandomized (the same examples on every run); their numbers of examples are
 in ``settings(max_examples=...)``. No SciPy in the environment: the t quantiles are checked against
@@ -36,7 +36,6 @@ from convres.stats import (
     sign_test,
     spearman_rho,
     steps_to,
-    tune_step,
 )
 
 PROPS = settings(derandomize=True, deadline=None, database=None, max_examples=400,
@@ -300,22 +299,3 @@ def test_every_unit_diverged_or_none_given():
     assert grade(one, 0.4) == grade(one, 0.4) and grade(one, 0.4).verdict == "inconclusive"
     assert estimate(np.array([0.5, 0.6, 0.7]), min_units=2).units == 3
 
-
-def test_tune_step_brackets_the_best():
-    best = 0.3
-    out = tune_step(lambda eta: (math.log(eta / best)) ** 2, [1.0, 2.0])
-    assert out["bracketed"] and out["grid"][0] < out["chosen"] < out["grid"][-1]
-    assert abs(math.log2(out["chosen"] / best)) <= 0.5 + 1e-9
-    # a step that diverges above 4: the best stable one is bracketed by a diverging neighbour
-    out = tune_step(lambda eta: math.inf if eta > 4 else 1.0 / eta, [1.0, 2.0])
-    assert out["chosen"] == 4.0 and out["bracketed"]
-    out = tune_step(lambda eta: 1.0 / eta, [1.0, 2.0], extend=1)
-    assert not out["bracketed"] and out["chosen"] == 4.0
-    # every step of the grid diverges: the grid grows downwards until one is stable, then past it
-    out = tune_step(lambda eta: math.inf if eta > 0.3 else 1.0 / eta, [1.0, 2.0])
-    assert out["grid"] == [0.125, 0.25, 0.5, 1.0, 2.0]
-    assert out["chosen"] == 0.25 and out["bracketed"]
-    out = tune_step(lambda eta: math.inf, [1.0, 2.0], extend=2)
-    assert out["grid"] == [0.25, 0.5, 1.0, 2.0] and not out["bracketed"]
-    with pytest.raises(ValueError, match="two steps"):
-        tune_step(lambda eta: eta, [1.0])

@@ -162,7 +162,7 @@ def test_part_b_fails_on_the_default_instance_and_is_consistent():
 
 
 def test_part_b_holds_on_a_certified_instance():
-    from convres.certify import certified_instance
+    from convres.instances import certified_instance
     params, X, Y, cfg = certified_instance(0, d=512, N=1, n=1)
     b = part_b_check(params, X, Y, cfg)
     assert b["holds"] is True and not b["fails"] and b["rho"] < b["r_sigma_lower"] <= b["r_sigma_upper"]

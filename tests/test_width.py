@@ -196,3 +196,41 @@ def test_bad_arguments_name_the_setting(capsys):
     assert main(["theorem", "--width-condition", "--delta", "1"]) == 2
     assert "delta" in capsys.readouterr().err
     assert math.isinf(worst_ratio(2, 2, 5)[0])
+
+
+def test_fixed_data_the_worst_case_dominates_the_true_centre():
+    """Corollary wd-cor-fixed on random initializations of fixed (orthonormal, zero-padded) data: every
+    norm the chain reads is at most its worst-case bound and sigma_0 at least its bound."""
+    from convres.width import fixed_data, orthonormal_data, padded
+    for Nn, d in ((2, 64), (4, 160), (8, 300)):
+        X0, Y = orthonormal_data(1, Nn, 0.05, seed=Nn)
+        wc = worst_case(1, Nn, d, 0.05, data=fixed_data(X0, Y))
+        w = wc.centre()
+        for seed in range(50000, 50008):
+            params, _, _, cfg = certified_instance(seed, N=1, n=1, d=d)
+            c = centre(params, padded(X0, d), Y, cfg)
+            for name in UPPER:   # the data's norms are exact on both sides: round-off only
+                assert np.all(np.asarray(getattr(c, name)) <= np.asarray(getattr(w, name)) * (1 + 1e-12)), \
+                    (name, seed)
+            assert c.sigma_0 >= wc.sigma_0, seed
+
+
+def test_fixed_data_the_ratio_falls_to_a_limit_linear_in_the_targets():
+    """For fixed data the worst-case ratio is non-increasing in d, tends to a limit proportional to
+    ||Y||_F, and with unit targets no width certifies."""
+    from convres.width import fixed_data, orthonormal_data
+    X0, Y = orthonormal_data(1, 4, 0.05)
+    ratios = [worst_ratio(1, 4, d, 0.05, fixed_data(X0, Y))[0] for d in range(40, 2000, 37)]
+    assert np.all(np.diff(ratios) <= 1e-12)
+    small, big = (width_condition(1, 4, data=fixed_data(X0, Y * k)) for k in (1.0, 2.0))
+    assert small.d_min is not None and abs(big.ratio_limit / small.ratio_limit - 2) < 1e-3
+    unit = width_condition(1, 4, data=fixed_data(X0, Y * 2 / 0.05))
+    assert unit.d_min is None and unit.ratio_limit > 1
+    with pytest.raises(ValueError, match="d0"):
+        worst_case(1, 4, 3, 0.05, data=fixed_data(X0, Y))
+
+
+def test_fixed_data_command_line(capsys):
+    assert main(["theorem", "--width-condition", "--data", "fixed", "--N", "1", "--n", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["d_min"] is not None and out["ratio_limit"] < 1

@@ -113,7 +113,7 @@ API_PAGES: dict[str, list[str]] = {
     "api/model": ["model", "gd", "instances"],
     "api/rank": ["rank", "collapse"],
     "api/theory": ["theory", "lemmas", "checks", "scope"],
-    "api/certify": ["certify"],
+    "api/certify": ["certify", "separation"],
     "api/width": ["width"],
     "api/experiments": ["experiments", "experiments.base", "protocol", "stats", "committed"],
     "api/experiment_runs": ["experiments.simulations", "experiments.jena", "experiments.sst2",

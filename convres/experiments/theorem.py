@@ -1,15 +1,10 @@
 """The theorem chapters' computations, registered like every other experiment (cached, listed).
 
-Book chapters *Certified constants and a certified instance* (``book/certificate.md``): the
-instance certified before the run, its run, the estimates of what the bounds bound and the lazy-
-regime numbers (``theorem_certified``), the sharper certificate on fresh seeds
-(``theorem_sharper``), the certificate against the width (``theorem_width_sweep``); *A width
-theorem* (``book/width.md``): the proven threshold ``d_min`` (``theorem_width_condition``) and
-instances drawn at it (``theorem_width_seeds``); *The theorem through the FFN, certified, and
-the scope* (``book/ffn.md``): the FFN route certified with ``N n > d``
-(``theorem_ffn_certified``), the FFN theorem observed at the default initialization
-(``theorem_ffn_runs``) and the smallest variants of the simulations that are certified
-(``theorem_certified_variants``, with :func:`scope_certificates` for the scope table).
+*Certified constants* (``book/certificate.md``): ``theorem_certified``, ``theorem_sharper``,
+``theorem_width_sweep``; *A certified separation* (``book/separation.md``): ``theorem_separation``;
+*A width theorem* (``book/width.md``): ``theorem_width_condition``, ``theorem_width_seeds``,
+``theorem_width_fixed``; *The theorem through the FFN* (``book/ffn.md``): ``theorem_ffn_certified``,
+``theorem_ffn_runs``, ``theorem_certified_variants`` (with :func:`scope_certificates`).
 """
 
 from __future__ import annotations
@@ -26,10 +21,9 @@ from ..certify import (
     certified_run,
     ffn_certificate,
     ffn_certified_run,
-    sampled_estimates,
     sharpest_certificate_of,
-    width_sweep,
 )
+from ..gd import gradient_descent
 from ..instances import (
     certified_instance,
     ffn_certified_instance,
@@ -39,14 +33,28 @@ from ..instances import (
 )
 from ..lemmas import hessian_norm
 from ..model import ModelConfig, init_params
-from ..theory import ffn_theorem_run, lazy_report
-from ..width import quadratic_lower_bound, width_condition
+from ..separation import (
+    escape_step,
+    perp_centre,
+    plateau_certificate,
+    separation_instance,
+    separation_report,
+)
+from ..theory import ffn_theorem_run, lazy_report, sampled_estimates
+from ..width import (
+    fixed_data,
+    orthonormal_data,
+    padded,
+    quadratic_lower_bound,
+    width_condition,
+    width_sweep,
+)
 from .base import Experiment, Result, Shape
 from .simulations import EXPERIMENT as SIMULATIONS
 
-__all__ = ["CERTIFIED", "SHARPER", "WIDTH_SWEEP", "WIDTH_CONDITION", "WIDTH_SEEDS", "FFN_CERTIFIED",
-           "FFN_RUNS", "VARIANTS", "RECORDS", "non_vacuous_steps", "simulations_instance",
-           "scope_certificates"]
+__all__ = ["CERTIFIED", "SHARPER", "WIDTH_SWEEP", "WIDTH_CONDITION", "WIDTH_SEEDS", "WIDTH_FIXED",
+           "SEPARATION", "FFN_CERTIFIED", "FFN_RUNS", "VARIANTS", "RECORDS", "non_vacuous_steps",
+           "simulations_instance", "scope_certificates"]
 
 #: (A4): a run of ``T`` steps is non-vacuous when ``mu alpha T >= ln(1 / 0.9)``.
 _A4 = math.log(1 / 0.9)
@@ -201,6 +209,97 @@ WIDTH_SEEDS = Experiment(
     _run_width_seeds, _none, _no_claims, in_report=False)
 
 
+# --- the width theorem for fixed data (corollary wd-cor-fixed) -------------------------------------
+
+def _run_width_fixed(s: dict, **_) -> dict:
+    proven = []
+    for Nn in s["Nn"]:
+        X, Y = orthonormal_data(1, Nn, s["y"])
+        small, unit = (width_condition(1, Nn, s["delta"], data=fixed_data(X, Y * k))
+                       for k in (1.0, math.sqrt(Nn) / s["y"]))       # ||Y||_F = y, and unit targets
+        proven.append(dict(Nn=Nn, d_min=small.d_min, limit=small.ratio_limit, limit_unit=unit.ratio_limit,
+                           d_min_unit=unit.d_min))
+    measured = []
+    for Nn in s["measured_Nn"]:
+        X, Y = orthonormal_data(1, Nn, s["y"])
+        for d in (w for w in s["widths"] if w > Nn):
+            drawn = [certified_instance(seed, N=1, n=1, d=d) for seed in s["seeds"]]
+            ratios = [[certificate(p, padded(X, d), Y * k, cfg).ratio for p, _, _, cfg in drawn]
+                      for k in (1.0, math.sqrt(Nn) / s["y"])]
+            measured.append(dict(Nn=Nn, d=d, ratios=ratios[0], ratios_unit=ratios[1]))
+    return {"proven": proven, "measured": measured}
+
+
+WIDTH_FIXED = Experiment(
+    "theorem_width_fixed", "Width theorem for fixed data: orthonormal tokens padded to width d",
+    "book/width.md",
+    {p: dict(delta=0.05, y=0.05, Nn=[1, 2, 4, 8, 16, 32, 64] if p != "smoke" else [1, 2],
+             measured_Nn=[1, 4, 16, 64] if p != "smoke" else [2], seeds=[0, 1, 2] if p != "smoke" else [0],
+             widths=[8, 16, 32, 64, 128, 256, 512, 1024] if p != "smoke" else [8, 16])
+     for p in ("book", "paper", "smoke")},
+    _run_width_fixed, _none, _no_claims, in_report=False)
+
+
+# --- the separation: a certified plateau without the residual, certified convergence with it -------
+
+def _first_below(loss, level: float) -> int | None:
+    hit = np.nonzero(np.asarray(loss) < level)[0]
+    return int(hit[0]) if len(hit) else None
+
+
+def _run_separation(s: dict, **_) -> dict:
+    rows, common = [], []
+    size = dict(N=s["N"], n=s["n"], d=s["d"])
+    for d_qk in s["d_qks"]:
+        for seed in s["seeds"]:
+            X, Y, p, cfg = separation_instance(d_qk, seed, **size)
+            pl = plateau_certificate(p, X, Y, cfg, s["mu"])
+            _, h = gradient_descent(p, X, Y, cfg, s["mu"], s["steps"], tol=np.nextafter(0.5 * pl.floor, 0))
+            pc = perp_centre(p, X, Y, cfg)                # the hypotheses of sep-prop-exponent
+            rows.append(dict(d_qk=d_qk, seed=seed, T_lb=pl.T_lb, certified=pl.certified, floor=pl.floor,
+                             escape=_first_below(h.loss, 0.5 * pl.floor),
+                             min_ratio=float(np.min(h.loss[:pl.T_lb + 1]) / (0.5 * pl.floor)),
+                             eps_scaled=float(pc.eps_i.max()) * d_qk ** 0.5,
+                             sk_scaled=float(np.max(pc.c.k_i + pc.c.q_i)) * pc.c.s * d_qk ** 0.5, par=pc.par,
+                             report=separation_report(d_qk, seed, **size)))
+    for d_qk, seed in s["common_runs"]:                 # the plateau at the residual arm's step
+        X, Y, p, cfg = separation_instance(d_qk, seed, **size)
+        rep = separation_report(d_qk, seed, **size)
+        T, mu = rep["plateau"]["T_lb"], rep["plateau"]["mu"]
+        _, h = gradient_descent(p, X, Y, cfg, mu, T)
+        _, h1 = gradient_descent(p, X, Y, cfg.with_residual(1.0), mu, T)
+        common.append(dict(d_qk=d_qk, seed=seed, mu=mu, T_lb=T, steps_to=rep["with_residual"]["steps_to"],
+                           min_ratio=float(np.min(h.loss) / (0.5 * rep["plateau"]["floor"])),
+                           residual_loss=h1.loss[::max(1, T // 200)].tolist(),
+                           loss=h.loss[::max(1, T // 200)].tolist(),
+                           residual_initial=float(h1.loss[0])))
+    sims = []
+    for d_qk in s["d_qks"]:                             # the simulations' instances (escape law, beta = 0)
+        for seed in s["sim_seeds"]:
+            X, Y = synthetic_regression(4, 4, 32, 1, seed=seed)
+            cfg = ModelConfig(d=32, d_qk=d_qk, m=32, c=1, beta=0.0, activation="gelu", scale="1/d_qk")
+            p = init_params(cfg, seed=1000 + seed)
+            pl = plateau_certificate(p, X, Y, cfg, s["sim_mu"])
+            sims.append(dict(d_qk=d_qk, seed=seed, T_lb=pl.T_lb, escape=escape_step(p, X, Y, cfg, s["sim_mu"],
+                                                                                    s["sim_steps"])))
+    return {"rows": rows, "common": common, "simulations": sims}
+
+
+SEPARATION = Experiment(
+    "theorem_separation",
+    "Separation: a certified plateau without the residual, certified convergence with it",
+    "book/separation.md",
+    {"book": dict(N=1, n=2, d=1024, d_qks=[16, 64, 256, 1024], seeds=[0, 1, 2, 3, 4], mu=0.1, steps=4000,
+                  common_runs=[[16, 0], [64, 0], [256, 0]], sim_seeds=[0, 1, 2, 3, 4], sim_mu=0.002,
+                  sim_steps=6000),
+     "paper": dict(N=1, n=2, d=1024, d_qks=[16, 64, 256, 1024, 4096], seeds=list(range(10)), mu=0.1,
+                   steps=8000, common_runs=[[16, 0], [64, 0], [256, 0], [1024, 0]], sim_seeds=list(range(10)),
+                   sim_mu=0.002, sim_steps=10000),
+     "smoke": dict(N=1, n=2, d=64, d_qks=[16, 64], seeds=[0], mu=0.1, steps=50, common_runs=[[16, 0]],
+                   sim_seeds=[0], sim_mu=0.002, sim_steps=50)},
+    _run_separation, _none, _no_claims, in_report=False)
+
+
 # --- the FFN route certified (thm-ffn), and observed at the default initialization ------------------
 
 def _run_ffn_certified(s: dict, **_) -> dict:
@@ -263,11 +362,8 @@ FFN_RUNS = Experiment(
 # --- the smallest variants of the simulations that are certified ----------------------------------
 
 def simulations_instance(regime: dict, seed: int, variant: dict | None = None, profile: str = "book"):
-    """``(params, X, Y, cfg)`` of a regime of the *Simulations* experiment as it draws it (data
-    :func:`convres.instances.synthetic_regression` from ``seed``, Gaussian targets, weights
-    :func:`convres.model.init_params` from ``1000 + seed``, the experiment's ``n``, ``d``, ``m`` and
-    activation, ``beta = 1``), or with ``variant`` (``m``, ``branch_scale`` on ``W_V, W_2``,
-    ``ffn_gain`` on ``W_1``, ``readout_scale`` on ``W_U``) changing only those."""
+    """``(params, X, Y, cfg)`` of a *Simulations* regime as that experiment draws it (``beta = 1``), or
+    with a ``variant``'s ``m``, ``branch_scale``, ``ffn_gain`` and ``readout_scale``."""
     sim = SIMULATIONS.profiles[profile]
     v = variant or {}
     cfg = ModelConfig(d=sim["d"], d_qk=regime["d_qk"], m=v.get("m", sim["m"]), c=1, beta=1.0,
@@ -298,6 +394,11 @@ def _certify_both(params, X, Y, cfg) -> dict:
     return out
 
 
+def _with_beta(instance, beta: float):
+    params, X, Y, cfg = instance
+    return params, X, Y, cfg.with_residual(beta)
+
+
 def _run_variants(s: dict, **_) -> dict:
     out = {}
     for name, regime in _regimes(s).items():
@@ -309,6 +410,14 @@ def _run_variants(s: dict, **_) -> dict:
             cert = ffn_certificate(*simulations_instance(regime, k, v, s["simulations_profile"]))
             seeds.append({f: cert.to_dict()[f] for f in ("certified", "ratio", "mu_alpha")})
         entry = {"regime": regime, "variant": v, "as_it_stands": as_is, "seeds": seeds}
+        if s.get("betas") and name in s["beta_runs"]:   # where the variant stops being certified
+            entry["betas"] = [dict(beta=b, seeds=[{f: ffn_certificate(
+                *_with_beta(simulations_instance(regime, k, v, s["simulations_profile"]), b)).to_dict()[f]
+                for f in ("certified", "ratio")} for k in s["seeds"]]) for b in s["betas"]]
+            params, X, Y, cfg = _with_beta(simulations_instance(regime, s["seeds"][0], profile=
+                                                                s["simulations_profile"]), 0.0)
+            _, h = gradient_descent(params, X, Y, cfg, s["as_is_mu"], s["as_is_steps"])
+            entry["as_it_stands_beta0"] = {"mu": s["as_is_mu"], "loss": h.loss[::10].tolist()}
         if s["run"].get(name):
             params, X, Y, cfg = simulations_instance(regime, s["seeds"][0], v, s["simulations_profile"])
             cert = ffn_certificate(params, X, Y, cfg)
@@ -334,22 +443,22 @@ VARIANTS = Experiment(
     "book/ffn.md",
     {"book": dict(simulations_profile="book", seeds=[0, 1, 2, 3, 4],
                   variants={"wide": _WIDE, "uniform attention": _WIDE, "narrow": _NARROW},
-                  run={"wide": 1000, "uniform attention": 1000}),
+                  run={"wide": 1000, "uniform attention": 1000}, betas=[0.0, 0.1, 0.25, 0.5, 1.0],
+                  beta_runs=["wide", "uniform attention"], as_is_mu=0.002, as_is_steps=2000),
      "paper": dict(simulations_profile="book", seeds=list(range(10)),
                    variants={"wide": _WIDE, "uniform attention": _WIDE, "narrow": _NARROW},
-                   run={"wide": 1000, "uniform attention": 1000, "narrow": 1000}),
+                   run={"wide": 1000, "uniform attention": 1000, "narrow": 1000},
+                   betas=[0.0, 0.1, 0.25, 0.5, 1.0], beta_runs=["wide", "uniform attention"],
+                   as_is_mu=0.002, as_is_steps=2000),
      "smoke": dict(simulations_profile="smoke", seeds=[0], variants={"wide": dict(_WIDE, m=256)},
                    run={"wide": 3})},
     _run_variants, _none, _no_claims, shapes=_variant_shapes, in_report=False)
 
 
 def scope_certificates(profile: str = "book") -> list[dict]:
-    """The certificates behind the scope table's ``certified`` column (book: *The FFN theorem,
-    certified*, section *Scope*): for every regime of :data:`VARIANTS` as the *Simulations*
-    experiment draws it (its seeds) and for its certified variant, rows ``{"experiment",
-    "theorem", "certified", "ratio", "certified_seeds", "seeds"}``: ``certified`` when every seed
-    is certified, ``ratio`` the largest ratio over the seeds. Certificates only (nothing is
-    trained)."""
+    """The scope table's certificates: per regime of :data:`VARIANTS`, as it stands and as its variant,
+    rows ``experiment, theorem, certified`` (every seed), ``ratio`` (the largest), ``certified_seeds``,
+    ``seeds``."""
     s = VARIANTS.profiles[profile]
     rows = []
     for name, regime in _regimes(s).items():
@@ -368,5 +477,5 @@ def scope_certificates(profile: str = "book") -> list[dict]:
 
 
 #: The experiments of this module, in the order of the chapters.
-RECORDS = (CERTIFIED, SHARPER, WIDTH_SWEEP, WIDTH_CONDITION, WIDTH_SEEDS, FFN_CERTIFIED, FFN_RUNS,
-               VARIANTS)
+RECORDS = (CERTIFIED, SHARPER, SEPARATION, WIDTH_SWEEP, WIDTH_CONDITION, WIDTH_SEEDS, WIDTH_FIXED,
+           FFN_CERTIFIED, FFN_RUNS, VARIANTS)

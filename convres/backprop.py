@@ -1,0 +1,183 @@
+"""Backpropagation written out by hand: book equations (1)-(5) and the gradient of (5).
+
+The arithmetic of the model, written once: the model's forward pass
+(:func:`convres.model.forward_trace`, whose :class:`Trace` is defined here) and the gradient that
+gradient descent follows (:func:`convres.model.phi_and_grad`), on the *rows* of a stack of ``B``
+configurations: every weight is ``(B, p, q)`` and every hidden matrix ``(B, N n, q)`` (the ``n``
+rows of each of the ``N`` sequences, one sequence after another), so that each linear map is one
+batched product; the attention matrices, which mix the rows of one sequence only, are
+``(B N, n, n)``. The model's own linear map and attention (:func:`linear`, :func:`attention`) for
+a single configuration are here too.
+
+Book chapter *Performance* (``book/performance.md``); ``tests/test_model.py`` holds the gradient
+equal to autograd's and to finite differences.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+__all__ = ["Trace", "linear", "attention_logits", "attention", "softmax_rows", "coefficient", "plus_product",
+           "block_rows", "forward_rows", "phi_and_grad_rows", "trace_fields", "backward_rows"]
+
+
+class Trace(NamedTuple):
+    """Every intermediate of a forward pass: per block the ``logits``, ``S``, ``A``, ``Z``, ``M``
+    and ``H`` (lists of length ``L``) and the output ``F``."""
+
+    logits: list
+    S: list
+    A: list
+    Z: list
+    M: list
+    H: list
+    F: torch.Tensor
+
+    def detach(self) -> Trace:
+        """The same trace with every tensor detached from the autograd graph."""
+        return Trace._make([*([t.detach() for t in field] for field in self[:6]), self.F.detach()])
+
+    def select(self, index) -> Trace:
+        """Configuration ``index`` (an int or an index tensor) of a stacked trace."""
+        return Trace._make([*([t[index] for t in field] for field in self[:6]), self.F[index]])
+
+
+def softmax_rows(logits):
+    """``softmax_rows(G)_ij = exp(G_ij - c_i) / sum_k exp(G_ik - c_i)`` with ``c_i = max_k G_ik``
+    (book equation (1)): the softmax of each row. The shift ``c`` cancels exactly, so it is held
+    constant for autograd (every derivative is unchanged). The same function as
+    ``torch.softmax(G, dim=-1)``, written out because that kernel is several times slower on a CPU
+    for rows as short as the book's."""
+    e = (logits - logits.amax(-1, keepdim=True).detach()).exp_()
+    return e / e.sum(-1, keepdim=True)
+
+
+def linear(A: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """``A W``. ``W`` is ``(p, q)``, or ``(B, p, q)`` for ``B`` configurations with ``A`` of shape
+    ``(B, ..., p)``: one batched product over all rows of each configuration."""
+    if W.dim() == 2:
+        return A @ W
+    B, p, q = W.shape
+    return torch.bmm(A.reshape(B, -1, p), W).reshape(*A.shape[:-1], q)
+
+
+def attention_logits(X, W_Q, W_K, s: float):
+    """The attention logits ``s X W_Q W_K^T X^T`` (book equation (1)), ``(..., n, n)``."""
+    return s * linear(X, W_Q) @ linear(X, W_K).transpose(-1, -2)
+
+
+def attention(X, W_Q, W_K, W_V, s: float):
+    """``(S, A)``: the attention matrix ``S = softmax_rows(s X W_Q W_K^T X^T)`` and the attention
+    output ``A = Attn(X) = S X W_V`` (book equation (1)), for ``X`` of shape ``(..., n, d)``."""
+    S = softmax_rows(attention_logits(X, W_Q, W_K, s))
+    return S, linear(S @ X, W_V)
+
+
+def coefficient(beta):
+    """A residual coefficient ready to scale a stack ``(B, rows, q)``: a number, or a ``(B,)``
+    tensor viewed as ``(B, 1, 1)`` (configuration ``b`` scaled by ``beta[b]``)."""
+    return beta.reshape(-1, 1, 1) if isinstance(beta, torch.Tensor) else beta
+
+
+def plus_product(beta, C: torch.Tensor, A: torch.Tensor, B: torch.Tensor, view=None) -> torch.Tensor:
+    """``beta C + A B`` (batched; ``C`` of rows ``(B, rows, q)`` seen as ``view``, the shape of
+    ``A B``), ``beta`` from :func:`coefficient`: one ``torch.baddbmm``."""
+    if isinstance(beta, torch.Tensor):
+        return torch.baddbmm((beta * C).reshape(view or C.shape), A, B)
+    return torch.baddbmm(C.reshape(view or C.shape), A, B, beta=beta)
+
+
+def block_rows(X, W, s: float, act, beta_attn, beta_ffn, N: int):
+    """One block, book equations (1)-(3), on rows ``X`` of ``N`` sequences:
+    ``(logits, S, Z, M, H)``, then what :func:`backward_rows` reuses: ``Q = X W_Q``,
+    ``K = X W_K``, ``S X`` and the pre-activation ``P = Z W_1`` (the attention output
+    ``A = (S X) W_V`` is not kept)::
+
+        S = softmax_rows(s Q K^T),  Z = (S X) W_V + beta_attn X,  M = act(Z W_1),
+        H = M W_2 + beta_ffn Z
+    """
+    B, rows, d = X.shape
+    heads = (B * N, rows // N, -1)
+    Q, K = torch.bmm(X, W["W_Q"]), torch.bmm(X, W["W_K"])
+    logits = torch.bmm(Q.reshape(heads), K.reshape(heads).mT).mul_(s)
+    S = softmax_rows(logits)                                            # (1)
+    SX = torch.bmm(S, X.reshape(heads)).reshape(B, rows, d)
+    Z = plus_product(beta_attn, X, SX, W["W_V"])                        # (2)
+    P = torch.bmm(Z, W["W_1"])
+    M = act(P)                                                          # (3)
+    H = plus_product(beta_ffn, Z, M, W["W_2"])
+    return logits, S, Z, M, H, Q, K, SX, P
+
+
+def forward_rows(layers, W_U, X, s: float, act, beta_attn, beta_ffn, N: int, pooled: bool):
+    """Book equations (1)-(4) on rows ``X`` ``(B, N n, d)`` of ``N`` sequences, with the weights
+    ``layers`` (one dict ``W_Q, ..., W_2`` per block) and ``W_U``: ``(blocks, last, F)``, every
+    block's input with its :func:`block_rows` outputs, the last ``H`` (its rows averaged per
+    sequence, ``(B, N, d)``, if ``pooled``) and ``F = last W_U``."""
+    blocks = []
+    for W in layers:
+        blocks.append((X, block_rows(X, W, s, act, beta_attn, beta_ffn, N)))
+        X = blocks[-1][1][4]
+    last = X.reshape(X.shape[0], N, -1, X.shape[-1]).mean(dim=2) if pooled else X
+    return blocks, last, torch.bmm(last, W_U)
+
+
+def phi_and_grad_rows(layers, W_U, X, Y, s: float, act, beta_attn, beta_ffn, N: int, pooled: bool):
+    """``(Phi, grads, blocks, F)``: :func:`forward_rows`, the loss ``Phi = 1/2 ||F - Y||^2`` of each
+    configuration (book equation (5); ``Y`` in the rows of ``F``) and :func:`backward_rows`."""
+    blocks, last, F = forward_rows(layers, W_U, X, s, act, beta_attn, beta_ffn, N, pooled)
+    R = F - Y
+    grads = backward_rows(layers, W_U, blocks, last, R, s, act, beta_attn, beta_ffn, N, pooled)
+    return 0.5 * R.pow(2).sum((1, 2)), grads, blocks, F
+
+
+def trace_fields(outs, W_V, lead: tuple, N: int, n: int) -> list[list[torch.Tensor]]:
+    """The fields ``logits, S, A, Z, M, H`` of a trace, each a list over the blocks, from the
+    :func:`block_rows` outputs ``outs``, in the shapes ``(*lead, N, n, q)`` of the data; the
+    attention output ``A = (S X) W_V`` (``W_V``: the blocks' weights) is computed here."""
+    A = [torch.bmm(out[7], w) for out, w in zip(outs, W_V)]
+    attention = ([out[i].reshape(*lead, N, n, n) for out in outs] for i in (0, 1))
+    rows = (A, *([out[i] for out in outs] for i in (2, 3, 4)))
+    return [*attention, *([t.reshape(*lead, N, n, -1) for t in field] for field in rows)]
+
+
+def backward_rows(layers, W_U, blocks, last, R, s: float, act, beta_attn, beta_ffn, N: int,
+                  pooled: bool) -> dict[str, torch.Tensor]:
+    """The gradient of ``Phi = 1/2 ||F - Y||^2`` (book equation (5)) with respect to every weight,
+    ``W_U`` and ``layer{l}.W_Q``, ... (``(B, p, q)`` each), from the forward pass's ``blocks`` (each
+    block's input and :func:`block_rows` outputs), ``last`` (the last ``H``, pooled with
+    ``pooled``) and ``R = F - Y = dPhi/dF``. Products of row matrices sum over every row of a
+    configuration; for each block from the last to the first (``X`` its input, ``G`` its logits)::
+
+        dW_U = H_L^T R,  dH_L = R W_U^T        (with pooling, dH_L / n at each of the n rows)
+        dW_2 = M^T dH,   dP = act'(P) * (dH W_2^T),   dW_1 = Z^T dP,   dZ = dP W_1^T + beta_ffn dH
+        dW_V = (S X)^T dZ,   dSX = dZ W_V^T,   dG = s S * (dS - rowsum(S * dS)),   dS = dSX X^T
+        dW_Q = X^T dG K,   dW_K = X^T dG^T Q
+        dX = S^T dSX + beta_attn dZ + dG K W_Q^T + dG^T Q W_K^T        (the dH of the block below)
+    """
+    grads = {"W_U": torch.bmm(last.mT, R)}
+    dH = torch.bmm(R, W_U.mT)
+    if pooled:
+        H = blocks[-1][1][4]
+        dH = (dH / (H.shape[1] // N)).unsqueeze(2).expand(-1, -1, H.shape[1] // N, -1).reshape(H.shape)
+    for l in range(len(blocks), 0, -1):
+        (X, (_, S, Z, M, _, Q, K, SX, P)), Wl = blocks[l - 1], layers[l - 1]
+        heads = (S.shape[0], S.shape[1], -1)
+        grads[f"layer{l}.W_2"] = torch.bmm(M.mT, dH)
+        dM = torch.bmm(dH, Wl["W_2"].mT)
+        dP = act.grad(P, M, dM) if act.grad else torch.func.vjp(act.fn, P)[1](dM)[0]
+        grads[f"layer{l}.W_1"] = torch.bmm(Z.mT, dP)
+        dZ = plus_product(beta_ffn, dH, dP, Wl["W_1"].mT)
+        grads[f"layer{l}.W_V"] = torch.bmm(SX.mT, dZ)
+        dSX = torch.bmm(dZ, Wl["W_V"].mT).reshape(heads)
+        dG = torch.bmm(dSX, X.reshape(heads).mT).mul_(S)                  # S * dS
+        dG = dG.addcmul_(S, dG.sum(-1, keepdim=True), value=-1.0).mul_(s)
+        dQ = torch.bmm(dG, K.reshape(heads)).reshape(K.shape)
+        dK = torch.bmm(dG.mT, Q.reshape(heads)).reshape(Q.shape)
+        grads[f"layer{l}.W_Q"], grads[f"layer{l}.W_K"] = torch.bmm(X.mT, dQ), torch.bmm(X.mT, dK)
+        if l > 1:
+            dH = plus_product(beta_attn, dZ, S.mT, dSX, heads).reshape(dZ.shape)
+            dH = torch.baddbmm(torch.baddbmm(dH, dQ, Wl["W_Q"].mT), dK, Wl["W_K"].mT)
+    return grads

@@ -1,0 +1,245 @@
+"""The residual is necessary: a certified separation at attention scale ``1/d_QK``.
+
+Book chapter *A certified separation* (``book/separation.md``): lemmas ``sep-lem-floor``,
+``sep-lem-chain``, ``sep-lem-path``, theorem ``sep-thm``. On one draw of :func:`separation_instance`,
+without the residual the loss stays at or above half the rank-one floor ``Phi_floor = 1/2
+||C(Y)||_F^2`` for ``T_lb`` steps (:func:`plateau_certificate`; ``C`` centres each sequence's rows,
+and ``C(F) = 0`` when the attention is uniform); with the residual the certificate of
+:mod:`convres.certify` gives linear convergence from step 0 (:func:`separation_report`). Float64 from
+``theta_0`` (round-off outside the bounds); one block, per-token readout, smooth activation, ``c = 1``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import torch
+
+from .certify import Centre, centre, check_certifiable, sharpest_certificate_of, smoothness_bounds
+from .gd import gradient_descent
+from .instances import CERTIFIED_REGIME, problem
+from .model import ModelConfig, forward_trace
+from .rank import spectral_norm, stacked
+from .values import as_int, as_real, as_seed
+
+__all__ = ["SEPARATION_REGIME", "separation_instance", "balanced_targets", "centred", "PerpCentre",
+           "perp_centre", "perp_chain", "path_radii", "Plateau", "plateau_certificate", "escape_step",
+           "separation_report", "TAU", "RADII"]
+
+#: ``||C(F)||_F <= TAU ||C(Y)||_F`` keeps the loss at or above half the floor (lemma sep-lem-floor).
+TAU = 1 - 2 ** -0.5
+#: The radii at which the path bounds are tabulated (0 and a geometric grid up to 3).
+RADII = np.concatenate([[0.0], np.geomspace(1e-7, 3.0, 300)])
+#: The separation family: the certified regime (:data:`convres.instances.CERTIFIED_REGIME`), with
+#: ``d_QK`` free and balanced targets (half the tokens of each sequence +1, half -1).
+SEPARATION_REGIME = dict(N=1, n=2, d=1024)
+
+
+def balanced_targets(N: int, n: int, seed: int) -> torch.Tensor:
+    """``(N, n, 1)`` targets: in each sequence ``n/2`` tokens ``+1`` and ``n/2`` tokens ``-1`` in a
+    random order (``n`` even), so ``C(Y) = Y`` and ``Phi_floor = N n / 2``."""
+    if n % 2:
+        raise ValueError(f"balanced targets need an even number of tokens n, got n={n}.")
+    gen = torch.Generator().manual_seed(as_seed("seed", seed))
+    base = torch.tensor([1.0] * (n // 2) + [-1.0] * (n // 2), dtype=torch.float64)
+    return torch.stack([base[torch.randperm(n, generator=gen)] for _ in range(N)]).unsqueeze(-1)
+
+
+def separation_instance(d_qk: int, seed: int = 0, *, N: int = 1, n: int = 2, d: int = 1024,
+                        beta: float = 0.0):
+    """``(X, Y, params, cfg)`` of the separation family: the certified regime's data and weights
+    (:func:`convres.instances.problem`: ``X`` ``N(0, 1)`` from ``seed``, weights from ``seed + 1``,
+    branch scale 0.01, readout 0.1, gelu, ``m = d / 4``, scale ``1/d_QK``) with ``d_QK = d_qk`` and
+    :func:`balanced_targets`; ``beta = 0`` is the arm without the residual."""
+    d_qk, N, n, d = (as_int(k, v, minimum=1) for k, v in (("d_qk", d_qk), ("N", N), ("n", n), ("d", d)))
+    r: dict = CERTIFIED_REGIME
+    cfg = ModelConfig(d=d, d_qk=d_qk, m=max(1, round(r["ffn_ratio"] * d)), c=1, beta=beta,
+                      activation=r["activation"], scale=r["scale"])
+    params, X, _ = problem(cfg, N, n, seed, branch_scale=r["branch_scale"], readout_scale=r["readout_scale"])
+    return X, balanced_targets(N, n, seed), params, cfg
+
+
+def centred(G: torch.Tensor) -> torch.Tensor:
+    """``C(G)``: each sequence's rows minus their mean (``G`` of shape ``(N, n, k)``)."""
+    return G - G.mean(dim=-2, keepdim=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class PerpCentre:
+    """The within-sequence quantities at ``theta_0`` (exact up to float64): ``eps_i = ||S_i - 1
+    1^T/n||_F`` per sequence; ``ux = ||U X||_2`` (stacked, ``U X_i = 1 xbar_i^T``); ``cZ, cM, cH``:
+    ``||C(.)||_2`` of the stacked ``Z_0, M_0, H_0``; ``cF = ||C(F_0)||_F``; ``par = ||(I - C)(F_0 -
+    Y)||_F``; ``CY = ||C(Y)||_F``; the chain's :class:`~convres.certify.Centre` ``c``."""
+
+    c: Centre
+    eps_i: np.ndarray
+    ux: float
+    cZ: float
+    cM: float
+    cH: float
+    cF: float
+    par: float
+    CY: float
+
+    @property
+    def floor(self) -> float:
+        """``Phi_floor = 1/2 ||C(Y)||_F^2``, the rank-one floor (:func:`convres.collapse.rank_one_floor`)."""
+        return 0.5 * self.CY ** 2
+
+    @property
+    def room(self) -> float:
+        """``TAU ||C(Y)||_F - ||C(F_0)||_F``: how far ``||C(F)||`` may grow (lemma sep-lem-floor)."""
+        return TAU * self.CY - self.cF
+
+
+def perp_centre(params, X, Y, cfg) -> PerpCentre:
+    """The :class:`PerpCentre` of an instance without the residual (``cfg.residual == (0, 0)``)."""
+    check_certifiable(params, X, Y, cfg)
+    if tuple(cfg.residual) != (0.0, 0.0) or cfg.c != 1:
+        raise ValueError(f"the plateau certificate is for the model without the residual and one output "
+                         f"(beta = 0, c = 1), got residual {cfg.residual}, c = {cfg.c}; use "
+                         "cfg.with_residual(0.0).")
+    p = {k: v.detach().double() for k, v in params.items()}
+    X, Y = X.detach().double(), Y.detach().double()
+    with torch.no_grad():
+        tr = forward_trace(p, X, cfg)
+    n = X.shape[1]
+    sn = [spectral_norm(stacked(centred(G[0]))) for G in (tr.Z, tr.M, tr.H)]
+    return PerpCentre(c=centre(p, X, Y, cfg), eps_i=torch.linalg.matrix_norm(tr.S[0] - 1.0 / n).numpy(),
+                      ux=spectral_norm(stacked(X.mean(-2, keepdim=True).expand_as(X))), cZ=sn[0], cM=sn[1],
+                      cH=sn[2], cF=float(centred(tr.F).norm()),
+                      par=float((tr.F - Y - centred(tr.F - Y)).norm()), CY=float(centred(Y).norm()))
+
+
+def perp_chain(pc: PerpCentre, ra: float, rw: float, steps: int = 48) -> tuple[float, float, float]:
+    """Lemma sep-lem-chain (equation sep-chain of the chapter) on ``B(ra, rw) = {||(W_Q, W_K) - a_0||
+    <= ra, ||(W_V, W_1, W_2, W_U) - w_0|| <= rw}``: ``(delta_perp, Jp_a, Jp_w)`` with ``||C(F)||_F <=
+    ||C(F_0)||_F + delta_perp`` there, ``Jp_a, Jp_w`` bounding the attention and the other blocks'
+    parts of the Jacobian of ``C(F)`` (``Jp_a`` also that of ``F``). Along ``theta_0 + tau (theta -
+    theta_0)`` every bound starts at its exact value at ``theta_0`` and grows by the upper Riemann sum
+    of its derivative's bound (each non-decreasing in ``tau``); ``p_i = min(1/2, 1/n + eps_i)`` bounds
+    the softmax Jacobian, first with the cruder ``1/2`` increment on each piece."""
+    c, h = pc.c, 1.0 / steps
+    x, s, n = c.x_i, c.s, c.n
+    eps, cZ, cM, cH, Zb, delta = pc.eps_i.astype(float), pc.cZ, pc.cM, pc.cH, c.z0, 0.0
+    aF = wF = 0.0
+    for k in range(1, steps + 1):
+        ta, tw = k * h * ra, k * h * rw
+        KQ = np.hypot(c.k_i + x * ta, c.q_i + x * ta)
+        Vb, W1, W2, U = c.v_i + x * tw, c.w1 + tw, c.w2 + tw, c.u + tw
+        speed = s * x * KQ * ra                      # ||D l_i|| times ra
+        p_hat = np.minimum(0.5, 1 / n + eps + 0.5 * h * speed)    # on the whole sub-interval
+        eps = np.minimum(math.sqrt(n - 1), eps + h * p_hat * speed)
+        p_hat = np.minimum(0.5, 1 / n + eps)
+        dZa = float(np.linalg.norm(p_hat * s * x * Vb * KQ))
+        ex = float(np.linalg.norm(eps * x))
+        SX = pc.ux + ex
+        cZ += h * (dZa * ra + ex * rw)
+        Zb += h * (dZa * ra + SX * rw)
+        cP = cZ * W1
+        aM, vM, oM = c.lip * W1 * dZa, (c.lip * ex + c.lip2 * cP * SX) * W1, c.lip * cZ + c.lip2 * cP * Zb
+        cM += h * (aM * ra + math.hypot(vM, oM) * rw)
+        cH += h * (W2 * aM * ra + math.hypot(W2 * vM, W2 * oM, cM) * rw)
+        aF, wF = U * W2 * aM, math.hypot(U * W2 * vM, U * W2 * oM, U * cM, cH)
+        delta += h * (aF * ra + wF * rw)
+    return delta, aF, wF
+
+
+def path_radii(pc: PerpCentre, mu: float, max_steps: int = 10 ** 7, radii=RADII):
+    """Lemma sep-lem-path (equation sep-path): ``[(r_a,t, r_t, R_t)]``, ``t = 0, 1, ...``, with
+    ``||(W_Q, W_K)_t - a_0|| <= r_a,t``, ``||theta_t - theta_0|| <= r_t`` and ``||(I - C)(F_t - Y)|| <=
+    R_t`` for gradient descent with any step ``mu``, until ``r_t`` leaves ``radii`` or ``C(F)`` may pass
+    the threshold. Every bound is tabulated on ``radii`` and read at the radius just above ``r_t``:
+    ``J, M2`` of :func:`convres.certify.smoothness_bounds` and :func:`perp_chain` on ``B(r, r)``."""
+    chains = np.array([perp_chain(pc, r, r, steps=24) for r in radii])
+    floor_dp = np.array([perp_chain(pc, 0.0, r, steps=24)[0] for r in radii])   # delta_perp(0, r)
+    bounds = np.array([smoothness_bounds(pc.c, r) for r in radii])
+    J, M2 = bounds[:, 1], bounds[:, 2]
+    Rp = pc.CY + pc.cF + chains[:, 0]
+    E, Ea = np.hypot(chains[:, 1], chains[:, 2]) * Rp, chains[:, 1]
+    r = ra = 0.0
+    R, out, last = pc.par, [(0.0, 0.0, pc.par)], len(radii) - 1
+    for _ in range(max_steps):
+        k = int(np.searchsorted(radii, r))           # the tabulated radius just above r
+        if k > last or floor_dp[k - 1 if k else 0] > pc.room:   # C(F) may pass the threshold
+            break
+        g = J[k] * R + E[k]
+        r_next = r + mu * g
+        ra = min(r_next, ra + mu * Ea[k] * (R + Rp[k]))
+        kn = min(int(np.searchsorted(radii, r_next)), last)
+        R_seg = R + J[kn] * mu * g
+        R = min(R_seg, math.sqrt(R * R + 5 * mu * E[k] ** 2)) if mu * (J[kn] ** 2 + R_seg * M2[kn]) <= 1 \
+            else R_seg
+        r = r_next
+        out.append((ra, r, R))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Plateau:
+    """Theorem sep-thm (a) on one instance without the residual: ``Phi_t >= floor / 2`` for every
+    ``t <= T_lb`` of gradient descent with step ``mu``. ``certified``: ``T_lb >= 1``. ``radius``,
+    ``radius_attention``: the path bounds at ``T_lb``; ``room``: ``TAU ||C(Y)|| - ||C(F_0)||``."""
+
+    certified: bool
+    T_lb: int
+    floor: float
+    mu: float
+    room: float
+    radius: float
+    radius_attention: float
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def plateau_certificate(params, X, Y, cfg, mu: float) -> Plateau:
+    """Theorem sep-thm (a): the largest ``T`` with ``||C(F_0)|| + delta_perp(r_a,T, r_T) <= TAU
+    ||C(Y)||`` (:func:`perp_chain` at the radii of :func:`path_radii`), by bisection."""
+    mu = as_real("mu (the step size)", mu, minimum=0.0, above=True)
+    pc = perp_centre(params, X, Y, cfg)
+    path = path_radii(pc, mu) if pc.room > 0 else [(0.0, 0.0, pc.par)]
+    lo, hi = 0, len(path)
+    while hi - lo > 1:                               # delta_perp grows along the path
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if perp_chain(pc, *path[mid][:2])[0] <= pc.room else (lo, mid)
+    return Plateau(certified=lo >= 1 and pc.room > 0, T_lb=lo if pc.room > 0 else 0, floor=pc.floor,
+                   mu=mu, room=pc.room, radius=path[lo][1], radius_attention=path[lo][0])
+
+
+def escape_step(params, X, Y, cfg, mu: float, steps: int) -> int | None:
+    """The first ``t`` with ``Phi_t < Phi_floor / 2`` in gradient descent with step ``mu`` (observed),
+    ``None`` within ``steps``; the run stops there."""
+    floor = 0.5 * float(centred(Y.double()).norm()) ** 2
+    _, h = gradient_descent(params, X, Y, cfg, mu, steps, tol=np.nextafter(0.5 * floor, 0))
+    hit = np.nonzero(np.asarray(h.loss) < 0.5 * floor)[0]
+    return int(hit[0]) if len(hit) else None
+
+
+def separation_report(d_qk: int, seed: int = 0, *, mu: float | None = None, N: int = 1, n: int = 2,
+                      d: int = 1024) -> dict:
+    """What ``python -m convres theorem --separation --d-qk D --seed S --json`` prints: theorem sep-thm
+    on :func:`separation_instance`. ``with_residual``: the sharpest certificate of thm-main at
+    ``beta = 1`` (``rate = mu alpha``, ``steps_to`` the certified steps to ``1e-2 Phi_0``);
+    ``plateau``: :func:`plateau_certificate` at ``mu`` (default: the residual arm's certified step, so
+    both arms run with one step); ``separation``: whether ``steps_to <= T_lb`` at that step."""
+    X, Y, params, cfg = separation_instance(d_qk, seed, N=N, n=n, d=d)
+    res = sharpest_certificate_of(centre(params, X, Y, cfg.with_residual(1.0)))
+    mu = res.mu if mu is None else as_real("mu", mu, minimum=0.0, above=True)
+    plateau = plateau_certificate(params, X, Y, cfg, mu)
+    rate = min(mu, res.mu) * res.alpha
+    steps_to = math.ceil(math.log(100) / -math.log1p(-rate)) if res.certified and 0 < rate < 1 else None
+    at_mu = res.certified and mu <= res.mu
+    return {"plateau": plateau.to_dict(),
+            "with_residual": {"certified": res.certified, "rate": rate, "steps_to": steps_to, "mu": res.mu,
+                              "ratio": res.ratio, "eps": res.eps, "initial_loss": res.initial_loss},
+            "separation": {"certified": bool(plateau.certified and at_mu and steps_to is not None
+                                             and steps_to <= plateau.T_lb
+                                             and 1e-2 * res.initial_loss < 0.5 * plateau.floor),
+                           "window": [steps_to, plateau.T_lb] if at_mu else None},
+            "instance": {"N": N, "n": n, "d": d, "d_qk": cfg.d_qk, "m": cfg.m, "seed": seed,
+                         "scale": cfg.scale,
+                         "rebuild": f"__import__('convres.separation').separation.separation_instance("
+                                    f"d_qk={cfg.d_qk}, seed={seed}, N={N}, n={n}, d={d})"}}

@@ -1,0 +1,152 @@
+"""The certified separation (convres.separation; book chapter *A certified separation*): every bound
+of the plateau certificate against the model on random draws (points of the box, projected ascent,
+gradient-descent paths), the plateau against gradient descent on fresh seeds, the JSON of the
+command line, and bad input."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from convres.cli import main
+from convres.collapse import rank_one_floor
+from convres.gd import gradient_descent
+from convres.instances import theorem_instance
+from convres.lemmas import flat_norm
+from convres.model import forward_trace, phi
+from convres.separation import (
+    TAU,
+    balanced_targets,
+    centred,
+    path_radii,
+    perp_centre,
+    perp_chain,
+    plateau_certificate,
+    separation_instance,
+    separation_report,
+)
+
+ATTENTION = ("layer1.W_Q", "layer1.W_K")
+
+
+def _box_point(params, ra, rw, gen, ascent_of=None, X=None, cfg=None, steps=0):
+    """A point of B(ra, rw) (random radius fractions and directions), then ``steps`` steps of
+    projected ascent on ``||C(F)||``."""
+    q = {}
+    for keys, r in ((ATTENTION, ra), ([k for k in params if k not in ATTENTION], rw)):
+        u = {k: torch.randn(params[k].shape, generator=gen, dtype=torch.float64) for k in keys}
+        scale = r * float(torch.rand(1, generator=gen)) ** 0.25 / flat_norm(u.values())
+        q.update({k: params[k] + scale * u[k] for k in keys})
+    for _ in range(steps):
+        leaves = {k: v.detach().requires_grad_(True) for k, v in q.items()}
+        grads = dict(zip(leaves, torch.autograd.grad(centred(forward_trace(leaves, X, cfg).F).norm(),
+                                                     list(leaves.values()))))
+        for keys, r in ((ATTENTION, ra), ([k for k in params if k not in ATTENTION], rw)):
+            g = flat_norm(grads[k] for k in keys) or 1.0
+            moved = {k: q[k].detach() + 0.3 * r * grads[k] / g - params[k] for k in keys}
+            norm = flat_norm(moved.values())
+            q.update({k: params[k] + moved[k] * min(1.0, r / norm) for k in keys})
+    return q
+
+
+def _centred_jacobian_norm(params, X, cfg) -> float:
+    leaves = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+    CF = centred(forward_trace(leaves, X, cfg).F).reshape(-1)
+    rows = [torch.cat([g.reshape(-1) for g in torch.autograd.grad(CF[i], list(leaves.values()),
+                                                                  retain_graph=True)]) for i in range(CF.numel())]
+    return float(torch.linalg.matrix_norm(torch.stack(rows), 2))
+
+
+INSTANCES = [  # default initializations without the residual (where the bounds are hard), and the family
+    lambda seed: theorem_instance(seed, beta=0.0, N=2, n=4, d=16, d_qk=4, scale="1/sqrt(d_qk)"),
+    lambda seed: theorem_instance(seed, beta=0.0, N=2, n=3, d=12, d_qk=32, scale="1/d_qk", activation="tanh"),
+    lambda seed: (lambda X, Y, p, cfg: (p, X, Y, cfg))(*separation_instance(16, seed, d=64)),
+]
+
+
+@pytest.mark.parametrize("make", INSTANCES)
+@pytest.mark.parametrize("seed", [50000, 50001])
+def test_the_within_sequence_chain_bounds_the_model(make, seed):
+    """Lemma sep-lem-chain: on B(ra, rw), ||C(F)|| <= ||C(F_0)|| + delta_perp (random points and
+    projected ascent) and the Jacobian of C(F) is at most ||(Jp_a, Jp_w)||."""
+    params, X, Y, cfg = make(seed)
+    pc = perp_centre(params, X, Y, cfg)
+    gen = torch.Generator().manual_seed(seed)
+    for ra, rw in [(0.02, 0.02), (0.1, 0.3), (0.3, 0.05)]:
+        delta, ja, jw = perp_chain(pc, ra, rw)
+        for steps in (0, 0, 8):
+            q = _box_point(params, ra, rw, gen, X=X, cfg=cfg, steps=steps)
+            assert float(centred(forward_trace(q, X, cfg).F).norm()) <= pc.cF + delta
+        assert _centred_jacobian_norm(_box_point(params, ra, rw, gen), X, cfg) <= math.hypot(ja, jw)
+
+
+@pytest.mark.parametrize("make", INSTANCES)
+def test_the_path_radii_bound_gradient_descent(make):
+    """Lemma sep-lem-path at steps up to far beyond any certified one: the distance, the attention
+    weights' distance and the sequence-mean residual of every iterate are within the radii."""
+    params, X, Y, cfg = make(50002)
+    pc = perp_centre(params, X, Y, cfg)
+    for mu in (0.003, 0.03, 0.3):
+        path = path_radii(pc, mu, max_steps=300)
+        seen = []
+
+        def record(step):
+            if step.t < len(path):
+                seen.append((flat_norm(step.params[k] - params[k] for k in ATTENTION),
+                             flat_norm(step.params[k] - params[k] for k in params),
+                             float((step.trace.F - Y - centred(step.trace.F - Y)).norm())))
+
+        gradient_descent(params, X, Y, cfg, mu, len(path) - 1, callback=record)
+        for (ra, r, R), (a, t, p) in zip(path, seen):
+            assert a <= ra * (1 + 1e-9) + 1e-15 and t <= r * (1 + 1e-9) + 1e-15 and p <= R * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("d_qk,seed", [(16, 50010), (64, 50011), (256, 50012)])
+def test_the_plateau_holds_along_gradient_descent(d_qk, seed):
+    """Theorem sep-thm (a) on fresh seeds: the run stays at or above half the floor up to T_lb."""
+    X, Y, params, cfg = separation_instance(d_qk, seed, d=256)
+    for mu in (0.1, 1.0):
+        pl = plateau_certificate(params, X, Y, cfg, mu)
+        assert pl.certified and pl.floor == pytest.approx(rank_one_floor(Y))
+        _, h = gradient_descent(params, X, Y, cfg, mu, pl.T_lb)
+        assert np.min(h.loss) >= 0.5 * pl.floor
+
+
+def test_the_floor_lemma():
+    """Lemma sep-lem-floor: ||C(F)|| <= TAU ||C(Y)|| implies Phi >= floor / 2 (random outputs)."""
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(200):
+        Y, F = torch.randn(3, 4, 1, generator=gen, dtype=torch.float64), torch.randn(3, 4, 1, generator=gen)
+        F = F * TAU * float(centred(Y).norm()) / float(centred(F).norm()) * float(torch.rand(1, generator=gen))
+        assert 0.5 * float((F - Y).pow(2).sum()) >= 0.5 * rank_one_floor(Y) * (1 - 1e-12)
+
+
+def test_the_report_and_its_rebuild():
+    """The JSON of `theorem --separation` has the issue's fields, and `rebuild` rebuilds the arm
+    without the residual."""
+    rep = separation_report(64, 7, d=128)
+    assert {"certified", "T_lb", "floor", "mu"} <= set(rep["plateau"])
+    assert {"certified", "rate", "steps_to"} <= set(rep["with_residual"])
+    assert {"N", "n", "d", "d_qk", "m", "seed", "scale", "rebuild"} <= set(rep["instance"])
+    X, Y, params, cfg = eval(rep["instance"]["rebuild"])
+    X2, Y2, p2, _ = separation_instance(64, 7, d=128)
+    assert cfg.residual == (0.0, 0.0) and torch.equal(X, X2) and torch.equal(Y, Y2)
+    assert float(phi(params, X, Y, cfg)) == float(phi(p2, X2, Y2, cfg))
+
+
+def test_the_command_line(capsys):
+    assert main(["theorem", "--separation", "--d-qk", "16", "--seed", "1", "--d", "64", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["instance"]["d_qk"] == 16 and isinstance(out["plateau"]["T_lb"], int)
+
+
+def test_bad_input():
+    X, Y, params, cfg = separation_instance(16, 0, d=64)
+    with pytest.raises(ValueError, match="without the residual"):
+        perp_centre(params, X, Y, cfg.with_residual(1.0))
+    with pytest.raises(ValueError, match="even number"):
+        balanced_targets(1, 3, 0)
+    with pytest.raises(ValueError, match="mu"):
+        plateau_certificate(params, X, Y, cfg, 0.0)
