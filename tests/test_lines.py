@@ -363,3 +363,29 @@ def test_api_formulas_show_their_symbols():
                 left.append(f"{page}: {text}")
     assert not left, "ASCII formulas on the API pages:\n  " + "\n  ".join(left[:10])
     assert shown > 20, f"only {shown} formulas with symbols on the API pages: is the docstring hook on?"
+
+
+def test_pasted_numbers_become_formulas():
+    """A glued number in e-notation is typeset as a power of ten (web/convres_site.py, job 12),
+    the rest of the pasted text kept; a number in a word or a plain number is left alone."""
+    from docutils import nodes
+
+    doc = nodes.paragraph()
+    for text in ("3.67e+03", "from 1e-06 to 2.5e-10 steps", "x1e-3y", "0.002"):
+        doc += nodes.inline(text, text, classes=["pasted-text"])
+    _convres_site()._pasted_numbers(None, doc, "page")
+    shown = [[(type(c).__name__, c.astext()) for c in n.children] for n in doc.children]
+    assert shown[0] == [("math", r"3.67 \times 10^{3}")]
+    assert shown[1] == [("Text", "from "), ("math", "10^{-6}"), ("Text", " to "),
+                        ("math", r"2.5 \times 10^{-10}"), ("Text", " steps")]
+    assert shown[2] == [("Text", "x1e-3y")] and shown[3] == [("Text", "0.002")]
+
+
+def test_no_pasted_number_in_e_notation():
+    """No number glued into a page's prose reads ``3.67e+03`` (job 12 of web/convres_site.py)."""
+    if not PAGES:
+        _skip_or_fail(f"no built site at {SITE} (build it first: make book)")
+    raw = [f"{p}: {m}" for p in PAGES
+           for m in re.findall(r'<span class="pasted-text">([^<]*\d+(?:\.\d+)?e[+-]\d+[^<]*)</span>',
+                               (SITE / p).read_text())]
+    assert not raw, "numbers in e-notation in the prose:\n  " + "\n  ".join(raw[:10])

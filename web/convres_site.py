@@ -59,6 +59,10 @@ Jobs for the published site:
    nothing on a wider one: an inline script defines the MathJax macro before MathJax starts
    (``PHONEBREAK_JS``), ``web/site.js`` typesets those formulas again when the window crosses
    that width, and the PDF defines it as nothing (``_config.yml``, ``latex_elements.preamble``).
+12. **Numbers pasted into prose.** A number glued into the text (``{glue:text}``) in e-notation,
+   ``3.67e+03`` or ``1e-06``, is shown as a formula, :math:`3.67 \times 10^{3}` or
+   :math:`10^{-6}` (:func:`convres.show.power_of_ten`, as the book's tables do); the chapters keep
+   formatting their numbers as they like.
 """
 
 from __future__ import annotations
@@ -259,6 +263,26 @@ def _readable_docstring(app, what, name, obj, options, lines) -> None:
     new = re.sub(r"``(.+?)``", lambda m: f"``{readable_math(m[1])}``", text, flags=re.S)
     if new != text:
         lines[:] = new.split("\n")
+
+
+# A number in e-notation inside a pasted text (job 12), not part of a word or a longer number.
+_E_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?e[+-]\d+(?![\w.])")
+
+
+def _pasted_numbers(app, doctree, docname: str) -> None:
+    from convres.show import power_of_ten
+
+    for node in list(doctree.findall(nodes.inline)):
+        if "pasted-text" not in node["classes"] or not _E_NUMBER.search(node.astext()):
+            continue
+        text, parts, at = node.astext(), [], 0
+        for m in _E_NUMBER.finditer(text):
+            parts += [nodes.Text(text[at:m.start()])] if m.start() > at else []
+            parts.append(nodes.math(m[0], power_of_ten(m[0])))
+            at = m.end()
+        parts += [nodes.Text(text[at:])] if at < len(text) else []
+        node.children = []
+        node.extend(parts)
 
 
 def _resolve_convres_name(app, env, node, contnode):
@@ -596,6 +620,7 @@ def setup(app):
     app.connect("env-get-outdated", _api_always_outdated)
     app.connect("html-page-context", _link_pdf, priority=950)
     app.connect("doctree-resolved", _pdf_shape)
+    app.connect("doctree-resolved", _pasted_numbers)
     app.connect("build-finished", _copy_pdf)
     app.connect("missing-reference", _resolve_convres_name)
     app.connect("autodoc-process-docstring", _keep_attribute_docstring, priority=400)
