@@ -112,12 +112,14 @@
     var first = proof && proof.querySelector('p');
     var m = first && /^Proof\.\s+We prove\s+(\S+\s+\d+)/.exec(first.textContent);
     if (m) return m[1];
+    // (sphinx-proof gives statements and proofs alike the class "proof": "proof lemma
+    // admonition", "proof admonition", so statements are tested first)
     for (var e = fold.previousElementSibling; e; e = e.previousElementSibling) {
-      if (e.matches('details.toggle-details, div.proof, h1, h2, h3, h4, section')) return null;
       if (e.matches(STATEMENTS)) {
         var n = e.querySelector(':scope > p.admonition-title > span.caption-number');
         return n ? n.textContent.trim() : null;
       }
+      if (e.matches('details.toggle-details, div.proof, h1, h2, h3, h4, section')) return null;
     }
     return null;
   }
@@ -135,9 +137,15 @@
     });
   }
 
-  // after sphinx-togglebutton has built the folds (its own DOMContentLoaded handler runs first)
-  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', labelProofs);
-  else labelProofs();
+  // after sphinx-togglebutton has built the folds: its script (not deferred) registers its
+  // DOMContentLoaded handler before this deferred one runs, so that handler runs first; this
+  // script runs while the state is already 'interactive', before DOMContentLoaded. 'load' is a
+  // second chance (labelling twice does nothing).
+  if (document.readyState === 'complete') labelProofs();
+  else {
+    document.addEventListener('DOMContentLoaded', labelProofs);
+    window.addEventListener('load', labelProofs);
+  }
   PHONE.addEventListener('change', rebreak);
 
   if (document.readyState === 'complete') afterMath();
