@@ -114,7 +114,8 @@ _SKIP = shutil.ignore_patterns("*.map", "embed.js", "embed.js.LICENSE.txt", "lib
 # no module) is a build warning, which fails the strict build. "data" stands for the subpackage
 # and its modules.
 API_PAGES: dict[str, list[str]] = {
-    "api/model": ["model", "gd", "backprop", "instances"],
+    "api/model": ["model", "gd", "instances"],
+    "api/backprop": ["backprop"],
     "api/rank": ["rank", "collapse"],
     "api/theory": ["theory", "lemmas", "checks", "scope"],
     "api/certify": ["certify", "separation"],
