@@ -26,7 +26,7 @@ from .values import as_int, as_real, as_seed
 
 __all__ = ["SEPARATION_REGIME", "separation_instance", "balanced_targets", "centred", "PerpCentre",
            "perp_centre", "perp_chain", "path_radii", "Plateau", "plateau_certificate", "escape_step",
-           "separation_report", "TAU", "RADII"]
+           "path_check", "separation_report", "TAU", "RADII"]
 
 #: ``||C(F)||_F <= TAU ||C(Y)||_F`` keeps the loss at or above half the floor (lemma sep-lem-floor).
 TAU = 1 - 2 ** -0.5
@@ -152,7 +152,8 @@ def path_radii(pc: PerpCentre, mu: float, max_steps: int = 10 ** 7, radii=RADII)
     ``||(W_Q, W_K)_t - a_0|| <= r_a,t``, ``||theta_t - theta_0|| <= r_t`` and ``||(I - C)(F_t - Y)|| <=
     R_t`` for gradient descent with any step ``mu``, until ``r_t`` leaves ``radii`` or ``C(F)`` may pass
     the threshold. Every bound is tabulated on ``radii`` and read at the radius just above ``r_t``:
-    ``J, M2`` of :func:`convres.certify.smoothness_bounds` and :func:`perp_chain` on ``B(r, r)``."""
+    ``J, M2`` of :func:`convres.certify.smoothness_bounds` and :func:`perp_chain` on ``B(r, r)``.
+    The list's last index is ``T_path`` of theorem sep-thm (``T_lb <= T_path``)."""
     chains = np.array([perp_chain(pc, r, r, steps=24) for r in radii])
     floor_dp = np.array([perp_chain(pc, 0.0, r, steps=24)[0] for r in radii])   # delta_perp(0, r)
     bounds = np.array([smoothness_bounds(pc.c, r) for r in radii])
@@ -196,8 +197,9 @@ class Plateau:
 
 
 def plateau_certificate(params, X, Y, cfg, mu: float) -> Plateau:
-    """Theorem sep-thm (a): the largest ``T`` with ``||C(F_0)|| + delta_perp(r_a,T, r_T) <= TAU
-    ||C(Y)||`` (:func:`perp_chain` at the radii of :func:`path_radii`), by bisection."""
+    """Theorem sep-thm (a): the largest ``T <= T_path`` with ``||C(F_0)|| + delta_perp(r_a,T, r_T) <=
+    TAU ||C(Y)||`` (:func:`perp_chain` at the radii of :func:`path_radii`, whose last index is
+    ``T_path``), by bisection; ``T_lb = 0`` when ``||C(F_0)||`` is already above the threshold."""
     mu = as_real("mu (the step size)", mu, minimum=0.0, above=True)
     pc = perp_centre(params, X, Y, cfg)
     path = path_radii(pc, mu) if pc.room > 0 else [(0.0, 0.0, pc.par)]
@@ -218,22 +220,66 @@ def escape_step(params, X, Y, cfg, mu: float, steps: int) -> int | None:
     return int(hit[0]) if len(hit) else None
 
 
+def path_check(params, X, Y, cfg, mu: float, steps: int | None = None) -> dict:
+    """The bounds of lemmas sep-lem-path and sep-lem-chain against one gradient-descent run with step
+    ``mu`` (no residual), at every ``t = 1 .. min(steps, T_path - 1)``: the largest observed/bound
+    ratio of ``||theta_t - theta_0|| / r_t`` (``"r"``), ``||a_t - a_0|| / r_a,t`` (``"r_a"``),
+    ``||(I - C)(F_t - Y)|| / R_t`` (``"R"``) and ``||C(F_t)|| / (||C(F_0)|| + delta_perp(r_a,t, r_t))``
+    (``"CF"``), and of the growth ``||C(F_t)|| - ||C(F_0)||`` to ``delta_perp(r_a,t, r_t)``
+    (``"dCF"``); a ratio above 1 refutes a lemma. Also ``"steps"`` checked and the run's ``"loss"``."""
+    mu = as_real("mu (the step size)", mu, minimum=0.0, above=True)
+    pc = perp_centre(params, X, Y, cfg)
+    path = path_radii(pc, mu)
+    T = len(path) - 2 if steps is None else min(as_int("steps", steps, minimum=1), len(path) - 2)
+    if T < 1:
+        raise ValueError(f"the path bound of this instance ends at step {len(path) - 1}; nothing to check "
+                         "(use a smaller mu).")
+    a_keys = ("layer1.W_Q", "layer1.W_K")
+    p0 = {k: v.detach().double() for k, v in params.items()}
+    worst = dict(r=0.0, r_a=0.0, R=0.0, CF=0.0, dCF=-math.inf)
+
+    def check(step):
+        if not 1 <= step.t <= T:
+            return
+        ra, r, R = path[step.t]
+        F = step.trace.F.double()
+        seen = dict(r=sum(float((step.params[k] - p0[k]).pow(2).sum()) for k in p0) ** 0.5,
+                    r_a=sum(float((step.params[k] - p0[k]).pow(2).sum()) for k in a_keys) ** 0.5,
+                    R=float((F - Y - centred(F - Y)).norm()), CF=float(centred(F).norm()))
+        dp = perp_chain(pc, ra, r)[0]
+        seen["dCF"], bound = seen["CF"] - pc.cF, dict(r=r, r_a=ra, R=R, CF=pc.cF + dp, dCF=dp)
+        for k in worst:
+            worst[k] = max(worst[k], seen[k] / bound[k])
+
+    _, h = gradient_descent(params, X, Y, cfg, mu, T, callback=check)
+    return {**{k: float(v) for k, v in worst.items()}, "steps": T, "loss": np.asarray(h.loss)}
+
+
 def separation_report(d_qk: int, seed: int = 0, *, mu: float | None = None, N: int = 1, n: int = 2,
                       d: int = 1024) -> dict:
     """What ``python -m convres theorem --separation --d-qk D --seed S --json`` prints: theorem sep-thm
     on :func:`separation_instance`. ``with_residual``: the sharpest certificate of thm-main at
     ``beta = 1`` (``rate = mu alpha``, ``steps_to`` the certified steps to ``1e-2 Phi_0``);
     ``plateau``: :func:`plateau_certificate` at ``mu`` (default: the residual arm's certified step, so
-    both arms run with one step); ``separation``: whether ``steps_to <= T_lb`` at that step."""
+    both arms run with one step); ``separation``: whether ``steps_to <= T_lb`` at that step. ``rate``
+    and ``steps_to`` are those at ``mu``, ``None`` when ``mu`` is above the certified step ``mu_res``
+    (the certificate says nothing there); ``rate_at_mu_res`` and ``steps_to_at_mu_res`` are always
+    those at ``mu_res``."""
     X, Y, params, cfg = separation_instance(d_qk, seed, N=N, n=n, d=d)
     res = sharpest_certificate_of(centre(params, X, Y, cfg.with_residual(1.0)))
     mu = res.mu if mu is None else as_real("mu", mu, minimum=0.0, above=True)
     plateau = plateau_certificate(params, X, Y, cfg, mu)
-    rate = min(mu, res.mu) * res.alpha
-    steps_to = math.ceil(math.log(100) / -math.log1p(-rate)) if res.certified and 0 < rate < 1 else None
     at_mu = res.certified and mu <= res.mu
+
+    def steps_to_at(rate):
+        return math.ceil(math.log(100) / -math.log1p(-rate)) if res.certified and 0 < rate < 1 else None
+
+    rate_res = res.mu * res.alpha
+    rate = mu * res.alpha if at_mu else None
+    steps_to = steps_to_at(rate) if rate is not None else None
     return {"plateau": plateau.to_dict(),
             "with_residual": {"certified": res.certified, "rate": rate, "steps_to": steps_to, "mu": res.mu,
+                              "rate_at_mu_res": rate_res, "steps_to_at_mu_res": steps_to_at(rate_res),
                               "ratio": res.ratio, "eps": res.eps, "initial_loss": res.initial_loss},
             "separation": {"certified": bool(plateau.certified and at_mu and steps_to is not None
                                              and steps_to <= plateau.T_lb

@@ -20,6 +20,7 @@ from convres.separation import (
     TAU,
     balanced_targets,
     centred,
+    path_check,
     path_radii,
     perp_centre,
     perp_chain,
@@ -114,6 +115,19 @@ def test_the_plateau_holds_along_gradient_descent(d_qk, seed):
         assert np.min(h.loss) >= 0.5 * pl.floor
 
 
+@pytest.mark.parametrize("d_qk,seed", [(16, 50020), (256, 50021)])
+def test_path_check_finds_every_bound_above_the_run(d_qk, seed):
+    """path_check on fresh seeds: every observed/bound ratio of lemmas sep-lem-path and sep-lem-chain
+    is at most 1 at every step it checks (a ratio above 1 would be a false lemma)."""
+    X, Y, params, cfg = separation_instance(d_qk, seed, d=128)
+    for mu in (0.05, 0.5):
+        chk = path_check(params, X, Y, cfg, mu)
+        assert chk["steps"] >= 1 and len(chk["loss"]) == chk["steps"] + 1
+        assert all(0 < chk[k] <= 1 for k in ("r", "r_a", "R", "CF")) and chk["dCF"] <= 1
+    with pytest.raises(ValueError, match="steps"):
+        path_check(params, X, Y, cfg, 0.05, steps=0)
+
+
 def test_the_floor_lemma():
     """Lemma sep-lem-floor: ||C(F)|| <= TAU ||C(Y)|| implies Phi >= floor / 2 (random outputs)."""
     gen = torch.Generator().manual_seed(3)
@@ -134,6 +148,19 @@ def test_the_report_and_its_rebuild():
     X2, Y2, p2, _ = separation_instance(64, 7, d=128)
     assert cfg.residual == (0.0, 0.0) and torch.equal(X, X2) and torch.equal(Y, Y2)
     assert float(phi(params, X, Y, cfg)) == float(phi(p2, X2, Y2, cfg))
+
+
+def test_the_report_at_a_step_above_the_certified_one():
+    """With mu above mu_res the residual arm's rate and steps_to are null (the certificate says
+    nothing there); rate_at_mu_res and steps_to_at_mu_res are those at mu_res."""
+    base = separation_report(256, 3)
+    wr = base["with_residual"]
+    assert wr["certified"] and wr["rate"] == wr["rate_at_mu_res"]
+    assert wr["steps_to"] == wr["steps_to_at_mu_res"]
+    above = separation_report(256, 3, mu=10 * wr["mu"])
+    assert above["with_residual"]["rate"] is None and above["with_residual"]["steps_to"] is None
+    assert above["with_residual"]["rate_at_mu_res"] == wr["rate_at_mu_res"]
+    assert not above["separation"]["certified"] and above["separation"]["window"] is None
 
 
 def test_the_command_line(capsys):

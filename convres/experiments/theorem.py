@@ -35,6 +35,7 @@ from ..lemmas import hessian_norm
 from ..model import ModelConfig, init_params
 from ..separation import (
     escape_step,
+    path_check,
     perp_centre,
     plateau_certificate,
     separation_instance,
@@ -247,8 +248,11 @@ def _first_below(loss, level: float) -> int | None:
     return int(hit[0]) if len(hit) else None
 
 
+CHECKED = ("r", "r_a", "R", "CF", "dCF", "steps")   # what path_check compares, and the steps it checked
+
+
 def _run_separation(s: dict, **_) -> dict:
-    rows, common = [], []
+    rows, common, checks, mu_escape = [], [], [], []
     size = dict(N=s["N"], n=s["n"], d=s["d"])
     for d_qk in s["d_qks"]:
         for seed in s["seeds"]:
@@ -256,22 +260,36 @@ def _run_separation(s: dict, **_) -> dict:
             pl = plateau_certificate(p, X, Y, cfg, s["mu"])
             _, h = gradient_descent(p, X, Y, cfg, s["mu"], s["steps"], tol=np.nextafter(0.5 * pl.floor, 0))
             pc = perp_centre(p, X, Y, cfg)                # the hypotheses of sep-prop-exponent
+            ctrl = cfg.replace(scale=s["control_scale"])  # the same draw, attention far from uniform
             rows.append(dict(d_qk=d_qk, seed=seed, T_lb=pl.T_lb, certified=pl.certified, floor=pl.floor,
                              escape=_first_below(h.loss, 0.5 * pl.floor),
                              min_ratio=float(np.min(h.loss[:pl.T_lb + 1]) / (0.5 * pl.floor)),
                              eps_scaled=float(pc.eps_i.max()) * d_qk ** 0.5,
                              sk_scaled=float(np.max(pc.c.k_i + pc.c.q_i)) * pc.c.s * d_qk ** 0.5, par=pc.par,
+                             T_lb_small=plateau_certificate(p, X, Y, cfg, s["mu_small"]).T_lb,
+                             control_eps=float(perp_centre(p, X, Y, ctrl).eps_i.max()),
+                             control_T_lb=plateau_certificate(p, X, Y, ctrl, s["mu"]).T_lb,
+                             control_escape=escape_step(p, X, Y, ctrl, s["mu"], s["steps"]),
                              report=separation_report(d_qk, seed, **size)))
+            if seed in s["check_seeds"]:                # the lemmas' bounds along the run (mu = 0.1)
+                chk = path_check(p, X, Y, cfg, s["mu"])
+                checks.append(dict(d_qk=d_qk, seed=seed, mu=s["mu"], **{k: chk[k] for k in CHECKED}))
+    for d_qk, seed in s["escape_mu_runs"]:               # the escape in units of mu t at a smaller step
+        X, Y, p, cfg = separation_instance(d_qk, seed, **size)
+        mu = s["mu"] / 10
+        mu_escape.append(dict(d_qk=d_qk, seed=seed, mu=mu,
+                              escape=escape_step(p, X, Y, cfg, mu, 10 * s["steps"])))
     for d_qk, seed in s["common_runs"]:                 # the plateau at the residual arm's step
         X, Y, p, cfg = separation_instance(d_qk, seed, **size)
         rep = separation_report(d_qk, seed, **size)
         T, mu = rep["plateau"]["T_lb"], rep["plateau"]["mu"]
-        _, h = gradient_descent(p, X, Y, cfg, mu, T)
+        chk = path_check(p, X, Y, cfg, mu, T)
         _, h1 = gradient_descent(p, X, Y, cfg.with_residual(1.0), mu, T)
+        checks.append(dict(d_qk=d_qk, seed=seed, mu=mu, **{k: chk[k] for k in CHECKED}))
         common.append(dict(d_qk=d_qk, seed=seed, mu=mu, T_lb=T, steps_to=rep["with_residual"]["steps_to"],
-                           min_ratio=float(np.min(h.loss) / (0.5 * rep["plateau"]["floor"])),
+                           min_ratio=float(np.min(chk["loss"]) / (0.5 * rep["plateau"]["floor"])),
                            residual_loss=h1.loss[::max(1, T // 200)].tolist(),
-                           loss=h.loss[::max(1, T // 200)].tolist(),
+                           loss=chk["loss"][::max(1, T // 200)].tolist(), checked=chk["steps"],
                            residual_initial=float(h1.loss[0])))
     sims = []
     for d_qk in s["d_qks"]:                             # the simulations' instances (escape law, beta = 0)
@@ -282,7 +300,7 @@ def _run_separation(s: dict, **_) -> dict:
             pl = plateau_certificate(p, X, Y, cfg, s["sim_mu"])
             sims.append(dict(d_qk=d_qk, seed=seed, T_lb=pl.T_lb, escape=escape_step(p, X, Y, cfg, s["sim_mu"],
                                                                                     s["sim_steps"])))
-    return {"rows": rows, "common": common, "simulations": sims}
+    return {"rows": rows, "common": common, "simulations": sims, "checks": checks, "mu_escape": mu_escape}
 
 
 SEPARATION = Experiment(
@@ -291,12 +309,15 @@ SEPARATION = Experiment(
     "book/separation.md",
     {"book": dict(N=1, n=2, d=1024, d_qks=[16, 64, 256, 1024], seeds=[0, 1, 2, 3, 4], mu=0.1, steps=4000,
                   common_runs=[[16, 0], [64, 0], [256, 0]], sim_seeds=[0, 1, 2, 3, 4], sim_mu=0.002,
-                  sim_steps=6000),
+                  sim_steps=6000, mu_small=1e-3, control_scale="1/sqrt(d_qk)", check_seeds=[0, 1],
+                  escape_mu_runs=[[16, 0], [256, 0]]),
      "paper": dict(N=1, n=2, d=1024, d_qks=[16, 64, 256, 1024, 4096], seeds=list(range(10)), mu=0.1,
                    steps=8000, common_runs=[[16, 0], [64, 0], [256, 0], [1024, 0]], sim_seeds=list(range(10)),
-                   sim_mu=0.002, sim_steps=10000),
+                   sim_mu=0.002, sim_steps=10000, mu_small=1e-3, control_scale="1/sqrt(d_qk)",
+                   check_seeds=[0, 1, 2], escape_mu_runs=[[16, 0], [256, 0], [1024, 0]]),
      "smoke": dict(N=1, n=2, d=64, d_qks=[16, 64], seeds=[0], mu=0.1, steps=50, common_runs=[[16, 0]],
-                   sim_seeds=[0], sim_mu=0.002, sim_steps=50)},
+                   sim_seeds=[0], sim_mu=0.002, sim_steps=50, mu_small=1e-2, control_scale="1/sqrt(d_qk)",
+                   check_seeds=[0], escape_mu_runs=[[16, 0]])},
     _run_separation, _none, _no_claims, in_report=False)
 
 
