@@ -28,7 +28,7 @@ GRADES = ("reproduced", "partly", "not reproduced", "reversed", "inconclusive", 
 LEVEL = 0.95                  # every interval is a 95% interval
 T_INTERVAL_BELOW = 20         # a t-interval for n < 20 units, a BCa bootstrap for n >= 20
 BOOTSTRAP_DRAWS = 10_000      # resamples of the BCa bootstrap (generator seed 0)
-#: No effect on a log or rank scale is larger: |ln(a/b)| <= 1,489 for positive float64 a, b.
+#: No effect on a log or rank scale is larger: ``|ln(a/b)| <= 1,489`` for positive float64 a, b.
 EFFECT_BOUND = 1e4
 LOG_LOSS_FLOOR = 1e-12        # the floor of Phi_t / Phi_0 in the mean log-loss
 

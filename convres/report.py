@@ -182,8 +182,9 @@ def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None)
     for r in rows:
         href = f"{EXPERIMENTS[r['experiment']].page}.html#{r['figure']}"
         png = thumbnails.get(r["figure"])
+        chapter = EXPERIMENTS[r["experiment"]].title.split(":")[0]
         pic = (f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}" width="110" '
-               f'alt="thumbnail of figure {r["figure"]}">' if png else "figure")
+               f'alt="the {html.escape(chapter)} chapter\'s figure for this claim">' if png else "figure")
         body.append(f"<tr><td>{html.escape(r['experiment'])}</td><td>{_claim(r)}</td>"
                     f"<td>{badge(r['verdict'])}</td><td>{_html(r['evidence'])}</td>"
                     f'<td><a href="{href}">{pic}</a></td></tr>')

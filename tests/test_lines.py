@@ -311,3 +311,81 @@ def test_every_module_is_on_one_api_page():
     toc = (ROOT / "_toc.yml").read_text()
     for page in convres_site.API_PAGES:
         assert (ROOT / "book" / f"{page}.md").is_file() and f"- file: {page}\n" in toc, page
+
+
+# --------------------------------------------------------------------------- search and the API's formulas
+def _convres_site():
+    import sys
+    sys.path.insert(0, str(ROOT / "web"))
+    try:
+        import convres_site
+    finally:
+        sys.path.remove(str(ROOT / "web"))
+    return convres_site
+
+
+def test_readable_math():
+    """ASCII formulas of docstrings get their symbols; names and code are left as they are."""
+    readable = _convres_site().readable_math
+    assert readable("rho = 4 sqrt(2 Phi_0) / sigma_0") == "ρ = 4 √(2 Φ₀) / σ₀"
+    assert readable("mu <= 1/L_B") == "μ ≤ 1/L_B"
+    assert readable("||theta_t - theta_0|| <= rho") == "‖θ_t - θ₀‖ ≤ ρ"
+    assert readable("r_sigma_lower(eps) = sup{r : delta_H(r) <= eps sigma_0}") == \
+        "r_sigma_lower(ε) = sup{r : δ_H(r) ≤ ε σ₀}"
+    assert readable("((1 - eps) sigma_0)^2") == "((1 - ε) σ₀)²"
+    for code in ["mu", "sigma_0", "gradient_descent(params, X, Y, cfg, mu=0.1)", "x == y <= z",
+                 "beta=1 <= 2", "Certificate.mu"]:
+        assert readable(code) == code, code
+
+
+def test_the_search_index_loads_on_the_search_page_only():
+    """Only search.html loads searchindex.js (web/templates/layout.html), and it ranks with the
+    book's scorer (web/search_scorer.js, inside language_data.js)."""
+    if not PAGES:
+        _skip_or_fail(f"no built site at {SITE} (build it first: make book)")
+    loading = [p for p in PAGES if re.search(r'<script[^>]*searchindex\.js', (SITE / p).read_text())]
+    assert loading == ["search.html"], loading[:5]
+    assert "var Scorer" in (SITE / "_static" / "language_data.js").read_text()
+
+
+def test_api_formulas_show_their_symbols():
+    """No inline literal of an API page is an ASCII formula left as typed (``sqrt``, ``<=``)."""
+    api = [p for p in PAGES if _is_api(p)]
+    if not api:
+        _skip_or_fail(f"no built site at {SITE} (build it first: make book)")
+    readable = _convres_site().readable_math
+    left, shown = [], 0
+    for page in api:
+        for lit in re.findall(r'<code class="docutils literal notranslate">(.*?)</code>', (SITE / page).read_text(), re.S):
+            text = html.unescape(" ".join(re.sub(r"<[^>]+>", " ", lit).split()))
+            shown += any(c in text for c in "≤≥√‖")
+            if readable(text) != text:
+                left.append(f"{page}: {text}")
+    assert not left, "ASCII formulas on the API pages:\n  " + "\n  ".join(left[:10])
+    assert shown > 20, f"only {shown} formulas with symbols on the API pages: is the docstring hook on?"
+
+
+def test_pasted_numbers_become_formulas():
+    """A glued number in e-notation is typeset as a power of ten (web/convres_site.py, job 12),
+    the rest of the pasted text kept; a number in a word or a plain number is left alone."""
+    from docutils import nodes
+
+    doc = nodes.paragraph()
+    for text in ("3.67e+03", "from 1e-06 to 2.5e-10 steps", "x1e-3y", "0.002"):
+        doc += nodes.inline(text, text, classes=["pasted-text"])
+    _convres_site()._pasted_numbers(None, doc, "page")
+    shown = [[(type(c).__name__, c.astext()) for c in n.children] for n in doc.children]
+    assert shown[0] == [("math", r"3.67 \times 10^{3}")]
+    assert shown[1] == [("Text", "from "), ("math", "10^{-6}"), ("Text", " to "),
+                        ("math", r"2.5 \times 10^{-10}"), ("Text", " steps")]
+    assert shown[2] == [("Text", "x1e-3y")] and shown[3] == [("Text", "0.002")]
+
+
+def test_no_pasted_number_in_e_notation():
+    """No number glued into a page's prose reads ``3.67e+03`` (job 12 of web/convres_site.py)."""
+    if not PAGES:
+        _skip_or_fail(f"no built site at {SITE} (build it first: make book)")
+    raw = [f"{p}: {m}" for p in PAGES
+           for m in re.findall(r'<span class="pasted-text">([^<]*\d+(?:\.\d+)?e[+-]\d+[^<]*)</span>',
+                               (SITE / p).read_text())]
+    assert not raw, "numbers in e-notation in the prose:\n  " + "\n  ".join(raw[:10])

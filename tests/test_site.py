@@ -426,6 +426,109 @@ def test_the_pdf_is_linked_and_served(site, browser):
     assert head[0] == 200 and head[2] == "%PDF-" and head[3] > 100_000, head
 
 
+# --------------------------------------------------------------------------- folds, phone breaks, search
+def _with(text: str) -> list[str]:
+    return [p for p in ALL_PAGES if text in (SITE / p).read_text(errors="replace")]
+
+
+@whole_site
+def test_folded_proofs_say_what_they_prove(site, browser):
+    """Every folded proof is labelled "Proof of Lemma 3" (the statement just before it; site.js),
+    not the theme's "Click to show", and keeps its label when opened."""
+    pages = [p for p in _with('class="toggle') if 'class="proof' in (SITE / p).read_text()]
+    if not pages:
+        _skip_or_fail("no folded proof in the built site")
+    problems = []
+    for page in pages:
+        view = View(browser, site, page)
+        try:
+            labels = view("""() => [...document.querySelectorAll('details.toggle-details')]
+              .filter(d => d.querySelector('div.proof'))
+              .map(d => d.querySelector('summary').innerText.trim())""")
+            bad = [x for x in labels if not re.fullmatch(r"Proof of [A-Z][a-z]+ \d+", x)]
+            problems += [f"{page}: a folded proof labelled {x!r}" for x in bad]
+            if labels:
+                view.page.locator("details.toggle-details:has(div.proof) > summary").first.click()
+                after = view("() => document.querySelector('details.toggle-details[open] > summary').innerText.trim()")
+                if after != labels[0]:
+                    problems.append(f"{page}: opened, the first proof is labelled {after!r}, not {labels[0]!r}")
+            problems += [f"{page}: {x}" for x in view.problems]
+        finally:
+            view.close()
+        print(f"\n{page}: {len(labels)} folded proofs, e.g. {labels[:3]}")
+    assert not problems, "\n  ".join(problems)
+
+
+# The rows of every display formula written with \phonebreak, in the order of the page (site.js
+# marks the ones it typeset again: their TeX then holds the break it chose).
+PHONE_ROWS = r"""() => MathJax.startup.document.getMathItemsWithin(document.body)
+  .filter(m => m.display && m.typesetRoot && (/\\phonebreak/.test(m.math)
+                || m.typesetRoot.parentNode.classList.contains('convres-phonebreak')))
+  .map(m => m.typesetRoot.querySelectorAll('mjx-mtr').length)"""
+
+
+@whole_site
+def test_phone_breaks_only_on_a_phone(site, browser):
+    """A display formula with \\phonebreak has more rows at 390 px than at 1400 px, and a window
+    resized across 36rem gets the phone's layout (site.js typesets it again); none is cut off."""
+    pages = [p for p in ALL_PAGES if "\\phonebreak" in (SITE / p).read_text(errors="replace")]
+    if not pages:
+        _skip_or_fail("no formula with \\phonebreak in the built site")
+    problems = []
+    for page in pages:
+        wide = View(browser, site, page)
+        phone = View(browser, site, page, width=PHONE, height=844, mobile=True)
+        try:
+            rows_wide, rows_phone = wide(PHONE_ROWS), phone(PHONE_ROWS)
+            if not rows_phone or len(rows_wide) != len(rows_phone) or not all(
+                    w < n for w, n in zip(rows_wide, rows_phone)):
+                problems.append(f"{page}: rows at {WIDTH} px {rows_wide}, on the phone {rows_phone}")
+            wide.page.set_viewport_size({"width": PHONE, "height": 844})
+            wide("() => new Promise(r => setTimeout(r, 800))")
+            wide(SETTLE)
+            if wide(PHONE_ROWS) != rows_phone:
+                problems.append(f"{page}: resized to {PHONE} px, rows {wide(PHONE_ROWS)}, not {rows_phone}")
+            problems += [f"{page}: formula cut off: {m}" for m in phone(CUT_MATH, False)["display"]]
+            problems += [f"{page}: {x}" for x in wide.problems + phone.problems]
+        finally:
+            wide.close()
+            phone.close()
+        print(f"\n{page}: rows of the formulas with \\phonebreak at {WIDTH} px {rows_wide}, "
+              f"at {PHONE} px {rows_phone}")
+    assert not problems, "\n  ".join(problems)
+
+
+SEARCH = r"""async (q) => {
+  const sleep = ms => new Promise(r => setTimeout(r, ms));
+  for (let t = 0; t < 300 && !/found|did not match/i.test((document.getElementById('search-progress') || {}).textContent || ''); t++)
+    await sleep(100);
+  await sleep(300);
+  return [...document.querySelectorAll('#search-results ul.search > li > a')].map(a => a.getAttribute('href'));
+}"""
+
+
+@whole_site
+@pytest.mark.parametrize("query", ["rank collapse", "certificate", "persistence", "convres.certify"])
+def test_search_finds_the_chapters_first(query, site, browser):
+    """The search page ranks the chapters above the API reference for a query in words (the
+    review's queries), and API objects first for a query that is code (web/search_scorer.js)."""
+    if not (SITE / "search.html").is_file():
+        _skip_or_fail("no search page in the built site")
+    view = View(browser, site, "search.html?q=" + query.replace(" ", "+"))
+    try:
+        hrefs = view(SEARCH)
+    finally:
+        view.close()
+    print(f"\n{query!r}: {len(hrefs)} results, the first {hrefs[:4]}")
+    assert hrefs, f"no results for {query!r}"
+    api = [h.startswith(("api.html", "api/", "genindex", "py-modindex")) for h in hrefs]
+    if "." in query:
+        assert api[0], f"{query!r} is code: an API object should come first, not {hrefs[0]}"
+    else:
+        assert not api[0] and api == sorted(api), f"{query!r}: API results before chapters: {hrefs[:8]}"
+    assert not view.problems, view.problems
+
+
 # --------------------------------------------------------------------------- the explorers
 def _explorer_ids(page: str) -> list[str]:
     return re.findall(r'<div class="convres-explorer[^"]*" id="([^"]+)"', (SITE / page).read_text())

@@ -44,6 +44,25 @@ Jobs for the published site:
    ``convres.pdf`` and lists it in every page's download menu; without it, no page links it. When
    that changes, every page is written again from the kept doctrees (no chapter is executed again),
    so ``make pdf`` after an HTML build, then an incremental HTML build, gives a site with the PDF.
+9. **Math in docstrings.** The package's docstrings write formulas in ASCII inside inline
+   literals (``mu <= 1/L_B``, ``rho = 4 sqrt(2 Phi_0) / sigma_0``). On the API pages a literal
+   that reads as a formula (it has ``<=``, ``>=``, ``||``, ``sqrt`` or ``^``, and no Python
+   syntax such as ``==`` or ``name=value``) is shown with the symbols: ``μ ≤ 1/L_B``,
+   ``ρ = 4 √(2 Φ₀) / σ₀`` (:func:`readable_math`). Names of functions and arguments are left as
+   they are (``r_sigma_lower`` keeps its ``sigma``), and the docstrings themselves do not change.
+10. **Search.** The search page ranks the chapters above the API reference for a query in words
+   (``web/search_scorer.js``, Sphinx's ``html_search_scorer``), and only the search page loads
+   the search index (``web/templates/layout.html``: the theme loads it on every page, for a
+   search-as-you-type box the book does not use).
+11. **Formulas broken for a phone only.** ``\phonebreak`` in an aligned display formula is a line
+   break (the next line a quad right of the ``&`` column) on a screen up to 36rem wide, and
+   nothing on a wider one: an inline script defines the MathJax macro before MathJax starts
+   (``PHONEBREAK_JS``), ``web/site.js`` typesets those formulas again when the window crosses
+   that width, and the PDF defines it as nothing (``_config.yml``, ``latex_elements.preamble``).
+12. **Numbers pasted into prose.** A number glued into the text (``{glue:text}``) in e-notation,
+   ``3.67e+03`` or ``1e-06``, is shown as a formula, :math:`3.67 \times 10^{3}` or
+   :math:`10^{-6}` (:func:`convres.show.power_of_ten`, as the book's tables do); the chapters keep
+   formatting their numbers as they like.
 """
 
 from __future__ import annotations
@@ -90,22 +109,43 @@ EXPLORER_MARK = 'class="convres-explorer'  # what convres.explorers.Explorer.htm
 _SKIP = shutil.ignore_patterns("*.map", "embed.js", "embed.js.LICENSE.txt", "libembed-amd.js")
 
 # The API reference: one page per group of modules (book/api/<page>.md, listed under book/api.md
-# in _toc.yml), each short enough to read (tests/test_site.py: at most 27,000 px at 1280 px). Every
+# in _toc.yml), each short enough to read (tests/test_site.py: MAX_API_HEIGHT px at 1400 px). Every
 # public module of convres is on exactly one page; a module missing here (or a name here that is
 # no module) is a build warning, which fails the strict build. "data" stands for the subpackage
 # and its modules.
 API_PAGES: dict[str, list[str]] = {
     "api/model": ["model", "gd", "instances"],
+    "api/backprop": ["backprop"],
     "api/rank": ["rank", "collapse"],
     "api/theory": ["theory", "lemmas", "checks", "scope"],
-    "api/certify": ["certify", "width", "separation"],
-    "api/experiments": ["experiments", "experiments.base", "protocol", "stats", "committed"],
+    "api/certify": ["certify", "separation"],
+    "api/width": ["width"],
+    "api/experiments": ["experiments", "experiments.base", "committed"],
+    "api/protocol": ["protocol", "stats"],
     "api/experiment_runs": ["experiments.simulations", "experiments.jena", "experiments.sst2",
                             "experiments.rank_collapse", "experiments.theorem"],
     "api/data": ["data", "data.sources", "data.jena", "data.sst2", "data.embeddings"],
     "api/figures": ["plotting", "explorers", "report", "show"],
     "api/tools": ["cache", "runtime", "values", "cli"],
 }
+
+
+# Defines the MathJax macro \phonebreak before MathJax starts (job 11): after the page's MathJax
+# configuration (which myst-parser writes as `window.MathJax = {...}`, priority 500) and before
+# MathJax itself runs (it is loaded with `defer`). Pages without formulas have no configuration and
+# load no MathJax: nothing to do there. The media query is site.css's phone width.
+PHONEBREAK_JS = (
+    "(function () { var m = window.MathJax; if (!m || m.version) return;"
+    " m.tex = m.tex || {}; m.tex.macros = m.tex.macros || {};"
+    " m.tex.macros.phonebreak = window.matchMedia('(max-width: 36rem)').matches"
+    " ? '\\\\\\\\ &\\\\quad ' : ''; })();")
+
+
+def _site_settings(app, config) -> None:
+    # The search page's ranking and the page layout that loads the search index only there (job 10).
+    if not config.html_search_scorer:
+        config.html_search_scorer = str(WEB / "search_scorer.js")
+    config.templates_path.append(str(WEB / "templates"))
 
 
 def _check_assets(app) -> None:
@@ -190,6 +230,61 @@ def _api_source(app, docname: str, source: list) -> None:
         sections.append(f"\n## `convres.{name}`\n\n```{{eval-rst}}\n.. automodule:: convres.{name}\n"
                         "   :members:\n```\n")
     source[0] += "".join(sections)
+
+
+GREEK = {"alpha": "α", "beta": "β", "gamma": "γ", "delta": "δ", "eps": "ε", "epsilon": "ε",
+         "kappa": "κ", "lambda": "λ", "mu": "μ", "nu": "ν", "rho": "ρ", "sigma": "σ", "tau": "τ",
+         "theta": "θ", "psi": "ψ", "omega": "ω", "Phi": "Φ", "Theta": "Θ", "Delta": "Δ"}
+_GREEK_WORD = re.compile(r"(?<![\w.])(" + "|".join(sorted(GREEK, key=len, reverse=True))
+                         + r")(?![A-Za-z])")
+_POWERS = {"2": "²", "3": "³", "T": "ᵀ", "-1": "⁻¹", "-2": "⁻²", "-1/2": "⁻¹ᐟ²", "1/2": "¹ᐟ²"}
+_FORMULA = re.compile(r"<=|>=|\|\||\bsqrt\b|\^|!=")       # what makes a literal a formula
+_PYTHON = re.compile(r"==|\bdef\b|\bimport\b|\w\(\w+=|\w=\w")   # ... and what makes it code
+
+
+def readable_math(text: str) -> str:
+    """An ASCII formula of a docstring with its symbols (job 9): Greek names as letters (a whole
+    word, or one followed by ``_``: ``sigma_0`` -> ``σ₀``, not ``r_sigma``), a digit subscript
+    after a letter, ``sqrt`` as ``√``, small powers as superscripts, ``<=``, ``>=``, ``!=``,
+    ``->`` and ``||`` as ``≤``, ``≥``, ``≠``, ``→`` and ``‖``. Text that does not read as a formula
+    is returned unchanged."""
+    if not _FORMULA.search(text) or _PYTHON.search(text):
+        return text
+    text = _GREEK_WORD.sub(lambda m: GREEK[m[1]], text)
+    text = re.sub(r"(?<=[^\W\d_])_(\d)(?!\w)", lambda m: chr(0x2080 + int(m[1])), text)
+    text = re.sub(r"\bsqrt\s*(?=[\d(])", "√", text)
+    text = re.sub(r"\^\{?(-1/2|1/2|-1|-2|2|3|T)\}?(?![\w/])", lambda m: _POWERS[m[1]], text)
+    for a, b in (("<=", "≤"), (">=", "≥"), ("!=", "≠"), ("->", "→"), ("||", "‖")):
+        text = text.replace(a, b)
+    return text
+
+
+def _readable_docstring(app, what, name, obj, options, lines) -> None:
+    # Runs after the other docstring handlers: every inline literal that reads as a formula.
+    text = "\n".join(lines)
+    new = re.sub(r"``(.+?)``", lambda m: f"``{readable_math(m[1])}``", text, flags=re.S)
+    if new != text:
+        lines[:] = new.split("\n")
+
+
+# A number in e-notation inside a pasted text (job 12), not part of a word or a longer number.
+_E_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?e[+-]\d+(?![\w.])")
+
+
+def _pasted_numbers(app, doctree, docname: str) -> None:
+    from convres.show import power_of_ten
+
+    for node in list(doctree.findall(nodes.inline)):
+        if "pasted-text" not in node["classes"] or not _E_NUMBER.search(node.astext()):
+            continue
+        text, parts, at = node.astext(), [], 0
+        for m in _E_NUMBER.finditer(text):
+            parts += [nodes.Text(text[at:m.start()])] if m.start() > at else []
+            parts.append(nodes.math(m[0], power_of_ten(m[0])))
+            at = m.end()
+        parts += [nodes.Text(text[at:])] if at < len(text) else []
+        node.children = []
+        node.extend(parts)
 
 
 def _resolve_convres_name(app, env, node, contnode):
@@ -514,10 +609,12 @@ def setup(app):
     _register_citation_style()
     app.add_css_file(f"{OWN.removeprefix('_static/')}/site.css")
     app.add_js_file(f"{OWN.removeprefix('_static/')}/site.js", defer="defer")
+    app.add_js_file(None, body=PHONEBREAK_JS, priority=501)
     app.add_autodocumenter(_QuietDataDocumenter, override=True)
     app.add_autodocumenter(_QuietAttributeDocumenter, override=True)
     app.connect("config-inited", _inline_figures)
     app.connect("config-inited", _one_search_box, priority=100)
+    app.connect("config-inited", _site_settings)
     app.connect("builder-inited", _check_assets)
     app.connect("builder-inited", _find_pdf)
     app.connect("source-read", _api_source)
@@ -525,9 +622,11 @@ def setup(app):
     app.connect("env-get-outdated", _api_always_outdated)
     app.connect("html-page-context", _link_pdf, priority=950)
     app.connect("doctree-resolved", _pdf_shape)
+    app.connect("doctree-resolved", _pasted_numbers)
     app.connect("build-finished", _copy_pdf)
     app.connect("missing-reference", _resolve_convres_name)
     app.connect("autodoc-process-docstring", _keep_attribute_docstring, priority=400)
     app.connect("autodoc-process-docstring", _restore_attribute_docstring, priority=600)
+    app.connect("autodoc-process-docstring", _readable_docstring, priority=700)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

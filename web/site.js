@@ -1,4 +1,4 @@
-/* The text on a phone (web/convres_site.py loads this on every page, with site.css).
+/* The text on a phone, and the folds (web/convres_site.py loads this on every page, with site.css).
  *
  * Tables: a table written in a page (class "table"; not a notebook's data frame) that does not fit
  * the column on a narrow screen is shown as one card per row, each cell labelled with the header of
@@ -11,6 +11,14 @@
  *
  * Both are checked once MathJax has typeset the page (formulas change the widths) and again when
  * the window is resized.
+ *
+ * Display formulas broken for a phone only: `\phonebreak` in an aligned environment is a new line
+ * (indented by a quad from the `&` column) on a narrow screen and nothing on a wide one (the macro is defined before MathJax
+ * starts, by the inline script of web/convres_site.py, from the same 36rem media query as
+ * site.css). When the window crosses that width, the formulas that use it are typeset again.
+ *
+ * Folded proofs: the fold's label names what it proves ("Proof of Lemma 3", from the numbered
+ * statement just before the fold) instead of sphinx-togglebutton's "Click to show".
  */
 (function () {
   'use strict';
@@ -69,6 +77,76 @@
     var mj = window.MathJax;
     if (mj && mj.startup && mj.startup.promise) mj.startup.promise.then(fit);
   }
+
+  // --- \phonebreak: the formulas that use it, typeset again when the screen class changes
+  var PHONE = window.matchMedia('(max-width: 36rem)');
+  var phoneTex = new Map();   // element of the formula -> its TeX as written (with \phonebreak)
+
+  function rebreak() {
+    var mj = window.MathJax;
+    if (!mj || !mj.startup || !mj.startup.document || !mj.typesetPromise) return;
+    var article = document.querySelector('.bd-article') || document.body;
+    var boxes = [];
+    mj.startup.document.getMathItemsWithin(article).forEach(function (item) {
+      var root = item.typesetRoot, box = root && root.parentNode;
+      if (!box || !(phoneTex.has(box) || item.math.indexOf('\\phonebreak') >= 0)) return;
+      if (!phoneTex.has(box)) phoneTex.set(box, item.math);
+      var tex = phoneTex.get(box).replace(/\\phonebreak/g, PHONE.matches ? '\\\\ &\\quad ' : '');
+      box.classList.add('convres-phonebreak');
+      mj.typesetClear([box]);
+      root.replaceWith(document.createTextNode(item.display ? '\\[' + tex + '\\]' : '\\(' + tex + '\\)'));
+      boxes.push(box);
+    });
+    if (boxes.length) mj.typesetPromise(boxes).then(fit);
+  }
+
+  // --- folded proofs: "Proof of Lemma 3" instead of "Click to show"
+  var STATEMENTS = 'div.admonition.theorem, div.admonition.lemma, div.admonition.proposition, ' +
+    'div.admonition.corollary, div.admonition.definition, div.admonition.conjecture, ' +
+    'div.admonition.claim, div.admonition.property, div.admonition.observation';
+
+  function provedBy(fold) {
+    // the numbered statement just before the fold (other text may stand between them), unless
+    // another proof comes first; the proof's own "We prove Theorem 2" wins over both
+    var proof = fold.querySelector('div.proof');
+    var first = proof && proof.querySelector('p');
+    var m = first && /^Proof\.\s+We prove\s+(\S+\s+\d+)/.exec(first.textContent);
+    if (m) return m[1];
+    // (sphinx-proof gives statements and proofs alike the class "proof": "proof lemma
+    // admonition", "proof admonition", so statements are tested first)
+    for (var e = fold.previousElementSibling; e; e = e.previousElementSibling) {
+      if (e.matches(STATEMENTS)) {
+        var n = e.querySelector(':scope > p.admonition-title > span.caption-number');
+        return n ? n.textContent.trim() : null;
+      }
+      if (e.matches('details.toggle-details, div.proof, h1, h2, h3, h4, section')) return null;
+    }
+    return null;
+  }
+
+  function labelProofs() {
+    document.querySelectorAll('details.toggle-details').forEach(function (fold) {
+      if (!fold.querySelector('div.proof') || fold.querySelector('.convres-fold-label')) return;
+      var summary = fold.querySelector('summary'), what = provedBy(fold);
+      if (!summary) return;
+      var label = document.createElement('span');
+      label.className = 'convres-fold-label';
+      label.textContent = what ? 'Proof of ' + what : 'Proof';
+      summary.appendChild(label);
+      fold.classList.add('convres-labelled');
+    });
+  }
+
+  // after sphinx-togglebutton has built the folds: its script (not deferred) registers its
+  // DOMContentLoaded handler before this deferred one runs, so that handler runs first; this
+  // script runs while the state is already 'interactive', before DOMContentLoaded. 'load' is a
+  // second chance (labelling twice does nothing).
+  if (document.readyState === 'complete') labelProofs();
+  else {
+    document.addEventListener('DOMContentLoaded', labelProofs);
+    window.addEventListener('load', labelProofs);
+  }
+  PHONE.addEventListener('change', rebreak);
 
   if (document.readyState === 'complete') afterMath();
   else window.addEventListener('load', afterMath);
