@@ -192,7 +192,7 @@ def estimate(effects: Sequence, *, min_units: int, strata: Sequence | None = Non
                          "of tied values before grading.")
     keep = [i for i, e in enumerate(effects) if e is not None]
     lab, n, out = np.asarray([labels[i] for i in keep]), len(keep), len(effects) - len(keep)
-    fewest = min([int((lab == s).sum()) for s in set(labels)] if pairs else [n])
+    fewest = min([int((lab == s).sum()) for s in set(labels)] if pairs else [n], default=0)
     if fewest < min_units:
         fix = "rerun the diverged arms at half their step" if out else "run more seeds"
         return Estimate(None, None, None, "none", n, out, None, f"{fewest} finite units"

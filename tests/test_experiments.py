@@ -16,8 +16,8 @@ from convres.cli import main
 from convres.gd import History
 from convres.data import data_dir
 
-TINY_SIM = dict(betas=[0.0, 1.0], seeds=[0, 1], steps=20, probe_steps=10, d_qks=[16, 64], escape_steps=20,
-                escape_probe_steps=10, tune_d_qk=16, tune_extend=1, scales=["1/d_qk"],
+TINY_SIM = dict(betas=[0.0, 1.0], seeds=[0, 1], steps=20, d_qks=[16, 64], escape_steps=20,
+                eta_grid=[0.064, 0.128], scales=["1/d_qk"],
                 regimes=[dict(name="wide", N=4, d_qk=32, scale="1/sqrt(d_qk)"),
                          dict(name="uniform attention", N=4, d_qk=64, scale="1/d_qk")])
 
@@ -172,7 +172,8 @@ def test_figures_have_labels_markers_and_one_legend_outside_the_data(tmp_path):
     fig = plotting.plot_simulations(sim)
     assert _no_legend_inside(fig) and all(ax.get_ylabel() for ax in fig.axes)
     assert all(line.get_marker() not in (None, "None", "") for line in fig.axes[0].lines[:2])
-    fig = plotting.plot_escape_law([ex.escape_law(sim, "1/d_qk", b) for b in (0.0, 1.0)], 20)
+    k = sim.summary()
+    fig = plotting.plot_escape_law(k["escape_law"], k["escape_fit"])
     assert _no_legend_inside(fig) and fig.axes[0].get_xscale() == "log" and fig.axes[0].get_ylabel()
     write_tiny_sst2(tmp_path)
     sst = ex.run_experiment("sst2", "smoke", overrides={**SST2_TINY, "wide": None}, data_dir=tmp_path)
@@ -217,7 +218,9 @@ def test_cli_reproduce_json(tmp_path, capsys, monkeypatch):
     assert {"settings", "summary", "claims"} <= set(k) and k["settings"]["steps"] == 20
     assert set(ex.SUMMARY_KEYS) <= set(k["summary"])
     assert k["summary"]["regimes"] == ["wide", "uniform attention"] and k["summary"]["device"] == "cpu"
-    assert k["summary"]["seeds"] == 2 and {"d_qk", "beta", "median_steps", "censored"} <= set(k["summary"]["escape"][0])
+    assert k["summary"]["seeds"] == 2
+    assert {"d_qk", "beta", "median", "censored", "diverged"} <= set(k["summary"]["escape_law"][0])
+    assert {"p", "p_ci", "local_slopes"} <= set(k["summary"]["escape_fit"])
     assert all({"arm", "grid", "chosen"} <= set(t) for t in k["summary"]["step_sizes"])
     assert all({"claim", "verdict", "measurement", "evidence", "figure"} <= set(c) for c in k["claims"])
     assert all({"id", "effect", "ci", "margin", "units", "sign_test_p"} <= set(c) for c in k["claims"])
