@@ -31,7 +31,7 @@ def _plain(x: Any) -> Any:
 
 
 def dumps(obj: Any, **options: Any) -> str:
-    """``obj`` as strict JSON, compact unless ``options`` (of :func:`json.dumps`) give an ``indent``."""
+    """``obj`` as strict JSON, compact unless ``options`` (of ``json.dumps``) give an ``indent``."""
     options.setdefault("separators", None if "indent" in options else (",", ":"))
     return json.dumps(_plain(obj), allow_nan=False, **options)
 

@@ -138,7 +138,7 @@ def _claim(row: dict) -> str:
 
 
 def claim_row(rows: Sequence[dict], claim_id: str) -> dict:
-    """The row of claim ``claim_id`` (``"S1"`` ... ``"T4"``, :data:`convres.protocol.CLAIMS`)."""
+    """The row of claim ``claim_id`` (``"S1"`` ... ``"T4"``, ``convres.protocol.CLAIMS``)."""
     found = [r for r in rows if r.get("id") == claim_id]
     if len(found) != 1:
         raise ValueError(f"{len(found)} rows of claim {claim_id!r}; the rows' ids are "
@@ -256,9 +256,8 @@ def claims_table(rows: list[dict], effect: str = "{:.2f}"):
     :func:`convres.show.table`): the claim, the mean per-unit effect (``effect`` is its format)
     with its 95% interval, the margin, the units (v3: how many agree; v4: how many, and how many
     diverged, with the sign test) and the verdict (v4: with its reason, and the grades under the
-    alternative measures beside it). ``rows`` are claim rows (v3: ``claim``,
-    ``verdict`` and the fields of :func:`convres.stats.claim_stats`; v4:
-    :meth:`convres.experiments.base.ClaimRecord.row`); a row without an effect leaves those cells
+    alternative measures beside it). ``rows`` are claim rows
+    (:meth:`convres.experiments.base.ClaimRecord.row`); a row without an effect leaves those cells
     empty."""
     def interval(ci):
         return "" if ci is None else f"{effect.format(ci[0])} to {effect.format(ci[1])}"
@@ -368,7 +367,7 @@ def protocol_line(stamp: Mapping | None = None, *, before: bool = False) -> str:
 
 
 def protocol_claims_table():
-    """The claims of :data:`convres.protocol.CLAIMS`: words, measure, unit, margin, rule, the
+    """The claims of ``convres.protocol.CLAIMS``: words, measure, unit, margin, rule, the
     pre-named subsets, the alternatives and the design checks each needs (a ``Styler``)."""
     return table([{"id": c.id, "claim (paper)": c.tex or c.text, "measure":
                    f"{c.measure}; positive: {c.sign}", "unit": c.unit,
@@ -380,7 +379,7 @@ def protocol_claims_table():
 
 
 def protocol_checks_table():
-    """The design checks of :data:`convres.protocol.CHECKS` (a ``Styler``)."""
+    """The design checks of ``convres.protocol.CHECKS`` (a ``Styler``)."""
     return table([{"check": c.name, "value": c.statement, "passes if": f"value {c.op} {c.threshold:g}"}
                   for c in CHECKS.values()])
 
@@ -396,6 +395,6 @@ def protocol_seeds_table():
 
 
 def protocol_deviations_table():
-    """:data:`convres.protocol.DEVIATIONS`: what changed, when, why and the claims it touches."""
+    """``convres.protocol.DEVIATIONS``: what changed, when, why and the claims it touches."""
     return table([{"what": d.what, "when": d.when, "why": d.why, "touches": ", ".join(d.touches)}
                   for d in DEVIATIONS])

@@ -7,9 +7,6 @@ Every entry point takes a declared minimum of units and finite effects: a diverg
 (counted apart, never an effect), a NaN or an effect beyond :data:`convres.protocol.EFFECT_BOUND` is
 a ``ValueError`` naming its index, and fewer finite units than the minimum give no interval but a
 reason, which :func:`grade` turns into *inconclusive*.
-
-:func:`claim_stats` and :func:`claim_verdict` are the v3 rule (percentile bootstrap, a share of
-agreeing units), kept for the chapters until their experiments are ported; to be removed.
 """
 
 from __future__ import annotations
@@ -303,7 +300,7 @@ def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | N
       smallest.
     - When no step is resolved, the probe horizon doubles (every stable step is probed again; a
       diverged probe run stays diverged), up to ``max_horizon`` (protocol: 4x the evaluation
-      horizon, :data:`convres.protocol.PROBE_HORIZON_MAX`; default ``horizon``, no doubling); a
+      horizon, ``convres.protocol.PROBE_HORIZON_MAX``; default ``horizon``, no doubling); a
       tuning that stays so is *unresolved*.
     - ``chosen`` is the best resolved step (lowest mean score, the larger step on a tie), capped at
       ``stable_fraction`` (1/2) of the largest stable step: above the cap, the largest stable step

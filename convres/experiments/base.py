@@ -272,7 +272,7 @@ def protocol_stamp(path: Path = STAMP_FILE) -> dict | None:
 
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
-    """A design check of :data:`convres.protocol.CHECKS` as measured before the evaluation runs."""
+    """A design check of ``convres.protocol.CHECKS`` as measured before the evaluation runs."""
 
     name: str
     value: float
@@ -284,7 +284,7 @@ class CheckResult:
 
 
 def design_check(name: str, value: float) -> CheckResult:
-    """Check ``name`` (a key of :data:`convres.protocol.CHECKS`) on its measured ``value``."""
+    """Check ``name`` (a key of ``convres.protocol.CHECKS``) on its measured ``value``."""
     if name not in CHECKS:
         raise ValueError(f"unknown design check {name!r}; the protocol's are {sorted(CHECKS)}.")
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
