@@ -143,8 +143,8 @@ def trace_fields(outs, W_V, lead: tuple, N: int, n: int) -> list[list[torch.Tens
     return [*attention, *([t.reshape(*lead, N, n, -1) for t in field] for field in rows)]
 
 
-def backward_rows(layers, W_U, blocks, last, R, s: float, act, beta_attn, beta_ffn, N: int,
-                  pooled: bool) -> dict[str, torch.Tensor]:
+def backward_rows(layers, W_U, blocks, last, R, s: float, act, beta_attn, beta_ffn,
+                  N: int, pooled: bool) -> dict[str, torch.Tensor]:
     """The gradient of ``Phi = 1/2 ||F - Y||^2`` (book equation (5)) with respect to every weight,
     ``W_U`` and ``layer{l}.W_Q``, ... (``(B, p, q)`` each), from the forward pass's ``blocks`` (each
     block's input and :func:`block_rows` outputs), ``last`` (the last ``H``, pooled with
@@ -161,7 +161,8 @@ def backward_rows(layers, W_U, blocks, last, R, s: float, act, beta_attn, beta_f
     dH = torch.bmm(R, W_U.mT)
     if pooled:
         H = blocks[-1][1][4]
-        dH = (dH / (H.shape[1] // N)).unsqueeze(2).expand(-1, -1, H.shape[1] // N, -1).reshape(H.shape)
+        n = H.shape[1] // N
+        dH = (dH / n).unsqueeze(2).expand(-1, -1, n, -1).reshape(H.shape)
     for l in range(len(blocks), 0, -1):
         (X, (_, S, Z, M, _, Q, K, SX, P)), Wl = blocks[l - 1], layers[l - 1]
         heads = (S.shape[0], S.shape[1], -1)
@@ -176,7 +177,8 @@ def backward_rows(layers, W_U, blocks, last, R, s: float, act, beta_attn, beta_f
         dG = dG.addcmul_(S, dG.sum(-1, keepdim=True), value=-1.0).mul_(s)
         dQ = torch.bmm(dG, K.reshape(heads)).reshape(K.shape)
         dK = torch.bmm(dG.mT, Q.reshape(heads)).reshape(Q.shape)
-        grads[f"layer{l}.W_Q"], grads[f"layer{l}.W_K"] = torch.bmm(X.mT, dQ), torch.bmm(X.mT, dK)
+        grads[f"layer{l}.W_Q"] = torch.bmm(X.mT, dQ)
+        grads[f"layer{l}.W_K"] = torch.bmm(X.mT, dK)
         if l > 1:
             dH = plus_product(beta_attn, dZ, S.mT, dSX, heads).reshape(dZ.shape)
             dH = torch.baddbmm(torch.baddbmm(dH, dQ, Wl["W_Q"].mT), dK, Wl["W_K"].mT)

@@ -155,7 +155,8 @@ def chunk_size(cfg: ModelConfig, X: torch.Tensor, count: int) -> int:
     """How many of ``count`` configurations of ``cfg`` on data ``X`` to stack at once: all (up to
     :data:`STACK_MAX`) for small problems, one for large ones (see :data:`STACK_LIMIT`)."""
     N, n = X.shape[0], X.shape[1]
-    return max(1, min(count, STACK_MAX)) if N * n * (cfg.d + cfg.d_qk + cfg.m + n) <= STACK_LIMIT else 1
+    small = N * n * (cfg.d + cfg.d_qk + cfg.m + n) <= STACK_LIMIT
+    return max(1, min(count, STACK_MAX)) if small else 1
 
 
 def stopping_rule(t: int, phi: float, phi_0: float, *, tol: float, blowup: float, steps: int,

@@ -289,9 +289,11 @@ def block(X, W: Mapping[str, torch.Tensor], *, s: float, act: Activation,
     (:func:`convres.backprop.block_rows` on the rows of ``X``)."""
     B, (N, n, d) = W["W_Q"].shape[0] if W["W_Q"].dim() == 3 else None, X.shape[-3:]
     W = W if B else {k: v.unsqueeze(0) for k, v in W.items()}
-    out = backprop.block_rows(X.expand(B or 1, N, n, d).reshape(B or 1, N * n, d), W, s, act,
-                              backprop.coefficient(beta_attn), backprop.coefficient(beta_ffn), N)
-    return tuple(f[0] for f in backprop.trace_fields([out], [W["W_V"]], (B,) if B else (), N, n))
+    rows = X.expand(B or 1, N, n, d).reshape(B or 1, N * n, d)
+    out = backprop.block_rows(rows, W, s, act, backprop.coefficient(beta_attn),
+                              backprop.coefficient(beta_ffn), N)
+    fields = backprop.trace_fields([out], [W["W_V"]], (B,) if B else (), N, n)
+    return tuple(f[0] for f in fields)
 
 
 def stack_size(params: Mapping[str, torch.Tensor]) -> int | None:
