@@ -2,7 +2,9 @@
  *
  * Tables: a table written in a page (class "table"; not a notebook's data frame) that does not fit
  * the column on a narrow screen is shown as one card per row, each cell labelled with the header of
- * its column (site.css, ".convres-cards"), instead of scrolling sideways.
+ * its column (site.css, ".convres-cards"), instead of scrolling sideways. On a wide screen a table
+ * (of the text or a notebook's) wider than the column gets smaller type and tighter cells
+ * (".convres-dense"), and if that is not enough, cells whose words may break (".convres-denser").
  *
  * Inline formulas: MathJax cannot break a formula inside a line, so one that is wider than the
  * line it sits in (the column, a card, a box) would be cut off at the right edge. Each such formula
@@ -37,6 +39,17 @@
   }
 
   function fitTables() {
+    // wider than the column on a wide screen: smaller type and tighter cells, whose text may wrap
+    // anywhere as a last resort (a table of the text or a notebook's), instead of scrolling sideways
+    var all = document.querySelectorAll('.bd-article table.table, .bd-article div.cell_output table');
+    Array.prototype.forEach.call(all, function (table) {
+      table.classList.remove('convres-dense', 'convres-denser');
+      if (window.innerWidth <= NARROW) return;
+      var box = table.parentElement;
+      if (table.scrollWidth <= box.clientWidth + 1) return;
+      table.classList.add('convres-dense');
+      if (table.scrollWidth > box.clientWidth + 1) table.classList.add('convres-denser');
+    });
     var tables = document.querySelectorAll('.bd-article table.table');
     Array.prototype.forEach.call(tables, function (table) {
       table.classList.remove('convres-cards');
