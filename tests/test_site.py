@@ -438,6 +438,9 @@ def test_the_pdf_is_linked_and_served(site, browser):
         assert pdf.is_file(), f"no {pdf}: run make pdf before make book (CONVRES_PDF_REQUIRED=1)"
     pages = [p for p in ALL_PAGES if "download-buttons" in (SITE / p).read_text()]   # those with the menu
     linking = [p for p in pages if re.search(r'href="(?:\.\./)*convres\.pdf"', (SITE / p).read_text())]
+    # the theme's ".pdf" item prints the page (window.print()): it must say so, PDF or not
+    printing = [p for p in pages if re.search(r'btn__text-container">\.pdf<', (SITE / p).read_text())]
+    assert not printing, f"pages whose '.pdf' item only prints the page: {printing[:5]}"
     if not pdf.is_file():
         assert not linking, f"pages link convres.pdf, which the site does not serve: {linking[:5]}"
         pytest.skip("the site has no PDF (make pdf needs TeX)")
