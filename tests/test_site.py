@@ -395,7 +395,7 @@ def test_cut_math_is_caught(site, browser):
     view = View(browser, site, page, width=PHONE, height=844, mobile=True)
     try:
         view(r"""() => { const p = document.createElement('p'); p.id = 'wide-test';
-          p.innerHTML = 'x \\(' + Array(40).fill('a_{1} + b^{2}').join(' + ') + '\\). y';
+          p.innerHTML = 'x <span class="math">\\(' + Array(40).fill('a_{1} + b^{2}').join(' + ') + '\\)</span>. y';
           document.querySelector('main .bd-article').prepend(p); return MathJax.typesetPromise([p]); }""")
         before, after = view(CUT_MATH, True), view(CUT_MATH, False)
         view("() => window.convresFit()")

@@ -276,6 +276,7 @@
       looks.appendChild(look);
       return {def: p, button: b, look: look};
     });
+    bar.addEventListener('scroll', function () { bar.classList.toggle('cx-scrolled', bar.scrollLeft > 1); }, {passive: true});
     app.appendChild(bar);
     app.appendChild(looks);   // every caption in one grid cell: its height is the tallest's, always
 
@@ -383,6 +384,14 @@
         var on = ['beta', 'mu', 'd_qk', 'seed', 'scale'].every(function (k) { return p.def.values[k] === values[k]; });
         p.button.setAttribute('aria-pressed', String(on));
         p.look.classList.toggle('cx-shown', on);
+        // the row of presets scrolls sideways on a phone: the pressed one is brought into it
+        // (the row alone scrolls, not the page; the row is the buttons' offsetParent, explorer.css)
+        if (on && bar.scrollWidth > bar.clientWidth) {
+          var left = p.button.offsetLeft, right = left + p.button.offsetWidth;
+          if (left < bar.scrollLeft || right > bar.scrollLeft + bar.clientWidth * 0.85) {
+            bar.scrollLeft = Math.max(0, left - 40);
+          }
+        }
       });
     }
 

@@ -77,11 +77,15 @@
   // ", "), kept together (the punctuation would otherwise start a line of its own).
   var PUNCT = /^[.,;:!?)\u2019\u201d]+/;
   function keepPunctuation(c) {
-    var next = c.nextSibling, m = next && next.nodeType === 3 ? PUNCT.exec(next.data) : null;
+    // the formula with the inline elements around it that hold nothing else (Sphinx's span.math)
+    var unit = c;
+    while (unit.parentNode && unit.parentNode.matches('span, em, strong, a') &&
+           unit.parentNode.textContent.trim() === unit.textContent.trim()) unit = unit.parentNode;
+    var next = unit.nextSibling, m = next && next.nodeType === 3 ? PUNCT.exec(next.data) : null;
     var line = document.createElement('span');
     line.className = 'convres-wide-line';
-    c.parentNode.insertBefore(line, c);
-    line.appendChild(c);
+    unit.parentNode.insertBefore(line, unit);
+    line.appendChild(unit);
     if (m) {
       var p = document.createElement('span');
       p.className = 'convres-wide-punct';
