@@ -483,6 +483,8 @@
       }
     }
     function setValues(v, reason) {
+      // a preset (or a link) that is the current setting changes nothing: no run, no ghost of itself
+      if (state.main && Object.keys(v).every(function (k) { return values[k] === v[k]; })) return state.idle;
       keepGhost();
       Object.assign(values, v);
       return start(reason);
