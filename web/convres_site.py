@@ -468,17 +468,20 @@ def _built_pdf(app) -> Path | None:
 
 
 def _link_pdf(app, pagename, templatename, context, doctree) -> None:
-    # Runs after the theme's header buttons (priority 501): the whole book next to this page's
-    # downloads, only when the PDF exists (so a site built without `make pdf` links nothing).
-    if app.builder.format != "html" or not app.env.convres_pdf:
+    # Runs after the theme's header buttons (priority 501). The theme's ".pdf" item prints the page
+    # (window.print()): it is labelled so on every page. The whole book next to this page's
+    # downloads only when the PDF exists (so a site built without `make pdf` links no PDF).
+    if app.builder.format != "html":
         return
     for button in context.get("header_buttons", []):
         if button.get("label") != "download-buttons":
             continue
         for item in button["buttons"]:
             if item.get("label") == "download-pdf-button":   # the theme's window.print()
-                item.update(text="print", icon="fas fa-print",
+                item.update(text="print this page", icon="fas fa-print",
                             tooltip="Print this page (or save it as a PDF)")
+        if not app.env.convres_pdf:
+            continue
         button["buttons"].append({
             "type": "link", "url": context["pathto"](PDF_NAME, 1), "text": "book .pdf",
             "tooltip": "The whole book as one PDF", "icon": "fas fa-book",

@@ -12,7 +12,8 @@
  * so a slider never moves under the pointer. The previous setting stays drawn faintly (the ghost);
  * the pointer over a chart reads the values at that step; a click in the escape panel sets d_QK.
  * Links of the prose (<a class="cx-preset-link">, convres.explorers.PresetLink) set a preset and
- * scroll to the explorer.
+ * scroll to the explorer (on a phone, up to 36rem, to its readout and first chart: the controls
+ * above them are taller than the screen).
  *
  * window.convresExplorers[id] serves the browser test (tests/test_site.py): set(values), values(),
  * preset(id), idle() (a promise: everything drawn), state() (runs, escape steps, chart domains) and
@@ -27,6 +28,7 @@
   var SUP = {'-': '\u207b', 0: '\u2070', 1: '\u00b9', 2: '\u00b2', 3: '\u00b3', 4: '\u2074',
              5: '\u2075', 6: '\u2076', 7: '\u2077', 8: '\u2078', 9: '\u2079'};
   var SLICE_MS = 12;   // computing time between two redraws
+  var DQK = 'd<sub>QK</sub>';
 
   // --- numbers ----------------------------------------------------------------------------------
   function sup(e) { return String(e).split('').map(function (c) { return SUP[c]; }).join(''); }
@@ -153,7 +155,12 @@
       });
     });
     var xl = svgEl('text', {x: (left + w - right) / 2, y: h - 6, 'text-anchor': 'middle', 'class': 'cx-axis'});
-    xl.textContent = this.opts.xlabel;
+    if (this.opts.xlabelSub) {   // d_QK: the subscript as a tspan
+      xl.textContent = this.opts.xlabel;
+      var sub = svgEl('tspan', {'baseline-shift': 'sub', 'font-size': '9'});
+      sub.textContent = this.opts.xlabelSub;
+      xl.appendChild(sub);
+    } else xl.textContent = this.opts.xlabel;
     var yl = svgEl('text', {x: 12, y: (top + h - bottom) / 2, 'text-anchor': 'middle', 'class': 'cx-axis',
                             transform: 'rotate(-90 12 ' + (top + h - bottom) / 2 + ')'});
     yl.textContent = this.opts.ylabel;
@@ -269,6 +276,7 @@
       looks.appendChild(look);
       return {def: p, button: b, look: look};
     });
+    bar.addEventListener('scroll', function () { bar.classList.toggle('cx-scrolled', bar.scrollLeft > 1); }, {passive: true});
     app.appendChild(bar);
     app.appendChild(looks);   // every caption in one grid cell: its height is the tallest's, always
 
@@ -343,7 +351,7 @@
     if (charts.indexOf('escape') >= 0) {
       app.appendChild(el('p', {'class': 'cx-panel-title'}, 'The escape at every d<sub>QK</sub> (no residual, this ' +
         '\u03bc, seed and scale): the first step with the loss below half the rank-one floor. Click a point to go there.'));
-      chartBox('escape', {x: 'log', y: 'log', xlabel: 'd_QK', ylabel: 'escape step', height: 210,
+      chartBox('escape', {x: 'log', y: 'log', xlabel: 'd', xlabelSub: 'QK', ylabel: 'escape step', height: 210,
                           label: 'escape step against d_QK'});
     }
     var ghostNote = el('p', {'class': 'cx-ghost-note'}, '&nbsp;');
@@ -376,6 +384,14 @@
         var on = ['beta', 'mu', 'd_qk', 'seed', 'scale'].every(function (k) { return p.def.values[k] === values[k]; });
         p.button.setAttribute('aria-pressed', String(on));
         p.look.classList.toggle('cx-shown', on);
+        // the row of presets scrolls sideways on a phone: the pressed one is brought into it
+        // (the row alone scrolls, not the page; the row is the buttons' offsetParent, explorer.css)
+        if (on && bar.scrollWidth > bar.clientWidth) {
+          var left = p.button.offsetLeft, right = left + p.button.offsetWidth;
+          if (left < bar.scrollLeft || right > bar.scrollLeft + bar.clientWidth * 0.85) {
+            bar.scrollLeft = Math.max(0, left - 40);
+          }
+        }
       });
     }
 
@@ -467,6 +483,8 @@
       }
     }
     function setValues(v, reason) {
+      // a preset (or a link) that is the current setting changes nothing: no run, no ghost of itself
+      if (state.main && Object.keys(v).every(function (k) { return values[k] === v[k]; })) return state.idle;
       keepGhost();
       Object.assign(values, v);
       return start(reason);
@@ -474,8 +492,8 @@
 
     // -- drawing
     function describe(v) {
-      return '\u03b2 = ' + v.beta + ', \u03bc = ' + fmt(v.mu) + (data.d_qks.length > 1 ? ', d_QK = ' + v.d_qk + ', scale ' +
-        v.scale.replace('sqrt(d_qk)', '\u221ad_QK').replace('d_qk', 'd_QK') + ', seed ' + v.seed : ', seed ' + v.seed);
+      return '\u03b2 = ' + v.beta + ', \u03bc = ' + fmt(v.mu) + (data.d_qks.length > 1 ? ', ' + DQK + ' = ' + v.d_qk + ', scale ' +
+        v.scale.replace('sqrt(d_qk)', '\u221ad_qk').replace('d_qk', DQK) + ', seed ' + v.seed : ', seed ' + v.seed);
     }
     function series(track, steps) {
       var loss = track.run.loss, xs = [], ys = [];
@@ -548,7 +566,7 @@
       if (views.sigma) {
         var sl = [], svals = [];
         [[m.b0, COLORS.b0, '', 'b0'], [m.chosen, COLORS.chosen, '6 3', 'chosen']].forEach(function (q) {
-          if (q[0] === m.chosen && !both) return;
+          if (q[3] === 'chosen' && !both) return;   // beta = 0 chosen: one run, drawn once
           sl.push({xs: q[0].sigma.map(function (p) { return p[0]; }), ys: q[0].sigma.map(function (p) { return p[1]; }),
                    color: q[1], dash: q[2], key: q[3]});
           svals = svals.concat(q[0].sigma.map(function (p) { return p[1]; }));
@@ -563,9 +581,9 @@
           var c = esc[q] === null;
           return {x: q, y: c ? data.horizon : Math.max(1, esc[q]), color: COLORS.b0, hollow: c, key: 'escape'};
         });
-        var fit = escapeFit(esc), elines = [{xs: epts.map(function (p) { return p.x; }), ys: epts.map(function (p) { return p.y; }),
+        var fit = escapeFit(esc), fitted = fit && fit.meaningful ? fit : null, elines = [{xs: epts.map(function (p) { return p.x; }), ys: epts.map(function (p) { return p.y; }),
                                              color: COLORS.b0, width: 1.5, key: 'escape'}];
-        if (fit) elines.push({xs: [data.d_qks[0], data.d_qks[data.d_qks.length - 1]],
+        if (fitted) elines.push({xs: [data.d_qks[0], data.d_qks[data.d_qks.length - 1]],
           ys: [fit.c * Math.pow(data.d_qks[0], fit.p), fit.c * Math.pow(data.d_qks[data.d_qks.length - 1], fit.p)],
           color: COLORS.ref, dash: '6 3', width: 1.3, key: 'fit'});
         if (both && m.chosen.escape !== null) epts.push({x: v.d_qk, y: Math.max(1, m.chosen.escape), color: COLORS.chosen,
@@ -574,17 +592,34 @@
                                  y: logDomain(epts.map(function (p) { return p.y; }).concat([1]), 1.8), lines: elines, points: epts,
                                  vlines: [{v: v.d_qk, color: '#bbbbbb', width: 10}]});
         views.escape.keys.innerHTML = legend([{color: COLORS.b0, text: '\u03b2 = 0 (hollow: not within ' + fmtInt(data.horizon) + ' steps)'}]
-          .concat(fit ? [{color: COLORS.ref, dash: '6 3', text: 'least-squares fit: escape \u221d d_QK^' + fit.p.toFixed(2)}] : [])
-          .concat(both ? [{color: COLORS.chosen, text: '\u25b2 \u03b2 = ' + v.beta + ' at this d_QK'}] : [])
-          .concat([{color: '#bbbbbb', text: 'the current d_QK'}]));
+          .concat(fitted ? [{color: COLORS.ref, dash: '6 3', text: 'least-squares fit: escape \u221d ' + DQK +
+                             '<sup>' + fit.p.toFixed(2) + '</sup>'}] : [])
+          .concat(both ? [{color: COLORS.chosen, text: '\u25b2 \u03b2 = ' + v.beta + ' at this ' + DQK}] : [])
+          .concat([{color: '#bbbbbb', text: 'the current ' + DQK}])) +
+          (fit && !fit.meaningful ? ' <span class="cx-key">No power-law fit: the escape does not grow steadily with ' +
+           DQK + ' here.</span>' : '');
       }
       readout.innerHTML = readoutText(m, v, both);
       ghostNote.innerHTML = state.ghost ? '<span class="cx-ghost-swatch"></span> Faint line: the previous setting, ' +
         describe(state.ghostValues) + '.' : '&nbsp;';
+      holdHeights();
       state.drawn += 1;
       root.dataset.drawn = String(state.drawn);
     }
+    // The text around the charts (readout, legends, the ghost's note) keeps the tallest height it
+    // has had at this width: when it loses a line (beta = 0 has one run, not two), nothing below it,
+    // the next explorer of the page included, moves up under the pointer.
+    function holdHeights(reset) {
+      [readout, ghostNote].concat(Object.keys(views).map(function (k) { return views[k].keys; })).forEach(function (e) {
+        if (reset) { e.style.minHeight = ''; e.heldHeight = 0; return; }
+        var h = e.getBoundingClientRect().height;
+        if (h > (e.heldHeight || 0)) { e.heldHeight = h; e.style.boxSizing = 'border-box'; e.style.minHeight = h + 'px'; }
+      });
+    }
     // The power law through the escape steps (all found, at least 3): log T = log c + p log d_QK.
+    // It is drawn only where it means something (`meaningful`): the escape grows with d_QK at every
+    // step of the bank and the line explains at least 90 % of the variance of log T (at the scale
+    // 1/sqrt(d_QK) the escapes are flat and not monotone: no law to draw).
     function escapeFit(esc) {
       var pts = data.d_qks.filter(function (q) { return esc[q] !== undefined && esc[q] !== null && esc[q] > 0; });
       if (pts.length < 3 || pts.length < data.d_qks.length) return null;
@@ -592,8 +627,10 @@
       var mx = xs.reduce(function (a, b) { return a + b; }) / n, my = ys.reduce(function (a, b) { return a + b; }) / n;
       var sxy = 0, sxx = 0;
       for (var i = 0; i < n; i++) { sxy += (xs[i] - mx) * (ys[i] - my); sxx += (xs[i] - mx) * (xs[i] - mx); }
-      var p = sxy / sxx;
-      return {p: p, c: Math.exp(my - p * mx)};
+      var p = sxy / sxx, c = my - p * mx, ss = 0, res = 0;
+      for (i = 0; i < n; i++) { ss += (ys[i] - my) * (ys[i] - my); res += Math.pow(ys[i] - c - p * xs[i], 2); }
+      var rising = pts.every(function (q, k) { return k === 0 || esc[q] > esc[pts[k - 1]]; });
+      return {p: p, c: Math.exp(c), meaningful: rising && p > 0 && ss > 0 && res <= 0.1 * ss};
     }
     function runText(track, name) {
       var r = track.run, last = r.loss.length - 1, s = '<b>' + name + '</b>: ';
@@ -634,7 +671,7 @@
         if (name === 'escape') {
           var q = data.d_qks.reduce(function (a, b) { return Math.abs(Math.log(b / x)) < Math.abs(Math.log(a / x)) ? b : a; });
           var e = (state.escapes[escKey(m.v)] || {})[q];
-          vw.hover.innerHTML = 'd_QK = ' + q + ': ' + (e === undefined ? 'computing' : e === null ? 'no escape within ' + fmtInt(data.horizon) + ' steps' : 'escape at step ' + fmtInt(e));
+          vw.hover.innerHTML = DQK + ' = ' + q + ': ' + (e === undefined ? 'computing' : e === null ? 'no escape within ' + fmtInt(data.horizon) + ' steps' : 'escape at step ' + fmtInt(e));
           return;
         }
         var t = Math.max(0, Math.round(x)), parts = [];
@@ -690,7 +727,7 @@
     presets.forEach(function (p) { p.button.addEventListener('click', function () { setValues(p.def.values); }); });
     var width = app.clientWidth;
     window.addEventListener('resize', function () {
-      if (app.clientWidth !== width && state.main) { width = app.clientWidth; draw(); }
+      if (app.clientWidth !== width && state.main) { width = app.clientWidth; holdHeights(true); draw(); }
     });
 
     registry[id] = {
@@ -738,7 +775,10 @@
     var id = (a.getAttribute('href') || '').replace(/^#/, ''), target = document.getElementById(id);
     if (!target) return;
     ev.preventDefault();
-    target.scrollIntoView({block: 'start'});
+    // on a phone the controls fill a screen: the link brings the readout and the loss chart below it
+    // into view instead (the presets and the sliders are just above)
+    var runs = window.matchMedia('(max-width: 36rem)').matches ? target.querySelector('.cx-readout') : null;
+    (runs || target).scrollIntoView({block: 'start'});
     var ex = registry[id];
     if (ex) ex.preset(a.getAttribute('data-cx-preset')).catch(function (err) { console.error('convres explorer:', err); });
   });

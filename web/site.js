@@ -2,12 +2,16 @@
  *
  * Tables: a table written in a page (class "table"; not a notebook's data frame) that does not fit
  * the column on a narrow screen is shown as one card per row, each cell labelled with the header of
- * its column (site.css, ".convres-cards"), instead of scrolling sideways.
+ * its column (site.css, ".convres-cards"), instead of scrolling sideways. On a wide screen a table
+ * (of the text or a notebook's) wider than the column gets smaller type and tighter cells
+ * (".convres-dense"), and if that is not enough, cells whose words may break (".convres-denser").
  *
  * Inline formulas: MathJax cannot break a formula inside a line, so one that is wider than the
  * line it sits in (the column, a card, a box) would be cut off at the right edge. Each such formula
  * is shown on a line of its own that scrolls sideways inside the formula (site.css,
- * ".convres-wide-math"); the page itself never does.
+ * ".convres-wide-math"); the page itself never does. The line shows that it scrolls (a fade at the
+ * edge where more of the formula is hidden, and a thin scrollbar), and the punctuation after the
+ * formula stays on its line (".convres-wide-line").
  *
  * Both are checked once MathJax has typeset the page (formulas change the widths) and again when
  * the window is resized.
@@ -35,6 +39,17 @@
   }
 
   function fitTables() {
+    // wider than the column on a wide screen: smaller type and tighter cells, whose text may wrap
+    // anywhere as a last resort (a table of the text or a notebook's), instead of scrolling sideways
+    var all = document.querySelectorAll('.bd-article table.table, .bd-article div.cell_output table');
+    Array.prototype.forEach.call(all, function (table) {
+      table.classList.remove('convres-dense', 'convres-denser');
+      if (window.innerWidth <= NARROW) return;
+      var box = table.parentElement;
+      if (table.scrollWidth <= box.clientWidth + 1) return;
+      table.classList.add('convres-dense');
+      if (table.scrollWidth > box.clientWidth + 1) table.classList.add('convres-denser');
+    });
     var tables = document.querySelectorAll('.bd-article table.table');
     Array.prototype.forEach.call(tables, function (table) {
       table.classList.remove('convres-cards');
@@ -58,12 +73,60 @@
     return window.innerWidth;
   }
 
+  // A wide formula's line: the formula and the punctuation that follows it in the text ("." or
+  // ", "), kept together (the punctuation would otherwise start a line of its own).
+  var PUNCT = /^[.,;:!?)\u2019\u201d]+/;
+  function keepPunctuation(c) {
+    // the formula with the inline elements around it that hold nothing else (Sphinx's span.math)
+    var unit = c;
+    while (unit.parentNode && unit.parentNode.matches('span, em, strong, a') &&
+           unit.parentNode.textContent.trim() === unit.textContent.trim()) unit = unit.parentNode;
+    var next = unit.nextSibling, m = next && next.nodeType === 3 ? PUNCT.exec(next.data) : null;
+    var line = document.createElement('span');
+    line.className = 'convres-wide-line';
+    unit.parentNode.insertBefore(line, unit);
+    line.appendChild(unit);
+    if (m) {
+      var p = document.createElement('span');
+      p.className = 'convres-wide-punct';
+      p.textContent = m[0];
+      next.data = next.data.slice(m[0].length);
+      line.appendChild(p);
+    }
+  }
+  function unwrap(line) {
+    var parent = line.parentNode, p = line.querySelector('.convres-wide-punct');
+    while (line.firstChild && line.firstChild !== p) parent.insertBefore(line.firstChild, line);
+    if (p) {
+      var next = line.nextSibling;
+      if (next && next.nodeType === 3) next.data = p.textContent + next.data;
+      else parent.insertBefore(document.createTextNode(p.textContent), next);
+    }
+    parent.removeChild(line);
+  }
+  // The fades at the edges of a wide formula: at the right while more of it is to the right, at
+  // the left once it is scrolled.
+  function edges(c) {
+    c.classList.toggle('convres-more-right', c.scrollLeft + c.clientWidth < c.scrollWidth - 1);
+    c.classList.toggle('convres-more-left', c.scrollLeft > 1);
+  }
+  function onScroll(ev) { edges(ev.currentTarget); }
+
   function fitMath() {
     var inline = document.querySelectorAll('.bd-article mjx-container:not([display="true"])');
-    Array.prototype.forEach.call(inline, function (c) { c.classList.remove('convres-wide-math'); });
+    document.querySelectorAll('.bd-article .convres-wide-line').forEach(unwrap);
+    Array.prototype.forEach.call(inline, function (c) {
+      c.classList.remove('convres-wide-math', 'convres-more-right', 'convres-more-left');
+    });
     Array.prototype.forEach.call(inline, function (c) {
       var math = c.firstElementChild || c;
-      if (math.getBoundingClientRect().width > lineWidth(c) + 1) c.classList.add('convres-wide-math');
+      if (math.getBoundingClientRect().width > lineWidth(c) + 1) {
+        keepPunctuation(c);
+        c.classList.add('convres-wide-math');
+        c.removeEventListener('scroll', onScroll);
+        c.addEventListener('scroll', onScroll, {passive: true});
+        edges(c);
+      }
     });
   }
 
