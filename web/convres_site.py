@@ -63,6 +63,10 @@ Jobs for the published site:
    ``3.67e+03`` or ``1e-06``, is shown as a formula, :math:`3.67 \times 10^{3}` or
    :math:`10^{-6}` (:func:`convres.show.power_of_ten`, as the book's tables do); the chapters keep
    formatting their numbers as they like.
+13. **Executed downloads.** Every chapter's ``.ipynb`` in ``_sources`` (the download menu) holds its
+   outputs, also when the chapter came from the execution cache: myst-nb then writes the notebook
+   without them, so at the end of the build the cached outputs are merged into it
+   (``jupyter_cache``'s ``merge_match_into_notebook``).
 """
 
 from __future__ import annotations
@@ -515,6 +519,28 @@ def _copy_pdf(app, exception) -> None:
         target.unlink(missing_ok=True)  # the copy of an earlier build, which no page links now
 
 
+def _executed_downloads(app, exception) -> None:
+    """Job 13: the cached outputs merged into each downloadable notebook that lacks them."""
+    if exception is not None or app.builder.format != "html":
+        return
+    import nbformat
+    from jupyter_cache import get_cache
+
+    folder = Path(app.env.mystnb_config.execution_cache_path or Path(app.outdir).parent / ".jupyter_cache")
+    if not folder.is_dir():
+        return
+    cache = get_cache(folder)
+    for path in sorted((Path(app.outdir) / "_sources").glob("**/*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        if any(c.get("outputs") for c in nb.cells if c.cell_type == "code"):
+            continue
+        try:
+            _, merged = cache.merge_match_into_notebook(nb)
+        except KeyError:  # not in the cache (executed afresh, or never executed)
+            continue
+        nbformat.write(merged, path)
+
+
 def _pdf_shape(app, doctree, docname: str) -> None:
     """The LaTeX builder's one big doctree (every chapter inlined into the root document) turned
     into a book; see job 8 of the module docstring."""
@@ -627,6 +653,7 @@ def setup(app):
     app.connect("doctree-resolved", _pdf_shape)
     app.connect("doctree-resolved", _pasted_numbers)
     app.connect("build-finished", _copy_pdf)
+    app.connect("build-finished", _executed_downloads)
     app.connect("missing-reference", _resolve_convres_name)
     app.connect("autodoc-process-docstring", _keep_attribute_docstring, priority=400)
     app.connect("autodoc-process-docstring", _restore_attribute_docstring, priority=600)
