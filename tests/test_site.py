@@ -54,7 +54,7 @@ WIDTH, HEIGHT, PHONE, PRINT_WIDTH = 1400, 900, 390, 718   # PRINT_WIDTH: A4 less
 MAX_SCREENS = 15           # a chapter at WIDTH px: at most this many screens of HEIGHT px
 #: Chapters over MAX_SCREENS since the v4 merges, with the screens they measured then: known failures
 #: to fix (shorten or fold); each may not grow past its number.
-OVER_SCREENS = {"report.html": 24, "simulations.html": 19}
+OVER_SCREENS = {"report.html": 24}
 MAX_API_HEIGHT = 25_000    # an API reference page (split them: API_PAGES in web/convres_site.py)
 LIVE_STEPS, LIVE_MS = 500, 50   # the explorer's budget: 500 steps at the interactive size
 SKIP_DIRS = {"_static", "_sources", "_images", "reports", "vendor"}
