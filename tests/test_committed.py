@@ -18,7 +18,7 @@ from convres import committed
 from convres.committed import assemble, load_paper_result, merge_data, paper_path, pieces, run_piece
 from convres.experiments import EXPERIMENTS, Experiment, run_experiment, settings as settings_of
 from convres.experiments import jena, sst2
-from convres.experiments.simulations import reruns, spot_check
+from convres.experiments.simulations import reruns, second_pass, spot_check
 
 PROPS = settings(derandomize=True, deadline=None, database=None,
                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -193,8 +193,8 @@ def test_pieces_merge_to_the_whole_run(one_seed_pieces, tmp_path, monkeypatch):
     assert pieces("simulations", "smoke") == [[0], [1]]
     for k in (1, 0):  # in any order
         run_piece("simulations", k, folder=tmp_path, profile="smoke")
-    halve = [[x["where"], *x["arm"]] for x in reruns(load_paper_result("simulations", tmp_path, "smoke")[0])
-             if not x["every_seed"]]
+    first = load_paper_result("simulations", tmp_path, "smoke")[0]
+    halve = [h for h, x in zip(second_pass(first), reruns(first)) if not x["every_seed"]]
     if halve:
         record = EXPERIMENTS["simulations"]
         smoke = {**record.profiles["smoke"], "halve": halve}

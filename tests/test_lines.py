@@ -118,15 +118,7 @@ def _chapters() -> list[str]:
 CHAPTERS = _chapters()
 
 
-#: Pages with lines over the column after the v4 merges (code cells of the new chapter sections and
-#: listings of package source, which ruff allows to 110): known failures to fix, run as strict xfails
-#: (a page that comes to fit fails this list, so it leaves it).
-OVER_THE_COLUMN = {"simulations.html"}
-
-
-@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.xfail(
-    strict=True, reason="lines over the column since the v4 merges: to fix")) if p in OVER_THE_COLUMN
-    else p for p in CHAPTERS] or ["(no built site)"])
+@pytest.mark.parametrize("page", CHAPTERS or ["(no built site)"])
 def test_code_and_outputs_fit_the_column(page):
     if page not in CHAPTERS:
         reason = f"no built site at {SITE} (build it first: make book)"

@@ -107,11 +107,23 @@ def test_an_arm_that_diverges_is_rerun_at_half_its_step_with_its_followers():
     assert {x["eta"] for x in out[("half", 0.0)]} == {64.0 / 2 ** (k + 1)}      # follows the tuned arm
     assert all(set(x["diverged_before"]) <= {32.0 / 2 ** i for i in range(k)} for x in out[("half", 0.0)])
     assert {x["eta"] for x in out[("tuned", 1.0)]} == {0.064}
-    # a second pass of a run in pieces halves an arm from the start, with its follower
-    s["halve"] = [["here", "tuned", 0.0]]
+    # a second pass of a run in pieces starts an arm at a quarter of its step, with its follower
     out = sim._evaluate(s, "here", 4, 16, "1/d_qk", {k: v for k, v in arms.items() if k[1] == 0.0}, 30,
-                        sim.ESCAPE_STOP, follows={("half", 0.0): ("tuned", 0.0)})
-    assert out[("tuned", 0.0)][0]["eta"] <= 32.0 and out[("half", 0.0)][0]["eta"] <= 16.0
+                        sim.ESCAPE_STOP, follows={("half", 0.0): ("tuned", 0.0)},
+                        halve={("here", "tuned", 0.0): 2})
+    assert out[("tuned", 0.0)][0]["eta"] <= 16.0 and out[("half", 0.0)][0]["eta"] <= 8.0
+
+
+def test_the_second_pass_is_a_setting_checked_at_the_entry_point():
+    s = ex.settings("simulations", "paper")
+    cell = "escape, scale 1/d_qk, d_QK = 64"
+    assert sim.halvings(s) == {(cell, "tuned", 0.0): 2, (cell, "half", 0.0): 2}
+    for bad in ([cell, "tuned", 0.0], [cell + "0", "tuned", 0.0, 1], [cell, "best", 0.0, 1],
+                [cell, "tuned", 0.0, 0], [cell, "tuned", 0.0, 1.0], [cell, "tuned", "0", 1]):
+        with pytest.raises(ValueError, match=r"each entry is \[where, protocol, beta, times\]"):
+            sim.halvings({**s, "halve": [bad]})
+    with pytest.raises(ValueError, match="setting 'halve'"):
+        ex.run_experiment("simulations", "smoke", overrides={"halve": [["wide", "tuned", 0.0]]})
 
 
 def test_reruns_are_listed_per_arm():
@@ -126,6 +138,8 @@ def test_reruns_are_listed_per_arm():
     assert row["rerun_eta"] == [0.032] and row["every_seed"] and row["eta"] == 0.064
     runs[0]["eta"] = 0.064                                   # one seed at the tuned step: pieces
     assert not sim.reruns(res)[0]["every_seed"]
+    next(r for r in runs if r["beta"] == 0.0 and r["eta"] == 0.032)["eta"] = 0.016   # halved twice
+    assert sim.second_pass(res) == [["escape, scale 1/d_qk, d_QK = 16", "tuned", 0.0, 2]]
     assert res.summary()["diverged_before_rerun"] == 2
 
 

@@ -52,9 +52,6 @@ ALL_SHOTS = os.environ.get("CONVRES_SCREENSHOTS", "") == "all"
 REQUIRED = os.environ.get("CONVRES_SITE_REQUIRED") == "1"
 WIDTH, HEIGHT, PHONE, PRINT_WIDTH = 1400, 900, 390, 718   # PRINT_WIDTH: A4 less the margins
 MAX_SCREENS = 15           # a chapter at WIDTH px: at most this many screens of HEIGHT px
-#: Chapters over MAX_SCREENS since the v4 merges, with the screens they measured then: known failures
-#: to fix (shorten or fold); each may not grow past its number.
-OVER_SCREENS = {"simulations.html": 19}
 MAX_API_HEIGHT = 25_000    # an API reference page (split them: API_PAGES in web/convres_site.py)
 LIVE_STEPS, LIVE_MS = 500, 50   # the explorer's budget: 500 steps at the interactive size
 SKIP_DIRS = {"_static", "_sources", "_images", "reports", "vendor"}
@@ -315,7 +312,7 @@ def test_page(page, site, browser):
     out.write_text(json.dumps(dict(sorted(HEIGHTS.items())), indent=1))
     print(f"\n{page}: {info['height']} px at {WIDTH} px = {info['height'] / HEIGHT:.1f} screens")
     chapter = (ROOT / "book" / page.replace(".html", ".md")).is_file() and not _is_api(page)
-    if chapter and info["height"] > OVER_SCREENS.get(page, MAX_SCREENS) * HEIGHT:
+    if chapter and info["height"] > MAX_SCREENS * HEIGHT:
         problems.append(f"{info['height'] / HEIGHT:.1f} screens of {HEIGHT} px at {WIDTH} px: more than "
                         f"{MAX_SCREENS}; shorten it, fold or move the details")
     if _is_api(page) and info["height"] > MAX_API_HEIGHT:

@@ -53,7 +53,7 @@ from .base import (
 
 __all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "STOP", "ESCAPE_STOP", "LINEAR_PHASE", "HALVINGS", "speed",
            "instance", "linear_rate", "escape_law", "escape_fit", "power_fit", "rerun_escape", "spot_check",
-           "reruns", "claim_records", "stalled", "qk_reduced"]
+           "reruns", "second_pass", "halvings", "claim_records", "stalled", "qk_reduced"]
 
 #: Sensitivity measures: the steps to these fractions of the initial loss.
 LEVELS = (1e-2, 1e-6)
@@ -209,6 +209,8 @@ def _tuned(s, N, d_qk, scale, betas, measure, horizon, device) -> dict:
     def compute():
         return [[b, t] for b, t in _tune(s, N, d_qk, scale, betas, measure, horizon, device).items()]
 
+    # the same for every pass of a run in pieces: the setting ``halve`` does not enter the tuning
+    s = {k: v for k, v in s.items() if k != "halve"}
     rows = shared_by_pieces("tune-simulations", s, device, compute, shape=[N, d_qk, scale], betas=betas,
                             measure=measure, horizon=horizon, probe_seeds=s["probe_seeds"])
     return {float(b): t for b, t in rows}
@@ -234,22 +236,22 @@ def _record(beta, eta, seed, X, Y, p0, cfg, h: History, *, N, s, horizon, curve,
     return run
 
 
-def _evaluate(s, where, N, d_qk, scale, arms: dict, horizon, stop, *, follows=None, mechanism=False,
-              curves=(), device=None) -> dict:
+def _evaluate(s, where, N, d_qk, scale, arms: dict, horizon, stop, *, follows=None, halve=None,
+              mechanism=False, curves=(), device=None) -> dict:
     """The evaluation runs ``{key: runs}`` of the ``arms`` ``{key: (beta, eta)}`` of one shape
     (``where``) on every seed (arms at the same ``(beta, eta)`` share their runs). An arm with a
     diverged run is run again at ``RERUN_FACTOR`` (half) its step, all seeds, at most
     :data:`HALVINGS` times; an arm of ``follows`` ``{key: other}`` is at half the step of ``other``
-    and is rerun with it; an arm ``[where, protocol, beta]`` of the setting ``halve`` starts at half
-    its step (a second pass of a run in pieces, where one piece found a divergence). Every record
-    keeps its arm's ``tuned_eta`` and ``diverged_before``, the steps at which its seed diverged
-    first."""
-    follows = follows or {}
-    halve = {(w, p, float(b)) for w, p, b in s.get("halve", [])}
+    and is rerun with it. ``halve`` ``{(where, protocol, beta): times}`` (from the setting of that
+    name, :func:`halvings`): the arm, and its followers, start at ``RERUN_FACTOR ** times`` their
+    step (the second pass of a run in pieces, where a piece halved the arm after a divergence that
+    the others did not see). Every record keeps its arm's ``tuned_eta`` and ``diverged_before``,
+    the steps at which its seed diverged first in this run."""
+    follows, halve = follows or {}, halve or {}
 
     def start(key):
-        lead = follows.get(key, key)
-        return arms[key][1] * (RERUN_FACTOR if (where, *lead) in halve else 1.0)
+        times = max(halve.get((where, *key), 0), halve.get((where, *follows.get(key, key)), 0))
+        return arms[key][1] * RERUN_FACTOR ** times
 
     pending = {key: (beta, start(key)) for key, (beta, _) in arms.items()}
     out: dict = {}
@@ -305,13 +307,48 @@ def reruns(res: Result) -> list[dict]:
     return rows
 
 
+def _places(s: dict) -> list[str]:
+    """The names of the places an arm runs in, as :func:`reruns` names them: the regimes and the
+    escape-law cells."""
+    return [r["name"] for r in s["regimes"]] + [f"escape, scale {scale}, d_QK = {d_qk}"
+                                                for scale in s["scales"] for d_qk in s["d_qks"]]
+
+
+def halvings(s: dict) -> dict:
+    """The setting ``halve`` of ``s`` as ``{(where, protocol, beta): times}``: each entry
+    ``[where, protocol, beta, times]`` starts the arm ``[protocol, beta]`` of ``where`` (a regime or
+    an escape-law cell, named as :func:`reruns` names them), and the arms that follow it, at
+    ``RERUN_FACTOR ** times`` its tuned step, on every seed (:func:`second_pass` writes it)."""
+    places, out = _places(s), {}
+    for entry in s.get("halve") or []:
+        ok = isinstance(entry, (list, tuple)) and len(entry) == 4
+        where, protocol, beta, times = entry if ok else (None,) * 4
+        if not (ok and where in places and protocol in ("tuned", "common", "half")
+                and isinstance(beta, (int, float)) and not isinstance(beta, bool)
+                and isinstance(times, int) and not isinstance(times, bool) and times >= 1):
+            raise ValueError(f"setting 'halve': each entry is [where, protocol, beta, times], where one "
+                             f"of {places}, protocol 'tuned', 'common' or 'half', beta a number and times "
+                             "how many times the arm's tuned step is halved (an integer >= 1), as "
+                             f"simulations.second_pass(result) writes them; got {entry!r}.")
+        out[(where, protocol, float(beta))] = times
+    return out
+
+
+def second_pass(res: Result) -> list[list]:
+    """The setting ``halve`` that runs every seed of each arm of :func:`reruns` at one step: the
+    smallest step any of its seeds ran at (``[where, protocol, beta, times]``, ``times`` the halvings
+    from the tuned step). Run every piece again with it until :func:`reruns` gives ``every_seed``
+    for every arm (protocol v4, section 1: a rerun is of every seed of the arm)."""
+    return [[x["where"], *x["arm"], round(math.log2(x["eta"] / min(x["rerun_eta"])))] for x in reruns(res)]
+
+
 def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     for r in s["regimes"]:
         if not {"name", "N", "d_qk", "scale"} <= set(r):
             raise ValueError(f"every regime needs 'name', 'N', 'd_qk' and 'scale', got {r!r}.")
     if set(s["probe_seeds"]) & set(s["seeds"]):
         raise ValueError(f"the probe seeds {s['probe_seeds']} must not be evaluation seeds {s['seeds']}.")
-    betas, steps = [float(b) for b in s["betas"]], s["steps"]
+    betas, steps, halve = [float(b) for b in s["betas"]], s["steps"], halvings(s)
     regimes, step_sizes = [], []
     for r in s["regimes"]:
         tuned = _tuned(s, r["N"], r["d_qk"], r["scale"], betas, "mean log-loss", steps, device)
@@ -319,8 +356,8 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
         common = min(t["chosen"] for t in tuned.values())
         arms = {**{("tuned", b): (b, tuned[b]["chosen"]) for b in betas}, **{("common", b): (b, common)
                                                                              for b in betas}}
-        runs = _evaluate(s, r["name"], r["N"], r["d_qk"], r["scale"], arms, steps, STOP, mechanism=True,
-                         curves=s["curve_seeds"], device=device)
+        runs = _evaluate(s, r["name"], r["N"], r["d_qk"], r["scale"], arms, steps, STOP, halve=halve,
+                         mechanism=True, curves=s["curve_seeds"], device=device)
         regimes.append(dict(name=r["name"], N=r["N"], n=s["n"], d=s["d"], d_qk=r["d_qk"], scale=r["scale"],
                             runs={p: [x for b in betas for x in runs[(p, b)]] for p in ("tuned", "common")}))
         if progress:
@@ -340,7 +377,8 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
                     arms.update({("common", b): (b, common) for b in (0.0, 1.0)})
             curves = s["curve_seeds"] if d_qk == max(s["d_qks"]) else ()
             runs = _evaluate(s, f"escape, scale {scale}, d_QK = {d_qk}", s["N"], d_qk, scale, arms,
-                             s["escape_steps"], ESCAPE_STOP, follows=follows, curves=curves, device=device)
+                             s["escape_steps"], ESCAPE_STOP, follows=follows, halve=halve, curves=curves,
+                             device=device)
             protocols = sorted({p for p, _ in arms})
             escape.append(dict(d_qk=d_qk, scale=scale, N=s["N"], n=s["n"], runs={
                 p: [x for b in (0.0, 1.0) if (p, b) in runs for x in runs[(p, b)]] for p in protocols}))
@@ -707,13 +745,19 @@ _SIM = dict(N=4, n=4, d=32, m=32, activation="gelu", betas=[0.0, 0.1, 0.25, 0.5,
             regimes=[_WIDE_REGIME, dict(name="narrow", N=32, d_qk=32, scale="1/sqrt(d_qk)"),
                      dict(name="uniform attention", N=4, d_qk=1024, scale="1/d_qk")])
 
+#: The second pass of the paper profile (:func:`second_pass` of the first, commit fc94993): there
+#: the arm d_QK = 64, beta = 0 at scale 1/d_QK diverged at its tuned step on 5 of 20 seeds and was
+#: halved, once or twice, only within the pieces that held them; here every seed runs at a quarter
+#: of the tuned step, and the half-step arm at a quarter of its own.
+_PAPER_HALVE = [["escape, scale 1/d_qk, d_QK = 64", protocol, 0.0, 2] for protocol in ("tuned", "half")]
+
 EXPERIMENT = Experiment(
     "simulations", "Simulations: the escape from the rank-one floor against d_QK, and beta in three regimes",
     "book/simulations.md",
     {"book": dict(_SIM, seeds=list(range(10)), curve_seeds=list(range(10)), steps=3000,
                   d_qks=[16, 64, 256, 1024], escape_steps=4000),
      "paper": dict(_SIM, seeds=list(range(20)), curve_seeds=[0, 1, 2], steps=10_000,
-                   d_qks=[16, 64, 256, 1024, 4096, 8192], escape_steps=10_000),
+                   d_qks=[16, 64, 256, 1024, 4096, 8192], escape_steps=10_000, halve=_PAPER_HALVE),
      "smoke": dict(_SIM, betas=[0.0, 1.0], seeds=[0, 1], curve_seeds=[0, 1], steps=60, d_qks=[16, 64],
                    escape_steps=60, eta_grid=[0.064, 0.128],
                    regimes=[_WIDE_REGIME, dict(name="narrow", N=16, d_qk=32, scale="1/sqrt(d_qk)"),
