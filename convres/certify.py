@@ -1,4 +1,4 @@
-"""Rigorous constants for the book's theorems: every hypothesis of part (b') bounded before the run.
+"""Rigorous constants for the book's theorems: every hypothesis of part (b) bounded before the run.
 
 Book chapters *Certified constants and a certified instance* (``book/certificate.md``: lemmas
 ``thm-lem-softmax``, ``thm-lem-chain``, ``thm-lem-rlo``, ``thm-lem-lup``, corollaries ``thm-cor-cert``
@@ -44,12 +44,12 @@ ROUTES = ("main", "ffn")
 #: Lemma thm-lem-softmax: ``||D^2 softmax(z)[h, h]||_2 <= (sqrt 7 / 4) ||h||_2^2``.
 SOFTMAX_C2 = math.sqrt(7) / 4
 
-#: The book's statement of part (b') keeps ``sigma_Nn(H) >= sigma_0 / 2``: ``eps = 1/2``.
+#: The book's statement of part (b) keeps ``sigma_Nn(H) >= sigma_0 / 2``: ``eps = 1/2``.
 EPS_BOOK = 0.5
 #: The ``eps`` that :func:`sharpest_certificate_of` tries (fixed in advance; corollary sc-cor-eps).
 EPS_GRID = tuple(round(0.02 * k, 2) for k in range(1, 26))
 
-#: The ball of part (b'): ``r = min(r_lower, BALL_MARGIN * rho)`` (any ``r`` in ``(rho, r_lower]``
+#: The ball of part (b): ``r = min(r_lower, BALL_MARGIN * rho)`` (any ``r`` in ``(rho, r_lower]``
 #: is admissible; a smaller one gives a larger step).
 BALL_MARGIN = 1.01
 
@@ -89,7 +89,7 @@ class Centre:
         return ((1 - eps) * self.sigma_0) ** 2
 
     def rho(self, eps: float = EPS_BOOK) -> float:
-        """``rho_eps = 2 sqrt(2 Phi_0) / ((1 - eps) sigma_0)``, the path radius of part (b')."""
+        """``rho_eps = 2 sqrt(2 Phi_0) / ((1 - eps) sigma_0)``, the path radius of part (b)."""
         return 2 * self.R0 / ((1 - eps) * self.sigma_0) if self.sigma_0 > 0 else math.inf
 
 
@@ -293,7 +293,7 @@ def smoothness_upper(c: Centre, r: float) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Certificate:
-    """Part (b') of ``thm-main`` bounded before the run (corollary ``sc-cor-eps``; ``eps = 1/2`` is
+    """Part (b) of ``thm-main`` bounded before the run (corollary ``sc-cor-eps``; ``eps = 1/2`` is
     ``thm-cor-cert``). ``certified``: ``ratio = rho / r_sigma_lower < 1``; then gradient descent with
     ``mu = 1 / L_upper`` stays within ``rho`` of ``theta_0``, keeps ``sigma_Nn(H_t) >= (1 - eps)
     sigma_0`` and has ``Phi_t <= (1 - mu alpha)^t Phi_0``. ``radius``: the ball of ``L_upper``,
@@ -396,7 +396,7 @@ def ffn_centre(params, X, Y, cfg) -> FFNCentre:
 
 @dataclasses.dataclass(frozen=True)
 class FFNCertificate:
-    """Part (b') of ``thm-ffn`` bounded before the run (corollary ``ffn-cor-cert``). ``certified``:
+    """Part (b) of ``thm-ffn`` bounded before the run (corollary ``ffn-cor-cert``). ``certified``:
     ``ratio = rho' / r'_lo < 1`` with ``rho' = 8 sqrt(2 Phi_0) / (sigma_M0 sigma_U0)`` and ``r'_lo =
     min(r_M, sigma_U0 / 2)``, ``r_M = sup{r : delta_M(r) <= nu sigma_M0 / 2}`` (``nu = 1`` per token,
     ``sqrt(n)`` pooled); then ``sigma_rows(M~_t) >= sigma_M0 / 2``, ``sigma_c(W_U,t) >= sigma_U0 / 2``

@@ -28,7 +28,7 @@ def alpha(sigma_0: float) -> float:
 
 
 def path_radius(phi_0: float, sigma_0: float) -> float:
-    """``rho = 4 sqrt(2 Phi_0) / sigma_0 = 2 sqrt(2 Phi_0 / alpha)``: the left side of part (b') of
+    """``rho = 4 sqrt(2 Phi_0) / sigma_0 = 2 sqrt(2 Phi_0 / alpha)``: the left side of part (b) of
     ``thm-main``, a bound on the path length (hence on ``||theta_t - theta_0||``) of the whole run
     (``inf`` when ``sigma_0 = 0``)."""
     return 4 * math.sqrt(2 * phi_0) / sigma_0 if sigma_0 > 0 else math.inf

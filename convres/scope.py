@@ -137,7 +137,7 @@ def certified_scope(profile: str = "book") -> list[dict]:
             elif not failing and cert is not None:
                 certified, ratio = bool(cert["certified"]), float(cert["ratio"])
                 if not certified:
-                    failing = [f"(b') proper initialization: certificate ratio {ratio:.3g} >= 1 "
+                    failing = [f"(b) proper initialization: certificate ratio {ratio:.3g} >= 1 "
                                f"({cert['certified_seeds']} of {cert['seeds']} seeds certified)"]
             out.append({"experiment": sh.label, "configuration": _configuration(sh.cfg, sh.N, sh.n, sh.note),
                         "theorem": theorem, "certified": certified,

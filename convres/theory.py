@@ -70,7 +70,7 @@ def _part_b(params, X, Y, cfg, phi: float, sigma_0: float, grad_norm: float) -> 
 
 
 def part_b_check(params, X, Y, cfg) -> dict:
-    """Can part (b') apply? ``fails``: ``rho = 4 sqrt(2 Phi_0) / sigma_0 >= r_sigma_upper`` (no ball
+    """Can part (b) apply? ``fails``: ``rho = 4 sqrt(2 Phi_0) / sigma_0 >= r_sigma_upper`` (no ball
     exists; a certificate of failure); ``holds``: certified by :func:`convres.certify.certificate`,
     for the step ``mu_certified``; ``None`` when neither is decided. Also ``J0 = ||grad Phi_0|| /
     sqrt(2 Phi_0) <= J_B`` and ``radius_lower_A5`` (the older condition (A5))."""
@@ -212,7 +212,7 @@ class TheoremRun:
     def summary(self) -> dict:
         """The scalar fields, JSON-ready (what ``python -m convres theorem --json`` prints).
         ``violations`` and ``max_excess`` are ``None`` when the run diverged or no step was checked.
-        ``part_b_holds`` is ``False`` when part (b') is certified to fail and ``True`` only when it
+        ``part_b_holds`` is ``False`` when part (b) is certified to fail and ``True`` only when it
         is certified to hold *for this run's step* (``mu <= mu_certified``); ``None`` otherwise."""
         verified = self.status != "diverged" and self.check.checked_steps > 0
         h, b = self.history, self.part_b

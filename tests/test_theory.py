@@ -146,7 +146,7 @@ def test_r_sigma_upper_is_attained_by_an_explicit_point(seed, layers):
 
 
 def test_part_b_fails_on_the_default_instance_and_is_consistent():
-    """Part (b'): rho = 4 sqrt(2 Phi_0) / sigma_0 exceeds the upper bound of r_sigma (a certified
+    """Part (b): rho = 4 sqrt(2 Phi_0) / sigma_0 exceeds the upper bound of r_sigma (a certified
     failure); the lower bound of convres.certify lies below the upper bound; the old (A5) radius
     is larger than rho by 2 J_0 / sigma_0 >= 2."""
     params, X, Y, cfg = theorem_instance(0)
