@@ -273,12 +273,6 @@ def plot_jena(result):
     return fig
 
 
-def _depth_styles(depths):
-    cmap = matplotlib.colormaps["plasma"]
-    return {L: (cmap(0.05 + 0.65 * i / max(1, len(depths) - 1)), MARKERS[i % len(MARKERS)])
-            for i, L in enumerate(depths)}
-
-
 #: The SST-2 arms: (label, colour, line style, marker).
 SST2_ARMS = {"residual": ("residual", "tab:blue", "-", "D"),
              "isometric": ("no residual, isometric init", "tab:red", "--", "o"),
