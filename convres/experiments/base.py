@@ -64,24 +64,11 @@ def _no_report(result: Result) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-    """One experiment of the book and everything the book and the command line ask of it.
-
-    Attributes:
-        name, title, chapter: how the command line and the report name it.
-        profiles: the settings per profile (see :data:`PROFILES`).
-        run: ``run(settings, progress=..., data_dir=..., device=...) -> data``, a JSON-able dict.
-        key_numbers: ``key_numbers(result) -> dict``, the figure's numbers.
-        claims: ``claims(result) -> [row]``, the rows of the reproduction report.
-        plot: ``plot(result) -> Figure``.
-        shapes: ``shapes(settings) -> [Shape]``, the models for the theory's scope table.
-        report: ``report(result) -> {"settings", "spread", "runs", "deviations"}``: the row of the
-            report's settings table (or ``None``), its rows of the seeds-and-spread table, the
-            number of gradient-descent runs, and its rows of the deviations table.
-        paper: what the paper's abstract and summary say about the setting (nothing more is known).
-        in_report: whether the reproduction report shows it.
-        piece_seeds: evaluation seeds per piece of the ``paper`` profile (:mod:`convres.committed`);
-            ``None``: one piece.
-    """
+    """One experiment: its names, settings per profile (:data:`PROFILES`) and hooks ``run(settings,
+    progress=, data_dir=, device=) -> data`` (JSON-able), ``key_numbers``, ``claims`` (the report's
+    rows), ``plot``, ``shapes`` (for the scope table) and ``report`` (``{"settings", "spread",
+    "runs", "deviations"}``); ``paper``: what the paper says of the setting; ``piece_seeds``:
+    evaluation seeds per piece of the ``paper`` profile (``None``: one piece)."""
 
     name: str
     title: str
@@ -235,11 +222,9 @@ RUN_CONTEXT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("run_c
 
 
 def shared_by_pieces(what: str, s: dict, device, compute: Callable[[], Any], **context: Any) -> Any:
-    """``compute()``, a part of an experiment that does not use its evaluation seeds (the step sizes
-    tuned on the probe seeds, a check on a probe seed), cached as ``what`` on the settings ``s``
-    less ``seeds``, the ``device`` it runs on, the data files and ``context`` (JSON-serializable):
-    the pieces of a run in pieces (:mod:`convres.committed`) differ only in ``seeds``, so the first
-    computes it and the others read it back; the run records which it used (``data["shared"]``)."""
+    """``compute()``, a part that uses no evaluation seed, cached on ``s`` less ``seeds``, the
+    ``device``, the data files and ``context``: the first piece of a run computes it, the others
+    read it back; the run records it in ``data["shared"]``."""
     run = RUN_CONTEXT.get() or {"data": {}, "shared": []}
     config = {"settings": {k: v for k, v in s.items() if k != "seeds"}, **context, "device": str(device),
               "data": run["data"]}
@@ -341,11 +326,9 @@ def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequ
                  strata: Sequence | None = None,
                  sensitivity: Mapping[tuple[str, str], Sequence] | None = None,
                  draws: int = BOOTSTRAP_DRAWS) -> ClaimRecord:
-    """Claim ``claim_id`` graded by protocol v4 from one effect per unit (``None``: a diverged unit;
-    a pair ``(x, y)`` per run for S5), its units' ``strata`` (a regime or depth per unit, required
-    when the claim names subsets), the experiment's design ``checks`` (every check the claim needs)
-    and ``sensitivity``, the effects of each of the claim's alternatives ``(measure, protocol)``,
-    on the same units. The minimum of units is the ``profile``'s (:data:`convres.protocol.MIN_UNITS`)."""
+    """Claim ``claim_id`` graded by protocol v4 from one effect per unit (``None``: diverged), the
+    units' ``strata`` (required when the claim names subsets), the design ``checks`` it needs and
+    ``sensitivity``: the effects under each alternative ``(measure, protocol)``."""
     if claim_id not in CLAIMS:
         raise ValueError(f"unknown claim {claim_id!r}; the protocol's are {list(CLAIMS)}.")
     if profile not in MIN_UNITS:
