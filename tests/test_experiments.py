@@ -95,6 +95,13 @@ def test_bad_list_entries_are_refused():
         ex.run_experiment("simulations", overrides=TINY_SIM, device="tpu")
 
 
+@pytest.mark.parametrize("overrides", [{"freq": "bogus"}, {"start": "not a date"}, {"train_end": "nope"}])
+def test_jena_settings_that_cannot_parse_are_named_and_nothing_is_cached(tmp_path, overrides):
+    with pytest.raises(ValueError, match=f"{next(iter(overrides))}'? '"):
+        ex.run_experiment("jena", "smoke", overrides=overrides, data_dir=tmp_path / "no-data")
+    assert not list((tmp_path / "cache").glob("*.json"))
+
+
 def test_measured_rate_of_a_geometric_sequence():
     loss = 5.0 * 0.9 ** np.arange(50)
     assert ex.measured_rate(loss) == pytest.approx(0.1, rel=1e-12)

@@ -194,6 +194,12 @@ def test_bad_arguments_raise_clear_errors():
         theorem_run(params, X, Y, cfg, steps=2, safety=0.5)
     with pytest.raises(ValueError, match="steps must be"):
         theorem_run(params, X, Y, cfg, steps=0)
+    with pytest.raises(ValueError, match="mu must be"):
+        theorem_run(params, X, Y, cfg, mu=float("inf"))
+    with pytest.raises(ValueError, match=r"layer must be an integer in 1 \.\. 1, got 2"):
+        residual_lemma(params, X, cfg, layer=2)
+    with pytest.raises(ValueError, match="iters must be"):
+        hessian_norm(params, X, Y, cfg, iters=0)
 
 
 def test_verify_run_counts_a_violation():
@@ -206,6 +212,14 @@ def test_verify_run_counts_a_violation():
     assert r.check.every_step_observed
     with pytest.raises(ValueError, match="one gradient per step"):
         verify_run(h, np.ones(3), np.ones(21), r.mu, r.alpha, r.L_hat, d, tol=FLOAT_TOL)
+
+
+def test_theorem_at_the_beta_cap_with_deep_stacks_is_a_clear_error():
+    """``theorem --beta 1000 --layers 20``: the Hessian-vector product overflows; a clear error."""
+    inst = theorem_instance(0, beta=1000.0, layers=20)
+    assert hessian_norm(*inst, iters=3) == math.inf
+    with pytest.raises(ValueError, match="Hessian of the loss is not finite"):
+        theorem_run(*inst, steps=2)
 
 
 def test_a_diverged_run_verifies_nothing():
