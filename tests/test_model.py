@@ -227,7 +227,8 @@ def test_bad_init_arguments(kwargs, match):
     ("d", 0, ValueError), ("d_qk", -1, ValueError), ("m", 2.5, ValueError), ("L", True, ValueError),
     ("beta", -0.1, ValueError), ("beta", float("nan"), ValueError), ("beta", "1", TypeError), ("beta_ffn", -1.0, ValueError),
     ("activation", "sigmoidish", ValueError), ("scale", "1/sqrt(d)", ValueError),
-    ("scale", -2.0, ValueError), ("pool", "max", ValueError), ("activation", ["relu"], ValueError),
+    ("scale", -2.0, ValueError), ("pool", "max", ValueError),
+    ("activation", ["relu"], ValueError),
 ])
 def test_bad_config_is_rejected(field, value, error):
     kwargs = dict(SMALL, **{field: value})
