@@ -30,7 +30,7 @@ from .values import as_int, as_real
 __all__ = ["Centre", "Chain", "weight_norms", "Certificate", "FFNCentre", "FFNCertificate", "CertifiedRun",
            "centre", "ffn_centre", "chain", "radius_within", "r_sigma_lower", "second_order",
            "jacobian_upper", "smoothness_upper", "smoothness_bounds", "certificate", "certificate_of",
-           "sharpest_certificate", "sharpest_certificate_of", "ffn_certificate", "ffn_certificate_of",
+           "sharpest_certificate_of", "ffn_certificate", "ffn_certificate_of",
            "check_certifiable", "certified_run", "ffn_certified_run", "BLOCKS", "SOFTMAX_C2", "EPS_BOOK",
            "EPS_GRID", "BALL_MARGIN", "RIEMANN_STEPS", "ROUTES"]
 
@@ -361,12 +361,6 @@ def sharpest_certificate_of(c: Centre, grid=EPS_GRID) -> Certificate:
         if cert.certified and (best is None or cert.mu_alpha > best.mu_alpha):
             best = cert
     return best if best is not None else certificate_of(c)
-
-
-def sharpest_certificate(params, X, Y, cfg, grid=EPS_GRID) -> Certificate:
-    """:func:`sharpest_certificate_of` at ``params`` (checked like :func:`certificate`)."""
-    check_certifiable(params, X, Y, cfg)
-    return sharpest_certificate_of(centre(params, X, Y, cfg), grid)
 
 
 # --- the FFN route (thm-ffn) -----------------------------------------------------------------------

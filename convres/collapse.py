@@ -26,7 +26,6 @@ from .runtime import torch_threads
 from .values import as_int, as_real
 
 __all__ = [
-    "MEASURES",
     "attention_output",
     "collapse_measures",
     "gaussian_instance",
@@ -41,9 +40,6 @@ __all__ = [
     "sigma_min_table",
     "TABLE_D_QKS",
 ]
-
-#: The measures of :func:`collapse_measures`, in the order the book reports them.
-MEASURES = ("sigma_min", "sigma_max", "condition", "effective_rank", "stable_rank", "rank_one_residual")
 
 DTYPE = torch.float64
 

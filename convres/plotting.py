@@ -19,7 +19,7 @@ import numpy as np
 
 from .gd import History
 
-__all__ = ["figure", "figure_png", "plot_loss", "beta_colors", "plot_band", "plot_simulations",
+__all__ = ["figure", "figure_png", "beta_colors", "plot_band", "plot_simulations",
            "plot_escape_law", "plot_mechanism",
            "plot_jena", "plot_sst2", "plot_sst2_summary", "show", "thumbnail_png",
            "plot_speedups", "plot_rank_collapse_gd", "plot_certified_run", "plot_certificate_sweep",
@@ -54,18 +54,6 @@ def beta_colors(betas: Sequence[float]) -> list:
     rank = {b: i for i, b in enumerate(order)}
     k = len(order)
     return [cmap(0.8 * (1 - rank[b] / (k - 1)) if k > 1 else 0.3) for b in betas]
-
-
-def plot_loss(ax, histories: Mapping[str, History], *, colors: Sequence | None = None,
-              ylabel: str = r"loss $\Phi(\theta_t)$") -> None:
-    """Loss curves ``Phi(theta_t)`` against ``t`` on a log scale, one per labelled History."""
-    for i, (label, h) in enumerate(histories.items()):
-        color = None if colors is None else colors[i]
-        loss = np.asarray(h.loss)
-        ax.semilogy(np.arange(len(loss)), np.maximum(loss, 1e-300), label=label, color=color)
-    ax.set_xlabel("gradient-descent step $t$")
-    ax.set_ylabel(ylabel)
-    ax.legend(frameon=False)
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")

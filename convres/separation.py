@@ -24,7 +24,7 @@ from .model import ModelConfig, forward_trace
 from .rank import spectral_norm, stacked
 from .values import as_int, as_real, as_seed
 
-__all__ = ["SEPARATION_REGIME", "separation_instance", "balanced_targets", "centred", "PerpCentre",
+__all__ = ["separation_instance", "balanced_targets", "centred", "PerpCentre",
            "perp_centre", "perp_chain", "path_radii", "Plateau", "plateau_certificate", "escape_step",
            "path_check", "separation_report", "TAU", "RADII"]
 
@@ -32,11 +32,6 @@ __all__ = ["SEPARATION_REGIME", "separation_instance", "balanced_targets", "cent
 TAU = 1 - 2 ** -0.5
 #: The radii at which the path bounds are tabulated (0 and a geometric grid up to 3).
 RADII = np.concatenate([[0.0], np.geomspace(1e-7, 3.0, 300)])
-#: The separation family: the certified regime (:data:`convres.instances.CERTIFIED_REGIME`), with
-#: ``d_QK`` free and balanced targets (half the tokens of each sequence +1, half -1).
-SEPARATION_REGIME = dict(N=1, n=2, d=1024)
-
-
 def balanced_targets(N: int, n: int, seed: int) -> torch.Tensor:
     """``(N, n, 1)`` targets: in each sequence ``n/2`` tokens ``+1`` and ``n/2`` tokens ``-1`` in a
     random order (``n`` even), so ``C(Y) = Y`` and ``Phi_floor = N n / 2``."""

@@ -28,7 +28,7 @@ from ..values import as_int, json_safe
 
 __all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
            "RESULT_FORMAT", "check_settings", "measured_rate", "finite_list", "dtype_of", "stable",
-           "median_by", "spread", "final", "positive_int", "output_rows", "shared_by_pieces", "RUN_CONTEXT",
+           "spread", "final", "positive_int", "output_rows", "shared_by_pieces", "RUN_CONTEXT",
            "CheckResult", "design_check", "ClaimRecord", "claim_record", "protocol_stamp", "protocol_summary",
            "STAMP_FILE"]
 
@@ -187,14 +187,6 @@ def dtype_of(s: dict, key: str = "dtype") -> torch.dtype:
 def stable(h) -> bool:
     """Not diverged and the loss at the end of the run not above its start."""
     return bool(h.status != "diverged" and len(h.loss) > 1 and h.loss[-1] <= h.loss[0])
-
-
-def median_by(runs, keys, value):
-    """Median of ``value(run)`` per group of runs with equal ``run[k]`` for ``k`` in ``keys``."""
-    groups: dict[tuple, list] = {}
-    for r in runs:
-        groups.setdefault(tuple(r[k] for k in keys), []).append(value(r))
-    return {k: float(np.median(v)) for k, v in groups.items()}
 
 
 def spread(values) -> dict:
