@@ -1,13 +1,8 @@
 """The book's random instances: synthetic data and one builder of ``(params, X, Y)``.
 
-Book chapters: *The model*, the theorem chapters (*The theorems: statements and proofs*,
-*Certified constants and a certified instance*, *A width theorem*, *The theorem through the FFN,
-certified, and the scope*), *Rank collapse under
-gradient descent*, *Simulations* and the explorers. Every instance is Gaussian data from
-:func:`synthetic_regression` (seed ``seed``) and the Gaussian initialization
-:func:`convres.model.init_params` (seed ``seed + 1`` unless ``weight_seed`` is given);
-:func:`problem` is the one builder, and the named instances
-below are its settings.
+Gaussian data from :func:`synthetic_regression` (seed ``seed``) and the initialization
+:func:`convres.model.init_params` (seed ``seed + 1`` unless ``weight_seed`` is given):
+:func:`problem` is the one builder, the named instances below are its settings.
 """
 
 from __future__ import annotations
@@ -27,11 +22,8 @@ TARGETS = ("gaussian", "sign")
 
 def synthetic_regression(N: int, n: int, d: int, c: int = 1, *, seed: int | torch.Generator = 0,
                          dtype=torch.float64, pooled: bool = False):
-    """A random regression instance: ``X`` with i.i.d. ``N(0, 1)`` entries, shape ``(N, n, d)``, and
-    targets ``Y`` with i.i.d. ``N(0, 1)`` entries, shape ``(N, n, c)`` (``(N, c)`` if ``pooled``).
-
-    Gaussian ``X`` is of full rank with probability one, as the theory requires.
-    """
+    """``X`` ``(N, n, d)`` and ``Y`` ``(N, n, c)`` (``(N, c)`` if ``pooled``), i.i.d. ``N(0, 1)``
+    entries (``X`` of full rank with probability one, as the theory requires)."""
     N, n, d, c = (as_int(name, v, minimum=1) for name, v in (("N", N), ("n", n), ("d", d), ("c", c)))
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
         raise TypeError(f"dtype must be a real floating-point torch dtype (torch.float64 or "
