@@ -1,14 +1,9 @@
 """Rigorous constants for the book's theorems: every hypothesis of part (b) bounded before the run.
 
-Book chapters *Certified constants and a certified instance* (``book/certificate.md``: lemmas
-``thm-lem-softmax``, ``thm-lem-chain``, ``thm-lem-rlo``, ``thm-lem-lup``, corollaries ``thm-cor-cert``
-and ``sc-cor-eps``) and *The theorem through the FFN* (``book/ffn.md``: ``ffn-lem-rlo``,
-``ffn-lem-lup-pooled``, ``ffn-cor-cert``). From norms at ``theta_0`` and a radius ``r``,
-:func:`chain` bounds the block Jacobians of ``Z, M, H, F`` on ``B_r`` and the increments of ``Z, M,
-H``; from them come a lower bound ``r_sigma_lower`` of the radius on which ``sigma_Nn(H) >= (1 - eps)
-sigma_0`` and upper bounds ``J_upper >= J_B``, ``L_upper >= L_B``. When ``rho_eps < r_sigma_lower``
-the instance is **certified** (:func:`certificate`); :func:`ffn_certificate` does the same for
-``thm-ffn``. Float64 throughout (round-off is outside the bounds); one block, smooth activation.
+From norms at ``theta_0``, :func:`chain` bounds the block Jacobians of ``Z, M, H, F`` on ``B_r`` and
+their increments (``thm-lem-chain``); from them ``r_sigma_lower`` (``sigma_Nn(H) >= (1 - eps) sigma_0``
+on it), ``J_upper >= J_B`` and ``L_upper >= L_B``. ``rho_eps < r_sigma_lower`` certifies the instance
+(:func:`certificate`; :func:`ffn_certificate` for ``thm-ffn``). Float64; one block, smooth activation.
 """
 
 from __future__ import annotations

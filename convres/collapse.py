@@ -1,12 +1,9 @@
 """Rank collapse of softmax attention, the counterexamples, and what the residual does about it.
 
-Book chapters *Rank collapse* (``book/rank_collapse.md``) and *Rank collapse under gradient descent*
-(``book/rank_collapse_gd.md``). With ``S = softmax_rows(s X W_Q W_K^T X^T)``, ``Attn(X) = S X W_V``
-and ``Z = Attn(X) + beta X`` (book equations (1), (2)), ``S`` degenerates in two ways, each built
-here on explicit instances: **uniform rows** ``S -> 1 1^T / n`` (small logits, e.g. scale ``1/d_qk``
-with growing ``d_qk``: :func:`gaussian_instance`, :func:`dqk_sweep`) and **saturated rows on one
-token** ``S -> 1 e_j^T`` (:func:`spiked_instance`, :func:`scale_sweep`); either way ``Attn(X)`` tends
-to rank one, and the residual keeps ``sigma_min(Z)`` positive. Float64, explicit seeds.
+With ``S = softmax_rows(s X W_Q W_K^T X^T)``, ``Attn(X) = S X W_V``, ``Z = Attn(X) + beta X``: uniform
+rows ``S -> 1 1^T / n`` (:func:`gaussian_instance`, :func:`dqk_sweep`) or rows saturated on one token
+``S -> 1 e_j^T`` (:func:`spiked_instance`, :func:`scale_sweep`) make ``Attn(X)`` rank one; the
+residual keeps ``sigma_min(Z)`` positive.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""Plotting helpers: static matplotlib figures readable on light and dark pages.
-
-Every figure has an opaque white face (so it stays readable under a dark theme) and losses are on
-a log scale. Chapters call these functions instead of repeating plotting code.
-
-:func:`figure` detaches the new figure from pyplot's list of open figures, so a notebook shows a
-figure exactly once: where the cell returns it (end the cell with ``fig``).
-"""
+"""The book's static figures (matplotlib): an opaque white face (readable under a dark theme),
+losses on a log scale; :func:`figure` detaches a figure from pyplot, so a notebook shows it once."""
 
 from __future__ import annotations
 

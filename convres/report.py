@@ -1,13 +1,6 @@
-"""The reproduction report's tables and badges, computed from the experiments' results.
-
-Book chapter: *Reproduction report* (``book/report.md``). Everything here reads
-:class:`convres.experiments.Result` objects and returns a ``pandas.DataFrame`` or an HTML string;
-nothing is typed by hand except the paper's side of the comparison, which is what the paper's
-abstract and summary say (each experiment's ``paper``). :func:`notation` writes the plain-text
-symbols of those rows (``N n <= d``, ``beta``) in the book's TeX; :func:`claims_table` is the claims
-table of the experiment chapters. The structure follows the ML
-Reproducibility Checklist (claims, settings, seeds and variance, compute, deviations); the rows
-come from each experiment's ``report`` hook.
+"""The reproduction report's tables and badges, from :class:`convres.experiments.Result` objects
+(the ML Reproducibility Checklist: claims, settings, seeds and variance, compute, deviations).
+:func:`notation` writes plain-text symbols (``N n <= d``, ``beta``) in the book's TeX.
 """
 
 from __future__ import annotations

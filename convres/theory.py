@@ -1,11 +1,8 @@
 """The book's two theorems checked along gradient-descent runs, and the assumptions on an instance.
 
-Book chapters *Assumptions*, *The theorems*, *Certified constants*, *The theorem through the FFN* and
-*Multi-layer*. Everything here is *observed* (measured along a run), except :func:`part_b_check`,
-which reads the certificate of :mod:`convres.certify`: :func:`theorem_run` measures every inequality
-of ``thm-main`` at every step, :func:`ffn_theorem_run` those of ``thm-ffn``; :func:`lazy_report`,
-:func:`tangent_kernel_blocks` and :func:`sampled_estimates` measure what the certified regimes are.
-The constants are the book's own (the paper's are not available to this project).
+Everything here is *observed* (measured along a run) except :func:`part_b_check`, which reads the
+certificate of :mod:`convres.certify`: :func:`theorem_run` (``thm-main``), :func:`ffn_theorem_run`
+(``thm-ffn``), and what the certified regimes are (:func:`lazy_report`, :func:`sampled_estimates`).
 """
 
 from __future__ import annotations
@@ -158,12 +155,8 @@ class RunCheck:
 
 def verify_run(hist: History, grad_U, sigma_H, mu: float, a: float, L_hat: float, distance, *,
                tol: float) -> RunCheck:
-    """Measure the theorem's inequalities along a run (see :class:`RunCheck`).
-
-    ``grad_U[t] = ||grad_{W_U} Phi(theta_t)||_F`` (``t = 0 .. T-1``), ``sigma_H[t] =
-    sigma_Nn(H_t)`` and ``distance[t] = ||theta_t - theta_0||`` (``t = 0 .. T``), as
-    :func:`theorem_run` records them.
-    """
+    """The :class:`RunCheck` of a run from ``grad_U[t] = ||grad_{W_U} Phi(theta_t)||_F`` (``t < T``),
+    ``sigma_H[t] = sigma_Nn(H_t)`` and ``distance[t] = ||theta_t - theta_0||`` (``t <= T``)."""
     loss, g = hist.loss, hist.grad_norm
     grad_U, sigma_H = np.asarray(grad_U, dtype=np.float64), np.asarray(sigma_H, dtype=np.float64)
     T = hist.steps

@@ -1,14 +1,11 @@
 """The width theorem: a width ``d_min(N, n, delta)`` above which the certificate holds with
 probability at least ``1 - delta`` over the data and the initialization.
 
-Book chapter *A width theorem* (``book/width.md``): theorem ``wd-thm-width`` on the random instance
-:func:`convres.instances.certified_instance`, and corollary ``wd-cor-fixed`` for fixed data
-zero-padded to width ``d`` (:class:`FixedData`). :func:`worst_case` bounds every input of the
-certificate's :class:`convres.certify.Centre` by a closed form that holds on an event of probability
-``>= 1 - delta`` (lemma ``wd-lem-below``); the chain is monotone in them (``wd-lem-monotone``), so
-the ratio at the worst case dominates every instance's on the event; :func:`width_condition` finds
-the smallest width where it is below 1. Every number here is a bound, in float64. The measured
-side: :func:`width_sweep` and :func:`crossing`.
+Theorem ``wd-thm-width`` on :func:`convres.instances.certified_instance`, corollary ``wd-cor-fixed``
+for fixed data (:class:`FixedData`). :func:`worst_case` bounds every input of the certificate's
+:class:`convres.certify.Centre` on an event of probability ``>= 1 - delta`` (``wd-lem-below``); the
+chain is monotone in them (``wd-lem-monotone``), so :func:`width_condition` finds the smallest width
+where the worst-case ratio is below 1. Measured side: :func:`width_sweep`, :func:`crossing`.
 """
 
 from __future__ import annotations
