@@ -28,7 +28,7 @@ from ..values import as_int, json_safe
 
 __all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
            "RESULT_FORMAT", "check_settings", "measured_rate", "finite_list", "dtype_of", "stable",
-           "spread", "final", "positive_int", "output_rows", "shared_by_pieces", "RUN_CONTEXT",
+           "spread", "positive_int", "output_rows", "shared_by_pieces", "RUN_CONTEXT",
            "CheckResult", "design_check", "ClaimRecord", "claim_record", "protocol_stamp", "protocol_summary",
            "STAMP_FILE"]
 
@@ -195,12 +195,6 @@ def spread(values) -> dict:
     if len(v) == 0:
         return {"median": None, "min": None, "max": None, "count": 0}
     return {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max()), "count": int(len(v))}
-
-
-def final(r, field="loss"):
-    """The last value of ``r[field]``, ``inf`` for a diverged run."""
-    v = r[field][-1]
-    return math.inf if v is None or r["status"] == "diverged" else float(v)
 
 
 def positive_int(s: dict, key: str) -> int:
