@@ -210,12 +210,10 @@ def test_beta_colors_distinguish_adjacent_betas():
 
 # --- the command line ---------------------------------------------------------------------------------
 
-def test_cli_list_and_errors(capsys):
+def test_cli_lists_the_experiments(capsys):
     assert main(["reproduce"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in ("simulations", "jena", "sst2", "all"))
-    assert main(["reproduce", "nope"]) == 2
-    assert "unknown experiment 'nope'" in capsys.readouterr().err
 
 
 def test_cli_reproduce_json(tmp_path, capsys, monkeypatch):
@@ -232,8 +230,6 @@ def test_cli_reproduce_json(tmp_path, capsys, monkeypatch):
     assert all({"claim", "verdict", "measurement", "evidence", "figure"} <= set(c) for c in k["claims"])
     assert all({"id", "effect", "ci", "margin", "units", "sign_test_p"} <= set(c) for c in k["claims"])
     assert (tmp_path / "simulations-book.png").is_file()
-    assert main(["reproduce", "simulations", "--json", "--out", str(tmp_path), "--device", "cuda:7"]) == 2
-    assert "cuda" in capsys.readouterr().err
 
 
 def _fake_jena_zip(dest):
@@ -273,12 +269,6 @@ def test_cli_reproduce_download_fetches_missing_data_then_runs(tmp_path, capsys,
     assert summary["diverged_runs"] == 0 and summary["rows"] == 3 * 144
     assert main(["reproduce", "jena", "--download", "--json", "--out", str(tmp_path / "figs")]) == 0
     assert len(calls) == 1  # present now: not downloaded again
-
-
-def test_download_rejects_unknown_dataset():
-    from convres.data import download
-    with pytest.raises(ValueError, match="dataset must be one of"):
-        download("mnist")
 
 
 def test_cli_reproduce_out_is_a_file(tmp_path, capsys):

@@ -408,15 +408,6 @@ def test_certified_scope_names_what_fails_and_what_is_certified(capsys):
     assert "certified" in capsys.readouterr().out
 
 
-def test_theorem_refuses_sizes_without_a_mode(capsys):
-    """The plain run uses the chapter's fixed instance: sizes without --certify are an error."""
-    for args in (["--d", "64", "--N", "3"], ["--n", "2"], ["--delta", "0.1"], ["--scope", "--steps", "3"],
-                 ["--certify", "--scope"]):
-        assert main(["theorem", *args, "--json"]) == 2
-        err = capsys.readouterr().err
-        assert "error" in err and ("--" in err)
-
-
 def test_tangent_kernel_blocks_and_the_lazy_report():
     """The tangent kernel is the sum of its blocks; on a certified instance W_U carries most of it,
     gradient descent on W_U alone follows full gradient descent, the linearization error is small."""
