@@ -23,12 +23,12 @@ import torch
 from ..cache import cached_json, digest
 from ..model import ModelConfig
 from ..protocol import BOOTSTRAP_DRAWS, CHECKS, CLAIMS, MIN_UNITS, TAG, Claim
-from ..stats import GRADES, Estimate, estimate, grade
+from ..stats import GRADES, Estimate, censored, estimate, grade
 from ..values import as_int, json_safe
 
 __all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
            "RESULT_FORMAT", "check_settings", "measured_rate", "finite_list", "dtype_of", "stable",
-           "spread", "positive_int", "output_rows", "shared_by_pieces", "RUN_CONTEXT",
+           "spread", "level_steps", "positive_int", "output_rows", "shared_by_pieces", "RUN_CONTEXT",
            "CheckResult", "design_check", "ClaimRecord", "claim_record", "protocol_stamp", "protocol_summary",
            "STAMP_FILE"]
 
@@ -195,6 +195,12 @@ def spread(values) -> dict:
     if len(v) == 0:
         return {"median": None, "min": None, "max": None, "count": 0}
     return {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max()), "count": int(len(v))}
+
+
+def level_steps(r: dict, horizon: int) -> float | None:
+    """A run's steps to the level, the horizon when never reached (censored), at least 1 (for a log
+    ratio); ``None`` for a diverged run."""
+    return None if r["status"] == "diverged" else max(1.0, censored(r["steps_to_level"], horizon)[0])
 
 
 def positive_int(s: dict, key: str) -> int:

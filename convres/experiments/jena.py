@@ -40,6 +40,7 @@ from .base import (
     design_check,
     dtype_of,
     finite_list,
+    level_steps,
     positive_int,
     protocol_summary,
     shared_by_pieces,
@@ -506,14 +507,6 @@ def _seeds(res: Result) -> list[int]:
     return sorted({r["seed"] for r in res.data["runs"]})
 
 
-def _steps(r: dict, horizon: int) -> float | None:
-    """Steps to the speed level, the horizon when never reached (censored), at least 1 (a log ratio);
-    ``None`` for a diverged run."""
-    if r["status"] == "diverged":
-        return None
-    return float(max(1, horizon if r["steps_to_level"] is None else r["steps_to_level"]))
-
-
 def _neg_tau(betas, values) -> float | None:
     """``-tau`` (Kendall) of beta against ``values`` (positive: larger beta, lower value); ``None`` if
     a value is missing (a diverged run); 0 when every value is tied."""
@@ -528,7 +521,7 @@ def _effects(res: Result, claim: str, measure: str, protocol: str) -> list[float
     ``"steps to the level"``) under ``protocol``: J1 ``-tau`` of beta against the measure; J2 the mean
     log-loss of beta = 0 minus beta = 0.1 (decades), or ``log10`` of their steps to the level."""
     runs, betas, T = _by(res, protocol), sorted(res.settings["betas"]), res.settings["steps"]
-    value = (lambda r: r["mean_log_loss"]) if measure == "mean log-loss" else (lambda r: _steps(r, T))
+    value = (lambda r: r["mean_log_loss"]) if measure == "mean log-loss" else (lambda r: level_steps(r, T))
     small = min(b for b in betas if b > 0)
     out: list[float | None] = []
     for sd in _seeds(res):
@@ -604,7 +597,7 @@ def _per_beta(res: Result, protocol: str) -> list[dict]:
                     "reruns": sum(r["rerun"] > 0 for r in sel), "diverged": len(sel) - len(ok),
                     "mean_log_loss": spread(r["mean_log_loss"] for r in sel),
                     "train_mse": spread(r["train_mse"][-1] for r in ok),
-                    "steps_to_level": spread(_steps(r, T) for r in ok),
+                    "steps_to_level": spread(level_steps(r, T) for r in ok),
                     "censored": sum(r["steps_to_level"] is None for r in ok)})
     return out
 

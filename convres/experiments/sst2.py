@@ -31,7 +31,7 @@ from ..model import (
 )
 from ..plotting import plot_sst2
 from ..runtime import check_device, torch_threads
-from ..stats import ProbeRun, censored, estimate, log_ratio, mean_log_loss, steps_to, tune_step
+from ..stats import ProbeRun, estimate, log_ratio, mean_log_loss, steps_to, tune_step
 from ..theory import ffn_theorem_run
 from ..values import json_safe
 from .base import (
@@ -44,6 +44,7 @@ from .base import (
     design_check,
     dtype_of,
     finite_list,
+    level_steps,
     output_rows,
     positive_int,
     protocol_summary,
@@ -719,14 +720,6 @@ def _runs_by(runs, protocol: str) -> dict:
     return out
 
 
-def _steps(r, horizon: int) -> float | None:
-    """Steps to the level, censored at the horizon, a time at step 0 counted as 1; ``None`` when
-    the run diverged."""
-    if r["status"] == "diverged":
-        return None
-    return max(1.0, censored(r["steps_to_level"], horizon)[0])
-
-
 def _effects(res: Result) -> dict:
     """The per-unit effects of T1-T4 and their alternatives, positive in the paper's direction,
     ``None`` for a diverged unit: T1 ``ln(MSE_iso / MSE_res)`` per (depth, seed); T2
@@ -749,8 +742,9 @@ def _effects(res: Result) -> dict:
 
     def steps(by, a, b, k):
         x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
-        tx, ty = (None, None) if x is None or y is None else (_steps(x, horizon), _steps(y, horizon))
-        return log_ratio(tx, ty, base=10.0)
+        if x is None or y is None:
+            return log_ratio(None, None, base=10.0)
+        return log_ratio(level_steps(x, horizon), level_steps(y, horizon), base=10.0)
 
     units = [(L, k) for L in depths for k in seeds]
     strata = [f"L={L}" for L, _ in units]
@@ -889,7 +883,7 @@ def _sst2_numbers(res: Result) -> dict:
     for protocol in ("tuned", "common"):
         for (L, kind), by_seed in _runs_by(data["runs"], protocol).items():
             rs = list(by_seed.values())
-            t = [_steps(r, horizon) for r in rs]
+            t = [level_steps(r, horizon) for r in rs]
             per_model.append({
                 "protocol": protocol, "L": L, "arm": kind, "residual": kind in ("residual", "matched"),
                 "eta": rs[0]["eta"], "final_mse": spread([r["final_mse"] for r in rs]),
