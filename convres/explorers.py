@@ -234,7 +234,7 @@ def _preset(preset_id: str, label: str, look: str, **values) -> dict:
     return {"id": preset_id, "label": label, "look": look, "values": values}
 
 
-_DQK, _S = "d<sub>QK</sub>", {"1/d_qk": "1/d<sub>QK</sub>", "1/sqrt(d_qk)": "1/√d<sub>QK</sub>"}
+_DQK = "d<sub>QK</sub>"
 
 
 def _setting(beta, d_qk, *, mu=0.002, seed=0, scale="1/d_qk") -> dict:
