@@ -1,9 +1,7 @@
 """The theory's lemmas as computable quantities: each formula in one place.
 
-Book chapters *Assumptions*, the theorem chapters and *Multi-layer*. ``Z`` (first block's attention
-output with its residual) and ``H`` (last hidden matrix) are stacked, ``N n x d``; ``sigma_0 =
-sigma_Nn(H_0)``; ``M = act(Z W_1)``. The mathematics only: inputs are checked by the callers
-(:mod:`convres.theory`, :mod:`convres.certify`).
+``Z`` (first block's attention output with its residual) and ``H`` (last hidden matrix) stacked,
+``N n x d``; ``sigma_0 = sigma_Nn(H_0)``; ``M = act(Z W_1)``. Inputs are checked by the callers.
 """
 
 from __future__ import annotations

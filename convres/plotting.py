@@ -159,12 +159,9 @@ def plot_simulations(result):
 
 
 def plot_escape_law(laws: Sequence[Mapping], fit: Mapping | None = None):
-    """Chapter *Simulations*: the escape time from the rank-one floor against ``d_QK`` (log-log), in
-    units of ``mu t`` (``mu`` times the steps: a time that does not depend on the step if the escape
-    scales as ``1/mu``), median over seeds with the interquartile range, one line per attention
-    scale, beta and step (``laws``: :func:`convres.experiments.simulations.escape_law` results; the
-    half step dashed with open markers), and the empirical fit ``a + b d_QK^p`` of
-    :func:`convres.experiments.simulations.escape_fit` (``fit``) dotted."""
+    """Chapter *Simulations*: the escape time ``mu t`` from the rank-one floor against ``d_QK``
+    (log-log; median and interquartile range), one line per scale, beta and step (``laws``), and the
+    fit ``a + b d_QK^p`` (``fit``) dotted."""
     fig, (ax,) = _stacked(1, height=3.6)
     styles = {("1/d_qk", 0.0): ("tab:red", "o"), ("1/sqrt(d_qk)", 0.0): ("tab:orange", "s"),
               ("1/d_qk", 1.0): ("tab:blue", "^"), ("1/sqrt(d_qk)", 1.0): ("tab:cyan", "v")}
@@ -216,13 +213,9 @@ def plot_mechanism(result):
 
 
 def plot_jena(result):
-    """Chapter *Jena Climate*: training MSE against the step per beta, each beta at its own tuned
-    step (median and min-max band over seeds; both axes logarithmic, steps from 1; the axis stops at
-    twice the order-blind ridge's MSE, so the first steps from the start are above it), with the speed
-    level (dotted) and the training MSE of persistence (dashed), of the linear AR (dash-dotted) and
-    of the order-blind ridge (long dashes); below, the held-out skill against persistence,
-    ``1 - MSE / MSE_persistence``, per beta (one dot per seed, a bar at the median) with the linear
-    AR's skill and persistence (0) as lines."""
+    """Chapter *Jena Climate*: training MSE against the step per beta at its tuned step (median and
+    band over seeds, log-log) with the level and the baselines' MSEs; below, the held-out skill
+    ``1 - MSE / MSE_persistence`` per beta and seed, with the linear AR's."""
     data = result.data
     runs = [r for r in data["runs"] if r["protocol"] == "tuned"]
     betas = sorted({r["beta"] for r in runs})

@@ -1,10 +1,5 @@
 """What every experiment shares: the :class:`Experiment` record, the :class:`Result` and the helpers.
-
-An experiment module (``simulations``, ``jena``, ``sst2``, ...) defines one :class:`Experiment`
-named ``EXPERIMENT``; the package collects them into :data:`convres.experiments.EXPERIMENTS`.
-Nothing outside the record knows an experiment by its name: the report, the scope table and the
-command line loop over the records and call their hooks.
-"""
+The report, the scope table and the command line loop over the records and call their hooks."""
 
 from __future__ import annotations
 

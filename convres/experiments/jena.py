@@ -204,12 +204,9 @@ def speed(mse, status: str, horizon: int) -> float | None:
 
 def persistence_weights(cfg: ModelConfig, window: int, target: int, age: int, *, gate: float = 100.0,
                         dtype=torch.float64) -> dict[str, torch.Tensor]:
-    """Weights with which the one-block model ``cfg`` (mean-pooled, GELU, ``m >= 4``) computes the
-    persistence forecast ``F(X) = x_{w-1, target}`` (the target feature of the latest of the
-    ``window`` rows) from inputs whose column ``age`` is each row's age (0 for the latest): a proof by
-    construction that the order-aware model can represent persistence at every beta, up to the
-    tails of GELU and of the softmax (``gate`` sets how far: ``e^{-gate}``-small). Uses
-    ``gelu(u) - gelu(-u) = u`` for a linear unit and ``gelu(u + gate * a) ~ 0`` for ``a <= -1``.
+    """Weights with which the one-block model ``cfg`` (mean-pooled, GELU, ``m >= 4``) computes
+    persistence ``F(X) = x_{w-1, target}`` from inputs with an ``age`` column, at every beta, up to
+    ``e^{-gate}``-small tails; uses ``gelu(u) - gelu(-u) = u`` and ``gelu(u + gate a) ~ 0``, ``a <= -1``.
 
     - ``beta > 0``: ``W_V = 0``, so ``Z = beta X``; two FFN units ``gelu(+-Z_target + gate Z_age)``
       pass the latest row's target and block the others, two more cancel the residual ``beta Z`` in
