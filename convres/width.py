@@ -28,7 +28,7 @@ from .certify import (
     weight_norms,
 )
 from .checks import finite_fields
-from .instances import CERTIFIED_REGIME, TARGETS, certified_instance, regression_data
+from .instances import CERTIFIED_REGIME, TARGETS, certified_instance, regime_settings, regression_data
 from .model import ACTIVATIONS
 from .values import as_int, as_real
 
@@ -51,11 +51,7 @@ BISECTION_MARGIN = 2.0 ** -30
 
 
 def _check_regime(regime: dict) -> dict:
-    unknown = sorted(set(regime) - set(CERTIFIED_REGIME))
-    if unknown:
-        raise ValueError(f"unknown setting(s) {unknown} of the certified regime; known: "
-                         f"{sorted(CERTIFIED_REGIME)}.")
-    r = {**CERTIFIED_REGIME, **regime}
+    r = regime_settings(regime, CERTIFIED_REGIME, "certified regime")
     if r["scale"] != "1/d_qk":
         raise ValueError(f"the width theorem is for the attention scale '1/d_qk' (s d fixed), got "
                          f"{r['scale']!r}.")
