@@ -81,8 +81,6 @@ STATEMENTS = {
     "N n <= d": r"$Nn \le d$",
     "act' is Lipschitz (gelu, tanh, softplus)": "the activation's derivative is Lipschitz "
                                                 "(GELU, tanh, softplus)",
-    "act' Lipschitz (gelu, tanh, softplus)": "the activation's derivative is Lipschitz "
-                                             "(GELU, tanh, softplus)",
     "sigma_Nn(X) / ||X||_2 > 1e-10": r"$\sigma_{Nn}(X)/\|X\|_2 > 10^{-10}$",
     "sigma_Nn(H_0) / ||H_0||_2 > 1e-10": r"$\sigma_{Nn}(H_0)/\|H_0\|_2 > 10^{-10}$",
     f"mu alpha T >= ln(1/{MIN_DECREASE:g})": rf"$\mu\alpha T \ge \ln(1/{MIN_DECREASE:g})$",

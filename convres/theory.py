@@ -382,7 +382,7 @@ def ffn_theorem_run(params, X, Y, cfg, *, mu: float, steps: int, record_every: i
     hyp = [
         H("width", "FFN width m >= number of output rows", cfg.m, rows, cfg.m >= rows),
         H("output_dim", "outputs c <= d", cfg.c, cfg.d, cfg.c <= cfg.d),
-        H("smooth_activation", "act' Lipschitz (gelu, tanh, softplus)", float(cfg.act.smooth), 1.0,
+        H("smooth_activation", "act' is Lipschitz (gelu, tanh, softplus)", float(cfg.act.smooth), 1.0,
           cfg.act.smooth),
         H("full_rank_activations", "sigma_rows(M~_0) / ||M~_0||_2 > 1e-10", sM0 / max(norm_M0, 1e-300),
           1e-10, sM0 > 1e-10 * norm_M0),
