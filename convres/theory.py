@@ -331,13 +331,10 @@ class FFNTheoremRun:
 
 def ffn_theorem_run(params, X, Y, cfg, *, mu: float, steps: int, record_every: int = 1,
                     seed: int = 0, smoothness_iters: int = 10) -> FFNTheoremRun:
-    """Gradient descent checked against ``thm-ffn`` (any depth, per token or pooled): at every step
-    the per-step bound, the PL inequality with ``alpha'`` and the descent inequality; at the recorded
-    steps ``sigma_rows(M~_t)`` and ``sigma_c(W_U)``. Observed, not certified: ``mu <= 1/L_B`` is
-    compared with an estimate ``L_hat_0 <= L_B`` (a failure refutes it, a success establishes
-    nothing). Hypotheses: ``width``, ``output_dim``, ``smooth_activation``, ``full_rank_activations``,
-    ``full_rank_readout``, ``non_vacuous_rate``, ``step_size`` (estimated) and, along the run,
-    ``sigma_M_along_run``, ``sigma_U_along_run``, ``descent_along_run``."""
+    """Gradient descent checked against ``thm-ffn`` (any depth, per token or pooled): the per-step
+    bound, the PL inequality with ``alpha'`` and the descent inequality at every step,
+    ``sigma_rows(M~_t)`` and ``sigma_c(W_U)`` at the recorded ones. Observed: ``mu <= 1/L_B`` is
+    compared with an estimate ``L_hat_0 <= L_B`` (a failure refutes it, a success establishes nothing)."""
     check_inputs(params, X, Y, cfg)
     mu = as_real("mu", mu, minimum=0.0, above=True)
     steps = as_int("steps", steps, minimum=1)
@@ -433,9 +430,8 @@ def tangent_kernel_blocks(params, X, cfg) -> dict:
     """The tangent kernel ``K = J_0 J_0^T`` at ``params`` (``J_0`` the Jacobian of ``vec F``) and its
     parts ``K_b = J_b J_b^T`` per weight block ``b`` (``K = sum_b K_b``, so ``lambda_min(K) >=
     sum_b lambda_min(K_b)``): ``lambda_min``, ``trace`` and per block (short names ``W_Q``, ...)
-    ``lambda_min``, ``lambda_min_share = lambda_min(K_b) / lambda_min(K)`` and ``trace_share``
-    (book: *Certified constants and a certified instance*, section *What the certified regime is*). Exact
-    up to float64 (one backward pass per output); unchecked (see :func:`lazy_report`)."""
+    ``lambda_min``, ``lambda_min_share = lambda_min(K_b) / lambda_min(K)`` and ``trace_share``; exact
+    up to float64 (one backward pass per output)."""
     names, rows = _jacobian_rows(params, X, cfg)
     parts: dict[str, torch.Tensor] = {}
     for j, name in enumerate(names):
