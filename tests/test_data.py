@@ -148,14 +148,6 @@ def test_bad_split():
 
 # --- the offline copies themselves (skipped where they are absent) --------------------------------
 
-@pytest.fixture
-def offline():
-    from convres.data import data_dir
-    if not (data_dir() / "sst2" / "train.parquet").is_file():
-        pytest.skip("no offline data (set CONVRES_DATA_DIR)")
-    return data_dir()
-
-
 def test_offline_copies(offline):
     df = data.load_jena("2009-01-01 01:00", "2009-01-28 17:00", data_dir=offline, freq="1h")
     assert df.shape == (665, 11)
