@@ -1,10 +1,8 @@
 """convres: the companion package of *On the Convergence of Gradient Descent on Learning
 Transformers with Residual Connections* (Qin, Zhou, Jiang, Zhu; arXiv:2506.05249).
 
-The model, exact full-batch gradient descent, the theory's computable quantities, data loaders,
-experiments, plots and explorers (gradient descent run live in the reader's browser, see
-:mod:`convres.explorers`) used by the book in ``book/``. The modules form layers; each imports
-only from the layers below it (``tests/test_layers.py`` holds the order).
+The model, exact gradient descent, the theory's computable quantities, data, experiments, figures
+and explorers of the book; each module imports only from the layers below (``tests/test_layers.py``).
 """
 
 from ._version import __version__

@@ -1,14 +1,9 @@
-"""Rigorous constants for the book's theorems: every hypothesis of part (b') bounded before the run.
+"""Rigorous constants for the book's theorems: every hypothesis of part (b) bounded before the run.
 
-Book chapters *Certified constants and a certified instance* (``book/certificate.md``: lemmas
-``thm-lem-softmax``, ``thm-lem-chain``, ``thm-lem-rlo``, ``thm-lem-lup``, corollaries ``thm-cor-cert``
-and ``sc-cor-eps``) and *The theorem through the FFN* (``book/ffn.md``: ``ffn-lem-rlo``,
-``ffn-lem-lup-pooled``, ``ffn-cor-cert``). From norms at ``theta_0`` and a radius ``r``,
-:func:`chain` bounds the block Jacobians of ``Z, M, H, F`` on ``B_r`` and the increments of ``Z, M,
-H``; from them come a lower bound ``r_sigma_lower`` of the radius on which ``sigma_Nn(H) >= (1 - eps)
-sigma_0`` and upper bounds ``J_upper >= J_B``, ``L_upper >= L_B``. When ``rho_eps < r_sigma_lower``
-the instance is **certified** (:func:`certificate`); :func:`ffn_certificate` does the same for
-``thm-ffn``. Float64 throughout (round-off is outside the bounds); one block, smooth activation.
+From norms at ``theta_0``, :func:`chain` bounds the block Jacobians of ``Z, M, H, F`` on ``B_r`` and
+their increments (``thm-lem-chain``); from them ``r_sigma_lower`` (``sigma_Nn(H) >= (1 - eps) sigma_0``
+on it), ``J_upper >= J_B`` and ``L_upper >= L_B``. ``rho_eps < r_sigma_lower`` certifies the instance
+(:func:`certificate`; :func:`ffn_certificate` for ``thm-ffn``). Float64; one block, smooth activation.
 """
 
 from __future__ import annotations
@@ -30,7 +25,7 @@ from .values import as_int, as_real
 __all__ = ["Centre", "Chain", "weight_norms", "Certificate", "FFNCentre", "FFNCertificate", "CertifiedRun",
            "centre", "ffn_centre", "chain", "radius_within", "r_sigma_lower", "second_order",
            "jacobian_upper", "smoothness_upper", "smoothness_bounds", "certificate", "certificate_of",
-           "sharpest_certificate", "sharpest_certificate_of", "ffn_certificate", "ffn_certificate_of",
+           "sharpest_certificate_of", "ffn_certificate", "ffn_certificate_of",
            "check_certifiable", "certified_run", "ffn_certified_run", "BLOCKS", "SOFTMAX_C2", "EPS_BOOK",
            "EPS_GRID", "BALL_MARGIN", "RIEMANN_STEPS", "ROUTES"]
 
@@ -44,12 +39,12 @@ ROUTES = ("main", "ffn")
 #: Lemma thm-lem-softmax: ``||D^2 softmax(z)[h, h]||_2 <= (sqrt 7 / 4) ||h||_2^2``.
 SOFTMAX_C2 = math.sqrt(7) / 4
 
-#: The book's statement of part (b') keeps ``sigma_Nn(H) >= sigma_0 / 2``: ``eps = 1/2``.
+#: The book's statement of part (b) keeps ``sigma_Nn(H) >= sigma_0 / 2``: ``eps = 1/2``.
 EPS_BOOK = 0.5
 #: The ``eps`` that :func:`sharpest_certificate_of` tries (fixed in advance; corollary sc-cor-eps).
 EPS_GRID = tuple(round(0.02 * k, 2) for k in range(1, 26))
 
-#: The ball of part (b'): ``r = min(r_lower, BALL_MARGIN * rho)`` (any ``r`` in ``(rho, r_lower]``
+#: The ball of part (b): ``r = min(r_lower, BALL_MARGIN * rho)`` (any ``r`` in ``(rho, r_lower]``
 #: is admissible; a smaller one gives a larger step).
 BALL_MARGIN = 1.01
 
@@ -89,7 +84,7 @@ class Centre:
         return ((1 - eps) * self.sigma_0) ** 2
 
     def rho(self, eps: float = EPS_BOOK) -> float:
-        """``rho_eps = 2 sqrt(2 Phi_0) / ((1 - eps) sigma_0)``, the path radius of part (b')."""
+        """``rho_eps = 2 sqrt(2 Phi_0) / ((1 - eps) sigma_0)``, the path radius of part (b)."""
         return 2 * self.R0 / ((1 - eps) * self.sigma_0) if self.sigma_0 > 0 else math.inf
 
 
@@ -293,7 +288,7 @@ def smoothness_upper(c: Centre, r: float) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Certificate:
-    """Part (b') of ``thm-main`` bounded before the run (corollary ``sc-cor-eps``; ``eps = 1/2`` is
+    """Part (b) of ``thm-main`` bounded before the run (corollary ``sc-cor-eps``; ``eps = 1/2`` is
     ``thm-cor-cert``). ``certified``: ``ratio = rho / r_sigma_lower < 1``; then gradient descent with
     ``mu = 1 / L_upper`` stays within ``rho`` of ``theta_0``, keeps ``sigma_Nn(H_t) >= (1 - eps)
     sigma_0`` and has ``Phi_t <= (1 - mu alpha)^t Phi_0``. ``radius``: the ball of ``L_upper``,
@@ -363,12 +358,6 @@ def sharpest_certificate_of(c: Centre, grid=EPS_GRID) -> Certificate:
     return best if best is not None else certificate_of(c)
 
 
-def sharpest_certificate(params, X, Y, cfg, grid=EPS_GRID) -> Certificate:
-    """:func:`sharpest_certificate_of` at ``params`` (checked like :func:`certificate`)."""
-    check_certifiable(params, X, Y, cfg)
-    return sharpest_certificate_of(centre(params, X, Y, cfg), grid)
-
-
 # --- the FFN route (thm-ffn) -----------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -396,7 +385,7 @@ def ffn_centre(params, X, Y, cfg) -> FFNCentre:
 
 @dataclasses.dataclass(frozen=True)
 class FFNCertificate:
-    """Part (b') of ``thm-ffn`` bounded before the run (corollary ``ffn-cor-cert``). ``certified``:
+    """Part (b) of ``thm-ffn`` bounded before the run (corollary ``ffn-cor-cert``). ``certified``:
     ``ratio = rho' / r'_lo < 1`` with ``rho' = 8 sqrt(2 Phi_0) / (sigma_M0 sigma_U0)`` and ``r'_lo =
     min(r_M, sigma_U0 / 2)``, ``r_M = sup{r : delta_M(r) <= nu sigma_M0 / 2}`` (``nu = 1`` per token,
     ``sqrt(n)`` pooled); then ``sigma_rows(M~_t) >= sigma_M0 / 2``, ``sigma_c(W_U,t) >= sigma_U0 / 2``

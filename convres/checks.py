@@ -1,11 +1,7 @@
 """How the theory's inequalities are checked along a run: one record, one tolerance policy.
 
-Book chapters *The theorems: statements and proofs* and *Certified constants and a certified
-instance* (what a run observes and what is certified). Every check
-that a measured loss curve obeys a contraction ``Phi_{t+1} <= (1 - mu alpha_t) Phi_t`` goes through
-:func:`contraction_check`, with the tolerance of :func:`tolerance` and the floor
-:data:`LOSS_FLOOR`; every hypothesis of a theorem, evaluated on an instance or decided by the
-shapes of an experiment, is a :class:`Hypothesis`.
+Every check of ``Phi_{t+1} <= (1 - mu alpha_t) Phi_t`` goes through :func:`contraction_check`
+(tolerance :func:`tolerance`, floor :data:`LOSS_FLOOR`); every hypothesis is a :class:`Hypothesis`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Rank collapse of softmax attention, the counterexamples, and what the residual does about it.
 
-Book chapters *Rank collapse* (``book/rank_collapse.md``) and *Rank collapse under gradient descent*
-(``book/rank_collapse_gd.md``). With ``S = softmax_rows(s X W_Q W_K^T X^T)``, ``Attn(X) = S X W_V``
-and ``Z = Attn(X) + beta X`` (book equations (1), (2)), ``S`` degenerates in two ways, each built
-here on explicit instances: **uniform rows** ``S -> 1 1^T / n`` (small logits, e.g. scale ``1/d_qk``
-with growing ``d_qk``: :func:`gaussian_instance`, :func:`dqk_sweep`) and **saturated rows on one
-token** ``S -> 1 e_j^T`` (:func:`spiked_instance`, :func:`scale_sweep`); either way ``Attn(X)`` tends
-to rank one, and the residual keeps ``sigma_min(Z)`` positive. Float64, explicit seeds.
+With ``S = softmax_rows(s X W_Q W_K^T X^T)``, ``Attn(X) = S X W_V``, ``Z = Attn(X) + beta X``: uniform
+rows ``S -> 1 1^T / n`` (:func:`gaussian_instance`, :func:`dqk_sweep`) or rows saturated on one token
+``S -> 1 e_j^T`` (:func:`spiked_instance`, :func:`scale_sweep`) make ``Attn(X)`` rank one; the
+residual keeps ``sigma_min(Z)`` positive.
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ from .runtime import torch_threads
 from .values import as_int, as_real
 
 __all__ = [
-    "MEASURES",
     "attention_output",
     "collapse_measures",
     "gaussian_instance",
@@ -42,14 +38,7 @@ __all__ = [
     "TABLE_D_QKS",
 ]
 
-#: The measures of :func:`collapse_measures`, in the order the book reports them.
-MEASURES = ("sigma_min", "sigma_max", "condition", "effective_rank", "stable_rank", "rank_one_residual")
-
 DTYPE = torch.float64
-
-
-def _check_int(name: str, value, minimum: int = 1) -> int:
-    return as_int(name, value, minimum=minimum)
 
 
 def _check_beta(name: str, value) -> float:
@@ -103,7 +92,7 @@ def gaussian_instance(n: int, d: int, d_qk: int, seed: int = 0) -> dict[str, tor
     ``N(0, 1/d)`` entries, from two streams of ``seed``: ``X`` token by token and ``W_Q, W_K`` column
     by column, so a smaller ``n`` or ``d_qk`` gives a sub-instance of the same draw."""
     for name, v in (("n", n), ("d", d), ("d_qk", d_qk)):
-        _check_int(name, v)
+        as_int(name, v, minimum=1)
     if n > d:
         raise ValueError(f"the book's collapse measures need n <= d (so that X can have full row rank n), "
                          f"got n={n}, d={d}; use more features or fewer tokens.")
@@ -217,7 +206,7 @@ def dqk_sweep(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *, n: i
     if not isinstance(d_qks, Sequence) or len(d_qks) == 0:
         raise ValueError(f"d_qks must be a non-empty list of positive integers, got {d_qks!r}.")
     for i, v in enumerate(d_qks):
-        _check_int(f"d_qks[{i}]", v)
+        as_int(f"d_qks[{i}]", v, minimum=1)
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}.")
     inst = gaussian_instance(n, d, max(d_qks), seed)
@@ -311,8 +300,8 @@ def sigma_min_table(beta: float = 1.0, d_qks: Sequence[int] = TABLE_D_QKS, *, n:
     ``sigma_min(Attn(X) + beta X)`` at scale ``1/d_qk`` (the ``rank-collapse`` command), with the 10%
     and 90% quantiles of the first (``sigma_min_attn_q10``, ``_q90``) and ``instances``."""
     beta = _check_beta("beta", beta)
-    _check_int("seeds", seeds)
-    _check_int("seed", seed, minimum=0)
+    as_int("seeds", seeds, minimum=1)
+    as_int("seed", seed, minimum=0)
     sw = dqk_sweep_seeds(list(d_qks), [beta], seeds=list(range(seed, seed + seeds)), n=n, d=d)
     a, z = sw["attn_sigma_min"], sw["Z_sigma_min"][:, :, 0]
     med_a, med_z = np.median(a, axis=0), np.median(z, axis=0)

@@ -3,20 +3,12 @@
 Book chapters: *Rank collapse under gradient descent* (:func:`rank_collapse_explorer`), *Explore
 convergence* (:func:`convergence_explorer`, :func:`theorem_explorer`).
 
-An explorer's page element carries a bank of instances (:func:`bank`): the data and the initial
-weights of a few seeds at a few ``d_QK``, exactly as :func:`convres.instances.problem` draws them.
-``web/model.js`` runs the model of :mod:`convres.model` (one block, one output) and gradient descent
-on them in double precision: every slider (``beta``, ``mu``, and the attention scale) is continuous,
-and every seed and ``d_QK`` of the bank can be chosen. The browser cannot draw torch's random
-numbers, so the seeds are those of the bank. The attention weights enter the model only through
-``W_Q W_K^T`` on the span of the tokens: the bank holds ``P = A B^T``, ``A A^T`` and ``B B^T`` with
-``A = Q^T W_Q``, ``B = Q^T W_K`` (``Q`` an orthonormal basis of the rows of the stacked ``X``; ``r =
-N n`` rows and columns) and ``Q^T W_V``, whose gradient-descent updates are exact (see
-``web/model.js``); a step then costs the same at every ``d_QK``.
-
-:func:`run` is the same run computed by :func:`convres.gradient_descent` (cached): the chapters assert
-their numbers with it, and the tests check the page against it. Elsewhere than on the site (a
-notebook viewer, the PDF) an explorer is a static figure of its starting setting.
+An explorer's page carries a bank of instances (:func:`bank`: data and initial weights of a few
+seeds and ``d_QK``, as :func:`convres.instances.problem` draws them); ``web/model.js`` runs gradient
+descent on them in float64. The attention enters only through ``W_Q W_K^T`` on the span of the
+tokens, so the bank holds ``P = A B^T``, ``A A^T``, ``B B^T`` (``A = Q^T W_Q``, ``B = Q^T W_K``, ``Q``
+an orthonormal basis of the rows of ``X``) and ``Q^T W_V``: a step costs the same at every ``d_QK``.
+:func:`run` is the same run by :func:`convres.gradient_descent` (cached), which the tests compare.
 """
 
 from __future__ import annotations
@@ -142,18 +134,10 @@ class PresetLink:
 
 
 class Explorer:
-    """A live explorer (``web/explorer.js`` draws it from :meth:`payload`).
-
-    ``family``, ``seeds`` and ``d_qks``: the bank; ``start``: the first setting (``beta``, ``mu``,
-    ``d_qk``, ``seed``, ``scale``); ``beta_range`` and ``mu_range``: the sliders' ends (``mu`` on a
-    log scale); ``horizon``: the steps of a run (the step axis is logarithmic); ``charts``: some of
-    ``"loss"`` (both runs and the rank-one floor), ``"envelope"`` (the theorem's envelope
-    ``Phi_0 (1 - mu alpha)^t`` of the chosen run), ``"sigma"`` (``sigma_min(Z_t)`` of both runs),
-    ``"escape"`` (the escape step of ``beta = 0`` against ``d_QK``), ``"ratio"`` (``Phi_{t+1} /
-    Phi_t`` against ``1 - mu alpha``); ``presets``: ``[{"id", "label", "look", "values"}]`` (buttons;
-    ``look`` says what the curves show there); ``mu_hat``: per seed a reference step (the theorem
-    chapter's ``1/(2 L_hat)``), shown in the readout.
-    """
+    """A live explorer (``web/explorer.js`` draws it from :meth:`payload`): the bank (``family``,
+    ``seeds``, ``d_qks``), the first setting ``start``, the sliders' ends, the steps of a run, the
+    ``charts`` (``"loss"``, ``"envelope"``, ``"sigma"``, ``"escape"``, ``"ratio"``), the ``presets``
+    ``[{"id", "label", "look", "values"}]`` and per seed a reference step ``mu_hat``."""
 
     def __init__(self, name: str, title: str, family: str, *, seeds: Sequence[int], d_qks: Sequence[int],
                  start: Mapping, beta_range=(0.0, 2.0), mu_range=(1e-3, 2e-2), horizon: int = 5000,
@@ -250,7 +234,7 @@ def _preset(preset_id: str, label: str, look: str, **values) -> dict:
     return {"id": preset_id, "label": label, "look": look, "values": values}
 
 
-_DQK, _S = "d<sub>QK</sub>", {"1/d_qk": "1/d<sub>QK</sub>", "1/sqrt(d_qk)": "1/√d<sub>QK</sub>"}
+_DQK = "d<sub>QK</sub>"
 
 
 def _setting(beta, d_qk, *, mu=0.002, seed=0, scale="1/d_qk") -> dict:

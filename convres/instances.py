@@ -1,13 +1,8 @@
 """The book's random instances: synthetic data and one builder of ``(params, X, Y)``.
 
-Book chapters: *The model*, the theorem chapters (*The theorems: statements and proofs*,
-*Certified constants and a certified instance*, *A width theorem*, *The theorem through the FFN,
-certified, and the scope*), *Rank collapse under
-gradient descent*, *Simulations* and the explorers. Every instance is Gaussian data from
-:func:`synthetic_regression` (seed ``seed``) and the Gaussian initialization
-:func:`convres.model.init_params` (seed ``seed + 1`` unless ``weight_seed`` is given);
-:func:`problem` is the one builder, and the named instances
-below are its settings.
+Gaussian data from :func:`synthetic_regression` (seed ``seed``) and the initialization
+:func:`convres.model.init_params` (seed ``seed + 1`` unless ``weight_seed`` is given):
+:func:`problem` is the one builder, the named instances below are its settings.
 """
 
 from __future__ import annotations
@@ -19,7 +14,7 @@ from .values import as_int, as_real
 
 __all__ = ["synthetic_regression", "regression_data", "problem", "theorem_instance", "collapse_instance",
            "certified_instance", "CERTIFIED_REGIME", "ffn_certified_instance", "FFN_CERTIFIED_REGIME",
-           "TARGETS", "simulations_instance", "SIMULATIONS_WEIGHT_SEED"]
+           "TARGETS", "simulations_instance", "SIMULATIONS_WEIGHT_SEED", "regime_settings"]
 
 #: How the targets are drawn: i.i.d. ``N(0, 1)``, or their signs (``||Y||_F^2 = N n c`` exactly).
 TARGETS = ("gaussian", "sign")
@@ -27,11 +22,8 @@ TARGETS = ("gaussian", "sign")
 
 def synthetic_regression(N: int, n: int, d: int, c: int = 1, *, seed: int | torch.Generator = 0,
                          dtype=torch.float64, pooled: bool = False):
-    """A random regression instance: ``X`` with i.i.d. ``N(0, 1)`` entries, shape ``(N, n, d)``, and
-    targets ``Y`` with i.i.d. ``N(0, 1)`` entries, shape ``(N, n, c)`` (``(N, c)`` if ``pooled``).
-
-    Gaussian ``X`` is of full rank with probability one, as the theory requires.
-    """
+    """``X`` ``(N, n, d)`` and ``Y`` ``(N, n, c)`` (``(N, c)`` if ``pooled``), i.i.d. ``N(0, 1)``
+    entries (``X`` of full rank with probability one, as the theory requires)."""
     N, n, d, c = (as_int(name, v, minimum=1) for name, v in (("N", N), ("n", n), ("d", d), ("c", c)))
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
         raise TypeError(f"dtype must be a real floating-point torch dtype (torch.float64 or "
@@ -121,15 +113,19 @@ CERTIFIED_REGIME = dict(branch_scale=0.01, readout_scale=0.1, scale="1/d_qk", ac
                         beta=1.0, ffn_ratio=0.25, targets="sign")
 
 
+def regime_settings(regime: dict, defaults: dict, what: str) -> dict:
+    """``defaults`` updated by ``regime``; a ValueError naming a setting ``defaults`` does not have."""
+    unknown = sorted(set(regime) - set(defaults))
+    if unknown:
+        raise ValueError(f"unknown setting(s) {unknown} of the {what}; known: {sorted(defaults)}.")
+    return {**defaults, **regime}
+
+
 def certified_instance(seed: int = 0, *, N: int = 1, n: int = 2, d: int = 1024, **regime):
     """An instance of the certified regime: ``(params, X, Y, cfg)``, with ``d_QK = d``, FFN width
     ``m = max(1, round(ffn_ratio d))`` and the settings of :data:`CERTIFIED_REGIME` (``regime``
     overrides them)."""
-    unknown = sorted(set(regime) - set(CERTIFIED_REGIME))
-    if unknown:
-        raise ValueError(f"unknown setting(s) {unknown} of the certified regime; known: "
-                         f"{sorted(CERTIFIED_REGIME)}.")
-    r = {**CERTIFIED_REGIME, **regime}
+    r = regime_settings(regime, CERTIFIED_REGIME, "certified regime")
     ratio = as_real("ffn_ratio", r["ffn_ratio"], minimum=0.0, above=True)
     cfg = ModelConfig(d=d, d_qk=d, m=max(1, round(ratio * d)), c=1, beta=r["beta"],
                       activation=r["activation"], scale=r["scale"])
@@ -151,11 +147,7 @@ def ffn_certified_instance(seed: int = 0, *, N: int = 4, n: int = 4, d: int = 8,
     """An instance of :data:`FFN_CERTIFIED_REGIME`: ``(params, X, Y, cfg)``, one block, one output,
     ``d_QK = d`` unless given; ``regime`` overrides the settings (``pool="mean"`` for the pooled
     readout, one target per sequence). The default sizes have ``N n = 16 > d = 8``."""
-    unknown = sorted(set(regime) - set(FFN_CERTIFIED_REGIME))
-    if unknown:
-        raise ValueError(f"unknown setting(s) {unknown} of the FFN certified regime; known: "
-                         f"{sorted(FFN_CERTIFIED_REGIME)}.")
-    r = {**FFN_CERTIFIED_REGIME, **regime}
+    r = regime_settings(regime, FFN_CERTIFIED_REGIME, "FFN certified regime")
     cfg = ModelConfig(d=d, d_qk=d if d_qk is None else d_qk, m=r["m"], c=1, beta=r["beta"],
                       activation=r["activation"], scale=r["scale"], pool=r["pool"])
     return (*problem(cfg, N, n, seed, branch_scale=r["branch_scale"], readout_scale=r["readout_scale"],

@@ -1,9 +1,7 @@
 """The theory's lemmas as computable quantities: each formula in one place.
 
-Book chapters *Assumptions*, the theorem chapters and *Multi-layer*. ``Z`` (first block's attention
-output with its residual) and ``H`` (last hidden matrix) are stacked, ``N n x d``; ``sigma_0 =
-sigma_Nn(H_0)``; ``M = act(Z W_1)``. The mathematics only: inputs are checked by the callers
-(:mod:`convres.theory`, :mod:`convres.certify`).
+``Z`` (first block's attention output with its residual) and ``H`` (last hidden matrix) stacked,
+``N n x d``; ``sigma_0 = sigma_Nn(H_0)``; ``M = act(Z W_1)``. Inputs are checked by the callers.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ def alpha(sigma_0: float) -> float:
 
 
 def path_radius(phi_0: float, sigma_0: float) -> float:
-    """``rho = 4 sqrt(2 Phi_0) / sigma_0 = 2 sqrt(2 Phi_0 / alpha)``: the left side of part (b') of
+    """``rho = 4 sqrt(2 Phi_0) / sigma_0 = 2 sqrt(2 Phi_0 / alpha)``: the left side of part (b) of
     ``thm-main``, a bound on the path length (hence on ``||theta_t - theta_0||``) of the whole run
     (``inf`` when ``sigma_0 = 0``)."""
     return 4 * math.sqrt(2 * phi_0) / sigma_0 if sigma_0 > 0 else math.inf

@@ -1,11 +1,5 @@
-"""Plotting helpers: static matplotlib figures readable on light and dark pages.
-
-Every figure has an opaque white face (so it stays readable under a dark theme) and losses are on
-a log scale. Chapters call these functions instead of repeating plotting code.
-
-:func:`figure` detaches the new figure from pyplot's list of open figures, so a notebook shows a
-figure exactly once: where the cell returns it (end the cell with ``fig``).
-"""
+"""The book's static figures (matplotlib): an opaque white face (readable under a dark theme),
+losses on a log scale; :func:`figure` detaches a figure from pyplot, so a notebook shows it once."""
 
 from __future__ import annotations
 
@@ -19,7 +13,7 @@ import numpy as np
 
 from .gd import History
 
-__all__ = ["figure", "figure_png", "plot_loss", "beta_colors", "plot_band", "plot_simulations",
+__all__ = ["figure", "figure_png", "beta_colors", "plot_band", "plot_simulations",
            "plot_escape_law", "plot_mechanism",
            "plot_jena", "plot_sst2", "plot_sst2_summary", "show", "thumbnail_png",
            "plot_speedups", "plot_rank_collapse_gd", "plot_certified_run", "plot_certificate_sweep",
@@ -54,18 +48,6 @@ def beta_colors(betas: Sequence[float]) -> list:
     rank = {b: i for i, b in enumerate(order)}
     k = len(order)
     return [cmap(0.8 * (1 - rank[b] / (k - 1)) if k > 1 else 0.3) for b in betas]
-
-
-def plot_loss(ax, histories: Mapping[str, History], *, colors: Sequence | None = None,
-              ylabel: str = r"loss $\Phi(\theta_t)$") -> None:
-    """Loss curves ``Phi(theta_t)`` against ``t`` on a log scale, one per labelled History."""
-    for i, (label, h) in enumerate(histories.items()):
-        color = None if colors is None else colors[i]
-        loss = np.asarray(h.loss)
-        ax.semilogy(np.arange(len(loss)), np.maximum(loss, 1e-300), label=label, color=color)
-    ax.set_xlabel("gradient-descent step $t$")
-    ax.set_ylabel(ylabel)
-    ax.legend(frameon=False)
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
@@ -177,12 +159,9 @@ def plot_simulations(result):
 
 
 def plot_escape_law(laws: Sequence[Mapping], fit: Mapping | None = None):
-    """Chapter *Simulations*: the escape time from the rank-one floor against ``d_QK`` (log-log), in
-    units of ``mu t`` (``mu`` times the steps: a time that does not depend on the step if the escape
-    scales as ``1/mu``), median over seeds with the interquartile range, one line per attention
-    scale, beta and step (``laws``: :func:`convres.experiments.simulations.escape_law` results; the
-    half step dashed with open markers), and the empirical fit ``a + b d_QK^p`` of
-    :func:`convres.experiments.simulations.escape_fit` (``fit``) dotted."""
+    """Chapter *Simulations*: the escape time ``mu t`` from the rank-one floor against ``d_QK``
+    (log-log; median and interquartile range), one line per scale, beta and step (``laws``), and the
+    fit ``a + b d_QK^p`` (``fit``) dotted."""
     fig, (ax,) = _stacked(1, height=3.6)
     styles = {("1/d_qk", 0.0): ("tab:red", "o"), ("1/sqrt(d_qk)", 0.0): ("tab:orange", "s"),
               ("1/d_qk", 1.0): ("tab:blue", "^"), ("1/sqrt(d_qk)", 1.0): ("tab:cyan", "v")}
@@ -234,13 +213,9 @@ def plot_mechanism(result):
 
 
 def plot_jena(result):
-    """Chapter *Jena Climate*: training MSE against the step per beta, each beta at its own tuned
-    step (median and min-max band over seeds; both axes logarithmic, steps from 1; the axis stops at
-    twice the order-blind ridge's MSE, so the first steps from the start are above it), with the speed
-    level (dotted) and the training MSE of persistence (dashed), of the linear AR (dash-dotted) and
-    of the order-blind ridge (long dashes); below, the held-out skill against persistence,
-    ``1 - MSE / MSE_persistence``, per beta (one dot per seed, a bar at the median) with the linear
-    AR's skill and persistence (0) as lines."""
+    """Chapter *Jena Climate*: training MSE against the step per beta at its tuned step (median and
+    band over seeds, log-log) with the level and the baselines' MSEs; below, the held-out skill
+    ``1 - MSE / MSE_persistence`` per beta and seed, with the linear AR's."""
     data = result.data
     runs = [r for r in data["runs"] if r["protocol"] == "tuned"]
     betas = sorted({r["beta"] for r in runs})
@@ -271,12 +246,6 @@ def plot_jena(result):
     ax2.set_ylabel("held-out skill")
     _legend_on_top(fig, [ax1, ax2], ncol=4)
     return fig
-
-
-def _depth_styles(depths):
-    cmap = matplotlib.colormaps["plasma"]
-    return {L: (cmap(0.05 + 0.65 * i / max(1, len(depths) - 1)), MARKERS[i % len(MARKERS)])
-            for i, L in enumerate(depths)}
 
 
 #: The SST-2 arms: (label, colour, line style, marker).

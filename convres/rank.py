@@ -1,10 +1,6 @@
-"""Singular values and measures of (near) rank collapse, in one place.
-
-Book chapters: *The model* (stacked matrices), *The theorem* (``sigma_Nn``), *Rank collapse*
-(definition ``rc-def-measures``) and *Multi-layer*. Functions accept one matrix ``(n, k)`` or a
-batch ``(..., n, k)`` and return one value per matrix. Every SVD goes through
-:func:`singular_values`, which refuses non-finite matrices with :class:`NonFiniteError` (LAPACK
-would otherwise print its own messages and return garbage).
+"""Singular values and measures of (near) rank collapse (definition ``rc-def-measures``), for one
+matrix ``(n, k)`` or a batch ``(..., n, k)``. Every SVD goes through :func:`singular_values`, which
+refuses a non-finite matrix with :class:`NonFiniteError` (LAPACK would return garbage).
 """
 
 from __future__ import annotations
@@ -49,12 +45,8 @@ def extreme_singular_values(M: torch.Tensor) -> torch.Tensor:
 
 
 def sigma_nn(M: torch.Tensor) -> float:
-    """``sigma_{Nn}`` of the stacked matrix of ``M`` (``(N, n, d)`` or already ``(N n, d)``).
-
-    The ``N n``-th largest singular value: the smallest one of the ``N n x d`` matrix when
-    ``N n <= d``, and 0 when ``N n > d`` (the matrix then has a non-trivial left null space and the
-    PL lemma gives nothing).
-    """
+    """``sigma_{Nn}``, the ``N n``-th largest singular value of the stacked ``M`` (``(N, n, d)`` or
+    ``(N n, d)``): 0 when ``N n > d`` (a left null space; the PL lemma gives nothing)."""
     if not isinstance(M, torch.Tensor) or M.dim() not in (2, 3):
         raise ValueError("M must be a tensor of shape (N, n, d) or (N n, d), got "
                          f"{getattr(M, 'shape', M)!r}.")
@@ -93,14 +85,9 @@ def spectral_norm(W: torch.Tensor) -> float:
 
 
 def singular_value_measures(sv: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Every spectral collapse measure from the singular values ``sv`` (last dimension, in
-    decreasing order, as :func:`singular_values` returns them) of a matrix or a batch.
-
-    Returns ``sigma_min``, ``sigma_max``, the condition number ``sigma_max / sigma_min`` (infinite
-    when ``sigma_min = 0``), the effective rank ``exp(H(p))`` with ``p_i = sigma_i / sum_j sigma_j``
-    and ``H`` the Shannon entropy (between 1 and ``r``; Roy & Vetterli 2007), and the stable rank
-    ``sum_i sigma_i^2 / sigma_max^2 = ||M||_F^2 / ||M||_2^2``.
-    """
+    """From decreasing singular values ``sv``: ``sigma_min``, ``sigma_max``, the condition number
+    ``sigma_max / sigma_min``, the effective rank ``exp(H(p))``, ``p_i = sigma_i / sum_j sigma_j``
+    (Roy & Vetterli 2007), and the stable rank ``sum_i sigma_i^2 / sigma_max^2``."""
     if not isinstance(sv, torch.Tensor) or sv.dim() < 1 or sv.shape[-1] == 0:
         raise ValueError("sv must be a non-empty tensor of singular values (last dimension), got "
                          f"{getattr(sv, 'shape', type(sv).__name__)}; compute it with singular_values(M).")
@@ -117,12 +104,8 @@ def singular_value_measures(sv: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def weyl_lower_bounds(X: torch.Tensor, A: torch.Tensor, beta: float) -> torch.Tensor:
-    """``b_k = beta sigma_min(X) - sigma_{k+1}(A)``, ``k = 0 .. r-1``, for two matrices of one shape:
-    by Weyl's inequality ``sigma_{r-k}(A + beta X) >= b_k`` (the residual lemma of the *Theorem*
-    chapter, ``thm-lem-residual``, with its general margin). ``b_0`` bounds ``sigma_min(A + beta X)``;
-    when ``A`` is close to rank one,
-    ``b_1`` bounds all but the smallest singular value by nearly ``beta sigma_min(X)``. A bound is
-    informative only when positive."""
+    """``b_k = beta sigma_min(X) - sigma_{k+1}(A)``, ``k = 0 .. r-1``: by Weyl's inequality
+    ``sigma_{r-k}(A + beta X) >= b_k`` (lemma ``thm-lem-residual``); informative only when positive."""
     tensors = isinstance(X, torch.Tensor) and isinstance(A, torch.Tensor)
     if not tensors or X.dim() != 2 or X.shape != A.shape:
         raise ValueError(f"X and A must be matrices of the same shape, got {getattr(X, 'shape', X)} and "
@@ -131,13 +114,8 @@ def weyl_lower_bounds(X: torch.Tensor, A: torch.Tensor, beta: float) -> torch.Te
 
 
 def rank_one_residual(M: torch.Tensor, *, relative: bool = False) -> torch.Tensor:
-    """Distance ``min_x ||M - 1 x^T||_F`` from ``M`` to the matrices with identical rows.
-
-    The minimizer is ``x`` = the mean row of ``M``, so this is the Frobenius norm of ``M`` minus its
-    mean row: the quantity ``res(M)`` of Dong, Cordonnier & Loukas (2021), measured in the
-    Frobenius norm instead of their composite l1/l-infinity norm. With ``relative=True`` it is
-    divided by ``||M||_F``.
-    """
+    """``min_x ||M - 1 x^T||_F = ||M - mean row||_F``: ``res(M)`` of Dong, Cordonnier & Loukas (2021)
+    in the Frobenius norm; divided by ``||M||_F`` with ``relative=True``."""
     if not isinstance(M, torch.Tensor) or M.dim() < 2:
         raise ValueError(f"expected a matrix or a batch of matrices, got {getattr(M, 'shape', type(M))}.")
     res = torch.linalg.matrix_norm(M - M.mean(dim=-2, keepdim=True))

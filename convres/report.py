@@ -1,13 +1,6 @@
-"""The reproduction report's tables and badges, computed from the experiments' results.
-
-Book chapter: *Reproduction report* (``book/report.md``). Everything here reads
-:class:`convres.experiments.Result` objects and returns a ``pandas.DataFrame`` or an HTML string;
-nothing is typed by hand except the paper's side of the comparison, which is what the paper's
-abstract and summary say (each experiment's ``paper``). :func:`notation` writes the plain-text
-symbols of those rows (``N n <= d``, ``beta``) in the book's TeX; :func:`claims_table` is the claims
-table of the experiment chapters. The structure follows the ML
-Reproducibility Checklist (claims, settings, seeds and variance, compute, deviations); the rows
-come from each experiment's ``report`` hook.
+"""The reproduction report's tables and badges, from :class:`convres.experiments.Result` objects
+(the ML Reproducibility Checklist: claims, settings, seeds and variance, compute, deviations).
+:func:`notation` writes plain-text symbols (``N n <= d``, ``beta``) in the book's TeX.
 """
 
 from __future__ import annotations
@@ -88,8 +81,6 @@ STATEMENTS = {
     "N n <= d": r"$Nn \le d$",
     "act' is Lipschitz (gelu, tanh, softplus)": "the activation's derivative is Lipschitz "
                                                 "(GELU, tanh, softplus)",
-    "act' Lipschitz (gelu, tanh, softplus)": "the activation's derivative is Lipschitz "
-                                             "(GELU, tanh, softplus)",
     "sigma_Nn(X) / ||X||_2 > 1e-10": r"$\sigma_{Nn}(X)/\|X\|_2 > 10^{-10}$",
     "sigma_Nn(H_0) / ||H_0||_2 > 1e-10": r"$\sigma_{Nn}(H_0)/\|H_0\|_2 > 10^{-10}$",
     f"mu alpha T >= ln(1/{MIN_DECREASE:g})": rf"$\mu\alpha T \ge \ln(1/{MIN_DECREASE:g})$",
@@ -252,23 +243,19 @@ def provenance_table(larger: Mapping[str, tuple[Result, dict] | None]):
 
 
 def claims_table(rows: list[dict], effect: str = "{:.2f}"):
-    """The claims of one experiment as its chapter shows them (a ``Styler``,
-    :func:`convres.show.table`): the claim, the mean per-unit effect (``effect`` is its format)
-    with its 95% interval, the margin, the units (v3: how many agree; v4: how many, and how many
-    diverged, with the sign test) and the verdict (v4: with its reason, and the grades under the
-    alternative measures beside it). ``rows`` are claim rows
-    (:meth:`convres.experiments.base.ClaimRecord.row`); a row without an effect leaves those cells
-    empty."""
+    """The claims of one experiment as its chapter shows them (a ``Styler``, :func:`convres.show.table`):
+    claim, mean per-unit effect (format ``effect``) with its 95% interval, margin, units (and how many
+    diverged), sign test and verdict (with its reason and the alternative measures' grades beside it).
+    ``rows`` are :meth:`convres.experiments.base.ClaimRecord.row`; a row without an effect leaves those
+    cells empty."""
     def interval(ci):
         return "" if ci is None else f"{effect.format(ci[0])} to {effect.format(ci[1])}"
 
     sign = any("sign_test_p" in r for r in rows)
     sens = any("sensitivity" in r for r in rows)
-    units = "units agreeing" if any("agree" in r for r in rows) else "units"
     return table([{"claim": r.get("tex", r["claim"]), "effect": r.get("effect"),
                    "95% interval": interval(r.get("ci")), "margin": r.get("margin"),
-                   units: f"{r['agree']} of {r['units']}" if "agree" in r else
-                   f"{r['units']} ({r['diverged']} diverged)" if "diverged" in r else "",
+                   "units": f"{r['units']} ({r['diverged']} diverged)" if "diverged" in r else "",
                    **({"sign test p": r.get("sign_test_p")} if sign else {}),
                    "verdict": r["verdict"] + (f" ({r['reason']})" if r.get("reason") and sens else ""),
                    **({"sensitivity": "; ".join(f"{s['measure']} ({s['protocol']}): {s['verdict']}"

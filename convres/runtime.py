@@ -1,11 +1,8 @@
 """Where and how PyTorch runs: the device, the number of intra-op threads, and what a run may cost.
 
-Book appendix *Performance*. For models as small as the book's, thread synchronization costs more
-than it saves, so experiments run with one thread (:func:`torch_threads`).
-
-The cost policy (:func:`check_memory`): every public entry point that allocates in proportion to
-its arguments estimates the bytes from the shapes first and refuses, before allocating, a request
-above the memory available on its device, with the estimate and the argument (or flag) to change.
+Experiments run with one thread (:func:`torch_threads`): at the book's sizes more threads cost more
+than they save. The cost policy (:func:`check_memory`): an entry point that allocates in proportion to
+its arguments refuses, before allocating, more than the device has, naming the estimate and the fix.
 """
 
 from __future__ import annotations
@@ -63,12 +60,8 @@ def _gib(b: float) -> str:
 
 
 def check_device(device) -> torch.device:
-    """``device`` as a :class:`torch.device` usable by this PyTorch build, or a ValueError.
-
-    Accepts ``None`` (the CPU), a ``torch.device`` or a name such as ``"cpu"``, ``"cuda"`` or
-    ``"cuda:1"``. Raises ValueError, naming the device and the fix, for an unknown device name, or
-    for ``cuda`` (``mps``) when this PyTorch build or machine has no such device.
-    """
+    """``device`` (``None``: the CPU, a ``torch.device`` or a name such as ``"cuda:1"``) as a
+    :class:`torch.device` this build and machine have, or a ValueError naming it and the fix."""
     if device is None:
         return torch.device("cpu")
     if not isinstance(device, (str, torch.device)):

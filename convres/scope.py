@@ -1,11 +1,9 @@
 """Which experiment lies inside which theorem: the shape hypotheses of the book's two theorems,
 and which configuration is certified before the run.
 
-Book chapter *The theorem through the FFN* (section *Scope*), the *Reproduction report* and the
-intro. :func:`scope_table` evaluates, from each experiment's shapes alone, the hypotheses the shapes
-decide (widths, smoothness, readout, and ``p >= outputs``, without which no PL inequality holds);
-:func:`certified_scope` adds whether the certificate of :mod:`convres.certify` establishes the rest
-before the run (:func:`convres.experiments.theorem.scope_certificates`).
+:func:`scope_table` decides from each experiment's shapes alone what the shapes decide (widths,
+smoothness, readout, ``p >= outputs``); :func:`certified_scope` adds whether the certificate of
+:mod:`convres.certify` establishes the rest before the run.
 """
 
 from __future__ import annotations
@@ -113,12 +111,9 @@ def _configuration(cfg: ModelConfig, N: int, n: int, note: str) -> str:
 
 
 def certified_scope(profile: str = "book") -> list[dict]:
-    """One row per experiment model (the models of :func:`scope_table` and the certified variants
-    of ``convres.experiments.theorem.VARIANTS``) and theorem: ``experiment``,
-    ``configuration``, ``theorem``, ``certified`` (every hypothesis established before the run),
-    ``failing_hypothesis`` (``None`` when certified) and ``ratio`` (the certificate ratio where one
-    was computed, the largest over the experiment's seeds; else ``None``). What
-    ``python -m convres theorem --scope --json`` prints."""
+    """One row per experiment model (and certified variant) and theorem: ``experiment``,
+    ``configuration``, ``theorem``, ``certified``, ``failing_hypothesis`` and the largest certificate
+    ``ratio`` over the seeds (``None`` where none was computed); what ``theorem scope`` prints."""
     names = [n for n, e in EXPERIMENTS.items() if e.in_report or n == "rank_collapse_gd"]
     shapes = [sh for name in names for sh in EXPERIMENTS[name].shapes(settings(name, profile))]
     shapes += VARIANTS.shapes(settings(VARIANTS.name, profile))
@@ -137,7 +132,7 @@ def certified_scope(profile: str = "book") -> list[dict]:
             elif not failing and cert is not None:
                 certified, ratio = bool(cert["certified"]), float(cert["ratio"])
                 if not certified:
-                    failing = [f"(b') proper initialization: certificate ratio {ratio:.3g} >= 1 "
+                    failing = [f"(b) proper initialization: certificate ratio {ratio:.3g} >= 1 "
                                f"({cert['certified_seeds']} of {cert['seeds']} seeds certified)"]
             out.append({"experiment": sh.label, "configuration": _configuration(sh.cfg, sh.N, sh.n, sh.note),
                         "theorem": theorem, "certified": certified,

@@ -1,12 +1,9 @@
 """The residual is necessary: a certified separation at attention scale ``1/d_QK``.
 
-Book chapter *A certified separation* (``book/separation.md``): lemmas ``sep-lem-floor``,
-``sep-lem-chain``, ``sep-lem-path``, theorem ``sep-thm``. On one draw of :func:`separation_instance`,
-without the residual the loss stays at or above half the rank-one floor ``Phi_floor = 1/2
-||C(Y)||_F^2`` for ``T_lb`` steps (:func:`plateau_certificate`; ``C`` centres each sequence's rows,
-and ``C(F) = 0`` when the attention is uniform); with the residual the certificate of
-:mod:`convres.certify` gives linear convergence from step 0 (:func:`separation_report`). Float64 from
-``theta_0`` (round-off outside the bounds); one block, per-token readout, smooth activation, ``c = 1``.
+Theorem ``sep-thm``: without the residual the loss stays at or above half the rank-one floor
+``Phi_floor = 1/2 ||C(Y)||_F^2`` for ``T_lb`` steps (:func:`plateau_certificate`; ``C`` centres each
+sequence's rows); with it, :mod:`convres.certify` gives linear convergence from step 0
+(:func:`separation_report`). Float64; one block, per-token readout, smooth activation, ``c = 1``.
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from .model import ModelConfig, forward_trace
 from .rank import spectral_norm, stacked
 from .values import as_int, as_real, as_seed
 
-__all__ = ["SEPARATION_REGIME", "separation_instance", "balanced_targets", "centred", "PerpCentre",
+__all__ = ["separation_instance", "balanced_targets", "centred", "PerpCentre",
            "perp_centre", "perp_chain", "path_radii", "Plateau", "plateau_certificate", "escape_step",
            "path_check", "separation_report", "TAU", "RADII"]
 
@@ -32,11 +29,6 @@ __all__ = ["SEPARATION_REGIME", "separation_instance", "balanced_targets", "cent
 TAU = 1 - 2 ** -0.5
 #: The radii at which the path bounds are tabulated (0 and a geometric grid up to 3).
 RADII = np.concatenate([[0.0], np.geomspace(1e-7, 3.0, 300)])
-#: The separation family: the certified regime (:data:`convres.instances.CERTIFIED_REGIME`), with
-#: ``d_QK`` free and balanced targets (half the tokens of each sequence +1, half -1).
-SEPARATION_REGIME = dict(N=1, n=2, d=1024)
-
-
 def balanced_targets(N: int, n: int, seed: int) -> torch.Tensor:
     """``(N, n, 1)`` targets: in each sequence ``n/2`` tokens ``+1`` and ``n/2`` tokens ``-1`` in a
     random order (``n`` even), so ``C(Y) = Y`` and ``Phi_floor = N n / 2``."""
@@ -257,14 +249,10 @@ def path_check(params, X, Y, cfg, mu: float, steps: int | None = None) -> dict:
 
 def separation_report(d_qk: int, seed: int = 0, *, mu: float | None = None, N: int = 1, n: int = 2,
                       d: int = 1024) -> dict:
-    """What ``python -m convres theorem --separation --d-qk D --seed S --json`` prints: theorem sep-thm
-    on :func:`separation_instance`. ``with_residual``: the sharpest certificate of thm-main at
-    ``beta = 1`` (``rate = mu alpha``, ``steps_to`` the certified steps to ``1e-2 Phi_0``);
-    ``plateau``: :func:`plateau_certificate` at ``mu`` (default: the residual arm's certified step, so
-    both arms run with one step); ``separation``: whether ``steps_to <= T_lb`` at that step. ``rate``
-    and ``steps_to`` are those at ``mu``, ``None`` when ``mu`` is above the certified step ``mu_res``
-    (the certificate says nothing there); ``rate_at_mu_res`` and ``steps_to_at_mu_res`` are always
-    those at ``mu_res``."""
+    """Theorem sep-thm on :func:`separation_instance` (what ``theorem separation --json`` prints):
+    ``with_residual``, the sharpest certificate at ``beta = 1`` (``rate = mu alpha``, ``steps_to``
+    ``1e-2 Phi_0``; ``None`` when ``mu`` exceeds the certified ``mu_res``, the ``*_at_mu_res`` always
+    given); ``plateau`` at ``mu`` (default ``mu_res``); ``separation``: ``steps_to <= T_lb``."""
     X, Y, params, cfg = separation_instance(d_qk, seed, N=N, n=n, d=d)
     res = sharpest_certificate_of(centre(params, X, Y, cfg.with_residual(1.0)))
     mu = res.mu if mu is None else as_real("mu", mu, minimum=0.0, above=True)

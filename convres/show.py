@@ -1,11 +1,5 @@
-"""What the chapters show of the package: its real source, so that text and library never fork,
-and its tables, typeset the same way on every page.
-
-:func:`source` returns the code of functions without their docstrings (which the API pages
-show), as a highlighted Markdown code block in a notebook and as plain text elsewhere.
-:func:`table` shows a ``DataFrame`` with TeX in its headers (:func:`tex`), readable values and no
-index column.
-"""
+"""What the chapters show of the package: its real source (:func:`source`, without docstrings) and
+its tables (:func:`table`, TeX in headers and cells), typeset alike on every page."""
 
 from __future__ import annotations
 
@@ -151,16 +145,9 @@ def _table_class():
 
 def table(data, formats: Mapping | None = None, *, index: bool = False,
           text: Callable[[str], str] = str, na: str = ""):
-    """A table as the chapters show it: a pandas ``Styler`` of ``data`` (a ``DataFrame``, a list
-    of row dicts or a mapping of columns), padded by the site's style sheet.
-
-    Column names, index labels and text cells may hold inline TeX between dollars
-    (:func:`tex`); ``text`` rewrites each of them first (e.g. plain-text symbols into TeX).
-    ``formats`` maps a column to a format string (``"{:.1%}"``) or a function; without one, an
-    integer is shown with thousands separators, any other number with three significant digits
-    (a power of ten as :func:`power_of_ten`), a boolean as yes/no and a missing value as ``na``.
-    The index is hidden unless ``index``; text columns are aligned left, numbers right.
-    """
+    """A pandas ``Styler`` of ``data`` (a ``DataFrame``, row dicts or columns). Names and text cells may
+    hold ``$...$`` TeX (:func:`tex`), rewritten first by ``text``; ``formats`` maps a column to a format
+    or a function, else integers get separators, numbers three digits, booleans yes/no, missing ``na``."""
     import pandas as pd
 
     frame = data if isinstance(data, pd.DataFrame) else \

@@ -1,12 +1,7 @@
-"""Statistics of the reproduction report: times to a threshold, the level-free speed measure, log
-ratios and rank correlations, the 95% interval of a claim's effect with its sign test, the verdict
-rule of protocol v4 (:func:`grade`, decided by :mod:`convres.protocol`'s constants), tuned steps and
-fitted slopes. Plain numpy on per-run numbers; no model, no torch.
-
-Every entry point takes a declared minimum of units and finite effects: a diverged unit is ``None``
-(counted apart, never an effect), a NaN or an effect beyond :data:`convres.protocol.EFFECT_BOUND` is
-a ``ValueError`` naming its index, and fewer finite units than the minimum give no interval but a
-reason, which :func:`grade` turns into *inconclusive*.
+"""Statistics of the reproduction report (plain numpy): speed measures, the 95% interval of a claim's
+effect with its sign test, the verdict rule of protocol v4 (:func:`grade`) and tuned steps. A diverged
+unit is ``None`` (counted apart); a NaN or an effect beyond :data:`convres.protocol.EFFECT_BOUND` is a
+``ValueError``; too few finite units give no interval but a reason (*inconclusive*).
 """
 
 from __future__ import annotations

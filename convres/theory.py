@@ -1,11 +1,8 @@
 """The book's two theorems checked along gradient-descent runs, and the assumptions on an instance.
 
-Book chapters *Assumptions*, *The theorems*, *Certified constants*, *The theorem through the FFN* and
-*Multi-layer*. Everything here is *observed* (measured along a run), except :func:`part_b_check`,
-which reads the certificate of :mod:`convres.certify`: :func:`theorem_run` measures every inequality
-of ``thm-main`` at every step, :func:`ffn_theorem_run` those of ``thm-ffn``; :func:`lazy_report`,
-:func:`tangent_kernel_blocks` and :func:`sampled_estimates` measure what the certified regimes are.
-The constants are the book's own (the paper's are not available to this project).
+Everything here is *observed* (measured along a run) except :func:`part_b_check`, which reads the
+certificate of :mod:`convres.certify`: :func:`theorem_run` (``thm-main``), :func:`ffn_theorem_run`
+(``thm-ffn``), and what the certified regimes are (:func:`lazy_report`, :func:`sampled_estimates`).
 """
 
 from __future__ import annotations
@@ -70,7 +67,7 @@ def _part_b(params, X, Y, cfg, phi: float, sigma_0: float, grad_norm: float) -> 
 
 
 def part_b_check(params, X, Y, cfg) -> dict:
-    """Can part (b') apply? ``fails``: ``rho = 4 sqrt(2 Phi_0) / sigma_0 >= r_sigma_upper`` (no ball
+    """Can part (b) apply? ``fails``: ``rho = 4 sqrt(2 Phi_0) / sigma_0 >= r_sigma_upper`` (no ball
     exists; a certificate of failure); ``holds``: certified by :func:`convres.certify.certificate`,
     for the step ``mu_certified``; ``None`` when neither is decided. Also ``J0 = ||grad Phi_0|| /
     sqrt(2 Phi_0) <= J_B`` and ``radius_lower_A5`` (the older condition (A5))."""
@@ -158,12 +155,8 @@ class RunCheck:
 
 def verify_run(hist: History, grad_U, sigma_H, mu: float, a: float, L_hat: float, distance, *,
                tol: float) -> RunCheck:
-    """Measure the theorem's inequalities along a run (see :class:`RunCheck`).
-
-    ``grad_U[t] = ||grad_{W_U} Phi(theta_t)||_F`` (``t = 0 .. T-1``), ``sigma_H[t] =
-    sigma_Nn(H_t)`` and ``distance[t] = ||theta_t - theta_0||`` (``t = 0 .. T``), as
-    :func:`theorem_run` records them.
-    """
+    """The :class:`RunCheck` of a run from ``grad_U[t] = ||grad_{W_U} Phi(theta_t)||_F`` (``t < T``),
+    ``sigma_H[t] = sigma_Nn(H_t)`` and ``distance[t] = ||theta_t - theta_0||`` (``t <= T``)."""
     loss, g = hist.loss, hist.grad_norm
     grad_U, sigma_H = np.asarray(grad_U, dtype=np.float64), np.asarray(sigma_H, dtype=np.float64)
     T = hist.steps
@@ -212,7 +205,7 @@ class TheoremRun:
     def summary(self) -> dict:
         """The scalar fields, JSON-ready (what ``python -m convres theorem --json`` prints).
         ``violations`` and ``max_excess`` are ``None`` when the run diverged or no step was checked.
-        ``part_b_holds`` is ``False`` when part (b') is certified to fail and ``True`` only when it
+        ``part_b_holds`` is ``False`` when part (b) is certified to fail and ``True`` only when it
         is certified to hold *for this run's step* (``mu <= mu_certified``); ``None`` otherwise."""
         verified = self.status != "diverged" and self.check.checked_steps > 0
         h, b = self.history, self.part_b
@@ -338,13 +331,10 @@ class FFNTheoremRun:
 
 def ffn_theorem_run(params, X, Y, cfg, *, mu: float, steps: int, record_every: int = 1,
                     seed: int = 0, smoothness_iters: int = 10) -> FFNTheoremRun:
-    """Gradient descent checked against ``thm-ffn`` (any depth, per token or pooled): at every step
-    the per-step bound, the PL inequality with ``alpha'`` and the descent inequality; at the recorded
-    steps ``sigma_rows(M~_t)`` and ``sigma_c(W_U)``. Observed, not certified: ``mu <= 1/L_B`` is
-    compared with an estimate ``L_hat_0 <= L_B`` (a failure refutes it, a success establishes
-    nothing). Hypotheses: ``width``, ``output_dim``, ``smooth_activation``, ``full_rank_activations``,
-    ``full_rank_readout``, ``non_vacuous_rate``, ``step_size`` (estimated) and, along the run,
-    ``sigma_M_along_run``, ``sigma_U_along_run``, ``descent_along_run``."""
+    """Gradient descent checked against ``thm-ffn`` (any depth, per token or pooled): the per-step
+    bound, the PL inequality with ``alpha'`` and the descent inequality at every step,
+    ``sigma_rows(M~_t)`` and ``sigma_c(W_U)`` at the recorded ones. Observed: ``mu <= 1/L_B`` is
+    compared with an estimate ``L_hat_0 <= L_B`` (a failure refutes it, a success establishes nothing)."""
     check_inputs(params, X, Y, cfg)
     mu = as_real("mu", mu, minimum=0.0, above=True)
     steps = as_int("steps", steps, minimum=1)
@@ -389,7 +379,7 @@ def ffn_theorem_run(params, X, Y, cfg, *, mu: float, steps: int, record_every: i
     hyp = [
         H("width", "FFN width m >= number of output rows", cfg.m, rows, cfg.m >= rows),
         H("output_dim", "outputs c <= d", cfg.c, cfg.d, cfg.c <= cfg.d),
-        H("smooth_activation", "act' Lipschitz (gelu, tanh, softplus)", float(cfg.act.smooth), 1.0,
+        H("smooth_activation", "act' is Lipschitz (gelu, tanh, softplus)", float(cfg.act.smooth), 1.0,
           cfg.act.smooth),
         H("full_rank_activations", "sigma_rows(M~_0) / ||M~_0||_2 > 1e-10", sM0 / max(norm_M0, 1e-300),
           1e-10, sM0 > 1e-10 * norm_M0),
@@ -440,9 +430,8 @@ def tangent_kernel_blocks(params, X, cfg) -> dict:
     """The tangent kernel ``K = J_0 J_0^T`` at ``params`` (``J_0`` the Jacobian of ``vec F``) and its
     parts ``K_b = J_b J_b^T`` per weight block ``b`` (``K = sum_b K_b``, so ``lambda_min(K) >=
     sum_b lambda_min(K_b)``): ``lambda_min``, ``trace`` and per block (short names ``W_Q``, ...)
-    ``lambda_min``, ``lambda_min_share = lambda_min(K_b) / lambda_min(K)`` and ``trace_share``
-    (book: *Certified constants and a certified instance*, section *What the certified regime is*). Exact
-    up to float64 (one backward pass per output); unchecked (see :func:`lazy_report`)."""
+    ``lambda_min``, ``lambda_min_share = lambda_min(K_b) / lambda_min(K)`` and ``trace_share``; exact
+    up to float64 (one backward pass per output)."""
     names, rows = _jacobian_rows(params, X, cfg)
     parts: dict[str, torch.Tensor] = {}
     for j, name in enumerate(names):

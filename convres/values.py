@@ -1,11 +1,8 @@
 """One coercion per kind of scalar argument, shared by the API and the command line.
 
-Every public function that takes a size, a count, a seed, a coefficient or a step size checks it
-here, so the same value gets the same answer whatever its type: a Python ``int``/``float``, a
-NumPy scalar or a 0-dimensional real PyTorch tensor are accepted alike; ``bool``, complex numbers,
-strings, NaN and values outside the stated range are refused with an error that names the
-argument, the range and the value received: a :class:`TypeError` for a real number that is not a
-number at all, a :class:`ValueError` otherwise (an integer argument given a non-integer included).
+Python, NumPy and 0-d real PyTorch numbers are accepted alike; ``bool``, complex, strings, NaN and
+values out of range are refused naming the argument, the range and the value (a :class:`TypeError`
+for what is no number at all, a :class:`ValueError` otherwise).
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """The width theorem: a width ``d_min(N, n, delta)`` above which the certificate holds with
 probability at least ``1 - delta`` over the data and the initialization.
 
-Book chapter *A width theorem* (``book/width.md``): theorem ``wd-thm-width`` on the random instance
-:func:`convres.instances.certified_instance`, and corollary ``wd-cor-fixed`` for fixed data
-zero-padded to width ``d`` (:class:`FixedData`). :func:`worst_case` bounds every input of the
-certificate's :class:`convres.certify.Centre` by a closed form that holds on an event of probability
-``>= 1 - delta`` (lemma ``wd-lem-below``); the chain is monotone in them (``wd-lem-monotone``), so
-the ratio at the worst case dominates every instance's on the event; :func:`width_condition` finds
-the smallest width where it is below 1. Every number here is a bound, in float64. The measured
-side: :func:`width_sweep` and :func:`crossing`.
+Theorem ``wd-thm-width`` on :func:`convres.instances.certified_instance`, corollary ``wd-cor-fixed``
+for fixed data (:class:`FixedData`). :func:`worst_case` bounds every input of the certificate's
+:class:`convres.certify.Centre` on an event of probability ``>= 1 - delta`` (``wd-lem-below``); the
+chain is monotone in them (``wd-lem-monotone``), so :func:`width_condition` finds the smallest width
+where the worst-case ratio is below 1. Measured side: :func:`width_sweep`, :func:`crossing`.
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ from .certify import (
     weight_norms,
 )
 from .checks import finite_fields
-from .instances import CERTIFIED_REGIME, TARGETS, certified_instance, regression_data
+from .instances import CERTIFIED_REGIME, TARGETS, certified_instance, regime_settings, regression_data
 from .model import ACTIVATIONS
 from .values import as_int, as_real
 
@@ -54,11 +51,7 @@ BISECTION_MARGIN = 2.0 ** -30
 
 
 def _check_regime(regime: dict) -> dict:
-    unknown = sorted(set(regime) - set(CERTIFIED_REGIME))
-    if unknown:
-        raise ValueError(f"unknown setting(s) {unknown} of the certified regime; known: "
-                         f"{sorted(CERTIFIED_REGIME)}.")
-    r = {**CERTIFIED_REGIME, **regime}
+    r = regime_settings(regime, CERTIFIED_REGIME, "certified regime")
     if r["scale"] != "1/d_qk":
         raise ValueError(f"the width theorem is for the attention scale '1/d_qk' (s d fixed), got "
                          f"{r['scale']!r}.")

@@ -1,4 +1,5 @@
-"""Fixtures shared by the tests: a mirror of the data sources served from 127.0.0.1.
+"""Fixtures shared by the tests: a mirror of the data sources served from 127.0.0.1, the offline
+data copy (``offline``) and tiny SST-2 files with settings that run on them (``tiny_sst2``).
 
 The mirror serves, in the formats the real sources serve, files built from the offline data copy
 (``$CONVRES_DATA_DIR``, see ``shared/data/README.md``): the Keras zip of Jena Climate (one CSV
@@ -75,6 +76,62 @@ def mirror(monkeypatch):
     yield base, files, server
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def offline():
+    """The offline data copy (``$CONVRES_DATA_DIR``); a test that needs it is skipped without it."""
+    from convres.data import data_dir
+
+    root = data_dir()
+    if not ((root / "sst2" / "validation.parquet").is_file() and (root / "jena_climate").is_dir()):
+        pytest.skip("no offline data (set CONVRES_DATA_DIR)")
+    return root
+
+
+WORDS_POS = ["good", "great", "fun", "fine", "nice", "warm"]
+WORDS_NEG = ["bad", "dull", "poor", "awful", "weak", "cold"]
+
+
+def write_tiny_sst2(folder, n_train=24, n_val=12, seed=0):
+    """SST-2 parquet files in the Hub layout: sentences of 10-12 tokens drawn from a few sentiment
+    words and neutral ones."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    neutral = ["the", "film", "a", "of", "and", "is", "it", "this"]
+
+    def sentences(count):
+        out, labels = [], []
+        for i in range(count):
+            label = i % 2
+            words = list(rng.choice(WORDS_POS if label else WORDS_NEG, 4)) + list(rng.choice(neutral, 6 + i % 3))
+            rng.shuffle(words)
+            out.append(" ".join(words) + " ")
+            labels.append(label)
+        return out + ["too short "], labels + [1]
+
+    (folder / "sst2").mkdir(parents=True, exist_ok=True)
+    for split, count in (("train", n_train), ("validation", n_val)):
+        sents, labels = sentences(count)
+        pq.write_table(pa.table({"sentence": pa.array(sents, pa.string()), "label": pa.array(labels, pa.int64()),
+                                 "idx": pa.array(range(len(labels)), pa.int32())}), folder / "sst2" / f"{split}.parquet")
+    return folder
+
+
+@pytest.fixture
+def tiny_sst2(tmp_path):
+    """The smallest SST-2 settings that run every arm, on tiny files written to ``tmp_path``."""
+    from convres.experiments import settings
+
+    write_tiny_sst2(tmp_path)
+    return dict(n_train=16, depths=[1, 2], seeds=[0, 1], probe_seeds=[7], eta_grid=[0.1, 0.2], extend=8,
+                probe_steps=3, steps=6, record_every=3, check_steps=3, vocab_size=20, d=4, d_qk=4, m=4,
+                bow=dict(lambdas=[1.0, 10.0], folds=2, iters=20),
+                adam=dict(L=1, m=4, lr=0.01, steps=6, every=3, holdout=4, seeds=[0]),
+                wide=dict(settings("sst2", "smoke")["wide"], n_train=8, m=16))
 
 
 if __name__ == "__main__":

@@ -81,3 +81,10 @@ def test_a_committed_result_that_does_not_match_is_refused(tmp_path, edit, match
     path.write_text("{")
     with pytest.raises(ValueError, match="cannot be read"):
         bench["committed_result"](path)
+
+
+def test_threads_that_are_not_a_number_are_one_line_of_usage(capsys):
+    with pytest.raises(SystemExit) as done:
+        bench["main"](["--threads", "abc"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "Traceback" not in err and "--threads: must be an integer" in err

@@ -200,6 +200,10 @@ def test_bad_input():
         dqk_sweep([1, 2], scale="2")
     with pytest.raises(ValueError, match="token"):
         spiked_instance(3, 5, 2, token=3)
+    with pytest.raises(ValueError, match="need n <= d"):
+        spiked_instance(n=9, d=4, d_qk=4)
+    with pytest.raises(ValueError, match="strength"):
+        spiked_instance(n=6, d=8, d_qk=4, strength=float("inf"))
     with pytest.raises(ValueError, match=r"betas\[1\]"):
         dqk_sweep([1, 2], [0.5, -1.0])
     with pytest.raises(ValueError, match=r"d_qks\[1\]"):

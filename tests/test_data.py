@@ -146,26 +146,7 @@ def test_bad_split():
         data.sst2_path("dev")
 
 
-def test_hash_embeddings_are_frozen_and_seeded():
-    a = data.hash_embedding("good", 8, seed=0)
-    assert torch.equal(a, data.hash_embedding("good", 8, seed=0))
-    assert not torch.equal(a, data.hash_embedding("good", 8, seed=1))
-    assert not torch.equal(a, data.hash_embedding("bad", 8, seed=0))
-    X = data.embed_tokens([["good", "film"], ["bad", "good"]], 8)
-    assert X.shape == (2, 2, 8) and torch.equal(X[0, 0], X[1, 1])
-    with pytest.raises(ValueError, match="same number of tokens"):
-        data.embed_tokens([["a"], ["a", "b"]], 8)
-
-
 # --- the offline copies themselves (skipped where they are absent) --------------------------------
-
-@pytest.fixture
-def offline():
-    from convres.data import data_dir
-    if not (data_dir() / "sst2" / "train.parquet").is_file():
-        pytest.skip("no offline data (set CONVRES_DATA_DIR)")
-    return data_dir()
-
 
 def test_offline_copies(offline):
     df = data.load_jena("2009-01-01 01:00", "2009-01-28 17:00", data_dir=offline, freq="1h")
@@ -175,16 +156,6 @@ def test_offline_copies(offline):
     assert len(s) == 67_349 and s.label.sum() == 37_569
     if (offline / "SHA256SUMS").is_file():  # the offline copy ships one
         assert s.attrs["checksum"] == f"sha256 matches {offline / 'SHA256SUMS'}"
-
-
-def test_embedding_arguments_are_checked():
-    with pytest.raises(ValueError, match="d \\(the embedding dimension\\)"):
-        data.hash_embedding("film", 0)
-    with pytest.raises(TypeError, match="token must be a str"):
-        data.hash_embedding(3, 4)
-    with pytest.raises(ValueError, match="non-empty"):
-        data.embed_tokens([], 4)
-
 
 
 def slice_rows(cells):
@@ -279,7 +250,6 @@ def test_standardize_names_constant_and_non_finite_features():
 def test_numpy_integers_are_accepted_and_bools_are_not():
     X, Y = synthetic_regression(np.int64(2), np.int32(3), np.int64(4))
     assert X.shape == (2, 3, 4) and Y.shape == (2, 3, 1)
-    assert torch.equal(data.hash_embedding("film", np.int64(8), np.int64(1)), data.hash_embedding("film", 8, 1))
     df = pd.DataFrame({"sentence": SENTS, "label": LABELS})
     assert data.sst2_prefixes(df, np.int64(4), np.int64(4))[1].tolist() == [0, 1, 1, 0]
     with pytest.raises(ValueError, match="N must be a positive integer, got True"):

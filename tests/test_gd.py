@@ -247,7 +247,22 @@ def test_bad_run_arguments(kwargs, match):
 def test_numpy_scalars_are_accepted():
     cfg, params, X, Y = instance()
     _, h = gradient_descent(params, X, Y, cfg, mu=np.float32(0.01), steps=np.int64(3))
-    assert h.steps == 3
+    assert h.steps == 3 and synthetic_regression(np.int64(2), 3, 4)[0].shape == (2, 3, 4)
+
+
+def test_edge_values_run_as_documented():
+    cfg, params, X, Y = instance()
+    assert gradient_descent(params, X, Y, cfg, 0.01, 3, record_every=10**9)[1].record_steps.tolist() == [0, 3]
+    assert gradient_descent(params, X, Y, cfg, 0.01, 3, tol=float("inf"))[1].status == "converged"
+    out, h = gradient_descent(params, X, Y, cfg, 1e6, 50, blowup=float("inf"))
+    assert h.status == "diverged" and all(bool(torch.isfinite(v).all()) for v in out.values())
+
+
+def test_a_failing_callback_passes_its_error_through():
+    def callback(step):
+        raise ZeroDivisionError("the user's own error")
+    with pytest.raises(ZeroDivisionError, match="the user's own error"):
+        gradient_descent(*instance()[1:], instance()[0], 0.01, 3, callback=callback)
 
 
 def test_bad_sweeps_give_clear_errors():
@@ -265,6 +280,8 @@ def test_bad_sweeps_give_clear_errors():
         run_sweep(params, X, Y, cfgs, [1e-3, -1.0, 1e-3, 1e-3], 5)
     with pytest.raises(TypeError, match="cfg must be a convres.ModelConfig"):
         run_sweep(params, X, Y, "relu", mus, 5)
+    with pytest.raises(TypeError, match="got ModelConfig and Tensor"):
+        run_sweep(params, X, Y, cfgs[0], torch.tensor(mus), 5)
     with pytest.raises(ValueError, match="Y must have shape"):
         run_sweep(params, X, Y[:, :, :1], cfgs, mus, 5)
 

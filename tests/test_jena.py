@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from convres import experiments as ex
-from convres.data import JENA_FEATURES, DataError, data_dir
+from convres.data import JENA_FEATURES, DataError
 from convres.experiments import jena
 from convres.model import forward
 from convres.protocol import EVALUATION_SEEDS, PILOT_SEEDS, PROBE_SEEDS
@@ -15,12 +15,6 @@ from convres.protocol import EVALUATION_SEEDS, PILOT_SEEDS, PROBE_SEEDS
 @pytest.fixture(autouse=True)
 def fresh_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
-
-
-@pytest.fixture
-def offline():
-    if not (data_dir() / "jena_climate").is_dir():
-        pytest.skip("no offline data (set CONVRES_DATA_DIR)")
 
 
 def test_the_settings_use_the_protocols_seeds_and_the_whole_slice():

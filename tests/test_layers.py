@@ -2,6 +2,7 @@
 crosses a module. A new module must be placed here; an import that points up fails the test."""
 
 import ast
+import re
 from pathlib import Path
 
 import convres
@@ -87,3 +88,12 @@ def test_no_private_name_crosses_a_module():
                 for target, names in _imports(path) for n in names
                 if n.startswith("_") and not (n.startswith("__") and n.endswith("__"))]
     assert not crossing, crossing
+
+
+def test_the_package_uses_no_unsafe_loader_or_shell():
+    unsafe = re.compile(r"\bpickle\b|torch\.load\(|\beval\(|\bexec\(|shell=True|os\.system\(|os\.popen\(|"
+                        r"yaml\.load\(|allow_pickle|extractall\(|\bmarshal\b|trust_remote_code")
+    found = [f"{p.name}:{i}: {line.strip()}" for p in sorted(ROOT.rglob("*.py"))
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if unsafe.search(line) and "no pickle" not in line]
+    assert found == []

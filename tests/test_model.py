@@ -228,6 +228,7 @@ def test_bad_init_arguments(kwargs, match):
     ("beta", -0.1, ValueError), ("beta", float("nan"), ValueError), ("beta", "1", TypeError), ("beta_ffn", -1.0, ValueError),
     ("activation", "sigmoidish", ValueError), ("scale", "1/sqrt(d)", ValueError),
     ("scale", -2.0, ValueError), ("pool", "max", ValueError),
+    ("activation", ["relu"], ValueError),
 ])
 def test_bad_config_is_rejected(field, value, error):
     kwargs = dict(SMALL, **{field: value})
@@ -246,6 +247,10 @@ def test_bad_params_are_rejected():
         check_inputs(dict(params, W_U=params["W_U"] * float("nan")), X, Y, cfg)
     with pytest.raises(TypeError, match="dict"):
         check_inputs([1, 2], X, Y, cfg)
+    with pytest.raises(ValueError, match=r"unexpected \['bias'\]"):
+        check_inputs(dict(params, bias=params["W_U"]), X, Y, cfg)
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        check_inputs({k: v.numpy() for k, v in params.items()}, X, Y, cfg)
     with pytest.raises(TypeError, match="real floating-point"):
         check_inputs({k: v.long() for k, v in params.items()}, X, Y, cfg)
 
@@ -268,6 +273,15 @@ def test_bad_data_is_rejected():
         check_inputs(params, X[:, :0], Y[:, :0], cfg)
     with pytest.raises(TypeError, match="real floating-point"):
         check_inputs(params, X.long(), Y, cfg)
+
+
+def test_non_contiguous_weights_and_inputs_give_the_same_losses():
+    cfg, params, X, Y = small_instance(L=2)
+    Pt = {k: v.t().contiguous().t() for k, v in params.items()}
+    Xt = X.transpose(1, 2).contiguous().transpose(1, 2)
+    assert not Xt.is_contiguous() and not Pt["layer1.W_Q"].is_contiguous()
+    a = gradient_descent(params, X, Y, cfg, 0.01, 10)[1].loss
+    assert np.allclose(a, gradient_descent(Pt, Xt, Y, cfg, 0.01, 10)[1].loss, rtol=1e-12, atol=0)
 
 
 def test_an_overflowing_forward_pass_is_an_error_not_nan():

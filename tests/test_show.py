@@ -58,11 +58,11 @@ def test_every_checked_statement_has_its_tex():
 
 def test_claims_table_reads_claim_rows():
     rows = [dict(claim="larger beta faster", verdict="partly", effect=0.31, ci=(0.1, 0.5),
-                 margin=0.4, agree=7, units=10),
+                 margin=0.4, units=10, diverged=1),
             dict(claim="a check", verdict="inconclusive")]
     html = claims_table(rows).to_html()
     assert rf"larger {MATH}\(\beta\)</span> faster" in html
-    assert ">0.10 to 0.50<" in html and ">7 of 10<" in html and ">0.31<" in html
+    assert ">0.10 to 0.50<" in html and ">10 (1 diverged)<" in html and ">0.31<" in html
 
 
 def test_every_ffn_statement_has_its_tex():

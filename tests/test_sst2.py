@@ -12,7 +12,6 @@ from convres.experiments import sst2
 from convres.experiments.sst2 import Arm
 from convres.model import ModelConfig, forward_trace, init_params
 from convres.protocol import CHECKS, EVALUATION_SEEDS, GRADES, PROBE_SEEDS
-from tests.test_experiments import SST2_TINY, offline, write_tiny_sst2  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(autouse=True)
@@ -201,9 +200,8 @@ def test_the_heldout_table_pairs_the_arms_with_the_baselines_on_the_same_sentenc
     assert not rows["floor with twice the dimension"]["beats_floor"]
 
 
-def test_a_tiny_run_of_every_arm_end_to_end(tmp_path, monkeypatch):
-    write_tiny_sst2(tmp_path)
-    r = ex.run_experiment("sst2", "smoke", overrides=SST2_TINY, data_dir=tmp_path)
+def test_a_tiny_run_of_every_arm_end_to_end(tmp_path, tiny_sst2):
+    r = ex.run_experiment("sst2", "smoke", overrides=tiny_sst2, data_dir=tmp_path)
     d, s = r.data, r.settings
     arms = sst2.arms_of(s)
     assert len(arms) == 7 and d["N"] == 16 and d["N_val"] == 12 and d["matched_m"] >= 4
@@ -242,11 +240,10 @@ def test_a_tiny_run_of_every_arm_end_to_end(tmp_path, monkeypatch):
         assert all(ax.get_ylabel() for ax in fig.axes)
     assert len(plotting.plot_sst2(r).axes) == 2                              # one panel per depth
     with pytest.raises(ValueError, match="must not share a seed"):
-        ex.run_experiment("sst2", "smoke", overrides={**SST2_TINY, "probe_seeds": [1]}, data_dir=tmp_path)
+        ex.run_experiment("sst2", "smoke", overrides={**tiny_sst2, "probe_seeds": [1]}, data_dir=tmp_path)
 
 
-def test_a_diverged_arm_is_rerun_at_half_its_step(tmp_path, monkeypatch):
-    write_tiny_sst2(tmp_path)
+def test_a_diverged_arm_is_rerun_at_half_its_step(tmp_path, tiny_sst2, monkeypatch):
     original = sst2._tune
 
     def tune(s, X, Yt, arm, dtype, device):             # the residual L = 2 arm "tuned" far too large
@@ -254,7 +251,7 @@ def test_a_diverged_arm_is_rerun_at_half_its_step(tmp_path, monkeypatch):
         return {**t, "chosen": 1e4} if arm == Arm(2, "residual") else t
 
     monkeypatch.setattr(sst2, "_tune", tune)
-    r = ex.run_experiment("sst2", "smoke", overrides={**SST2_TINY, "max_reruns": 2, "wide": None},
+    r = ex.run_experiment("sst2", "smoke", overrides={**tiny_sst2, "max_reruns": 2, "wide": None},
                           data_dir=tmp_path)
     reruns = r.data["reruns"]
     assert [(x["from"], x["to"]) for x in reruns if x["arm"] == "L=2, residual"] == [(1e4, 5e3), (5e3, 2.5e3)]
@@ -264,9 +261,8 @@ def test_a_diverged_arm_is_rerun_at_half_its_step(tmp_path, monkeypatch):
     assert t1["diverged"] == sum(x["status"] == "diverged" for x in runs)
 
 
-def test_the_checks_use_the_pilot_seeds_and_halvings_carry_a_rerun_across_pieces(tmp_path):
-    write_tiny_sst2(tmp_path)
-    base = {**SST2_TINY, "wide": None, "adam": None}
+def test_the_checks_use_the_pilot_seeds_and_halvings_carry_a_rerun_across_pieces(tmp_path, tiny_sst2):
+    base = {**tiny_sst2, "wide": None, "adam": None}
     one = ex.run_experiment("sst2", "smoke", overrides={**base, "seeds": [0]}, data_dir=tmp_path).data
     two = ex.run_experiment("sst2", "smoke", overrides={**base, "seeds": [1],
                                                        "halvings": {"L=1, residual": 2}}, data_dir=tmp_path).data

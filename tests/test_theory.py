@@ -146,7 +146,7 @@ def test_r_sigma_upper_is_attained_by_an_explicit_point(seed, layers):
 
 
 def test_part_b_fails_on_the_default_instance_and_is_consistent():
-    """Part (b'): rho = 4 sqrt(2 Phi_0) / sigma_0 exceeds the upper bound of r_sigma (a certified
+    """Part (b): rho = 4 sqrt(2 Phi_0) / sigma_0 exceeds the upper bound of r_sigma (a certified
     failure); the lower bound of convres.certify lies below the upper bound; the old (A5) radius
     is larger than rho by 2 J_0 / sigma_0 >= 2."""
     params, X, Y, cfg = theorem_instance(0)
@@ -194,6 +194,12 @@ def test_bad_arguments_raise_clear_errors():
         theorem_run(params, X, Y, cfg, steps=2, safety=0.5)
     with pytest.raises(ValueError, match="steps must be"):
         theorem_run(params, X, Y, cfg, steps=0)
+    with pytest.raises(ValueError, match="mu must be"):
+        theorem_run(params, X, Y, cfg, mu=float("inf"))
+    with pytest.raises(ValueError, match=r"layer must be an integer in 1 \.\. 1, got 2"):
+        residual_lemma(params, X, cfg, layer=2)
+    with pytest.raises(ValueError, match="iters must be"):
+        hessian_norm(params, X, Y, cfg, iters=0)
 
 
 def test_verify_run_counts_a_violation():
@@ -206,6 +212,14 @@ def test_verify_run_counts_a_violation():
     assert r.check.every_step_observed
     with pytest.raises(ValueError, match="one gradient per step"):
         verify_run(h, np.ones(3), np.ones(21), r.mu, r.alpha, r.L_hat, d, tol=FLOAT_TOL)
+
+
+def test_theorem_at_the_beta_cap_with_deep_stacks_is_a_clear_error():
+    """``theorem --beta 1000 --layers 20``: the Hessian-vector product overflows; a clear error."""
+    inst = theorem_instance(0, beta=1000.0, layers=20)
+    assert hessian_norm(*inst, iters=3) == math.inf
+    with pytest.raises(ValueError, match="Hessian of the loss is not finite"):
+        theorem_run(*inst, steps=2)
 
 
 def test_a_diverged_run_verifies_nothing():
@@ -392,15 +406,6 @@ def test_certified_scope_names_what_fails_and_what_is_certified(capsys):
     assert sst and "one block" in sst[0]["failing_hypothesis"]
     assert main(["theorem", "--scope"]) == 0
     assert "certified" in capsys.readouterr().out
-
-
-def test_theorem_refuses_sizes_without_a_mode(capsys):
-    """The plain run uses the chapter's fixed instance: sizes without --certify are an error."""
-    for args in (["--d", "64", "--N", "3"], ["--n", "2"], ["--delta", "0.1"], ["--scope", "--steps", "3"],
-                 ["--certify", "--scope"]):
-        assert main(["theorem", *args, "--json"]) == 2
-        err = capsys.readouterr().err
-        assert "error" in err and ("--" in err)
 
 
 def test_tangent_kernel_blocks_and_the_lazy_report():

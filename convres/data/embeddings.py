@@ -1,16 +1,14 @@
-"""Frozen word vectors for the SST-2 chapter: PPMI-SVD vectors of the unlabelled training text, and
-hashed Gaussian vectors (a floor baseline that carries no meaning)."""
+"""Frozen word vectors for the SST-2 chapter: PPMI-SVD vectors of the unlabelled training text."""
 
 from __future__ import annotations
 
-import hashlib
 import numbers
 
 import torch
 
 from ..values import as_int, is_int
 
-__all__ = ["ppmi_embeddings", "embed_with", "hash_embedding", "embed_tokens"]
+__all__ = ["ppmi_embeddings", "embed_with"]
 
 
 def ppmi_embeddings(sentences, d: int, *, vocab_size: int = 5000, smoothing: float = 0.75,
@@ -102,27 +100,3 @@ def embed_with(sentences, vocab, vectors, *, mean=None, std=None, dtype=torch.fl
     table = np.vstack([(vectors - mean) / std, np.zeros((1, vectors.shape[1]))])
     X = table[np.where(known, ids, len(vocab))]
     return torch.tensor(X, dtype=dtype), (mean, std), float(1.0 - known.mean())
-
-
-def hash_embedding(token: str, d: int, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
-    """A frozen Gaussian embedding of ``token``: ``d`` i.i.d. ``N(0, 1)`` entries from a generator
-    seeded with the SHA-256 of ``"<seed>:<token>"`` (the same vector on every machine)."""
-    if not isinstance(token, str):
-        raise TypeError(f"token must be a str, got {type(token).__name__}.")
-    d = as_int("d (the embedding dimension)", d, minimum=1)
-    if not is_int(seed):
-        raise ValueError(f"seed must be an integer, got {seed!r}.")
-    digest = hashlib.sha256(f"{int(seed)}:{token}".encode()).digest()
-    gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
-    return torch.randn(int(d), generator=gen, dtype=torch.float64).to(dtype)
-
-
-def embed_tokens(sentences, d: int, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
-    """``X`` of shape ``(N, n, d)`` from equal-length token lists, with :func:`hash_embedding`."""
-    lengths = {len(s) for s in sentences}
-    if not lengths or 0 in lengths:
-        raise ValueError("sentences must be a non-empty list of non-empty token lists.")
-    if len(lengths) != 1:
-        raise ValueError(f"all sentences must have the same number of tokens, got lengths {sorted(lengths)}.")
-    table = {t: hash_embedding(t, d, seed, torch.float64) for s in sentences for t in s}
-    return torch.stack([torch.stack([table[t] for t in s]) for s in sentences]).to(dtype)

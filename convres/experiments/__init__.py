@@ -1,16 +1,7 @@
-"""The book's experiments: one record per experiment, one module each, cached results.
-
-Book chapters: *Simulations*, *Jena Climate*, *SST-2*, *Rank collapse under gradient descent*, the
-theorem chapters and the *Reproduction report*. Paper: arXiv:2506.05249, its experiments as described in
-the abstract (v1 and v4): (1) simulations, (2) Jena Climate with residual coefficients beta from
-small values to 1, (3) SST-2 with depth L = 2, 6, 10 with and without residuals. Every size, seed,
-step size and window is **the book's choice**: the paper's settings are not known to this project.
-
-Each module defines one :class:`~convres.experiments.base.Experiment` (its settings per profile:
-``"book"``, what the chapters show; ``"paper"``, larger; ``"smoke"``, unit tests only; its runner,
-key numbers, claims, figure, scope shapes and report rows). :data:`EXPERIMENTS` collects them;
-:func:`run_experiment` runs one (or loads its cached result) and returns a
-:class:`~convres.experiments.base.Result`.
+"""The book's experiments: one :class:`~convres.experiments.base.Experiment` record per module,
+cached results. The paper (arXiv:2506.05249) describes simulations, Jena Climate with beta from small
+values to 1, and SST-2 with L = 2, 6, 10; every size, seed and step here is the book's choice.
+Profiles: ``"book"`` (the chapters), ``"paper"`` (larger), ``"smoke"`` (unit tests).
 """
 
 from __future__ import annotations
@@ -65,12 +56,8 @@ def settings(name: str, profile: str = "book") -> dict:
 
 def run_experiment(name: str, profile: str = "book", *, progress: bool = False, refresh: bool = False,
                    data_dir=None, overrides: dict | None = None, device=None) -> Result:
-    """Run experiment ``name`` under ``profile`` (or load its cached result); return a :class:`Result`.
-
-    ``overrides`` replaces some settings (a different configuration, hence a different cache key).
-    ``device`` (e.g. ``"cuda"``) runs the gradient descent there. The cache key holds the settings,
-    the device as asked and the fingerprint of the data files (:func:`convres.data.fingerprint`).
-    """
+    """Run experiment ``name`` under ``profile`` with ``overrides`` (or load its cached result, keyed on
+    the settings, the device as asked and :func:`convres.data.fingerprint`); a :class:`Result`."""
     e = _experiment(name)
     s = settings(name, profile)
     if overrides is not None and not isinstance(overrides, dict):

@@ -1,10 +1,5 @@
 """What every experiment shares: the :class:`Experiment` record, the :class:`Result` and the helpers.
-
-An experiment module (``simulations``, ``jena``, ``sst2``, ...) defines one :class:`Experiment`
-named ``EXPERIMENT``; the package collects them into :data:`convres.experiments.EXPERIMENTS`.
-Nothing outside the record knows an experiment by its name: the report, the scope table and the
-command line loop over the records and call their hooks.
-"""
+The report, the scope table and the command line loop over the records and call their hooks."""
 
 from __future__ import annotations
 
@@ -23,12 +18,12 @@ import torch
 from ..cache import cached_json, digest
 from ..model import ModelConfig
 from ..protocol import BOOTSTRAP_DRAWS, CHECKS, CLAIMS, MIN_UNITS, TAG, Claim
-from ..stats import GRADES, Estimate, estimate, grade
+from ..stats import GRADES, Estimate, censored, estimate, grade
 from ..values import as_int, json_safe
 
 __all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
            "RESULT_FORMAT", "check_settings", "measured_rate", "finite_list", "dtype_of", "stable",
-           "median_by", "spread", "final", "positive_int", "output_rows", "shared_by_pieces", "RUN_CONTEXT",
+           "spread", "level_steps", "positive_int", "output_rows", "shared_by_pieces", "RUN_CONTEXT",
            "CheckResult", "design_check", "ClaimRecord", "claim_record", "protocol_stamp", "protocol_summary",
            "STAMP_FILE"]
 
@@ -64,24 +59,11 @@ def _no_report(result: Result) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-    """One experiment of the book and everything the book and the command line ask of it.
-
-    Attributes:
-        name, title, chapter: how the command line and the report name it.
-        profiles: the settings per profile (see :data:`PROFILES`).
-        run: ``run(settings, progress=..., data_dir=..., device=...) -> data``, a JSON-able dict.
-        key_numbers: ``key_numbers(result) -> dict``, the figure's numbers.
-        claims: ``claims(result) -> [row]``, the rows of the reproduction report.
-        plot: ``plot(result) -> Figure``.
-        shapes: ``shapes(settings) -> [Shape]``, the models for the theory's scope table.
-        report: ``report(result) -> {"settings", "spread", "runs", "deviations"}``: the row of the
-            report's settings table (or ``None``), its rows of the seeds-and-spread table, the
-            number of gradient-descent runs, and its rows of the deviations table.
-        paper: what the paper's abstract and summary say about the setting (nothing more is known).
-        in_report: whether the reproduction report shows it.
-        piece_seeds: evaluation seeds per piece of the ``paper`` profile (:mod:`convres.committed`);
-            ``None``: one piece.
-    """
+    """One experiment: its names, settings per profile (:data:`PROFILES`) and hooks ``run(settings,
+    progress=, data_dir=, device=) -> data`` (JSON-able), ``key_numbers``, ``claims`` (the report's
+    rows), ``plot``, ``shapes`` (for the scope table) and ``report`` (``{"settings", "spread",
+    "runs", "deviations"}``); ``paper``: what the paper says of the setting; ``piece_seeds``:
+    evaluation seeds per piece of the ``paper`` profile (``None``: one piece)."""
 
     name: str
     title: str
@@ -202,14 +184,6 @@ def stable(h) -> bool:
     return bool(h.status != "diverged" and len(h.loss) > 1 and h.loss[-1] <= h.loss[0])
 
 
-def median_by(runs, keys, value):
-    """Median of ``value(run)`` per group of runs with equal ``run[k]`` for ``k`` in ``keys``."""
-    groups: dict[tuple, list] = {}
-    for r in runs:
-        groups.setdefault(tuple(r[k] for k in keys), []).append(value(r))
-    return {k: float(np.median(v)) for k, v in groups.items()}
-
-
 def spread(values) -> dict:
     """Median, min and max of ``values`` (``None`` entries dropped), with their count."""
     v = np.asarray([x for x in values if x is not None], dtype=np.float64)
@@ -218,10 +192,10 @@ def spread(values) -> dict:
     return {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max()), "count": int(len(v))}
 
 
-def final(r, field="loss"):
-    """The last value of ``r[field]``, ``inf`` for a diverged run."""
-    v = r[field][-1]
-    return math.inf if v is None or r["status"] == "diverged" else float(v)
+def level_steps(r: dict, horizon: int) -> float | None:
+    """A run's steps to the level, the horizon when never reached (censored), at least 1 (for a log
+    ratio); ``None`` for a diverged run."""
+    return None if r["status"] == "diverged" else max(1.0, censored(r["steps_to_level"], horizon)[0])
 
 
 def positive_int(s: dict, key: str) -> int:
@@ -235,11 +209,9 @@ RUN_CONTEXT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("run_c
 
 
 def shared_by_pieces(what: str, s: dict, device, compute: Callable[[], Any], **context: Any) -> Any:
-    """``compute()``, a part of an experiment that does not use its evaluation seeds (the step sizes
-    tuned on the probe seeds, a check on a probe seed), cached as ``what`` on the settings ``s``
-    less ``seeds``, the ``device`` it runs on, the data files and ``context`` (JSON-serializable):
-    the pieces of a run in pieces (:mod:`convres.committed`) differ only in ``seeds``, so the first
-    computes it and the others read it back; the run records which it used (``data["shared"]``)."""
+    """``compute()``, a part that uses no evaluation seed, cached on ``s`` less ``seeds``, the
+    ``device``, the data files and ``context``: the first piece of a run computes it, the others
+    read it back; the run records it in ``data["shared"]``."""
     run = RUN_CONTEXT.get() or {"data": {}, "shared": []}
     config = {"settings": {k: v for k, v in s.items() if k != "seeds"}, **context, "device": str(device),
               "data": run["data"]}
@@ -341,11 +313,9 @@ def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequ
                  strata: Sequence | None = None,
                  sensitivity: Mapping[tuple[str, str], Sequence] | None = None,
                  draws: int = BOOTSTRAP_DRAWS) -> ClaimRecord:
-    """Claim ``claim_id`` graded by protocol v4 from one effect per unit (``None``: a diverged unit;
-    a pair ``(x, y)`` per run for S5), its units' ``strata`` (a regime or depth per unit, required
-    when the claim names subsets), the experiment's design ``checks`` (every check the claim needs)
-    and ``sensitivity``, the effects of each of the claim's alternatives ``(measure, protocol)``,
-    on the same units. The minimum of units is the ``profile``'s (:data:`convres.protocol.MIN_UNITS`)."""
+    """Claim ``claim_id`` graded by protocol v4 from one effect per unit (``None``: diverged), the
+    units' ``strata`` (required when the claim names subsets), the design ``checks`` it needs and
+    ``sensitivity``: the effects under each alternative ``(measure, protocol)``."""
     if claim_id not in CLAIMS:
         raise ValueError(f"unknown claim {claim_id!r}; the protocol's are {list(CLAIMS)}.")
     if profile not in MIN_UNITS:

@@ -1,26 +1,10 @@
 """Jena Climate: residual-coefficient sweep, temperature one hour ahead from the past only, a held-out week.
 
-Book chapter *Jena Climate* (``book/jena.md``). The rows of the offline slice of the station's
-2009-2016 series at 10-minute resolution, standardized over the training rows. A sequence is a
-window of ``window`` consecutive rows ``x_i, ..., x_{i+w-1}``; its one target is the temperature
-``horizon`` rows after the window's last row, ``y = T_{i+w-1+h}``, which is never an input of its
-window (a causal forecast).
-
-**Order-aware.** Each row carries one more feature, its *age* ``a_j = j - (w - 1)`` for row ``j =
-0 .. w-1`` of the window (0 for the latest row, ``-(w-1)`` for the oldest), so the mean-pooled
-readout ``F(X) = mean_rows(H) W_U`` can tell the rows apart and can represent persistence
-``y_hat = T_{i+w-1}``. **The same start for every beta.** ``W_U`` starts at ``readout_scale`` times
-its Gaussian draw (0 by default), so that every beta of a seed starts at the same loss
-``Phi_0 = 1/2 ||Y||^2`` from the same weights; ``W_U`` moves at the first step and every other
-weight from the second.
-
-Speed is the level-free **mean log-loss** ``(1/T) sum_{t=1}^T log10(max(Phi_t / Phi_0, 1e-12))``
-(protocol v4, section 4); the steps to a training-MSE level set on pilot runs of this design are a
-sensitivity measure. The design checks of protocol v4, section 3 (*informative*, *reachable*, *equal
-start*) are computed on the pilot seeds before the evaluation runs. Baselines on the same windows:
-persistence, a linear autoregressive model ``y_hat = vec(X) c + c_0``, and the best order-blind
-predictor of the check, a ridge on symmetric statistics of each feature over the window (mean, std,
-min, max), each ridge chosen on a split of the training period.
+Book chapter *Jena Climate* (``book/jena.md``). A window of ``w`` rows ``x_i, ..., x_{i+w-1}`` has
+one target ``y = T_{i+w-1+h}`` (causal). Each row carries its age ``a_j = j - (w - 1)``, so the
+mean-pooled readout can represent persistence; ``W_U`` starts at ``readout_scale`` times its draw
+(0 by default), so every beta of a seed starts at ``Phi_0 = 1/2 ||Y||^2``. Speed is the mean
+log-loss ``(1/T) sum_t log10(max(Phi_t / Phi_0, 1e-12))`` (protocol v4, section 4).
 """
 
 from __future__ import annotations
@@ -56,6 +40,7 @@ from .base import (
     design_check,
     dtype_of,
     finite_list,
+    level_steps,
     positive_int,
     protocol_summary,
     shared_by_pieces,
@@ -70,16 +55,9 @@ AGE = "age (rows)"
 
 
 class JenaTask(NamedTuple):
-    """The book's Jena task (chapter *Jena Climate*): training and held-out windows.
-
-    ``X``, ``Y``: training windows ``(N, window, d)`` and their targets ``(N, 1)``; ``X_val``,
-    ``Y_val``: the same for the held-out rows. ``rows``, ``train_rows``, ``val_rows``: raw rows used;
-    ``target_std``: the standard deviation of the target over the training rows (in its unit), to
-    turn a standardized MSE into the unit squared; ``persistence``: the MSE of the persistence
-    forecast (the target predicted by the temperature of the window's last row) on the training
-    and on the held-out windows, standardized units; ``features``: the names of the ``d`` columns;
-    ``target_times``: the time of each training window's target (for the inner split).
-    """
+    """The Jena task: training windows ``X`` ``(N, window, d)``, targets ``Y`` ``(N, 1)``, the same
+    held out; row counts; ``target_std`` (the target's unit); the persistence forecast's MSE
+    (standardized); the feature names; each training target's time (for the inner split)."""
 
     X: torch.Tensor
     Y: torch.Tensor
@@ -119,18 +97,9 @@ def _with_age(X: np.ndarray) -> np.ndarray:
 
 def jena_data(s: dict, data_dir=None, dtype=torch.float64, *, time_of_day: bool | None = None,
               age: bool | None = None) -> JenaTask:
-    """Training and held-out windows of the book's Jena task (chapter *Jena Climate*).
-
-    The rows of ``[start, end]`` at ``freq`` (selected by timestamp, every row of the grid required),
-    split at ``train_end``: rows up to it train, the later ones are held out. Every feature is
-    standardized by its mean and standard deviation **over the training rows** (the held-out rows
-    with the same numbers); with ``time_of_day`` (default: the setting) the sine and cosine of the
-    hour are two more features. Training windows of ``window`` rows start every ``stride`` rows,
-    held-out ones every ``val_stride`` rows, each inside its part; the target of a window is the
-    standardized ``target`` ``horizon`` rows after its last row. With ``age`` (default: the setting)
-    every row of a window gets one more feature, its age (0 for the latest row, ``1 - window`` for
-    the oldest). Returns a :class:`JenaTask`.
-    """
+    """The :class:`JenaTask`: the rows of ``[start, end]`` at ``freq``, split at ``train_end``, each
+    feature standardized over the training rows; optional hour-of-day and age features; windows
+    every ``stride`` (held out: ``val_stride``) rows, the target ``horizon`` rows after the last."""
     window, stride, horizon, val_stride = (positive_int(s, k) for k in ("window", "stride", "horizon",
                                                                         "val_stride"))
     if s.get("target") not in JENA_FEATURES:
@@ -235,12 +204,9 @@ def speed(mse, status: str, horizon: int) -> float | None:
 
 def persistence_weights(cfg: ModelConfig, window: int, target: int, age: int, *, gate: float = 100.0,
                         dtype=torch.float64) -> dict[str, torch.Tensor]:
-    """Weights with which the one-block model ``cfg`` (mean-pooled, GELU, ``m >= 4``) computes the
-    persistence forecast ``F(X) = x_{w-1, target}`` (the target feature of the latest of the
-    ``window`` rows) from inputs whose column ``age`` is each row's age (0 for the latest): a proof by
-    construction that the order-aware model can represent persistence at every beta, up to the
-    tails of GELU and of the softmax (``gate`` sets how far: ``e^{-gate}``-small). Uses
-    ``gelu(u) - gelu(-u) = u`` for a linear unit and ``gelu(u + gate * a) ~ 0`` for ``a <= -1``.
+    """Weights with which the one-block model ``cfg`` (mean-pooled, GELU, ``m >= 4``) computes
+    persistence ``F(X) = x_{w-1, target}`` from inputs with an ``age`` column, at every beta, up to
+    ``e^{-gate}``-small tails; uses ``gelu(u) - gelu(-u) = u`` and ``gelu(u + gate a) ~ 0``, ``a <= -1``.
 
     - ``beta > 0``: ``W_V = 0``, so ``Z = beta X``; two FFN units ``gelu(+-Z_target + gate Z_age)``
       pass the latest row's target and block the others, two more cancel the residual ``beta Z`` in
@@ -300,10 +266,8 @@ def _chunk(cfg: ModelConfig, X, count: int) -> int:
 
 
 def _runs(s: dict, X, Y, arms, steps: int, *, progress=False, device=None) -> list[dict]:
-    """Gradient descent for ``arms`` = ``[(beta, seed, eta), ...]`` on the training windows, ``mu =
-    eta / N``, from :func:`_init`'s weights, in one sweep (stacked by :func:`_chunk`). Each run: its
-    training MSE ``2 Phi_t / N`` for ``t = 0 .. steps`` (shorter if it diverged), status and final
-    weights."""
+    """Gradient descent for ``arms`` = ``[(beta, seed, eta), ...]``, ``mu = eta / N``, in one sweep:
+    each run's training MSE ``2 Phi_t / N``, status and final weights."""
     N, _, d = X.shape
     if not arms:
         return []
@@ -315,12 +279,8 @@ def _runs(s: dict, X, Y, arms, steps: int, *, progress=False, device=None) -> li
 
 
 def _tune(s: dict, X, Y, *, progress=False, device=None) -> list[dict]:
-    """Per beta, the step ``eta`` (``mu = eta / N``) of :func:`convres.stats.tune_step` (protocol v4,
-    section 2) from the grid ``eta_grid``: each probe seed's score is its mean log-loss over
-    ``probe_steps`` steps (lower is better). The mean log-loss has no target to miss, so every probe
-    run that is stable (not diverged, and below its start at the end) resolves its step. The probe
-    runs of the first grid, which every beta needs, run as one sweep for all betas (the same runs,
-    stacked); the steps the rule adds for one beta run when it asks for them."""
+    """Per beta, the step ``eta`` (``mu = eta / N``) of :func:`convres.stats.tune_step` on
+    ``eta_grid``, each probe seed scored by its mean log-loss over ``probe_steps`` steps."""
     T = positive_int(s, "probe_steps")
     seeds = s["probe_seeds"]
     made: dict = {}
@@ -354,9 +314,7 @@ def _ladder(s: dict) -> list[float]:
 
 
 def _pilots(s: dict, X, Y, X_blind, tuned: dict, *, device=None) -> dict:
-    """The pilot runs of the final design (pilot seeds, every beta at its tuned step, the whole
-    horizon), and the same model without the age feature (order-blind) at beta = 0 and 1. Returns
-    their training-MSE curves, statuses and mean log-losses."""
+    """The pilot runs of the final design, and the order-blind model (no age) at the end betas."""
     T = positive_int(s, "steps")
     arms = [(b, sd, tuned[b]) for sd in s["pilot_seeds"] for b in s["betas"]]
     runs = _runs(s, X, Y, arms, T, device=device)
@@ -387,10 +345,7 @@ def _level(s: dict, pilots: dict, persistence_train: float) -> dict:
 
 
 def _checks(s: dict, pilots: dict, level: dict, ceiling: float) -> list[dict]:
-    """The design checks of protocol v4, section 3, for Jena, from the pilots and the baselines:
-    *informative* (the order-blind ridge's training MSE over the level, > 1), *reachable* (pilot runs
-    that do not reach the level within half the horizon, 0) and *equal start* (the largest relative
-    difference of the initial loss between the betas of a pilot seed, < 1%)."""
+    """Protocol v4, section 3, for Jena: *informative*, *reachable* and *equal start*."""
     half, lev = level["half"], level["level"]
     late = sum(r["status"] == "diverged" or steps_to(r["train_mse"][:half + 1], lev, relative=False) is None
                for r in pilots["runs"])
@@ -424,12 +379,9 @@ def _heldout(s: dict, runs: list[dict], X_val, Y_val) -> list[float | None]:
 
 def _evaluate(s: dict, X, Y, steps_of: dict, protocol: str, done: dict, *, progress=False,
               device=None) -> list[dict]:
-    """The evaluation runs of one protocol: every (beta, seed) at ``steps_of[beta]``. An arm (a beta)
-    with a diverged run is run again at half its step (``RERUN_FACTOR``), every seed of it (protocol
-    v4, section 1), at most ``max_halvings`` times (1: the protocol's one rerun); each run records the
-    step it was first given (``tuned_eta``) and how many times it was halved (``rerun``). ``done``
-    maps ``(beta, seed, eta)`` to a run already made (by the other protocol at the same step: the
-    same run), and gains the runs made here."""
+    """Every (beta, seed) at ``steps_of[beta]``; a beta with a diverged run is rerun at
+    ``RERUN_FACTOR`` times its step, at most ``max_halvings`` times. ``done`` maps
+    ``(beta, seed, eta)`` to a run already made, and gains the runs made here."""
     T = positive_int(s, "steps")
     eta = dict(steps_of)
     final: dict = {}
@@ -453,9 +405,7 @@ def _evaluate(s: dict, X, Y, steps_of: dict, protocol: str, done: dict, *, progr
 
 
 def _design_part(s: dict, task: JenaTask, *, progress=False, device=None) -> dict:
-    """Everything computed before the evaluation runs, without an evaluation seed: the baselines, the
-    steps tuned on the probe seeds, the pilot runs of the final design on the pilot seeds, the speed
-    level set on them and the design checks (protocol v4, sections 2 and 3)."""
+    """Everything before the evaluation runs: baselines, tuned steps, pilots, level, design checks."""
     X, Y, Xv, Yv = task.X, task.Y, task.X_val, task.Y_val
     inner = task.target_times <= np.datetime64(timestamp("setting 'inner_end'", s["inner_end"]))
     ar = linear_ar(X, Y, Xv, Yv, inner, s["ridge_grid"])
@@ -554,14 +504,6 @@ def _seeds(res: Result) -> list[int]:
     return sorted({r["seed"] for r in res.data["runs"]})
 
 
-def _steps(r: dict, horizon: int) -> float | None:
-    """Steps to the speed level, the horizon when never reached (censored), at least 1 (a log ratio);
-    ``None`` for a diverged run."""
-    if r["status"] == "diverged":
-        return None
-    return float(max(1, horizon if r["steps_to_level"] is None else r["steps_to_level"]))
-
-
 def _neg_tau(betas, values) -> float | None:
     """``-tau`` (Kendall) of beta against ``values`` (positive: larger beta, lower value); ``None`` if
     a value is missing (a diverged run); 0 when every value is tied."""
@@ -576,7 +518,7 @@ def _effects(res: Result, claim: str, measure: str, protocol: str) -> list[float
     ``"steps to the level"``) under ``protocol``: J1 ``-tau`` of beta against the measure; J2 the mean
     log-loss of beta = 0 minus beta = 0.1 (decades), or ``log10`` of their steps to the level."""
     runs, betas, T = _by(res, protocol), sorted(res.settings["betas"]), res.settings["steps"]
-    value = (lambda r: r["mean_log_loss"]) if measure == "mean log-loss" else (lambda r: _steps(r, T))
+    value = (lambda r: r["mean_log_loss"]) if measure == "mean log-loss" else (lambda r: level_steps(r, T))
     small = min(b for b in betas if b > 0)
     out: list[float | None] = []
     for sd in _seeds(res):
@@ -652,7 +594,7 @@ def _per_beta(res: Result, protocol: str) -> list[dict]:
                     "reruns": sum(r["rerun"] > 0 for r in sel), "diverged": len(sel) - len(ok),
                     "mean_log_loss": spread(r["mean_log_loss"] for r in sel),
                     "train_mse": spread(r["train_mse"][-1] for r in ok),
-                    "steps_to_level": spread(_steps(r, T) for r in ok),
+                    "steps_to_level": spread(level_steps(r, T) for r in ok),
                     "censored": sum(r["steps_to_level"] is None for r in ok)})
     return out
 

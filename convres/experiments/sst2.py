@@ -1,22 +1,10 @@
 """SST-2: depth L = 2, 6, 10 with and without residual connections (protocol v4, claims T1-T4).
 
-Book chapter *SST-2* (``book/sst2.md``). Sentences of the GLUE training split cut to their first
-``n_tokens`` tokens (one length: no padding, no mask), frozen PPMI-SVD word vectors computed from the
-unlabelled training text, the sentence's target +-1 at **every token** (a per-token loss over all
-``N n`` rows). Per depth three *arms* start from the same Gaussian draws of a seed:
-
-- ``residual``: ``beta = 1`` with the ``1/sqrt(L)`` branch scale of :func:`convres.model.init_params`;
-- ``isometric``: ``beta = 0``, each block started near an isometry (:func:`isometric_init`): attention
-  near the identity, orthogonal weights, the FFN in the near-linear range of GELU; not collapsed;
-- ``norm-preserving``: ``beta = 0`` with the gains of :func:`norm_preserving_init` (LSUV): alive,
-  but rank-collapsed at depth;
-
-and at the shallowest depth a ``matched`` residual arm whose FFN width gives it the parameter count
-of the deepest stack (:func:`matched_width`). The design checks of protocol section 3 are measured
-at initialization (:func:`init_diagnostics`, :func:`design_checks`); every arm's step is chosen by
-:func:`convres.stats.tune_step` on probe seeds; the claims are graded by
-:func:`convres.experiments.base.claim_record`. Held-out accuracy on the GLUE validation split is
-reported against baselines on the same sentences (not a claim of the paper).
+Book chapter *SST-2* (``book/sst2.md``): GLUE sentences cut to ``n_tokens`` tokens, frozen PPMI-SVD
+vectors, the target +-1 at every token. Arms per depth, from the same Gaussian draws of a seed:
+``residual`` (``beta = 1``), ``isometric`` (:func:`isometric_init`, not collapsed),
+``norm-preserving`` (:func:`norm_preserving_init`, collapsed at depth), and a ``matched`` shallow
+residual arm (:func:`matched_width`). Held-out accuracy against baselines is not a claim of the paper.
 """
 
 from __future__ import annotations
@@ -43,7 +31,7 @@ from ..model import (
 )
 from ..plotting import plot_sst2
 from ..runtime import check_device, torch_threads
-from ..stats import ProbeRun, censored, estimate, log_ratio, mean_log_loss, steps_to, tune_step
+from ..stats import ProbeRun, estimate, log_ratio, mean_log_loss, steps_to, tune_step
 from ..theory import ffn_theorem_run
 from ..values import json_safe
 from .base import (
@@ -56,6 +44,7 @@ from .base import (
     design_check,
     dtype_of,
     finite_list,
+    level_steps,
     output_rows,
     positive_int,
     protocol_summary,
@@ -94,13 +83,9 @@ class Arm(NamedTuple):
 
 
 class SST2Task(NamedTuple):
-    """The book's SST-2 task (chapter *SST-2*).
-
-    ``X`` ``(N, n, d)``, ``Y`` ``(N, 1)`` (``+1`` positive, ``-1`` negative) and ``labels`` (0/1)
-    for the training sentences; ``X_val``, ``Y_val``, ``labels_val`` for the GLUE validation split;
-    ``tokens``, ``tokens_val``: the token lists; ``vocab``: the embeddings' vocabulary; ``info``: the
-    vocabulary size, the fraction of tokens outside the vocabulary and a few nearest neighbours.
-    """
+    """The SST-2 task: ``X`` ``(N, n, d)``, ``Y`` ``(N, 1)`` (+-1), ``labels`` (0/1), the same for the
+    GLUE validation split, the token lists, the vocabulary and ``info`` (sizes, out-of-vocabulary
+    shares, nearest neighbours)."""
 
     X: torch.Tensor
     Y: torch.Tensor
@@ -126,16 +111,9 @@ def _neighbours(vocab, vectors, words, k: int = 5) -> dict:
 
 
 def sst2_data(s: dict, data_dir=None, dtype=torch.float32) -> SST2Task:
-    """The book's SST-2 task (chapter *SST-2*): sentences, embeddings, targets.
-
-    Training: the first ``n_train / 2`` negative and ``n_train / 2`` positive sentences (file order)
-    of the GLUE training split with at least ``n_tokens`` tokens, cut to their first ``n_tokens``
-    (:func:`convres.data.sst2_prefixes`). Validation: every sentence of the GLUE validation split
-    with at least ``n_tokens`` tokens, cut the same way. Embeddings: frozen PPMI-SVD word vectors
-    of dimension ``d`` computed from the text of the whole training split (no labels;
-    :func:`convres.data.ppmi_embeddings`), each coordinate standardized over the training tokens
-    (:func:`convres.data.embed_with`).
-    """
+    """The book's SST-2 task: ``n_train / 2`` sentences of each label (file order) and the validation
+    split, cut to ``n_tokens`` tokens (:func:`convres.data.sst2_prefixes`); PPMI-SVD vectors of the
+    training text (:func:`convres.data.ppmi_embeddings`), standardized over the training tokens."""
     n_tokens, n_train = positive_int(s, "n_tokens"), positive_int(s, "n_train")
     train, val = load_sst2("train", data_dir=data_dir), load_sst2("validation", data_dir=data_dir)
     tokens, labels, _ = sst2_prefixes(train, n_tokens, n_train)
@@ -209,12 +187,8 @@ def _bow_scores(w: torch.Tensor, idx: torch.Tensor) -> np.ndarray:
 
 def bow_logistic(tokens: list, labels: np.ndarray, tokens_val: list, labels_val: np.ndarray, vocab: list, *,
                  lambdas, folds: int = 5, iters: int = 200) -> dict:
-    """The bag-of-words baseline: L2-regularized logistic regression on the counts of the
-    vocabulary's words in a sentence's tokens (the embeddings' vocabulary; other words dropped), the
-    penalty ``lam`` chosen from ``lambdas`` by ``folds``-fold cross-validated accuracy on the
-    training sentences (the validation split is never used for a choice), then refitted on all of
-    them. Returns the accuracies, the chosen ``lambda``, the cross-validated accuracy per ``lambda``
-    and ``val_correct``."""
+    """The bag-of-words baseline: L2-regularized logistic regression on word counts, ``lam`` chosen
+    from ``lambdas`` by ``folds``-fold cross-validation on the training sentences, then refitted."""
     V = len(vocab)
     idx, idx_val = _bow_index(tokens, vocab), _bow_index(tokens_val, vocab)
     y = torch.tensor(2.0 * labels - 1.0, dtype=torch.float64)
@@ -237,12 +211,9 @@ def bow_logistic(tokens: list, labels: np.ndarray, tokens_val: list, labels_val:
 
 
 def adam_reference(s: dict, task: SST2Task, seed: int, device=None) -> dict:
-    """The reference Transformer (not a claim of the paper): the book's model with ``s["adam"]``'s
-    depth ``L`` and width ``m``, residual, a mean-pooled readout and the logistic loss, trained by
-    full-batch Adam (learning rate ``lr``) on the same inputs, from :func:`convres.model.init_params`
-    of ``seed``. Every ``holdout``-th training sentence is held out; the model trains on the others
-    for ``steps`` steps and is kept at the step (a multiple of ``every``) of best held-out accuracy:
-    early stopping on the training split, never on the validation split."""
+    """The reference Transformer (not a claim of the paper): the residual model of ``s["adam"]``,
+    mean-pooled, logistic loss, full-batch Adam; early stopping on every ``holdout``-th training
+    sentence (never on the validation split)."""
     a = s["adam"]
     cfg = ModelConfig(d=s["d"], d_qk=s["d_qk"], m=a["m"], c=1, L=a["L"], beta=1.0, pool="mean",
                       activation=s["activation"])
@@ -300,16 +271,10 @@ def _gain(p: dict, key: str, factor: float) -> None:
 
 def norm_preserving_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *,
                          dtype=torch.float64) -> dict[str, torch.Tensor]:
-    """The initialization of a stack *without* residual connections that keeps its signal at order
-    one (layer-sequential unit-variance scaling, LSUV, Mishkin and Matas 2016): the Gaussian
-    weights of :func:`convres.model.init_params` with branch scale 1 (the same draws as the
-    residual model of the same seed), then for ``l = 1, ..., L`` the gains
+    """LSUV (Mishkin and Matas 2016) for a stack without residuals: the draws of
+    :func:`convres.model.init_params` (branch scale 1), then for ``l = 1, ..., L`` on ``X``
 
         W_V^(l) <- W_V^(l) RMS(H_{l-1}) / RMS(A_l),    W_2^(l) <- W_2^(l) RMS(H_{l-1}) / RMS(H_l)
-
-    measured on the inputs ``X`` (``H_0 = X``), so that each block's attention output ``A_l`` and
-    output ``H_l`` have the root mean square of its input. Without residuals ``A_l`` is linear in
-    ``W_V`` and ``H_l`` in ``W_2``, so each gain sets its RMS exactly.
     """
     _no_residual(cfg, "norm_preserving_init")
     p = init_params(cfg, seed, dtype=dtype, branch_scale=1.0)
@@ -333,21 +298,14 @@ def _polar(W: torch.Tensor) -> torch.Tensor:
 
 def isometric_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *, identity_gain: float,
                    preactivation: float, dtype=torch.float64) -> dict[str, torch.Tensor]:
-    """An initialization of a stack *without* residual connections that is **not collapsed**: each
-    block starts near an isometry of its input. From the Gaussian draws ``G`` of
-    :func:`convres.model.init_params` (branch scale 1, the draws of the other arms of the seed), for
-    ``l = 1, ..., L`` on the inputs ``X`` (``H_0 = X``):
+    """A stack without residuals started near an isometry (not collapsed). From the draws ``G`` of
+    :func:`convres.model.init_params` (branch scale 1), for ``l = 1, ..., L`` on ``X``:
 
-        W_Q = G_Q + c I,  W_K = G_K + c I       (attention near the identity: s c^2 X X^T dominates)
+        W_Q = G_Q + c I,  W_K = G_K + c I       (attention near the identity)
         W_V = a_V P(G_V),  W_1 = a_1 P(G_1),  W_2 = a_2 P(G_2)
 
-    with ``c = identity_gain``, ``P`` the orthogonal factor of a matrix and the gains: ``a_1`` so that
-    ``RMS(Z_l W_1) = epsilon = preactivation`` (GELU near its linear part ``x / 2``, which keeps the
-    FFN from adding a mean shared by every token, a mean that would pull the attention of the next
-    block onto the same token for every row), split evenly between ``W_V`` and ``W_1`` (``a_V`` so
-    that ``RMS(A_l) = sqrt(epsilon) RMS(H_{l-1})``: the curvature of the loss along ``W_V``, ``W_1``
-    and ``W_2`` then grows as ``1/epsilon``, not ``1/epsilon^2``), and ``a_2`` so that
-    ``RMS(H_l) = RMS(H_{l-1})``. ``I`` is the ``d x d_QK`` identity.
+    ``c = identity_gain``, ``P`` the orthogonal factor, ``RMS(A_l) = sqrt(eps) RMS(H_{l-1})``,
+    ``RMS(Z_l W_1) = eps = preactivation`` (GELU near-linear), ``RMS(H_l) = RMS(H_{l-1})``.
     """
     _no_residual(cfg, "isometric_init")
     p = init_params(cfg, seed, dtype=dtype, branch_scale=1.0)
@@ -445,11 +403,8 @@ _INIT_FIELDS = ("std", "rms_H", "grad_norm", "within_sentence", "pooled_sigma_ra
 
 
 def init_diagnostics(s: dict, X: torch.Tensor, Yt: torch.Tensor, seeds) -> list[dict]:
-    """Every arm at initialization (float64), one record per arm and seed of ``seeds``: the std of
-    the outputs ``F``, the RMS of the last ``H``, the gradient norm of the mean loss
-    ``||grad Phi|| / (N n)``, the within-sentence share of the last ``H``
-    (``RMS(H - mean_t H) / RMS(H)``), ``sigma_min / sigma_max`` of the pooled features and the
-    MSE ``2 Phi / (N n)``."""
+    """Every arm at initialization (float64), per arm and seed: std of ``F``, RMS of the last ``H``,
+    ``||grad Phi|| / (N n)``, within-sentence share, pooled ``sigma_min / sigma_max``, MSE."""
     X, Yt = X.double(), Yt.double()
     rows = []
     for arm in arms_of(s):
@@ -481,11 +436,8 @@ def _init_table(s: dict, records: list[dict]) -> list[dict]:
 
 
 def design_checks(s: dict, table: list[dict]) -> list:
-    """Protocol section 3 for SST-2, on the medians of :func:`_init_table`: (a) every arm alive
-    (largest ``|log10(std / std of the residual arm of its depth)|``); (b) the isometric arm not
-    collapsed (its smallest within-sentence share over the depths, and its smallest pooled
-    ``sigma_min / sigma_max`` over the residual arm's); (c) the matched arm's parameter count
-    within 5% of the deepest stack's."""
+    """Protocol section 3 for SST-2 on :func:`_init_table`: (a) every arm alive, (b) the isometric
+    arm not collapsed, (c) the matched arm's parameter count within 5% of the deepest stack's."""
     alive = max(abs(math.log10(r["std_ratio"])) for r in table if r["std_ratio"] is not None)
     iso = [r for r in table if r["arm"] == "isometric"]
     checks = [design_check("sst2 arms alive", alive)]
@@ -525,10 +477,8 @@ def _tune(s: dict, X, Yt, arm: Arm, dtype, device) -> dict:
 
 
 def _run_record(s, task, arm: Arm, seed: int, eta: float, protocol: str, p, h, level: float, R: int) -> dict:
-    """One evaluation run: its training MSE every ``record_every`` steps, the measures of the
-    claims (final MSE, mean log-loss, steps to the level) and, from its last weights, the training
-    error, the within-sentence share and pooled ``sigma`` ratio of the last ``H`` and, per
-    validation sentence, whether it is classified right (the sign of the mean output)."""
+    """One evaluation run: its MSE curve, the claims' measures and, from its last weights, training
+    error, within-sentence share, pooled ``sigma`` ratio and the validation sentences right."""
     cfg, T = arm_config(s, arm), s["steps"]
     mse = h.loss * 2 / R
     every = positive_int(s, "record_every")
@@ -578,11 +528,9 @@ def _baselines(s: dict, task: SST2Task, data_dir, dtype, shared: dict) -> dict:
 
 
 def _shared_parts(s: dict, task: SST2Task, Yt: torch.Tensor, dtype, device) -> dict:
-    """The parts of a run that use no evaluation seed, each computed once and cached for every
-    piece (:func:`convres.experiments.base.shared_by_pieces`): ``"tune <arm name>"`` (the arm's
-    step on the probe seeds), ``"checks"`` (every arm at its start on the pilot seeds),
-    ``"adam"`` (the reference Transformer), ``"precision"`` (float32 against float64, after the
-    tunings) and ``"wide"`` (the wide FFN). Name -> a function that returns the part."""
+    """The parts of a run that use no evaluation seed, cached for every piece
+    (:func:`convres.experiments.base.shared_by_pieces`): ``"tune <arm name>"``, ``"checks"``,
+    ``"adam"``, ``"precision"`` and ``"wide"``; name -> a function that returns the part."""
     X = task.X
 
     def tune(a: Arm) -> Callable[[], Any]:
@@ -606,10 +554,8 @@ def _shared_parts(s: dict, task: SST2Task, Yt: torch.Tensor, dtype, device) -> d
 
 
 def prepare(profile: str, part: str, *, data_dir=None, device=None) -> dict | list | None:
-    """Compute (or read back) one shared part of ``profile``'s run, before its pieces
-    (:mod:`convres.committed`): the parts of :func:`_shared_parts` (e.g. ``"tune L=10, isometric"``),
-    so that each can run on its own, within the hour a piece is given, and every piece reads it back
-    from the cache."""
+    """Compute (or read back) one shared part of ``profile``'s run (:func:`_shared_parts`, e.g.
+    ``"tune L=10, isometric"``) before its pieces, which read it from the cache."""
     if profile not in EXPERIMENT.profiles:
         raise ValueError(f"profile must be one of {sorted(EXPERIMENT.profiles)}, got {profile!r}.")
     s = dict(EXPERIMENT.profiles[profile])
@@ -734,10 +680,8 @@ def _precision_check(s: dict, X, Yt, eta: dict, device) -> list[dict] | None:
 
 
 def _run_sst2_wide(s: dict, task: SST2Task, device) -> dict:
-    """The wide-FFN configuration, run through the FFN theorem's check
-    (:func:`convres.theory.ffn_theorem_run`): the first ``n_train`` training sentences of the
-    experiment (balanced), width ``m``, depth ``L``, step ``mu = 1 / (safety L_hat_0)`` with
-    ``L_hat_0`` the power-iteration estimate of the Hessian norm at the initialization."""
+    """The wide-FFN configuration through :func:`convres.theory.ffn_theorem_run` on ``n_train``
+    balanced sentences, step ``mu = 1 / (safety L_hat_0)`` (``L_hat_0``: power iteration)."""
     w = s["wide"]
     dtype, half = dtype_of(w), w["n_train"] // 2
     pos, neg = np.nonzero(task.labels == 1)[0][:half], np.nonzero(task.labels == 0)[0][:half]
@@ -776,28 +720,11 @@ def _runs_by(runs, protocol: str) -> dict:
     return out
 
 
-def _steps(r, horizon: int) -> float | None:
-    """Steps to the level, censored at the horizon, a time at step 0 counted as 1; ``None`` when
-    the run diverged."""
-    if r["status"] == "diverged":
-        return None
-    return max(1.0, censored(r["steps_to_level"], horizon)[0])
-
-
 def _effects(res: Result) -> dict:
-    """The per-unit effects of T1-T4 and of their alternatives, each signed so that a positive
-    value is the paper's direction, ``None`` for a unit with a diverged run:
-
-    - ``T1``, per (depth, seed): ``ln(MSE_isometric / MSE_residual)`` (final training MSE); the
-      norm-preserving arm in place of the isometric one; the common step;
-    - ``T2``, per seed: ``ln(MSE_{matched} / MSE_{residual, L_max})``; the unmatched shallow residual
-      arm; the common step;
-    - ``T3``, per seed: ``ln(MSE_{L_max} / MSE_{L_min})`` of the isometric arm; the norm-preserving
-      arm; the common step;
-    - ``T4``, per (depth, seed): mean log-loss of the isometric arm minus the residual's (decades);
-      ``log10(T_isometric / T_residual)`` of the steps to the level; the mean log-loss at the common
-      step.
-    """
+    """The per-unit effects of T1-T4 and their alternatives, positive in the paper's direction,
+    ``None`` for a diverged unit: T1 ``ln(MSE_iso / MSE_res)`` per (depth, seed); T2
+    ``ln(MSE_matched / MSE_res,Lmax)``; T3 ``ln(MSE_iso,Lmax / MSE_iso,Lmin)``; T4 the mean log-loss
+    of the isometric arm minus the residual's (decades)."""
     runs, horizon = res.data["runs"], res.settings["steps"]
     tuned, common = _runs_by(runs, "tuned"), _runs_by(runs, "common")
     depths, seeds = sorted(res.settings["depths"]), sorted(res.settings["seeds"])
@@ -815,8 +742,9 @@ def _effects(res: Result) -> dict:
 
     def steps(by, a, b, k):
         x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
-        tx, ty = (None, None) if x is None or y is None else (_steps(x, horizon), _steps(y, horizon))
-        return log_ratio(tx, ty, base=10.0)
+        if x is None or y is None:
+            return log_ratio(None, None, base=10.0)
+        return log_ratio(level_steps(x, horizon), level_steps(y, horizon), base=10.0)
 
     units = [(L, k) for L in depths for k in seeds]
     strata = [f"L={L}" for L, _ in units]
@@ -905,11 +833,9 @@ def _sst2_claims(res: Result) -> list[dict]:
 # --- the numbers of the chapter --------------------------------------------------------------------
 
 def heldout_table(data: dict, seeds=None) -> list[dict]:
-    """Held-out accuracy on the GLUE validation split (not a claim of the paper): one row per arm at
-    its tuned step (median, min and max over the seeds) and per baseline, each with its difference
-    from the floor baseline and from the bag-of-words baseline: the mean over the validation
-    sentences of (share of the seeds right) minus (the baseline right), with its 95% interval over
-    the sentences (:func:`convres.stats.estimate`; BCa bootstrap)."""
+    """Held-out accuracy on the validation split (not a claim of the paper): per arm and baseline,
+    the accuracy's spread over seeds and its difference from the floor and bag-of-words baselines
+    over the sentences, with a 95% interval (:func:`convres.stats.estimate`)."""
     b = data["baselines"]
     ref = {"floor": b["floor"]["val_correct"], **({"bow": b["bow"]["val_correct"]} if b.get("bow") else {})}
     rows: list[dict] = []
@@ -957,7 +883,7 @@ def _sst2_numbers(res: Result) -> dict:
     for protocol in ("tuned", "common"):
         for (L, kind), by_seed in _runs_by(data["runs"], protocol).items():
             rs = list(by_seed.values())
-            t = [_steps(r, horizon) for r in rs]
+            t = [level_steps(r, horizon) for r in rs]
             per_model.append({
                 "protocol": protocol, "L": L, "arm": kind, "residual": kind in ("residual", "matched"),
                 "eta": rs[0]["eta"], "final_mse": spread([r["final_mse"] for r in rs]),

@@ -1,11 +1,5 @@
-"""The theorem chapters' computations, registered like every other experiment (cached, listed).
-
-*Certified constants* (``book/certificate.md``): ``theorem_certified``, ``theorem_sharper``,
-``theorem_width_sweep``; *A certified separation* (``book/separation.md``): ``theorem_separation``;
-*A width theorem* (``book/width.md``): ``theorem_width_condition``, ``theorem_width_seeds``,
-``theorem_width_fixed``; *The theorem through the FFN* (``book/ffn.md``): ``theorem_ffn_certified``,
-``theorem_ffn_runs``, ``theorem_certified_variants`` (with :func:`scope_certificates`).
-"""
+"""The theorem chapters' computations (certificate, separation, width, ffn), registered like every
+other experiment (cached, listed); :data:`RECORDS` lists them in the chapters' order."""
 
 from __future__ import annotations
 
