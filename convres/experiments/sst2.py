@@ -814,10 +814,10 @@ def _sst2_claims(res: Result) -> list[dict]:
                    evidence=_per_depth_text(e, "T1", pct)),
         "T2": dict(figure="fig-sst2-final",
                    criterion=f"per seed: ln(MSE of the matched L = {lo} / MSE of L = {hi}), residual arms, "
-                   "final training MSE", evidence=""),
+                   "final training MSE"),
         "T3": dict(figure="fig-sst2-final",
                    criterion=f"per seed: ln(MSE of L = {hi} / MSE of L = {lo}), isometric arm; reproduced "
-                   "iff the interval's lower end > -ln 1.1", evidence=""),
+                   "iff the interval's lower end > -ln 1.1"),
         "T4": dict(figure="fig-sst2-loss", criterion="per (depth, seed): mean log-loss without minus with "
                    "residuals (isometric arm), in decades", evidence=_per_depth_text(e, "T4", dec))}
     rows = []
@@ -826,7 +826,7 @@ def _sst2_claims(res: Result) -> list[dict]:
         measurement = "no interval: " + est.reason if est.effect is None else (
             f"{est.effect:+.3f} [{est.lo:+.3f}, {est.hi:+.3f}], {est.units} units, sign test p = "
             f"{est.sign_test_p:.2g}")
-        rows.append(rec.row(measurement=measurement, **extra[rec.id]))
+        rows.append(rec.row(**{"measurement": measurement, "evidence": measurement, **extra[rec.id]}))
     return rows
 
 
