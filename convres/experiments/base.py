@@ -120,7 +120,7 @@ class Result:
         return self.experiment.plot(self)
 
     def report(self) -> dict:
-        """The experiment's rows of the report's tables (see :attr:`Experiment.report`)."""
+        """The experiment's rows of the report's tables (``Experiment.report``)."""
         return self.experiment.report(self)
 
     def to_json(self) -> dict:
