@@ -303,7 +303,7 @@ def test_a_committed_jena_run_computes_again_to_the_same_numbers():
     first seed, its tuned step; every training window) computed again match the committed curve."""
     loaded = load_paper_result("jena")
     if loaded is None:
-        pytest.skip("the Jena pieces of protocol v4 are not committed yet")
+        pytest.skip("the Jena larger run of protocol v4 is not complete (no merged file yet)")
     _jena_rerun_matches(loaded[0], 100)
     assert loaded[1]["provenance"][0]["commit"]
 
