@@ -5,14 +5,11 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from convres import __version__, cli
 from convres.cli import main
-
-PROPS = settings(derandomize=True, deadline=None, database=None,
-                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
 def run_main(capsys, *args):
@@ -71,7 +68,7 @@ USES = {"gd": {"--seed", "--beta", "--layers", "--N", "--d", "--mu", "--steps", 
         "width": {"--delta", "--N"}, "scope": set(), "rank-collapse": {"--beta", "--seeds", "--seed"}}
 
 
-@settings(PROPS, max_examples=200)
+@settings(max_examples=200)
 @given(data=st.data(), command=st.sampled_from(sorted(FLAGS)))
 def test_a_flag_is_used_by_the_chosen_mode_or_refused_in_one_line(data, command, monkeypatch, capsys):
     chosen = data.draw(st.lists(st.sampled_from(FLAGS[command]), max_size=4, unique=True))

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from convres import data
@@ -19,10 +19,6 @@ from convres.instances import synthetic_regression
 
 FULL_HEADER = ",".join(f'"{c}"' for c in ("Date Time", *data.JENA_ALL_FEATURES))  # Keras: quoted
 SLICE_HEADER = ",".join(("Date Time", *data.JENA_FEATURES))                      # offline slice
-PROPS = settings(derandomize=True, deadline=None, database=None,
-                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-
-
 def jena_rows(hours=30, features=14, trailing_zeros=True, start_day=1):
     """Rows every 10 minutes from 01.01.2009 00:10, values printed like the Keras file."""
     rows = []
@@ -171,7 +167,7 @@ def slice_rows(cells):
 BAD_VALUES = ["", "x", "inf", "-Infinity", "-9999", "-9999.00", "1e308", "nan"]
 
 
-@settings(PROPS, max_examples=80)
+@settings(max_examples=80)
 @given(row=st.integers(0, 179), column=st.sampled_from(data.JENA_FEATURES),
        text=st.one_of(st.sampled_from(BAD_VALUES), st.floats(-2e4, 2e4).map(lambda v: f"{v:.2f}")))
 def test_a_value_is_read_only_if_it_passes_every_content_check(row, column, text, tmp_path_factory):
@@ -371,7 +367,7 @@ def keras_zip(folder, *, size=None, flag=0, method=None, members=("jena_climate_
     return path
 
 
-@settings(PROPS, max_examples=60)
+@settings(max_examples=60)
 @given(size=st.sampled_from([None, 2**20, data.sources.MAX_MEMBER_BYTES + 1, 2**32 - 1]),
        flag=st.sampled_from([0, 1]), method=st.sampled_from([None, 0, 1, 6, 9, 12, 14, 98, 99]),
        members=st.sampled_from([("jena_climate_2009_2016.csv",), ("a.csv", "b.csv"), ("notes.txt",)]))
@@ -391,7 +387,7 @@ def test_a_zip_member_is_checked_against_the_cost_policy_before_it_is_read(size,
     assert not refused and df.shape == (180, 11)
 
 
-@settings(PROPS, max_examples=40)
+@settings(max_examples=40)
 @given(lengths=st.lists(st.integers(1, 400), min_size=1, max_size=6), max_tokens=st.sampled_from([8, 64, 256]),
        repeat=st.integers(1, 3))
 def test_a_parquet_is_read_only_within_the_cost_policy(lengths, max_tokens, repeat, tmp_path_factory):

@@ -3,12 +3,20 @@
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import convres
-from convres import (ModelConfig, check_inputs, forward, forward_trace, gradient_descent, init_params, loss,
-                     synthetic_regression)
+from convres import (
+    ModelConfig,
+    check_inputs,
+    forward,
+    forward_trace,
+    gradient_descent,
+    init_params,
+    loss,
+    synthetic_regression,
+)
 from convres.model import ACTIVATIONS, memory_estimate, param_shapes, phi_and_grad
 from convres.runtime import CostRefused
 
@@ -316,8 +324,7 @@ layers = st.one_of(st.integers(1, 3), st.integers(1, 10**4))
 tokens = st.one_of(st.integers(1, 8), st.integers(500, 5000), st.integers(1, 10**7))   # attention: n^2
 
 
-@settings(derandomize=True, deadline=None, database=None, max_examples=200,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=200)
 @given(d=huge, d_qk=huge, m=huge, c=st.integers(1, 3), L=layers, N=huge, n=tokens,
        pool=st.sampled_from([None, "mean"]), B=st.sampled_from([None, 1, 3]))
 def test_the_cost_policy_refuses_before_allocating_whatever_the_sizes(monkeypatch, d, d_qk, m, c, L, N, n,
