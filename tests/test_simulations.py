@@ -2,7 +2,6 @@
 empirical escape fit, a step tuned at every d_QK, reruns at half the step, and the claims graded by
 the protocol's rule (on small runs and on constructed results)."""
 
-import dataclasses
 import math
 
 import numpy as np
@@ -17,9 +16,7 @@ TINY = dict(betas=[0.0, 1.0], seeds=[0, 1], curve_seeds=[0], steps=20, d_qks=[16
                      dict(name="uniform attention", N=4, d_qk=64, scale="1/d_qk")])
 
 
-@pytest.fixture(autouse=True)
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 
 def test_speed_counts_steps_to_each_level_the_escape_and_the_mean_log_loss():
@@ -58,7 +55,7 @@ def test_the_power_fit_recovers_a_b_and_p():
     assert abs(sim.power_fit(d, T, fine=False)["p"] - 0.8) <= 0.01                     # the coarser grid
 
 
-def test_a_small_run_tunes_every_arm_at_every_d_qk_and_is_cached(monkeypatch):
+def test_a_small_run_tunes_every_arm_at_every_d_qk():
     r = ex.run_experiment("simulations", overrides=TINY)
     assert [c["name"] for c in r.data["regimes"]] == ["wide", "uniform attention"]
     wide = r.data["regimes"][0]
@@ -87,10 +84,6 @@ def test_a_small_run_tunes_every_arm_at_every_d_qk_and_is_cached(monkeypatch):
     assert {"p", "p_ci", "local_slopes"} <= set(k["escape_fit"])
     assert [(x["d_lo"], x["d_hi"]) for x in k["escape_fit"]["local_slopes"]] == [(16, 64)]
     assert k["runs"] == sum(len(v) for c in r.data["regimes"] + r.data["escape"] for v in c["runs"].values())
-    e = ex.EXPERIMENTS["simulations"]
-    monkeypatch.setitem(ex.EXPERIMENTS, "simulations",
-                        dataclasses.replace(e, run=lambda *a, **k: pytest.fail("cache not used")))
-    assert ex.run_experiment("simulations", overrides=TINY).data == r.data
 
 
 def test_an_arm_that_diverges_is_rerun_at_half_its_step_with_its_followers():
