@@ -237,15 +237,14 @@ def test_float32_runs_and_matches_float64_roughly():
         np.testing.assert_allclose(ha.loss, hb.loss, rtol=1e-4)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(mu=0.0), "mu"), (dict(mu=-1.0), "mu"), (dict(mu=float("inf")), "mu"),
-    (dict(steps=-1), "steps"), (dict(steps=2.5), "steps"), (dict(record_every=0), "record_every"),
-    (dict(tol=-1.0), "tol"), (dict(blowup=float("nan")), "blowup"), (dict(chunk=0), "chunk"),
-])
-def test_bad_run_arguments(kwargs, match):
+@pytest.mark.parametrize("kwargs", [
+    dict(mu=0.0), dict(mu=-1.0), dict(mu=float("inf")), dict(steps=-1), dict(steps=2.5), dict(record_every=0),
+    dict(tol=-1.0), dict(blowup=float("nan")), dict(chunk=0)])
+def test_a_bad_run_argument_is_a_clear_error_naming_it(kwargs, own_error):
     cfg, params, X, Y = instance()
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError) as err:
         gradient_descent(params, X, Y, cfg, **(dict(mu=0.01, steps=3) | kwargs))
+    own_error(err.value, *kwargs)
 
 
 def test_numpy_scalars_are_accepted():

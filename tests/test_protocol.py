@@ -84,7 +84,7 @@ def _units(claim, n, rng):
 
 
 @pytest.mark.parametrize("cid", list(P.CLAIMS))
-def test_a_claim_record_holds_the_json_of_issue_33(cid):
+def test_a_claim_record_holds_its_estimate_and_verdict_in_strict_json(cid):
     import numpy as np
 
     c = P.CLAIMS[cid]
