@@ -142,7 +142,7 @@ def test_a_piece_from_the_command_line(capsys, monkeypatch, tmp_path):
 def test_reproduce_prints_strict_json_and_writes_the_figure(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
     code, out, err = run_main(capsys, "reproduce", "rank_collapse_gd", "--profile", "smoke", "--json",
-                              "--out", tmp_path / "figs")
+                              "--out", tmp_path / "figs", "--device", "cpu")
     report = json.loads(out, parse_constant=pytest.fail)
     assert code == 0 and (tmp_path / "figs" / "rank_collapse_gd-smoke.png").stat().st_size > 1000, err
-    assert {"settings", "summary", "claims", "figure"} <= set(report)
+    assert {"settings", "summary", "claims", "figure"} <= set(report) and report["summary"]["device"] == "cpu"

@@ -147,21 +147,6 @@ def test_cli_lists_the_experiments(capsys):
     assert all(name in out for name in ("simulations", "jena", "sst2", "all"))
 
 
-def test_cli_reproduce_json(tmp_path, capsys, monkeypatch):
-    small_profile(monkeypatch, "simulations", **TINY_SIM)
-    assert main(["reproduce", "simulations", "--json", "--out", str(tmp_path), "--device", "cpu"]) == 0
-    k = json.loads(capsys.readouterr().out)
-    assert {"settings", "summary", "claims"} <= set(k) and k["settings"]["steps"] == 20
-    assert set(ex.SUMMARY_KEYS) <= set(k["summary"])
-    assert k["summary"]["regimes"] == ["wide", "uniform attention"] and k["summary"]["device"] == "cpu"
-    assert k["summary"]["seeds"] == 2
-    assert {"d_qk", "beta", "median", "censored", "diverged"} <= set(k["summary"]["escape_law"][0])
-    assert {"p", "p_ci", "local_slopes"} <= set(k["summary"]["escape_fit"])
-    assert all({"arm", "grid", "chosen"} <= set(t) for t in k["summary"]["step_sizes"])
-    assert all({"measurement", "evidence", "figure"} <= set(c) for c in k["claims"])
-    assert (tmp_path / "simulations-book.png").is_file()
-
-
 def _fake_jena_zip(dest):
     """A small file in the layout of the Keras zip (14 features, 10-minute rows, 2009-01-01 .. 01-09)."""
     import io

@@ -79,7 +79,8 @@ def test_the_claims_are_the_protocol_s_each_with_its_id_and_a_verdict(record):
     assert [r["id"] for r in rows] == [c.id for c in CLAIMS.values() if c.experiment == record]
     for r in rows:
         assert r["experiment"] == record and r["verdict"] in ex.VERDICTS and r["claim"]
-        assert {"effect", "ci", "margin", "units", "sign_test_p", "sensitivity", "diverged"} <= set(r)
+        assert {"effect", "ci", "margin", "units", "sign_test_p", "sensitivity", "diverged", "tex", "criterion",
+                "measurement", "evidence", "figure"} <= set(r)
         assert r["verdict"] not in ("inconclusive", "not testable") or r["reason"]
     assert ex.EXPERIMENTS[record].in_report == bool(rows)
 

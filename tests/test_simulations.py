@@ -79,8 +79,11 @@ def test_a_small_run_tunes_every_arm_at_every_d_qk():
     tuned0 = {x["seed"]: x["eta"] for x in cells[("1/d_qk", 16)]["runs"]["tuned"] if x["beta"] == 0}
     assert all(x["eta"] == tuned0[x["seed"]] / 2 for x in cells[("1/d_qk", 16)]["runs"]["half"])
     k = r.summary()
+    assert k["regimes"] == ["wide", "uniform attention"] and k["seeds"] == 2 and k["steps"] == 20
     assert [c["name"] for c in k["design_checks"]] == ["simulations tuning resolves",
                                                        "simulations probes stable"]
+    assert {"d_qk", "beta", "median", "censored", "diverged"} <= set(k["escape_law"][0])
+    assert all({"arm", "grid", "chosen"} <= set(t) for t in k["step_sizes"])
     assert {"p", "p_ci", "local_slopes"} <= set(k["escape_fit"])
     assert [(x["d_lo"], x["d_hi"]) for x in k["escape_fit"]["local_slopes"]] == [(16, 64)]
     assert k["runs"] == sum(len(v) for c in r.data["regimes"] + r.data["escape"] for v in c["runs"].values())
