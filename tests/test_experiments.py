@@ -21,10 +21,6 @@ TINY_SIM = dict(betas=[0.0, 1.0], seeds=[0, 1], steps=20, d_qks=[16, 64], escape
 pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 
-def result(name, settings, data):
-    return ex.Result(ex.EXPERIMENTS[name], "book", settings, data, 0.0)
-
-
 def small_profile(monkeypatch, name, **changes):
     """Replace the `book` profile of experiment `name` for one test."""
     e = ex.EXPERIMENTS[name]

@@ -18,7 +18,7 @@ from convres.data import DATASETS
 from convres.experiments import simulations as sim
 from convres.protocol import CLAIMS
 
-NAMES = list(ex.EXPERIMENTS)
+pytestmark = pytest.mark.parametrize("record", list(ex.EXPERIMENTS), indirect=True)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -49,18 +49,12 @@ def record(request):
     return name
 
 
-def parametrized(test):
-    return pytest.mark.parametrize("record", NAMES, indirect=True)(test)
-
-
-@parametrized
 def test_a_smoke_run_gives_a_summary_in_strict_json(record):
     summary = smoke(record).summary()
     assert list(summary)[:len(ex.SUMMARY_KEYS)] == list(ex.SUMMARY_KEYS) and summary["device"] == "cpu"
     assert json.loads(json.dumps(summary, allow_nan=False)) == summary
 
 
-@parametrized
 def test_the_result_reads_back_from_the_cache_and_from_json(record):
     res = smoke(record)
     e = ex.EXPERIMENTS[record]
@@ -73,7 +67,6 @@ def test_the_result_reads_back_from_the_cache_and_from_json(record):
         assert (other.name, other.profile, other.settings, other.data) == (record, "smoke", res.settings, res.data)
 
 
-@parametrized
 def test_the_claims_are_the_protocol_s_each_with_its_id_and_a_verdict(record):
     rows = claims(record)
     assert [r["id"] for r in rows] == [c.id for c in CLAIMS.values() if c.experiment == record]
@@ -85,7 +78,6 @@ def test_the_claims_are_the_protocol_s_each_with_its_id_and_a_verdict(record):
     assert ex.EXPERIMENTS[record].in_report == bool(rows)
 
 
-@parametrized
 def test_the_figure_is_labelled_with_one_legend_outside_the_data(record):
     res = smoke(record)
     if res.experiment.plot is None:
@@ -98,7 +90,6 @@ def test_the_figure_is_labelled_with_one_legend_outside_the_data(record):
     assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
 
 
-@parametrized
 def test_the_pieces_merge_into_the_run_of_every_seed(record, tmp_path, monkeypatch):
     """One seed a piece, computed in any order: the merged file has every piece, the settings of the
     whole run and its claims (effects of a float32 record to its round-off: a batch of other runs
@@ -148,7 +139,6 @@ def timeless(x):
     return [timeless(v) for v in x] if isinstance(x, list) else x
 
 
-@parametrized
 def test_computed_again_it_gives_the_same_numbers(record):
     res = smoke(record)
     again = ex.run_experiment(record, "smoke", refresh=True)
