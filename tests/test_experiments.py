@@ -38,20 +38,14 @@ def test_settings_are_copies_and_name_what_is_unknown():
                        (lambda: ex.run_experiment("simulations", overrides={"foo": 1}), "foo")):
         with pytest.raises(ValueError, match=name):
             call()
-    for name in ("simulations", "jena"):  # the paper's sweeps: beta from 0 to 1, >= 5 seeds
-        for profile in ("book", "paper"):
-            s = ex.settings(name, profile)
-            assert 0.0 in s["betas"] and 1.0 in s["betas"] and len(s["seeds"]) >= 5
 
 
-def test_the_book_profiles_name_the_three_regimes_and_the_whole_jena_slice():
+def test_the_book_profile_names_the_three_regimes():
     s = ex.settings("simulations")
     regimes = {r["name"]: r for r in s["regimes"]}
     assert set(regimes) == {"wide", "narrow", "uniform attention"}
     assert regimes["wide"]["N"] * s["n"] <= s["d"] < regimes["narrow"]["N"] * s["n"]
     assert regimes["uniform attention"]["scale"] == "1/d_qk" and regimes["uniform attention"]["d_qk"] >= 1024
-    j = ex.settings("jena")
-    assert j["freq"] == "10min" and (j["start"], j["end"]) == ("2009-01-01 00:10", "2009-01-28 18:40")
 
 
 @pytest.mark.parametrize("name, key, bad", [

@@ -143,6 +143,7 @@ def test_the_seeds_and_sizes_are_the_protocols():
     for profile in ex.PROFILES:
         s = ex.settings("simulations", profile)
         assert not set(s["probe_seeds"]) & set(s["seeds"]) and len(s["probe_seeds"]) == 3
+        assert 0.0 in s["betas"] and 1.0 in s["betas"]                 # the paper's sweep: beta from 0 to 1
     assert len(ex.settings("simulations", "book")["seeds"]) >= 10
     paper = ex.settings("simulations", "paper")
     assert len(paper["seeds"]) >= 20 and max(paper["d_qks"]) >= 4096
