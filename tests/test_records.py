@@ -2,7 +2,7 @@
 ``smoke`` settings, behaves alike. It runs and its summary is strict JSON; it reads back from the
 cache and from JSON to the same result; its claims are the protocol's, each with its id and a
 verdict; its figure is labelled; its pieces merge into the run of every seed at once; computed
-again it gives the same numbers. Each record runs once here (a cache shared by the module)."""
+again it gives the same numbers."""
 
 import dataclasses
 import json
@@ -22,10 +22,10 @@ pytestmark = pytest.mark.parametrize("record", list(ex.EXPERIMENTS), indirect=Tr
 
 
 @pytest.fixture(scope="module", autouse=True)
-def module_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CONVRES_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        yield
+def once():
+    """Each record's smoke result is read once for the module (from the results cache, as the book
+    reads it; :func:`test_computed_again_it_gives_the_same_numbers` computes it again)."""
+    yield
     smoke.cache_clear()
     claims.cache_clear()
 
