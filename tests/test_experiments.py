@@ -112,7 +112,8 @@ def test_the_other_figures_have_labels_markers_and_one_legend_outside_the_data(t
     fig = plotting.plot_escape_law(k["escape_law"], k["escape_fit"])
     assert labelled(fig) and fig.axes[0].get_xscale() == "log"
     sst = ex.run_experiment("sst2", "smoke", overrides={**tiny_sst2, "wide": None}, data_dir=tmp_path)
-    assert labelled(plotting.plot_sst2(sst, "common")) and labelled(plotting.plot_sst2_summary(sst))
+    assert all(labelled(f) for f in (plotting.plot_sst2(sst), plotting.plot_sst2(sst, "common"),
+                                     plotting.plot_sst2_summary(sst)))
     assert len(plotting.plot_sst2(sst).axes) == len(sst.settings["depths"])      # one panel per depth
     assert plotting.thumbnail_png(plotting.plot_sst2(sst)).startswith(b"\x89PNG")
     image = plotting.show(plotting.plot_sst2(sst), width=300)
