@@ -15,10 +15,17 @@ import io
 import os
 import sys
 import threading
+import traceback
 import zipfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+#: Property tests draw the same examples on every run (CI is reproducible); each test sets its number.
+settings.register_profile("convres", derandomize=True, deadline=None, database=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+settings.load_profile("convres")
 
 OFFLINE = Path(os.environ.get("CONVRES_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
 SLICE = "jena_climate/jena_climate_2009_2016_SUBSET_2009-01-01_to_2009-01-28_12cols.csv.gz"
@@ -76,6 +83,25 @@ def mirror(monkeypatch):
     yield base, files, server
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """An empty results cache for the test (``tmp_path/cache``)."""
+    monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def own_error():
+    """The check of the "clear error" policy: ``own_error(err, *names)`` asserts that ``err`` is a
+    TypeError, ValueError or RuntimeError raised inside convres (not a raw PyTorch or Python error)
+    whose message names one of ``names``."""
+    def check(err: BaseException, *names: str) -> None:
+        tb = traceback.extract_tb(err.__traceback__)
+        assert isinstance(err, (TypeError, ValueError, RuntimeError)), f"raw {type(err).__name__}: {err}"
+        assert tb and f"{os.sep}convres{os.sep}" in tb[-1].filename, f"raised outside convres: {err!r}"
+        assert any(n in str(err) for n in names), f"names none of {names}: {err}"
+    return check
 
 
 @pytest.fixture

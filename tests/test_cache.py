@@ -12,13 +12,10 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from convres import cache
-
-PROPS = settings(derandomize=True, deadline=None, database=None,
-                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 floats = st.floats(allow_nan=True, allow_infinity=True)
 leaves = st.one_of(st.none(), st.booleans(), st.integers(-2**60, 2**60), floats, st.text(max_size=5),
@@ -37,7 +34,7 @@ def finite_or_none(x):
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
-@settings(PROPS, max_examples=300)
+@settings(max_examples=300)
 @given(tree=trees)
 def test_every_document_is_strict_json_and_non_finite_numbers_are_null(tree):
     text = cache.dumps(tree)
@@ -114,7 +111,7 @@ ENTRY_EDITS = {
 }
 
 
-@settings(PROPS, max_examples=60)
+@settings(max_examples=60)
 @given(edits=st.lists(st.sampled_from(sorted(ENTRY_EDITS)), min_size=1, max_size=2))
 def test_an_entry_is_served_only_as_written(edits, tmp_path_factory):
     """Whatever happened to an entry, the result served is the computed one, and the entry is sound
@@ -132,7 +129,7 @@ def test_an_entry_is_served_only_as_written(edits, tmp_path_factory):
     assert path.is_file() and not path.is_symlink() and [p.name for p in folder.iterdir()] == [path.name]
 
 
-@settings(PROPS, max_examples=25)
+@settings(max_examples=25)
 @given(delays=st.lists(st.floats(0, 0.05), min_size=2, max_size=4))
 def test_writers_on_one_key_in_any_interleaving_end_with_one_sound_entry(delays, tmp_path_factory):
     folder = tmp_path_factory.mktemp("race")
@@ -190,7 +187,7 @@ def folder_setting(kind, tmp):
             "proc": "/proc/convres-cache"}[kind]
 
 
-@settings(PROPS, max_examples=40)
+@settings(max_examples=40)
 @given(kind=st.sampled_from(["loop", "file", "under a file", "empty", "blank", "no user", "nul", "proc"]))
 def test_an_unusable_cache_folder_is_a_clear_error_before_any_work(kind, tmp_path_factory, monkeypatch):
     value = folder_setting(kind, tmp_path_factory.mktemp("setting"))

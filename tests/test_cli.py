@@ -5,14 +5,11 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from convres import __version__, cli
 from convres.cli import main
-
-PROPS = settings(derandomize=True, deadline=None, database=None,
-                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
 def run_main(capsys, *args):
@@ -71,7 +68,7 @@ USES = {"gd": {"--seed", "--beta", "--layers", "--N", "--d", "--mu", "--steps", 
         "width": {"--delta", "--N"}, "scope": set(), "rank-collapse": {"--beta", "--seeds", "--seed"}}
 
 
-@settings(PROPS, max_examples=200)
+@settings(max_examples=200)
 @given(data=st.data(), command=st.sampled_from(sorted(FLAGS)))
 def test_a_flag_is_used_by_the_chosen_mode_or_refused_in_one_line(data, command, monkeypatch, capsys):
     chosen = data.draw(st.lists(st.sampled_from(FLAGS[command]), max_size=4, unique=True))
@@ -145,7 +142,7 @@ def test_a_piece_from_the_command_line(capsys, monkeypatch, tmp_path):
 def test_reproduce_prints_strict_json_and_writes_the_figure(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
     code, out, err = run_main(capsys, "reproduce", "rank_collapse_gd", "--profile", "smoke", "--json",
-                              "--out", tmp_path / "figs")
+                              "--out", tmp_path / "figs", "--device", "cpu")
     report = json.loads(out, parse_constant=pytest.fail)
     assert code == 0 and (tmp_path / "figs" / "rank_collapse_gd-smoke.png").stat().st_size > 1000, err
-    assert {"settings", "summary", "claims", "figure"} <= set(report)
+    assert {"settings", "summary", "claims", "figure"} <= set(report) and report["summary"]["device"] == "cpu"

@@ -1,9 +1,13 @@
 """Gradient descent: the update rule, one run and sweeps (stacked or not: the same numbers),
 stopping rules, divergence, callbacks, devices, dtypes and bad input."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from convres import ModelConfig, gradient_descent, init_params, loss, synthetic_regression
 from convres import sweep as run_sweep
@@ -233,15 +237,14 @@ def test_float32_runs_and_matches_float64_roughly():
         np.testing.assert_allclose(ha.loss, hb.loss, rtol=1e-4)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(mu=0.0), "mu"), (dict(mu=-1.0), "mu"), (dict(mu=float("inf")), "mu"),
-    (dict(steps=-1), "steps"), (dict(steps=2.5), "steps"), (dict(record_every=0), "record_every"),
-    (dict(tol=-1.0), "tol"), (dict(blowup=float("nan")), "blowup"), (dict(chunk=0), "chunk"),
-])
-def test_bad_run_arguments(kwargs, match):
+@pytest.mark.parametrize("kwargs", [
+    dict(mu=0.0), dict(mu=-1.0), dict(mu=float("inf")), dict(steps=-1), dict(steps=2.5), dict(record_every=0),
+    dict(tol=-1.0), dict(blowup=float("nan")), dict(chunk=0)])
+def test_a_bad_run_argument_is_a_clear_error_naming_it(kwargs, own_error):
     cfg, params, X, Y = instance()
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError) as err:
         gradient_descent(params, X, Y, cfg, **(dict(mu=0.01, steps=3) | kwargs))
+    own_error(err.value, *kwargs)
 
 
 def test_numpy_scalars_are_accepted():
@@ -366,3 +369,120 @@ def test_data_per_configuration_pooled_with_runs_leaving_the_stack():
     for run, p, (X, Y), m in zip(runs, params, data, mus):
         assert_same([run], [gradient_descent(p, X, Y, cfg, m, 60, rtol=0.3)])
     assert len({r.history.steps for r in runs}) > 1
+
+
+# --- properties at the entry point: a result, or an error of convres's own naming the argument; never a
+# raw PyTorch or Python error, never a silently changed result (an equal value gives the same losses; the
+# caller's tensors are never modified) ------------------------------------------------------------------
+
+CFG = ModelConfig(d=4, d_qk=4, m=4)
+P0 = init_params(CFG, seed=1)
+X0, Y0 = synthetic_regression(2, 3, 4, 1, seed=0)
+BASE = gradient_descent(P0, X0, Y0, CFG, 0.01, 3).history.loss
+
+
+def pick(rng, options):
+    return options[int(rng.integers(len(options)))]
+
+
+def perturbed(kind, rng):
+    """``(params, X, Y, mu, steps, names, same)``: the instance with one perturbation ``kind``;
+    ``names`` are the words an error must contain, ``same`` whether a result must equal BASE."""
+    p, X, Y, mu, steps = dict(P0), X0.clone(), Y0.clone(), 0.01, 3
+    same = False
+    if kind == "X dtype":
+        X = X.to(pick(rng, [torch.float32, torch.float16, torch.int64, torch.bool, torch.complex64]))
+        names = ("X",)
+    elif kind == "Y dtype":
+        Y = Y.to(pick(rng, [torch.float32, torch.int32, torch.complex128]))
+        names = ("Y",)
+    elif kind == "params dtype":
+        p = {k: v.to(pick(rng, [torch.float16, torch.bfloat16, torch.int64])) for k, v in p.items()}
+        X, Y = X.to(p["W_U"].dtype), Y.to(p["W_U"].dtype)
+        names = ("dtype", "float", "params", "X")
+    elif kind == "sparse X":
+        X = X.to_sparse()
+        names = ("X",)
+    elif kind == "meta X":
+        X = X.to("meta")
+        names = ("X",)
+    elif kind == "NaN in X":
+        X[rng.integers(2), rng.integers(3), rng.integers(4)] = pick(rng, [math.nan, math.inf, -math.inf])
+        names = ("X",)
+    elif kind == "wrong shape X":
+        X = X[..., : rng.integers(1, 4)] if rng.random() < 0.5 else X[None]
+        names = ("X",)
+    elif kind == "non-contiguous X":
+        X = X.transpose(0, 1).contiguous().transpose(0, 1)
+        same = True
+        names = ()
+    elif kind == "X requires grad":
+        X = X.requires_grad_(True)
+        same = True
+        names = ()
+    elif kind == "mu":
+        mu = pick(rng, [0.0, -0.01, math.nan, math.inf, "0.01", None, True, 1j, torch.tensor([0.01])])
+        names = ("mu",)
+    elif kind == "mu as another number type":
+        mu = pick(rng, [np.float64(0.01), torch.tensor(0.01, dtype=torch.float64), np.array(0.01)])
+        same = True
+        names = ()
+    elif kind == "steps":
+        steps = pick(rng, [-1, 2.0, True, "3", None, 10**30, torch.tensor(1.5)])
+        names = ("steps",)
+    elif kind == "steps as another integer type":
+        steps = pick(rng, [np.int64(3), torch.tensor(3)])
+        same = True
+        names = ()
+    else:  # pragma: no cover
+        raise AssertionError(kind)
+    return p, X, Y, mu, steps, names, same
+
+
+KINDS = ["X dtype", "Y dtype", "params dtype", "sparse X", "meta X", "NaN in X", "wrong shape X",
+         "non-contiguous X", "X requires grad", "mu", "mu as another number type", "steps",
+         "steps as another integer type"]
+
+
+@settings(max_examples=150)
+@given(kind=st.sampled_from(KINDS), seed=st.integers(0, 2**32 - 1), grad_mode=st.sampled_from(
+    ["enabled", "no_grad", "inference_mode"]))
+def test_gradient_descent_gives_a_result_or_names_the_argument(kind, seed, grad_mode, own_error):
+    rng = np.random.default_rng(seed)
+    p, X, Y, mu, steps, names, same = perturbed(kind, rng)
+    before = {k: v.clone() for k, v in P0.items()}
+    modes = {"enabled": torch.enable_grad, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
+    try:
+        with modes[grad_mode]():
+            run = gradient_descent(p, X, Y, CFG, mu, steps)
+    except Exception as err:
+        own_error(err, *(names or ("?",)), *(("inference_mode",) if grad_mode == "inference_mode" else ()))
+        return
+    finally:
+        assert all(torch.equal(before[k], P0[k]) for k in P0), "the caller's weights changed"
+    assert grad_mode != "inference_mode", "ran under inference_mode"
+    assert all(bool(torch.isfinite(v).all()) for v in run.params.values())
+    if same:
+        assert np.allclose(run.history.loss, BASE, rtol=1e-12, atol=0), f"{kind} changed the result"
+    else:
+        assert not names, f"{kind}: accepted without a word"
+
+
+@settings(max_examples=40)
+@given(edit=st.sampled_from(["params", "grads", "trace"]), t=st.integers(0, 3))
+def test_a_callback_never_changes_the_callers_weights_or_the_run_silently(edit, t, own_error):
+    before = {k: v.clone() for k, v in P0.items()}
+
+    def callback(step):
+        if step.t != t:
+            return
+        target = {"params": step.params, "grads": step.grads or {}, "trace": {"F": step.trace.F}}[edit]
+        for v in target.values():
+            v.mul_(2.0)
+    try:
+        loss = gradient_descent(P0, X0, Y0, CFG, 0.01, 3, callback=callback).history.loss
+    except RuntimeError as err:
+        own_error(err, "callback")
+    else:
+        assert np.allclose(loss, BASE), "the callback changed the run silently"
+    assert all(torch.equal(before[k], P0[k]) for k in P0), "the caller's weights changed"

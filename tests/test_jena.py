@@ -11,10 +11,7 @@ from convres.experiments import jena
 from convres.model import forward
 from convres.protocol import EVALUATION_SEEDS, PILOT_SEEDS, PROBE_SEEDS
 
-
-@pytest.fixture(autouse=True)
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 
 def test_the_settings_use_the_protocols_seeds_and_the_whole_slice():
@@ -267,10 +264,6 @@ def test_jena_smoke_run_and_its_pieces_of_data(offline):
     assert k["rows"] == d["rows"] and k["n_train"] == d["N"] and k["seeds"] == 2
     assert [c["name"] for c in k["design_checks"]] == [c["name"] for c in d["design_checks"]]
     assert set(k["baselines"]) == {"persistence", "linear_ar", "order_blind"}
-    rows = r.claims()
-    assert [row["id"] for row in rows] == ["J1", "J2"]
-    assert all({"effect", "ci", "margin", "units", "sign_test_p", "verdict", "sensitivity"} <= set(row)
-               for row in rows)
     again = jena.rerun(s, 1.0, s["seeds"][0], tuned[1.0]["chosen"], s["steps"])
     stored = next(x for x in d["runs"] if x["beta"] == 1.0 and x["seed"] == s["seeds"][0]
                   and x["protocol"] == "tuned")

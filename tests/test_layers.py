@@ -97,3 +97,14 @@ def test_the_package_uses_no_unsafe_loader_or_shell():
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
              if unsafe.search(line) and "no pickle" not in line]
     assert found == []
+
+
+def test_no_test_imports_another_test_module():
+    """Shared fixtures live in ``tests/conftest.py``; a test module never imports another one."""
+    tests = {p.stem for p in Path(__file__).parent.glob("*.py")}
+    found = [f"{p.name} imports {target}" for p in sorted(Path(__file__).parent.glob("test_*.py"))
+             for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+             for target in ([a.name for a in node.names] if isinstance(node, ast.Import)
+                            else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+             if target.removeprefix("tests.") in tests]
+    assert found == []

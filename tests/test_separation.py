@@ -138,7 +138,7 @@ def test_the_floor_lemma():
 
 
 def test_the_report_and_its_rebuild():
-    """The JSON of `theorem --separation` has the issue's fields, and `rebuild` rebuilds the arm
+    """The JSON of `theorem --separation` has its fields, and `rebuild` rebuilds the arm
     without the residual."""
     rep = separation_report(64, 7, d=128)
     assert {"certified", "T_lb", "floor", "mu"} <= set(rep["plateau"])

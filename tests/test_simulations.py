@@ -2,7 +2,6 @@
 empirical escape fit, a step tuned at every d_QK, reruns at half the step, and the claims graded by
 the protocol's rule (on small runs and on constructed results)."""
 
-import dataclasses
 import math
 
 import numpy as np
@@ -17,9 +16,7 @@ TINY = dict(betas=[0.0, 1.0], seeds=[0, 1], curve_seeds=[0], steps=20, d_qks=[16
                      dict(name="uniform attention", N=4, d_qk=64, scale="1/d_qk")])
 
 
-@pytest.fixture(autouse=True)
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 
 def test_speed_counts_steps_to_each_level_the_escape_and_the_mean_log_loss():
@@ -58,7 +55,7 @@ def test_the_power_fit_recovers_a_b_and_p():
     assert abs(sim.power_fit(d, T, fine=False)["p"] - 0.8) <= 0.01                     # the coarser grid
 
 
-def test_a_small_run_tunes_every_arm_at_every_d_qk_and_is_cached(monkeypatch):
+def test_a_small_run_tunes_every_arm_at_every_d_qk():
     r = ex.run_experiment("simulations", overrides=TINY)
     assert [c["name"] for c in r.data["regimes"]] == ["wide", "uniform attention"]
     wide = r.data["regimes"][0]
@@ -82,15 +79,14 @@ def test_a_small_run_tunes_every_arm_at_every_d_qk_and_is_cached(monkeypatch):
     tuned0 = {x["seed"]: x["eta"] for x in cells[("1/d_qk", 16)]["runs"]["tuned"] if x["beta"] == 0}
     assert all(x["eta"] == tuned0[x["seed"]] / 2 for x in cells[("1/d_qk", 16)]["runs"]["half"])
     k = r.summary()
+    assert k["regimes"] == ["wide", "uniform attention"] and k["seeds"] == 2 and k["steps"] == 20
     assert [c["name"] for c in k["design_checks"]] == ["simulations tuning resolves",
                                                        "simulations probes stable"]
+    assert {"d_qk", "beta", "median", "censored", "diverged"} <= set(k["escape_law"][0])
+    assert all({"arm", "grid", "chosen"} <= set(t) for t in k["step_sizes"])
     assert {"p", "p_ci", "local_slopes"} <= set(k["escape_fit"])
     assert [(x["d_lo"], x["d_hi"]) for x in k["escape_fit"]["local_slopes"]] == [(16, 64)]
     assert k["runs"] == sum(len(v) for c in r.data["regimes"] + r.data["escape"] for v in c["runs"].values())
-    e = ex.EXPERIMENTS["simulations"]
-    monkeypatch.setitem(ex.EXPERIMENTS, "simulations",
-                        dataclasses.replace(e, run=lambda *a, **k: pytest.fail("cache not used")))
-    assert ex.run_experiment("simulations", overrides=TINY).data == r.data
 
 
 def test_an_arm_that_diverges_is_rerun_at_half_its_step_with_its_followers():
@@ -147,6 +143,7 @@ def test_the_seeds_and_sizes_are_the_protocols():
     for profile in ex.PROFILES:
         s = ex.settings("simulations", profile)
         assert not set(s["probe_seeds"]) & set(s["seeds"]) and len(s["probe_seeds"]) == 3
+        assert 0.0 in s["betas"] and 1.0 in s["betas"]                 # the paper's sweep: beta from 0 to 1
     assert len(ex.settings("simulations", "book")["seeds"]) >= 10
     paper = ex.settings("simulations", "paper")
     assert len(paper["seeds"]) >= 20 and max(paper["d_qks"]) >= 4096

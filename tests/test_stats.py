@@ -16,7 +16,7 @@ import traceback
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from convres.protocol import EFFECT_BOUND, GRADES
@@ -34,8 +34,9 @@ from convres.stats import (
     steps_to,
 )
 
-PROPS = settings(derandomize=True, deadline=None, database=None, max_examples=400,
-                 suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=400)
+
+
 DRAWS = 400          # bootstrap resamples in the property tests (10,000 in the protocol)
 
 

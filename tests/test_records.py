@@ -1,0 +1,145 @@
+"""The common suite: every experiment record of :data:`convres.experiments.EXPERIMENTS`, at its
+``smoke`` settings, behaves alike. It runs and its summary is strict JSON; it reads back from the
+cache and from JSON to the same result; its claims are the protocol's, each with its id and a
+verdict; its figure is labelled; its pieces merge into the run of every seed at once; computed
+again it gives the same numbers."""
+
+import dataclasses
+import json
+import shutil
+from functools import cache
+
+import pytest
+
+from convres import experiments as ex
+from convres.cache import dumps, loads
+from convres.committed import load_paper_result, pieces, run_piece
+from convres.data import DATASETS
+from convres.experiments import simulations as sim
+from convres.protocol import CLAIMS
+
+pytestmark = pytest.mark.parametrize("record", list(ex.EXPERIMENTS), indirect=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def once():
+    """Each record's smoke result is read once for the module (from the results cache, as the book
+    reads it; :func:`test_computed_again_it_gives_the_same_numbers` computes it again)."""
+    yield
+    smoke.cache_clear()
+    claims.cache_clear()
+
+
+@cache
+def smoke(name: str) -> ex.Result:
+    return ex.run_experiment(name, "smoke")
+
+
+@cache
+def claims(name: str) -> list[dict]:
+    return smoke(name).claims()
+
+
+@pytest.fixture
+def record(request):
+    """The name of the record under test; a record on a data set needs the offline copy."""
+    name = request.param
+    if name in DATASETS:
+        request.getfixturevalue("offline")
+    return name
+
+
+def test_a_smoke_run_gives_a_summary_in_strict_json(record):
+    summary = smoke(record).summary()
+    assert list(summary)[:len(ex.SUMMARY_KEYS)] == list(ex.SUMMARY_KEYS) and summary["device"] == "cpu"
+    assert json.loads(json.dumps(summary, allow_nan=False)) == summary
+
+
+def test_the_result_reads_back_from_the_cache_and_from_json(record):
+    res = smoke(record)
+    e = ex.EXPERIMENTS[record]
+    with pytest.MonkeyPatch.context() as mp:                 # read from the cache, not computed
+        mp.setitem(ex.EXPERIMENTS, record, dataclasses.replace(e, run=lambda *a, **k: pytest.fail("computed")))
+        cached = ex.run_experiment(record, "smoke")
+    doc = loads(dumps(res.to_json()), record)
+    again = ex.Result(ex.EXPERIMENTS[doc["name"]], doc["profile"], doc["settings"], doc["data"], doc["seconds"])
+    for other in (cached, again):
+        assert (other.name, other.profile, other.settings, other.data) == (record, "smoke", res.settings, res.data)
+
+
+def test_the_claims_are_the_protocol_s_each_with_its_id_and_a_verdict(record):
+    rows = claims(record)
+    assert [r["id"] for r in rows] == [c.id for c in CLAIMS.values() if c.experiment == record]
+    for r in rows:
+        assert r["experiment"] == record and r["verdict"] in ex.VERDICTS and r["claim"]
+        assert {"effect", "ci", "margin", "units", "sign_test_p", "sensitivity", "diverged", "tex", "criterion",
+                "measurement", "evidence", "figure"} <= set(r)
+        assert r["verdict"] not in ("inconclusive", "not testable") or r["reason"]
+    assert ex.EXPERIMENTS[record].in_report == bool(rows)
+
+
+def test_the_figure_is_labelled_with_one_legend_outside_the_data(record):
+    res = smoke(record)
+    if res.experiment.plot is None:
+        with pytest.raises(ValueError, match=record):
+            res.figure()
+        return
+    fig = res.figure()
+    assert fig.axes and all(ax.get_ylabel() and (ax.lines or ax.collections) for ax in fig.axes)
+    assert any(ax.get_xlabel() for ax in fig.axes)
+    assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
+
+
+def test_the_pieces_merge_into_the_run_of_every_seed(record, tmp_path, monkeypatch):
+    """One seed a piece, computed in any order: the merged file has every piece, the settings of the
+    whole run and its claims (effects of a float32 record to its round-off: a batch of other runs
+    rounds differently). A record without seeds is not run in pieces and says so."""
+    if not ex.settings(record, "smoke").get("seeds"):
+        for profile in (p for p in ex.PROFILES if not ex.settings(record, p).get("seeds")):
+            with pytest.raises(ValueError, match=f"{record!r} has no evaluation seeds.*reproduce {record}"):
+                pieces(record, profile)
+        return
+    monkeypatch.setitem(ex.EXPERIMENTS, record, dataclasses.replace(ex.EXPERIMENTS[record], piece_seeds=1))
+    whole, expected = smoke(record), claims(record)
+    blocks = pieces(record, "smoke")
+    assert blocks == [[s] for s in whole.settings["seeds"]]
+    for k in reversed(range(len(blocks))):
+        run_piece(record, k, folder=tmp_path, profile="smoke")
+    merged, info = load_paper_result(record, tmp_path, "smoke")
+    if record == "simulations":   # an arm one piece reran at half its step: the second pass (``halve``)
+        halve = [h for h, x in zip(sim.second_pass(merged), sim.reruns(merged)) if not x["every_seed"]]
+        if halve:
+            e = ex.EXPERIMENTS[record]
+            monkeypatch.setitem(ex.EXPERIMENTS, record, dataclasses.replace(
+                e, profiles={**e.profiles, "smoke": {**e.profiles["smoke"], "halve": halve}}))
+            shutil.rmtree(tmp_path)
+            for k in range(len(blocks)):
+                run_piece(record, k, folder=tmp_path, profile="smoke")
+            merged, info = load_paper_result(record, tmp_path, "smoke")
+            whole = ex.run_experiment(record, "smoke")
+            expected = whole.claims()
+    assert info["pieces"] == {"total": len(blocks), "done": list(range(len(blocks))), "missing": [],
+                              "planned_seeds": whole.settings["seeds"]}
+    assert [p["piece"] for p in info["provenance"]] == list(range(len(blocks)))
+    assert merged.settings == whole.settings
+    rows = merged.claims()
+    assert [(c["id"], c["verdict"], c["units"]) for c in rows] == \
+        [(c["id"], c["verdict"], c["units"]) for c in expected]
+    rel = 1e-5 if whole.settings.get("dtype") == "float32" else 0
+    for cm, cw in zip(rows, expected):
+        assert cm["effect"] == pytest.approx(cw["effect"], rel=rel, abs=1e-9)
+    if record == "simulations":
+        assert merged.summary()["escape_law"] == whole.summary()["escape_law"]
+
+
+def timeless(x):
+    """``x`` less its wall times (the entries ``"seconds"``)."""
+    if isinstance(x, dict):
+        return {k: timeless(v) for k, v in x.items() if k != "seconds"}
+    return [timeless(v) for v in x] if isinstance(x, list) else x
+
+
+def test_computed_again_it_gives_the_same_numbers(record):
+    res = smoke(record)
+    again = ex.run_experiment(record, "smoke", refresh=True)
+    assert timeless(again.data) == timeless(res.data) and again.settings == res.settings
