@@ -97,7 +97,8 @@ NOTATION = [
     (r"\bL ?= ?(\d+)\b", lambda m: f"L = {m[1]}"),
     (r"(?<=\d) ?x(?=[ ,;)]|$)", lambda m: r"\times"),
     (r"(?<=[a-z] )x(?= [a-z])", lambda m: r"\times"),
-    (r"\b(\d+) ?min\b", lambda m: rf"{m[1]}\ \text{{min}}"),
+    (r"(?<![\w.])(\d+)min\b", lambda m: rf"{m[1]}\ \text{{min}}"),
+    (r"\blog10\b", lambda m: r"\log_{10}"),
 ]
 
 
@@ -195,21 +196,27 @@ def _html_table(head: Sequence[str], rows: Sequence[str]) -> str:
 
 
 def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None) -> str:
-    """The claims table: experiment, the paper's claim, a verdict badge, one line of evidence and a
-    thumbnail (``thumbnails[figure label]``, PNG bytes) linking to the figure in its chapter."""
+    """The claims table, one group of rows per experiment (a heading row linking to its chapter):
+    the claim's id and the paper's words, the verdict badge over one line of evidence
+    (:func:`evidence_text`) and a thumbnail (``thumbnails[figure label]``, PNG bytes,
+    :data:`THUMBNAIL` pixels wide) linking to the figure in its chapter."""
     thumbnails = thumbnails or {}
-    head = ("experiment", "claim (paper)", "verdict", "evidence (book)", "figure")
-    body = []
+    head = ("claim (paper)", "verdict and evidence (book)", "figure")
+    body, group = [], None
     for r in rows:
-        href = f"{EXPERIMENTS[r['experiment']].page}.html#{r['figure']}"
+        exp = EXPERIMENTS[r["experiment"]]
+        chapter = exp.title.split(":")[0]
+        if r["experiment"] != group:
+            group = r["experiment"]
+            body.append(f'<tr style="border:none"><th colspan="3" style="padding-top:0.9em">'
+                        f'<a href="{exp.page}.html">{html.escape(chapter)}</a></th></tr>')
         png = thumbnails.get(r["figure"])
-        chapter = EXPERIMENTS[r["experiment"]].title.split(":")[0]
         pic = (f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}" width="{THUMBNAIL}" '
                f'style="width:{THUMBNAIL}px;max-width:none;height:auto" '
                f'alt="the {html.escape(chapter)} chapter\'s figure for this claim">' if png else "figure")
-        body.append(f"<tr><td>{html.escape(r['experiment'])}</td><td>{_claim(r)}</td>"
-                    f"<td>{badge(r['verdict'])}</td><td>{tex(evidence_text(r))}</td>"
-                    f'<td><a href="{href}">{pic}</a></td></tr>')
+        body.append(f"<tr><td><b>{html.escape(r.get('id', ''))}</b> {_claim(r)}</td>"
+                    f"<td>{badge(r['verdict'])}<br>{tex(evidence_text(r))}</td>"
+                    f'<td><a href="{exp.page}.html#{r["figure"]}">{pic}</a></td></tr>')
     return _html_table(head, body)
 
 
@@ -467,4 +474,4 @@ def protocol_seeds_table():
 def protocol_deviations_table():
     """``convres.protocol.DEVIATIONS``: what changed, when, why and the claims it touches."""
     return table([{"what": d.what, "when": d.when, "why": d.why, "touches": ", ".join(d.touches)}
-                  for d in DEVIATIONS])
+                  for d in DEVIATIONS], text=notation)
