@@ -223,8 +223,9 @@ def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None)
 def criteria_html(rows: list[dict]) -> str:
     """The criterion and the full measurement of every row (:func:`evidence_text` with the sign test,
     the pre-named subsets' grades and the alternatives'), in a collapsed block."""
-    items = "".join(f"<li><b>{_claim(r)}</b> ({html.escape(r['experiment'])}): "
-                    f"{badge(r['verdict'])}<br>criterion: {_html(r['criterion'])}<br>"
+    items = "".join(f"<li><b>{html.escape(r.get('id', ''))} {_claim(r)}</b> "
+                    f"({html.escape(r['experiment'])}): {badge(r['verdict'])}<br>"
+                    f"criterion: {_html(r['criterion'])}<br>"
                     f"measurement: {_html(evidence_text(r, full=True))}</li>" for r in rows)
     return ("<details><summary>How each verdict is decided (criteria and measurements)</summary>"
             f"<ol>{items}</ol></details>")
