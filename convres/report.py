@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 import re
 from collections.abc import Mapping, Sequence
 
@@ -24,29 +25,53 @@ from .protocol import (
     PROBE_SEEDS,
     TAG,
 )
-from .show import power_of_ten, table, tex
+from .show import fixed, power_of_ten, table, tex
 from .theory import MIN_DECREASE
 
 __all__ = ["VERDICT_COLORS", "NOTATION", "STATEMENTS", "notation", "badge", "verdict_counts",
            "verdict_counts_html", "claims_html", "criteria_html", "claims_table", "hypotheses_table",
            "settings_table", "spread_table", "compute_table", "deviations_table", "scale_html",
-           "effect_text", "provenance_table", "ALL_VERDICTS", "claim_row", "protocol_line",
+           "effect_text", "evidence_text", "effect_digits", "provenance_table", "ALL_VERDICTS",
+           "claim_row", "protocol_line", "METHODS", "THUMBNAIL",
            "protocol_claims_table", "protocol_checks_table", "protocol_seeds_table",
            "protocol_deviations_table"]
 
 #: Every verdict a row can carry: protocol v4's grades.
 ALL_VERDICTS = GRADES
+#: The thumbnails' width in the claims table, in CSS pixels (their PNGs have twice as many).
+THUMBNAIL = 160
 #: Badge colours (white text on each, contrast at least 4.5:1), one per verdict.
 VERDICT_COLORS = {"reproduced": "#1b6e32", "partly": "#8a5300", "not reproduced": "#a4241b",
                   "reversed": "#6e1f5c", "inconclusive": "#55595f", "not testable": "#33405a"}
 
+_ESCAPE = r"T_{\text{escape}}"
+
+
+def _sub(text: str) -> str:
+    """A subscript of the plain text (``none``, ``{L=2, matched}``) in TeX: words upright."""
+    parts = text.strip("{}").split(", ")
+    return r",\ ".join(f"L = {m[1]}" if (m := re.fullmatch(r"L ?= ?(\d+)", p)) else rf"\text{{{p}}}"
+                       for p in parts)
+
+
 #: The plain-text symbols of the experiments' rows (which the command line prints as they are) and
 #: their TeX in the book's notation: ``(pattern, match -> TeX)``, tried in this order.
 NOTATION = [
+    (r"\blog10 max\(Phi_t ?/ ?Phi_0, 1e-0*(\d+)\)",
+     lambda m: rf"\log_{{10}}\max(\Phi_t/\Phi_0,\ 10^{{-{m[1]}}})"),
+    (r"\bt = 1\.\.T\b", lambda m: r"t = 1, \dots, T"),
+    (r"\blog10\(T_escape\(beta = (\d+)\) / T_escape\(beta = (\d+)\)\)",
+     lambda m: rf"\log_{{10}}\big({_ESCAPE}(\beta = {m[1]})/{_ESCAPE}(\beta = {m[2]})\big)"),
+    (r"\bT_escape\(beta = (\d+)\)", lambda m: rf"{_ESCAPE}(\beta = {m[1]})"),
+    (r"\bln\(MSE_(\{[^}]*\}|\w+) / MSE_(\{[^}]*\}|\w+)\)",
+     lambda m: rf"\ln(\mathrm{{MSE}}_{{{_sub(m[1])}}}/\mathrm{{MSE}}_{{{_sub(m[2])}}})"),
+    (r"(?<![\w.])-ln (Phi_t|\d+(?:\.\d+)?)\b",
+     lambda m: r"-\ln " + (r"\Phi_t" if m[1] == "Phi_t" else m[1])),
     (r"Phi_\{t\+1\} <= \(1 - mu sigma_min\(H_t\)\^2\) Phi_t",
      lambda m: r"\Phi_{t+1} \le (1 - \mu\,\sigma_{\min}(H_t)^2)\,\Phi_t"),
     (r"\bmu sigma_min\(H_0\)\^2", lambda m: r"\mu\,\sigma_{\min}(H_0)^2"),
     (r"\bsigma_min\((\w+)\)(\^2)?", lambda m: rf"\sigma_{{\min}}({m[1]}){m[2] or ''}"),
+    (r"\bsigma_(min|max)\b", lambda m: rf"\sigma_{{\{m[1]}}}"),
     (r"\bsigma_c\(W_U\) > 0", lambda m: r"\sigma_c(W_U) > 0"),
     (r"\bPhi_T ?/ ?Phi_0\b", lambda m: r"\Phi_T/\Phi_0"),
     (r"\bN n = (\d+) > d = (\d+)", lambda m: rf"Nn = {m[1]} > d = {m[2]}"),
@@ -67,10 +92,13 @@ NOTATION = [
     (r"(?<![\w.])1e-0*(\d+)\b", lambda m: rf"10^{{-{m[1]}}}"),
     (r"(?<![\w.])(\d+(?:\.\d+)?e[+-]\d+)(?!\d)", lambda m: power_of_ten(m[1])),
     (r"(?<![\w.])-tau\b", lambda m: r"-\tau"),
-    (r"\b(beta|tau|eta|mu|alpha)( ?= ?-?\d+(?:\.\d+)?)?(?![\w.])", lambda m: "\\" + m[1] + (m[2] or "")),
+    (r"\b(beta|tau|eta|mu|alpha|rho)( ?= ?-?\d+(?:\.\d+)?)?(?![\w.])", lambda m: "\\" + m[1] + (m[2] or "")),
     (r"(?<= )(<=|>=)(?= )", lambda m: r"\le" if m[1] == "<=" else r"\ge"),
     (r"\bL ?= ?(\d+)\b", lambda m: f"L = {m[1]}"),
     (r"(?<=\d) ?x(?=[ ,;)]|$)", lambda m: r"\times"),
+    (r"(?<=[a-z] )x(?= [a-z])", lambda m: r"\times"),
+    (r"(?<![\w.])(\d+)min\b", lambda m: rf"{m[1]}\ \text{{min}}"),
+    (r"\blog10\b", lambda m: r"\log_{10}"),
 ]
 
 
@@ -124,8 +152,11 @@ def _html(text: str) -> str:
 
 
 def _claim(row: dict) -> str:
-    """A row's claim as HTML: a protocol-v4 row's own TeX, else the plain text through :func:`notation`."""
-    return tex(row["tex"]) if "tex" in row else _html(row["claim"])
+    """A row's claim as HTML: a protocol-v4 row's own TeX, else the plain text through :func:`notation`;
+    a formula in parentheses, ``($\\beta = 0.1$)``, is kept on one line with its parentheses."""
+    out = tex(row["tex"]) if "tex" in row else _html(row["claim"])
+    return re.sub(r"\((<span class=\"math[^\"]*\">.*?</span>)\)",
+                  r'<span style="white-space:nowrap">(\1)</span>', out)
 
 
 def claim_row(rows: Sequence[dict], claim_id: str) -> dict:
@@ -151,9 +182,9 @@ def verdict_counts(rows: list[dict]) -> dict[str, int]:
 
 
 def verdict_counts_html(rows: list[dict]) -> str:
-    """One line of badges with the number of rows of each verdict."""
+    """One line of badges with the number of rows of each verdict that occurs."""
     counts = verdict_counts(rows)
-    return "<p>" + " ".join(f"{badge(v)}&nbsp;{n}" for v, n in counts.items()) + "</p>"
+    return "<p>" + " ".join(f"{badge(v)}&nbsp;{n}" for v, n in counts.items() if n) + "</p>"
 
 
 def _html_table(head: Sequence[str], rows: Sequence[str]) -> str:
@@ -165,46 +196,103 @@ def _html_table(head: Sequence[str], rows: Sequence[str]) -> str:
 
 
 def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None) -> str:
-    """The claims table: experiment, the paper's claim, a verdict badge, one line of evidence and a
-    thumbnail (``thumbnails[figure label]``, PNG bytes) linking to the figure in its chapter."""
+    """The claims table, one group of rows per experiment (a heading row linking to its chapter):
+    the claim's id and the paper's words, the verdict badge over one line of evidence
+    (:func:`evidence_text`) and a thumbnail (``thumbnails[figure label]``, PNG bytes,
+    :data:`THUMBNAIL` pixels wide) linking to the figure in its chapter."""
     thumbnails = thumbnails or {}
-    head = ("experiment", "claim (paper)", "verdict", "evidence (book)", "figure")
-    body = []
+    head = ("claim (paper)", "verdict and evidence (book)", "figure")
+    body, group = [], None
     for r in rows:
-        href = f"{EXPERIMENTS[r['experiment']].page}.html#{r['figure']}"
+        exp = EXPERIMENTS[r["experiment"]]
+        chapter = exp.title.split(":")[0]
+        if r["experiment"] != group:
+            group = r["experiment"]
+            body.append(f'<tr style="border:none"><th colspan="3" style="padding-top:0.9em">'
+                        f'<a href="{exp.page}.html">{html.escape(chapter)}</a></th></tr>')
         png = thumbnails.get(r["figure"])
-        chapter = EXPERIMENTS[r["experiment"]].title.split(":")[0]
-        pic = (f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}" width="110" '
+        pic = (f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}" width="{THUMBNAIL}" '
+               f'style="width:{THUMBNAIL}px;max-width:none;height:auto" '
                f'alt="the {html.escape(chapter)} chapter\'s figure for this claim">' if png else "figure")
-        body.append(f"<tr><td>{html.escape(r['experiment'])}</td><td>{_claim(r)}</td>"
-                    f"<td>{badge(r['verdict'])}</td><td>{_html(r['evidence'])}</td>"
-                    f'<td><a href="{href}">{pic}</a></td></tr>')
+        body.append(f"<tr><td><b>{html.escape(r.get('id', ''))}</b> {_claim(r)}</td>"
+                    f"<td>{badge(r['verdict'])}<br>{tex(evidence_text(r))}</td>"
+                    f'<td><a href="{exp.page}.html#{r["figure"]}">{pic}</a></td></tr>')
     return _html_table(head, body)
 
 
 def criteria_html(rows: list[dict]) -> str:
-    """The criterion and the full measurement of every row, in a collapsed block."""
-    items = "".join(f"<li><b>{_claim(r)}</b> ({html.escape(r['experiment'])}): "
-                    f"{badge(r['verdict'])}<br>criterion: {_html(r['criterion'])}<br>"
-                    f"measurement: {_html(r['measurement'])}</li>" for r in rows)
+    """The criterion and the full measurement of every row (:func:`evidence_text` with the sign test,
+    the pre-named subsets' grades and the alternatives'), in a collapsed block."""
+    items = "".join(f"<li><b>{html.escape(r.get('id', ''))} {_claim(r)}</b> "
+                    f"({html.escape(r['experiment'])}): {badge(r['verdict'])}<br>"
+                    f"criterion: {_html(r['criterion'])}<br>"
+                    f"measurement: {_html(evidence_text(r, full=True))}</li>" for r in rows)
     return ("<details><summary>How each verdict is decided (criteria and measurements)</summary>"
             f"<ol>{items}</ol></details>")
 
 
+def effect_digits(row: dict) -> int:
+    """The decimals of a claim row's numbers: two significant digits of its interval's width, at
+    least two (``0.37 to 0.57``; ``-0.007 to 0.004``)."""
+    lo, hi = row["ci"]
+    width = hi - lo
+    return 2 if width <= 0 else max(2, 1 - math.floor(math.log10(width)))
+
+
+def _signed(x: float, digits: int) -> str:
+    text = fixed(x, digits)
+    return text if text.startswith("\N{MINUS SIGN}") or float(text.replace("\N{MINUS SIGN}", "-")) == 0 \
+        else "+" + text
+
+
+#: How the report names each interval method of :func:`convres.stats.estimate`.
+METHODS = {"t-interval": "Student's t", "BCa bootstrap": "BCa bootstrap",
+           "BCa bootstrap, stratified": "stratified BCa bootstrap"}
+
+
 def effect_text(row: dict) -> str:
-    """A claim row's effect and 95% interval, e.g. ``0.49 [0.34, 0.63]`` (empty for a row
-    without one, such as an a-posteriori check)."""
+    """A claim row's effect and 95% interval, ``+0.48 (0.37 to 0.57)`` (:func:`effect_digits`
+    decimals, a minus sign U+2212); empty for a row without one."""
     if row.get("effect") is None:
         return ""
-    return f"{row['effect']:.2f} [{row['ci'][0]:.2f}, {row['ci'][1]:.2f}]"
+    d = effect_digits(row)
+    return f"{_signed(row['effect'], d)} ({fixed(row['ci'][0], d)} to {fixed(row['ci'][1], d)})"
+
+
+def evidence_text(row: dict, *, full: bool = False) -> str:
+    """The evidence of a claim row (:meth:`convres.experiments.base.ClaimRecord.row`), the same for
+    every experiment: ``effect +0.48 (95% interval 0.37 to 0.57; margin 0.4; BCa bootstrap, 30
+    units)``, and the diverged units; ``full`` adds the sign test, each pre-named subset's grade and
+    the alternative measures' grades. A row without an interval gives its reason."""
+    if row.get("effect") is None:
+        text = f"no interval: {row.get('reason') or 'too few units'}"
+    else:
+        d = effect_digits(row)
+        margin = f"{row['margin']:.2g}".replace("-", "\N{MINUS SIGN}")
+        text = (f"effect {_signed(row['effect'], d)} (95% interval {fixed(row['ci'][0], d)} to "
+                f"{fixed(row['ci'][1], d)}; margin {margin}; "
+                f"{METHODS.get(row['interval'], row['interval'])}, {row['units']} units)")
+        if row.get("diverged"):
+            text += f", {row['diverged']} diverged"
+    if not full:
+        return text
+    if row.get("sign_test_p") is not None:
+        text += f"; sign test p = {row['sign_test_p']:.2g}"
+    if row.get("subsets"):
+        text += "; by subset: " + ", ".join(f"{k} {v}" for k, v in row["subsets"].items())
+    if row.get("sensitivity"):
+        text += "; alternatives: " + ", ".join(
+            f"{x['measure']} ({x['protocol'].removesuffix(' step')} step) {x['verdict']}"
+            for x in row["sensitivity"])
+    return text
 
 
 def scale_html(book: Mapping[str, Result], larger: Mapping[str, tuple[Result, dict] | None]) -> str:
     """Every claim at two scales: the ``book`` result beside the committed larger one
     (``larger[name]``: a :class:`Result` and its ``pieces``/``provenance``, or ``None`` where
     nothing is committed): verdict, effect with its 95% interval, and the seeds behind each."""
-    head = ("experiment", "claim (paper)", "book: verdict", "book: effect [95%]", "larger: verdict",
-            "larger: effect [95%]")
+    head = ("experiment", "claim (paper)", "book: verdict", "book: effect (95% interval)",
+            "larger: verdict", "larger: effect (95% interval)")
     body = []
     for name, res in book.items():
         big = larger.get(name)
@@ -333,7 +421,8 @@ def deviations_table(results: Mapping[str, Result]):
         {"what": "settings", "paper": "sizes, step sizes, steps and seeds not known to us",
          "book": "its own, stated in each chapter", "why": "only the abstract and a summary are available"},
         {"what": "criteria", "paper": "qualitative claims",
-         "book": "medians over seeds, thresholds stated per row", "why": "a verdict needs a test"},
+         "book": "the mean effect over paired units with its 95% interval, against a margin stated "
+                 "per claim (the protocol)", "why": "a verdict needs a test"},
     ]
     for res in results.values():
         rows += res.report()["deviations"]
@@ -362,18 +451,20 @@ def protocol_claims_table():
                    "rule": c.rule + (", every subset" if c.every else ""),
                    "pre-named subsets": ", ".join(c.subsets) or "none",
                    "alternatives": "; ".join(f"{m} ({p})" for m, p in c.alternatives),
-                   "design checks": ", ".join(c.checks)} for c in CLAIMS.values()])
+                   "design checks": ", ".join(c.checks)} for c in CLAIMS.values()], text=notation)
 
 
 def protocol_checks_table():
     """The design checks of ``convres.protocol.CHECKS`` (a ``Styler``)."""
     return table([{"check": c.name, "value": c.statement, "passes if": f"value {c.op} {c.threshold:g}"}
-                  for c in CHECKS.values()])
+                  for c in CHECKS.values()], text=notation)
 
 
 def protocol_seeds_table():
-    """The disjoint seeds and the fewest units graded per profile (a ``Styler``)."""
-    rows = [{"seeds": f"evaluation, {p} profile", "values": f"{v[0]} to {v[-1]}",
+    """The disjoint seeds and the fewest units graded in the book's run and the larger one
+    (a ``Styler``)."""
+    run = {"book": "the book's run", "paper": "the larger run"}
+    rows = [{"seeds": f"evaluation, {run.get(p, p)}", "values": f"{v[0]} to {v[-1]}",
              "fewest finite units per claim": MIN_UNITS[p]} for p, v in EVALUATION_SEEDS.items()]
     rows += [{"seeds": what, "values": ", ".join(map(str, v)), "fewest finite units per claim": ""}
              for what, v in (("probe (step sizes)", PROBE_SEEDS),
@@ -384,4 +475,4 @@ def protocol_seeds_table():
 def protocol_deviations_table():
     """``convres.protocol.DEVIATIONS``: what changed, when, why and the claims it touches."""
     return table([{"what": d.what, "when": d.when, "why": d.why, "touches": ", ".join(d.touches)}
-                  for d in DEVIATIONS])
+                  for d in DEVIATIONS], text=notation)

@@ -89,8 +89,9 @@ def _cell(value, spec, text: Callable[[str], str], na: str) -> str:
 
 
 def fixed(x: float, digits: int = 2) -> str:
-    """``x`` with ``digits`` decimals, never a negative zero (``-0.004`` reads ``0.00``)."""
-    return f"{round(x, digits) + 0.0:.{digits}f}"
+    """``x`` with ``digits`` decimals for the prose: a negative number with the minus sign U+2212,
+    never a negative zero (``-0.004`` reads ``0.00``)."""
+    return f"{round(x, digits) + 0.0:.{digits}f}".replace("-", "\N{MINUS SIGN}")
 
 
 def plain(text: str) -> str:
