@@ -532,11 +532,17 @@ SEARCH = r"""async (q) => {
 }"""
 
 
+# The reviews' queries and the page each should find first (None: an API object, the query is code).
+SEARCHES = {"rank collapse": "rank_collapse.html", "certificate": "certificate.html",
+            "separation": "separation.html", "persistence": "jena.html", "convres.certify": None}
+
+
 @whole_site
-@pytest.mark.parametrize("query", ["rank collapse", "certificate", "persistence", "convres.certify"])
+@pytest.mark.parametrize("query", list(SEARCHES))
 def test_search_finds_the_chapters_first(query, site, browser):
     """The search page ranks the chapters above the API reference for a query in words (the
-    review's queries), and API objects first for a query that is code (web/search_scorer.js)."""
+    review's queries), the chapter the query names first, and API objects first for a query that
+    is code (web/search_scorer.js)."""
     if not (SITE / "search.html").is_file():
         _skip_or_fail("no search page in the built site")
     view = View(browser, site, "search.html?q=" + query.replace(" ", "+"))
@@ -551,6 +557,7 @@ def test_search_finds_the_chapters_first(query, site, browser):
         assert api[0], f"{query!r} is code: an API object should come first, not {hrefs[0]}"
     else:
         assert not api[0] and api == sorted(api), f"{query!r}: API results before chapters: {hrefs[:8]}"
+        assert hrefs[0].split("#")[0] == SEARCHES[query], f"{query!r} finds {hrefs[:3]} first"
     assert not view.problems, view.problems
 
 
@@ -694,7 +701,9 @@ def test_explorer_plays(page, width, site, browser):
     """Every explorer as a reader plays it: its start runs past the escape at every d_QK of its
     escape panel, its drawn curve is its run, a preset button and the prose's link set it, the
     keyboard moves a slider, the scale switch works, and no control moves when a caption changes
-    (at 1400 px and on a 390 px phone, where the explorer also fits the screen)."""
+    (at 1400 px and on a 390 px phone, where the explorer also fits the screen). After each preset
+    the loss axis follows that setting's runs and the readout gives the loss relative to its start;
+    the pointer over the loss chart, or a tap on a phone, reads the values there."""
     if page not in ALL_PAGES:
         _skip_or_fail("no explorer in the built site")
     view = View(browser, site, page, width=width, height=844 if width == PHONE else HEIGHT, mobile=width == PHONE)
@@ -745,6 +754,7 @@ def test_explorer_plays(page, width, site, browser):
                     problems.append(f"{eid}: preset {pre['id']} shows the captions {shown}")
                 if view(CONTROLS, eid) != where:
                     problems.append(f"{eid}: controls moved when preset {pre['id']} was chosen")
+                problems += [f"{eid}, preset {pre['id']}: {x}" for x in view(LOSS_AXIS_AND_READOUT, eid)]
             # the keyboard on the beta slider: off every preset, no caption, nothing moves
             p.focus(f"#{eid}-beta")
             before = view(f"() => {ex}.values().beta")
@@ -754,6 +764,20 @@ def test_explorer_plays(page, width, site, browser):
                 problems.append(f"{eid}: the arrow keys did not move beta from {before}")
             if view(CONTROLS, eid) != where:
                 problems.append(f"{eid}: controls moved off the presets")
+            # a tap (phone) or the pointer (desktop) on the loss chart reads the values there
+            svg = p.locator(f"#{eid} .cx-chart[data-chart='loss'] svg")
+            svg.scroll_into_view_if_needed()
+            box = svg.bounding_box()
+            x, y = box["x"] + 0.6 * box["width"], box["y"] + 0.5 * box["height"]
+            if width == PHONE:
+                p.touchscreen.tap(x, y)
+            else:
+                p.mouse.move(x, y)
+            hover = view(f"() => document.querySelector('#{eid} .cx-chart[data-chart=\"loss\"] + .cx-keys + .cx-hover')"
+                         ".textContent")
+            if not hover.startswith("t = "):
+                problems.append(f"{eid}: {'a tap on' if width == PHONE else 'the pointer over'} the loss chart "
+                                f"reads {hover!r}")
             if len(data["d_qks"]) > 1:     # the attention scale switch
                 p.check(f"#{eid} input[value='1/sqrt(d_qk)']")
                 view(f"() => {ex}.idle()")
@@ -779,6 +803,22 @@ def test_explorer_plays(page, width, site, browser):
         _fail(f"{page} at {width} px", problems + view.problems)
     finally:
         view.close()
+
+
+# The loss chart's axis follows the runs of the setting, not the faint previous one (it spans no
+# more than the drawn runs, padded, and their envelope down to 1/100 of their lowest loss); a run
+# that is neither converged nor diverged reads its last loss also relative to its start, as the
+# prose does ("... of Φ₀").
+LOSS_AXIS_AND_READOUT = r"""(id) => {
+  const ex = window.convresExplorers[id], s = ex.state(), lo = ex.chart('loss').dom.y[0], out = [];
+  const runs = [s.b0, s.chosen].filter(r => r.loss.length);
+  const least = Math.min(...runs.flatMap(r => r.loss.filter(v => v > 0)));
+  if (lo < least / 100 / 2) out.push(`the loss axis reaches ${lo.toExponential(2)}, the runs only ${least.toExponential(2)}`);
+  const text = document.querySelector('#' + id + ' .cx-readout').textContent;
+  if (runs.some(r => r.status === 'max_steps') && !/of Φ₀\) at step/.test(text))
+    out.push(`the readout gives no loss relative to its start: ${text.slice(0, 120)}`);
+  return out;
+}"""
 
 
 def _invert(px: float, dom, rng, kind: str) -> float:

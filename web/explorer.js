@@ -9,8 +9,10 @@
  * axes that follow the data; the step axis is logarithmic (log(1 + t)) when the horizon is long.
  *
  * Layout: nothing above the controls changes height (the preset captions share one reserved box),
- * so a slider never moves under the pointer. The previous setting stays drawn faintly (the ghost);
- * the pointer over a chart reads the values at that step; a click in the escape panel sets d_QK.
+ * so a slider never moves under the pointer. The previous setting stays drawn faintly (the ghost,
+ * which does not widen the axes); the pointer over a chart, or a tap on it, reads the values at
+ * that step; a click in the escape panel sets d_QK. The readout gives each run's last loss also
+ * relative to its start, as the prose does.
  * Links of the prose (<a class="cx-preset-link">, convres.explorers.PresetLink) set a preset and
  * scroll to the explorer (on a phone, up to 36rem, to its readout and first chart: the controls
  * above them are taller than the screen).
@@ -512,12 +514,12 @@
       var lb0 = series(m.b0, steps), lch = series(m.chosen, steps);
       var env = charts.indexOf('envelope') >= 0 ? envelope(m.chosen, steps) : null;
       if (views.loss) {
+        // the axis follows the runs of this setting; the previous setting (the ghost) may leave it
         var all = lb0.ys.concat(lch.ys);
         if (state.ghost) {
           var gs = steps.filter(function (t) { return t < state.ghost.length; });
           var gy = gs.map(function (t) { return state.ghost[t]; });
           lines.push({xs: gs, ys: gy, color: COLORS.ghost, width: 1.5, key: 'ghost'});
-          all = all.concat(gy);
         }
         if (charts.indexOf('loss') >= 0) {
           all.push(floor);
@@ -641,7 +643,8 @@
       }
       if (r.status === 'diverged') parts.push('diverged at step ' + fmtInt(last + 1) + ' (the loss left ' + fmt(data.blowup) + ' times its start)');
       else if (r.status === 'converged') parts.push('at 10\u207b\u00b2\u2070 of its start at step ' + fmtInt(last) + ' (float64 rounding: the run stops)');
-      else parts.push('loss ' + fmt(r.loss[last]) + ' at step ' + fmtInt(last) + (r.status === 'running' ? ' (running)' : ''));
+      else parts.push('loss ' + fmt(r.loss[last]) + ' (' + fmt(r.loss[last] / r.loss[0]) + ' of \u03a6\u2080) at step ' +
+                      fmtInt(last) + (r.status === 'running' ? ' (running)' : ''));
       return s + parts.join('; ') + '.';
     }
     function readoutText(m, v, both) {
@@ -664,7 +667,7 @@
     // -- hover
     Object.keys(views).forEach(function (name) {
       var vw = views[name];
-      vw.box.addEventListener('pointermove', function (ev) {
+      var show = function (ev) {
         var x = vw.chart.pointer(ev);
         if (x === null) { vw.hover.innerHTML = '&nbsp;'; return; }
         var m = state.main;
@@ -688,8 +691,12 @@
         if (charts.indexOf('loss') >= 0 && name !== 'ratio') pick(m.b0, '\u03b2 = 0:');
         if (m.chosen !== m.b0 || name === 'ratio' || charts.indexOf('loss') < 0) pick(m.chosen, '\u03b2 = ' + m.v.beta + ':');
         vw.hover.innerHTML = 't = ' + fmtInt(t) + ': ' + parts.join('; ');
-      });
-      vw.box.addEventListener('pointerleave', function () {
+      };
+      // a mouse shows the values under it; a finger shows them where it taps (and they stay)
+      vw.box.addEventListener('pointermove', show);
+      vw.box.addEventListener('pointerdown', show);
+      vw.box.addEventListener('pointerleave', function (ev) {
+        if (ev.pointerType === 'touch' || ev.pointerType === 'pen') return;
         vw.hover.innerHTML = '&nbsp;';
         if (vw.chart.hoverLine) vw.chart.hoverLine.setAttribute('visibility', 'hidden');
       });
