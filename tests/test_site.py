@@ -703,7 +703,8 @@ def test_explorer_plays(page, width, site, browser):
     keyboard moves a slider, the scale switch works, and no control moves when a caption changes
     (at 1400 px and on a 390 px phone, where the explorer also fits the screen). After each preset
     the loss axis follows that setting's runs and the readout gives the loss relative to its start;
-    the pointer over the loss chart, or a tap on a phone, reads the values there."""
+    the pointer over the loss chart, or a tap on a phone, reads the values there; the zoom on the
+    floor narrows the loss axis to a few decades."""
     if page not in ALL_PAGES:
         _skip_or_fail("no explorer in the built site")
     view = View(browser, site, page, width=width, height=844 if width == PHONE else HEIGHT, mobile=width == PHONE)
@@ -773,11 +774,18 @@ def test_explorer_plays(page, width, site, browser):
                 p.touchscreen.tap(x, y)
             else:
                 p.mouse.move(x, y)
-            hover = view(f"() => document.querySelector('#{eid} .cx-chart[data-chart=\"loss\"] + .cx-keys + .cx-hover')"
-                         ".textContent")
+            hover = view(f"() => document.querySelector('#{eid} .cx-chart[data-chart=\"loss\"] ~ .cx-hover').textContent")
             if not hover.startswith("t = "):
                 problems.append(f"{eid}: {'a tap on' if width == PHONE else 'the pointer over'} the loss chart "
                                 f"reads {hover!r}")
+            # the zoom on the rank-one floor: a few decades around it, the runs still drawn there
+            if p.locator(f"#{eid} input[data-control='zoom']").count():
+                p.check(f"#{eid} input[data-control='zoom']")
+                lo, hi = view(f"() => {ex}.state().domains.loss.y")
+                drawn = view(DRAWN, eid)["loss"]
+                if not (view(f"() => {ex}.state().zoom") and 0 < math.log10(hi / lo) < 4 and drawn):
+                    problems.append(f"{eid}: the zoom shows [{lo:.3g}, {hi:.3g}] with {drawn} points drawn")
+                p.uncheck(f"#{eid} input[data-control='zoom']")
             if len(data["d_qks"]) > 1:     # the attention scale switch
                 p.check(f"#{eid} input[value='1/sqrt(d_qk)']")
                 view(f"() => {ex}.idle()")

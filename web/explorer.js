@@ -342,6 +342,17 @@
       chartBox('loss', {x: stepAxis, y: 'log', xlabel: stepLabel, ylabel: 'loss \u03a6(\u03b8\u209c)', height: 250,
                         label: 'loss against the step'});
     }
+    // the loss axis spans every decade the runs go through; "zoom" shows the floor's neighbourhood
+    // (from a tenth of the escape level to twice the start), where the plateau and its end are
+    var zoom = null;
+    if (charts.indexOf('loss') >= 0) {
+      var zl = el('label', {'class': 'cx-zoom'});
+      zoom = el('input', {type: 'checkbox', 'data-control': 'zoom'});
+      zl.appendChild(zoom);
+      zl.appendChild(document.createTextNode(' zoom on the rank-one floor (the plateau)'));
+      app.insertBefore(zl, views.loss.hover);
+      zoom.addEventListener('change', function () { if (state.main) draw(); });
+    }
     if (charts.indexOf('ratio') >= 0) {
       chartBox('ratio', {x: stepAxis, y: 'lin', xlabel: stepLabel, ylabel: '\u03a6\u209c\u208a\u2081 / \u03a6\u209c',
                          height: 200, label: 'ratio of consecutive losses'});
@@ -547,7 +558,9 @@
             pts.push({x: q[0].escape, y: q[0].run.loss[q[0].escape], color: q[1], key: 'escape-' + q[2]});
           }
         });
-        views.loss.chart.draw({x: [0, data.horizon], y: logDomain(all), lines: lines, hlines: hl, points: pts});
+        var starts = [m.b0.run.loss[0], m.chosen.run.loss[0], floor].filter(function (y) { return y > 0; });
+        var ydom = zoom && zoom.checked ? [data.escape * floor / 10, 2 * Math.max.apply(null, starts)] : logDomain(all);
+        views.loss.chart.draw({x: [0, data.horizon], y: ydom, lines: lines, hlines: hl, points: pts});
         views.loss.keys.innerHTML = legend(keys);
       }
       if (views.ratio) {
@@ -754,6 +767,7 @@
         out.chosen = {loss: m.chosen.run.loss.slice(), status: m.chosen.run.status, escape: m.chosen.escape,
                       alpha: m.chosen.alpha};
         Object.keys(views).forEach(function (k) { out.domains[k] = views[k].chart.dom; });
+        out.zoom = !!(zoom && zoom.checked);
         return out;
       },
       // a chart's axes and the points of one drawn series (pixels), for the test
