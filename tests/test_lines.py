@@ -1,7 +1,8 @@
 """Checks of the built site that need no browser (tests/test_site.py opens it in one).
 
 Code and outputs fit the column: no line of a notebook cell on the built site is longer than 88
-characters.
+characters, and no line of a code cell in a chapter's source either (its metadata included: the
+downloadable notebook and source show them; cells tagged ``remove-cell`` are exempt).
 
 Reads every chapter page of the built site (``_build/html``, or ``CONVRES_SITE_DIR``) as a reader
 gets it: the ``pre`` blocks of each cell's input and of its outputs, folded ones (``hide-input``,
@@ -146,6 +147,72 @@ short</pre></div></div>
     problems = long_lines(page)
     assert len(problems) == 2 and problems[0].startswith("cell 1 input: 89 characters")
     assert problems[1].startswith(f"cell 1 output: {MAX_LINE + 2} characters")
+
+
+# --------------------------------------------------------------------------- the chapters' sources
+def code_cells(text: str) -> list[tuple[int, list[str], list[tuple[int, str]]]]:
+    """The code cells of a MyST chapter: ``(line of the fence, tags, [(line, text), ...])`` with every
+    line between the fences, the cell's metadata (``:tags:`` or a ``---`` YAML block) included."""
+    import yaml
+
+    cells, lines, k = [], text.splitlines(), 0
+    while k < len(lines):
+        m = re.match(r"^(`{3,}|~{3,})\{code-cell\}", lines[k])
+        if not m:
+            k += 1
+            continue
+        start, end = k + 1, k + 1
+        while end < len(lines) and lines[end].strip() != m[1]:
+            end += 1
+        body = [(n + 1, lines[n]) for n in range(start, end)]
+        meta: dict = {}
+        if body and body[0][1].strip() == "---":
+            stop = next((j for j in range(1, len(body)) if body[j][1].strip() == "---"), 0)
+            meta = yaml.safe_load("\n".join(x for _, x in body[1:stop])) or {}
+        else:
+            for _, x in body:
+                option = re.match(r"^:(\w[\w-]*):\s*(.*)$", x)
+                if not option:
+                    break
+                meta[option[1]] = yaml.safe_load(option[2])
+        cells.append((k + 1, list(meta.get("tags") or []), body))
+        k = end + 1
+    return cells
+
+
+def source_long_lines(path: Path, limit: int = MAX_LINE) -> list[str]:
+    """One message per line longer than ``limit`` in a code cell of ``path`` that is not tagged
+    ``remove-cell``: its code, and its metadata (a figure's caption and alt text)."""
+    return [f"book/{path.name}:{n}: {len(x)} characters: {x.strip()[:60]}..."
+            for _, tags, body in code_cells(path.read_text(encoding="utf-8"))
+            if "remove-cell" not in tags for n, x in body if len(x.rstrip()) > limit]
+
+
+@pytest.mark.parametrize("chapter", sorted(p.name for p in (ROOT / "book").glob("*.md")))
+def test_code_cells_fit_the_column(chapter):
+    """Every code cell of a chapter's source that reaches a reader (all but ``remove-cell``) fits in
+    88 columns, its metadata included: the page does not show a ``remove-input`` cell's code nor a
+    figure's caption as written, but the downloadable notebook and source do. The bookkeeping cells
+    tagged ``remove-cell`` (glue and assertions) are not held to it."""
+    problems = source_long_lines(ROOT / "book" / chapter)
+    assert not problems, (f"{chapter}: {len(problems)} lines of code cells longer than {MAX_LINE} "
+                          "characters:\n  " + "\n  ".join(problems))
+
+
+def test_the_source_check_sees_long_lines(tmp_path):
+    """The source check reads both metadata forms and skips only ``remove-cell``."""
+    long = "x" * (MAX_LINE + 1)
+    page = tmp_path / "chapter.md"
+    page.write_text("\n".join([
+        "# A chapter", "", "```{code-cell} ipython3", "---", "tags: [remove-input]", "mystnb:",
+        "  figure:", "    caption: |", "      " + long, "---", "x = 1", "```", "",
+        "```{code-cell} ipython3", ":tags: [remove-cell]", long, "```", "",
+        "````{code-cell} ipython3", ":tags: [hide-input]", long, "````", ""]))
+    cells = code_cells(page.read_text())
+    assert [tags for _, tags, _ in cells] == [["remove-input"], ["remove-cell"], ["hide-input"]]
+    problems = source_long_lines(page)
+    assert len(problems) == 2 and problems[0].startswith("book/chapter.md:9: 95 characters")
+    assert problems[1].startswith("book/chapter.md:21: 89 characters")
 
 
 # --------------------------------------------------------------------------- the whole site

@@ -15,7 +15,7 @@ fails when it
 At 390 px on a phone no page is wider than the screen, no table of the text scrolls sideways, and no
 formula, display or inline, is cut off (an inline formula wider than its line scrolls inside itself,
 ``web/site.js``); every page also opens in the dark theme and as printed. At 1400 px (the review's
-desktop) a chapter is at most 15 screens of 900 px. Every explorer (``convres.explorers``,
+desktop) a chapter or an API page is at most 15 screens of 900 px. Every explorer (``convres.explorers``,
 ``web/explorer.js``) is played: its gradient descent equals ``convres.gradient_descent`` on the same
 instance and runs 500 steps within the time budget, its horizon reaches past the escape at every
 ``d_QK``, presets and the prose's links set it, and its controls never move when a caption changes.
@@ -51,8 +51,7 @@ SHOTS = SITE.parent / "screenshots"
 ALL_SHOTS = os.environ.get("CONVRES_SCREENSHOTS", "") == "all"
 REQUIRED = os.environ.get("CONVRES_SITE_REQUIRED") == "1"
 WIDTH, HEIGHT, PHONE, PRINT_WIDTH = 1400, 900, 390, 718   # PRINT_WIDTH: A4 less the margins
-MAX_SCREENS = 15           # a chapter at WIDTH px: at most this many screens of HEIGHT px
-MAX_API_HEIGHT = 25_000    # an API reference page (split them: API_PAGES in web/convres_site.py)
+MAX_SCREENS = 15           # a chapter or an API page at WIDTH px: at most this many screens of HEIGHT px
 LIVE_STEPS, LIVE_MS = 500, 50   # the explorer's budget: 500 steps at the interactive size
 SKIP_DIRS = {"_static", "_sources", "_images", "reports", "vendor"}
 HEIGHTS: dict[str, int] = {}
@@ -294,8 +293,8 @@ def _fail(page: str, problems: list[str]) -> None:
 @pytest.mark.parametrize("page", PAGES)
 def test_page(page, site, browser):
     """At 1400 px: formulas typeset, figures drawn with alt text, widgets rendered, links alive,
-    nothing to the console; a chapter at most MAX_SCREENS screens, an API page at most
-    MAX_API_HEIGHT px. Heights go to ``_build/page-heights.json``."""
+    nothing to the console; a chapter or a page of the API reference at most MAX_SCREENS screens.
+    Heights go to ``_build/page-heights.json``."""
     if _redirect(page):
         target = re.search(r'url=([^"]+)"', (SITE / page).read_text()).group(1)
         assert _check_link(site + target, site) is None, f"{page} forwards to a missing page"
@@ -311,12 +310,11 @@ def test_page(page, site, browser):
     out = SITE.parent / ("page-heights.json" if SHARD[1] == 1 else f"page-heights-{SHARD[0]}.json")
     out.write_text(json.dumps(dict(sorted(HEIGHTS.items())), indent=1))
     print(f"\n{page}: {info['height']} px at {WIDTH} px = {info['height'] / HEIGHT:.1f} screens")
-    chapter = (ROOT / "book" / page.replace(".html", ".md")).is_file() and not _is_api(page)
-    if chapter and info["height"] > MAX_SCREENS * HEIGHT:
+    if (ROOT / "book" / page.replace(".html", ".md")).is_file() and info["height"] > MAX_SCREENS * HEIGHT:
+        fix = ("split the page: API_PAGES in web/convres_site.py" if _is_api(page)
+               else "shorten it, fold or move the details")
         problems.append(f"{info['height'] / HEIGHT:.1f} screens of {HEIGHT} px at {WIDTH} px: more than "
-                        f"{MAX_SCREENS}; shorten it, fold or move the details")
-    if _is_api(page) and info["height"] > MAX_API_HEIGHT:
-        problems.append(f"{info['height']:,} px, more than {MAX_API_HEIGHT:,}: split it (API_PAGES)")
+                        f"{MAX_SCREENS}; {fix}")
     if info["mathCount"] and not info["mathjax"]:
         problems.append("formulas but MathJax did not load")
     for key, what in [("tex", "raw TeX left in the text"), ("untypeset", "formula not typeset"),
@@ -534,11 +532,17 @@ SEARCH = r"""async (q) => {
 }"""
 
 
+# The reviews' queries and the page each should find first (None: an API object, the query is code).
+SEARCHES = {"rank collapse": "rank_collapse.html", "certificate": "certificate.html",
+            "separation": "separation.html", "persistence": "jena.html", "convres.certify": None}
+
+
 @whole_site
-@pytest.mark.parametrize("query", ["rank collapse", "certificate", "persistence", "convres.certify"])
+@pytest.mark.parametrize("query", list(SEARCHES))
 def test_search_finds_the_chapters_first(query, site, browser):
     """The search page ranks the chapters above the API reference for a query in words (the
-    review's queries), and API objects first for a query that is code (web/search_scorer.js)."""
+    review's queries), the chapter the query names first, and API objects first for a query that
+    is code (web/search_scorer.js)."""
     if not (SITE / "search.html").is_file():
         _skip_or_fail("no search page in the built site")
     view = View(browser, site, "search.html?q=" + query.replace(" ", "+"))
@@ -553,6 +557,7 @@ def test_search_finds_the_chapters_first(query, site, browser):
         assert api[0], f"{query!r} is code: an API object should come first, not {hrefs[0]}"
     else:
         assert not api[0] and api == sorted(api), f"{query!r}: API results before chapters: {hrefs[:8]}"
+        assert hrefs[0].split("#")[0] == SEARCHES[query], f"{query!r} finds {hrefs[:3]} first"
     assert not view.problems, view.problems
 
 
@@ -696,7 +701,10 @@ def test_explorer_plays(page, width, site, browser):
     """Every explorer as a reader plays it: its start runs past the escape at every d_QK of its
     escape panel, its drawn curve is its run, a preset button and the prose's link set it, the
     keyboard moves a slider, the scale switch works, and no control moves when a caption changes
-    (at 1400 px and on a 390 px phone, where the explorer also fits the screen)."""
+    (at 1400 px and on a 390 px phone, where the explorer also fits the screen). After each preset
+    the loss axis follows that setting's runs and the readout gives the loss relative to its start;
+    the pointer over the loss chart, or a tap on a phone, reads the values there; the zoom on the
+    floor narrows the loss axis to a few decades."""
     if page not in ALL_PAGES:
         _skip_or_fail("no explorer in the built site")
     view = View(browser, site, page, width=width, height=844 if width == PHONE else HEIGHT, mobile=width == PHONE)
@@ -747,6 +755,7 @@ def test_explorer_plays(page, width, site, browser):
                     problems.append(f"{eid}: preset {pre['id']} shows the captions {shown}")
                 if view(CONTROLS, eid) != where:
                     problems.append(f"{eid}: controls moved when preset {pre['id']} was chosen")
+                problems += [f"{eid}, preset {pre['id']}: {x}" for x in view(LOSS_AXIS_AND_READOUT, eid)]
             # the keyboard on the beta slider: off every preset, no caption, nothing moves
             p.focus(f"#{eid}-beta")
             before = view(f"() => {ex}.values().beta")
@@ -756,6 +765,27 @@ def test_explorer_plays(page, width, site, browser):
                 problems.append(f"{eid}: the arrow keys did not move beta from {before}")
             if view(CONTROLS, eid) != where:
                 problems.append(f"{eid}: controls moved off the presets")
+            # a tap (phone) or the pointer (desktop) on the loss chart reads the values there
+            svg = p.locator(f"#{eid} .cx-chart[data-chart='loss'] svg")
+            svg.scroll_into_view_if_needed()
+            box = svg.bounding_box()
+            x, y = box["x"] + 0.6 * box["width"], box["y"] + 0.5 * box["height"]
+            if width == PHONE:
+                p.touchscreen.tap(x, y)
+            else:
+                p.mouse.move(x, y)
+            hover = view(f"() => document.querySelector('#{eid} .cx-chart[data-chart=\"loss\"] ~ .cx-hover').textContent")
+            if not hover.startswith("t = "):
+                problems.append(f"{eid}: {'a tap on' if width == PHONE else 'the pointer over'} the loss chart "
+                                f"reads {hover!r}")
+            # the zoom on the rank-one floor: a few decades around it, the runs still drawn there
+            if p.locator(f"#{eid} input[data-control='zoom']").count():
+                p.check(f"#{eid} input[data-control='zoom']")
+                lo, hi = view(f"() => {ex}.state().domains.loss.y")
+                drawn = view(DRAWN, eid)["loss"]
+                if not (view(f"() => {ex}.state().zoom") and 0 < math.log10(hi / lo) < 4 and drawn):
+                    problems.append(f"{eid}: the zoom shows [{lo:.3g}, {hi:.3g}] with {drawn} points drawn")
+                p.uncheck(f"#{eid} input[data-control='zoom']")
             if len(data["d_qks"]) > 1:     # the attention scale switch
                 p.check(f"#{eid} input[value='1/sqrt(d_qk)']")
                 view(f"() => {ex}.idle()")
@@ -781,6 +811,22 @@ def test_explorer_plays(page, width, site, browser):
         _fail(f"{page} at {width} px", problems + view.problems)
     finally:
         view.close()
+
+
+# The loss chart's axis follows the runs of the setting, not the faint previous one (it spans no
+# more than the drawn runs, padded, and their envelope down to 1/100 of their lowest loss); a run
+# that is neither converged nor diverged reads its last loss also relative to its start, as the
+# prose does ("... of Φ₀").
+LOSS_AXIS_AND_READOUT = r"""(id) => {
+  const ex = window.convresExplorers[id], s = ex.state(), lo = ex.chart('loss').dom.y[0], out = [];
+  const runs = [s.b0, s.chosen].filter(r => r.loss.length);
+  const least = Math.min(...runs.flatMap(r => r.loss.filter(v => v > 0)));
+  if (lo < least / 100 / 2) out.push(`the loss axis reaches ${lo.toExponential(2)}, the runs only ${least.toExponential(2)}`);
+  const text = document.querySelector('#' + id + ' .cx-readout').textContent;
+  if (runs.some(r => r.status === 'max_steps') && !/of Φ₀\) at step/.test(text))
+    out.push(`the readout gives no loss relative to its start: ${text.slice(0, 120)}`);
+  return out;
+}"""
 
 
 def _invert(px: float, dom, rng, kind: str) -> float:

@@ -9,8 +9,10 @@
  * axes that follow the data; the step axis is logarithmic (log(1 + t)) when the horizon is long.
  *
  * Layout: nothing above the controls changes height (the preset captions share one reserved box),
- * so a slider never moves under the pointer. The previous setting stays drawn faintly (the ghost);
- * the pointer over a chart reads the values at that step; a click in the escape panel sets d_QK.
+ * so a slider never moves under the pointer. The previous setting stays drawn faintly (the ghost,
+ * which does not widen the axes); the pointer over a chart, or a tap on it, reads the values at
+ * that step; a click in the escape panel sets d_QK. The readout gives each run's last loss also
+ * relative to its start, as the prose does.
  * Links of the prose (<a class="cx-preset-link">, convres.explorers.PresetLink) set a preset and
  * scroll to the explorer (on a phone, up to 36rem, to its readout and first chart: the controls
  * above them are taller than the screen).
@@ -340,6 +342,17 @@
       chartBox('loss', {x: stepAxis, y: 'log', xlabel: stepLabel, ylabel: 'loss \u03a6(\u03b8\u209c)', height: 250,
                         label: 'loss against the step'});
     }
+    // the loss axis spans every decade the runs go through; "zoom" shows the floor's neighbourhood
+    // (from a tenth of the escape level to twice the start), where the plateau and its end are
+    var zoom = null;
+    if (charts.indexOf('loss') >= 0) {
+      var zl = el('label', {'class': 'cx-zoom'});
+      zoom = el('input', {type: 'checkbox', 'data-control': 'zoom'});
+      zl.appendChild(zoom);
+      zl.appendChild(document.createTextNode(' zoom on the rank-one floor (the plateau)'));
+      app.insertBefore(zl, views.loss.hover);
+      zoom.addEventListener('change', function () { if (state.main) draw(); });
+    }
     if (charts.indexOf('ratio') >= 0) {
       chartBox('ratio', {x: stepAxis, y: 'lin', xlabel: stepLabel, ylabel: '\u03a6\u209c\u208a\u2081 / \u03a6\u209c',
                          height: 200, label: 'ratio of consecutive losses'});
@@ -512,12 +525,12 @@
       var lb0 = series(m.b0, steps), lch = series(m.chosen, steps);
       var env = charts.indexOf('envelope') >= 0 ? envelope(m.chosen, steps) : null;
       if (views.loss) {
+        // the axis follows the runs of this setting; the previous setting (the ghost) may leave it
         var all = lb0.ys.concat(lch.ys);
         if (state.ghost) {
           var gs = steps.filter(function (t) { return t < state.ghost.length; });
           var gy = gs.map(function (t) { return state.ghost[t]; });
           lines.push({xs: gs, ys: gy, color: COLORS.ghost, width: 1.5, key: 'ghost'});
-          all = all.concat(gy);
         }
         if (charts.indexOf('loss') >= 0) {
           all.push(floor);
@@ -545,7 +558,9 @@
             pts.push({x: q[0].escape, y: q[0].run.loss[q[0].escape], color: q[1], key: 'escape-' + q[2]});
           }
         });
-        views.loss.chart.draw({x: [0, data.horizon], y: logDomain(all), lines: lines, hlines: hl, points: pts});
+        var starts = [m.b0.run.loss[0], m.chosen.run.loss[0], floor].filter(function (y) { return y > 0; });
+        var ydom = zoom && zoom.checked ? [data.escape * floor / 10, 2 * Math.max.apply(null, starts)] : logDomain(all);
+        views.loss.chart.draw({x: [0, data.horizon], y: ydom, lines: lines, hlines: hl, points: pts});
         views.loss.keys.innerHTML = legend(keys);
       }
       if (views.ratio) {
@@ -641,7 +656,8 @@
       }
       if (r.status === 'diverged') parts.push('diverged at step ' + fmtInt(last + 1) + ' (the loss left ' + fmt(data.blowup) + ' times its start)');
       else if (r.status === 'converged') parts.push('at 10\u207b\u00b2\u2070 of its start at step ' + fmtInt(last) + ' (float64 rounding: the run stops)');
-      else parts.push('loss ' + fmt(r.loss[last]) + ' at step ' + fmtInt(last) + (r.status === 'running' ? ' (running)' : ''));
+      else parts.push('loss ' + fmt(r.loss[last]) + ' (' + fmt(r.loss[last] / r.loss[0]) + ' of \u03a6\u2080) at step ' +
+                      fmtInt(last) + (r.status === 'running' ? ' (running)' : ''));
       return s + parts.join('; ') + '.';
     }
     function readoutText(m, v, both) {
@@ -664,7 +680,7 @@
     // -- hover
     Object.keys(views).forEach(function (name) {
       var vw = views[name];
-      vw.box.addEventListener('pointermove', function (ev) {
+      var show = function (ev) {
         var x = vw.chart.pointer(ev);
         if (x === null) { vw.hover.innerHTML = '&nbsp;'; return; }
         var m = state.main;
@@ -688,8 +704,12 @@
         if (charts.indexOf('loss') >= 0 && name !== 'ratio') pick(m.b0, '\u03b2 = 0:');
         if (m.chosen !== m.b0 || name === 'ratio' || charts.indexOf('loss') < 0) pick(m.chosen, '\u03b2 = ' + m.v.beta + ':');
         vw.hover.innerHTML = 't = ' + fmtInt(t) + ': ' + parts.join('; ');
-      });
-      vw.box.addEventListener('pointerleave', function () {
+      };
+      // a mouse shows the values under it; a finger shows them where it taps (and they stay)
+      vw.box.addEventListener('pointermove', show);
+      vw.box.addEventListener('pointerdown', show);
+      vw.box.addEventListener('pointerleave', function (ev) {
+        if (ev.pointerType === 'touch' || ev.pointerType === 'pen') return;
         vw.hover.innerHTML = '&nbsp;';
         if (vw.chart.hoverLine) vw.chart.hoverLine.setAttribute('visibility', 'hidden');
       });
@@ -747,6 +767,7 @@
         out.chosen = {loss: m.chosen.run.loss.slice(), status: m.chosen.run.status, escape: m.chosen.escape,
                       alpha: m.chosen.alpha};
         Object.keys(views).forEach(function (k) { out.domains[k] = views[k].chart.dom; });
+        out.zoom = !!(zoom && zoom.checked);
         return out;
       },
       // a chart's axes and the points of one drawn series (pixels), for the test
