@@ -199,10 +199,11 @@ def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None)
     """The claims table, one group of rows per experiment (a heading row linking to its chapter):
     the claim's id and the paper's words, the verdict badge over one line of evidence
     (:func:`evidence_text`) and a thumbnail (``thumbnails[figure label]``, PNG bytes,
-    :data:`THUMBNAIL` pixels wide) linking to the figure in its chapter."""
+    :data:`THUMBNAIL` pixels wide, once per figure: a later claim of the same figure links to it by
+    name) linking to the figure in its chapter."""
     thumbnails = thumbnails or {}
     head = ("claim (paper)", "verdict and evidence (book)", "figure")
-    body, group = [], None
+    body, group, shown = [], None, set()
     for r in rows:
         exp = EXPERIMENTS[r["experiment"]]
         chapter = exp.title.split(":")[0]
@@ -210,10 +211,12 @@ def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None)
             group = r["experiment"]
             body.append(f'<tr style="border:none"><th colspan="3" style="padding-top:0.9em">'
                         f'<a href="{exp.page}.html">{html.escape(chapter)}</a></th></tr>')
-        png = thumbnails.get(r["figure"])
+        png = None if r["figure"] in shown else thumbnails.get(r["figure"])
+        shown.add(r["figure"])
         pic = (f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}" width="{THUMBNAIL}" '
                f'style="width:{THUMBNAIL}px;max-width:none;height:auto" '
-               f'alt="the {html.escape(chapter)} chapter\'s figure for this claim">' if png else "figure")
+               f'alt="the {html.escape(chapter)} chapter\'s figure for this claim">'
+               if png else "the same figure")
         body.append(f"<tr><td><b>{html.escape(r.get('id', ''))}</b> {_claim(r)}</td>"
                     f"<td>{badge(r['verdict'])}<br>{tex(evidence_text(r))}</td>"
                     f'<td><a href="{exp.page}.html#{r["figure"]}">{pic}</a></td></tr>')
@@ -228,7 +231,7 @@ def criteria_html(rows: list[dict]) -> str:
                     f"criterion: {_html(r['criterion'])}<br>"
                     f"measurement: {_html(evidence_text(r, full=True))}</li>" for r in rows)
     return ("<details><summary>How each verdict is decided (criteria and measurements)</summary>"
-            f"<ol>{items}</ol></details>")
+            f"<ul>{items}</ul></details>")
 
 
 def effect_digits(row: dict) -> int:

@@ -44,8 +44,11 @@ def test_the_claims_table_and_badges():
     counts = report.verdict_counts_html(rows)
     assert ">inconclusive</span>&nbsp;1" in counts and ">reproduced</span>&nbsp;1" in counts
     assert "not testable" not in counts and "&nbsp;0" not in counts          # no zero badge
-    page = report.claims_html(rows, {"fig-sim-regimes": b"\x89PNG"})
+    page = report.claims_html(rows + [_row(id="S5", figure="fig-sim-mechanism")],
+                              {"fig-sim-regimes": b"\x89PNG", "fig-sim-mechanism": b"\x89PNG"})
+    # each figure once: the second claim of fig-sim-regimes links to it by name
     assert page.count(f"width:{report.THUMBNAIL}px;max-width:none") == 2 and report.THUMBNAIL >= 160
+    assert page.count('href="simulations.html#fig-sim-regimes">the same figure</a>') == 1
     assert '<span style="white-space:nowrap">(<span class="math' in page   # "(" stays with its formula
     assert f"{MINUS}0.21 to 0.56" in page
 
