@@ -211,12 +211,12 @@ def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None)
             group = r["experiment"]
             body.append(f'<tr style="border:none"><th colspan="3" style="padding-top:0.9em">'
                         f'<a href="{exp.page}.html">{html.escape(chapter)}</a></th></tr>')
-        png = None if r["figure"] in shown else thumbnails.get(r["figure"])
-        shown.add(r["figure"])
-        pic = (f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}" width="{THUMBNAIL}" '
+        png = thumbnails.get(r["figure"])
+        pic = ("the same figure" if r["figure"] in shown else "figure" if png is None else
+               f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}" width="{THUMBNAIL}" '
                f'style="width:{THUMBNAIL}px;max-width:none;height:auto" '
-               f'alt="the {html.escape(chapter)} chapter\'s figure for this claim">'
-               if png else "the same figure")
+               f'alt="the {html.escape(chapter)} chapter\'s figure for this claim">')
+        shown.add(r["figure"])
         body.append(f"<tr><td><b>{html.escape(r.get('id', ''))}</b> {_claim(r)}</td>"
                     f"<td>{badge(r['verdict'])}<br>{tex(evidence_text(r))}</td>"
                     f'<td><a href="{exp.page}.html#{r["figure"]}">{pic}</a></td></tr>')
