@@ -31,7 +31,8 @@ from .theory import MIN_DECREASE
 __all__ = ["VERDICT_COLORS", "NOTATION", "STATEMENTS", "notation", "badge", "verdict_counts",
            "verdict_counts_html", "claims_html", "criteria_html", "claims_table", "hypotheses_table",
            "settings_table", "spread_table", "compute_table", "deviations_table", "scale_html",
-           "effect_text", "evidence_text", "effect_digits", "provenance_table", "ALL_VERDICTS",
+           "effect_text", "evidence_text", "effect_digits", "interval_text", "provenance_table",
+           "ALL_VERDICTS",
            "claim_row", "protocol_line", "METHODS", "THUMBNAIL",
            "protocol_claims_table", "protocol_checks_table", "protocol_seeds_table",
            "protocol_deviations_table"]
@@ -243,9 +244,14 @@ def effect_digits(row: dict) -> int:
 
 
 def _signed(x: float, digits: int) -> str:
-    text = fixed(x, digits)
-    return text if text.startswith("\N{MINUS SIGN}") or float(text.replace("\N{MINUS SIGN}", "-")) == 0 \
-        else "+" + text
+    return ("+" if round(x, digits) > 0 else "") + fixed(x, digits)
+
+
+def interval_text(row: dict, digits: int | None = None) -> str:
+    """A row's 95% interval for the prose, ``0.37 to 0.57`` (minus signs U+2212), with ``digits``
+    decimals (default :func:`effect_digits`)."""
+    d = effect_digits(row) if digits is None else digits
+    return f"{fixed(row['ci'][0], d)} to {fixed(row['ci'][1], d)}"
 
 
 #: How the report names each interval method of :func:`convres.stats.estimate`.
@@ -259,7 +265,7 @@ def effect_text(row: dict) -> str:
     if row.get("effect") is None:
         return ""
     d = effect_digits(row)
-    return f"{_signed(row['effect'], d)} ({fixed(row['ci'][0], d)} to {fixed(row['ci'][1], d)})"
+    return f"{_signed(row['effect'], d)} ({interval_text(row, d)})"
 
 
 def evidence_text(row: dict, *, full: bool = False) -> str:
@@ -272,8 +278,8 @@ def evidence_text(row: dict, *, full: bool = False) -> str:
     else:
         d = effect_digits(row)
         margin = f"{row['margin']:.2g}".replace("-", "\N{MINUS SIGN}")
-        text = (f"effect {_signed(row['effect'], d)} (95% interval {fixed(row['ci'][0], d)} to "
-                f"{fixed(row['ci'][1], d)}; margin {margin}; "
+        text = (f"effect {_signed(row['effect'], d)} (95% interval {interval_text(row, d)}; "
+                f"margin {margin}; "
                 f"{METHODS.get(row['interval'], row['interval'])}, {row['units']} units)")
         if row.get("diverged"):
             text += f", {row['diverged']} diverged"
