@@ -83,16 +83,37 @@ def log_ratio(a: float | None, b: float | None, *, base: float = math.e) -> floa
     return (math.log(a) - math.log(b)) / math.log(base)
 
 
+def _centred_ranks(v: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Row by row, the rank of each entry of ``v`` (``(k, m)``) that ``keep`` marks among that row's
+    marked entries, ties at their mean rank (``(first + last) / 2 + 1`` of their sorted positions),
+    less the mean rank ``(#marked + 1) / 2``; 0 where unmarked."""
+    v = np.where(keep, v, np.inf)
+    order = np.argsort(v, axis=-1, kind="stable")
+    s, pos = np.take_along_axis(v, order, -1), np.arange(v.shape[-1])
+    starts = np.ones(s.shape, dtype=bool)
+    starts[:, 1:] = s[:, 1:] != s[:, :-1]                   # the first of a run of equal values
+    ends = np.roll(starts, -1, axis=-1)
+    ends[:, -1] = True                                       # the last of a run
+    first = np.maximum.accumulate(np.where(starts, pos, 0), axis=-1)
+    last = np.minimum.accumulate(np.where(ends, pos, pos[-1])[:, ::-1], axis=-1)[:, ::-1]
+    ranks = np.empty(s.shape)
+    np.put_along_axis(ranks, order, (first + last) / 2 + 1, -1)
+    return np.where(keep, ranks - (keep.sum(-1, keepdims=True) + 1) / 2, 0.0)
+
+
+def _spearman_rows(x: np.ndarray, y: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Spearman's rho of each row of ``x`` and ``y`` (``(k, m)``) over the entries ``keep`` marks:
+    ``sum r_x r_y / sqrt(sum r_x^2 sum r_y^2)`` of the centred ranks; ``nan`` where either is constant."""
+    rx, ry = _centred_ranks(x, keep), _centred_ranks(y, keep)
+    den = np.sqrt((rx * rx).sum(-1) * (ry * ry).sum(-1))
+    return np.divide((rx * ry).sum(-1), den, out=np.full(den.shape, np.nan), where=den > 0)
+
+
 def spearman_rho(x: Sequence[float], y: Sequence[float]) -> float:
     """Spearman's rho: the correlation of the ranks of ``x`` and ``y`` (ties at their mean rank);
     ``nan`` when either is constant."""
-    def centred_ranks(v):
-        _, inv, counts = np.unique(np.asarray(v, dtype=np.float64), return_inverse=True, return_counts=True)
-        r = (np.cumsum(counts) - (counts - 1) / 2.0)[inv]
-        return r - r.mean()
-    rx, ry = centred_ranks(x), centred_ranks(y)
-    den = math.sqrt(float((rx * rx).sum() * (ry * ry).sum()))
-    return float((rx * ry).sum() / den) if den > 0 else math.nan
+    xs, ys = (np.asarray(v, dtype=np.float64)[None] for v in (x, y))
+    return float(_spearman_rows(xs, ys, np.ones(xs.shape, dtype=bool))[0])
 
 
 def sign_test(effects: Sequence[float]) -> float:
@@ -142,6 +163,13 @@ def _bca(stat: Callable[[np.ndarray], np.ndarray], strata: np.ndarray, draws: in
          for w in (z0 + _N.inv_cdf(0.025), z0 + _N.inv_cdf(0.975))]
     lo, hi = np.quantile(boot, sorted(q))
     return float(lo), float(hi)
+
+
+def _stratum_rho(x: np.ndarray, y: np.ndarray, idx: np.ndarray, member: np.ndarray) -> np.ndarray:
+    """Spearman's rho of ``x[r]`` and ``y[r]`` over the units of ``r`` that ``member`` marks, for each
+    row ``r`` of the index array ``idx``."""
+    keep = member[idx]
+    return _spearman_rows(x[idx], y[idx], keep)
 
 
 def _number(x) -> bool:
@@ -194,8 +222,8 @@ def estimate(effects: Sequence, *, min_units: int, strata: Sequence | None = Non
         x, y = (np.asarray([effects[i][j] for i in keep], dtype=np.float64) for j in (0, 1))
         groups = [lab == s for s in np.unique(lab)]
 
-        def rho(idx):
-            return np.array([np.mean([spearman_rho(x[r[g[r]]], y[r[g[r]]]) for g in groups]) for r in idx])
+        def rho(idx):   # per row of idx: the mean over the strata of rho on the row's units in each
+            return np.mean([_stratum_rho(x, y, idx, g) for g in groups], axis=0)
         effect = float(rho(np.arange(n)[None])[0])
         if not math.isfinite(effect):
             return Estimate(None, None, None, "none", n, out, None, "no rank correlation: x or y is "

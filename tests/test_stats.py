@@ -148,6 +148,27 @@ def test_spearman_with_ties():
     assert math.isnan(spearman_rho([1, 1, 1], [1, 2, 3]))
 
 
+@PROPS
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), min_size=2, max_size=30),
+       st.lists(st.integers(0, 2), min_size=30, max_size=30))
+def test_spearman_is_the_correlation_of_mean_ranks(pairs, labels):
+    """The (batched) ranks against their definition: 1 + #smaller + (#equal - 1) / 2, and the
+    stratified effect against the mean of each stratum's rho."""
+    def ranks(v):
+        return [1 + sum(w < u for w in v) + (sum(w == u for w in v) - 1) / 2 for u in v]
+    x, y = ([p[j] for p in pairs] for j in (0, 1))
+    rx, ry = (np.asarray(ranks(v)) - (len(v) + 1) / 2 for v in (x, y))
+    den = math.sqrt((rx @ rx) * (ry @ ry))
+    rho = spearman_rho(x, y)
+    assert math.isnan(rho) if den == 0 else rho == pytest.approx((rx @ ry) / den, abs=1e-12)
+    strata = labels[:len(pairs)]
+    per = [spearman_rho(*zip(*[p for p, s in zip(pairs, strata) if s == k])) for k in sorted(set(strata))
+           if strata.count(k) >= 2]
+    if len(per) == len(set(strata)) and all(map(math.isfinite, per)):
+        e = estimate(list(pairs), min_units=2, strata=strata, statistic="spearman", draws=200)
+        assert e.effect == pytest.approx(sum(per) / len(per), abs=1e-12)
+
+
 def test_a_rank_correlation_within_strata():
     rng = np.random.default_rng(0)
     x = rng.normal(size=30)

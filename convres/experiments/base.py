@@ -4,6 +4,7 @@ The report, the scope table and the command line loop over the records and call 
 from __future__ import annotations
 
 import contextvars
+import copy
 import dataclasses
 import json
 import math
@@ -94,6 +95,13 @@ class Result:
     settings: dict
     data: dict
     seconds: float
+    _memo: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _once(self, what: str, compute):
+        """``compute()``, computed once per result (the data do not change); a copy each call."""
+        if what not in self._memo:
+            self._memo[what] = compute()
+        return copy.deepcopy(self._memo[what])
 
     @property
     def name(self) -> str:
@@ -102,6 +110,9 @@ class Result:
     def summary(self) -> dict:
         """The fields of :data:`SUMMARY_KEYS`, then the key numbers, JSON-ready (a non-finite
         number becomes ``None``)."""
+        return self._once("summary", self._summary)
+
+    def _summary(self) -> dict:
         s = self.settings
         head = dict.fromkeys(SUMMARY_KEYS)
         head.update(seeds=len(s["seeds"]) if "seeds" in s else None, steps=s.get("steps"),
@@ -111,7 +122,8 @@ class Result:
 
     def claims(self) -> list[dict]:
         """The experiment's rows of the reproduction report."""
-        return [dict(experiment=self.name, **row) for row in self.experiment.claims(self)]
+        return self._once("claims", lambda: [dict(experiment=self.name, **row)
+                                             for row in self.experiment.claims(self)])
 
     def figure(self):
         """The experiment's figure (matplotlib)."""
