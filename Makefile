@@ -87,7 +87,10 @@ unit: $(STAMP)
 
 # The experiments first, one process per core (make's own -j), so that the build reads them from the
 # results cache; then the strict build, which executes each chapter once (nb_execution_raise_on_error).
-EXPERIMENTS = $(shell $(BIN)/python -c "from convres.experiments import EXPERIMENTS; print(*EXPERIMENTS)")
+# (the two longest first, so that the cores stay busy to the end)
+LONGEST     = sst2 theorem_separation
+RECORDS     = $(shell $(BIN)/python -c "from convres.experiments import EXPERIMENTS; print(*EXPERIMENTS)")
+EXPERIMENTS = $(filter $(LONGEST),$(RECORDS)) $(filter-out $(LONGEST),$(RECORDS))
 
 strict-build: $(STAMP) $(ASSETS) data executed
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j $(JOBS) $(addprefix experiment-,$(EXPERIMENTS))
@@ -96,10 +99,10 @@ strict-build: $(STAMP) $(ASSETS) data executed
 experiment-%:
 	$(BIN)/python -m convres reproduce $* --out _build/figures > /dev/null
 
-# Every page of _build/html in headless Chromium (offline), the links and the line lengths: one file
-# a process (tests/test_site.py keeps its screenshots and page heights per process).
+# Every page of _build/html in headless Chromium (offline), the links and the line lengths, spread
+# test by test over one process a core (each starts its own server and browser).
 browser: $(STAMP)
-	CONVRES_SITE_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(JOBS) --dist loadfile $(SITE_TESTS)
+	CONVRES_SITE_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(JOBS) --dist load --durations=8 $(SITE_TESTS)
 
 test: check strict-build browser
 

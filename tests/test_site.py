@@ -25,8 +25,9 @@ Screenshots go to ``_build/screenshots/`` (``<page>.png`` at 1400 px, ``phone__<
 ``CONVRES_SCREENSHOTS=all`` also the dark and print ones). Run after building the book (``make
 browser``). Without a built site or a Chromium the tests are skipped, unless
 ``CONVRES_SITE_REQUIRED=1`` (the Makefile), which makes that a failure; ``CONVRES_PDF_REQUIRED=1``
-makes a site without the PDF a failure. ``CONVRES_SITE_DIR`` picks another built site;
-``CONVRES_SITE_SHARD=K/N`` checks every N-th page from the K-th on (the whole-site checks in shard 0).
+makes a site without the PDF a failure. ``CONVRES_SITE_DIR`` picks another built site. The
+Makefile spreads the tests over one process a core (pytest-xdist, ``--dist load``): each process
+starts its own server and browser.
 """
 
 from __future__ import annotations
@@ -64,18 +65,8 @@ def _pages() -> list[str]:
                   if not SKIP_DIRS.intersection(p.relative_to(SITE).parts))
 
 
-def _shard() -> tuple[int, int]:
-    value = os.environ.get("CONVRES_SITE_SHARD", "0/1")
-    m = re.fullmatch(r"(\d+)/(\d+)", value)
-    if not m or not int(m[1]) < int(m[2]):
-        raise pytest.UsageError(f"CONVRES_SITE_SHARD={value!r}: expected K/N with 0 <= K < N, e.g. 0/2.")
-    return int(m[1]), int(m[2])
-
-
-SHARD = _shard()
 ALL_PAGES = _pages()
-PAGES = ALL_PAGES[SHARD[0]::SHARD[1]] or ["(no built site)"]
-whole_site = pytest.mark.skipif(SHARD[0] != 0, reason="a check of the whole site: shard 0 runs it")
+PAGES = ALL_PAGES or ["(no built site)"]
 EXPLORER_PAGES = [p for p in ALL_PAGES if 'class="convres-explorer' in (SITE / p).read_text(errors="replace")]
 
 
@@ -294,7 +285,7 @@ def _fail(page: str, problems: list[str]) -> None:
 def test_page(page, site, browser):
     """At 1400 px: formulas typeset, figures drawn with alt text, widgets rendered, links alive,
     nothing to the console; a chapter or a page of the API reference at most MAX_SCREENS screens.
-    Heights go to ``_build/page-heights.json``."""
+    Heights go to ``_build/page-heights.json`` (``page-heights-gw<K>.json`` from xdist's process K)."""
     if _redirect(page):
         target = re.search(r'url=([^"]+)"', (SITE / page).read_text()).group(1)
         assert _check_link(site + target, site) is None, f"{page} forwards to a missing page"
@@ -307,7 +298,8 @@ def test_page(page, site, browser):
     finally:
         view.close()
     HEIGHTS[page] = info["height"]
-    out = SITE.parent / ("page-heights.json" if SHARD[1] == 1 else f"page-heights-{SHARD[0]}.json")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    out = SITE.parent / (f"page-heights-{worker}.json" if worker else "page-heights.json")
     out.write_text(json.dumps(dict(sorted(HEIGHTS.items())), indent=1))
     print(f"\n{page}: {info['height']} px at {WIDTH} px = {info['height'] / HEIGHT:.1f} screens")
     if (ROOT / "book" / page.replace(".html", ".md")).is_file() and info["height"] > MAX_SCREENS * HEIGHT:
@@ -422,7 +414,6 @@ WIDE_MATH_SHOWN = r"""async () => {
 
 
 # --------------------------------------------------------------------------- the PDF
-@whole_site
 def test_the_pdf_is_linked_and_served(site, browser):
     """With ``_build/html/convres.pdf`` (``make pdf``, then an HTML build), every page's download
     menu links it and the link returns the PDF; without it no page links it (no dead link)."""
@@ -456,7 +447,6 @@ def _with(text: str) -> list[str]:
     return [p for p in ALL_PAGES if text in (SITE / p).read_text(errors="replace")]
 
 
-@whole_site
 def test_folded_proofs_say_what_they_prove(site, browser):
     """Every folded proof is labelled "Proof of Lemma 3" (the statement just before it; site.js),
     not the theme's "Click to show", and keeps its label when opened."""
@@ -492,7 +482,6 @@ PHONE_ROWS = r"""() => MathJax.startup.document.getMathItemsWithin(document.body
   .map(m => m.typesetRoot.querySelectorAll('mjx-mtr').length)"""
 
 
-@whole_site
 def test_phone_breaks_only_on_a_phone(site, browser):
     """A display formula with \\phonebreak has more rows at 390 px than at 1400 px, and a window
     resized across 36rem gets the phone's layout (site.js typesets it again); none is cut off."""
@@ -537,7 +526,6 @@ SEARCHES = {"rank collapse": "rank_collapse.html", "certificate": "certificate.h
             "separation": "separation.html", "persistence": "jena.html", "convres.certify": None}
 
 
-@whole_site
 @pytest.mark.parametrize("query", list(SEARCHES))
 def test_search_finds_the_chapters_first(query, site, browser):
     """The search page ranks the chapters above the API reference for a query in words (the
@@ -854,7 +842,6 @@ def _widget_page(with_shim: bool) -> str:
 </main></body></html>"""
 
 
-@whole_site
 def test_saved_widgets_with_mathjax3(site, browser):
     """With the site's MathJax 3 and the shim a page with a saved widget throws nothing and its TeX
     is typeset; without the shim the same page throws (so the check can fail)."""
