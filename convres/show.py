@@ -13,7 +13,7 @@ import re
 import textwrap
 from collections.abc import Callable, Mapping
 
-__all__ = ["source", "Source", "tex", "power_of_ten", "table", "fixed", "plain", "strip_tags",
+__all__ = ["source", "Source", "tex", "power_of_ten", "table", "number", "fixed", "plain", "strip_tags",
            "html_text", "HTMLBlock"]
 
 
@@ -88,17 +88,28 @@ def _cell(value, spec, text: Callable[[str], str], na: str) -> str:
     return tex(text(value))
 
 
+def number(x: float, spec: str = ".2g") -> str:
+    """``x`` formatted by ``spec`` for the prose: a negative number with the minus sign U+2212,
+    never a negative zero."""
+    out = format(x + 0.0, spec)
+    return "\N{MINUS SIGN}" + out[1:] if out.startswith("-") else out
+
+
 def fixed(x: float, digits: int = 2) -> str:
-    """``x`` with ``digits`` decimals for the prose: a negative number with the minus sign U+2212,
-    never a negative zero (``-0.004`` reads ``0.00``)."""
-    return f"{round(x, digits) + 0.0:.{digits}f}".replace("-", "\N{MINUS SIGN}")
+    """``x`` with ``digits`` decimals for the prose (:func:`number`): ``-0.004`` reads ``0.00``."""
+    return number(round(x, digits), f".{digits}f")
+
+
+#: The TeX commands :func:`plain` spells out for a terminal.
+_SPELLED = {"le": "<=", "ge": ">=", "times": "x", "dots": "...", "|": "||", ",": " ", " ": " ", "big": ""}
 
 
 def plain(text: str) -> str:
-    """``text`` for a reader without MathJax (the PDF, a terminal): dollars and the backslashes
-    of TeX commands dropped, ``\\(...\\)`` delimiters removed (``$\\sigma_{\\min}$`` reads
-    ``sigma_{min}``)."""
-    return re.sub(r"\\([A-Za-z]+)", r"\1", re.sub(r"\\[()]|\$", "", text))
+    """``text`` for a reader without MathJax (the PDF, a terminal): dollars and ``\\(...\\)``
+    delimiters and ``\\text{}`` dropped, ``\\le``/``\\ge``/``\\times`` spelled out, other TeX commands
+    without their backslash (``$\\sigma_{\\min} \\le 1$`` reads ``sigma_{min} <= 1``)."""
+    text = re.sub(r"\\(?:text|mathrm)\{([^{}]*)\}", r"\1", re.sub(r"\\[()]|\$", "", text))
+    return re.sub(r"\\([A-Za-z]+|[|, ])", lambda m: _SPELLED.get(m[1], m[1]), text)
 
 
 def strip_tags(markup: str) -> str:

@@ -633,7 +633,7 @@ def _jena_claims(res: Result) -> list[dict]:
              f"{st['end']} ({len(JENA_FEATURES)} of the {len(JENA_ALL_FEATURES)} features, no wind, and each "
              f"row's age), past-only windows of {st['window']} rows, the temperature {st['horizon']} rows "
              f"after the last one; {data['N']:,} training windows; {len(_seeds(res))} paired seeds, "
-             f"{st['steps']} steps, each beta at its own tuned step; ")
+             f"{st['steps']} steps, each $\\beta$ at its own tuned step; ")
     rows = []
     for rec in claim_records(res):
         e = rec.estimate

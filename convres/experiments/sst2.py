@@ -806,18 +806,18 @@ def _sst2_claims(res: Result) -> list[dict]:
     e = _effects(res)
     pct = lambda v: f"{100 * math.expm1(v):+.0f}%"  # noqa: E731
     dec = lambda v: f"{v:+.3f} decades"  # noqa: E731
+    ln = lambda a, b: rf"$\ln(\mathrm{{MSE}}_{{{a}}}/\mathrm{{MSE}}_{{{b}}})$"  # noqa: E731
     lo, hi = e["depths"][0], e["depths"][-1]
     extra = {
         "T1": dict(figure="fig-sst2-final",
-                   criterion="per (depth, seed): ln(MSE without / MSE with residuals), final training MSE, "
-                   "the isometric arm; reproduced only if reproduced at every depth",
+                   criterion="per (depth, seed): " + ln(r"\text{without}", r"\text{with}") + " (residuals), "
+                   "final training MSE, the isometric arm; reproduced only if reproduced at every depth",
                    evidence=_per_depth_text(e, "T1", pct)),
-        "T2": dict(figure="fig-sst2-final",
-                   criterion=f"per seed: ln(MSE of the matched L = {lo} / MSE of L = {hi}), residual arms, "
-                   "final training MSE"),
-        "T3": dict(figure="fig-sst2-final",
-                   criterion=f"per seed: ln(MSE of L = {hi} / MSE of L = {lo}), isometric arm; reproduced "
-                   "iff the interval's lower end > -ln 1.1"),
+        "T2": dict(figure="fig-sst2-final", criterion="per seed: " + ln(rf"L = {lo},\ \text{{matched}}",
+                                                                        f"L = {hi}") +
+                   ", residual arms, final training MSE"),
+        "T3": dict(figure="fig-sst2-final", criterion="per seed: " + ln(f"L = {hi}", f"L = {lo}") +
+                   r", isometric arm; reproduced iff the interval's lower end $> -\ln 1.1$"),
         "T4": dict(figure="fig-sst2-loss", criterion="per (depth, seed): mean log-loss without minus with "
                    "residuals (isometric arm), in decades", evidence=_per_depth_text(e, "T4", dec))}
     rows = []
