@@ -810,8 +810,8 @@ def _sst2_claims(res: Result) -> list[dict]:
     lo, hi = e["depths"][0], e["depths"][-1]
     extra = {
         "T1": dict(figure="fig-sst2-final",
-                   criterion="per (depth, seed): " + ln(r"\text{without}", r"\text{with}") + " (residuals), "
-                   "final training MSE, the isometric arm; reproduced only if reproduced at every depth",
+                   criterion="per (depth, seed): " + ln(r"\text{none}", r"\text{res}") + ", final training "
+                   "MSE, the isometric arm; reproduced only if reproduced at every depth",
                    evidence=_per_depth_text(e, "T1", pct)),
         "T2": dict(figure="fig-sst2-final", criterion="per seed: " + ln(rf"L = {lo},\ \text{{matched}}",
                                                                         f"L = {hi}") +
@@ -928,7 +928,7 @@ def _report(res: Result) -> dict:
     spread_rows = []
     for m in sorted((m for m in k["per_model"] if m["protocol"] == "tuned"),
                     key=lambda m: (m["L"], ARM_KINDS.index(m["arm"]))):
-        name = f"L = {m['L']}, {m['arm']}, own step"
+        name = f"$L = {m['L']}$, {m['arm']}, own step"
         for field, label, fmt in (("final_mse", "final training MSE", "{:.3f}"),
                                   ("mean_log_loss", "mean log-loss (decades)", "{:.3f}")):
             v = m[field]
@@ -937,28 +937,29 @@ def _report(res: Result) -> dict:
     w = d.get("wide")
     deviations = [
         {"what": "SST-2 inputs", "paper": "not stated",
-         "book": f"first {s['n_tokens']} tokens, no masks; frozen PPMI-SVD vectors, d = {s['d']}",
+         "book": f"first {s['n_tokens']} tokens, no masks; frozen PPMI-SVD vectors, $d = {s['d']}$",
          "why": "keeps the theory's fixed-size X; no pretrained download"},
         {"what": "SST-2 readout", "paper": "not stated",
          "book": "the sentence's target at every token (per-token loss); prediction: the mean output",
          "why": "a mean-pooled loss cannot see a collapse of the rows within a sentence"},
         {"what": "SST-2 initialization", "paper": "Gaussian, 'proper'",
-         "book": "residual: branch scale 1/sqrt(L); no residual: an isometric init (graded) and "
+         "book": r"residual: branch scale $1/\sqrt{L}$; no residual: an isometric init (graded) and "
                  "norm-preserving gains (LSUV, collapsed at depth; beside it)",
          "why": "separates a collapse at initialization from what gradient descent does"},
         {"what": "SST-2 matched shallow arm", "paper": "none",
-         "book": f"L = {min(s['depths'])} with m = {d['matched_m']}, the parameter count of "
-                 f"L = {max(s['depths'])}",
+         "book": f"$L = {min(s['depths'])}$ with $m = {d['matched_m']}$, the parameter count of "
+                 f"$L = {max(s['depths'])}$",
          "why": "'improves with depth' about depth, not parameters"}]
     if w:
         deviations.append({"what": "SST-2 wide FFN", "paper": "none",
-                           "book": f"L = {w['L']}, m = {w['m']} on {w['N']} of the training sentences",
-                           "why": "the FFN theorem needs m >= N; a subset keeps its cost small"})
+                           "book": f"$L = {w['L']}$, $m = {w['m']}$ on {w['N']} of the training sentences",
+                           "why": r"the FFN theorem needs $m \ge N$; a subset keeps its cost small"})
     probes = sum(len(t["grid"]) for t in d["step_sizes"]) * len(s["probe_seeds"])
     return {
-        "settings": {"book": f"N = {d['N']:,} training and {d['N_val']} GLUE validation sentences, first "
-                             f"{s['n_tokens']} tokens; frozen PPMI-SVD vectors d = {s['d']}; m = {s['m']}, "
-                             f"{s['activation']}; L in {s['depths']}; {len(arms_of(s))} arms; per-token "
+        "settings": {"book": f"$N =$ {d['N']:,} training and {d['N_val']} GLUE validation sentences, first "
+                             f"{s['n_tokens']} tokens; frozen PPMI-SVD vectors $d = {s['d']}$; "
+                             f"$m = {s['m']}$, {s['activation']}; $L$ in {s['depths']}; "
+                             f"{len(arms_of(s))} arms; per-token "
                              f"loss; each arm at its own step; {s['steps']} steps; {len(s['seeds'])} seeds; "
                              f"{s['dtype']}",
                      "why": "fixed length without masks keeps the theory's X; a per-token loss sees the "
