@@ -27,13 +27,11 @@ from .protocol import (
 )
 from .show import fixed, number, power_of_ten, table, tex
 
-__all__ = ["VERDICT_COLORS", "badge", "verdict_counts",
-           "verdict_counts_html", "claims_html", "criteria_html", "claims_table", "hypotheses_table",
-           "settings_table", "spread_table", "compute_table", "deviations_table", "scale_html",
-           "effect_text", "evidence_text", "effect_digits", "interval_text", "provenance_table",
-           "ALL_VERDICTS",
-           "claim_row", "protocol_line", "METHODS", "THUMBNAIL",
-           "protocol_claims_table", "protocol_checks_table", "protocol_seeds_table",
+__all__ = ["ALL_VERDICTS", "THUMBNAIL", "VERDICT_COLORS", "METHODS", "badge", "verdict_counts",
+           "verdict_counts_html", "claim_row", "claims_html", "criteria_html", "scale_html", "claims_table",
+           "hypotheses_table", "effect_digits", "interval_text", "effect_text", "evidence_text",
+           "settings_table", "spread_table", "compute_table", "deviations_table", "provenance_table",
+           "protocol_line", "protocol_claims_table", "protocol_checks_table", "protocol_seeds_table",
            "protocol_deviations_table"]
 
 #: Every verdict a row can carry: protocol v4's grades.
@@ -43,6 +41,7 @@ THUMBNAIL = 160
 #: Badge colours (white text on each, contrast at least 4.5:1), one per verdict.
 VERDICT_COLORS = {"reproduced": "#1b6e32", "partly": "#8a5300", "not reproduced": "#a4241b",
                   "reversed": "#6e1f5c", "inconclusive": "#55595f", "not testable": "#33405a"}
+
 
 def _claim(row: dict) -> str:
     """A row's claim (its ``tex``) as HTML; a formula in parentheses, ``($\\beta = 0.1$)``, is kept on
