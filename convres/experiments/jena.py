@@ -696,4 +696,4 @@ EXPERIMENT = Experiment(
                    inner_end="2009-01-02 12:00", stride=6, m=8, betas=[0.0, 0.1, 1.0], seeds=[0, 1],
                    probe_steps=10, steps=10)},
     _run_jena, _jena_numbers, _jena_claims, plot_jena, shapes=_shapes, report=_report, piece_seeds=2,
-    paper="Jena Climate, beta from small values up to 1; task, window, split and steps not stated")
+    paper=r"Jena Climate, $\beta$ from small values up to 1; task, window, split and steps not stated")

@@ -769,4 +769,4 @@ EXPERIMENT = Experiment(
                             dict(name="uniform attention", N=4, d_qk=64, scale="1/d_qk")])},
     _run_simulations, _simulations_numbers, _simulations_claims, lambda res: plot_simulations(res),
     shapes=_shapes, report=_report, piece_seeds=2,
-    paper="synthetic data, several beta; sizes, steps and step sizes not stated")
+    paper=r"synthetic data, several values of $\beta$; sizes, steps and step sizes not stated")
