@@ -86,6 +86,11 @@ class Claim:
     def experiment(self) -> str:
         return {"S": "simulations", "J": "jena", "T": "sst2"}[self.id[0]]
 
+    @property
+    def bound(self) -> float | None:
+        """The largest size an effect can have: 1 for Kendall's tau, else none."""
+        return 1.0 if self.scale == _TAU else None
+
 
 @dataclasses.dataclass(frozen=True)
 class Check:
@@ -193,6 +198,10 @@ CHECKS = {c.name: c for c in [
 
 _BEFORE = "in the protocol-v4 commit, before any v4 run"
 DEVIATIONS = (
+    Deviation(r"an interval of Kendall's $\tau$ is cut to $[-1, 1]$, the range of $\tau$",
+              "2026-12-06, after the v4 runs; no verdict changes (a grade compares an end with 0 or a margin "
+              "inside the range)", r"a t-interval of a mean of $\tau$ can pass 1 (S4 in the book's run: 0.89 "
+              "to 1.04), which no $\tau$ reaches", ("S1", "S4", "J1")),
     Deviation("S5 is a rank correlation over runs, not a mean of paired unit effects: its interval is a "
               "BCa bootstrap over the runs resampled within each regime at every n, with no sign test",
               _BEFORE, "section 1's t-interval and sign test need one effect per unit; a correlation has "

@@ -178,14 +178,16 @@ def _number(x) -> bool:
 
 
 def estimate(effects: Sequence, *, min_units: int, strata: Sequence | None = None,
-             statistic: str = "mean", draws: int = BOOTSTRAP_DRAWS) -> Estimate:
+             statistic: str = "mean", draws: int = BOOTSTRAP_DRAWS, bound: float | None = None) -> Estimate:
     """The effect of a claim and its 95% interval from one effect per unit (``None``: a diverged
     unit, left out and counted). ``statistic="mean"``: the mean ``e`` of the ``n`` finite effects;
     for ``n < 20`` the t-interval ``e +- t_{0.975, n-1} s / sqrt(n)`` (``s = 0`` gives the point
     ``[e, e]``), for ``n >= 20`` the BCa bootstrap stratified by ``strata``; the sign test beside it.
     ``statistic="spearman"``: each effect a pair ``(x, y)``, the effect the mean over ``strata`` of
     Spearman's rho within each, the BCa interval at every ``n``, no sign test; ``min_units`` then
-    applies to every stratum. Fewer than ``min_units`` finite units: no interval, a reason."""
+    applies to every stratum. Fewer than ``min_units`` finite units: no interval, a reason. With
+    ``bound``, an effect that cannot leave ``[-bound, bound]`` (Kendall's tau: 1), the interval is cut
+    to that range (a t-interval can pass it)."""
     if isinstance(min_units, bool) or not isinstance(min_units, (int, np.integer)) or min_units < 2:
         raise ValueError(f"min_units must be an integer >= 2 (a t-interval needs two units), "
                          f"got {min_units!r}.")
@@ -233,9 +235,13 @@ def estimate(effects: Sequence, *, min_units: int, strata: Sequence | None = Non
     mean, p = float(e.mean()), sign_test(e.tolist())
     if n < T_INTERVAL_BELOW:
         half = T975[n - 2] * float(e.std(ddof=1)) / math.sqrt(n)
-        return Estimate(mean, mean - half, mean + half, "t-interval", n, out, p)
-    return Estimate(mean, *_bca(lambda idx: e[idx].mean(axis=-1), lab, draws),
-                    "BCa bootstrap" + (", stratified" if len(set(lab)) > 1 else ""), n, out, p)
+        lo, hi, method = mean - half, mean + half, "t-interval"
+    else:
+        lo, hi = _bca(lambda idx: e[idx].mean(axis=-1), lab, draws)
+        method = "BCa bootstrap" + (", stratified" if len(set(lab)) > 1 else "")
+    if bound is not None:
+        lo, hi = max(lo, -bound), min(hi, bound)
+    return Estimate(mean, lo, hi, method, n, out, p)
 
 
 @dataclasses.dataclass(frozen=True)

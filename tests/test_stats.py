@@ -295,3 +295,13 @@ def test_every_unit_diverged_or_none_given():
     assert grade(one, 0.4) == grade(one, 0.4) and grade(one, 0.4).verdict == "inconclusive"
     assert estimate(np.array([0.5, 0.6, 0.7]), min_units=2).units == 3
 
+
+
+@PROPS
+@given(st.lists(st.floats(-1, 1), min_size=2, max_size=30), st.floats(0.01, 0.9))
+def test_a_bounded_effect_keeps_its_interval_in_range_and_its_grade(taus, margin):
+    """Kendall's tau lies in [-1, 1]: its interval is cut there, and the cut never changes a grade."""
+    free, cut = (estimate(taus, min_units=2, draws=200, bound=b) for b in (None, 1.0))
+    assert -1 <= cut.lo <= cut.effect <= cut.hi <= 1
+    assert (cut.lo, cut.hi) == (max(free.lo, -1), min(free.hi, 1))
+    assert grade(cut, margin).verdict == grade(free, margin).verdict

@@ -348,7 +348,8 @@ def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequ
     failed = [n for n in c.checks if not ran[n].passed]
 
     def graded(eff):
-        kw: dict[str, Any] = dict(min_units=MIN_UNITS[profile], statistic=c.statistic, draws=draws)
+        kw: dict[str, Any] = dict(min_units=MIN_UNITS[profile], statistic=c.statistic, draws=draws,
+                                  bound=c.bound)
         est = estimate(eff, strata=strata, **kw)
         labels = [str(s) for s in strata] if strata is not None else []
         subs = {s: estimate([e for e, k in zip(eff, labels) if k == s], **kw) for s in c.subsets}
