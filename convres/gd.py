@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .backprop import backward_rows, forward_rows, trace_fields
+from .backprop import backward_rows, forward_rows, trace_fields, transposes
 from .model import ModelConfig, Trace, check_cost, check_inputs, memory_estimate, phi_and_grad, rows_of
 from .rank import extreme_singular_values
 from .runtime import check_device
@@ -413,11 +413,13 @@ class _Loop:
         views, by weight) and residuals ``R``."""
         self.W = self._weights(self.theta)
         self.args = rows_of(self.W, self.X, self.Y, self.cfg, residual=self.residual)
+        self.layers_T = transposes(self.args[0])
         self.mu_theta = torch.cat([self.mu.repeat_interleave(math.prod(s)) for s in self.shapes])
         self.G = self.theta.new_empty((self.most, self.theta.numel()))
         self.grads = [self._weights(g) for g in self.G]
         Y = self.args[3]
         self.R = Y.new_empty((self.most, len(self.active), *Y.shape[1:]))
+        self.G_rows, self.R_rows = list(self.G), list(self.R)       # the buffers of each step
 
     def _weights(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """The weights held in ``flat`` (a stack of the active configurations), as views
@@ -430,18 +432,19 @@ class _Loop:
         """The weights of row ``j`` of the stack ``flat``, as views ``(p, q)``."""
         return {k: v[j] for k, v in self._weights(flat).items()}
 
-    def _step(self, a: int, last: bool) -> tuple:
+    def _step(self, a: int, last: bool, trace: bool) -> Trace | None:
         """Iterate ``a`` of the block: the forward pass, ``R = F - Y`` into ``R[a]`` and, unless
-        it is the ``last`` iterate, the gradient into ``G[a]`` and the update. Returns the forward
-        pass's ``(blocks, F)``."""
+        it is the ``last`` iterate, the gradient into ``G[a]`` and the update. Returns the
+        :class:`~convres.model.Trace` of the forward pass if ``trace``, else ``None`` (so that
+        its intermediates are freed before the next step allocates its own)."""
         layers, W_U, X, Y, s, act, beta_attn, beta_ffn, N, pooled = self.args
         blocks, H, F = forward_rows(layers, W_U, X, s, act, beta_attn, beta_ffn, N, pooled)
-        R = torch.sub(F, Y, out=self.R[a])
+        R = torch.sub(F, Y, out=self.R_rows[a])
         if not last:
             backward_rows(layers, W_U, blocks, H, R, s, act, beta_attn, beta_ffn, N, pooled,
-                          out=self.grads[a])
-            self.theta.addcmul_(self.mu_theta, self.G[a], value=-1.0)
-        return blocks, F
+                          out=self.grads[a], layers_T=self.layers_T)
+            self.theta.addcmul_(self.mu_theta, self.G_rows[a], value=-1.0)
+        return self._trace(blocks, F) if trace else None
 
     def _trace(self, blocks, F) -> Trace:
         """The :class:`~convres.model.Trace` of a forward pass of the stack (as
@@ -456,8 +459,10 @@ class _Loop:
         phis = 0.5 * self.R[:k].pow(2).sum((2, 3))
         B = len(self.active)
         parts = self.G[:k].split([B * math.prod(s) for s in self.shapes], dim=1)
-        per_weight = [torch.linalg.vector_norm(g.view(k, B, -1), dim=2) for g in parts]
-        norms = torch.linalg.vector_norm(torch.stack(per_weight), dim=0)
+        squares = [torch.linalg.vector_norm(g.view(k, B, -1), dim=2).square_() for g in parts]
+        for part in squares[1:]:             # each step alone (the same numbers in any block)
+            squares[0] += part
+        norms = squares[0].sqrt_()
         if last:
             norms[-1] = math.nan
         return phis.double().cpu().numpy(), norms.double().cpu().numpy()
@@ -488,10 +493,8 @@ class _Loop:
                 for a, u in enumerate(block):
                     if a == len(block) - 1:
                         end = self.theta.clone() if a else start
-                    blocks, F = self._step(a, u == steps)
                     record = self.record_every is not None and u % self.record_every == 0
-                    if record or self.callback:      # the trace of the same arithmetic
-                        tr = self._trace(blocks, F)
+                    tr = self._step(a, u == steps, record or self.callback is not None)
                     if record:                       # the rows whose loss is finite
                         phi = 0.5 * self.R[a].pow(2).sum((1, 2))
                         rows = torch.isfinite(phi).nonzero().flatten().tolist()
