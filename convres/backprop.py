@@ -91,12 +91,11 @@ def plus_product(beta, C: torch.Tensor, A: torch.Tensor, B: torch.Tensor, view=N
     ``A B``), ``beta`` from :func:`coefficient`: one ``torch.baddbmm``, in place into ``beta C``
     when that is a new tensor or ``C`` may be ``overwrite``-n; ``A B`` alone when ``beta`` is 0."""
     if isinstance(beta, torch.Tensor):
-        return (beta * C).reshape(view or C.shape).baddbmm_(A, B)
+        C, beta, overwrite = beta * C, 1.0, True            # a new tensor: add A B to it
     if beta == 0:
         return torch.bmm(A, B)
-    if overwrite:
-        return C.reshape(view or C.shape).baddbmm_(A, B, beta=beta)
-    return torch.baddbmm(C.reshape(view or C.shape), A, B, beta=beta)
+    C = C if view is None else C.reshape(view)
+    return C.baddbmm_(A, B, beta=beta) if overwrite else torch.baddbmm(C, A, B, beta=beta)
 
 
 #: Up to this many rows ``N n`` per configuration, the attention of the ``N`` sequences is one
