@@ -487,15 +487,15 @@ class _Loop:
         rules = dict(tol=tol, rtol=rtol, blowup=blowup, steps=steps)
         prev, t, size = None, 0, 1
         while self.active:
-            block, spectra, tr = range(t, min(t + size, steps + 1)), {}, None
-            start, end = self.theta.clone(), None
+            block, spectra = range(t, min(t + size, steps + 1)), {}
+            start = end = self.theta.clone()
             with torch.no_grad():
                 for a, u in enumerate(block):
                     if a == len(block) - 1:
                         end = self.theta.clone() if a else start
                     record = self.record_every is not None and u % self.record_every == 0
                     tr = self._step(a, u == steps, record or self.callback is not None)
-                    if record:                       # the rows whose loss is finite
+                    if record and tr is not None:    # the rows whose loss is finite
                         phi = 0.5 * self.R[a].pow(2).sum((1, 2))
                         rows = torch.isfinite(phi).nonzero().flatten().tolist()
                         spectra[u] = dict(zip(rows, _spectra(tr.select(rows)).tolist()))
