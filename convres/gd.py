@@ -6,7 +6,7 @@ is ``theta_{t+1} = theta_t - mu grad Phi(theta_t)`` with ``Phi`` the loss of
 
 :func:`gradient_descent` runs one configuration and :func:`sweep` a list of them (different initial
 weights, residual coefficients and step sizes, on the same data or not). Both run the same loop on
-a *stack*: the weights of the configurations that share the model's sizes are the rows of one
+a *stack*: the weights of the configurations that share the model's sizes are held in one
 tensor and advance together, with the gradient written out by hand
 (:func:`convres.model.phi_and_grad`); one run is a stack of one. Large problems gain nothing from
 stacking, so a sweep is cut into chunks by problem size (:func:`chunk_size`). Each configuration
@@ -365,8 +365,8 @@ class _Record:
             status=self.status, message=self.message, mu=float(self.mu), diverged_at=self.diverged_at))
 
 
-#: A block of steps keeps its iterates (to return the one a run stopped at) in at most this many
-#: bytes, and has at most :data:`BLOCK_MAX` steps.
+#: A block of steps keeps its gradients (to compute the norms and replay the iterate a run stopped
+#: at) in at most this many bytes, and has at most :data:`BLOCK_MAX` steps.
 BLOCK_BYTES = 2**25
 BLOCK_MAX = 64
 
