@@ -6,7 +6,7 @@ is ``theta_{t+1} = theta_t - mu grad Phi(theta_t)`` with ``Phi`` the loss of
 
 :func:`gradient_descent` runs one configuration and :func:`sweep` a list of them (different initial
 weights, residual coefficients and step sizes, on the same data or not). Both run the same loop on
-a *stack*: the weights of the configurations that share the model's sizes are the rows of one
+a *stack*: the weights of the configurations that share the model's sizes are held in one
 tensor and advance together, with the gradient written out by hand
 (:func:`convres.model.phi_and_grad`); one run is a stack of one. Large problems gain nothing from
 stacking, so a sweep is cut into chunks by problem size (:func:`chunk_size`). Each configuration
@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .backprop import phi_and_grad_rows
+from .backprop import backward_rows, forward_rows, trace_fields, transposes
 from .model import ModelConfig, Trace, check_cost, check_inputs, memory_estimate, phi_and_grad, rows_of
 from .rank import extreme_singular_values
 from .runtime import check_device
@@ -365,28 +365,32 @@ class _Record:
             status=self.status, message=self.message, mu=float(self.mu), diverged_at=self.diverged_at))
 
 
-#: A block of steps keeps its iterates (to return the one a run stopped at) in at most this many
-#: bytes, and has at most :data:`BLOCK_MAX` steps.
+#: A block of steps keeps its gradients (to compute the norms and replay the iterate a run stopped
+#: at) in at most this many bytes, and has at most :data:`BLOCK_MAX` steps.
 BLOCK_BYTES = 2**25
 BLOCK_MAX = 64
 
 
 class _Loop:
-    """The loop for one chunk of configurations sharing ``_shared(cfg)``: the weights of those
-    still running (``active``) are the rows of one ``(B, P)`` tensor ``theta`` (``W``: its views,
-    one per weight), updated in place, ``theta -= mu grad``. Steps run in *blocks*: the losses and
-    gradient norms stay on the device until the block ends, then are read back at once and the
-    stopping rules applied to every step; a configuration that stopped inside the block takes its
-    iterate from the block's copies and leaves the stack. A block is one step while a ``callback``
-    watches, else doubles up to :data:`BLOCK_MAX` steps: steps computed past a stop cost time,
-    never a result."""
+    """The loop for one chunk of configurations sharing ``_shared(cfg)``. The weights of those
+    still running (``active``, ``B`` of them) are one flat tensor ``theta``, weight by weight: the
+    ``(B, p, q)`` stack of each weight (``W``: those views), so that the backward pass writes each
+    gradient in place into a buffer of the same layout and the update is one operation,
+    ``theta -= mu grad`` (``mu`` repeated over each configuration's entries). Steps run in
+    *blocks*: the gradients and residuals ``R = F - Y`` of the block's steps are kept, and the
+    losses ``Phi = 1/2 ||R||^2`` and gradient norms computed from them once the block ends, read
+    back at once and the stopping rules applied to every step; a configuration that stopped inside
+    the block takes the iterate it stopped at by replaying the block's updates from the block's
+    start (the same operations on the same numbers: the same iterate) and leaves the stack. A block
+    is one step while a ``callback`` watches, else doubles up to :data:`BLOCK_MAX` steps: steps
+    computed past a stop cost time, never a result."""
 
     def __init__(self, params_list, X, Y, cfgs, mus, dev, record_every, index, callback):
         dev = dev or params_list[0]["W_U"].device
         self.cfg, self.names = cfgs[0], list(params_list[0])
         self.shapes = [tuple(params_list[0][k].shape) for k in self.names]
-        self.theta = torch.stack([torch.cat([p[k].detach().to(dev).reshape(-1) for k in self.names])
-                                  for p in params_list])
+        self.theta = torch.cat([torch.stack([p[k].detach().to(dev) for p in params_list]).reshape(-1)
+                                for k in self.names])
         B, dtype = len(params_list), self.theta.dtype
         # the data as a contiguous stack (B, N, n, d); targets shared by all stay unstacked
         self.X = (torch.stack([t.to(dev) for t in X]) if isinstance(X, list)
@@ -396,47 +400,107 @@ class _Loop:
         # one coefficient per configuration; a plain number when they all share it (cheaper)
         self.residual = tuple(v[0] if len(set(v)) == 1 else torch.tensor(v, dtype=dtype, device=dev)
                               for v in zip(*(c.residual for c in cfgs)))
-        self.mu = torch.tensor(mus, dtype=dtype, device=dev).view(-1, 1)
+        self.mu = torch.tensor(mus, dtype=dtype, device=dev)
         self.records, self.active = [_Record(mu=m) for m in mus], list(range(B))
         self.record_every, self.index, self.callback = record_every, index, callback
+        self.most = min(BLOCK_MAX, max(1, BLOCK_BYTES // self.theta.nbytes))
         self._stack()
 
     def _stack(self):
-        """The views the steps use, set again when the stack changes: the weights ``W`` and the
-        arguments of :func:`convres.backprop.phi_and_grad_rows` (:func:`convres.model.rows_of`)."""
-        self.W, self.g = self._weights(self.theta), torch.empty_like(self.theta)
+        """What the steps use, set again when the stack changes: the weights ``W``, the arguments
+        of :func:`convres.backprop.phi_and_grad_rows` (:func:`convres.model.rows_of`), ``mu`` at
+        every entry of ``theta``, and the buffers of a block's gradients ``G`` (``grads``: their
+        views, by weight) and residuals ``R``."""
+        self.W = self._weights(self.theta)
         self.args = rows_of(self.W, self.X, self.Y, self.cfg, residual=self.residual)
+        self.layers_T = transposes(self.args[0])
+        self.mu_theta = torch.cat([self.mu.repeat_interleave(math.prod(s)) for s in self.shapes])
+        self.G = self.theta.new_empty((self.most, self.theta.numel()))
+        self.grads = [self._weights(g) for g in self.G]
+        Y = self.args[3]
+        self.R = Y.new_empty((self.most, len(self.active), *Y.shape[1:]))
+        self.G_rows, self.R_rows = list(self.G), list(self.R)       # the buffers of each step
 
     def _weights(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The weights held in ``flat`` (``(B, P)``, or one row ``(P,)``), as views."""
-        parts = flat.split([math.prod(s) for s in self.shapes], dim=-1)
-        return {k: v.view(*flat.shape[:-1], *s) for k, v, s in zip(self.names, parts, self.shapes)}
+        """The weights held in ``flat`` (a stack of the active configurations), as views
+        ``(B, p, q)``."""
+        B = len(self.active)
+        parts = flat.split([B * math.prod(s) for s in self.shapes])
+        return {k: v.view(B, *s) for k, v, s in zip(self.names, parts, self.shapes)}
+
+    def _config(self, flat: torch.Tensor, j: int) -> dict[str, torch.Tensor]:
+        """The weights of row ``j`` of the stack ``flat``, as views ``(p, q)``."""
+        return {k: v[j] for k, v in self._weights(flat).items()}
+
+    def _step(self, a: int, last: bool, trace: bool) -> Trace | None:
+        """Iterate ``a`` of the block: the forward pass, ``R = F - Y`` into ``R[a]`` and, unless
+        it is the ``last`` iterate, the gradient into ``G[a]`` and the update. Returns the
+        :class:`~convres.model.Trace` of the forward pass if ``trace``, else ``None`` (so that
+        its intermediates are freed before the next step allocates its own)."""
+        layers, W_U, X, Y, s, act, beta_attn, beta_ffn, N, pooled = self.args
+        blocks, H, F = forward_rows(layers, W_U, X, s, act, beta_attn, beta_ffn, N, pooled)
+        R = torch.sub(F, Y, out=self.R_rows[a])
+        if not last:
+            backward_rows(layers, W_U, blocks, H, R, s, act, beta_attn, beta_ffn, N, pooled,
+                          out=self.grads[a], layers_T=self.layers_T)
+            self.theta.addcmul_(self.mu_theta, self.G_rows[a], value=-1.0)
+        return self._trace(blocks, F) if trace else None
+
+    def _trace(self, blocks, F) -> Trace:
+        """The :class:`~convres.model.Trace` of a forward pass of the stack (as
+        :func:`convres.model.phi_and_grad` gives it)."""
+        (B, N, n, _), pooled = self.X.shape, self.cfg.pool == "mean"
+        fields = trace_fields([out for _, out in blocks], [W["W_V"] for W in self.args[0]], (B,), N, n)
+        return Trace._make([*fields, F.reshape(B, N, *(() if pooled else (n,)), -1)])
+
+    def _losses(self, k: int, last: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The losses ``Phi = 1/2 ||R||^2`` and gradient norms ``||G||`` of the block's ``k``
+        iterates, ``(k, B)`` each (the ``last`` iterate takes no step: its norm is NaN)."""
+        phis = 0.5 * self.R[:k].pow(2).sum((2, 3))
+        B = len(self.active)
+        parts = self.G[:k].split([B * math.prod(s) for s in self.shapes], dim=1)
+        squares = [torch.linalg.vector_norm(g.view(k, B, -1), dim=2).square_() for g in parts]
+        for part in squares[1:]:             # each step alone (the same numbers in any block)
+            squares[0] += part
+        norms = squares[0].sqrt_()
+        if last:
+            norms[-1] = math.nan
+        return phis.double().cpu().numpy(), norms.double().cpu().numpy()
+
+    def _iterates(self, prev, start, end, k: int) -> Callable[[int], torch.Tensor]:
+        """``at(x)``: the stack's iterate before the block (``x = 0``: ``prev``) or at its step
+        ``x - 1`` (``x = 1``: ``start``, ``x = k``: ``end``), the others by replaying the block's
+        updates from ``start``."""
+        known = {0: prev, 1: start, k: end}
+
+        def at(x: int) -> torch.Tensor:
+            if x not in known:
+                y = max(v for v in known if 1 <= v < x)
+                theta = known[y].clone()
+                for v in range(y, x):
+                    theta.addcmul_(self.mu_theta, self.G[v - 1], value=-1.0)
+                known[x] = theta
+            return known[x]
+        return at
 
     def run(self, steps, tol, rtol, blowup, bar) -> list[Run]:
         rules = dict(tol=tol, rtol=rtol, blowup=blowup, steps=steps)
-        prev, t, size, most = None, 0, 1, min(BLOCK_MAX, max(1, BLOCK_BYTES // self.theta.nbytes))
-        copies = self.theta.new_empty((most, *self.theta.shape))   # the block's iterates, reused
+        prev, t, size = None, 0, 1
         while self.active:
-            block, phis, norms, kept, spectra = range(t, min(t + size, steps + 1)), [], [], [], {}
+            block, spectra = range(t, min(t + size, steps + 1)), {}
+            start = end = self.theta.clone()
             with torch.no_grad():
                 for a, u in enumerate(block):
+                    if a == len(block) - 1:
+                        end = self.theta.clone() if a else start
                     record = self.record_every is not None and u % self.record_every == 0
-                    if record or self.callback:      # the same arithmetic, and the trace
-                        phi, grads, tr = phi_and_grad(self.W, self.X, self.Y, self.cfg,
-                                                      residual=self.residual)
-                    else:
-                        phi, grads = phi_and_grad_rows(*self.args)[:2]
-                    g = torch.cat([grads[k].reshape(len(self.active), -1) for k in self.names], 1, out=self.g)
-                    phis.append(phi)             # the last iterate takes no step: its norm is NaN
-                    norms.append(torch.linalg.vector_norm(g, dim=1) if u < steps else phi * math.nan)
-                    kept.append(copies[a, :len(self.active)].copy_(self.theta))    # theta_u
-                    if record:                                         # the rows still finite
+                    tr = self._step(a, u == steps, record or self.callback is not None)
+                    if record and tr is not None:    # the rows whose loss is finite
+                        phi = 0.5 * self.R[a].pow(2).sum((1, 2))
                         rows = torch.isfinite(phi).nonzero().flatten().tolist()
                         spectra[u] = dict(zip(rows, _spectra(tr.select(rows)).tolist()))
-                    if u < steps:
-                        self.theta.addcmul_(self.mu, g, value=-1.0)
-            losses, gnorms = (torch.stack(v).double().cpu().numpy() for v in (phis, norms))
-            step = (tr, g) if self.callback is not None else None
+            losses, gnorms = self._losses(len(block), block[-1] == steps)
+            step = tr if self.callback is not None else None
             # per configuration, the first step at which a stopping rule may apply (a superset of
             # stopping_rule's tests, which then decide; the last iterate's norm is NaN)
             phi_0 = np.array([self.records[i].losses[0] if self.records[i].losses else losses[0, j]
@@ -445,29 +509,32 @@ class _Loop:
                 flag = (~np.isfinite(losses) | ~np.isfinite(gnorms) | (losses > blowup * phi_0)
                         | (losses <= np.maximum(tol, rtol * phi_0)) | (step is not None))
             first = np.where(flag.any(0), flag.argmax(0), len(block))
+            at = self._iterates(prev, start, end, len(block))
             keep = [j for j, i in enumerate(self.active) if self._record(
-                block, j, i, first[j], losses[:, j], gnorms[:, j], [prev, *kept], spectra, step, rules)]
+                block, j, i, first[j], losses[:, j], gnorms[:, j], at, spectra, step, rules)]
             if bar is not None:
                 bar.update(len(block))
-            prev, t = kept[-1].clone(), block[-1] + 1
+            prev, t = end, block[-1] + 1
             if len(keep) < len(self.active):
                 sel = torch.tensor(keep, dtype=torch.long, device=self.theta.device)
-                self.theta, prev, self.mu, self.X = self.theta[sel], prev[sel], self.mu[sel], self.X[sel]
+                self.theta, prev = (torch.cat([v[sel].reshape(-1) for v in self._weights(w).values()])
+                                    for w in (self.theta, prev))
+                self.mu, self.X = self.mu[sel], self.X[sel]
                 self.residual = tuple(b[sel] if isinstance(b, torch.Tensor) else b for b in self.residual)
                 self.Y = self.Y[sel] if self.per_config else self.Y
                 self.active = [self.active[j] for j in keep]
                 if self.active:
                     self._stack()
             if step is None:
-                size = min(2 * size, most)
+                size = min(2 * size, self.most)
         if bar is not None and t <= steps:
             bar.update(steps + 1 - t)
         return [r.run() for r in self.records]
 
-    def _record(self, block, j, i, first, losses, norms, kept, spectra, step, rules) -> bool:
-        """Record configuration ``i`` (row ``j``) at the iterates of ``block`` (``kept``: the
-        iterate before the block, then those of the block), with the stopping rules applied from
-        the ``first`` iterate that may stop it. True: it goes on."""
+    def _record(self, block, j, i, first, losses, norms, at, spectra, step, rules) -> bool:
+        """Record configuration ``i`` (row ``j``) at the iterates of ``block`` (``at``: the
+        iterates, :meth:`_iterates`), with the stopping rules applied from the ``first`` iterate
+        that may stop it. True: it goes on."""
         r = self.records[i]
         r.losses += losses[:first].tolist()
         r.gnorms += norms[:first].tolist()
@@ -475,7 +542,7 @@ class _Loop:
         r.rec += recorded
         r.sv += [spectra[t][j] for t in recorded]
         for a in range(first, len(block)):
-            t, phi, theta = block[a], float(losses[a]), kept[a + 1][j]
+            t, phi = block[a], float(losses[a])
             rule = stopping_rule(t, phi, r.losses[0] if r.losses else phi, mu=r.mu, **rules)
             if rule is not None and rule[0] == "diverged":     # iterate t is not kept
                 r.status, r.message, r.diverged_at = *rule, t
@@ -483,20 +550,22 @@ class _Loop:
                     r.gnorms.pop()                              # the gradient that led here
                 if t == 0:
                     r.losses.append(phi)                        # the non-finite start, for the record
-                r.params = {k: v.clone() for k, v in self._weights(kept[a][j] if t else theta).items()}
+                r.params = {k: v.clone() for k, v in self._config(at(a if t else a + 1), j).items()}
                 return False
             r.losses.append(phi)
             if rule is None and not np.isfinite(norms[a]):
                 rule = ("diverged", f"the gradient became non-finite at step {t}; no step was taken "
                                     f"from it (mu={r.mu:g} too large?)")
                 r.diverged_at = t + 1
+            theta = self._config(at(a + 1), j)
             if step is not None:
-                self._notify(t, j, i, phi, theta, step[1] if rule is None else None, step[0])
+                self._notify(t, j, i, phi, theta, None if rule is not None else self._config(self.G[a], j),
+                             step)
             if rule is None:
                 r.gnorms.append(float(norms[a]))
             else:
                 r.status, r.message = rule
-                r.params = {k: v.clone() for k, v in self._weights(theta).items()}
+                r.params = {k: v.clone() for k, v in theta.items()}
             if self.record_every is not None and (rule is not None or t % self.record_every == 0):
                 r.rec.append(t)
                 r.sv.append(spectra[t][j] if j in spectra.get(t, ()) else self._spectra_at(theta, j))
@@ -506,15 +575,16 @@ class _Loop:
 
     @torch.no_grad()
     def _spectra_at(self, theta, j) -> list:
-        """The four extreme singular values at the weights ``theta`` of row ``j``."""
+        """The four extreme singular values at the weights ``theta`` (views ``(p, q)``) of row ``j``."""
         residual = tuple(b[j:j + 1] if isinstance(b, torch.Tensor) else b for b in self.residual)
         Y = self.Y[j:j + 1] if self.per_config else self.Y
-        W = self._weights(theta.unsqueeze(0))
+        W = {k: v.unsqueeze(0) for k, v in theta.items()}
         return _spectra(phi_and_grad(W, self.X[j:j + 1], Y, self.cfg, residual=residual)[2])[0].tolist()
 
     def _notify(self, t, j, i, phi, theta, g, tr):
         trace = tr.select(j).detach()
-        params, grads = self._weights(theta.clone()), None if g is None else self._weights(g[j].clone())
+        params = {k: v.clone() for k, v in theta.items()}
+        grads = None if g is None else {k: v.clone() for k, v in g.items()}
         tensors = [*params.values(), *(grads or {}).values(), *(x for f in trace[:6] for x in f), trace.F]
         versions = [v._version for v in tensors]
         self.callback(Step(t, self.index[i], params, grads, phi, trace))
