@@ -38,7 +38,7 @@ from ..model import ModelConfig, attention_scale, forward_trace
 from ..plotting import plot_simulations
 from ..protocol import LOG_LOSS_FLOOR, PROBE_HORIZON_MAX, PROBE_SEEDS, RERUN_FACTOR
 from ..rank import extreme_singular_values
-from ..stats import ProbeRun, censored, kendall_tau, mean_log_loss, steps_to, tune_step
+from ..stats import ProbeRun, censored, kendall_tau, mean_log_loss, steps_to
 from .base import (
     Experiment,
     Result,
@@ -48,7 +48,11 @@ from .base import (
     dtype_of,
     finite_list,
     protocol_summary,
+    rerun_diverged,
     shared_by_pieces,
+    spread_row,
+    step_table,
+    tune_arms,
 )
 
 __all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "STOP", "ESCAPE_STOP", "LINEAR_PHASE", "HALVINGS", "speed",
@@ -180,34 +184,15 @@ def _probe_runs(s, N, d_qk, scale, pairs, T, measure, device) -> dict:
     return out
 
 
-def _tune(s, N, d_qk, scale, betas, measure, horizon, device) -> dict:
-    """``{beta: tune_step(...)}`` of every arm of one shape (protocol v4, section 2): the grid
-    ``eta_grid`` of every beta in one sweep at the evaluation horizon, then each arm's growth of the
-    grid and of the probe horizon (up to :data:`PROBE_HORIZON_MAX` times) on demand."""
-    table: dict = {}
-
-    def fill(pairs, T):
-        missing = [p for p in pairs if (*p, T) not in table]
-        if missing:
-            for (b, e), runs in _probe_runs(s, N, d_qk, scale, missing, T, measure, device).items():
-                table[(b, e, T)] = runs
-
-    fill([(b, float(e)) for b in betas for e in s["eta_grid"]], horizon)
-
-    def probe_of(beta):
-        def probe(etas, T):
-            fill([(beta, e) for e in etas], T)
-            return [table[(beta, e, T)] for e in etas]
-        return probe
-
-    return {b: tune_step(probe_of(b), s["eta_grid"], horizon=horizon,
-                         max_horizon=PROBE_HORIZON_MAX * horizon, extend=EXTEND) for b in betas}
-
-
 def _tuned(s, N, d_qk, scale, betas, measure, horizon, device) -> dict:
-    """:func:`_tune`, computed once for all pieces (:func:`convres.experiments.base.shared_by_pieces`)."""
+    """``{beta: tune_step(...)}`` of every arm of one shape (:func:`convres.experiments.base.tune_arms`
+    on :func:`_probe_runs`), computed once for all pieces (``shared_by_pieces``)."""
     def compute():
-        return [[b, t] for b, t in _tune(s, N, d_qk, scale, betas, measure, horizon, device).items()]
+        def probe_runs(pairs, T):
+            return _probe_runs(s, N, d_qk, scale, pairs, T, measure, device)
+        tuned = tune_arms(betas, s["eta_grid"], probe_runs, horizon=horizon,
+                          max_horizon=PROBE_HORIZON_MAX * horizon, extend=EXTEND)
+        return [[b, t] for b, t in tuned.items()]
 
     # the same for every pass of a run in pieces: the setting ``halve`` does not enter the tuning
     s = {k: v for k, v in s.items() if k != "halve"}
@@ -221,6 +206,11 @@ def _step_rows(tuned: dict, label: str) -> list[dict]:
 
 
 # --- evaluation runs with reruns at half the step ------------------------------------------------
+
+def _where(scale: str, d_qk: int) -> str:
+    """The name of an escape-law cell, as :func:`reruns` and the setting ``halve`` name it."""
+    return f"escape, scale {scale}, d_QK = {d_qk}"
+
 
 def _record(beta, eta, seed, X, Y, p0, cfg, h: History, *, N, s, horizon, curve, mechanism) -> dict:
     floor = rank_one_floor(Y.double())
@@ -239,47 +229,32 @@ def _record(beta, eta, seed, X, Y, p0, cfg, h: History, *, N, s, horizon, curve,
 def _evaluate(s, where, N, d_qk, scale, arms: dict, horizon, stop, *, follows=None, halve=None,
               mechanism=False, curves=(), device=None) -> dict:
     """The evaluation runs ``{key: runs}`` of the ``arms`` ``{key: (beta, eta)}`` of one shape
-    (``where``) on every seed (arms at the same ``(beta, eta)`` share their runs). An arm with a
-    diverged run is run again at ``RERUN_FACTOR`` (half) its step, all seeds, at most
-    :data:`HALVINGS` times; an arm of ``follows`` ``{key: other}`` is at half the step of ``other``
-    and is rerun with it. ``halve`` ``{(where, protocol, beta): times}`` (from the setting of that
-    name, :func:`halvings`): the arm, and its followers, start at ``RERUN_FACTOR ** times`` their
-    step (the second pass of a run in pieces, where a piece halved the arm after a divergence that
-    the others did not see). Every record keeps its arm's ``tuned_eta`` and ``diverged_before``,
-    the steps at which its seed diverged first in this run."""
+    (``where``) on every seed, arms at the same ``(beta, eta)`` sharing their runs, with the reruns of
+    :func:`convres.experiments.base.rerun_diverged` (at most :data:`HALVINGS`; ``follows`` ``{key:
+    other}``: an arm at half the step of ``other``, rerun with it). ``halve`` ``{(where, protocol,
+    beta): times}`` (:func:`halvings`): the arm and its followers start at ``RERUN_FACTOR ** times``
+    their step. Every record keeps its arm's ``tuned_eta`` and ``diverged_before`` (its larger steps)."""
     follows, halve = follows or {}, halve or {}
 
     def start(key):
         times = max(halve.get((where, *key), 0), halve.get((where, *follows.get(key, key)), 0))
         return arms[key][1] * RERUN_FACTOR ** times
 
-    pending = {key: (beta, start(key)) for key, (beta, _) in arms.items()}
-    out: dict = {}
-    failed: dict = {key: [] for key in arms}
-    for attempt in range(HALVINGS + 1):
-        pairs = sorted(set(pending.values()))
+    def run(pending: dict) -> dict:
+        pairs = sorted({(arms[key][0], eta) for key, eta in pending.items()})
         runs: dict = {}
         for job in _runs(s, N, d_qk, scale, [(b, e, k) for b, e in pairs for k in s["seeds"]], horizon, stop,
                          device=device):
             runs.setdefault(job[:2], []).append(
                 _record(*job, N=N, s=s, horizon=horizon, curve=job[2] in curves, mechanism=mechanism))
-        again = {}
-        for key, pair in pending.items():
-            out[key] = [dict(r) for r in runs[pair]]
-            bad = [r["seed"] for r in runs[pair] if r["diverged"]]
-            if bad and attempt < HALVINGS:
-                failed[key].append((pair[1], bad))
-                again[key] = (pair[0], pair[1] * RERUN_FACTOR)
-        for key, other in follows.items():
-            if other in again and key not in again:
-                again[key] = (arms[key][0], again[other][1] / 2)
-        pending = again
-        if not pending:
-            break
+        return {key: [dict(r) for r in runs[(arms[key][0], eta)]] for key, eta in pending.items()}
+
+    out, failed = rerun_diverged({key: start(key) for key in arms}, run, HALVINGS, follows=follows,
+                                 diverged=lambda r: r["diverged"])
     for key, records in out.items():
         for r in records:
             r.update(tuned_eta=arms[key][1],
-                     diverged_before=[e for e, seeds in failed[key] if r["seed"] in seeds])
+                     diverged_before=[e for e, bad in failed[key] if r["seed"] in {x["seed"] for x in bad}])
     return out
 
 
@@ -290,7 +265,7 @@ def reruns(res: Result) -> list[dict]:
     ``every_seed``: every seed of the arm at one smaller step (as the protocol asks; a run in pieces
     reruns the seeds of its piece)."""
     cells = [(c["name"], c["runs"]) for c in res.data["regimes"]] + \
-        [(f"escape, scale {c['scale']}, d_QK = {c['d_qk']}", c["runs"]) for c in res.data["escape"]]
+        [(_where(c["scale"], c["d_qk"]), c["runs"]) for c in res.data["escape"]]
     rows = []
     for where, protocols in cells:
         for protocol, runs in protocols.items():
@@ -310,8 +285,7 @@ def reruns(res: Result) -> list[dict]:
 def _places(s: dict) -> list[str]:
     """The names of the places an arm runs in, as :func:`reruns` names them: the regimes and the
     escape-law cells."""
-    return [r["name"] for r in s["regimes"]] + [f"escape, scale {scale}, d_QK = {d_qk}"
-                                                for scale in s["scales"] for d_qk in s["d_qks"]]
+    return [r["name"] for r in s["regimes"]] + [_where(sc, d_qk) for sc in s["scales"] for d_qk in s["d_qks"]]
 
 
 def halvings(s: dict) -> dict:
@@ -366,7 +340,7 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
     for scale in s["scales"]:
         for d_qk in s["d_qks"]:
             tuned = _tuned(s, s["N"], d_qk, scale, [0.0, 1.0], "escape", s["escape_steps"], device)
-            step_sizes += _step_rows(tuned, f"escape, scale {scale}, d_QK = {d_qk}")
+            step_sizes += _step_rows(tuned, _where(scale, d_qk))
             arms = {("tuned", b): (b, tuned[b]["chosen"]) for b in (0.0, 1.0)}
             follows = {}
             if scale == "1/d_qk":
@@ -376,7 +350,7 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
                     common = min(t["chosen"] for t in tuned.values())
                     arms.update({("common", b): (b, common) for b in (0.0, 1.0)})
             curves = s["curve_seeds"] if d_qk == max(s["d_qks"]) else ()
-            runs = _evaluate(s, f"escape, scale {scale}, d_QK = {d_qk}", s["N"], d_qk, scale, arms,
+            runs = _evaluate(s, _where(scale, d_qk), s["N"], d_qk, scale, arms,
                              s["escape_steps"], ESCAPE_STOP, follows=follows, halve=halve, curves=curves,
                              device=device)
             protocols = sorted({p for p, _ in arms})
@@ -448,11 +422,16 @@ def power_fit(d, T, *, fine: bool = True) -> dict:
     return {"a": rho * b * float(x.min()) ** p, "b": b, "p": p}
 
 
+def _cells(res: Result, scale: str, protocol: str) -> list[dict]:
+    """The escape-law cells at ``scale`` with runs at step ``protocol``, by ``d_QK``."""
+    return sorted((c for c in res.data["escape"] if c["scale"] == scale and protocol in c["runs"]),
+                  key=lambda c: c["d_qk"])
+
+
 def _times(res: Result, scale: str, beta: float, protocol: str, *, mu_units: bool) -> tuple[list, np.ndarray]:
     """``(d_qks, T)``: the escape times ``T[seed][d_qk]`` (``nan`` for a diverged or censored run),
     in steps or in units of ``mu t``."""
-    cells = sorted((c for c in res.data["escape"] if c["scale"] == scale and protocol in c["runs"]),
-                   key=lambda c: c["d_qk"])
+    cells = _cells(res, scale, protocol)
     T = np.full((len(res.settings["seeds"]), len(cells)), np.nan)
     for j, c in enumerate(cells):
         for r in c["runs"][protocol]:
@@ -467,8 +446,7 @@ def escape_law(res: Result, scale: str, beta: float = 0.0, protocol: str = "tune
     (``"tuned"``, ``"half"``): per ``d_QK`` the steps ``eta``, the median and quartiles over the
     seeds in steps and in units of ``mu t`` (``..._mu_t``), and the censored (counted at the
     horizon) and diverged runs (left out)."""
-    cells = sorted((c for c in res.data["escape"] if c["scale"] == scale and protocol in c["runs"]),
-                   key=lambda c: c["d_qk"])
+    cells = _cells(res, scale, protocol)
     keys = ("median", "q25", "q75", "median_mu_t", "q25_mu_t", "q75_mu_t")
     out: dict = {"scale": scale, "beta": beta, "protocol": protocol, "d_qk": [c["d_qk"] for c in cells],
                  "eta": [], **{k: [] for k in keys}, "censored": [], "diverged": [],
@@ -550,8 +528,8 @@ def _simulations_numbers(res: Result) -> dict:
     steps = res.data["step_sizes"]
     return {"regimes": [r["name"] for r in s["regimes"]], "per_regime": per_regime, "escape_law": laws,
             "escape_fit": escape_fit(res),
-            "step_sizes": [{k: t[k] for k in ("arm", "grid", "chosen", "best", "largest_stable", "horizon",
-                                               "bracketed", "unresolved", "capped")} for t in steps],
+            "step_sizes": step_table(steps, ("arm", "grid", "chosen", "best", "largest_stable", "horizon",
+                                             "bracketed", "unresolved", "capped")),
             **protocol_summary(_checks(res)), "reruns": reruns(res), "stalled": stalled(res),
             "diverged_before_rerun": sum(len(r["diverged_before"]) for r in runs_all),
             "diverged_runs": sum(r["diverged"] for r in runs_all), "runs": len(runs_all)}
@@ -716,10 +694,8 @@ def _report(res: Result) -> dict:
     for c in res.data["regimes"]:
         for b in (0.0, max(s["betas"])):
             v = [r["mean_log_loss"] for r in c["runs"]["tuned"] if r["beta"] == b and not r["diverged"]]
-            spread_rows.append({"configuration": f"{c['name']}, beta = {b:g}",
-                                "measurement": "mean log-loss (decades, tuned step)",
-                                "median": float(np.median(v)), "min": min(v), "max": max(v), "seeds": len(v),
-                                "format": "{:.2f}"})
+            spread_rows.append(spread_row(f"{c['name']}, beta = {b:g}", "mean log-loss (decades, tuned step)",
+                                          v, "{:.2f}"))
     return {
         "settings": {"book": f"Gaussian X, Y; n = {s['n']}, d = {s['d']}, m = {s['m']}, {s['activation']}; "
                              f"{regimes}; beta in {s['betas']}; each arm at its own tuned step (the smallest "
