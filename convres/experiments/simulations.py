@@ -320,8 +320,6 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
     for r in s["regimes"]:
         if not {"name", "N", "d_qk", "scale"} <= set(r):
             raise ValueError(f"every regime needs 'name', 'N', 'd_qk' and 'scale', got {r!r}.")
-    if set(s["probe_seeds"]) & set(s["seeds"]):
-        raise ValueError(f"the probe seeds {s['probe_seeds']} must not be evaluation seeds {s['seeds']}.")
     betas, steps, halve = [float(b) for b in s["betas"]], s["steps"], halvings(s)
     regimes, step_sizes = [], []
     for r in s["regimes"]:
