@@ -20,6 +20,7 @@ from ..gd import sweep
 from ..model import ModelConfig, attention_scale, forward_trace, init_params, param_shapes
 from ..plotting import plot_jena
 from ..protocol import (
+    CHECKS,
     CLAIMS,
     EVALUATION_SEEDS,
     MIN_UNITS,
@@ -346,13 +347,9 @@ def _checks(s: dict, pilots: dict, level: dict, ceiling: float) -> list[dict]:
     for sd in s["pilot_seeds"]:
         start = [r["train_mse"][0] for r in pilots["runs"] if r["seed"] == sd]
         spread_0.append((max(start) - min(start)) / min(start))
-    return [
-        {"name": "jena informative", "value": ceiling / lev, "threshold": 1.0, "op": ">",
-         "passed": ceiling / lev > 1.0},
-        {"name": "jena reachable", "value": late, "threshold": 0, "op": "<=", "passed": late <= 0},
-        {"name": "jena equal start", "value": max(spread_0), "threshold": 0.01, "op": "<",
-         "passed": max(spread_0) < 0.01},
-    ]
+    values = {"jena informative": ceiling / lev, "jena reachable": late, "jena equal start": max(spread_0)}
+    return [{"name": n, "value": v, "threshold": CHECKS[n].threshold, "op": CHECKS[n].op,
+             "passed": CHECKS[n].passes(v)} for n, v in values.items()]
 
 
 def _heldout(s: dict, runs: list[dict], X_val, Y_val) -> list[float | None]:

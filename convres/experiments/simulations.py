@@ -1,26 +1,17 @@
 """Simulations: the escape from the rank-one floor against d_QK, and beta in three named regimes.
 
-Book chapter *Simulations* (``book/simulations.md``), protocol v4 (claims S1-S5). Synthetic
-Gaussian data and, for one seed, the same initial weights for every beta and every step size
-(:func:`convres.instances.simulations_instance`: a paired design). Two parts:
+Book chapter *Simulations* (``book/simulations.md``), protocol v4 (claims S1-S5). Gaussian data;
+for one seed the same initial weights for every beta and step (a paired design). Two parts:
 
-- **three named regimes** (wide: ``N n <= d``; narrow: ``N n = 4 d``; near-uniform attention:
-  ``d_QK = 1024`` at scale ``1/d_QK``) and the sweep of beta. Speed is the level-free *mean
-  log-loss* (:func:`convres.stats.mean_log_loss`, in decades; a run stops at :data:`STOP` of its
-  start and counts there for its remaining steps); the steps to :data:`LEVELS` of the start are the
-  sensitivity measures. Each run also records ``sigma_min`` of the attention output ``Z`` at
-  initialization and its *rate* over the linear phase (:func:`linear_rate`), the paper's mechanism;
-- **the escape law**: without the residual, a model whose attention starts nearly uniform sits on
-  the rank-one floor (the best loss of outputs equal within each sequence) before it leaves it; the
-  *escape time* is the first step with ``Phi_t < ESCAPE x floor``, measured against ``d_QK`` at
-  both attention scales, ``beta = 0`` beside ``beta = 1``, and at half the step (does it scale as
-  ``1/mu``?). :func:`escape_fit` fits ``T = a + b d_QK^p`` to it, an empirical fit.
+- **three named regimes** (wide: ``N n <= d``; narrow: ``N n = 4 d``; near-uniform attention) and
+  the sweep of beta: speed is the *mean log-loss* (decades), with ``sigma_min(Z_0)`` and the rate
+  over the linear phase (:func:`linear_rate`), the paper's mechanism;
+- **the escape law**: the *escape time* from the rank-one floor, the first step with ``Phi_t <
+  ESCAPE x floor``, against ``d_QK`` at both attention scales; :func:`escape_fit` fits ``T = a + b
+  d_QK^p``, an empirical fit.
 
-Every arm (a regime or an escape-law cell, and beta) runs at its own step ``mu = eta / (N n)``,
-``eta`` chosen by :func:`convres.stats.tune_step` (protocol v4, section 2) on the probe seeds, at
-**every** ``d_QK``; the regimes also run at one common step (the smallest tuned step of the
-regime). An arm with a diverged evaluation run is run again at half its step, all seeds, and the
-rerun is listed (:data:`HALVINGS` times at most).
+Every arm runs at its own tuned step ``mu = eta / (N n)`` (protocol v4, section 2), the regimes also
+at a common step; an arm with a diverged run is rerun at half its step (:data:`HALVINGS` at most).
 """
 
 from __future__ import annotations
@@ -38,7 +29,7 @@ from ..model import ModelConfig, attention_scale, forward_trace
 from ..plotting import plot_simulations
 from ..protocol import LOG_LOSS_FLOOR, PROBE_HORIZON_MAX, PROBE_SEEDS, RERUN_FACTOR
 from ..rank import extreme_singular_values
-from ..stats import ProbeRun, censored, kendall_tau, mean_log_loss, steps_to
+from ..stats import ProbeRun, censored, estimate, kendall_tau, mean_log_loss, steps_to
 from .base import (
     Experiment,
     Result,
@@ -56,7 +47,7 @@ from .base import (
 )
 
 __all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "STOP", "ESCAPE_STOP", "LINEAR_PHASE", "HALVINGS", "speed",
-           "instance", "linear_rate", "escape_law", "escape_fit", "power_fit", "rerun_escape", "spot_check",
+           "instance", "linear_rate", "escape_law", "escape_fit", "power_fit", "spot_check",
            "reruns", "second_pass", "halvings", "claim_records", "stalled", "qk_reduced"]
 
 #: Sensitivity measures: the steps to these fractions of the initial loss.
@@ -228,12 +219,10 @@ def _record(beta, eta, seed, X, Y, p0, cfg, h: History, *, N, s, horizon, curve,
 
 def _evaluate(s, where, N, d_qk, scale, arms: dict, horizon, stop, *, follows=None, halve=None,
               mechanism=False, curves=(), device=None) -> dict:
-    """The evaluation runs ``{key: runs}`` of the ``arms`` ``{key: (beta, eta)}`` of one shape
-    (``where``) on every seed, arms at the same ``(beta, eta)`` sharing their runs, with the reruns of
-    :func:`convres.experiments.base.rerun_diverged` (at most :data:`HALVINGS`; ``follows`` ``{key:
-    other}``: an arm at half the step of ``other``, rerun with it). ``halve`` ``{(where, protocol,
-    beta): times}`` (:func:`halvings`): the arm and its followers start at ``RERUN_FACTOR ** times``
-    their step. Every record keeps its arm's ``tuned_eta`` and ``diverged_before`` (its larger steps)."""
+    """The runs ``{key: records}`` of the ``arms`` ``{key: (beta, eta)}`` of one shape (``where``) on
+    every seed with the reruns of :func:`convres.experiments.base.rerun_diverged` (``follows``: see
+    there); ``halve`` (:func:`halvings`) starts an arm and its followers at a smaller step. Each
+    record keeps its arm's ``tuned_eta`` and ``diverged_before`` (its larger steps that diverged)."""
     follows, halve = follows or {}, halve or {}
 
     def start(key):
@@ -259,15 +248,11 @@ def _evaluate(s, where, N, d_qk, scale, arms: dict, horizon, stop, *, follows=No
 
 
 def reruns(res: Result) -> list[dict]:
-    """The arms run at a smaller step than their tuned one: ``where`` (a regime or an escape-law
-    cell), ``arm`` ``[protocol, beta]``, the tuned ``eta``, the ``diverged_seeds`` (a seed whose run
-    diverged at a larger step), the ``rerun_seeds`` and the ``rerun_eta`` they ran at, and
-    ``every_seed``: every seed of the arm at one smaller step (as the protocol asks; a run in pieces
-    reruns the seeds of its piece)."""
-    cells = [(c["name"], c["runs"]) for c in res.data["regimes"]] + \
-        [(_where(c["scale"], c["d_qk"]), c["runs"]) for c in res.data["escape"]]
+    """The arms run at a smaller step than their tuned one: ``where``, ``arm`` ``[protocol, beta]``,
+    the tuned ``eta``, the ``diverged_seeds``, the ``rerun_seeds`` and their ``rerun_eta``, and
+    ``every_seed`` (every seed at one smaller step, as the protocol asks; pieces rerun their own)."""
     rows = []
-    for where, protocols in cells:
+    for where, protocols in _places_run(res):
         for protocol, runs in protocols.items():
             for b in sorted({r["beta"] for r in runs}):
                 mine = [r for r in runs if r["beta"] == b]
@@ -282,17 +267,21 @@ def reruns(res: Result) -> list[dict]:
     return rows
 
 
+def _places_run(res: Result) -> list[tuple[str, dict]]:
+    """``(where, {protocol: records})`` of every regime and escape-law cell of a result."""
+    return [(c["name"], c["runs"]) for c in res.data["regimes"]] + \
+        [(_where(c["scale"], c["d_qk"]), c["runs"]) for c in res.data["escape"]]
+
+
 def _places(s: dict) -> list[str]:
-    """The names of the places an arm runs in, as :func:`reruns` names them: the regimes and the
-    escape-law cells."""
+    """The regimes and the escape-law cells, as :func:`reruns` names them."""
     return [r["name"] for r in s["regimes"]] + [_where(sc, d_qk) for sc in s["scales"] for d_qk in s["d_qks"]]
 
 
 def halvings(s: dict) -> dict:
-    """The setting ``halve`` of ``s`` as ``{(where, protocol, beta): times}``: each entry
-    ``[where, protocol, beta, times]`` starts the arm ``[protocol, beta]`` of ``where`` (a regime or
-    an escape-law cell, named as :func:`reruns` names them), and the arms that follow it, at
-    ``RERUN_FACTOR ** times`` its tuned step, on every seed (:func:`second_pass` writes it)."""
+    """The setting ``halve`` as ``{(where, protocol, beta): times}``: each entry ``[where, protocol,
+    beta, times]`` starts that arm and its followers at ``RERUN_FACTOR ** times`` its tuned step, on
+    every seed (:func:`second_pass` writes it)."""
     places, out = _places(s), {}
     for entry in s.get("halve") or []:
         ok = isinstance(entry, (list, tuple)) and len(entry) == 4
@@ -309,10 +298,8 @@ def halvings(s: dict) -> dict:
 
 
 def second_pass(res: Result) -> list[list]:
-    """The setting ``halve`` that runs every seed of each arm of :func:`reruns` at one step: the
-    smallest step any of its seeds ran at (``[where, protocol, beta, times]``, ``times`` the halvings
-    from the tuned step). Run every piece again with it until :func:`reruns` gives ``every_seed``
-    for every arm (protocol v4, section 1: a rerun is of every seed of the arm)."""
+    """The setting ``halve`` that runs every seed of each arm of :func:`reruns` at the smallest step
+    any of its seeds ran at; run every piece again with it until every arm has ``every_seed``."""
     return [[x["where"], *x["arm"], round(math.log2(x["eta"] / min(x["rerun_eta"])))] for x in reruns(res)]
 
 
@@ -359,23 +346,17 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
     return {"regimes": regimes, "escape": escape, "step_sizes": step_sizes}
 
 
-def rerun_escape(s: dict, d_qk: int, scale: str, beta: float, eta: float, seed: int) -> dict:
-    """One run of the escape law computed again from its settings ``s``, its cell, ``beta``, its
-    step ``eta`` and ``seed``: the record :func:`_run_simulations` keeps (without the curve)."""
-    (job,) = _runs(s, s["N"], d_qk, scale, [(float(beta), float(eta), seed)], s["escape_steps"], ESCAPE_STOP)
-    return _record(*job, N=s["N"], s=s, horizon=s["escape_steps"], curve=False, mechanism=False)
-
-
 def spot_check(res: Result, seed: int | None = None) -> tuple[dict, dict]:
-    """``(stored, again)``: the stored record of the run of ``beta = 0`` at scale ``1/d_QK``, the
-    **largest** ``d_QK``, its own (tuned) step, ``seed`` (default: the last seed), and the same run
-    computed again (:func:`rerun_escape`): the check of a committed result at the edge of the
-    escape law, where the runs are slowest and closest to instability."""
+    """``(stored, again)``: the record of the run of ``beta = 0`` at scale ``1/d_QK``, the largest
+    ``d_QK``, its tuned step and ``seed`` (default: the last), and the same run computed again (without
+    its curve): the check of a committed result where the runs are slowest and closest to instability."""
     s = res.settings
     cell = next(c for c in res.data["escape"] if c["scale"] == "1/d_qk" and c["d_qk"] == max(s["d_qks"]))
     seed = s["seeds"][-1] if seed is None else seed
     stored = next(r for r in cell["runs"]["tuned"] if r["beta"] == 0.0 and r["seed"] == seed)
-    return stored, rerun_escape(s, cell["d_qk"], "1/d_qk", 0.0, stored["eta"], seed)
+    (job,) = _runs(s, s["N"], cell["d_qk"], "1/d_qk", [(0.0, float(stored["eta"]), seed)], s["escape_steps"],
+                   ESCAPE_STOP)
+    return stored, _record(*job, N=s["N"], s=s, horizon=s["escape_steps"], curve=False, mechanism=False)
 
 
 # --- what the runs say ---------------------------------------------------------------------------
@@ -389,10 +370,8 @@ def power_fit(d, T, *, fine: bool = True) -> dict:
     """The empirical fit ``T = a + b d^p`` (``a, b >= 0``) to the times ``T[i][j]`` of unit ``i`` at
     ``d[j]`` (``nan``: left out), by least squares on ``log T`` (the times span decades, and a ratio
     counts the same above and below). With ``a = rho b d_min^p``, for each ``(p, rho)`` of a grid the
-    best ``log b`` is the mean of ``log T - log(rho d_min^p + d^p)``; the grid is ``p`` in ``[0, 3]``
-    by 0.02 and ``rho`` 0 or ``10^-3 .. 10^3``, then grids by 0.001 in ``p`` and 0.005 decade in
-    ``rho`` around the best (``fine``; else 0.005 and 0.025), moved until the best stays. Returns
-    ``{"a", "b", "p"}``."""
+    best ``log b`` is the mean of ``log T - log(rho d_min^p + d^p)``; a coarse grid, then finer ones
+    around the best (``fine``: 0.001 in ``p``) until the best stays. Returns ``{"a", "b", "p"}``."""
     x = np.tile(np.asarray(d, dtype=np.float64), (len(T), 1)).ravel()
     y = np.asarray(T, dtype=np.float64).ravel()
     keep = np.isfinite(y)
@@ -464,6 +443,11 @@ def escape_law(res: Result, scale: str, beta: float = 0.0, protocol: str = "tune
     return out
 
 
+def _finite_estimate(e: np.ndarray):
+    """:func:`convres.stats.estimate` of the finite per-seed values of ``e`` (the others left out)."""
+    return estimate([float(x) for x in e if np.isfinite(x)], min_units=2)
+
+
 def escape_fit(res: Result, *, draws: int = 1000) -> dict:
     """The empirical fit of the escape time of ``beta = 0`` at scale ``1/d_QK`` (protocol v4, S4;
     reported, not graded), in units of ``mu t`` (the step differs between ``d_QK``): ``T = a + b
@@ -473,24 +457,20 @@ def escape_fit(res: Result, *, draws: int = 1000) -> dict:
     :func:`convres.stats.estimate`; and per ``d_QK`` the ratio ``log2(T(eta / 2) / T(eta))`` of the
     escape steps at half the step (1 when ``T`` scales as ``1 / mu``). Censored and diverged runs
     are left out and counted."""
-    from ..stats import estimate
-
     d, T = _times(res, "1/d_qk", 0.0, "tuned", mu_units=True)
     fit = power_fit(d, T)
     rng = np.random.default_rng(0)
     boot = [power_fit(d, T[rng.integers(0, len(T), len(T))], fine=False)["p"] for _ in range(draws)]
     slopes = []
     for j in range(len(d) - 1):
-        e = np.log(T[:, j + 1] / T[:, j]) / math.log(d[j + 1] / d[j])
-        est = estimate([float(x) for x in e if np.isfinite(x)], min_units=2)
+        est = _finite_estimate(np.log(T[:, j + 1] / T[:, j]) / math.log(d[j + 1] / d[j]))
         slopes.append({"d_lo": d[j], "d_hi": d[j + 1], "slope": est.effect, "ci": [est.lo, est.hi],
                        "units": est.units, "method": est.method})
     dh, Th = _times(res, "1/d_qk", 0.0, "half", mu_units=False)
     _, Ts = _times(res, "1/d_qk", 0.0, "tuned", mu_units=False)
     halves = []
     for j, q in enumerate(dh):
-        e = np.log2(Th[:, j] / Ts[:, d.index(q)])
-        est = estimate([float(x) for x in e if np.isfinite(x)], min_units=2)
+        est = _finite_estimate(np.log2(Th[:, j] / Ts[:, d.index(q)]))
         halves.append({"d_qk": q, "log2_ratio": est.effect, "ci": [est.lo, est.hi], "units": est.units})
     left_out = int(np.isnan(T).sum())
     return {"p": fit["p"], "p_ci": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))],
@@ -502,8 +482,7 @@ def _simulations_numbers(res: Result) -> dict:
     s = res.settings
     per_regime = []
     for c in res.data["regimes"]:
-        row = {k: c[k] for k in ("N", "n", "d", "d_qk", "scale")}
-        row = {"regime": c["name"], **row}
+        row = {"regime": c["name"], **{k: c[k] for k in ("N", "n", "d", "d_qk", "scale")}}
         for protocol, runs in c["runs"].items():
             row[protocol] = []
             for b in s["betas"]:
@@ -521,8 +500,7 @@ def _simulations_numbers(res: Result) -> dict:
     laws = [escape_law(res, sc, b, p) for sc in s["scales"] for b in (0.0, 1.0) for p in ("tuned", "half")
             if any(p in c["runs"] and c["scale"] == sc for c in res.data["escape"])
             and not (p == "half" and b == 1.0)]
-    runs_all = [r for c in res.data["regimes"] for v in c["runs"].values() for r in v] + \
-        [r for c in res.data["escape"] for v in c["runs"].values() for r in v]
+    runs_all = [r for _, runs in _places_run(res) for v in runs.values() for r in v]
     steps = res.data["step_sizes"]
     return {"regimes": [r["name"] for r in s["regimes"]], "per_regime": per_regime, "escape_law": laws,
             "escape_fit": escape_fit(res),
@@ -703,8 +681,7 @@ def _report(res: Result) -> dict:
                      "why": "one regime where the output layer alone can fit, two where a plateau can "
                             "happen, and the escape time against d_QK"},
         "spread": spread_rows,
-        "runs": sum(len(v) for c in res.data["regimes"] for v in c["runs"].values())
-        + sum(len(v) for c in res.data["escape"] for v in c["runs"].values()),
+        "runs": sum(len(v) for _, runs in _places_run(res) for v in runs.values()),
         "deviations": [{"what": "simulation regimes", "paper": "not stated",
                         "book": ", ".join(r["name"] for r in s["regimes"]) + "; attention scale 1/d_QK in "
                                 "the near-uniform one",
