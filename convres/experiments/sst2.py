@@ -142,10 +142,8 @@ def _correct(pred: np.ndarray, labels: np.ndarray) -> str:
 
 
 def pooled_baseline(X: torch.Tensor, labels: np.ndarray, X_val: torch.Tensor, labels_val: np.ndarray) -> dict:
-    """The floor baseline of the SST-2 chapter: least squares from the mean-pooled token vectors
-    (with an intercept) to the targets ``+-1``; returns training and validation accuracy, the
-    training mean squared error (the same at every token: it predicts one value per sentence) and
-    ``val_correct`` (per validation sentence, ``"1"`` where it is right)."""
+    """The floor baseline: least squares from the mean-pooled token vectors and an intercept to
+    ``+-1``; training and validation accuracy, training MSE, ``val_correct`` (:func:`_correct`)."""
     A = np.c_[X.double().mean(1).cpu().numpy(), np.ones(len(labels))]
     B = np.c_[X_val.double().mean(1).cpu().numpy(), np.ones(len(labels_val))]
     y = 2.0 * labels - 1.0
@@ -364,10 +362,8 @@ def arm_config(s: dict, arm: Arm) -> ModelConfig:
 
 def arm_params(s: dict, arm: Arm, seed: int, X: torch.Tensor, *,
                dtype=torch.float64) -> dict[str, torch.Tensor]:
-    """The initial weights of ``arm`` for ``seed``: :func:`convres.model.init_params` (residual and
-    matched arms), :func:`isometric_init` or :func:`norm_preserving_init` (on the training inputs
-    ``X``). Every arm of a seed starts from the same Gaussian draws (the matched arm's FFN, wider,
-    from draws of its own shape)."""
+    """The initial weights of ``arm`` for ``seed``, from the seed's Gaussian draws for every arm:
+    :func:`convres.model.init_params`, :func:`isometric_init` or :func:`norm_preserving_init` (on ``X``)."""
     cfg = arm_config(s, arm)
     if arm.residual:
         return init_params(cfg, seed, dtype=dtype)
@@ -496,10 +492,8 @@ def _evaluate(s, task, Yt, plan: list, protocol: str, level: float, dtype, devic
 
 
 def _baselines(s: dict, task: SST2Task, data_dir, dtype, shared: dict) -> dict:
-    """The held-out baselines on the task's sentences: the floor (and the floor with twice the
-    dimension: does it gain from a larger ``d``?), the bag-of-words logistic regression, the Adam
-    reference Transformer (a shared part: its seeds are not evaluation seeds) and the majority
-    class."""
+    """The held-out baselines: the floor (and at twice the dimension), the bag of words, the Adam
+    reference Transformer (a shared part: its seeds are not evaluation seeds), the majority class."""
     twice = sst2_data({**s, "d": 2 * s["d"]}, data_dir, dtype)
     bow = s.get("bow")
     return {
@@ -512,9 +506,8 @@ def _baselines(s: dict, task: SST2Task, data_dir, dtype, shared: dict) -> dict:
 
 
 def _shared_parts(s: dict, task: SST2Task, Yt: torch.Tensor, dtype, device) -> dict:
-    """The parts of a run that use no evaluation seed, cached for every piece
-    (:func:`convres.experiments.base.shared_by_pieces`): ``"tune <arm name>"``, ``"checks"``,
-    ``"adam"``, ``"precision"`` and ``"wide"``; name -> a function that returns the part."""
+    """The parts of a run that use no evaluation seed, name -> a function that returns the part,
+    cached for every piece (:func:`convres.experiments.base.shared_by_pieces`)."""
     X = task.X
 
     def tune(a: Arm) -> Callable[[], Any]:
