@@ -147,8 +147,8 @@ def check_settings(name: str, s: dict) -> None:
     if len(set(s.get("seeds", []))) != len(s.get("seeds", [])):
         raise ValueError(f"setting 'seeds' of {name!r} has repeated values: {s['seeds']!r}.")
     if set(s.get("seeds", [])) & set(s.get("probe_seeds", [])):
-        raise ValueError(f"setting 'probe_seeds' {s['probe_seeds']} of {name!r} must not share a seed with "
-                         f"'seeds' {s['seeds']}: the steps are chosen on seeds that are not evaluated.")
+        raise ValueError(f"setting 'probe_seeds' of {name!r} ({s['probe_seeds']}) must not share a seed with "
+                         f"'seeds' ({s['seeds']}): the steps are chosen on seeds that are not evaluated.")
 
 
 def output_rows(cfg: ModelConfig, X: torch.Tensor) -> int:
