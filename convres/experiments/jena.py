@@ -164,11 +164,9 @@ def _ridge(A: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
 
 
 def _ridge_baseline(A, y, Av, yv, inner, ridge_grid) -> dict:
-    """Ridge regression on the inputs ``A`` (last column the intercept): ``lam`` chosen from
-    ``ridge_grid`` on a split of the **training** windows (fit on ``inner``, scored on the others,
-    never on the held-out windows), then refit on every training window. Returns the chosen
-    ``lam``, the inner-split MSE per ``lam``, the training and held-out MSE, the held-out squared
-    error per window (``val_errors``) and the least-squares training MSE (``lam = 0``)."""
+    """Ridge regression on the inputs ``A`` (last column the intercept), ``lam`` chosen from
+    ``ridge_grid`` on a split of the **training** windows (fit on ``inner``, scored on the others),
+    then refit on every training window; with the least-squares training MSE (``lam = 0``)."""
     y, yv = np.asarray(y, dtype=np.float64), np.asarray(yv, dtype=np.float64)
     inner = np.asarray(inner, dtype=bool)
     if inner.all() or not inner.any():
@@ -186,17 +184,14 @@ def _ridge_baseline(A, y, Av, yv, inner, ridge_grid) -> dict:
 
 
 def linear_ar(X, Y, X_val, Y_val, inner: np.ndarray, ridge_grid) -> dict:
-    """The causal linear autoregressive baseline on the model's windows: ``y_hat = vec(X) c + c_0``
-    (the last ``window`` rows x every feature), a ridge chosen on a split of the training period
-    (:func:`_ridge_baseline`)."""
+    """The causal linear autoregressive baseline on the model's windows: ``y_hat = vec(X) c + c_0``,
+    a ridge (:func:`_ridge_baseline`)."""
     return _ridge_baseline(_design(X), Y, _design(X_val), Y_val, inner, ridge_grid)
 
 
 def order_blind(X, Y, X_val, Y_val, inner: np.ndarray, ridge_grid) -> dict:
     """The order-blind baseline of the *informative* check: a ridge on the mean, standard deviation,
-    minimum and maximum of every feature over the window's rows (:func:`_symmetric`), its ridge
-    chosen on a split of the training period. A column that is the same in every window (the age)
-    adds nothing: its statistics are constants."""
+    minimum and maximum of every feature over the window's rows (:func:`_symmetric`)."""
     return _ridge_baseline(_symmetric(X), Y, _symmetric(X_val), Y_val, inner, ridge_grid)
 
 
