@@ -419,10 +419,8 @@ def _times(res: Result, scale: str, beta: float, protocol: str, *, mu_units: boo
 
 
 def escape_law(res: Result, scale: str, beta: float = 0.0, protocol: str = "tuned") -> dict:
-    """The escape times of ``beta`` against ``d_QK`` at attention ``scale`` and step ``protocol``
-    (``"tuned"``, ``"half"``): per ``d_QK`` the steps ``eta``, the median and quartiles over the
-    seeds in steps and in units of ``mu t`` (``..._mu_t``), and the censored (counted at the
-    horizon) and diverged runs (left out)."""
+    """The escape times of ``beta`` against ``d_QK`` at ``scale`` and step ``protocol``: per ``d_QK``
+    the steps ``eta``, median and quartiles in steps and in ``mu t``, the censored and diverged runs."""
     cells = _cells(res, scale, protocol)
     keys = ("median", "q25", "q75", "median_mu_t", "q25_mu_t", "q75_mu_t")
     out: dict = {"scale": scale, "beta": beta, "protocol": protocol, "d_qk": [c["d_qk"] for c in cells],
@@ -449,14 +447,10 @@ def _finite_estimate(e: np.ndarray):
 
 
 def escape_fit(res: Result, *, draws: int = 1000) -> dict:
-    """The empirical fit of the escape time of ``beta = 0`` at scale ``1/d_QK`` (protocol v4, S4;
-    reported, not graded), in units of ``mu t`` (the step differs between ``d_QK``): ``T = a + b
-    d_QK^p`` (:func:`power_fit`) with a percentile bootstrap interval for ``p`` over the seeds
-    (``draws`` resamples, generator seed 0); the local slopes ``log(T_hi / T_lo) / log(d_hi /
-    d_lo)`` between neighbouring ``d_QK``, per seed, with the interval of
-    :func:`convres.stats.estimate`; and per ``d_QK`` the ratio ``log2(T(eta / 2) / T(eta))`` of the
-    escape steps at half the step (1 when ``T`` scales as ``1 / mu``). Censored and diverged runs
-    are left out and counted."""
+    """The fit ``T = a + b d_QK^p`` (:func:`power_fit`, reported, not graded) of the escape time of
+    ``beta = 0`` at scale ``1/d_QK`` in units of ``mu t``, with a bootstrap interval for ``p`` over
+    the seeds; the local slopes ``log(T_hi / T_lo) / log(d_hi / d_lo)`` and per ``d_QK`` ``log2(T(eta
+    / 2) / T(eta))`` (1 when ``T`` scales as ``1 / mu``). Censored and diverged runs are left out."""
     d, T = _times(res, "1/d_qk", 0.0, "tuned", mu_units=True)
     fit = power_fit(d, T)
     rng = np.random.default_rng(0)
