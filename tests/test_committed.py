@@ -165,7 +165,7 @@ def one_seed_pieces(monkeypatch):
 
 
 #: What each experiment computes without its evaluation seeds (so once for all pieces).
-SHARED = {"simulations": ["_tune"], "jena": ["_tune", "_pilots"],
+SHARED = {"simulations": ["_probe_runs"], "jena": ["_tune", "_pilots"],
           "sst2": ["_tune", "_precision_check", "_run_sst2_wide"]}
 
 

@@ -51,7 +51,7 @@ def test_the_book_profile_names_the_three_regimes():
 @pytest.mark.parametrize("name, key, bad", [
     *[("simulations", k, []) for k in ("betas", "seeds", "d_qks", "regimes")], ("jena", "seeds", []),
     ("sst2", "depths", []), ("sst2", "eta_grid", []), ("simulations", "seeds", [-1]),
-    ("simulations", "betas", [0.0, 0.0]), ("jena", "eta_grid", [0.01, 0.0])])
+    ("simulations", "betas", [0.0, 0.0]), ("jena", "eta_grid", [0.01, 0.0]), ("jena", "probe_seeds", [0])])
 def test_a_setting_that_would_run_nothing_or_mean_something_else_is_refused_by_name(name, key, bad):
     with pytest.raises(ValueError, match=f"'{key}' of '{name}'"):
         ex.run_experiment(name, overrides={key: bad})
@@ -74,6 +74,22 @@ def test_measured_rate_of_a_geometric_sequence():
     assert ex.measured_rate(loss) == pytest.approx(0.1, rel=1e-12)
     loss = np.r_[1.0, 0.5, 0.25, 1e-30, 1e-31]  # stops before the float floor
     assert ex.measured_rate(loss) == pytest.approx(0.5, rel=1e-12)
+
+
+def test_an_arm_that_diverges_is_rerun_on_every_seed_at_half_its_step_and_its_follower_with_it():
+    from convres.experiments.base import rerun_diverged
+    calls = []
+
+    def run(pending):                # an arm diverges on seed 1 above a step of 1
+        calls.append(dict(pending))
+        return {a: [{"seed": k, "status": "diverged" if k == 1 and e > 1 else "ok"} for k in (0, 1)]
+                for a, e in pending.items()}
+    out, failed = rerun_diverged({"b": 4.0, "a": 1.0, "half": 2.0}, run, 3, follows={"half": "b"})
+    assert calls[1:] == [{"b": 2.0, "half": 1.0}, {"b": 1.0, "half": 0.5}]   # sorted, the follower at half
+    assert [e for e, _ in failed["b"]] == [4.0, 2.0] and [e for e, _ in failed["half"]] == [2.0]
+    assert failed["a"] == [] and all(r["status"] == "ok" for v in out.values() for r in v)
+    out, failed = rerun_diverged({"b": 8.0}, run, 1)            # at most `times` reruns: the last kept
+    assert len(failed["b"]) == 1 and out["b"][1]["status"] == "diverged"
 
 
 # --- simulations: tests/test_simulations.py ---------------------------------------------------------

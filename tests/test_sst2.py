@@ -10,6 +10,7 @@ import torch
 from convres import experiments as ex
 from convres.experiments import sst2
 from convres.experiments.sst2 import Arm
+from convres.lemmas import parameter_count
 from convres.model import ModelConfig, forward_trace, init_params
 from convres.protocol import CHECKS, EVALUATION_SEEDS, GRADES, PROBE_SEEDS
 
@@ -83,13 +84,13 @@ def test_the_arms_and_the_matched_width():
     assert len(arms) == 10 and arms[-1] == Arm(2, "matched")
     assert {a.kind for a in arms} == set(sst2.ARM_KINDS)
     m = sst2.matched_width(s)
-    deep = sst2.n_params(sst2.arm_config(s, Arm(10, "residual")))
-    matched = sst2.n_params(sst2.arm_config(s, Arm(2, "matched")))
+    deep = parameter_count(sst2.arm_config(s, Arm(10, "residual")))
+    matched = parameter_count(sst2.arm_config(s, Arm(2, "matched")))
     assert m == 176 and matched == deep == 12_816                      # d = 16: an exact match
-    assert sst2.n_params(sst2.arm_config(s, Arm(2, "residual"))) == 2_576
+    assert parameter_count(sst2.arm_config(s, Arm(2, "residual"))) == 2_576
     near = {**s, "d": 12, "d_qk": 8, "m": 10}                          # no exact width: the nearest
-    gap = abs(sst2.n_params(sst2.arm_config(near, Arm(2, "matched"))) /
-              sst2.n_params(sst2.arm_config(near, Arm(10, "residual"))) - 1)
+    gap = abs(parameter_count(sst2.arm_config(near, Arm(2, "matched"))) /
+              parameter_count(sst2.arm_config(near, Arm(10, "residual"))) - 1)
     assert gap < 0.05
     assert sst2.arm_config(s, Arm(6, "isometric")).residual == (0.0, 0.0)
     assert sst2.arm_config(s, Arm(2, "matched")).residual == (1.0, 1.0)

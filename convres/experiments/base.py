@@ -18,14 +18,15 @@ import torch
 
 from ..cache import cached_json, digest
 from ..model import ModelConfig
-from ..protocol import ALTERNATIVES, BOOTSTRAP_DRAWS, CHECKS, CLAIMS, MIN_UNITS, TAG, Claim
+from ..protocol import ALTERNATIVES, BOOTSTRAP_DRAWS, CHECKS, CLAIMS, MIN_UNITS, RERUN_FACTOR, TAG, Claim
 from ..show import plain
-from ..stats import GRADES, Estimate, censored, estimate, grade
+from ..stats import GRADES, Estimate, censored, estimate, grade, tune_step
 from ..values import as_int, json_safe
 
 __all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
            "RESULT_FORMAT", "check_settings", "measured_rate", "finite_list", "dtype_of", "stable",
            "spread", "level_steps", "positive_int", "output_rows", "shared_by_pieces", "RUN_CONTEXT",
+           "rerun_diverged", "tune_arms", "spread_row", "probe_count", "step_table",
            "CheckResult", "design_check", "ClaimRecord", "claim_record", "protocol_stamp", "protocol_summary",
            "STAMP_FILE"]
 
@@ -158,6 +159,9 @@ def check_settings(name: str, s: dict) -> None:
             raise ValueError(f"setting {key!r} of {name!r} has repeated values: {s[key]!r}.")
     if len(set(s.get("seeds", []))) != len(s.get("seeds", [])):
         raise ValueError(f"setting 'seeds' of {name!r} has repeated values: {s['seeds']!r}.")
+    if set(s.get("seeds", [])) & set(s.get("probe_seeds", [])):
+        raise ValueError(f"setting 'probe_seeds' of {name!r} ({s['probe_seeds']}) must not share a seed with "
+                         f"'seeds' ({s['seeds']}): the steps are chosen on seeds that are not evaluated.")
 
 
 def output_rows(cfg: ModelConfig, X: torch.Tensor) -> int:
@@ -209,6 +213,79 @@ def level_steps(r: dict, horizon: int) -> float | None:
     """A run's steps to the level, the horizon when never reached (censored), at least 1 (for a log
     ratio); ``None`` for a diverged run."""
     return None if r["status"] == "diverged" else max(1.0, censored(r["steps_to_level"], horizon)[0])
+
+
+def _diverged(record: dict) -> bool:
+    return record["status"] == "diverged"
+
+
+def rerun_diverged(steps: Mapping, run: Callable, times: int, *, follows: Mapping | None = None,
+                   diverged: Callable[[dict], bool] = _diverged) -> tuple[dict, dict]:
+    """The evaluation runs with reruns (protocol v4, section 1): ``run({arm: eta})`` gives ``{arm:
+    records}``, one record per evaluation seed; an arm with a ``diverged`` record runs again, every
+    seed, at ``RERUN_FACTOR`` (half) its step, at most ``times`` times, the arms of a rerun in sorted
+    order; an arm of ``follows`` ``{arm: other}`` runs again with ``other``, at half its step.
+    Returns ``{arm: its last records}`` and ``{arm: [(eta, its diverged records) per rerun]}``."""
+    out: dict = {}
+    failed: dict = {arm: [] for arm in steps}
+    pending = dict(steps)
+    for attempt in range(times + 1):
+        again = {}
+        for arm, records in run(pending).items():
+            out[arm] = records
+            bad = [r for r in records if diverged(r)]
+            if bad and attempt < times:
+                failed[arm].append((pending[arm], bad))
+                again[arm] = pending[arm] * RERUN_FACTOR
+        for arm, other in (follows or {}).items():
+            if other in again and arm not in again:
+                again[arm] = again[other] / 2
+        pending = dict(sorted(again.items()))
+        if not pending:
+            break
+    return out, failed
+
+
+def tune_arms(arms: Sequence, grid: Sequence[float], probe_runs: Callable[[list, int], Mapping], *,
+              horizon: int, max_horizon: int, extend: int = 8) -> dict:
+    """``{arm: tune_step(...)}`` (protocol v4, section 2) from ``probe_runs(pairs, T)`` ``{(arm, eta):
+    [ProbeRun or None per probe seed]}``: the grid of every arm in one call at ``horizon``, then each
+    arm's growth of the grid and of the horizon on demand, no pair probed twice at one horizon."""
+    table: dict = {}
+
+    def fill(pairs: list, T: int) -> None:
+        missing = [p for p in pairs if (p, T) not in table]
+        if missing:
+            table.update({(p, T): runs for p, runs in probe_runs(missing, T).items()})
+
+    fill([(a, float(e)) for a in arms for e in sorted(grid)], horizon)
+
+    def probe_of(arm):
+        def probe(etas: list[float], T: int) -> list:
+            fill([(arm, e) for e in etas], T)
+            return [table[((arm, e), T)] for e in etas]
+        return probe
+
+    return {a: tune_step(probe_of(a), grid, horizon=horizon, max_horizon=max_horizon, extend=extend)
+            for a in arms}
+
+
+def spread_row(configuration: str, measurement: str, values, fmt: str) -> dict:
+    """A row of the report's spread table: the :func:`spread` of ``values`` (a list, or a spread
+    already made) over the seeds."""
+    v = values if isinstance(values, dict) else spread(values)
+    return {"configuration": configuration, "measurement": measurement, "median": v["median"],
+            "min": v["min"], "max": v["max"], "seeds": v["count"], "format": fmt}
+
+
+def probe_count(s: dict, step_sizes: list[dict]) -> int:
+    """The probe runs of the step tunings ``step_sizes``: a run per step of a grid and probe seed."""
+    return sum(len(t["grid"]) for t in step_sizes) * len(s["probe_seeds"])
+
+
+def step_table(step_sizes: list[dict], keys: Sequence[str]) -> list[dict]:
+    """The step tunings with their fields ``keys`` only (``None`` where one lacks a field)."""
+    return [{k: t.get(k) for k in keys} for t in step_sizes]
 
 
 def positive_int(s: dict, key: str) -> int:

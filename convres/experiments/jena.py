@@ -20,16 +20,16 @@ from ..gd import sweep
 from ..model import ModelConfig, attention_scale, forward_trace, init_params, param_shapes
 from ..plotting import plot_jena
 from ..protocol import (
+    CHECKS,
     CLAIMS,
     EVALUATION_SEEDS,
     MIN_UNITS,
     PILOT_SEEDS,
     PROBE_HORIZON_MAX,
     PROBE_SEEDS,
-    RERUN_FACTOR,
 )
 from ..runtime import check_device
-from ..stats import ProbeRun, estimate, grade, kendall_tau, log_ratio, mean_log_loss, steps_to, tune_step
+from ..stats import ProbeRun, estimate, grade, kendall_tau, log_ratio, mean_log_loss, steps_to
 from .base import (
     CheckResult,
     ClaimRecord,
@@ -42,9 +42,14 @@ from .base import (
     finite_list,
     level_steps,
     positive_int,
+    probe_count,
     protocol_summary,
+    rerun_diverged,
     shared_by_pieces,
     spread,
+    spread_row,
+    step_table,
+    tune_arms,
 )
 
 __all__ = ["EXPERIMENT", "JenaTask", "jena_data", "window_count", "linear_ar", "order_blind", "rerun",
@@ -159,11 +164,9 @@ def _ridge(A: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
 
 
 def _ridge_baseline(A, y, Av, yv, inner, ridge_grid) -> dict:
-    """Ridge regression on the inputs ``A`` (last column the intercept): ``lam`` chosen from
-    ``ridge_grid`` on a split of the **training** windows (fit on ``inner``, scored on the others,
-    never on the held-out windows), then refit on every training window. Returns the chosen
-    ``lam``, the inner-split MSE per ``lam``, the training and held-out MSE, the held-out squared
-    error per window (``val_errors``) and the least-squares training MSE (``lam = 0``)."""
+    """Ridge regression on the inputs ``A`` (last column the intercept), ``lam`` chosen from
+    ``ridge_grid`` on a split of the **training** windows (fit on ``inner``, scored on the others),
+    then refit on every training window; with the least-squares training MSE (``lam = 0``)."""
     y, yv = np.asarray(y, dtype=np.float64), np.asarray(yv, dtype=np.float64)
     inner = np.asarray(inner, dtype=bool)
     if inner.all() or not inner.any():
@@ -181,17 +184,14 @@ def _ridge_baseline(A, y, Av, yv, inner, ridge_grid) -> dict:
 
 
 def linear_ar(X, Y, X_val, Y_val, inner: np.ndarray, ridge_grid) -> dict:
-    """The causal linear autoregressive baseline on the model's windows: ``y_hat = vec(X) c + c_0``
-    (the last ``window`` rows x every feature), a ridge chosen on a split of the training period
-    (:func:`_ridge_baseline`)."""
+    """The causal linear autoregressive baseline on the model's windows: ``y_hat = vec(X) c + c_0``,
+    a ridge (:func:`_ridge_baseline`)."""
     return _ridge_baseline(_design(X), Y, _design(X_val), Y_val, inner, ridge_grid)
 
 
 def order_blind(X, Y, X_val, Y_val, inner: np.ndarray, ridge_grid) -> dict:
     """The order-blind baseline of the *informative* check: a ridge on the mean, standard deviation,
-    minimum and maximum of every feature over the window's rows (:func:`_symmetric`), its ridge
-    chosen on a split of the training period. A column that is the same in every window (the age)
-    adds nothing: its statistics are constants."""
+    minimum and maximum of every feature over the window's rows (:func:`_symmetric`)."""
     return _ridge_baseline(_symmetric(X), Y, _symmetric(X_val), Y_val, inner, ridge_grid)
 
 
@@ -279,31 +279,20 @@ def _runs(s: dict, X, Y, arms, steps: int, *, progress=False, device=None) -> li
 
 
 def _tune(s: dict, X, Y, *, progress=False, device=None) -> list[dict]:
-    """Per beta, the step ``eta`` (``mu = eta / N``) of :func:`convres.stats.tune_step` on
-    ``eta_grid``, each probe seed scored by its mean log-loss over ``probe_steps`` steps."""
+    """Per beta, the step ``eta`` (``mu = eta / N``) of :func:`convres.experiments.base.tune_arms` on
+    ``eta_grid``, each probe seed scored by its mean log-loss over the probe horizon."""
     T = positive_int(s, "probe_steps")
-    seeds = s["probe_seeds"]
-    made: dict = {}
 
-    def run(arms: list, horizon: int) -> list[dict]:
-        new = [a for a in arms if (*a, horizon) not in made]
-        made.update({(r["beta"], r["seed"], r["eta"], horizon): r
-                     for r in _runs(s, X, Y, new, horizon, progress=progress, device=device)})
-        return [made[(*a, horizon)] for a in arms]
+    def probe_runs(pairs: list, horizon: int) -> dict:
+        out: dict = {}
+        for r in _runs(s, X, Y, [(b, sd, e) for b, e in pairs for sd in s["probe_seeds"]], horizon,
+                       progress=progress, device=device):
+            v = None if r["mse"][-1] > r["mse"][0] else speed(r["mse"], r["status"], horizon)
+            out.setdefault((r["beta"], r["eta"]), []).append(None if v is None else ProbeRun(v, True))
+        return out
 
-    run([(b, sd, float(e)) for b in s["betas"] for e in sorted(s["eta_grid"]) for sd in seeds], T)
-    out = []
-    for b in s["betas"]:
-        def probe(etas, horizon, b=b):
-            runs = run([(b, sd, e) for e in etas for sd in seeds], horizon)
-            values = [None if r["mse"][-1] > r["mse"][0] else speed(r["mse"], r["status"], horizon)
-                      for r in runs]
-            scores = [None if v is None else ProbeRun(v, True) for v in values]
-            k = len(seeds)
-            return [scores[i * k:(i + 1) * k] for i in range(len(etas))]
-        out.append({"arm": f"beta={b:g}", "beta": b,
-                    **tune_step(probe, s["eta_grid"], horizon=T, max_horizon=T * PROBE_HORIZON_MAX)})
-    return out
+    tuned = tune_arms(s["betas"], s["eta_grid"], probe_runs, horizon=T, max_horizon=T * PROBE_HORIZON_MAX)
+    return [{"arm": f"beta={b:g}", "beta": b, **t} for b, t in tuned.items()]
 
 
 def _ladder(s: dict) -> list[float]:
@@ -353,13 +342,9 @@ def _checks(s: dict, pilots: dict, level: dict, ceiling: float) -> list[dict]:
     for sd in s["pilot_seeds"]:
         start = [r["train_mse"][0] for r in pilots["runs"] if r["seed"] == sd]
         spread_0.append((max(start) - min(start)) / min(start))
-    return [
-        {"name": "jena informative", "value": ceiling / lev, "threshold": 1.0, "op": ">",
-         "passed": ceiling / lev > 1.0},
-        {"name": "jena reachable", "value": late, "threshold": 0, "op": "<=", "passed": late <= 0},
-        {"name": "jena equal start", "value": max(spread_0), "threshold": 0.01, "op": "<",
-         "passed": max(spread_0) < 0.01},
-    ]
+    values = {"jena informative": ceiling / lev, "jena reachable": late, "jena equal start": max(spread_0)}
+    return [{"name": n, "value": v, "threshold": CHECKS[n].threshold, "op": CHECKS[n].op,
+             "passed": CHECKS[n].passes(v)} for n, v in values.items()]
 
 
 def _heldout(s: dict, runs: list[dict], X_val, Y_val) -> list[float | None]:
@@ -379,29 +364,20 @@ def _heldout(s: dict, runs: list[dict], X_val, Y_val) -> list[float | None]:
 
 def _evaluate(s: dict, X, Y, steps_of: dict, protocol: str, done: dict, *, progress=False,
               device=None) -> list[dict]:
-    """Every (beta, seed) at ``steps_of[beta]``; a beta with a diverged run is rerun at
-    ``RERUN_FACTOR`` times its step, at most ``max_halvings`` times. ``done`` maps
-    ``(beta, seed, eta)`` to a run already made, and gains the runs made here."""
-    T = positive_int(s, "steps")
-    eta = dict(steps_of)
-    final: dict = {}
-    todo = list(s["betas"])
-    for halving in range(int(s["max_halvings"]) + 1):
-        arms = [(b, sd, eta[b]) for sd in s["seeds"] for b in todo]
+    """Every (beta, seed) at ``steps_of[beta]``, with the reruns of
+    :func:`convres.experiments.base.rerun_diverged` (at most ``max_halvings``). ``done`` maps ``(beta,
+    seed, eta)`` to a run already made, and gains the runs made here."""
+    def run(pending: dict) -> dict:
+        arms = [(b, sd, e) for sd in s["seeds"] for b, e in pending.items()]
         new = [a for a in arms if a not in done]
-        done.update({(r["beta"], r["seed"], r["eta"]): r
-                     for r in _runs(s, X, Y, new, T, progress=progress, device=device)})
-        runs = [done[a] for a in arms]
-        bad = {r["beta"] for r in runs if r["status"] == "diverged"}
-        for r in runs:
-            if r["beta"] not in bad or halving == int(s["max_halvings"]):
-                final[(r["beta"], r["seed"])] = {**r, "protocol": protocol, "rerun": halving,
-                                                 "tuned_eta": steps_of[r["beta"]]}
-        todo = sorted(bad)
-        if not todo:
-            break
-        eta.update({b: eta[b] * RERUN_FACTOR for b in todo})
-    return [final[(b, sd)] for sd in s["seeds"] for b in s["betas"]]
+        made = _runs(s, X, Y, new, positive_int(s, "steps"), progress=progress, device=device)
+        done.update({(r["beta"], r["seed"], r["eta"]): r for r in made})
+        return {b: [done[(b, sd, e)] for sd in s["seeds"]] for b, e in pending.items()}
+
+    out, failed = rerun_diverged(steps_of, run, int(s["max_halvings"]))
+    final = {(r["beta"], r["seed"]): r for records in out.values() for r in records}
+    return [{**final[(b, sd)], "protocol": protocol, "rerun": len(failed[b]), "tuned_eta": steps_of[b]}
+            for sd in s["seeds"] for b in s["betas"]]
 
 
 def _design_part(s: dict, task: JenaTask, *, progress=False, device=None) -> dict:
@@ -599,6 +575,10 @@ def _per_beta(res: Result, protocol: str) -> list[dict]:
     return out
 
 
+_STEP_KEYS = ("arm", "beta", "grid", "scores", "chosen", "bracketed", "capped", "largest_stable",
+              "unresolved")
+
+
 def _jena_numbers(res: Result) -> dict:
     data = res.data
     pers, ar, blind = data["persistence"], data["linear_ar"], data["order_blind"]
@@ -612,9 +592,7 @@ def _jena_numbers(res: Result) -> dict:
                                           "ridge": blind["ridge"], "skill": 1 - blind["val"] / pers["val"],
                                           "train_least_squares": blind["train_least_squares"]}},
             "level": data["level"]["level"], "level_factor": data["level"]["factor"],
-            "step_sizes": [{k: t[k] for k in ("arm", "beta", "grid", "scores", "chosen", "bracketed",
-                                              "capped", "largest_stable", "unresolved")}
-                           for t in data["step_sizes"]],
+            "step_sizes": step_table(data["step_sizes"], _STEP_KEYS),
             "common_eta": data["common_eta"],
             "per_beta": _per_beta(res, "tuned"), "per_beta_common": _per_beta(res, "common"),
             "heldout": _heldout_table(res), "claims": [r.to_json() for r in recs],
@@ -629,7 +607,7 @@ _FIGURE = "fig-jena-loss"
 
 def _jena_claims(res: Result) -> list[dict]:
     st, data = res.settings, res.data
-    where = (f"on the offline slice: {data['rows']:,} rows every {st['freq']} from {st['start']} to "
+    where = (f"on the offline slice: {data['rows']:,} rows every {_every(st['freq'])} from {st['start']} to "
              f"{st['end']} ({len(JENA_FEATURES)} of the {len(JENA_ALL_FEATURES)} features, no wind, and each "
              f"row's age), past-only windows of {st['window']} rows, the temperature {st['horizon']} rows "
              f"after the last one; {data['N']:,} training windows; {len(_seeds(res))} paired seeds, "
@@ -645,24 +623,25 @@ def _jena_claims(res: Result) -> list[dict]:
     return rows
 
 
+def _every(freq: str) -> str:
+    """A pandas frequency as the prose writes it: ``"10min"`` -> ``"10 min"``."""
+    return freq.replace("min", " min") if freq[:1].isdigit() else freq
+
+
 def _report(res: Result) -> dict:
     s, d, k = res.settings, res.data, res.summary()
-    fmt = "{:.4f}"
-    spread_rows = [{"configuration": f"$\\beta = {r['beta']:g}$ ($\\eta = {r['tuned_eta']:g}$)",
-                    "measurement": "mean log-loss (decades)", "median": r["mean_log_loss"]["median"],
-                    "min": r["mean_log_loss"]["min"], "max": r["mean_log_loss"]["max"],
-                    "seeds": r["mean_log_loss"]["count"], "format": "{:.3f}"} for r in k["per_beta"]]
-    spread_rows += [{"configuration": f"$\\beta = {r['beta']:g}$", "measurement": "held-out MSE",
-                     "median": r["val_mse"]["median"], "min": r["val_mse"]["min"], "max": r["val_mse"]["max"],
-                     "seeds": r["val_mse"]["count"], "format": fmt} for r in k["heldout"]]
+    spread_rows = [spread_row(f"$\\beta = {r['beta']:g}$ ($\\eta = {r['tuned_eta']:g}$)",
+                              "mean log-loss (decades)", r["mean_log_loss"], "{:.3f}") for r in k["per_beta"]]
+    spread_rows += [spread_row(f"$\\beta = {r['beta']:g}$", "held-out MSE", r["val_mse"], "{:.4f}")
+                    for r in k["heldout"]]
     for name, v in (("persistence", d["persistence"]["val"]), ("linear AR", d["linear_ar"]["val"])):
         spread_rows.append({"configuration": name, "measurement": "held-out MSE", "median": v, "min": None,
-                            "max": None, "seeds": None, "format": fmt})
+                            "max": None, "seeds": None, "format": "{:.4f}"})
     etas = ", ".join(f"{t['chosen']:g}" for t in d["step_sizes"])
-    probes = sum(len(t["grid"]) for t in d["step_sizes"]) * len(s["probe_seeds"])
     pilots = len(d["pilots"]["runs"]) + len(d["pilots"]["order_blind_model"])
     return {
-        "settings": {"book": f"{d['rows']:,} rows every {s['freq']} ({s['start'][:10]} to {s['end'][:10]}), "
+        "settings": {"book": f"{d['rows']:,} rows every {_every(s['freq'])} "
+                             f"({s['start'][:10]} to {s['end'][:10]}), "
                              f"{d['d']} features (11 measured, each row's age); train to "
                              f"{s['train_end'][:10]}, rest held out; past-only windows of {s['window']} "
                              f"rows, target {s['horizon']} rows after the last; $N = {d['N']}$; "
@@ -673,7 +652,7 @@ def _report(res: Result) -> dict:
                      "why": "every row of the offline slice; the age makes persistence representable; a "
                             "held-out week, persistence and a linear AR make the errors readable"},
         "spread": spread_rows,
-        "runs": len(d["runs"]) + probes + pilots,
+        "runs": len(d["runs"]) + probe_count(s, d["step_sizes"]) + pilots,
         "deviations": [{"what": "Jena data", "paper": f"the 2009-2016 series ({len(JENA_ALL_FEATURES)} "
                                                       "features)",
                         "book": f"the {d['rows']:,} rows of January 2009 of the offline copy, "

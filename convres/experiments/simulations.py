@@ -1,26 +1,17 @@
 """Simulations: the escape from the rank-one floor against d_QK, and beta in three named regimes.
 
-Book chapter *Simulations* (``book/simulations.md``), protocol v4 (claims S1-S5). Synthetic
-Gaussian data and, for one seed, the same initial weights for every beta and every step size
-(:func:`convres.instances.simulations_instance`: a paired design). Two parts:
+Book chapter *Simulations* (``book/simulations.md``), protocol v4 (claims S1-S5). Gaussian data;
+for one seed the same initial weights for every beta and step (a paired design). Two parts:
 
-- **three named regimes** (wide: ``N n <= d``; narrow: ``N n = 4 d``; near-uniform attention:
-  ``d_QK = 1024`` at scale ``1/d_QK``) and the sweep of beta. Speed is the level-free *mean
-  log-loss* (:func:`convres.stats.mean_log_loss`, in decades; a run stops at :data:`STOP` of its
-  start and counts there for its remaining steps); the steps to :data:`LEVELS` of the start are the
-  sensitivity measures. Each run also records ``sigma_min`` of the attention output ``Z`` at
-  initialization and its *rate* over the linear phase (:func:`linear_rate`), the paper's mechanism;
-- **the escape law**: without the residual, a model whose attention starts nearly uniform sits on
-  the rank-one floor (the best loss of outputs equal within each sequence) before it leaves it; the
-  *escape time* is the first step with ``Phi_t < ESCAPE x floor``, measured against ``d_QK`` at
-  both attention scales, ``beta = 0`` beside ``beta = 1``, and at half the step (does it scale as
-  ``1/mu``?). :func:`escape_fit` fits ``T = a + b d_QK^p`` to it, an empirical fit.
+- **three named regimes** (wide: ``N n <= d``; narrow: ``N n = 4 d``; near-uniform attention) and
+  the sweep of beta: speed is the *mean log-loss* (decades), with ``sigma_min(Z_0)`` and the rate
+  over the linear phase (:func:`linear_rate`), the paper's mechanism;
+- **the escape law**: the *escape time* from the rank-one floor, the first step with ``Phi_t <
+  ESCAPE x floor``, against ``d_QK`` at both attention scales; :func:`escape_fit` fits ``T = a + b
+  d_QK^p``, an empirical fit.
 
-Every arm (a regime or an escape-law cell, and beta) runs at its own step ``mu = eta / (N n)``,
-``eta`` chosen by :func:`convres.stats.tune_step` (protocol v4, section 2) on the probe seeds, at
-**every** ``d_QK``; the regimes also run at one common step (the smallest tuned step of the
-regime). An arm with a diverged evaluation run is run again at half its step, all seeds, and the
-rerun is listed (:data:`HALVINGS` times at most).
+Every arm runs at its own tuned step ``mu = eta / (N n)`` (protocol v4, section 2), the regimes also
+at a common step; an arm with a diverged run is rerun at half its step (:data:`HALVINGS` at most).
 """
 
 from __future__ import annotations
@@ -38,7 +29,7 @@ from ..model import ModelConfig, attention_scale, forward_trace
 from ..plotting import plot_simulations
 from ..protocol import LOG_LOSS_FLOOR, PROBE_HORIZON_MAX, PROBE_SEEDS, RERUN_FACTOR
 from ..rank import extreme_singular_values
-from ..stats import ProbeRun, censored, kendall_tau, mean_log_loss, steps_to, tune_step
+from ..stats import ProbeRun, censored, estimate, kendall_tau, mean_log_loss, steps_to
 from .base import (
     Experiment,
     Result,
@@ -48,11 +39,15 @@ from .base import (
     dtype_of,
     finite_list,
     protocol_summary,
+    rerun_diverged,
     shared_by_pieces,
+    spread_row,
+    step_table,
+    tune_arms,
 )
 
 __all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "STOP", "ESCAPE_STOP", "LINEAR_PHASE", "HALVINGS", "speed",
-           "instance", "linear_rate", "escape_law", "escape_fit", "power_fit", "rerun_escape", "spot_check",
+           "instance", "linear_rate", "escape_law", "escape_fit", "power_fit", "spot_check",
            "reruns", "second_pass", "halvings", "claim_records", "stalled", "qk_reduced", "SCALE_TEX"]
 
 #: Sensitivity measures: the steps to these fractions of the initial loss.
@@ -180,34 +175,15 @@ def _probe_runs(s, N, d_qk, scale, pairs, T, measure, device) -> dict:
     return out
 
 
-def _tune(s, N, d_qk, scale, betas, measure, horizon, device) -> dict:
-    """``{beta: tune_step(...)}`` of every arm of one shape (protocol v4, section 2): the grid
-    ``eta_grid`` of every beta in one sweep at the evaluation horizon, then each arm's growth of the
-    grid and of the probe horizon (up to :data:`PROBE_HORIZON_MAX` times) on demand."""
-    table: dict = {}
-
-    def fill(pairs, T):
-        missing = [p for p in pairs if (*p, T) not in table]
-        if missing:
-            for (b, e), runs in _probe_runs(s, N, d_qk, scale, missing, T, measure, device).items():
-                table[(b, e, T)] = runs
-
-    fill([(b, float(e)) for b in betas for e in s["eta_grid"]], horizon)
-
-    def probe_of(beta):
-        def probe(etas, T):
-            fill([(beta, e) for e in etas], T)
-            return [table[(beta, e, T)] for e in etas]
-        return probe
-
-    return {b: tune_step(probe_of(b), s["eta_grid"], horizon=horizon,
-                         max_horizon=PROBE_HORIZON_MAX * horizon, extend=EXTEND) for b in betas}
-
-
 def _tuned(s, N, d_qk, scale, betas, measure, horizon, device) -> dict:
-    """:func:`_tune`, computed once for all pieces (:func:`convres.experiments.base.shared_by_pieces`)."""
+    """``{beta: tune_step(...)}`` of every arm of one shape (:func:`convres.experiments.base.tune_arms`
+    on :func:`_probe_runs`), computed once for all pieces (``shared_by_pieces``)."""
     def compute():
-        return [[b, t] for b, t in _tune(s, N, d_qk, scale, betas, measure, horizon, device).items()]
+        def probe_runs(pairs, T):
+            return _probe_runs(s, N, d_qk, scale, pairs, T, measure, device)
+        tuned = tune_arms(betas, s["eta_grid"], probe_runs, horizon=horizon,
+                          max_horizon=PROBE_HORIZON_MAX * horizon, extend=EXTEND)
+        return [[b, t] for b, t in tuned.items()]
 
     # the same for every pass of a run in pieces: the setting ``halve`` does not enter the tuning
     s = {k: v for k, v in s.items() if k != "halve"}
@@ -221,6 +197,11 @@ def _step_rows(tuned: dict, label: str) -> list[dict]:
 
 
 # --- evaluation runs with reruns at half the step ------------------------------------------------
+
+def _where(scale: str, d_qk: int) -> str:
+    """The name of an escape-law cell, as :func:`reruns` and the setting ``halve`` name it."""
+    return f"escape, scale {scale}, d_QK = {d_qk}"
+
 
 def _record(beta, eta, seed, X, Y, p0, cfg, h: History, *, N, s, horizon, curve, mechanism) -> dict:
     floor = rank_one_floor(Y.double())
@@ -238,61 +219,40 @@ def _record(beta, eta, seed, X, Y, p0, cfg, h: History, *, N, s, horizon, curve,
 
 def _evaluate(s, where, N, d_qk, scale, arms: dict, horizon, stop, *, follows=None, halve=None,
               mechanism=False, curves=(), device=None) -> dict:
-    """The evaluation runs ``{key: runs}`` of the ``arms`` ``{key: (beta, eta)}`` of one shape
-    (``where``) on every seed (arms at the same ``(beta, eta)`` share their runs). An arm with a
-    diverged run is run again at ``RERUN_FACTOR`` (half) its step, all seeds, at most
-    :data:`HALVINGS` times; an arm of ``follows`` ``{key: other}`` is at half the step of ``other``
-    and is rerun with it. ``halve`` ``{(where, protocol, beta): times}`` (from the setting of that
-    name, :func:`halvings`): the arm, and its followers, start at ``RERUN_FACTOR ** times`` their
-    step (the second pass of a run in pieces, where a piece halved the arm after a divergence that
-    the others did not see). Every record keeps its arm's ``tuned_eta`` and ``diverged_before``,
-    the steps at which its seed diverged first in this run."""
+    """The runs ``{key: records}`` of the ``arms`` ``{key: (beta, eta)}`` of one shape (``where``) on
+    every seed with the reruns of :func:`convres.experiments.base.rerun_diverged` (``follows``: see
+    there); ``halve`` (:func:`halvings`) starts an arm and its followers at a smaller step. Each
+    record keeps its arm's ``tuned_eta`` and ``diverged_before`` (its larger steps that diverged)."""
     follows, halve = follows or {}, halve or {}
 
     def start(key):
         times = max(halve.get((where, *key), 0), halve.get((where, *follows.get(key, key)), 0))
         return arms[key][1] * RERUN_FACTOR ** times
 
-    pending = {key: (beta, start(key)) for key, (beta, _) in arms.items()}
-    out: dict = {}
-    failed: dict = {key: [] for key in arms}
-    for attempt in range(HALVINGS + 1):
-        pairs = sorted(set(pending.values()))
+    def run(pending: dict) -> dict:
+        pairs = sorted({(arms[key][0], eta) for key, eta in pending.items()})
         runs: dict = {}
         for job in _runs(s, N, d_qk, scale, [(b, e, k) for b, e in pairs for k in s["seeds"]], horizon, stop,
                          device=device):
             runs.setdefault(job[:2], []).append(
                 _record(*job, N=N, s=s, horizon=horizon, curve=job[2] in curves, mechanism=mechanism))
-        again = {}
-        for key, pair in pending.items():
-            out[key] = [dict(r) for r in runs[pair]]
-            bad = [r["seed"] for r in runs[pair] if r["diverged"]]
-            if bad and attempt < HALVINGS:
-                failed[key].append((pair[1], bad))
-                again[key] = (pair[0], pair[1] * RERUN_FACTOR)
-        for key, other in follows.items():
-            if other in again and key not in again:
-                again[key] = (arms[key][0], again[other][1] / 2)
-        pending = again
-        if not pending:
-            break
+        return {key: [dict(r) for r in runs[(arms[key][0], eta)]] for key, eta in pending.items()}
+
+    out, failed = rerun_diverged({key: start(key) for key in arms}, run, HALVINGS, follows=follows,
+                                 diverged=lambda r: r["diverged"])
     for key, records in out.items():
         for r in records:
             r.update(tuned_eta=arms[key][1],
-                     diverged_before=[e for e, seeds in failed[key] if r["seed"] in seeds])
+                     diverged_before=[e for e, bad in failed[key] if r["seed"] in {x["seed"] for x in bad}])
     return out
 
 
 def reruns(res: Result) -> list[dict]:
-    """The arms run at a smaller step than their tuned one: ``where`` (a regime or an escape-law
-    cell), ``arm`` ``[protocol, beta]``, the tuned ``eta``, the ``diverged_seeds`` (a seed whose run
-    diverged at a larger step), the ``rerun_seeds`` and the ``rerun_eta`` they ran at, and
-    ``every_seed``: every seed of the arm at one smaller step (as the protocol asks; a run in pieces
-    reruns the seeds of its piece)."""
-    cells = [(c["name"], c["runs"]) for c in res.data["regimes"]] + \
-        [(f"escape, scale {c['scale']}, d_QK = {c['d_qk']}", c["runs"]) for c in res.data["escape"]]
+    """The arms run at a smaller step than their tuned one: ``where``, ``arm`` ``[protocol, beta]``,
+    the tuned ``eta``, the ``diverged_seeds``, the ``rerun_seeds`` and their ``rerun_eta``, and
+    ``every_seed`` (every seed at one smaller step, as the protocol asks; pieces rerun their own)."""
     rows = []
-    for where, protocols in cells:
+    for where, protocols in _places_run(res):
         for protocol, runs in protocols.items():
             for b in sorted({r["beta"] for r in runs}):
                 mine = [r for r in runs if r["beta"] == b]
@@ -307,18 +267,21 @@ def reruns(res: Result) -> list[dict]:
     return rows
 
 
+def _places_run(res: Result) -> list[tuple[str, dict]]:
+    """``(where, {protocol: records})`` of every regime and escape-law cell of a result."""
+    return [(c["name"], c["runs"]) for c in res.data["regimes"]] + \
+        [(_where(c["scale"], c["d_qk"]), c["runs"]) for c in res.data["escape"]]
+
+
 def _places(s: dict) -> list[str]:
-    """The names of the places an arm runs in, as :func:`reruns` names them: the regimes and the
-    escape-law cells."""
-    return [r["name"] for r in s["regimes"]] + [f"escape, scale {scale}, d_QK = {d_qk}"
-                                                for scale in s["scales"] for d_qk in s["d_qks"]]
+    """The regimes and the escape-law cells, as :func:`reruns` names them."""
+    return [r["name"] for r in s["regimes"]] + [_where(sc, d_qk) for sc in s["scales"] for d_qk in s["d_qks"]]
 
 
 def halvings(s: dict) -> dict:
-    """The setting ``halve`` of ``s`` as ``{(where, protocol, beta): times}``: each entry
-    ``[where, protocol, beta, times]`` starts the arm ``[protocol, beta]`` of ``where`` (a regime or
-    an escape-law cell, named as :func:`reruns` names them), and the arms that follow it, at
-    ``RERUN_FACTOR ** times`` its tuned step, on every seed (:func:`second_pass` writes it)."""
+    """The setting ``halve`` as ``{(where, protocol, beta): times}``: each entry ``[where, protocol,
+    beta, times]`` starts that arm and its followers at ``RERUN_FACTOR ** times`` its tuned step, on
+    every seed (:func:`second_pass` writes it)."""
     places, out = _places(s), {}
     for entry in s.get("halve") or []:
         ok = isinstance(entry, (list, tuple)) and len(entry) == 4
@@ -335,10 +298,8 @@ def halvings(s: dict) -> dict:
 
 
 def second_pass(res: Result) -> list[list]:
-    """The setting ``halve`` that runs every seed of each arm of :func:`reruns` at one step: the
-    smallest step any of its seeds ran at (``[where, protocol, beta, times]``, ``times`` the halvings
-    from the tuned step). Run every piece again with it until :func:`reruns` gives ``every_seed``
-    for every arm (protocol v4, section 1: a rerun is of every seed of the arm)."""
+    """The setting ``halve`` that runs every seed of each arm of :func:`reruns` at the smallest step
+    any of its seeds ran at; run every piece again with it until every arm has ``every_seed``."""
     return [[x["where"], *x["arm"], round(math.log2(x["eta"] / min(x["rerun_eta"])))] for x in reruns(res)]
 
 
@@ -346,8 +307,6 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
     for r in s["regimes"]:
         if not {"name", "N", "d_qk", "scale"} <= set(r):
             raise ValueError(f"every regime needs 'name', 'N', 'd_qk' and 'scale', got {r!r}.")
-    if set(s["probe_seeds"]) & set(s["seeds"]):
-        raise ValueError(f"the probe seeds {s['probe_seeds']} must not be evaluation seeds {s['seeds']}.")
     betas, steps, halve = [float(b) for b in s["betas"]], s["steps"], halvings(s)
     regimes, step_sizes = [], []
     for r in s["regimes"]:
@@ -366,7 +325,7 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
     for scale in s["scales"]:
         for d_qk in s["d_qks"]:
             tuned = _tuned(s, s["N"], d_qk, scale, [0.0, 1.0], "escape", s["escape_steps"], device)
-            step_sizes += _step_rows(tuned, f"escape, scale {scale}, d_QK = {d_qk}")
+            step_sizes += _step_rows(tuned, _where(scale, d_qk))
             arms = {("tuned", b): (b, tuned[b]["chosen"]) for b in (0.0, 1.0)}
             follows = {}
             if scale == "1/d_qk":
@@ -376,7 +335,7 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
                     common = min(t["chosen"] for t in tuned.values())
                     arms.update({("common", b): (b, common) for b in (0.0, 1.0)})
             curves = s["curve_seeds"] if d_qk == max(s["d_qks"]) else ()
-            runs = _evaluate(s, f"escape, scale {scale}, d_QK = {d_qk}", s["N"], d_qk, scale, arms,
+            runs = _evaluate(s, _where(scale, d_qk), s["N"], d_qk, scale, arms,
                              s["escape_steps"], ESCAPE_STOP, follows=follows, halve=halve, curves=curves,
                              device=device)
             protocols = sorted({p for p, _ in arms})
@@ -387,23 +346,17 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
     return {"regimes": regimes, "escape": escape, "step_sizes": step_sizes}
 
 
-def rerun_escape(s: dict, d_qk: int, scale: str, beta: float, eta: float, seed: int) -> dict:
-    """One run of the escape law computed again from its settings ``s``, its cell, ``beta``, its
-    step ``eta`` and ``seed``: the record :func:`_run_simulations` keeps (without the curve)."""
-    (job,) = _runs(s, s["N"], d_qk, scale, [(float(beta), float(eta), seed)], s["escape_steps"], ESCAPE_STOP)
-    return _record(*job, N=s["N"], s=s, horizon=s["escape_steps"], curve=False, mechanism=False)
-
-
 def spot_check(res: Result, seed: int | None = None) -> tuple[dict, dict]:
-    """``(stored, again)``: the stored record of the run of ``beta = 0`` at scale ``1/d_QK``, the
-    **largest** ``d_QK``, its own (tuned) step, ``seed`` (default: the last seed), and the same run
-    computed again (:func:`rerun_escape`): the check of a committed result at the edge of the
-    escape law, where the runs are slowest and closest to instability."""
+    """``(stored, again)``: the record of the run of ``beta = 0`` at scale ``1/d_QK``, the largest
+    ``d_QK``, its tuned step and ``seed`` (default: the last), and the same run computed again (without
+    its curve): the check of a committed result where the runs are slowest and closest to instability."""
     s = res.settings
     cell = next(c for c in res.data["escape"] if c["scale"] == "1/d_qk" and c["d_qk"] == max(s["d_qks"]))
     seed = s["seeds"][-1] if seed is None else seed
     stored = next(r for r in cell["runs"]["tuned"] if r["beta"] == 0.0 and r["seed"] == seed)
-    return stored, rerun_escape(s, cell["d_qk"], "1/d_qk", 0.0, stored["eta"], seed)
+    (job,) = _runs(s, s["N"], cell["d_qk"], "1/d_qk", [(0.0, float(stored["eta"]), seed)], s["escape_steps"],
+                   ESCAPE_STOP)
+    return stored, _record(*job, N=s["N"], s=s, horizon=s["escape_steps"], curve=False, mechanism=False)
 
 
 # --- what the runs say ---------------------------------------------------------------------------
@@ -417,10 +370,8 @@ def power_fit(d, T, *, fine: bool = True) -> dict:
     """The empirical fit ``T = a + b d^p`` (``a, b >= 0``) to the times ``T[i][j]`` of unit ``i`` at
     ``d[j]`` (``nan``: left out), by least squares on ``log T`` (the times span decades, and a ratio
     counts the same above and below). With ``a = rho b d_min^p``, for each ``(p, rho)`` of a grid the
-    best ``log b`` is the mean of ``log T - log(rho d_min^p + d^p)``; the grid is ``p`` in ``[0, 3]``
-    by 0.02 and ``rho`` 0 or ``10^-3 .. 10^3``, then grids by 0.001 in ``p`` and 0.005 decade in
-    ``rho`` around the best (``fine``; else 0.005 and 0.025), moved until the best stays. Returns
-    ``{"a", "b", "p"}``."""
+    best ``log b`` is the mean of ``log T - log(rho d_min^p + d^p)``; a coarse grid, then finer ones
+    around the best (``fine``: 0.001 in ``p``) until the best stays. Returns ``{"a", "b", "p"}``."""
     x = np.tile(np.asarray(d, dtype=np.float64), (len(T), 1)).ravel()
     y = np.asarray(T, dtype=np.float64).ravel()
     keep = np.isfinite(y)
@@ -448,11 +399,16 @@ def power_fit(d, T, *, fine: bool = True) -> dict:
     return {"a": rho * b * float(x.min()) ** p, "b": b, "p": p}
 
 
+def _cells(res: Result, scale: str, protocol: str) -> list[dict]:
+    """The escape-law cells at ``scale`` with runs at step ``protocol``, by ``d_QK``."""
+    return sorted((c for c in res.data["escape"] if c["scale"] == scale and protocol in c["runs"]),
+                  key=lambda c: c["d_qk"])
+
+
 def _times(res: Result, scale: str, beta: float, protocol: str, *, mu_units: bool) -> tuple[list, np.ndarray]:
     """``(d_qks, T)``: the escape times ``T[seed][d_qk]`` (``nan`` for a diverged or censored run),
     in steps or in units of ``mu t``."""
-    cells = sorted((c for c in res.data["escape"] if c["scale"] == scale and protocol in c["runs"]),
-                   key=lambda c: c["d_qk"])
+    cells = _cells(res, scale, protocol)
     T = np.full((len(res.settings["seeds"]), len(cells)), np.nan)
     for j, c in enumerate(cells):
         for r in c["runs"][protocol]:
@@ -463,12 +419,9 @@ def _times(res: Result, scale: str, beta: float, protocol: str, *, mu_units: boo
 
 
 def escape_law(res: Result, scale: str, beta: float = 0.0, protocol: str = "tuned") -> dict:
-    """The escape times of ``beta`` against ``d_QK`` at attention ``scale`` and step ``protocol``
-    (``"tuned"``, ``"half"``): per ``d_QK`` the steps ``eta``, the median and quartiles over the
-    seeds in steps and in units of ``mu t`` (``..._mu_t``), and the censored (counted at the
-    horizon) and diverged runs (left out)."""
-    cells = sorted((c for c in res.data["escape"] if c["scale"] == scale and protocol in c["runs"]),
-                   key=lambda c: c["d_qk"])
+    """The escape times of ``beta`` against ``d_QK`` at ``scale`` and step ``protocol``: per ``d_QK``
+    the steps ``eta``, median and quartiles in steps and in ``mu t``, the censored and diverged runs."""
+    cells = _cells(res, scale, protocol)
     keys = ("median", "q25", "q75", "median_mu_t", "q25_mu_t", "q75_mu_t")
     out: dict = {"scale": scale, "beta": beta, "protocol": protocol, "d_qk": [c["d_qk"] for c in cells],
                  "eta": [], **{k: [] for k in keys}, "censored": [], "diverged": [],
@@ -488,33 +441,30 @@ def escape_law(res: Result, scale: str, beta: float = 0.0, protocol: str = "tune
     return out
 
 
-def escape_fit(res: Result, *, draws: int = 1000) -> dict:
-    """The empirical fit of the escape time of ``beta = 0`` at scale ``1/d_QK`` (protocol v4, S4;
-    reported, not graded), in units of ``mu t`` (the step differs between ``d_QK``): ``T = a + b
-    d_QK^p`` (:func:`power_fit`) with a percentile bootstrap interval for ``p`` over the seeds
-    (``draws`` resamples, generator seed 0); the local slopes ``log(T_hi / T_lo) / log(d_hi /
-    d_lo)`` between neighbouring ``d_QK``, per seed, with the interval of
-    :func:`convres.stats.estimate`; and per ``d_QK`` the ratio ``log2(T(eta / 2) / T(eta))`` of the
-    escape steps at half the step (1 when ``T`` scales as ``1 / mu``). Censored and diverged runs
-    are left out and counted."""
-    from ..stats import estimate
+def _finite_estimate(e: np.ndarray):
+    """:func:`convres.stats.estimate` of the finite per-seed values of ``e`` (the others left out)."""
+    return estimate([float(x) for x in e if np.isfinite(x)], min_units=2)
 
+
+def escape_fit(res: Result, *, draws: int = 1000) -> dict:
+    """The fit ``T = a + b d_QK^p`` (:func:`power_fit`, reported, not graded) of the escape time of
+    ``beta = 0`` at scale ``1/d_QK`` in units of ``mu t``, with a bootstrap interval for ``p`` over
+    the seeds; the local slopes ``log(T_hi / T_lo) / log(d_hi / d_lo)`` and per ``d_QK`` ``log2(T(eta
+    / 2) / T(eta))`` (1 when ``T`` scales as ``1 / mu``). Censored and diverged runs are left out."""
     d, T = _times(res, "1/d_qk", 0.0, "tuned", mu_units=True)
     fit = power_fit(d, T)
     rng = np.random.default_rng(0)
     boot = [power_fit(d, T[rng.integers(0, len(T), len(T))], fine=False)["p"] for _ in range(draws)]
     slopes = []
     for j in range(len(d) - 1):
-        e = np.log(T[:, j + 1] / T[:, j]) / math.log(d[j + 1] / d[j])
-        est = estimate([float(x) for x in e if np.isfinite(x)], min_units=2)
+        est = _finite_estimate(np.log(T[:, j + 1] / T[:, j]) / math.log(d[j + 1] / d[j]))
         slopes.append({"d_lo": d[j], "d_hi": d[j + 1], "slope": est.effect, "ci": [est.lo, est.hi],
                        "units": est.units, "method": est.method})
     dh, Th = _times(res, "1/d_qk", 0.0, "half", mu_units=False)
     _, Ts = _times(res, "1/d_qk", 0.0, "tuned", mu_units=False)
     halves = []
     for j, q in enumerate(dh):
-        e = np.log2(Th[:, j] / Ts[:, d.index(q)])
-        est = estimate([float(x) for x in e if np.isfinite(x)], min_units=2)
+        est = _finite_estimate(np.log2(Th[:, j] / Ts[:, d.index(q)]))
         halves.append({"d_qk": q, "log2_ratio": est.effect, "ci": [est.lo, est.hi], "units": est.units})
     left_out = int(np.isnan(T).sum())
     return {"p": fit["p"], "p_ci": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))],
@@ -526,8 +476,7 @@ def _simulations_numbers(res: Result) -> dict:
     s = res.settings
     per_regime = []
     for c in res.data["regimes"]:
-        row = {k: c[k] for k in ("N", "n", "d", "d_qk", "scale")}
-        row = {"regime": c["name"], **row}
+        row = {"regime": c["name"], **{k: c[k] for k in ("N", "n", "d", "d_qk", "scale")}}
         for protocol, runs in c["runs"].items():
             row[protocol] = []
             for b in s["betas"]:
@@ -545,13 +494,12 @@ def _simulations_numbers(res: Result) -> dict:
     laws = [escape_law(res, sc, b, p) for sc in s["scales"] for b in (0.0, 1.0) for p in ("tuned", "half")
             if any(p in c["runs"] and c["scale"] == sc for c in res.data["escape"])
             and not (p == "half" and b == 1.0)]
-    runs_all = [r for c in res.data["regimes"] for v in c["runs"].values() for r in v] + \
-        [r for c in res.data["escape"] for v in c["runs"].values() for r in v]
+    runs_all = [r for _, runs in _places_run(res) for v in runs.values() for r in v]
     steps = res.data["step_sizes"]
     return {"regimes": [r["name"] for r in s["regimes"]], "per_regime": per_regime, "escape_law": laws,
             "escape_fit": escape_fit(res),
-            "step_sizes": [{k: t[k] for k in ("arm", "grid", "chosen", "best", "largest_stable", "horizon",
-                                               "bracketed", "unresolved", "capped")} for t in steps],
+            "step_sizes": step_table(steps, ("arm", "grid", "chosen", "best", "largest_stable", "horizon",
+                                             "bracketed", "unresolved", "capped")),
             **protocol_summary(_checks(res)), "reruns": reruns(res), "stalled": stalled(res),
             "diverged_before_rerun": sum(len(r["diverged_before"]) for r in runs_all),
             "diverged_runs": sum(r["diverged"] for r in runs_all), "runs": len(runs_all)}
@@ -720,10 +668,8 @@ def _report(res: Result) -> dict:
     for c in res.data["regimes"]:
         for b in (0.0, max(s["betas"])):
             v = [r["mean_log_loss"] for r in c["runs"]["tuned"] if r["beta"] == b and not r["diverged"]]
-            spread_rows.append({"configuration": f"{c['name']}, $\\beta = {b:g}$",
-                                "measurement": "mean log-loss (decades, tuned step)",
-                                "median": float(np.median(v)), "min": min(v), "max": max(v), "seeds": len(v),
-                                "format": "{:.2f}"})
+            spread_rows.append(spread_row(f"{c['name']}, $\\beta = {b:g}$",
+                                          "mean log-loss (decades, tuned step)", v, "{:.2f}"))
     return {
         "settings": {"book": f"Gaussian $X$, $Y$; $n = {s['n']}$, $d = {s['d']}$, $m = {s['m']}$, "
                              f"{s['activation']}; {regimes}; $\\beta$ in {s['betas']}; each arm at its own "
@@ -734,8 +680,7 @@ def _report(res: Result) -> dict:
                      "why": "one regime where the output layer alone can fit, two where a plateau can "
                             "happen, and the escape time against $d_{QK}$"},
         "spread": spread_rows,
-        "runs": sum(len(v) for c in res.data["regimes"] for v in c["runs"].values())
-        + sum(len(v) for c in res.data["escape"] for v in c["runs"].values()),
+        "runs": sum(len(v) for _, runs in _places_run(res) for v in runs.values()),
         "deviations": [{"what": "simulation regimes", "paper": "not stated",
                         "book": ", ".join(r["name"] for r in s["regimes"]) + "; attention scale "
                                 "$1/d_{QK}$ in the near-uniform one",

@@ -18,7 +18,7 @@ import torch
 
 from ..data import embed_with, fingerprint, load_sst2, ppmi_embeddings, sst2_prefixes
 from ..gd import gradient_descent, loss_and_grad, sweep
-from ..lemmas import hessian_norm
+from ..lemmas import hessian_norm, parameter_count
 from ..model import (
     ModelConfig,
     attention_scale,
@@ -27,7 +27,6 @@ from ..model import (
     forward_trace,
     init_params,
     layer_params,
-    param_shapes,
 )
 from ..plotting import plot_sst2
 from ..runtime import check_device, torch_threads
@@ -47,15 +46,19 @@ from .base import (
     level_steps,
     output_rows,
     positive_int,
+    probe_count,
     protocol_summary,
+    rerun_diverged,
     shared_by_pieces,
     spread,
+    spread_row,
     stable,
+    step_table,
 )
 
 __all__ = ["EXPERIMENT", "SST2Task", "Arm", "ARM_KINDS", "sst2_data", "pooled_baseline", "bow_logistic",
            "adam_reference", "SST2_PROBE_WORDS", "token_targets", "norm_preserving_init", "isometric_init",
-           "matched_width", "n_params", "arms_of", "arm_config", "arm_params", "init_diagnostics",
+           "matched_width", "arms_of", "arm_config", "arm_params", "init_diagnostics",
            "design_checks", "claim_records", "heldout_table", "rerun", "prepare"]
 
 #: Words whose nearest neighbours the SST-2 chapter shows (a look at what the embeddings carry).
@@ -139,10 +142,8 @@ def _correct(pred: np.ndarray, labels: np.ndarray) -> str:
 
 
 def pooled_baseline(X: torch.Tensor, labels: np.ndarray, X_val: torch.Tensor, labels_val: np.ndarray) -> dict:
-    """The floor baseline of the SST-2 chapter: least squares from the mean-pooled token vectors
-    (with an intercept) to the targets ``+-1``; returns training and validation accuracy, the
-    training mean squared error (the same at every token: it predicts one value per sentence) and
-    ``val_correct`` (per validation sentence, ``"1"`` where it is right)."""
+    """The floor baseline: least squares from the mean-pooled token vectors and an intercept to
+    ``+-1``; training and validation accuracy, training MSE, ``val_correct`` (:func:`_correct`)."""
     A = np.c_[X.double().mean(1).cpu().numpy(), np.ones(len(labels))]
     B = np.c_[X_val.double().mean(1).cpu().numpy(), np.ones(len(labels_val))]
     y = 2.0 * labels - 1.0
@@ -259,47 +260,51 @@ def _rms(t: torch.Tensor) -> float:
     return float(t.double().pow(2).mean().sqrt())
 
 
-def _no_residual(cfg: ModelConfig, name: str) -> None:
-    if cfg.residual != (0.0, 0.0):
-        raise ValueError(f"{name} is an init of the model without residual connections; got residual "
-                         f"coefficients {cfg.residual}.")
-
-
 def _gain(p: dict, key: str, factor: float) -> None:
     p[key] = p[key] * factor
 
 
-def norm_preserving_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *,
-                         dtype=torch.float64) -> dict[str, torch.Tensor]:
-    """LSUV (Mishkin and Matas 2016) for a stack without residuals: the draws of
-    :func:`convres.model.init_params` (branch scale 1), then for ``l = 1, ..., L`` on ``X``
-
-        W_V^(l) <- W_V^(l) RMS(H_{l-1}) / RMS(A_l),    W_2^(l) <- W_2^(l) RMS(H_{l-1}) / RMS(H_l)
-    """
-    _no_residual(cfg, "norm_preserving_init")
+def _block_by_block(cfg: ModelConfig, X: torch.Tensor, seed: int, dtype, name: str, adjust) -> dict:
+    """The draws of :func:`convres.model.init_params` (branch scale 1) of a stack without residuals,
+    then for ``l = 1, ..., L`` on ``X``: ``adjust(p, l, H_{l-1}, out)``, ``out()`` the outputs
+    ``(logits, S, A, Z, M, H)`` of block ``l`` with the weights as they are then."""
+    if cfg.residual != (0.0, 0.0):
+        raise ValueError(f"{name} is an init of the model without residual connections; got residual "
+                         f"coefficients {cfg.residual}.")
     p = init_params(cfg, seed, dtype=dtype, branch_scale=1.0)
-    s, act = attention_scale(cfg), cfg.act
     H = X.to(dtype=dtype, device=p["W_U"].device)
     with torch.no_grad():
         for l in range(1, cfg.L + 1):
-            for name, k in (("W_V", 2), ("W_2", 5)):   # block() returns (logits, S, A, Z, M, H)
-                out = block(H, layer_params(p, l), s=s, act=act, beta_attn=0.0, beta_ffn=0.0)
-                _gain(p, f"layer{l}.{name}", _rms(H) / _rms(out[k]))
-            H = block(H, layer_params(p, l), s=s, act=act, beta_attn=0.0, beta_ffn=0.0)[5]
+            def out(l: int = l, H: torch.Tensor = H) -> tuple:
+                return block(H, layer_params(p, l), s=attention_scale(cfg), act=cfg.act, beta_attn=0.0,
+                             beta_ffn=0.0)
+            adjust(p, l, H, out)
+            H = out()[5]
     return p
 
 
+def norm_preserving_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *,
+                         dtype=torch.float64) -> dict[str, torch.Tensor]:
+    """LSUV (Mishkin and Matas 2016) for a stack without residuals (:func:`_block_by_block`):
+
+        W_V^(l) <- W_V^(l) RMS(H_{l-1}) / RMS(A_l),    W_2^(l) <- W_2^(l) RMS(H_{l-1}) / RMS(H_l)
+    """
+    def adjust(p, l, H, out):
+        for name, k in (("W_V", 2), ("W_2", 5)):
+            _gain(p, f"layer{l}.{name}", _rms(H) / _rms(out()[k]))
+    return _block_by_block(cfg, X, seed, dtype, "norm_preserving_init", adjust)
+
+
 def _polar(W: torch.Tensor) -> torch.Tensor:
-    """The orthogonal factor ``U V^T`` of ``W = U Sigma V^T`` (the nearest matrix with orthonormal
-    rows or columns)."""
+    """The orthogonal factor ``U V^T`` of ``W = U Sigma V^T``."""
     U, _, Vh = torch.linalg.svd(W, full_matrices=False)
     return U @ Vh
 
 
 def isometric_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *, identity_gain: float,
                    preactivation: float, dtype=torch.float64) -> dict[str, torch.Tensor]:
-    """A stack without residuals started near an isometry (not collapsed). From the draws ``G`` of
-    :func:`convres.model.init_params` (branch scale 1), for ``l = 1, ..., L`` on ``X``:
+    """A stack without residuals started near an isometry (not collapsed); from the draws ``G``, per
+    block (:func:`_block_by_block`):
 
         W_Q = G_Q + c I,  W_K = G_K + c I       (attention near the identity)
         W_V = a_V P(G_V),  W_1 = a_1 P(G_1),  W_2 = a_2 P(G_2)
@@ -307,44 +312,27 @@ def isometric_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *, identity
     ``c = identity_gain``, ``P`` the orthogonal factor, ``RMS(A_l) = sqrt(eps) RMS(H_{l-1})``,
     ``RMS(Z_l W_1) = eps = preactivation`` (GELU near-linear), ``RMS(H_l) = RMS(H_{l-1})``.
     """
-    _no_residual(cfg, "isometric_init")
-    p = init_params(cfg, seed, dtype=dtype, branch_scale=1.0)
-    s, act = attention_scale(cfg), cfg.act
-    H = X.to(dtype=dtype, device=p["W_U"].device)
-    eye = torch.eye(cfg.d, cfg.d_qk, dtype=dtype, device=H.device)
-    with torch.no_grad():
-        for l in range(1, cfg.L + 1):
-            def key(w: str, l: int = l) -> str:
-                return f"layer{l}.{w}"
-
-            for w in ("W_Q", "W_K"):
-                p[key(w)] = p[key(w)] + identity_gain * eye
-            for w in ("W_V", "W_1", "W_2"):
-                p[key(w)] = _polar(p[key(w)])
-            out = block(H, layer_params(p, l), s=s, act=act, beta_attn=0.0, beta_ffn=0.0)
-            _gain(p, key("W_V"), math.sqrt(preactivation) * _rms(H) / _rms(out[2]))
-            Z = block(H, layer_params(p, l), s=s, act=act, beta_attn=0.0, beta_ffn=0.0)[3]
-            _gain(p, key("W_1"), preactivation / _rms(Z @ p[key("W_1")]))
-            out = block(H, layer_params(p, l), s=s, act=act, beta_attn=0.0, beta_ffn=0.0)
-            _gain(p, key("W_2"), _rms(H) / _rms(out[5]))
-            H = block(H, layer_params(p, l), s=s, act=act, beta_attn=0.0, beta_ffn=0.0)[5]
-    return p
-
-
-def n_params(cfg: ModelConfig) -> int:
-    """The number of weights of the model ``cfg``."""
-    return sum(a * b for a, b in param_shapes(cfg).values())
+    def adjust(p, l, H, out):
+        key = lambda w: f"layer{l}.{w}"  # noqa: E731
+        for w in ("W_Q", "W_K"):
+            p[key(w)] = p[key(w)] + identity_gain * torch.eye(cfg.d, cfg.d_qk, dtype=dtype, device=H.device)
+        for w in ("W_V", "W_1", "W_2"):
+            p[key(w)] = _polar(p[key(w)])
+        _gain(p, key("W_V"), math.sqrt(preactivation) * _rms(H) / _rms(out()[2]))
+        _gain(p, key("W_1"), preactivation / _rms(out()[3] @ p[key("W_1")]))
+        _gain(p, key("W_2"), _rms(H) / _rms(out()[5]))
+    return _block_by_block(cfg, X, seed, dtype, "isometric_init", adjust)
 
 
 def matched_width(s: dict) -> int:
     """The FFN width ``m`` of the shallowest residual stack whose parameter count is closest to the
-    deepest stack's (width ``s["m"]``): ``L_lo (3 d^2 + 2 d d_QK - d^2 + 2 d m) + d`` against the same
-    with ``L_hi`` (protocol check (c))."""
+    deepest stack's (width ``s["m"]``), by :func:`convres.lemmas.parameter_count` ``L (2 d d_qk + d^2
+    + 2 d m) + d`` (protocol check (c))."""
     lo, hi = min(s["depths"]), max(s["depths"])
-    target, d = n_params(_cfg(s, hi, 1.0)), s["d"]
-    m = (target - n_params(_cfg(s, lo, 1.0, m=1)) + 2 * d * lo) / (2 * d * lo)
+    target, d = parameter_count(_cfg(s, hi, 1.0)), s["d"]
+    m = (target - parameter_count(_cfg(s, lo, 1.0, m=1)) + 2 * d * lo) / (2 * d * lo)
     return min({max(1, math.floor(m)), max(1, math.ceil(m))},
-               key=lambda w: (abs(n_params(_cfg(s, lo, 1.0, m=w)) - target), w))
+               key=lambda w: (abs(parameter_count(_cfg(s, lo, 1.0, m=w)) - target), w))
 
 
 def _cfg(s: dict, L: int, beta: float, **changes) -> ModelConfig:
@@ -374,10 +362,8 @@ def arm_config(s: dict, arm: Arm) -> ModelConfig:
 
 def arm_params(s: dict, arm: Arm, seed: int, X: torch.Tensor, *,
                dtype=torch.float64) -> dict[str, torch.Tensor]:
-    """The initial weights of ``arm`` for ``seed``: :func:`convres.model.init_params` (residual and
-    matched arms), :func:`isometric_init` or :func:`norm_preserving_init` (on the training inputs
-    ``X``). Every arm of a seed starts from the same Gaussian draws (the matched arm's FFN, wider,
-    from draws of its own shape)."""
+    """The initial weights of ``arm`` for ``seed``, from the seed's Gaussian draws for every arm:
+    :func:`convres.model.init_params`, :func:`isometric_init` or :func:`norm_preserving_init` (on ``X``)."""
     cfg = arm_config(s, arm)
     if arm.residual:
         return init_params(cfg, seed, dtype=dtype)
@@ -429,7 +415,7 @@ def _init_table(s: dict, records: list[dict]) -> list[dict]:
     for (L, kind), m in med.items():
         ref = med.get((L, "residual"))
         out.append({"L": L, "arm": kind, "residual": kind in ("residual", "matched"),
-                    "params": n_params(arm_config(s, Arm(L, kind))), **m,
+                    "params": parameter_count(arm_config(s, Arm(L, kind))), **m,
                     "std_ratio": m["std"] / ref["std"] if ref else None,
                     "sigma_ratio": m["pooled_sigma_ratio"] / ref["pooled_sigma_ratio"] if ref else None})
     return out
@@ -445,30 +431,28 @@ def design_checks(s: dict, table: list[dict]) -> list:
         checks += [design_check("sst2 within-sentence share", min(r["within_sentence"] for r in iso)),
                    design_check("sst2 pooled sigma ratio", min(r["sigma_ratio"] for r in iso))]
     if s.get("matched"):
-        deep = n_params(_cfg(s, max(s["depths"]), 1.0))
-        matched = n_params(arm_config(s, Arm(min(s["depths"]), "matched")))
+        deep = parameter_count(_cfg(s, max(s["depths"]), 1.0))
+        matched = parameter_count(arm_config(s, Arm(min(s["depths"]), "matched")))
         checks.append(design_check("sst2 matched shallow arm", abs(matched / deep - 1)))
     return checks
 
 
-def _final_mse(h, R: int) -> float:
-    return 2 * float(h.loss[-1]) / R
+def _sweep(s: dict, X, Yt, plan: list, steps: int, dtype, device=None) -> tuple[int, list]:
+    """``(R, runs)``: gradient descent of ``plan`` = ``[(arm, seed, eta)]`` in one sweep, every arm from
+    its seed's weights (:func:`arm_params`), ``mu = eta / R`` (``R = N n`` rows)."""
+    cfgs = [arm_config(s, a) for a, _, _ in plan]
+    R = output_rows(cfgs[0], X)
+    starts = [arm_params(s, a, seed, X, dtype=dtype) for a, seed, _ in plan]
+    return R, sweep(starts, X, Yt, cfgs, [eta / R for _, _, eta in plan], steps, device=device)
 
 
 def _tune(s: dict, X, Yt, arm: Arm, dtype, device) -> dict:
-    """The arm's step ``eta`` (``mu = eta / (N n)``) by :func:`convres.stats.tune_step` (protocol
-    section 2) on the factor-2 grid ``eta_grid``: each probe seed's score is its final training MSE
-    after the probe horizon (never censored: every stable probe run resolves); a probe run that
-    diverges or ends above its start makes the step unstable."""
-    cfg = arm_config(s, arm)
-    R = output_rows(cfg, X)
-    starts = [arm_params(s, arm, seed, X, dtype=dtype) for seed in s["probe_seeds"]]
-
+    """The arm's step ``eta`` by :func:`convres.stats.tune_step` on ``eta_grid``, each probe seed's
+    score its final training MSE ``2 Phi_T / R`` (never censored); unstable: diverged or above its start."""
     def probe(etas: list[float], T: int) -> list[list]:
-        out = sweep([p for _ in etas for p in starts], X, Yt, cfg, [e / R for e in etas for _ in starts], T,
-                    device=device)
-        runs = [ProbeRun(_final_mse(h, R), True) if stable(h) else None for _, h in out]
-        k = len(starts)
+        R, out = _sweep(s, X, Yt, [(arm, k, e) for e in etas for k in s["probe_seeds"]], T, dtype, device)
+        runs = [ProbeRun(2 * float(h.loss[-1]) / R, True) if stable(h) else None for _, h in out]
+        k = len(s["probe_seeds"])
         return [runs[i * k:(i + 1) * k] for i in range(len(etas))]
 
     t = tune_step(probe, s["eta_grid"], horizon=positive_int(s, "probe_steps"),
@@ -499,23 +483,17 @@ def _run_record(s, task, arm: Arm, seed: int, eta: float, protocol: str, p, h, l
 
 
 def _evaluate(s, task, Yt, plan: list, protocol: str, level: float, dtype, device) -> list[dict]:
-    """The evaluation runs ``plan`` = ``[(arm, seed, eta)]``, every arm from its seed's weights."""
+    """The records of the evaluation runs ``plan`` = ``[(arm, seed, eta)]`` (:func:`_sweep`)."""
     if not plan:
         return []
-    X = task.X
-    cfgs = [arm_config(s, a) for a, _, _ in plan]
-    R = output_rows(cfgs[0], X)
-    starts = [arm_params(s, a, seed, X, dtype=dtype) for a, seed, _ in plan]
-    out = sweep(starts, X, Yt, cfgs, [eta / R for _, _, eta in plan], s["steps"], device=device)
+    R, out = _sweep(s, task.X, Yt, plan, s["steps"], dtype, device)
     return [_run_record(s, task, a, seed, eta, protocol, p, h, level, R)
             for (a, seed, eta), (p, h) in zip(plan, out)]
 
 
 def _baselines(s: dict, task: SST2Task, data_dir, dtype, shared: dict) -> dict:
-    """The held-out baselines on the task's sentences: the floor (and the floor with twice the
-    dimension: does it gain from a larger ``d``?), the bag-of-words logistic regression, the Adam
-    reference Transformer (a shared part: its seeds are not evaluation seeds) and the majority
-    class."""
+    """The held-out baselines: the floor (and at twice the dimension), the bag of words, the Adam
+    reference Transformer (a shared part: its seeds are not evaluation seeds), the majority class."""
     twice = sst2_data({**s, "d": 2 * s["d"]}, data_dir, dtype)
     bow = s.get("bow")
     return {
@@ -528,9 +506,8 @@ def _baselines(s: dict, task: SST2Task, data_dir, dtype, shared: dict) -> dict:
 
 
 def _shared_parts(s: dict, task: SST2Task, Yt: torch.Tensor, dtype, device) -> dict:
-    """The parts of a run that use no evaluation seed, cached for every piece
-    (:func:`convres.experiments.base.shared_by_pieces`): ``"tune <arm name>"``, ``"checks"``,
-    ``"adam"``, ``"precision"`` and ``"wide"``; name -> a function that returns the part."""
+    """The parts of a run that use no evaluation seed, name -> a function that returns the part,
+    cached for every piece (:func:`convres.experiments.base.shared_by_pieces`)."""
     X = task.X
 
     def tune(a: Arm) -> Callable[[], Any]:
@@ -578,9 +555,6 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     X, Xv = task.X, task.X_val
     N, n = X.shape[:2]
     Yt = token_targets(task.Y, n)
-    if set(s["seeds"]) & set(s["probe_seeds"]):
-        raise ValueError(f"setting 'probe_seeds' {s['probe_seeds']} must not share a seed with 'seeds' "
-                         f"{s['seeds']}: the steps are chosen on seeds that are not evaluated.")
     arms = arms_of(s)
     shared = _shared_parts(s, task, Yt, dtype, device)
     # 1. baselines on the same sentences; the floor's training MSE is the level of T4's alternative
@@ -607,21 +581,22 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
         reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": eta[a], "to": eta[a] / 2 ** times,
                        "diverged": None})
         eta[a] /= 2 ** times
-    # 4. every arm at its tuned step on the evaluation seeds; an arm with a diverged run is rerun at
-    # half its step (every seed of it), listed as a rerun
-    runs = _evaluate(s, task, Yt, [(a, k, eta[a]) for a in arms for k in s["seeds"]], "tuned", level, dtype,
-                     device)
-    for _ in range(positive_int(s, "max_reruns")):
-        bad = sorted({Arm(r["L"], r["arm"]) for r in runs if r["status"] == "diverged"})
-        if not bad:
-            break
-        for a in bad:
-            reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": eta[a], "to": eta[a] / 2,
-                           "diverged": sum(r["status"] == "diverged" for r in runs
-                                           if (r["L"], r["arm"]) == tuple(a))})
-            eta[a] /= 2
-        runs = [r for r in runs if Arm(r["L"], r["arm"]) not in bad] + _evaluate(
-            s, task, Yt, [(a, k, eta[a]) for a in bad for k in s["seeds"]], "tuned", level, dtype, device)
+    # 4. every arm at its tuned step on the evaluation seeds, with the reruns at half the step
+    def run(pending: dict) -> dict:
+        plan = [(a, k, e) for a, e in pending.items() for k in s["seeds"]]
+        records = _evaluate(s, task, Yt, plan, "tuned", level, dtype, device)
+        return {a: [r for r in records if (r["L"], r["arm"]) == a] for a in pending}
+
+    last, failed = rerun_diverged(eta, run, positive_int(s, "max_reruns"))
+    for i in range(positive_int(s, "max_reruns")):
+        for a in sorted(a for a in arms if len(failed[a]) > i):
+            e, bad = failed[a][i]
+            reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": e, "to": e / 2,
+                           "diverged": len(bad)})
+    eta = {a: last[a][0]["eta"] for a in arms}
+    # the runs as the reruns left them: the arms never rerun, then those of each rerun in turn
+    order = sorted(arms, key=lambda a: (len(failed[a]), a if failed[a] else arms[0]))
+    runs = [r for a in order for r in last[a]]
     # 5. the secondary protocol: the common step (the smallest tuned step) for the arms of COMMON_KINDS
     common = min(eta.values())
     again = [a for a in arms if a.kind in COMMON_KINDS]
@@ -645,13 +620,9 @@ def rerun(s: dict, L: int, kind: str, seed: int, eta: float, steps: int, *, data
     """The training MSE ``2 Phi_t / (N n)``, ``t = 0..steps``, of the run of arm ``(L, kind)``,
     ``seed`` and step ``eta`` (settings ``s``), computed alone: the spot check of a committed result
     (:mod:`convres.committed`)."""
-    dtype = dtype_of(s)
-    task = sst2_data(s, data_dir, dtype)
-    arm = Arm(L, kind)
-    cfg = arm_config(s, arm)
-    R = output_rows(cfg, task.X)
-    [(_, h)] = sweep([arm_params(s, arm, seed, task.X, dtype=dtype)], task.X,
-                     token_targets(task.Y, task.X.shape[1]), cfg, eta / R, steps)
+    task = sst2_data(s, data_dir, dtype_of(s))
+    Yt = token_targets(task.Y, task.X.shape[1])
+    R, [(_, h)] = _sweep(s, task.X, Yt, [(Arm(L, kind), seed, eta)], steps, dtype_of(s))
     return finite_list(h.loss * 2 / R)
 
 
@@ -873,6 +844,7 @@ def _without_correct(v):
     return [_without_correct(x) for x in v] if isinstance(v, list) else v
 
 
+_MODEL_FIELDS = ("final_mse", "mean_log_loss", "train_error", "within_sentence", "pooled_sigma_ratio")
 _STEP_KEYS = ("arm", "L", "kind", "grid", "scores", "stable", "horizon", "best", "largest_stable", "chosen",
               "bracketed", "unresolved", "capped")
 
@@ -883,24 +855,19 @@ def _sst2_numbers(res: Result) -> dict:
     for protocol in ("tuned", "common"):
         for (L, kind), by_seed in _runs_by(data["runs"], protocol).items():
             rs = list(by_seed.values())
-            t = [level_steps(r, horizon) for r in rs]
             per_model.append({
                 "protocol": protocol, "L": L, "arm": kind, "residual": kind in ("residual", "matched"),
-                "eta": rs[0]["eta"], "final_mse": spread([r["final_mse"] for r in rs]),
+                "eta": rs[0]["eta"], **{k: spread([r[k] for r in rs]) for k in _MODEL_FIELDS},
                 "initial_mse": spread([r["mse"][0] for r in rs]),
-                "mean_log_loss": spread([r["mean_log_loss"] for r in rs]),
-                "train_error": spread([r["train_error"] for r in rs]),
-                "steps_to_level": spread(t),
+                "steps_to_level": spread([level_steps(r, horizon) for r in rs]),
                 "censored": sum(r["steps_to_level"] is None and r["status"] != "diverged" for r in rs),
-                "within_sentence": spread([r["within_sentence"] for r in rs]),
-                "pooled_sigma_ratio": spread([r["pooled_sigma_ratio"] for r in rs]),
                 "diverged": sum(r["status"] == "diverged" for r in rs)})
     wide = data.get("wide")
     return {"n_train": data["N"], "n_val": data["N_val"], "d": res.settings["d"], "readout": "per token",
             "level": data["level"], "matched_m": data["matched_m"],
             "init_output_std": _init_table(res.settings, data["init"]),
             **protocol_summary(_checks(data)),
-            "step_sizes": [{k: t.get(k) for k in _STEP_KEYS} for t in data["step_sizes"]],
+            "step_sizes": step_table(data["step_sizes"], _STEP_KEYS),
             "eta": data["eta"], "common_eta": data["common_eta"], "reruns": data["reruns"],
             "per_model": per_model, "heldout": heldout_table(data),
             "baselines": {k: _without_correct(v) for k, v in data["baselines"].items()},
@@ -928,12 +895,9 @@ def _report(res: Result) -> dict:
     spread_rows = []
     for m in sorted((m for m in k["per_model"] if m["protocol"] == "tuned"),
                     key=lambda m: (m["L"], ARM_KINDS.index(m["arm"]))):
-        name = f"$L = {m['L']}$, {m['arm']}, own step"
-        for field, label, fmt in (("final_mse", "final training MSE", "{:.3f}"),
-                                  ("mean_log_loss", "mean log-loss (decades)", "{:.3f}")):
-            v = m[field]
-            spread_rows.append({"configuration": name, "measurement": label, "median": v["median"],
-                                "min": v["min"], "max": v["max"], "seeds": v["count"], "format": fmt})
+        for field, label in (("final_mse", "final training MSE"),
+                             ("mean_log_loss", "mean log-loss (decades)")):
+            spread_rows.append(spread_row(f"$L = {m['L']}$, {m['arm']}, own step", label, m[field], "{:.3f}"))
     w = d.get("wide")
     deviations = [
         {"what": "SST-2 inputs", "paper": "not stated",
@@ -954,7 +918,6 @@ def _report(res: Result) -> dict:
         deviations.append({"what": "SST-2 wide FFN", "paper": "none",
                            "book": f"$L = {w['L']}$, $m = {w['m']}$ on {w['N']} of the training sentences",
                            "why": r"the FFN theorem needs $m \ge N$; a subset keeps its cost small"})
-    probes = sum(len(t["grid"]) for t in d["step_sizes"]) * len(s["probe_seeds"])
     return {
         "settings": {"book": f"$N =$ {d['N']:,} training and {d['N_val']} GLUE validation sentences, first "
                              f"{s['n_tokens']} tokens; frozen PPMI-SVD vectors $d = {s['d']}$; "
@@ -966,7 +929,8 @@ def _report(res: Result) -> dict:
                             "rows; every arm alive at initialization, one arm without residuals not "
                             "collapsed"},
         "spread": spread_rows,
-        "runs": len(d["runs"]) + probes + (len(w["runs"]) if w else 0) + len(d.get("float64_check") or []),
+        "runs": len(d["runs"]) + probe_count(s, d["step_sizes"]) + (len(w["runs"]) if w else 0)
+        + len(d.get("float64_check") or []),
         "deviations": deviations,
     }
 
