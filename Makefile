@@ -24,14 +24,12 @@ SITE_TESTS  := tests/test_site.py tests/test_links.py tests/test_lines.py
 EXEC_HASH   := _build/.executed-with
 SOURCES_SHA := $(shell cat $$(find convres book _config.yml -type f \( -name '*.py' -o -name '*.md' -o -name '*.yml' -o -name '*.bib' \) | LC_ALL=C sort) | sha256sum | cut -c1-16)
 
-.PHONY: book test check lint unit data executed strict-build browser pdf assets venv lock clean help
+.PHONY: book test check lint unit data experiments executed strict-build browser pdf assets venv lock \
+        clean help
 .DEFAULT_GOAL := help
 
-help:
-	@echo "make book    build the book into _build/html (first run: creates $(VENV), fetches the data)"
-	@echo "make test    check, the strict book build (every chapter executed once), the browser check"
-	@echo "make check   ruff, mypy and the unit tests: the quick loop"
-	@echo "make pdf     the whole book as _build/latex/convres.pdf (TeX Live: $(TEX_PACKAGES))"
+help:  # the comment at the top of this file
+	@sed -n '2,7s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
 
 venv: $(STAMP)
 
@@ -68,8 +66,7 @@ executed:
 
 # With TeX Live, the whole-book PDF from the chapters just executed (none runs again), then the pages
 # written again to serve it as convres.pdf from every page's download menu; without it, no PDF link.
-book: $(STAMP) $(ASSETS) data executed
-	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j $(JOBS) $(addprefix experiment-,$(EXPERIMENTS))
+book: $(STAMP) $(ASSETS) experiments executed
 	$(BIN)/jupyter-book build --all book
 	@if command -v xelatex >/dev/null && command -v latexmk >/dev/null; then \
 	  $(MAKE) --no-print-directory pdf && $(BIN)/jupyter-book build book \
@@ -85,19 +82,21 @@ lint: $(STAMP)
 unit: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile tests $(addprefix --ignore=,$(SITE_TESTS))
 
-# The experiments first, one process per core (make's own -j), so that the build reads them from the
-# results cache; then the strict build, which executes each chapter once (nb_execution_raise_on_error).
-# (the two longest first, so that the cores stay busy to the end)
+# The experiments before a build, one process per core (make's own -j; the two longest first, so
+# that both cores stay busy), so that the chapters read them from the results cache; then the strict
+# build, which executes each chapter once (nb_execution_raise_on_error).
 LONGEST     = sst2 theorem_separation
 RECORDS     = $(shell $(BIN)/python -c "from convres.experiments import EXPERIMENTS; print(*EXPERIMENTS)")
 EXPERIMENTS = $(filter $(LONGEST),$(RECORDS)) $(filter-out $(LONGEST),$(RECORDS))
 
-strict-build: $(STAMP) $(ASSETS) data executed
+experiments: $(STAMP) data
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j $(JOBS) $(addprefix experiment-,$(EXPERIMENTS))
-	OMP_NUM_THREADS=1 $(BIN)/jupyter-book build --all book -W -n --keep-going
 
 experiment-%:
 	$(BIN)/python -m convres reproduce $* --out _build/figures > /dev/null
+
+strict-build: $(STAMP) $(ASSETS) experiments executed
+	OMP_NUM_THREADS=1 $(BIN)/jupyter-book build --all book -W -n --keep-going
 
 # Every page of _build/html in headless Chromium (offline), the links and the line lengths, spread
 # test by test over one process a core (each starts its own server and browser).

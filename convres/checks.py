@@ -12,6 +12,8 @@ import math
 import numpy as np
 import torch
 
+from .show import plain
+
 __all__ = ["FLOAT_TOL", "LOSS_FLOOR", "tolerance", "finite_fields", "Hypothesis", "Contraction",
            "contraction_check"]
 
@@ -40,19 +42,24 @@ class Hypothesis:
     ``value`` meets ``threshold`` (``None`` when it is not decided). ``kind`` says how it is
     known: ``"certified"`` (bounded before the run), ``"observed"`` (measured along the run),
     ``"estimated"`` (compared with an estimate, which can refute but not establish it) or
-    ``"exact"`` (a property of the shapes or of the instance at ``theta_0``)."""
+    ``"exact"`` (a property of the shapes or of the instance at ``theta_0``). ``tex``: the statement,
+    symbols as ``$...$`` TeX (:func:`convres.show.tex`); :attr:`text` for a terminal."""
 
     name: str
-    statement: str
+    tex: str
     value: float | None
     threshold: float
     holds: bool | None
     kind: str = "exact"
     note: str = ""
 
+    @property
+    def text(self) -> str:
+        return plain(self.tex)
+
     def to_dict(self) -> dict:
         v = self.value
-        return {**dataclasses.asdict(self),
+        return {**dataclasses.asdict(self), "text": self.text,
                 "value": None if v is None or not math.isfinite(v) else float(v),
                 "holds": None if self.holds is None else bool(self.holds)}
 

@@ -25,6 +25,7 @@ from .plotting import figure_png
 from .runtime import check_device, check_memory
 from .scope import certified_scope
 from .separation import separation_report
+from .show import plain
 from .theory import theorem_run
 from .width import fixed_data, orthonormal_data, width_condition
 
@@ -75,7 +76,7 @@ def _theorem_run(args):
     r = theorem_run(*theorem_instance(args.seed, beta=args.beta, layers=args.layers), steps=args.steps)
     if args.json:
         return r.summary()
-    lines = [f"  {a.name}: {a.statement}: value {a.value:.4g}, threshold {a.threshold:.4g}, holds={a.holds}"
+    lines = [f"  {a.name}: {a.text}: value {a.value:.4g}, threshold {a.threshold:.4g}, holds={a.holds}"
              for a in r.assumptions]
     return _fields(r.summary(), 20) + "\n" + "\n".join(lines)
 
@@ -112,7 +113,7 @@ def _theorem_separation(args):
 def _theorem_scope(args):
     rows = certified_scope("book")
     lines = [f"{r['experiment']} [{r['theorem']}]: " + ("certified" if r["certified"] else
-             f"not certified: {r['failing_hypothesis']}") for r in rows]
+             f"not certified: {plain(r['failing_hypothesis'])}") for r in rows]
     return rows if args.json else "\n".join(lines)
 
 

@@ -17,10 +17,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from .show import plain
+
 __all__ = ["TAG", "GRADES", "LEVEL", "T_INTERVAL_BELOW", "BOOTSTRAP_DRAWS", "EFFECT_BOUND", "LOG_LOSS_FLOOR",
            "EVALUATION_SEEDS", "PROBE_SEEDS", "PILOT_SEEDS", "MIN_UNITS", "GRID_FACTOR", "PROBE_HORIZON_MAX",
            "STABLE_FRACTION", "RERUN_FACTOR", "PROTOCOLS", "REGIMES", "DEPTHS", "Claim", "Check", "Deviation",
-           "CLAIMS", "CHECKS", "DEVIATIONS"]
+           "ALTERNATIVES", "CLAIMS", "CHECKS", "DEVIATIONS"]
 
 TAG = "protocol-v4"
 #: The grades, in the order :func:`convres.stats.grade` tries them (after *not testable*).
@@ -54,15 +56,16 @@ PROTOCOLS = ("tuned", "common")
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """One claim: its ``id``, the paper's words (``text``; ``tex`` with ``$...$`` TeX where it has
-    symbols), the primary ``measure`` per ``unit`` on its ``scale``, what a positive effect means
-    (``sign``), the ``margin``, the ``rule`` ("superiority"; "non-inferiority" for T3), the
-    pre-named ``subsets`` (strata of the units), ``every`` (reproduced only if reproduced in every
-    subset), the ``alternatives`` ``(measure, protocol)``, the design ``checks`` it needs and the
-    ``statistic`` ("mean" of unit effects, or "spearman" within each stratum)."""
+    """One claim: its ``id``, the paper's words (``tex``: symbols as ``$...$`` TeX, :func:`convres.show.tex`;
+    :attr:`text` for a terminal), the primary ``measure`` per ``unit`` on its ``scale`` (TeX too), what a
+    positive effect means (``sign``), the ``margin``, the ``rule`` ("superiority"; "non-inferiority" for
+    T3), the pre-named ``subsets`` (strata of the units), ``every`` (reproduced only if reproduced in
+    every subset), the ``alternatives`` ``(measure, protocol)`` (their TeX in :data:`ALTERNATIVES`), the
+    design ``checks`` it needs and the ``statistic`` ("mean" of unit effects, or "spearman" within each
+    stratum)."""
 
     id: str
-    text: str
+    tex: str
     measure: str
     unit: str
     scale: str
@@ -74,7 +77,10 @@ class Claim:
     every: bool = False
     rule: str = "superiority"
     statistic: str = "mean"
-    tex: str = ""
+
+    @property
+    def text(self) -> str:
+        return plain(self.tex)
 
     @property
     def experiment(self) -> str:
@@ -83,14 +89,18 @@ class Claim:
 
 @dataclasses.dataclass(frozen=True)
 class Check:
-    """A design check of section 3: it passes iff ``value <op> threshold`` (``op`` one of ``<``,
-    ``<=``, ``>=``, ``>``); run before the evaluation runs."""
+    """A design check of section 3: it passes iff its value ``<op> threshold`` (``op`` one of ``<``,
+    ``<=``, ``>=``, ``>``); run before the evaluation runs. ``tex``: what the value counts, in TeX."""
 
     name: str
     experiment: str
-    statement: str
+    tex: str
     op: str
     threshold: float
+
+    @property
+    def text(self) -> str:
+        return plain(self.tex)
 
     def passes(self, value: float) -> bool:
         t = self.threshold
@@ -99,7 +109,7 @@ class Check:
 
 @dataclasses.dataclass(frozen=True)
 class Deviation:
-    """A change to the protocol: ``what``, ``when``, ``why`` and the claims it ``touches``."""
+    """A change to the protocol: ``what``, ``when``, ``why`` (``$...$`` TeX) and the claims it ``touches``."""
 
     what: str
     when: str
@@ -114,65 +124,71 @@ _LEVEL = (("steps to the level", "tuned"), ("mean log-loss", "common"))
 _SIM = ("simulations tuning resolves", "simulations probes stable")
 _SST = ("sst2 arms alive", "sst2 within-sentence share", "sst2 pooled sigma ratio")
 _JENA = ("jena informative", "jena reachable", "jena equal start")
-_LL = "mean log-loss (mean over t = 1..T of log10 max(Phi_t / Phi_0, 1e-12))"
+#: The alternative measures by the name the runners grade them under, and their TeX where it differs.
+ALTERNATIVES = {"steps to 1e-2": r"steps to $10^{-2}$", "steps to 1e-6": r"steps to $10^{-6}$",
+                "unmatched L = 2": r"unmatched $L = 2$", "ln MSE ratio": r"$\ln$ MSE ratio",
+                "-mean log-loss": "\N{MINUS SIGN}mean log-loss"}
+_LL = r"mean log-loss (mean over $t = 1, \dots, T$ of $\log_{10}\max(\Phi_t/\Phi_0,\ 10^{-12})$)"
+_B01 = r"$\beta = 0$ minus $\beta = 0.1$"
+_TAU, _BY_SEED_REGIME, _BY_SEED_DEPTH = r"$\tau$", r"seed $\times$ regime", r"seed $\times$ depth"
+_NOT_COLLAPSED = "the non-collapsed arm without residuals"
 _LN11 = math.log(1.1)
 CLAIMS = {c.id: c for c in [
     Claim("S1", "The stronger the residual, the faster gradient descent converges.",
-          f"-tau (Kendall) of beta against the {_LL}", "seed x regime", "tau", "larger beta, lower", 0.4,
-          _SIM, _SPEED, REGIMES),
-    Claim("S2", "Even a small residual (beta = 0.1) converges faster than none.",
-          f"{_LL} of beta = 0 minus beta = 0.1", "seed x regime", "decades", "beta = 0.1 lower", 0.1,
-          _SIM, _SPEED, REGIMES, tex=r"Even a small residual ($\beta = 0.1$) converges faster than none."),
+          rf"$-\tau$ (Kendall) of $\beta$ against the {_LL}", _BY_SEED_REGIME, _TAU,
+          r"larger $\beta$, lower", 0.4, _SIM, _SPEED, REGIMES),
+    Claim("S2", r"Even a small residual ($\beta = 0.1$) converges faster than none.", f"{_LL} of {_B01}",
+          _BY_SEED_REGIME, "decades", r"$\beta = 0.1$ lower", 0.1, _SIM, _SPEED, REGIMES),
     Claim("S3", "Without the residual, training stalls where attention is nearly uniform (tested: a "
-          "plateau, ten times longer or more).", "log10(T_escape(beta = 0) / T_escape(beta = 1)), scale "
-          "1/d_QK, the largest d_QK", "seed", "decades", "beta = 0 escapes later", 1.0, _SIM,
-          (("steps to 1e-2", "tuned"), ("escape time", "common"))),
-    Claim("S4", "The stall grows as d_QK grows.", "tau (Kendall) of d_QK against T_escape(beta = 0), "
-          "scale 1/d_QK", "seed", "tau", "later escape at larger d_QK", 0.4, _SIM,
-          (("escape time", "half step"),), tex=r"The stall grows as $d_{QK}$ grows."),
-    Claim("S5", "The rate is set by the smallest singular value of the attention output (the paper's "
-          "mechanism).", "Spearman rho of sigma_min(Z_0) against the rate (slope of -ln Phi_t over its "
-          "linear phase) within each regime, mean over regimes", "seed in a regime", "rho",
-          "larger sigma_min, faster", 0.3, _SIM, (("-mean log-loss", "tuned"),), REGIMES,
-          statistic="spearman", tex=r"The rate is set by $\sigma_{\min}$ of the attention output (the "
-          "paper's mechanism)."),
-    Claim("J1", "Larger beta converges faster.", f"-tau (Kendall) of beta against the {_LL}", "seed", "tau",
-          "larger beta, lower", 0.4, _JENA, _LEVEL, tex=r"Larger $\beta$ converges faster."),
-    Claim("J2", "Even a small beta (0.1) beats beta = 0.", f"{_LL} of beta = 0 minus beta = 0.1", "seed",
-          "decades", "beta = 0.1 lower", 0.05, _JENA, _LEVEL,
-          tex=r"Even a small $\beta$ (0.1) beats $\beta = 0$."),
-    Claim("T1", "With residuals the training loss is consistently lower.", "ln(MSE_none / MSE_res) at the "
-          "horizon, the non-collapsed arm without residuals", "seed x depth", "ln", "residual lower",
-          _LN11, _SST, (("norm-preserving arm", "tuned"), ("ln MSE ratio", "common")), DEPTHS, every=True),
-    Claim("T2", "With residuals the loss improves with depth.", "ln(MSE_{L=2, matched} / MSE_{L=10}), "
-          "residual arms", "seed", "ln", "L = 10 lower", _LN11,
-          ("sst2 arms alive", "sst2 matched shallow arm"),
+          "plateau, ten times longer or more).", r"$\log_{10}\big(T_{\text{escape}}(\beta = 0)/"
+          r"T_{\text{escape}}(\beta = 1)\big)$, scale $1/d_{QK}$, the largest $d_{QK}$", "seed", "decades",
+          r"$\beta = 0$ escapes later", 1.0, _SIM, (("steps to 1e-2", "tuned"), ("escape time", "common"))),
+    Claim("S4", r"The stall grows as $d_{QK}$ grows.", r"$\tau$ (Kendall) of $d_{QK}$ against "
+          r"$T_{\text{escape}}(\beta = 0)$, scale $1/d_{QK}$", "seed", _TAU,
+          r"later escape at larger $d_{QK}$", 0.4, _SIM, (("escape time", "half step"),)),
+    Claim("S5", r"The rate is set by $\sigma_{\min}$ of the attention output (the paper's mechanism).",
+          r"Spearman $\rho$ of $\sigma_{\min}(Z_0)$ against the rate (slope of $-\ln \Phi_t$ over its "
+          "linear phase) within each regime, mean over regimes", "seed in a regime", r"$\rho$",
+          r"larger $\sigma_{\min}$, faster", 0.3, _SIM, (("-mean log-loss", "tuned"),), REGIMES,
+          statistic="spearman"),
+    Claim("J1", r"Larger $\beta$ converges faster.", rf"$-\tau$ (Kendall) of $\beta$ against the {_LL}",
+          "seed", _TAU, r"larger $\beta$, lower", 0.4, _JENA, _LEVEL),
+    Claim("J2", r"Even a small $\beta$ (0.1) beats $\beta = 0$.", f"{_LL} of {_B01}", "seed", "decades",
+          r"$\beta = 0.1$ lower", 0.05, _JENA, _LEVEL),
+    Claim("T1", "With residuals the training loss is consistently lower.",
+          r"$\ln(\mathrm{MSE}_{\text{none}}/\mathrm{MSE}_{\text{res}})$ at the horizon, " + _NOT_COLLAPSED,
+          _BY_SEED_DEPTH, r"$\ln$", "residual lower", _LN11, _SST,
+          (("norm-preserving arm", "tuned"), ("ln MSE ratio", "common")), DEPTHS, every=True),
+    Claim("T2", "With residuals the loss improves with depth.",
+          r"$\ln(\mathrm{MSE}_{L = 2,\ \text{matched}}/\mathrm{MSE}_{L = 10})$, residual arms", "seed",
+          r"$\ln$", r"$L = 10$ lower", _LN11, ("sst2 arms alive", "sst2 matched shallow arm"),
           (("unmatched L = 2", "tuned"), ("ln MSE ratio", "common"))),
-    Claim("T3", "Without residuals depth does not help.", "ln(MSE_{L=10} / MSE_{L=2}), the non-collapsed "
-          "arm without residuals", "seed", "ln", "depth does not help", -_LN11, _SST,
-          (("collapsed arm", "tuned"), ("ln MSE ratio", "common")), rule="non-inferiority"),
-    Claim("T4", "Residuals reach a given loss sooner.", f"{_LL} of none minus residual, the non-collapsed "
-          "arm without residuals", "seed x depth", "decades", "residual lower", 0.1, _SST, _LEVEL, DEPTHS),
+    Claim("T3", "Without residuals depth does not help.",
+          r"$\ln(\mathrm{MSE}_{L = 10}/\mathrm{MSE}_{L = 2})$, " + _NOT_COLLAPSED, "seed", r"$\ln$",
+          "depth does not help", -_LN11, _SST, (("collapsed arm", "tuned"), ("ln MSE ratio", "common")),
+          rule="non-inferiority"),
+    Claim("T4", "Residuals reach a given loss sooner.", f"{_LL} of none minus residual, {_NOT_COLLAPSED}",
+          _BY_SEED_DEPTH, "decades", "residual lower", 0.1, _SST, _LEVEL, DEPTHS),
 ]}
 
 CHECKS = {c.name: c for c in [
     Check("simulations tuning resolves", "simulations", "arms whose step tuning stays unresolved", "<=", 0),
     Check("simulations probes stable", "simulations",
-          "probe runs that diverge at the chosen step (every d_QK and regime)", "<=", 0),
+          r"probe runs that diverge at the chosen step (every $d_{QK}$ and regime)", "<=", 0),
     Check("jena informative", "jena", "training MSE of the best order-blind predictor (ridge on the mean, "
           "std, min, max of each feature) over the speed level", ">", 1.0),
-    Check("jena reachable", "jena", "pilot runs (every beta, 2 pilot seeds) that do not reach the level "
+    Check("jena reachable", "jena", r"pilot runs (every $\beta$, 2 pilot seeds) that do not reach the level "
           "within half the horizon", "<=", 0),
-    Check("jena equal start", "jena", "largest relative difference of the initial loss between the betas "
-          "of a seed", "<", 0.01),
-    Check("sst2 arms alive", "sst2", "largest |log10(output std of an arm / the residual arm's)| at init",
-          "<=", 1.0),
+    Check("jena equal start", "jena", r"largest relative difference of the initial loss between the values "
+          r"of $\beta$ of a seed", "<", 0.01),
+    Check("sst2 arms alive", "sst2", r"largest $|\log_{10}(\text{output std of an arm}/\text{the residual "
+          r"arm's})|$ at init", "<=", 1.0),
     Check("sst2 within-sentence share", "sst2", "within-sentence share of the non-collapsed arm without "
           "residuals at init (smallest over depths)", ">=", 0.5),
-    Check("sst2 pooled sigma ratio", "sst2", "pooled sigma_min / sigma_max of the non-collapsed arm over "
-          "the residual arm's at init (smallest over depths)", ">=", 0.1),
-    Check("sst2 matched shallow arm", "sst2", "|parameters of the matched L = 2 arm / those of L = 10 - 1|",
-          "<=", 0.05),
+    Check("sst2 pooled sigma ratio", "sst2", r"pooled $\sigma_{\min}/\sigma_{\max}$ of the non-collapsed arm "
+          "over the residual arm's at init (smallest over depths)", ">=", 0.1),
+    Check("sst2 matched shallow arm", "sst2", r"$|\text{parameters of the matched } L = 2 \text{ arm}/"
+          r"\text{those of } L = 10 - 1|$", "<=", 0.05),
 ]}
 
 _BEFORE = "in the protocol-v4 commit, before any v4 run"
@@ -186,9 +202,9 @@ DEVIATIONS = (
               "runs left out; below it the grade is inconclusive until the arm is rerun at half its step",
               _BEFORE, "section 1 asks for 10 (20) seeds per claim but says nothing of a claim that falls "
               "below them when runs diverge", tuple(CLAIMS)),
-    Deviation("alternatives are graded with the primary's margin; speed alternatives as log10 ratios "
+    Deviation(r"alternatives are graded with the primary's margin; speed alternatives as $\log_{10}$ ratios "
               "of steps (decades, like the primary)", _BEFORE,
               "section 4 names the alternative measures but not their margins", tuple(CLAIMS)),
-    Deviation("S3 is measured at the largest d_QK of the escape runs; T4 against the non-collapsed arm",
-              _BEFORE, "section 4 leaves the d_QK of S3 and the arm of T4 unnamed", ("S3", "T4")),
+    Deviation(r"S3 is measured at the largest $d_{QK}$ of the escape runs; T4 against the non-collapsed arm",
+              _BEFORE, r"section 4 leaves the $d_{QK}$ of S3 and the arm of T4 unnamed", ("S3", "T4")),
 )

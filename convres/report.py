@@ -1,6 +1,6 @@
 """The reproduction report's tables and badges, from :class:`convres.experiments.Result` objects
 (the ML Reproducibility Checklist: claims, settings, seeds and variance, compute, deviations).
-:func:`notation` writes plain-text symbols (``N n <= d``, ``beta``) in the book's TeX.
+The TeX of a claim, its criterion and a hypothesis comes with its record (``tex``, ``criterion``).
 """
 
 from __future__ import annotations
@@ -25,16 +25,13 @@ from .protocol import (
     PROBE_SEEDS,
     TAG,
 )
-from .show import fixed, power_of_ten, table, tex
-from .theory import MIN_DECREASE
+from .show import fixed, number, power_of_ten, table, tex
 
-__all__ = ["VERDICT_COLORS", "NOTATION", "STATEMENTS", "notation", "badge", "verdict_counts",
-           "verdict_counts_html", "claims_html", "criteria_html", "claims_table", "hypotheses_table",
-           "settings_table", "spread_table", "compute_table", "deviations_table", "scale_html",
-           "effect_text", "evidence_text", "effect_digits", "interval_text", "provenance_table",
-           "ALL_VERDICTS",
-           "claim_row", "protocol_line", "METHODS", "THUMBNAIL",
-           "protocol_claims_table", "protocol_checks_table", "protocol_seeds_table",
+__all__ = ["ALL_VERDICTS", "THUMBNAIL", "VERDICT_COLORS", "METHODS", "badge", "verdict_counts",
+           "verdict_counts_html", "claim_row", "claims_html", "criteria_html", "scale_html", "claims_table",
+           "hypotheses_table", "effect_digits", "interval_text", "effect_text", "evidence_text",
+           "settings_table", "spread_table", "compute_table", "deviations_table", "provenance_table",
+           "protocol_line", "protocol_claims_table", "protocol_checks_table", "protocol_seeds_table",
            "protocol_deviations_table"]
 
 #: Every verdict a row can carry: protocol v4's grades.
@@ -45,119 +42,12 @@ THUMBNAIL = 160
 VERDICT_COLORS = {"reproduced": "#1b6e32", "partly": "#8a5300", "not reproduced": "#a4241b",
                   "reversed": "#6e1f5c", "inconclusive": "#55595f", "not testable": "#33405a"}
 
-_ESCAPE = r"T_{\text{escape}}"
-
-
-def _sub(text: str) -> str:
-    """A subscript of the plain text (``none``, ``{L=2, matched}``) in TeX: words upright."""
-    parts = text.strip("{}").split(", ")
-    return r",\ ".join(f"L = {m[1]}" if (m := re.fullmatch(r"L ?= ?(\d+)", p)) else rf"\text{{{p}}}"
-                       for p in parts)
-
-
-#: The plain-text symbols of the experiments' rows (which the command line prints as they are) and
-#: their TeX in the book's notation: ``(pattern, match -> TeX)``, tried in this order.
-NOTATION = [
-    (r"\blog10 max\(Phi_t ?/ ?Phi_0, 1e-0*(\d+)\)",
-     lambda m: rf"\log_{{10}}\max(\Phi_t/\Phi_0,\ 10^{{-{m[1]}}})"),
-    (r"\bt = 1\.\.T\b", lambda m: r"t = 1, \dots, T"),
-    (r"\blog10\(T_escape\(beta = (\d+)\) / T_escape\(beta = (\d+)\)\)",
-     lambda m: rf"\log_{{10}}\big({_ESCAPE}(\beta = {m[1]})/{_ESCAPE}(\beta = {m[2]})\big)"),
-    (r"\bT_escape\(beta = (\d+)\)", lambda m: rf"{_ESCAPE}(\beta = {m[1]})"),
-    (r"\bln\(MSE_(\{[^}]*\}|\w+) / MSE_(\{[^}]*\}|\w+)\)",
-     lambda m: rf"\ln(\mathrm{{MSE}}_{{{_sub(m[1])}}}/\mathrm{{MSE}}_{{{_sub(m[2])}}})"),
-    (r"(?<![\w.])-ln (Phi_t|\d+(?:\.\d+)?)\b",
-     lambda m: r"-\ln " + (r"\Phi_t" if m[1] == "Phi_t" else m[1])),
-    (r"Phi_\{t\+1\} <= \(1 - mu sigma_min\(H_t\)\^2\) Phi_t",
-     lambda m: r"\Phi_{t+1} \le (1 - \mu\,\sigma_{\min}(H_t)^2)\,\Phi_t"),
-    (r"\bmu sigma_min\(H_0\)\^2", lambda m: r"\mu\,\sigma_{\min}(H_0)^2"),
-    (r"\bsigma_min\((\w+)\)(\^2)?", lambda m: rf"\sigma_{{\min}}({m[1]}){m[2] or ''}"),
-    (r"\bsigma_(min|max)\b", lambda m: rf"\sigma_{{\{m[1]}}}"),
-    (r"\bsigma_c\(W_U\) > 0", lambda m: r"\sigma_c(W_U) > 0"),
-    (r"\bPhi_T ?/ ?Phi_0\b", lambda m: r"\Phi_T/\Phi_0"),
-    (r"\bN n = (\d+) > d = (\d+)", lambda m: rf"Nn = {m[1]} > d = {m[2]}"),
-    (r"\bN n <= d\b", lambda m: r"Nn \le d"),
-    (r"\bN n\b", lambda m: "Nn"),
-    (r"\bm = (\d+) < rows = (\d+)", lambda m: rf"m = {m[1]} < \text{{rows}} = {m[2]}"),
-    (r"\bm >= rows\b", lambda m: r"m \ge \text{rows}"),
-    (r"\bc <= d\b", lambda m: r"c \le d"),
-    (r"\bp >= outputs\b", lambda m: r"p \ge \text{outputs}"),
-    (r"\(t_0 - t_small\) / t_0", lambda m: r"(t_0 - t_{\text{small}})/t_0"),
-    (r"\b1/sqrt\(d_(?:qk|QK)\)", lambda m: r"1/\sqrt{d_{QK}}"),
-    (r"\b1/sqrt\((\w)\)", lambda m: rf"1/\sqrt{{{m[1]}}}"),
-    (r"\b1/d_(?:qk|QK)\b", lambda m: r"1/d_{QK}"),
-    (r"\bd_(?:qk|QK) to infinity\b", lambda m: r"d_{QK} \to \infty"),
-    (r"\bd_(?:qk|QK)\^(\d+(?:\.\d+)?)", lambda m: rf"d_{{QK}}^{{{m[1]}}}"),
-    (r"\bd_(?:qk|QK)( ?= ?\d+(?:,\d{3})*)?(?![\w.])", lambda m: r"d_{QK}" + (m[1] or "")),
-    (r"\b([A-Z])_([A-Za-z0-9])\b", lambda m: rf"{m[1]}_{m[2]}"),
-    (r"(?<![\w.])1e-0*(\d+)\b", lambda m: rf"10^{{-{m[1]}}}"),
-    (r"(?<![\w.])(\d+(?:\.\d+)?e[+-]\d+)(?!\d)", lambda m: power_of_ten(m[1])),
-    (r"(?<![\w.])-tau\b", lambda m: r"-\tau"),
-    (r"\b(beta|tau|eta|mu|alpha|rho)( ?= ?-?\d+(?:\.\d+)?)?(?![\w.])", lambda m: "\\" + m[1] + (m[2] or "")),
-    (r"(?<= )(<=|>=)(?= )", lambda m: r"\le" if m[1] == "<=" else r"\ge"),
-    (r"\bL ?= ?(\d+)\b", lambda m: f"L = {m[1]}"),
-    (r"(?<=\d) ?x(?=[ ,;)]|$)", lambda m: r"\times"),
-    (r"(?<=[a-z] )x(?= [a-z])", lambda m: r"\times"),
-    (r"(?<![\w.])(\d+)min\b", lambda m: rf"{m[1]}\ \text{{min}}"),
-    (r"\blog10\b", lambda m: r"\log_{10}"),
-]
-
-
-#: The statements of the hypotheses that :func:`convres.theory.check_assumptions` and
-#: :func:`convres.theory.ffn_theorem_run` check (plain text, for the command line), in the book's
-#: notation; :func:`notation` looks a whole statement up here first.
-STATEMENTS = {
-    "N n <= d": r"$Nn \le d$",
-    "act' is Lipschitz (gelu, tanh, softplus)": "the activation's derivative is Lipschitz "
-                                                "(GELU, tanh, softplus)",
-    "sigma_Nn(X) / ||X||_2 > 1e-10": r"$\sigma_{Nn}(X)/\|X\|_2 > 10^{-10}$",
-    "sigma_Nn(H_0) / ||H_0||_2 > 1e-10": r"$\sigma_{Nn}(H_0)/\|H_0\|_2 > 10^{-10}$",
-    f"mu alpha T >= ln(1/{MIN_DECREASE:g})": rf"$\mu\alpha T \ge \ln(1/{MIN_DECREASE:g})$",
-    "FFN width m >= number of output rows": r"FFN width $m \ge$ the number of output rows",
-    "outputs c <= d": r"outputs $c \le d$",
-    "sigma_rows(M~_0) / ||M~_0||_2 > 1e-10":
-        r"$\sigma_{\text{rows}}(\tilde M_0)/\|\tilde M_0\|_2 > 10^{-10}$",
-    "sigma_c(W_U^0) / ||W_U^0||_2 > 1e-10": r"$\sigma_c(W_U^0)/\|W_U^0\|_2 > 10^{-10}$",
-    f"mu alpha' T >= ln(1/{MIN_DECREASE:g})": rf"$\mu\alpha' T \ge \ln(1/{MIN_DECREASE:g})$",
-    "mu L_hat_0 <= 1 (L_hat_0 <= L_B: a failure certifies mu > 1/L_B)":
-        r"$\mu \hat L_0 \le 1$ ($\hat L_0 \le L_B$: a failure certifies $\mu > 1/L_B$)",
-    "min over recorded steps of sigma_rows(M~_t) / sigma_M0":
-        r"$\min_t \sigma_{\text{rows}}(\tilde M_t)/\sigma_{\text{rows}}(\tilde M_0)$ over the "
-        "recorded steps",
-    "min over recorded steps of sigma_c(W_U,t) / sigma_U0":
-        r"$\min_t \sigma_c(W_{U,t})/\sigma_c(W_U^0)$ over the recorded steps",
-    "min over steps of (Phi_t - mu/2 ||g_t||^2 - Phi_{t+1}) / Phi_t":
-        r"$\min_t\, (\Phi_t - \tfrac{\mu}{2}\|g_t\|^2 - \Phi_{t+1})/\Phi_t$",
-}
-
-
-def notation(text: str) -> str:
-    """``text`` with the plain-text symbols of :data:`NOTATION` written as inline TeX (``$...$``,
-    for :func:`convres.show.tex`): ``"d_QK = 64"`` becomes ``"$d_{QK} = 64$"``. A statement of
-    :data:`STATEMENTS` is replaced whole; text already between dollars is left as it is."""
-    text = str(text)
-    if text in STATEMENTS:
-        return STATEMENTS[text]
-    for pattern, to_tex in NOTATION:
-        def dollars(m, to_tex=to_tex):
-            return f"${to_tex(m)}$"
-
-        parts = text.split("$")
-        parts[::2] = [re.sub(pattern, dollars, p) for p in parts[::2]]
-        text = "$".join(parts)
-    return text
-
-
-def _html(text: str) -> str:
-    return tex(notation(text))
-
 
 def _claim(row: dict) -> str:
-    """A row's claim as HTML: a protocol-v4 row's own TeX, else the plain text through :func:`notation`;
-    a formula in parentheses, ``($\\beta = 0.1$)``, is kept on one line with its parentheses."""
-    out = tex(row["tex"]) if "tex" in row else _html(row["claim"])
+    """A row's claim (its ``tex``) as HTML; a formula in parentheses, ``($\\beta = 0.1$)``, is kept on
+    one line with its parentheses."""
     return re.sub(r"\((<span class=\"math[^\"]*\">.*?</span>)\)",
-                  r'<span style="white-space:nowrap">(\1)</span>', out)
+                  r'<span style="white-space:nowrap">(\1)</span>', tex(row["tex"]))
 
 
 def claim_row(rows: Sequence[dict], claim_id: str) -> dict:
@@ -229,8 +119,8 @@ def criteria_html(rows: list[dict]) -> str:
     the pre-named subsets' grades and the alternatives'), in a collapsed block."""
     items = "".join(f"<li><b>{html.escape(r.get('id', ''))} {_claim(r)}</b> "
                     f"({html.escape(r['experiment'])}): {badge(r['verdict'])}<br>"
-                    f"criterion: {_html(r['criterion'])}<br>"
-                    f"measurement: {_html(evidence_text(r, full=True))}</li>" for r in rows)
+                    f"criterion: {tex(r['criterion'])}<br>"
+                    f"measurement: {tex(evidence_text(r, full=True))}</li>" for r in rows)
     return ("<details><summary>How each verdict is decided (criteria and measurements)</summary>"
             f"<ul>{items}</ul></details>")
 
@@ -271,27 +161,26 @@ def effect_text(row: dict) -> str:
 def evidence_text(row: dict, *, full: bool = False) -> str:
     """The evidence of a claim row (:meth:`convres.experiments.base.ClaimRecord.row`), the same for
     every experiment: ``effect +0.48 (95% interval 0.37 to 0.57; margin 0.4; BCa bootstrap, 30
-    units)``, and the diverged units; ``full`` adds the sign test, each pre-named subset's grade and
-    the alternative measures' grades. A row without an interval gives its reason."""
+    units)``, and the diverged units; ``full`` adds (in TeX) the sign test, each pre-named subset's
+    grade and the alternative measures' grades. A row without an interval gives its reason."""
     if row.get("effect") is None:
         text = f"no interval: {row.get('reason') or 'too few units'}"
     else:
         d = effect_digits(row)
-        margin = f"{row['margin']:.2g}".replace("-", "\N{MINUS SIGN}")
         text = (f"effect {_signed(row['effect'], d)} (95% interval {interval_text(row, d)}; "
-                f"margin {margin}; "
+                f"margin {number(row['margin'])}; "
                 f"{METHODS.get(row['interval'], row['interval'])}, {row['units']} units)")
         if row.get("diverged"):
             text += f", {row['diverged']} diverged"
     if not full:
         return text
     if row.get("sign_test_p") is not None:
-        text += f"; sign test p = {row['sign_test_p']:.2g}"
+        text += f"; sign test $p = {power_of_ten(format(row['sign_test_p'], '.2g'))}$"
     if row.get("subsets"):
         text += "; by subset: " + ", ".join(f"{k} {v}" for k, v in row["subsets"].items())
     if row.get("sensitivity"):
         text += "; alternatives: " + ", ".join(
-            f"{x['measure']} ({x['protocol'].removesuffix(' step')} step) {x['verdict']}"
+            f"{x['tex']} ({x['protocol'].removesuffix(' step')} step) {x['verdict']}"
             for x in row["sensitivity"])
     return text
 
@@ -350,16 +239,15 @@ def claims_table(rows: list[dict], effect: str = "{:.2f}"):
 
     sign = any("sign_test_p" in r for r in rows)
     sens = any("sensitivity" in r for r in rows)
-    return table([{"claim": r.get("tex", r["claim"]), "effect": r.get("effect"),
+    return table([{"claim": r["tex"], "effect": r.get("effect"),
                    "95% interval": interval(r.get("ci")), "margin": r.get("margin"),
                    "units": f"{r['units']} ({r['diverged']} diverged)" if "diverged" in r else "",
                    **({"sign test p": r.get("sign_test_p")} if sign else {}),
                    "verdict": r["verdict"] + (f" ({r['reason']})" if r.get("reason") and sens else ""),
-                   **({"sensitivity": "; ".join(f"{s['measure']} ({s['protocol']}): {s['verdict']}"
+                   **({"sensitivity": "; ".join(f"{s['tex']} ({s['protocol']}): {s['verdict']}"
                                                 for s in r.get("sensitivity", []))} if sens else {})}
                   for r in rows],
-                 {"effect": effect, "margin": "{:.3g}", **({"sign test p": "{:.2g}"} if sign else {})},
-                 text=notation)
+                 {"effect": effect, "margin": "{:.3g}", **({"sign test p": "{:.2g}"} if sign else {})})
 
 
 def hypotheses_table(checks, *, first: str = "instance"):
@@ -373,9 +261,9 @@ def hypotheses_table(checks, *, first: str = "instance"):
         c = c.to_dict() if hasattr(c, "to_dict") else c
         row = {} if key is None else {first: key}
         name = c["name"] if " " in c["name"] else c["name"].replace("_", " ")
-        rows.append({**row, "hypothesis": name, "statement": c["statement"], "value": c["value"],
+        rows.append({**row, "hypothesis": name, "statement": c["tex"], "value": c["value"],
                      "threshold": c["threshold"], "holds": c["holds"]})
-    return table(rows, {"value": "{:.4g}", "threshold": "{:.4g}"}, text=notation)
+    return table(rows, {"value": "{:.4g}", "threshold": "{:.4g}"})
 
 
 def _fmt(x, spec="{:.3g}") -> str:
@@ -454,19 +342,19 @@ def protocol_line(stamp: Mapping | None = None, *, before: bool = False) -> str:
 def protocol_claims_table():
     """The claims of ``convres.protocol.CLAIMS``: words, measure, unit, margin, rule, the
     pre-named subsets, the alternatives and the design checks each needs (a ``Styler``)."""
-    return table([{"id": c.id, "claim (paper)": c.tex or c.text, "measure":
+    return table([{"id": c.id, "claim (paper)": c.tex, "measure":
                    f"{c.measure}; positive: {c.sign}", "unit": c.unit,
                    "margin": f"{c.margin:.3g} ({c.scale})",
                    "rule": c.rule + (", every subset" if c.every else ""),
                    "pre-named subsets": ", ".join(c.subsets) or "none",
                    "alternatives": "; ".join(f"{m} ({p})" for m, p in c.alternatives),
-                   "design checks": ", ".join(c.checks)} for c in CLAIMS.values()], text=notation)
+                   "design checks": ", ".join(c.checks)} for c in CLAIMS.values()])
 
 
 def protocol_checks_table():
     """The design checks of ``convres.protocol.CHECKS`` (a ``Styler``)."""
-    return table([{"check": c.name, "value": c.statement, "passes if": f"value {c.op} {c.threshold:g}"}
-                  for c in CHECKS.values()], text=notation)
+    return table([{"check": c.name, "value": c.tex, "passes if": f"value {c.op} {c.threshold:g}"}
+                  for c in CHECKS.values()])
 
 
 def protocol_seeds_table():
@@ -484,4 +372,4 @@ def protocol_seeds_table():
 def protocol_deviations_table():
     """``convres.protocol.DEVIATIONS``: what changed, when, why and the claims it touches."""
     return table([{"what": d.what, "when": d.when, "why": d.why, "touches": ", ".join(d.touches)}
-                  for d in DEVIATIONS], text=notation)
+                  for d in DEVIATIONS])

@@ -20,7 +20,7 @@ __all__ = ["THEOREMS", "THEOREM_NAMES", "scope_rows", "scope_table", "scope_summ
 THEOREMS = {"thm-main": "through W_U (per token; ml-thm for L > 1)",
             "thm-ffn": "through the last W_2 (per token or pooled)"}
 #: How the chapters name the two theorems.
-THEOREM_NAMES = {"thm-main": "theorem through W_U", "thm-ffn": "theorem through the FFN"}
+THEOREM_NAMES = {"thm-main": "theorem through $W_U$", "thm-ffn": "theorem through the FFN"}
 
 
 def scope_rows(label: str, cfg: ModelConfig, N: int, n: int, note: str = "") -> list[dict]:
@@ -95,13 +95,14 @@ def scope_summary(rows: list[dict]):
                          for (e, th), bad in covered(rows).items()])
 
 
-#: How :func:`certified_scope` words a failing shape hypothesis (``{v}``: value, ``{t}``: threshold).
+#: How :func:`certified_scope` words a failing shape hypothesis (``{v}``: value, ``{t}``: threshold), in
+#: TeX (:func:`convres.show.tex`).
 _FAILING = {"per-token readout": "per-token readout (this model pools)",
-            "(A1) width N n <= d": "(A1) width: N n = {v:g} > d = {t:g}",
+            "(A1) width N n <= d": "(A1) width: $Nn = {v:g} > d = {t:g}$",
             "(A2) smooth activation": "(A2) smooth activation: {note}",
-            "(F1) width m >= rows": "(F1) width: m = {v:g} < rows = {t:g}",
-            "(F2) outputs c <= d": "(F2) outputs: c = {v:g} > d = {t:g}",
-            "any PL: parameters p >= outputs": "any PL inequality: parameters p = {v:g} < outputs = {t:g}"}
+            "(F1) width m >= rows": r"(F1) width: $m = {v:g} < \text{{rows}} = {t:g}$",
+            "(F2) outputs c <= d": "(F2) outputs: $c = {v:g} > d = {t:g}$",
+            "any PL: parameters p >= outputs": "any PL inequality: parameters $p = {v:g}$ < outputs {t:g}"}
 
 
 def _configuration(cfg: ModelConfig, N: int, n: int, note: str) -> str:
@@ -126,13 +127,13 @@ def certified_scope(profile: str = "book") -> list[dict]:
                        for r in bad[(sh.label, theorem)]]
             cert, certified, ratio = certs.get((sh.label, theorem)), False, None
             if not failing and sh.cfg.L != 1:
-                failing = [f"certified bounds: one block (L = 1), this model has L = {sh.cfg.L}"]
+                failing = [f"certified bounds: one block ($L = 1$), this model has $L = {sh.cfg.L}$"]
             elif not failing and cert is None:
                 failing = ["not certified: no certificate is computed for this configuration"]
             elif not failing and cert is not None:
                 certified, ratio = bool(cert["certified"]), float(cert["ratio"])
                 if not certified:
-                    failing = [f"(b) proper initialization: certificate ratio {ratio:.3g} >= 1 "
+                    failing = [rf"(b) proper initialization: certificate ratio {ratio:.3g} $\ge 1$ "
                                f"({cert['certified_seeds']} of {cert['seeds']} seeds certified)"]
             out.append({"experiment": sh.label, "configuration": _configuration(sh.cfg, sh.N, sh.n, sh.note),
                         "theorem": theorem, "certified": certified,

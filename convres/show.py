@@ -11,10 +11,10 @@ import math
 import numbers
 import re
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
-__all__ = ["source", "Source", "tex", "power_of_ten", "table", "fixed", "plain", "strip_tags",
-           "html_text", "HTMLBlock"]
+__all__ = ["source", "Source", "tex", "power_of_ten", "sci", "table", "number", "fixed", "plain",
+           "strip_tags", "html_text", "HTMLBlock"]
 
 
 class Source(str):
@@ -68,7 +68,12 @@ def power_of_ten(number: str) -> str:
     return (f"10^{{{sign}{m[3]}}}" if m[1] == "1" else rf"{m[1]} \times 10^{{{sign}{m[3]}}}")
 
 
-def _cell(value, spec, text: Callable[[str], str], na: str) -> str:
+def sci(x: float, digits: int = 1) -> str:
+    """``x`` in scientific notation as inline TeX: ``sci(0.00123)`` gives ``$1.2 \\times 10^{-3}$``."""
+    return f"${power_of_ten(f'{x:.{digits}e}')}$"
+
+
+def _cell(value, spec, na: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return na
     if isinstance(value, bool) or type(value).__name__ == "bool_":
@@ -85,20 +90,31 @@ def _cell(value, spec, text: Callable[[str], str], na: str) -> str:
         value = str(value)
     elif power_of_ten(value) != value:
         value = f"${power_of_ten(value)}$"
-    return tex(text(value))
+    return tex(value)
+
+
+def number(x: float, spec: str = ".2g") -> str:
+    """``x`` formatted by ``spec`` for the prose: a negative number with the minus sign U+2212,
+    never a negative zero."""
+    out = format(x + 0.0, spec)
+    return "\N{MINUS SIGN}" + out[1:] if out.startswith("-") else out
 
 
 def fixed(x: float, digits: int = 2) -> str:
-    """``x`` with ``digits`` decimals for the prose: a negative number with the minus sign U+2212,
-    never a negative zero (``-0.004`` reads ``0.00``)."""
-    return f"{round(x, digits) + 0.0:.{digits}f}".replace("-", "\N{MINUS SIGN}")
+    """``x`` with ``digits`` decimals for the prose (:func:`number`): ``-0.004`` reads ``0.00``."""
+    return number(round(x, digits), f".{digits}f")
+
+
+#: The TeX commands :func:`plain` spells out for a terminal.
+_SPELLED = {"le": "<=", "ge": ">=", "times": "x", "dots": "...", "|": "||", ",": " ", " ": " ", "big": ""}
 
 
 def plain(text: str) -> str:
-    """``text`` for a reader without MathJax (the PDF, a terminal): dollars and the backslashes
-    of TeX commands dropped, ``\\(...\\)`` delimiters removed (``$\\sigma_{\\min}$`` reads
-    ``sigma_{min}``)."""
-    return re.sub(r"\\([A-Za-z]+)", r"\1", re.sub(r"\\[()]|\$", "", text))
+    """``text`` for a reader without MathJax (the PDF, a terminal): dollars and ``\\(...\\)``
+    delimiters and ``\\text{}`` dropped, ``\\le``/``\\ge``/``\\times`` spelled out, other TeX commands
+    without their backslash (``$\\sigma_{\\min} \\le 1$`` reads ``sigma_{min} <= 1``)."""
+    text = re.sub(r"\\(?:text|mathrm)\{([^{}]*)\}", r"\1", re.sub(r"\\[()]|\$", "", text))
+    return re.sub(r"\\([A-Za-z]+|[|, ])", lambda m: _SPELLED.get(m[1], m[1]), text)
 
 
 def strip_tags(markup: str) -> str:
@@ -144,11 +160,10 @@ def _table_class():
     return Table
 
 
-def table(data, formats: Mapping | None = None, *, index: bool = False,
-          text: Callable[[str], str] = str, na: str = ""):
+def table(data, formats: Mapping | None = None, *, index: bool = False, na: str = ""):
     """A pandas ``Styler`` of ``data`` (a ``DataFrame``, row dicts or columns). Names and text cells may
-    hold ``$...$`` TeX (:func:`tex`), rewritten first by ``text``; ``formats`` maps a column to a format
-    or a function, else integers get separators, numbers three digits, booleans yes/no, missing ``na``."""
+    hold ``$...$`` TeX (:func:`tex`); ``formats`` maps a column to a format or a function, else integers
+    get separators, numbers three digits, booleans yes/no, missing ``na``."""
     import pandas as pd
 
     frame = data if isinstance(data, pd.DataFrame) else \
@@ -158,13 +173,10 @@ def table(data, formats: Mapping | None = None, *, index: bool = False,
     if unknown:
         raise ValueError(f"formats names columns {sorted(map(str, unknown))} that the table does not "
                          f"have; its columns are {list(map(str, frame.columns))}.")
-    styler = _table_class()(frame).format({c: functools.partial(_cell, spec=formats.get(c), text=text, na=na)
-                                 for c in frame.columns})
-    def label(v) -> str:
-        return tex(text(str(v)))
-
-    styler = styler.format_index(label, axis=1)
-    styler = styler.format_index(label, axis=0) if index else styler.hide(axis="index")
+    styler = _table_class()(frame).format({c: functools.partial(_cell, spec=formats.get(c), na=na)
+                                           for c in frame.columns})
+    styler = styler.format_index(tex, axis=1)
+    styler = styler.format_index(tex, axis=0) if index else styler.hide(axis="index")
     left = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])
             or pd.api.types.is_bool_dtype(frame[c])]
     return styler.set_table_styles({c: [{"selector": "td, th", "props": "text-align: left"}]

@@ -76,6 +76,9 @@ def part_b_check(params, X, Y, cfg) -> dict:
     return _part_b(params, X, Y, cfg, float(phi), sigma_nn(tr.H[-1]), flat_norm(grads.values()))
 
 
+_SMOOTH = "the activation's derivative is Lipschitz (GELU, tanh, softplus)"
+
+
 def _assumptions(X, H0, cfg, mu, steps) -> list[Hypothesis]:
     N, n = X.shape[0], X.shape[1]
     Xs, H0 = stacked(X), stacked(H0)
@@ -84,16 +87,15 @@ def _assumptions(X, H0, cfg, mu, steps) -> list[Hypothesis]:
     sigma_0 = sigma_nn(H0)
     rel_h = sigma_0 / max(float(singular_values(H0, "H_0")[0]), 1e-300)
     checks = [
-        Hypothesis("width", "N n <= d", float(N * n), float(cfg.d), N * n <= cfg.d),
-        Hypothesis("smooth activation", "act' is Lipschitz (gelu, tanh, softplus)",
-                   float(smooth), 1.0, smooth),
-        Hypothesis("full-rank input", "sigma_Nn(X) / ||X||_2 > 1e-10",
+        Hypothesis("width", r"$Nn \le d$", float(N * n), float(cfg.d), N * n <= cfg.d),
+        Hypothesis("smooth activation", _SMOOTH, float(smooth), 1.0, smooth),
+        Hypothesis("full-rank input", r"$\sigma_{Nn}(X)/\|X\|_2 > 10^{-10}$",
                    rel_x, 1e-10, rel_x > 1e-10),
-        Hypothesis("non-degenerate H_0", "sigma_Nn(H_0) / ||H_0||_2 > 1e-10",
+        Hypothesis("non-degenerate H_0", r"$\sigma_{Nn}(H_0)/\|H_0\|_2 > 10^{-10}$",
                    rel_h, 1e-10, rel_h > 1e-10)]
     if mu is not None:
         need, val = -math.log(MIN_DECREASE), mu * alpha(sigma_0) * steps
-        rule = f"mu alpha T >= ln(1/{MIN_DECREASE:g})"
+        rule = rf"$\mu\alpha T \ge \ln(1/{MIN_DECREASE:g})$"
         checks.append(Hypothesis("non-vacuous rate", rule, val, need, val >= need))
     return checks
 
@@ -377,28 +379,27 @@ def ffn_theorem_run(params, X, Y, cfg, *, mu: float, steps: int, record_every: i
     rate = mu * a * T
     H = Hypothesis
     hyp = [
-        H("width", "FFN width m >= number of output rows", cfg.m, rows, cfg.m >= rows),
-        H("output_dim", "outputs c <= d", cfg.c, cfg.d, cfg.c <= cfg.d),
-        H("smooth_activation", "act' is Lipschitz (gelu, tanh, softplus)", float(cfg.act.smooth), 1.0,
-          cfg.act.smooth),
-        H("full_rank_activations", "sigma_rows(M~_0) / ||M~_0||_2 > 1e-10", sM0 / max(norm_M0, 1e-300),
-          1e-10, sM0 > 1e-10 * norm_M0),
-        H("full_rank_readout", "sigma_c(W_U^0) / ||W_U^0||_2 > 1e-10", sU0 / max(norm_U0, 1e-300),
+        H("width", r"FFN width $m \ge$ the number of output rows", cfg.m, rows, cfg.m >= rows),
+        H("output_dim", r"outputs $c \le d$", cfg.c, cfg.d, cfg.c <= cfg.d),
+        H("smooth_activation", _SMOOTH, float(cfg.act.smooth), 1.0, cfg.act.smooth),
+        H("full_rank_activations", r"$\sigma_{\text{rows}}(\tilde M_0)/\|\tilde M_0\|_2 > 10^{-10}$",
+          sM0 / max(norm_M0, 1e-300), 1e-10, sM0 > 1e-10 * norm_M0),
+        H("full_rank_readout", r"$\sigma_c(W_U^0)/\|W_U^0\|_2 > 10^{-10}$", sU0 / max(norm_U0, 1e-300),
           1e-10, sU0 > 1e-10 * norm_U0),
-        H("non_vacuous_rate", f"mu alpha' T >= ln(1/{MIN_DECREASE:g})", rate, -math.log(MIN_DECREASE),
+        H("non_vacuous_rate", rf"$\mu\alpha' T \ge \ln(1/{MIN_DECREASE:g})$", rate, -math.log(MIN_DECREASE),
           rate >= -math.log(MIN_DECREASE)),
     ]
     if L_hat is not None:
-        hyp.append(H("step_size", "mu L_hat_0 <= 1 (L_hat_0 <= L_B: a failure certifies mu > 1/L_B)",
-                     mu * L_hat, 1.0, mu * L_hat <= 1, kind="estimated"))
+        hyp.append(H("step_size", r"$\mu \hat L_0 \le 1$ ($\hat L_0 \le L_B$: a failure certifies "
+                     r"$\mu > 1/L_B$)", mu * L_hat, 1.0, mu * L_hat <= 1, kind="estimated"))
     ratio_M = sM_a.min() / sM0 if len(sM_a) and sM0 > 0 else None
     ratio_U = sU_a.min() / sU0 if len(sU_a) and sU0 > 0 else None
     hyp += [
-        H("sigma_M_along_run", "min over recorded steps of sigma_rows(M~_t) / sigma_M0", ratio_M, 0.5,
-          ratio_M is not None and ratio_M >= 0.5, kind="observed"),
-        H("sigma_U_along_run", "min over recorded steps of sigma_c(W_U,t) / sigma_U0", ratio_U, 0.5,
-          ratio_U is not None and ratio_U >= 0.5, kind="observed"),
-        H("descent_along_run", "min over steps of (Phi_t - mu/2 ||g_t||^2 - Phi_{t+1}) / Phi_t",
+        H("sigma_M_along_run", r"$\min_t \sigma_{\text{rows}}(\tilde M_t)/\sigma_{\text{rows}}(\tilde M_0)$ "
+          "over the recorded steps", ratio_M, 0.5, ratio_M is not None and ratio_M >= 0.5, kind="observed"),
+        H("sigma_U_along_run", r"$\min_t \sigma_c(W_{U,t})/\sigma_c(W_U^0)$ over the recorded steps", ratio_U,
+          0.5, ratio_U is not None and ratio_U >= 0.5, kind="observed"),
+        H("descent_along_run", r"$\min_t\, (\Phi_t - \tfrac{\mu}{2}\|g_t\|^2 - \Phi_{t+1})/\Phi_t$",
           float(descent.min()) if len(descent) else None, -tol,
           bool(len(descent)) and descent.min() >= -tol, kind="observed"),
     ]

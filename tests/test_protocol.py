@@ -25,6 +25,7 @@ from convres.experiments.base import (
     protocol_stamp,
     protocol_summary,
 )
+from convres.show import plain, tex
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,7 +46,12 @@ def test_the_constants_are_those_of_protocol_md():
         assert set(c.checks) <= set(P.CHECKS) and c.checks and c.alternatives
         assert all(p in (*P.PROTOCOLS, "half step") for _, p in c.alternatives)
         assert c.experiment in EXPERIMENTS and (c.margin > 0) == (c.rule == "superiority")
-        assert not c.tex or c.tex.count("$") % 2 == 0 and c.tex.replace("$", "") != c.text
+        for field in (c.tex, c.measure, c.unit, c.scale, c.sign):      # TeX a reader sees, balanced
+            assert tex(field) and "$" not in plain(field) and "\\" not in plain(field), (c.id, field)
+    assert all(tex(ch.tex) and "$" not in ch.text for ch in P.CHECKS.values())
+    assert all(tex(d.what) and tex(d.why) for d in P.DEVIATIONS)
+    assert all(tex(t) and m in {a for c in P.CLAIMS.values() for a, _ in c.alternatives}
+               for m, t in P.ALTERNATIVES.items())
     assert all(set(d.touches) <= set(P.CLAIMS) and d.why for d in P.DEVIATIONS)
 
 
@@ -97,7 +103,8 @@ def test_a_claim_record_holds_its_estimate_and_verdict_in_strict_json(cid):
             "diverged", "subset"} <= set(doc)
     assert doc["id"] == cid == rec.id and doc["verdict"] in P.GRADES and doc["margin"] == c.margin
     assert [(s["measure"], s["protocol"]) for s in doc["sensitivity"]] == list(c.alternatives)
-    assert rec.tex == (c.tex or c.text) and rec.row(figure="f")["figure"] == "f"
+    assert rec.tex == c.tex and rec.text == plain(c.tex) and rec.row(figure="f")["figure"] == "f"
+    assert doc["measure"] == plain(c.measure) and all(tex(s["tex"]) for s in doc["sensitivity"])
     assert report.claim_row([rec.row(experiment=c.experiment)], cid)["verdict"] == doc["verdict"]
     failed = claim_record(cid, effects, profile="book", strata=strata, sensitivity=sens, draws=300,
                           checks=_checks(c.experiment, failed=[c.checks[0]]))
@@ -214,8 +221,9 @@ def test_the_report_states_the_protocol():
     assert r"\(\beta\)" in page and report.VERDICT_COLORS["reversed"] in page
     assert report.verdict_counts(rows) == {g: int(g == "reversed") for g in P.GRADES}
     claims = report.protocol_claims_table().to_html()
-    assert all(f">{cid}<" in claims for cid in P.CLAIMS)
+    assert all(f">{cid}<" in claims for cid in P.CLAIMS) and "$" not in claims
     checks = report.protocol_checks_table().to_html()
+    assert "$" not in checks and "$" not in report.protocol_deviations_table().to_html()
     assert all(name in checks for name in P.CHECKS)
     assert "100, 101, 102" in report.protocol_seeds_table().to_html()
     assert len(report.protocol_deviations_table().data) == len(P.DEVIATIONS)

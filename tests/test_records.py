@@ -17,6 +17,7 @@ from convres.committed import load_paper_result, pieces, run_piece
 from convres.data import DATASETS
 from convres.experiments import simulations as sim
 from convres.protocol import CLAIMS
+from convres.show import tex
 
 pytestmark = pytest.mark.parametrize("record", list(ex.EXPERIMENTS), indirect=True)
 
@@ -75,6 +76,7 @@ def test_the_claims_are_the_protocol_s_each_with_its_id_and_a_verdict(record):
         assert {"effect", "ci", "margin", "units", "sign_test_p", "sensitivity", "diverged", "tex", "criterion",
                 "measurement", "evidence", "figure"} <= set(r)
         assert r["verdict"] not in ("inconclusive", "not testable") or r["reason"]
+        assert tex(r["tex"]) and tex(r["criterion"]) and "$" not in r["claim"] + r["measure"]   # TeX, and words
     assert ex.EXPERIMENTS[record].in_report == bool(rows)
 
 

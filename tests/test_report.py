@@ -1,7 +1,5 @@
 """The reproduction report's evidence, badges and thumbnails (convres.report), on hand-made claim rows."""
 
-import pytest
-
 from convres import report
 from convres.show import fixed
 
@@ -12,9 +10,10 @@ def _row(**kw):
     row = {"id": "S2", "experiment": "simulations", "claim": "Even a small residual (beta = 0.1) helps.",
            "tex": r"Even a small residual ($\beta = 0.1$) helps.", "verdict": "inconclusive",
            "effect": 0.18, "ci": [-0.21, 0.56], "interval": "BCa bootstrap, stratified", "margin": 0.1,
-           "units": 30, "diverged": 0, "sign_test_p": 0.86, "criterion": "per seed x regime, every 10min",
+           "units": 30, "diverged": 0, "sign_test_p": 8.8e-5, "criterion": r"per seed $\times$ regime",
            "figure": "fig-sim-regimes", "subsets": {"L=2": "partly"},
-           "sensitivity": [{"measure": "steps to 1e-2", "protocol": "tuned", "verdict": "partly"}]}
+           "sensitivity": [{"measure": "steps to 1e-2", "tex": r"steps to $10^{-2}$", "protocol": "tuned",
+                            "verdict": "partly"}]}
     return {**row, **kw}
 
 
@@ -33,10 +32,11 @@ def test_one_evidence_format_for_every_interval_method():
     assert report.effect_text(_row(effect=-0.00146, ci=[-0.00687, 0.00395])) == \
         f"{MINUS}0.001 ({MINUS}0.007 to 0.004)"
     full = report.evidence_text(_row(), full=True)
-    assert "sign test p = 0.86" in full and "by subset: L=2 partly" in full
-    assert "steps to 1e-2 (tuned step) partly" in full
+    assert r"sign test $p = 8.8 \times 10^{-5}$" in full and "by subset: L=2 partly" in full
+    assert r"steps to $10^{-2}$ (tuned step) partly" in full
     assert report.evidence_text(_row(effect=None, ci=None, reason="3 finite units")) == \
         "no interval: 3 finite units"
+    assert f"margin {MINUS}0.095;" in report.evidence_text(_row(margin=-0.0953))
 
 
 def test_the_claims_table_and_badges():
@@ -53,15 +53,7 @@ def test_the_claims_table_and_badges():
     assert f"{MINUS}0.21 to 0.56" in page
 
 
-@pytest.mark.parametrize("plain, typeset", [
-    ("log10 max(Phi_t / Phi_0, 1e-12)", r"$\log_{10}\max(\Phi_t/\Phi_0,\ 10^{-12})$"),
-    ("log10(T_escape(beta = 0) / T_escape(beta = 1))",
-     r"$\log_{10}\big(T_{\text{escape}}(\beta = 0)/T_{\text{escape}}(\beta = 1)\big)$"),
-    ("Spearman rho of sigma_min(Z_0)", r"Spearman $\rho$ of $\sigma_{\min}(Z_0)$"),
-    ("per seed x regime", r"per seed $\times$ regime"),
-    ("every 10min", r"every $10\ \text{min}$"),
-    ("ln(MSE_{L=2, matched} / MSE_{L=10})",
-     r"$\ln(\mathrm{MSE}_{L = 2,\ \text{matched}}/\mathrm{MSE}_{L = 10})$"),
-])
-def test_criteria_are_typeset(plain, typeset):
-    assert report.notation(plain) == typeset
+def test_criteria_and_measurements_are_typeset_from_the_rows_tex():
+    page = report.criteria_html([_row(), _row(id="S3", effect=None, ci=None, reason="3 finite units")])
+    assert "$" not in page and r"\(\times\)" in page and r"\(10^{-2}\)" in page
+    assert r"\(p = 8.8 \times 10^{-5}\)" in page

@@ -1,10 +1,10 @@
-"""The chapters' tables: TeX in headers and cells, readable values, no index; the report's notation."""
+"""The chapters' tables: TeX in headers and cells, readable values, no index; TeX and its plain text."""
 
 import pandas as pd
 import pytest
 
-from convres.report import STATEMENTS, claims_table, hypotheses_table, notation
-from convres.show import html_text, strip_tags, table, tex
+from convres.report import claims_table, hypotheses_table
+from convres.show import html_text, number, plain, sci, strip_tags, table, tex
 
 MATH = '<span class="math notranslate nohighlight">'
 
@@ -32,40 +32,43 @@ def test_table_headers_values_and_index():
         table([{"a": 1}], {"b": "{}"})
 
 
-def test_notation_writes_the_plain_symbols_in_tex():
-    assert notation("N n <= d") == r"$Nn \le d$"
-    assert notation("scale 1/sqrt(d_qk), beta = 0.1") == r"scale $1/\sqrt{d_{QK}}$, $\beta = 0.1$"
-    assert notation("steps to 1e-06 of Phi_T / Phi_0") == r"steps to $10^{-6}$ of $\Phi_T/\Phi_0$"
-    assert notation("d_QK = 1024, tau") == r"$d_{QK} = 1024$, $\tau$"
-    assert notation("already $\\beta$ and beta") == r"already $\beta$ and $\beta$"
-    assert notation("alphabet, etas, zeta") == "alphabet, etas, zeta"     # whole words only
-    assert notation("L=2: 6.11x, 0.5 x the floor") == r"$L = 2$: 6.11$\times$, 0.5$\times$ the floor"
-    assert notation("7.1e-06 to 2.2e+00; ratio 939 >= 1") == \
-        r"$7.1 \times 10^{-6}$ to $2.2$; ratio 939 $\ge$ 1"
+def test_plain_reads_tex_in_a_terminal_and_numbers_read_in_prose():
+    assert plain(r"$Nn \le d$, $\|X\|_2 \ge 1$") == "Nn <= d, ||X||_2 >= 1"
+    assert plain(r"$\ln(\mathrm{MSE}_{\text{none}}/\mathrm{MSE}_{L = 2})$") == "ln(MSE_{none}/MSE_{L = 2})"
+    assert plain("no math") == "no math"
+    assert number(-0.095) == "\N{MINUS SIGN}0.095" and number(-1e-5) == "\N{MINUS SIGN}1e-05"
+    assert number(-0.0) == "0" and sci(0.00123) == r"$1.2 \times 10^{-3}$"
 
 
-def test_every_checked_statement_has_its_tex():
+def _assert_typeset(hypotheses):
+    """Every statement is balanced TeX with a plain reading, and the table shows it as math."""
+    for h in hypotheses:
+        assert tex(h.tex) and "$" not in h.text and "\\" not in h.text, h
+    html = hypotheses_table(hypotheses).to_html()
+    assert "$" not in html and html.count(MATH) >= sum("$" in h.tex for h in hypotheses)
+
+
+def test_every_checked_hypothesis_carries_its_tex():
     from convres.instances import theorem_instance
     from convres.lemmas import mu_max
     from convres.theory import check_assumptions
 
     params, X, Y, cfg = theorem_instance(0, beta=1.0)
     checks = check_assumptions(params, X, Y, cfg, mu=mu_max(params, X, Y, cfg), steps=10)
-    assert all(c.statement in STATEMENTS for c in checks)
-    html = hypotheses_table(checks).to_html()
-    assert rf"{MATH}\(Nn \le d\)</span>" in html and "N n" not in html
+    _assert_typeset(checks)
+    assert {c.name: c.to_dict()["text"] for c in checks}["width"] == "Nn <= d"
 
 
 def test_claims_table_reads_claim_rows():
-    rows = [dict(claim="larger beta faster", verdict="partly", effect=0.31, ci=(0.1, 0.5),
-                 margin=0.4, units=10, diverged=1),
-            dict(claim="a check", verdict="inconclusive")]
+    rows = [dict(claim="larger beta faster", tex=r"larger $\beta$ faster", verdict="partly", effect=0.31,
+                 ci=(0.1, 0.5), margin=0.4, units=10, diverged=1),
+            dict(claim="a check", tex="a check", verdict="inconclusive")]
     html = claims_table(rows).to_html()
     assert rf"larger {MATH}\(\beta\)</span> faster" in html
     assert ">0.10 to 0.50<" in html and ">10 (1 diverged)<" in html and ">0.31<" in html
 
 
-def test_every_ffn_statement_has_its_tex():
+def test_every_ffn_hypothesis_carries_its_tex():
     from convres import init_params, synthetic_regression
     from convres.model import ModelConfig
     from convres.theory import ffn_theorem_run
@@ -73,7 +76,7 @@ def test_every_ffn_statement_has_its_tex():
     cfg = ModelConfig(d=8, d_qk=8, m=64, c=1, activation="gelu", beta=1.0)
     X, Y = synthetic_regression(2, 4, 8, 1, seed=0)
     run = ffn_theorem_run(init_params(cfg, seed=1), X, Y, cfg, mu=0.002, steps=3, smoothness_iters=2)
-    assert all(h.statement in STATEMENTS for h in run.hypotheses)
+    _assert_typeset(run.hypotheses)
 
 
 def test_a_table_reads_as_text_where_html_is_not_shown():

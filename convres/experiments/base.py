@@ -18,7 +18,8 @@ import torch
 
 from ..cache import cached_json, digest
 from ..model import ModelConfig
-from ..protocol import BOOTSTRAP_DRAWS, CHECKS, CLAIMS, MIN_UNITS, TAG, Claim
+from ..protocol import ALTERNATIVES, BOOTSTRAP_DRAWS, CHECKS, CLAIMS, MIN_UNITS, TAG, Claim
+from ..show import plain
 from ..stats import GRADES, Estimate, censored, estimate, grade
 from ..values import as_int, json_safe
 
@@ -273,7 +274,7 @@ def design_check(name: str, value: float) -> CheckResult:
         raise ValueError(f"unknown design check {name!r}; the protocol's are {sorted(CHECKS)}.")
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
             or not math.isfinite(value):
-        raise ValueError(f"design check {name!r} needs a finite number ({CHECKS[name].statement}), "
+        raise ValueError(f"design check {name!r} needs a finite number ({CHECKS[name].text}), "
                          f"got {value!r}.")
     return CheckResult(name, float(value), float(CHECKS[name].threshold), CHECKS[name].passes(float(value)))
 
@@ -282,7 +283,7 @@ def design_check(name: str, value: float) -> CheckResult:
 class ClaimRecord:
     """A graded claim: its :class:`convres.protocol.Claim`, the :class:`convres.stats.Estimate`, the
     verdict with its ``reason`` and ``subset``, every pre-named subset's verdict (``subsets``) and the
-    ``sensitivity`` grades ``[{"measure", "protocol", "verdict"}]``."""
+    ``sensitivity`` grades ``[{"measure", "tex", "protocol", "verdict"}]``."""
 
     claim: Claim
     estimate: Estimate
@@ -303,11 +304,11 @@ class ClaimRecord:
     @property
     def tex(self) -> str:
         """The claim in the paper's words, symbols as ``$...$`` TeX (:func:`convres.show.tex`)."""
-        return self.claim.tex or self.claim.text
+        return self.claim.tex
 
     def to_json(self) -> dict:
         e = self.estimate
-        return json_safe({"id": self.id, "measure": self.claim.measure, "effect": e.effect,
+        return json_safe({"id": self.id, "measure": plain(self.claim.measure), "effect": e.effect,
                           "ci": None if e.lo is None else [e.lo, e.hi], "interval": e.method,
                           "margin": self.claim.margin, "units": e.units, "sign_test_p": e.sign_test_p,
                           "verdict": self.verdict, "sensitivity": list(self.sensitivity),
@@ -317,7 +318,7 @@ class ClaimRecord:
 
     def row(self, **extra: Any) -> dict:
         """The row of the report's claims tables: the JSON, ``claim`` (the words), ``tex`` and ``extra``
-        (``figure``, ``criterion``, ``measurement``, ``evidence``)."""
+        (``figure``, ``criterion`` in TeX, ``measurement``, ``evidence``)."""
         return {"claim": self.text, "tex": self.tex, **self.to_json(), **extra}
 
 
@@ -353,8 +354,8 @@ def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequ
         subs = {s: estimate([e for e, k in zip(eff, labels) if k == s], **kw) for s in c.subsets}
         return est, subs, grade(est, c.margin, rule=c.rule, failed=failed, subsets=subs, every=c.every)
     est, subs, g = graded(effects)
-    sens = tuple({"measure": m, "protocol": p, "verdict": graded(alt[(m, p)])[2].verdict}
-                 for m, p in c.alternatives)
+    sens = tuple({"measure": m, "tex": ALTERNATIVES.get(m, m), "protocol": p,
+                  "verdict": graded(alt[(m, p)])[2].verdict} for m, p in c.alternatives)
     by_subset = {s: grade(e, c.margin, rule=c.rule, failed=failed).verdict for s, e in subs.items()}
     return ClaimRecord(c, est, g.verdict, g.reason, g.subset, by_subset, sens)
 

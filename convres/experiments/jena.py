@@ -633,7 +633,7 @@ def _jena_claims(res: Result) -> list[dict]:
              f"{st['end']} ({len(JENA_FEATURES)} of the {len(JENA_ALL_FEATURES)} features, no wind, and each "
              f"row's age), past-only windows of {st['window']} rows, the temperature {st['horizon']} rows "
              f"after the last one; {data['N']:,} training windows; {len(_seeds(res))} paired seeds, "
-             f"{st['steps']} steps, each beta at its own tuned step; ")
+             f"{st['steps']} steps, each $\\beta$ at its own tuned step; ")
     rows = []
     for rec in claim_records(res):
         e = rec.estimate
@@ -648,11 +648,11 @@ def _jena_claims(res: Result) -> list[dict]:
 def _report(res: Result) -> dict:
     s, d, k = res.settings, res.data, res.summary()
     fmt = "{:.4f}"
-    spread_rows = [{"configuration": f"beta = {r['beta']:g} (eta = {r['tuned_eta']:g})",
+    spread_rows = [{"configuration": f"$\\beta = {r['beta']:g}$ ($\\eta = {r['tuned_eta']:g}$)",
                     "measurement": "mean log-loss (decades)", "median": r["mean_log_loss"]["median"],
                     "min": r["mean_log_loss"]["min"], "max": r["mean_log_loss"]["max"],
                     "seeds": r["mean_log_loss"]["count"], "format": "{:.3f}"} for r in k["per_beta"]]
-    spread_rows += [{"configuration": f"beta = {r['beta']:g}", "measurement": "held-out MSE",
+    spread_rows += [{"configuration": f"$\\beta = {r['beta']:g}$", "measurement": "held-out MSE",
                      "median": r["val_mse"]["median"], "min": r["val_mse"]["min"], "max": r["val_mse"]["max"],
                      "seeds": r["val_mse"]["count"], "format": fmt} for r in k["heldout"]]
     for name, v in (("persistence", d["persistence"]["val"]), ("linear AR", d["linear_ar"]["val"])):
@@ -665,8 +665,9 @@ def _report(res: Result) -> dict:
         "settings": {"book": f"{d['rows']:,} rows every {s['freq']} ({s['start'][:10]} to {s['end'][:10]}), "
                              f"{d['d']} features (11 measured, each row's age); train to "
                              f"{s['train_end'][:10]}, rest held out; past-only windows of {s['window']} "
-                             f"rows, target {s['horizon']} rows after the last; N = {d['N']}; "
-                             f"d_QK = {s['d_qk']}, m = {s['m']}, mean-pooled readout, W_U at 0; eta per beta "
+                             f"rows, target {s['horizon']} rows after the last; $N = {d['N']}$; "
+                             f"$d_{{QK}} = {s['d_qk']}$, $m = {s['m']}$, mean-pooled readout, $W_U$ at 0; "
+                             "$\\eta$ per $\\beta$ "
                              f"({etas}); "
                              f"{s['steps']} steps; {len(_seeds(res))} seeds",
                      "why": "every row of the offline slice; the age makes persistence representable; a "
@@ -680,9 +681,9 @@ def _report(res: Result) -> dict:
                         "why": "only this slice is available offline; the loader reads the full file when "
                                "present"},
                        {"what": "Jena inputs", "paper": "not stated",
-                        "book": "each row's age as one more feature; W_U starts at 0",
+                        "book": "each row's age as one more feature; $W_U$ starts at 0",
                         "why": "without positions a mean-pooled model cannot tell the latest row and cannot "
-                               "represent persistence; W_U = 0 gives every beta the same start"}],
+                               "represent persistence; $W_U = 0$ gives every $\\beta$ the same start"}],
     }
 
 
@@ -695,4 +696,4 @@ EXPERIMENT = Experiment(
                    inner_end="2009-01-02 12:00", stride=6, m=8, betas=[0.0, 0.1, 1.0], seeds=[0, 1],
                    probe_steps=10, steps=10)},
     _run_jena, _jena_numbers, _jena_claims, plot_jena, shapes=_shapes, report=_report, piece_seeds=2,
-    paper="Jena Climate, beta from small values up to 1; task, window, split and steps not stated")
+    paper=r"Jena Climate, $\beta$ from small values up to 1; task, window, split and steps not stated")

@@ -53,7 +53,7 @@ from .base import (
 
 __all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "STOP", "ESCAPE_STOP", "LINEAR_PHASE", "HALVINGS", "speed",
            "instance", "linear_rate", "escape_law", "escape_fit", "power_fit", "rerun_escape", "spot_check",
-           "reruns", "second_pass", "halvings", "claim_records", "stalled", "qk_reduced"]
+           "reruns", "second_pass", "halvings", "claim_records", "stalled", "qk_reduced", "SCALE_TEX"]
 
 #: Sensitivity measures: the steps to these fractions of the initial loss.
 LEVELS = (1e-2, 1e-6)
@@ -708,32 +708,37 @@ def _shapes(s: dict) -> list[Shape]:
     return [Shape(f"simulations ({r['name']})", cfg, r["N"], s["n"]) for r, cfg in zip(s["regimes"], cfgs)]
 
 
+#: The attention scales' TeX, by their setting's name.
+SCALE_TEX = {"1/sqrt(d_qk)": r"$1/\sqrt{d_{QK}}$", "1/d_qk": r"$1/d_{QK}$"}
+
+
 def _report(res: Result) -> dict:
     s = res.settings
-    regimes = "; ".join(f"{r['name']}: N = {r['N']}, d_QK = {r['d_qk']}, scale {r['scale']}"
-                        for r in s["regimes"])
+    regimes = "; ".join(f"{r['name']}: $N = {r['N']}$, $d_{{QK}} = {r['d_qk']}$, "
+                        f"scale {SCALE_TEX[r['scale']]}" for r in s["regimes"])
     spread_rows = []
     for c in res.data["regimes"]:
         for b in (0.0, max(s["betas"])):
             v = [r["mean_log_loss"] for r in c["runs"]["tuned"] if r["beta"] == b and not r["diverged"]]
-            spread_rows.append({"configuration": f"{c['name']}, beta = {b:g}",
+            spread_rows.append({"configuration": f"{c['name']}, $\\beta = {b:g}$",
                                 "measurement": "mean log-loss (decades, tuned step)",
                                 "median": float(np.median(v)), "min": min(v), "max": max(v), "seeds": len(v),
                                 "format": "{:.2f}"})
     return {
-        "settings": {"book": f"Gaussian X, Y; n = {s['n']}, d = {s['d']}, m = {s['m']}, {s['activation']}; "
-                             f"{regimes}; beta in {s['betas']}; each arm at its own tuned step (the smallest "
-                             f"tuned step second); {s['steps']} steps; escape law over d_QK in {s['d_qks']}, "
-                             f"{s['escape_steps']} steps, a step tuned at every d_QK; "
+        "settings": {"book": f"Gaussian $X$, $Y$; $n = {s['n']}$, $d = {s['d']}$, $m = {s['m']}$, "
+                             f"{s['activation']}; {regimes}; $\\beta$ in {s['betas']}; each arm at its own "
+                             f"tuned step (the smallest tuned step second); {s['steps']} steps; escape law "
+                             f"over $d_{{QK}}$ in {s['d_qks']}, {s['escape_steps']} steps, a step tuned "
+                             "at every $d_{QK}$; "
                              f"{len(s['seeds'])} seeds",
                      "why": "one regime where the output layer alone can fit, two where a plateau can "
-                            "happen, and the escape time against d_QK"},
+                            "happen, and the escape time against $d_{QK}$"},
         "spread": spread_rows,
         "runs": sum(len(v) for c in res.data["regimes"] for v in c["runs"].values())
         + sum(len(v) for c in res.data["escape"] for v in c["runs"].values()),
         "deviations": [{"what": "simulation regimes", "paper": "not stated",
-                        "book": ", ".join(r["name"] for r in s["regimes"]) + "; attention scale 1/d_QK in "
-                                "the near-uniform one",
+                        "book": ", ".join(r["name"] for r in s["regimes"]) + "; attention scale "
+                                "$1/d_{QK}$ in the near-uniform one",
                         "why": "a plateau cannot appear where the output layer alone can fit"}],
     }
 
@@ -764,4 +769,4 @@ EXPERIMENT = Experiment(
                             dict(name="uniform attention", N=4, d_qk=64, scale="1/d_qk")])},
     _run_simulations, _simulations_numbers, _simulations_claims, lambda res: plot_simulations(res),
     shapes=_shapes, report=_report, piece_seeds=2,
-    paper="synthetic data, several beta; sizes, steps and step sizes not stated")
+    paper=r"synthetic data, several values of $\beta$; sizes, steps and step sizes not stated")

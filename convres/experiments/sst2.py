@@ -806,18 +806,18 @@ def _sst2_claims(res: Result) -> list[dict]:
     e = _effects(res)
     pct = lambda v: f"{100 * math.expm1(v):+.0f}%"  # noqa: E731
     dec = lambda v: f"{v:+.3f} decades"  # noqa: E731
+    ln = lambda a, b: rf"$\ln(\mathrm{{MSE}}_{{{a}}}/\mathrm{{MSE}}_{{{b}}})$"  # noqa: E731
     lo, hi = e["depths"][0], e["depths"][-1]
     extra = {
         "T1": dict(figure="fig-sst2-final",
-                   criterion="per (depth, seed): ln(MSE without / MSE with residuals), final training MSE, "
-                   "the isometric arm; reproduced only if reproduced at every depth",
+                   criterion="per (depth, seed): " + ln(r"\text{none}", r"\text{res}") + ", final training "
+                   "MSE, the isometric arm; reproduced only if reproduced at every depth",
                    evidence=_per_depth_text(e, "T1", pct)),
-        "T2": dict(figure="fig-sst2-final",
-                   criterion=f"per seed: ln(MSE of the matched L = {lo} / MSE of L = {hi}), residual arms, "
-                   "final training MSE"),
-        "T3": dict(figure="fig-sst2-final",
-                   criterion=f"per seed: ln(MSE of L = {hi} / MSE of L = {lo}), isometric arm; reproduced "
-                   "iff the interval's lower end > -ln 1.1"),
+        "T2": dict(figure="fig-sst2-final", criterion="per seed: " + ln(rf"L = {lo},\ \text{{matched}}",
+                                                                        f"L = {hi}") +
+                   ", residual arms, final training MSE"),
+        "T3": dict(figure="fig-sst2-final", criterion="per seed: " + ln(f"L = {hi}", f"L = {lo}") +
+                   r", isometric arm; reproduced iff the interval's lower end $> -\ln 1.1$"),
         "T4": dict(figure="fig-sst2-loss", criterion="per (depth, seed): mean log-loss without minus with "
                    "residuals (isometric arm), in decades", evidence=_per_depth_text(e, "T4", dec))}
     rows = []
@@ -928,7 +928,7 @@ def _report(res: Result) -> dict:
     spread_rows = []
     for m in sorted((m for m in k["per_model"] if m["protocol"] == "tuned"),
                     key=lambda m: (m["L"], ARM_KINDS.index(m["arm"]))):
-        name = f"L = {m['L']}, {m['arm']}, own step"
+        name = f"$L = {m['L']}$, {m['arm']}, own step"
         for field, label, fmt in (("final_mse", "final training MSE", "{:.3f}"),
                                   ("mean_log_loss", "mean log-loss (decades)", "{:.3f}")):
             v = m[field]
@@ -937,28 +937,29 @@ def _report(res: Result) -> dict:
     w = d.get("wide")
     deviations = [
         {"what": "SST-2 inputs", "paper": "not stated",
-         "book": f"first {s['n_tokens']} tokens, no masks; frozen PPMI-SVD vectors, d = {s['d']}",
+         "book": f"first {s['n_tokens']} tokens, no masks; frozen PPMI-SVD vectors, $d = {s['d']}$",
          "why": "keeps the theory's fixed-size X; no pretrained download"},
         {"what": "SST-2 readout", "paper": "not stated",
          "book": "the sentence's target at every token (per-token loss); prediction: the mean output",
          "why": "a mean-pooled loss cannot see a collapse of the rows within a sentence"},
         {"what": "SST-2 initialization", "paper": "Gaussian, 'proper'",
-         "book": "residual: branch scale 1/sqrt(L); no residual: an isometric init (graded) and "
+         "book": r"residual: branch scale $1/\sqrt{L}$; no residual: an isometric init (graded) and "
                  "norm-preserving gains (LSUV, collapsed at depth; beside it)",
          "why": "separates a collapse at initialization from what gradient descent does"},
         {"what": "SST-2 matched shallow arm", "paper": "none",
-         "book": f"L = {min(s['depths'])} with m = {d['matched_m']}, the parameter count of "
-                 f"L = {max(s['depths'])}",
+         "book": f"$L = {min(s['depths'])}$ with $m = {d['matched_m']}$, the parameter count of "
+                 f"$L = {max(s['depths'])}$",
          "why": "'improves with depth' about depth, not parameters"}]
     if w:
         deviations.append({"what": "SST-2 wide FFN", "paper": "none",
-                           "book": f"L = {w['L']}, m = {w['m']} on {w['N']} of the training sentences",
-                           "why": "the FFN theorem needs m >= N; a subset keeps its cost small"})
+                           "book": f"$L = {w['L']}$, $m = {w['m']}$ on {w['N']} of the training sentences",
+                           "why": r"the FFN theorem needs $m \ge N$; a subset keeps its cost small"})
     probes = sum(len(t["grid"]) for t in d["step_sizes"]) * len(s["probe_seeds"])
     return {
-        "settings": {"book": f"N = {d['N']:,} training and {d['N_val']} GLUE validation sentences, first "
-                             f"{s['n_tokens']} tokens; frozen PPMI-SVD vectors d = {s['d']}; m = {s['m']}, "
-                             f"{s['activation']}; L in {s['depths']}; {len(arms_of(s))} arms; per-token "
+        "settings": {"book": f"$N =$ {d['N']:,} training and {d['N_val']} GLUE validation sentences, first "
+                             f"{s['n_tokens']} tokens; frozen PPMI-SVD vectors $d = {s['d']}$; "
+                             f"$m = {s['m']}$, {s['activation']}; $L$ in {s['depths']}; "
+                             f"{len(arms_of(s))} arms; per-token "
                              f"loss; each arm at its own step; {s['steps']} steps; {len(s['seeds'])} seeds; "
                              f"{s['dtype']}",
                      "why": "fixed length without masks keeps the theory's X; a per-token loss sees the "
@@ -993,4 +994,4 @@ EXPERIMENT = Experiment(
                    adam=dict(L=1, m=4, lr=0.01, steps=10, every=5, holdout=4, seeds=[0]),
                    wide=dict(_WIDE, n_train=8, m=16, L=1, steps=5, record_every=5, power_iters=3))},
     _run_sst2, _sst2_numbers, _sst2_claims, plot_sst2, shapes=_shapes, report=_report, piece_seeds=1,
-    paper="SST-2, L = 2, 6, 10 with and without residuals; subset, embeddings, steps not stated")
+    paper="SST-2, $L = 2, 6, 10$ with and without residuals; subset, embeddings, steps not stated")
