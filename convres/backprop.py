@@ -106,11 +106,18 @@ def plus_product(beta, C: torch.Tensor, A: torch.Tensor, B: torch.Tensor, view=N
 WHOLE_ROWS = 8
 
 
-@functools.lru_cache(maxsize=32)
 def sequence_mask(N: int, n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """The ``(N n, N n)`` matrix that is ``0`` where rows ``i`` and ``j`` belong to the same of
     the ``N`` sequences (``i // n == j // n``) and ``-inf`` elsewhere: added to the logits, it
-    makes ``softmax_rows`` exactly zero between sequences."""
+    makes ``softmax_rows`` exactly zero between sequences. Made once per shape, except inside a
+    ``torch.func`` transform (a tensor made there belongs to that transform)."""
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        return _sequence_mask.__wrapped__(N, n, dtype, device)
+    return _sequence_mask(N, n, dtype, device)
+
+
+@functools.lru_cache(maxsize=32)
+def _sequence_mask(N: int, n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     seq = torch.arange(N * n, device=device) // n
     zero = torch.zeros((), dtype=dtype, device=device)
     return torch.where(seq[:, None] == seq[None, :], zero, -math.inf)

@@ -356,3 +356,20 @@ def test_the_cost_policy_refuses_before_allocating_whatever_the_sizes(monkeypatc
         event("gradient descent refused")
     else:
         assert gradient_descent(params, X, Y, cfg, 1e-3, 1).history.steps in (0, 1)
+
+
+def test_torch_func_transforms_before_and_after_a_plain_pass():
+    """The mask of the whole attention (N n <= WHOLE_ROWS) made inside a torch.func transform
+    belongs to that transform: a later plain pass or transform must not reuse it."""
+    from convres.backprop import _sequence_mask
+    from convres.instances import synthetic_regression
+    from convres.lemmas import hessian_norm
+    from convres.model import phi
+
+    _sequence_mask.cache_clear()
+    cfg = ModelConfig(d=16, d_qk=16, m=16, c=1, beta=1.0, activation="gelu")
+    X, Y = synthetic_regression(2, 4, 16, 1, seed=0)
+    p = init_params(cfg, seed=1)
+    norms = [hessian_norm(p, X, Y, cfg, iters=3) for _ in range(2)]
+    assert float(phi(p, X, Y, cfg)) > 0 and norms[0] == norms[1]
+    assert hessian_norm(p, X, Y, cfg, iters=3) == norms[0]
