@@ -14,7 +14,7 @@ import textwrap
 from collections.abc import Mapping
 
 __all__ = ["source", "Source", "tex", "power_of_ten", "sci", "table", "number", "fixed", "plain",
-           "strip_tags", "html_text", "HTMLBlock"]
+           "strip_tags", "html_text", "HTMLBlock", "glues"]
 
 
 class Source(str):
@@ -181,3 +181,12 @@ def table(data, formats: Mapping | None = None, *, index: bool = False, na: str 
             or pd.api.types.is_bool_dtype(frame[c])]
     return styler.set_table_styles({c: [{"selector": "td, th", "props": "text-align: left"}]
                                     for c in left}, overwrite=False)
+
+
+def glues(fmt=str, **values) -> None:
+    """Glue each ``name=value`` for a chapter's prose (``{glue:text}`name```, myst-nb): a string as
+    it is, anything else written by ``fmt`` (e.g. ``"{:.2f}".format``)."""
+    from myst_nb import glue
+
+    for name, value in values.items():
+        glue(name, value if isinstance(value, str) else fmt(value), display=False)

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from convres.report import claims_table, hypotheses_table
-from convres.show import html_text, number, plain, sci, strip_tags, table, tex
+from convres.show import glues, html_text, number, plain, sci, strip_tags, table, tex
 
 MATH = '<span class="math notranslate nohighlight">'
 
@@ -100,3 +100,13 @@ def test_strip_tags_keeps_the_text_and_decodes_entities():
 def test_html_text_reads_a_table_row_by_row():
     markup = "<table><tr><th>a</th><th>b</th></tr><tr><td>1 &amp; 2</td><td>$x$</td></tr></table>"
     assert html_text(markup) == "a | b\n1 & 2 | x"
+
+
+def test_glues_writes_numbers_by_the_format_and_strings_as_they_are(monkeypatch):
+    import myst_nb
+
+    seen = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display: seen.update({name: (value, display)}))
+    glues("{:.2f}".format, a=1.234, b="as is")
+    glues(c=3)
+    assert seen == {"a": ("1.23", False), "b": ("as is", False), "c": ("3", False)}
