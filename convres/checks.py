@@ -43,7 +43,7 @@ class Hypothesis:
     known: ``"certified"`` (bounded before the run), ``"observed"`` (measured along the run),
     ``"estimated"`` (compared with an estimate, which can refute but not establish it) or
     ``"exact"`` (a property of the shapes or of the instance at ``theta_0``). ``tex``: the statement,
-    symbols as ``$...$`` TeX (:func:`convres.show.tex`); :attr:`text` for a terminal."""
+    symbols as ``$...$`` TeX (:func:`convres.show.tex`); ``text`` for a terminal."""
 
     name: str
     tex: str

@@ -57,7 +57,7 @@ PROTOCOLS = ("tuned", "common")
 @dataclasses.dataclass(frozen=True)
 class Claim:
     """One claim: its ``id``, the paper's words (``tex``: symbols as ``$...$`` TeX, :func:`convres.show.tex`;
-    :attr:`text` for a terminal), the primary ``measure`` per ``unit`` on its ``scale`` (TeX too), what a
+    ``text`` for a terminal), the primary ``measure`` per ``unit`` on its ``scale`` (TeX too), what a
     positive effect means (``sign``), the ``margin``, the ``rule`` ("superiority"; "non-inferiority" for
     T3), the pre-named ``subsets`` (strata of the units), ``every`` (reproduced only if reproduced in
     every subset), the ``alternatives`` ``(measure, protocol)`` (their TeX in :data:`ALTERNATIVES`), the
@@ -88,7 +88,7 @@ class Claim:
 
     @property
     def bound(self) -> float | None:
-        """The largest size an effect can have: 1 for Kendall's tau, else none."""
+        """The largest size an effect can have (1 for Kendall's tau), else ``None``."""
         return 1.0 if self.scale == _TAU else None
 
 

@@ -143,7 +143,7 @@ def _correct(pred: np.ndarray, labels: np.ndarray) -> str:
 
 def pooled_baseline(X: torch.Tensor, labels: np.ndarray, X_val: torch.Tensor, labels_val: np.ndarray) -> dict:
     """The floor baseline: least squares from the mean-pooled token vectors and an intercept to
-    ``+-1``; training and validation accuracy, training MSE, ``val_correct`` (:func:`_correct`)."""
+    ``+-1``; training and validation accuracy, training MSE, ``val_correct`` (``_correct``)."""
     A = np.c_[X.double().mean(1).cpu().numpy(), np.ones(len(labels))]
     B = np.c_[X_val.double().mean(1).cpu().numpy(), np.ones(len(labels_val))]
     y = 2.0 * labels - 1.0
