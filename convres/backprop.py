@@ -238,7 +238,8 @@ def backward_rows(layers, W_U, blocks, last, R, s: float, act, beta_attn, beta_f
         dZ = plus_product(beta_ffn, dH, dP, Wt["W_1"], overwrite=True)
         grads[name + "W_V"] = torch.bmm(SX.mT, dZ, out=grads.get(name + "W_V"))
         dSX = torch.bmm(dZ, Wt["W_V"])
-        Xh, Qh, Kh, dSX = (X, Q, K, dSX) if whole else (T.reshape(heads) for T in (X, Q, K, dSX))
+        Xh, Qh, Kh, dSX = ((X, Q, K, dSX) if whole
+                           else (T.reshape(heads) for T in (X, Q, K, dSX)))
         dG = torch.bmm(dSX, Xh.mT).mul_(S)                                # S * dS
         dG = dG.addcmul_(S, dG.sum(-1, keepdim=True), value=-1.0).mul_(s)
         dQ, dK = torch.bmm(dG, Kh), torch.bmm(dG.mT, Qh)
@@ -248,6 +249,7 @@ def backward_rows(layers, W_U, blocks, last, R, s: float, act, beta_attn, beta_f
         grads[name + "W_Q"] = torch.bmm(XT, dQ, out=grads.get(name + "W_Q"))
         grads[name + "W_K"] = torch.bmm(XT, dK, out=grads.get(name + "W_K"))
         if l > 1:
-            dH = plus_product(beta_attn, dZ, S.mT, dSX, heads, overwrite=True).reshape(dZ.shape)
+            dH = plus_product(beta_attn, dZ, S.mT, dSX, heads, overwrite=True)
+            dH = dH.reshape(dZ.shape)
             dH = dH.baddbmm_(dQ, Wt["W_Q"]).baddbmm_(dK, Wt["W_K"])
     return grads
