@@ -514,7 +514,8 @@ def test_phone_breaks_only_on_a_phone(site, browser):
 
 SEARCH = r"""async (q) => {
   const sleep = ms => new Promise(r => setTimeout(r, ms));
-  for (let t = 0; t < 300 && !/found|did not match/i.test((document.getElementById('search-progress') || {}).textContent || ''); t++)
+  const done = () => /found|did not match/i.test((document.getElementById('search-results') || {}).textContent || '');
+  for (let t = 0; t < 300 && !done(); t++)
     await sleep(100);
   await sleep(300);
   return [...document.querySelectorAll('#search-results ul.search > li > a')].map(a => a.getAttribute('href'));
