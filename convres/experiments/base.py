@@ -239,7 +239,7 @@ def rerun_diverged(steps: Mapping, run: Callable, times: int, *, follows: Mappin
                 again[arm] = pending[arm] * RERUN_FACTOR
         for arm, other in (follows or {}).items():
             if other in again and arm not in again:
-                again[arm] = again[other] / 2
+                again[arm] = again[other] * RERUN_FACTOR
         pending = dict(sorted(again.items()))
         if not pending:
             break
