@@ -958,4 +958,5 @@ EXPERIMENT = Experiment(
                    adam=dict(L=1, m=4, lr=0.01, steps=10, every=5, holdout=4, seeds=[0]),
                    wide=dict(_WIDE, n_train=8, m=16, L=1, steps=5, record_every=5, power_iters=3))},
     _run_sst2, _sst2_numbers, _sst2_claims, plot_sst2, shapes=_shapes, report=_report, piece_seeds=1,
+    committed=("book", "paper"),
     paper="SST-2, $L = 2, 6, 10$ with and without residuals; subset, embeddings, steps not stated")
