@@ -60,7 +60,7 @@ from .sst2_arms import (
     wide_config,
     within,
 )
-from .sst2_baselines import adam_reference, bow_logistic, correct, pooled_baseline
+from .sst2_baselines import adam_reference, correct, heldout_baselines
 
 __all__ = ["EXPERIMENT", "token_targets", "claim_records", "heldout_table", "rerun", "prepare"]
 
@@ -130,20 +130,6 @@ def _evaluate(s, task, Yt, plan: list, protocol: str, level: float, dtype, devic
             for (a, seed, eta), (p, h) in zip(plan, out)]
 
 
-def _baselines(s: dict, task: SST2Task, data_dir, dtype, shared: dict) -> dict:
-    """The held-out baselines: the floor (and at twice the dimension), the bag of words, the Adam
-    reference Transformer (a shared part: its seeds are not evaluation seeds), the majority class."""
-    twice = sst2_data({**s, "d": 2 * s["d"]}, data_dir, dtype)
-    bow = s.get("bow")
-    return {
-        "floor": pooled_baseline(task.X, task.labels, task.X_val, task.labels_val),
-        "floor_2d": pooled_baseline(twice.X, twice.labels, twice.X_val, twice.labels_val),
-        "bow": bow_logistic(task.tokens, task.labels, task.tokens_val, task.labels_val, task.vocab,
-                            lambdas=bow["lambdas"], folds=bow["folds"], iters=bow["iters"]) if bow else None,
-        "adam": shared["adam"]() if s.get("adam") else None,
-        "majority_val_accuracy": float(max(task.labels_val.mean(), 1 - task.labels_val.mean()))}
-
-
 def _shared_parts(s: dict, task: SST2Task, Yt: torch.Tensor, dtype, device) -> dict:
     """The parts of a run that use no evaluation seed, name -> a function that returns the part,
     cached for every piece (:func:`convres.experiments.base.shared_by_pieces`)."""
@@ -197,7 +183,7 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     arms = arms_of(s)
     shared = _shared_parts(s, task, Yt, dtype, device)
     # 1. baselines on the same sentences; the floor's training MSE is the level of T4's alternative
-    baselines = _baselines(s, task, data_dir, dtype, shared)
+    baselines = heldout_baselines(s, task, data_dir, dtype, shared["adam"])
     level = baselines["floor"]["train_mse"]
     # 2. the design checks at initialization, on the pilot seeds, before any run (the same in every
     # piece); the evaluation seeds' starts are recorded too

@@ -3,13 +3,15 @@ bag-of-words logistic regression and a reference Transformer trained with Adam."
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
-from ..data.sst2 import SST2Task
+from ..data.sst2 import SST2Task, sst2_data
 from ..model import ModelConfig, forward, forward_trace, init_params
 
-__all__ = ["correct", "pooled_baseline", "bow_logistic", "adam_reference"]
+__all__ = ["correct", "pooled_baseline", "bow_logistic", "adam_reference", "heldout_baselines"]
 
 
 def correct(pred: np.ndarray, labels: np.ndarray) -> str:
@@ -122,3 +124,17 @@ def adam_reference(s: dict, task: SST2Task, seed: int, device=None) -> dict:
             "train_accuracy": float(((f > 0) == (y[:, 0].cpu().numpy() > 0)).mean()),
             "val_accuracy": float(((fv > 0) == (task.labels_val == 1)).mean()),
             "val_correct": correct(fv, task.labels_val)}
+
+
+def heldout_baselines(s: dict, task: SST2Task, data_dir, dtype, adam: Callable[[], list]) -> dict:
+    """The held-out baselines of the settings ``s``: the floor (and at twice the dimension), the bag of
+    words, ``adam()`` (the reference Transformers, when ``s["adam"]``), the majority class."""
+    twice = sst2_data({**s, "d": 2 * s["d"]}, data_dir, dtype)
+    bow = s.get("bow")
+    return {
+        "floor": pooled_baseline(task.X, task.labels, task.X_val, task.labels_val),
+        "floor_2d": pooled_baseline(twice.X, twice.labels, twice.X_val, twice.labels_val),
+        "bow": bow_logistic(task.tokens, task.labels, task.tokens_val, task.labels_val, task.vocab,
+                            lambdas=bow["lambdas"], folds=bow["folds"], iters=bow["iters"]) if bow else None,
+        "adam": adam() if s.get("adam") else None,
+        "majority_val_accuracy": float(max(task.labels_val.mean(), 1 - task.labels_val.mean()))}
