@@ -1,11 +1,10 @@
 """The width theorem: a width ``d_min(N, n, delta)`` above which the certificate holds with
 probability at least ``1 - delta`` over the data and the initialization.
 
-Theorem ``wd-thm-width`` on :func:`convres.instances.certified_instance`, corollary ``wd-cor-fixed``
-for fixed data (:class:`FixedData`). :func:`worst_case` bounds every input of the certificate's
-:class:`convres.certify.Centre` on an event of probability ``>= 1 - delta`` (``wd-lem-below``); the
-chain is monotone in them (``wd-lem-monotone``), so :func:`width_condition` finds the smallest width
-where the worst-case ratio is below 1. Measured side: :func:`width_sweep`, :func:`crossing`.
+Theorem ``wd-thm-width`` on :func:`convres.instances.certified_instance` (corollary ``wd-cor-fixed``
+for :class:`FixedData`): :func:`worst_case` bounds every input of the certificate's
+:class:`convres.certify.Centre` with probability ``>= 1 - delta`` (``wd-lem-below``);
+:func:`width_condition` finds the smallest width where the worst-case ratio is below 1.
 """
 
 from __future__ import annotations
