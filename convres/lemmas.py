@@ -107,7 +107,7 @@ def _layer(cfg: ModelConfig, layer) -> int:
 
 
 def residual_lemma(params, X, cfg, *, layer: int = 1) -> dict:
-    """Both sides of the residual lemma (thm-residual), ``A = Attn(X_in)``, ``Z = A + beta X_in``::
+    """Both sides of the residual lemma (thm-residual), ``A = Attn(X_in)``, ``Z = A + beta_attn X_in``::
 
         sigma_Nn(Z) >= beta sigma_Nn(X_in) - ||A||_2 >= beta sigma_Nn(X_in) - sqrt(n) ||X_in||_2 ||W_V||_2
 

@@ -201,8 +201,8 @@ class TheoremRun:
 
     def summary(self) -> dict:
         """The scalar fields, JSON-ready (``theorem --json``); ``violations``, ``max_excess``: ``None``
-        if nothing was checked; ``part_b_holds``: ``False`` if certified to fail, ``True`` if
-        certified for this run's step (``mu <= mu_certified``), else ``None``."""
+        if the run diverged or nothing was checked; ``part_b_holds``: ``False`` if certified to fail,
+        ``True`` if certified for this run's step (``mu <= mu_certified``), else ``None``."""
         verified = self.status != "diverged" and self.check.checked_steps > 0
         h, b = self.history, self.part_b
         mu_cert = b["mu_certified"]
