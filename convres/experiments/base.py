@@ -21,7 +21,7 @@ from ..model import ModelConfig
 from ..protocol import ALTERNATIVES, BOOTSTRAP_DRAWS, CHECKS, CLAIMS, MIN_UNITS, RERUN_FACTOR, TAG, Claim
 from ..show import plain
 from ..stats import GRADES, Estimate, censored, estimate, grade, tune_step
-from ..values import as_int, json_safe
+from ..values import as_int, json_safe, positive_int
 
 __all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
            "RESULT_FORMAT", "check_settings", "measured_rate", "finite_list", "dtype_of", "stable",
@@ -286,11 +286,6 @@ def probe_count(s: dict, step_sizes: list[dict]) -> int:
 def step_table(step_sizes: list[dict], keys: Sequence[str]) -> list[dict]:
     """The step tunings with their fields ``keys`` only (``None`` where one lacks a field)."""
     return [{k: t.get(k) for k in keys} for t in step_sizes]
-
-
-def positive_int(s: dict, key: str) -> int:
-    """Setting ``key`` as a positive integer."""
-    return as_int(f"setting {key!r}", s.get(key), minimum=1)
 
 
 #: The experiment in progress (set by ``run_experiment``): the fingerprint of its data files, and
