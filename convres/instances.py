@@ -7,14 +7,16 @@ Gaussian data from :func:`synthetic_regression` (seed ``seed``) and the initiali
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
-from .model import ModelConfig, generator, init_params
+from .model import ModelConfig, attention_scale, generator, init_params
 from .values import as_int, as_real
 
 __all__ = ["synthetic_regression", "regression_data", "problem", "theorem_instance", "collapse_instance",
            "certified_instance", "CERTIFIED_REGIME", "ffn_certified_instance", "FFN_CERTIFIED_REGIME",
-           "TARGETS", "simulations_instance", "SIMULATIONS_WEIGHT_SEED", "regime_settings"]
+           "TARGETS", "simulations_instance", "SIMULATIONS_WEIGHT_SEED", "qk_reduced", "regime_settings"]
 
 #: How the targets are drawn: i.i.d. ``N(0, 1)``, or their signs (``||Y||_F^2 = N n c`` exactly).
 TARGETS = ("gaussian", "sign")
@@ -94,6 +96,23 @@ def simulations_instance(seed: int, *, N: int, n: int, d: int, m: int, d_qk: int
     return (*problem(cfg, N, n, seed, weight_seed=SIMULATIONS_WEIGHT_SEED + as_int("seed", seed, minimum=0),
                      branch_scale=branch_scale, readout_scale=readout_scale, ffn_gain=ffn_gain, dtype=dtype),
             cfg)
+
+
+def qk_reduced(params: dict, cfg: ModelConfig) -> tuple[dict, ModelConfig]:
+    """The same gradient-descent problem with ``W_Q, W_K`` of ``2 d`` columns instead of ``d_QK >
+    2 d``: exact in exact arithmetic. The logits use ``W_Q W_K^T`` only, and the gradient step
+    is ``[W_Q; W_K] <- (I - mu [[0, M], [M^T, 0]]) [W_Q; W_K]`` with ``M = sum_i X_i^T G_i X_i``
+    (``G_i`` the logits' gradient), so ``W(t) = P_t W(0)`` for a ``2d x 2d`` matrix ``P_t`` and the
+    run depends on ``W(0) = [W_Q; W_K]`` only through ``W(0) W(0)^T``. With ``W(0)^T = Q R`` (QR,
+    ``R`` of ``2d x 2d``), ``W(0)`` is replaced by ``R^T``: the same Gram matrix, the same run. The
+    scale ``s`` stays the number of the original ``d_QK``. Returns ``(params, cfg)`` unchanged when
+    ``d_QK <= 2 d`` or with more than one block."""
+    if cfg.L != 1 or cfg.d_qk <= 2 * cfg.d:
+        return params, cfg
+    W = torch.cat([params["layer1.W_Q"], params["layer1.W_K"]])             # (2d, d_QK)
+    R = torch.linalg.qr(W.T, mode="r").R                                   # W^T = Q R
+    out = dict(params, **{"layer1.W_Q": R.T[:cfg.d].contiguous(), "layer1.W_K": R.T[cfg.d:].contiguous()})
+    return out, dataclasses.replace(cfg, d_qk=2 * cfg.d, scale=attention_scale(cfg))
 
 
 def collapse_instance(*, N: int = 4, n: int = 4, d: int = 32, m: int = 32, d_qk: int = 1024,
