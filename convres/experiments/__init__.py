@@ -24,7 +24,6 @@ from .base import (
     Result,
     Shape,
     check_settings,
-    measured_rate,
     output_rows,
 )
 from .jena import JenaTask, jena_data
@@ -32,7 +31,7 @@ from .simulations import escape_law
 from .sst2 import SST2Task, pooled_baseline, sst2_data
 
 __all__ = ["Experiment", "Result", "Shape", "EXPERIMENTS", "PROFILES", "VERDICTS", "SUMMARY_KEYS",
-           "settings", "run_experiment", "claims", "measured_rate", "output_rows", "escape_law",
+           "settings", "run_experiment", "claims", "output_rows", "escape_law",
            "jena_data", "JenaTask", "sst2_data", "SST2Task", "pooled_baseline"]
 
 #: Every experiment of the book, by name.

@@ -24,7 +24,7 @@ from ..stats import GRADES, Estimate, censored, estimate, grade, tune_step
 from ..values import as_int, json_safe, positive_int
 
 __all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
-           "RESULT_FORMAT", "check_settings", "measured_rate", "finite_list", "dtype_of", "stable",
+           "RESULT_FORMAT", "check_settings", "finite_list", "dtype_of", "stable",
            "spread", "level_steps", "positive_int", "output_rows", "shared_by_pieces", "RUN_CONTEXT",
            "rerun_diverged", "tune_arms", "spread_row", "probe_count", "step_table",
            "CheckResult", "design_check", "ClaimRecord", "claim_record", "protocol_stamp", "protocol_summary",
@@ -73,8 +73,8 @@ class Experiment:
     chapter: str
     profiles: Mapping[str, dict]
     run: Callable[..., dict]
-    key_numbers: Callable[[Result], dict]
-    claims: Callable[[Result], list]
+    key_numbers: Callable[[Result], dict] = lambda result: {}
+    claims: Callable[[Result], list] = lambda result: []
     plot: Callable[[Result], Any] | None = None
     shapes: Callable[[dict], list] = lambda settings: []
     report: Callable[[Result], dict] = _no_report
@@ -169,18 +169,6 @@ def output_rows(cfg: ModelConfig, X: torch.Tensor) -> int:
     sequences x tokens per token. Step sizes are written ``mu = eta / R``: ``eta`` is the step on
     the loss averaged over the rows, so a grid of ``eta`` means the same at every size."""
     return X.shape[0] if cfg.pool == "mean" else X.shape[0] * X.shape[1]
-
-
-def measured_rate(loss, floor: float = 1e-20) -> float:
-    """Average per-step linear rate ``r`` with ``Phi_t ~ Phi_0 (1 - r)^t``, measured from ``t = 0``
-    to the last step before the loss first reaches ``floor`` (float64 round-off): ``r = 1 -
-    (Phi_T / Phi_0)^(1/T)``."""
-    loss = np.asarray(loss, dtype=np.float64)
-    below = np.nonzero(loss <= floor)[0]
-    T = (int(below[0]) if len(below) else len(loss)) - 1
-    if T < 1:
-        return float("nan")
-    return float(1.0 - (loss[T] / loss[0]) ** (1.0 / T))
 
 
 def finite_list(x) -> list:
