@@ -145,12 +145,13 @@ MAX_STEPS = 10**8
 BLOWUP = 1e6
 
 
-def chunk_size(cfg: ModelConfig, X: torch.Tensor, count: int) -> int:
+def chunk_size(cfg: ModelConfig, X: torch.Tensor, count: int, *, limit: int = STACK_LIMIT,
+               most: int = STACK_MAX) -> int:
     """How many of ``count`` configurations of ``cfg`` on data ``X`` to stack at once: all (up to
-    :data:`STACK_MAX`) for small problems, one for large ones (see :data:`STACK_LIMIT`)."""
+    ``most``) while one's activations ``N n (d + d_qk + m + n)`` are at most ``limit``, else one."""
     N, n = X.shape[0], X.shape[1]
-    small = N * n * (cfg.d + cfg.d_qk + cfg.m + n) <= STACK_LIMIT
-    return max(1, min(count, STACK_MAX)) if small else 1
+    small = N * n * (cfg.d + cfg.d_qk + cfg.m + n) <= limit
+    return max(1, min(count, most)) if small else 1
 
 
 def stopping_rule(t: int, phi: float, phi_0: float, *, tol: float, blowup: float, steps: int,

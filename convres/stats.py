@@ -182,13 +182,6 @@ def _bca(stat: Callable[[np.ndarray], np.ndarray], strata: np.ndarray, draws: in
     return float(lo), float(hi)
 
 
-def _stratum_rho(x: np.ndarray, y: np.ndarray, idx: np.ndarray, member: np.ndarray) -> np.ndarray:
-    """Spearman's rho of ``x[r]`` and ``y[r]`` over the units of ``r`` that ``member`` marks, for each
-    row ``r`` of the index array ``idx``."""
-    keep = member[idx]
-    return _spearman_rows(x[idx], y[idx], keep)
-
-
 def _number(x) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) \
         and bool(abs(float(x)) <= EFFECT_BOUND)
@@ -242,7 +235,7 @@ def estimate(effects: Sequence, *, min_units: int, strata: Sequence | None = Non
         groups = [lab == s for s in np.unique(lab)]
 
         def rho(idx):   # per row of idx: the mean over the strata of rho on the row's units in each
-            return np.mean([_stratum_rho(x, y, idx, g) for g in groups], axis=0)
+            return np.mean([_spearman_rows(x[idx], y[idx], g[idx]) for g in groups], axis=0)
         effect = float(rho(np.arange(n)[None])[0])
         if not math.isfinite(effect):
             return Estimate(None, None, None, "none", n, out, None, "no rank correlation: x or y is "
@@ -352,10 +345,9 @@ def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | N
       ``stable_fraction`` (1/2) of the largest stable step: above the cap, the largest stable step
       at most the cap. ``bracketed``: the best resolved step is interior to the grid.
 
-    Returns a JSON-ready dict: ``grid``, ``scores`` (``inf`` for an unstable step), ``stable``,
-    ``diverged`` (the probe runs that diverged) and ``resolved`` (per step), ``horizon`` (the probe
-    horizon of the scores), ``best``, ``largest_stable``, ``cap``, ``chosen`` (``None`` when no step
-    is stable), ``bracketed``, ``unresolved`` and ``capped`` (``chosen`` below ``best``).
+    Returns a JSON-ready dict: per step ``grid``, ``scores`` (``inf``: unstable), ``stable``,
+    ``diverged``, ``resolved``; the probe ``horizon``, ``best``, ``largest_stable``, ``cap``, ``chosen``
+    (``None``: no stable step), ``bracketed``, ``unresolved``, ``capped`` (``chosen`` below ``best``).
     """
     etas = sorted({float(g) for g in grid})
     if len(etas) < 2 or not all(math.isfinite(e) and e > 0 for e in etas):

@@ -24,7 +24,7 @@ from ..stats import GRADES, Estimate, censored, estimate, grade, tune_step
 from ..values import as_int, json_safe, positive_int
 
 __all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
-           "RESULT_FORMAT", "check_settings", "finite_list", "dtype_of", "stable",
+           "RESULT_FORMAT", "profiles", "check_settings", "finite_list", "dtype_of", "stable",
            "spread", "level_steps", "positive_int", "output_rows", "shared_by_pieces", "RUN_CONTEXT",
            "rerun_diverged", "tune_arms", "spread_row", "probe_count", "step_table",
            "CheckResult", "design_check", "ClaimRecord", "claim_record", "protocol_stamp", "protocol_summary",
@@ -54,6 +54,11 @@ class Shape:
     N: int
     n: int
     note: str = ""
+
+
+def profiles(book: dict, *, paper: dict | None = None, smoke: dict) -> dict[str, dict]:
+    """The settings per profile (:data:`PROFILES`): ``book``, and ``paper`` and ``smoke`` as changes to it."""
+    return {"book": book, "paper": {**book, **(paper or {})}, "smoke": {**book, **smoke}}
 
 
 def _no_report(result: Result) -> dict:

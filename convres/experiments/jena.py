@@ -16,7 +16,7 @@ import torch
 
 from ..data import JENA_ALL_FEATURES, JENA_FEATURES, timestamp
 from ..data.jena import AGE, JenaTask, jena_data, window_count
-from ..gd import sweep
+from ..gd import chunk_size, sweep
 from ..model import ModelConfig, attention_scale, forward_trace, init_params, param_shapes
 from ..plotting import plot_jena
 from ..protocol import (
@@ -163,19 +163,11 @@ def _init(s: dict, d: int, seed: int, dtype) -> dict:
     return params
 
 
-#: How many configurations of one shape run as one stack (:func:`convres.gd.sweep`'s ``chunk``) while
-#: one configuration's activations ``N n (d + d_QK + m + n)`` are at most :data:`STACK_ENTRIES`, and
-#: one at a time above. Measured with float32 on one busy thread (CPU time per run-step): the book's
-#: windows (N = 503, 136,000 entries) ran about 10% faster in stacks of 5 to 30 than one at a time, no
-#: difference between 5 and 30; every window (N = 3,013, 815,000 entries) ran 1.4 times *slower* in a
-#: stack of 9 (12.4 against 17.0 ms): there the products are large and a stack only adds memory traffic.
+#: Jena's stacks (:func:`convres.gd.chunk_size`'s ``most`` and ``limit``). Measured with float32 on one
+#: busy thread (CPU time per run-step): the book's windows (N = 503, 136,000 entries) ran about 10%
+#: faster in stacks of 5 to 30 than one at a time; every window (N = 3,013, 815,000 entries) ran 1.4
+#: times *slower* in a stack of 9 (12.4 against 17.0 ms): large products, only more memory traffic.
 STACK, STACK_ENTRIES = 16, 200_000
-
-
-def _chunk(cfg: ModelConfig, X, count: int) -> int:
-    """The stack size for ``count`` configurations of ``cfg`` on windows ``X`` (:data:`STACK`)."""
-    N, n, _ = X.shape
-    return min(STACK, count) if N * n * (cfg.d + cfg.d_qk + cfg.m + n) <= STACK_ENTRIES else 1
 
 
 def _runs(s: dict, X, Y, arms, steps: int, *, progress=False, device=None) -> list[dict]:
@@ -185,8 +177,9 @@ def _runs(s: dict, X, Y, arms, steps: int, *, progress=False, device=None) -> li
     if not arms:
         return []
     cfgs = [_config(s, d, b) for b, _, _ in arms]
+    chunk = chunk_size(cfgs[0], X, len(arms), limit=STACK_ENTRIES, most=STACK)
     out = sweep([_init(s, d, sd, X.dtype) for _, sd, _ in arms], X, Y, cfgs, [eta / N for *_, eta in arms],
-                steps, progress=progress, device=device, chunk=_chunk(cfgs[0], X, len(arms)))
+                steps, progress=progress, device=device, chunk=chunk)
     return [{"beta": b, "seed": sd, "eta": eta, "status": h.status, "mse": 2 * h.loss / N, "params": p}
             for (b, sd, eta), (p, h) in zip(arms, out)]
 

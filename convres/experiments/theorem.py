@@ -44,7 +44,7 @@ from ..width import (
     width_condition,
     width_sweep,
 )
-from .base import Experiment, Shape
+from .base import Experiment, Shape, profiles
 from .simulations import EXPERIMENT as SIMULATIONS
 
 __all__ = ["CERTIFIED", "SHARPER", "WIDTH_SWEEP", "WIDTH_CONDITION", "WIDTH_SEEDS", "WIDTH_FIXED",
@@ -111,9 +111,8 @@ def _run_sharper(s: dict, **_) -> dict:
 SHARPER = Experiment(
     "theorem_sharper", "Certified instance: the (1 - eps) sigma_0 certificate on fresh seeds",
     "book/certificate.md",
-    {"book": dict(seeds=list(range(10, 15)), N=1, n=2, d=1024, steps=30),
-     "paper": dict(seeds=list(range(10, 30)), N=1, n=2, d=1024, steps=30),
-     "smoke": dict(seeds=[10], N=1, n=2, d=256, steps=3)},
+    profiles(dict(seeds=list(range(10, 15)), N=1, n=2, d=1024, steps=30),
+             paper=dict(seeds=list(range(10, 30))), smoke=dict(seeds=[10], d=256, steps=3)),
     _run_sharper, in_report=False)
 
 
@@ -134,12 +133,12 @@ def _run_width_sweep(s: dict, **_) -> dict:
 WIDTH_SWEEP = Experiment(
     "theorem_width_sweep", "Certified instance: the certificate's ratio against the width d",
     "book/certificate.md",
-    {"book": dict(widths=[128, 256, 512, 1024, 2048, 4096], shapes=[[1, 2], [1, 4], [2, 4], [1, 8]],
+    profiles(dict(widths=[128, 256, 512, 1024, 2048, 4096], shapes=[[1, 2], [1, 4], [2, 4], [1, 8]],
                   seeds=[0, 1, 2], default_widths=[16, 64, 256, 1024]),
-     "paper": dict(widths=[128, 256, 512, 1024, 2048, 4096, 8192],
-                   shapes=[[1, 2], [1, 4], [2, 4], [1, 8], [4, 4], [1, 16]], seeds=list(range(5)),
-                   default_widths=[16, 64, 256, 1024, 2048]),
-     "smoke": dict(widths=[64, 128], shapes=[[1, 2]], seeds=[0], default_widths=[16])},
+             paper=dict(widths=[128, 256, 512, 1024, 2048, 4096, 8192], seeds=list(range(5)),
+                        shapes=[[1, 2], [1, 4], [2, 4], [1, 8], [4, 4], [1, 16]],
+                        default_widths=[16, 64, 256, 1024, 2048]),
+             smoke=dict(widths=[64, 128], shapes=[[1, 2]], seeds=[0], default_widths=[16])),
     _run_width_sweep, in_report=False)
 
 
@@ -188,11 +187,10 @@ def _run_width_seeds(s: dict, **_) -> dict:
 
 WIDTH_SEEDS = Experiment(
     "theorem_width_seeds", "Width theorem: instances drawn at d_min, certified or not", "book/width.md",
-    {"book": dict(delta=0.05, shapes=[[1, 2], [2, 2], [1, 4], [2, 4]], fractions=[1.0, 0.5],
+    profiles(dict(delta=0.05, shapes=[[1, 2], [2, 2], [1, 4], [2, 4]], fractions=[1.0, 0.5],
                   seeds=list(range(10000, 10010))),
-     "paper": dict(delta=0.05, shapes=[[1, 2], [2, 2], [1, 4], [2, 4]], fractions=[1.0, 0.7, 0.5, 0.35],
-                   seeds=list(range(10000, 10050))),
-     "smoke": dict(delta=0.05, shapes=[[1, 1]], fractions=[1.0], seeds=[10000])},
+             paper=dict(fractions=[1.0, 0.7, 0.5, 0.35], seeds=list(range(10000, 10050))),
+             smoke=dict(shapes=[[1, 1]], fractions=[1.0], seeds=[10000])),
     _run_width_seeds, in_report=False)
 
 
@@ -292,17 +290,15 @@ SEPARATION = Experiment(
     "theorem_separation",
     "Separation: a certified plateau without the residual, certified convergence with it",
     "book/separation.md",
-    {"book": dict(N=1, n=2, d=1024, d_qks=[16, 64, 256, 1024], seeds=[0, 1, 2, 3, 4], mu=0.1, steps=4000,
+    profiles(dict(N=1, n=2, d=1024, d_qks=[16, 64, 256, 1024], seeds=[0, 1, 2, 3, 4], mu=0.1, steps=4000,
                   common_runs=[[16, 0], [64, 0], [256, 0]], sim_seeds=[0, 1, 2, 3, 4], sim_mu=0.002,
                   sim_steps=6000, mu_small=1e-3, control_scale="1/sqrt(d_qk)", check_seeds=[0, 1],
                   escape_mu_runs=[[16, 0], [256, 0]]),
-     "paper": dict(N=1, n=2, d=1024, d_qks=[16, 64, 256, 1024, 4096], seeds=list(range(10)), mu=0.1,
-                   steps=8000, common_runs=[[16, 0], [64, 0], [256, 0], [1024, 0]], sim_seeds=list(range(10)),
-                   sim_mu=0.002, sim_steps=10000, mu_small=1e-3, control_scale="1/sqrt(d_qk)",
-                   check_seeds=[0, 1, 2], escape_mu_runs=[[16, 0], [256, 0], [1024, 0]]),
-     "smoke": dict(N=1, n=2, d=64, d_qks=[16, 64], seeds=[0], mu=0.1, steps=50, common_runs=[[16, 0]],
-                   sim_seeds=[0], sim_mu=0.002, sim_steps=50, mu_small=1e-2, control_scale="1/sqrt(d_qk)",
-                   check_seeds=[0], escape_mu_runs=[[16, 0]])},
+             paper=dict(d_qks=[16, 64, 256, 1024, 4096], seeds=list(range(10)), steps=8000, sim_steps=10000,
+                        common_runs=[[16, 0], [64, 0], [256, 0], [1024, 0]], sim_seeds=list(range(10)),
+                        check_seeds=[0, 1, 2], escape_mu_runs=[[16, 0], [256, 0], [1024, 0]]),
+             smoke=dict(d=64, d_qks=[16, 64], seeds=[0], steps=50, common_runs=[[16, 0]], sim_seeds=[0],
+                        sim_steps=50, mu_small=1e-2, check_seeds=[0], escape_mu_runs=[[16, 0]])),
     _run_separation, in_report=False)
 
 
@@ -333,13 +329,12 @@ _FFN_INSTANCES = {"per token": dict(N=4, n=4, d=8), "pooled": dict(N=16, n=4, d=
 FFN_CERTIFIED = Experiment(
     "theorem_ffn_certified", "FFN theorem: certified before the run with N n > d, per token and pooled",
     "book/ffn.md",
-    {"book": dict(seed=0, instances=_FFN_INSTANCES, max_steps={"per token": 2000, "pooled": 1000},
+    profiles(dict(seed=0, instances=_FFN_INSTANCES, max_steps={"per token": 2000, "pooled": 1000},
                   seeds=list(range(1, 21)), gains=[30, 100, 300, 1000], widths=[1024, 4096, 16384]),
-     "paper": dict(seed=0, instances=_FFN_INSTANCES, max_steps={"per token": 2000, "pooled": 2500},
-                   seeds=list(range(1, 51)), gains=[30, 100, 300, 1000], widths=[1024, 4096, 16384]),
-     "smoke": dict(seed=0, instances={"per token": dict(N=4, n=4, d=8, m=512),
-                                      "pooled": dict(N=8, n=4, d=8, m=512, pool="mean")},
-                   max_steps={"per token": 5, "pooled": 5}, seeds=[1], gains=[300], widths=[512])},
+             paper=dict(max_steps={"per token": 2000, "pooled": 2500}, seeds=list(range(1, 51))),
+             smoke=dict(instances={"per token": dict(N=4, n=4, d=8, m=512),
+                                   "pooled": dict(N=8, n=4, d=8, m=512, pool="mean")},
+                        max_steps={"per token": 5, "pooled": 5}, seeds=[1], gains=[300], widths=[512])),
     _run_ffn_certified, in_report=False)
 
 
@@ -359,9 +354,8 @@ def _run_ffn(s: dict, **_) -> dict:
 FFN_RUNS = Experiment(
     "theorem_ffn_runs", "FFN theorem: observed along a per-token and a pooled run (default initialization)",
     "book/ffn.md",
-    {"book": dict(m=256, d=8, steps={"per token": 3000, "pooled": 1500}, record_every=50),
-     "paper": dict(m=256, d=8, steps={"per token": 3000, "pooled": 1500}, record_every=50),
-     "smoke": dict(m=32, d=8, steps={"per token": 10, "pooled": 10}, record_every=5)},
+    profiles(dict(m=256, d=8, steps={"per token": 3000, "pooled": 1500}, record_every=50),
+             smoke=dict(m=32, steps={"per token": 10, "pooled": 10}, record_every=5)),
     _run_ffn, in_report=False)
 
 
