@@ -160,10 +160,9 @@ def check_settings(name: str, s: dict) -> None:
                     or (key == "eta_grid" and v == 0):
                 raise ValueError(f"setting {key!r} of {name!r} must hold finite numbers "
                                  f"{'> 0' if key == 'eta_grid' else '>= 0'}, got {v!r}.")
+    for key in ("betas", "eta_grid", "seeds"):
         if key in s and len(set(s[key])) != len(s[key]):
             raise ValueError(f"setting {key!r} of {name!r} has repeated values: {s[key]!r}.")
-    if len(set(s.get("seeds", []))) != len(s.get("seeds", [])):
-        raise ValueError(f"setting 'seeds' of {name!r} has repeated values: {s['seeds']!r}.")
     if set(s.get("seeds", [])) & set(s.get("probe_seeds", [])):
         raise ValueError(f"setting 'probe_seeds' of {name!r} ({s['probe_seeds']}) must not share a seed with "
                          f"'seeds' ({s['seeds']}): the steps are chosen on seeds that are not evaluated.")

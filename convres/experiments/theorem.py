@@ -435,18 +435,15 @@ def _variant_shapes(s: dict) -> list[Shape]:
 
 _WIDE = dict(m=1024, branch_scale=0.01, ffn_gain=300.0, readout_scale=1.0)
 _NARROW = dict(m=4096, branch_scale=0.001, ffn_gain=1000.0, readout_scale=4.0)
+_VARIANTS = dict(simulations_profile="book", seeds=[0, 1, 2, 3, 4],
+                 variants={"wide": _WIDE, "uniform attention": _WIDE, "narrow": _NARROW},
+                 run={"wide": 1000, "uniform attention": 1000}, betas=[0.0, 0.1, 0.25, 0.5, 1.0],
+                 beta_runs=["wide", "uniform attention"], as_is_mu=0.002, as_is_steps=2000)
 VARIANTS = Experiment(
     "theorem_certified_variants", "FFN theorem: the smallest variants of the simulations certified a priori",
     "book/ffn.md",
-    {"book": dict(simulations_profile="book", seeds=[0, 1, 2, 3, 4],
-                  variants={"wide": _WIDE, "uniform attention": _WIDE, "narrow": _NARROW},
-                  run={"wide": 1000, "uniform attention": 1000}, betas=[0.0, 0.1, 0.25, 0.5, 1.0],
-                  beta_runs=["wide", "uniform attention"], as_is_mu=0.002, as_is_steps=2000),
-     "paper": dict(simulations_profile="book", seeds=list(range(10)),
-                   variants={"wide": _WIDE, "uniform attention": _WIDE, "narrow": _NARROW},
-                   run={"wide": 1000, "uniform attention": 1000, "narrow": 1000},
-                   betas=[0.0, 0.1, 0.25, 0.5, 1.0], beta_runs=["wide", "uniform attention"],
-                   as_is_mu=0.002, as_is_steps=2000),
+    {"book": _VARIANTS, "paper": dict(_VARIANTS, seeds=list(range(10)),
+                                      run={"wide": 1000, "uniform attention": 1000, "narrow": 1000}),
      "smoke": dict(simulations_profile="smoke", seeds=[0], variants={"wide": dict(_WIDE, m=256)},
                    run={"wide": 3})},
     _run_variants, shapes=_variant_shapes, in_report=False)
