@@ -22,17 +22,13 @@ from .base import (
     VERDICTS,
     Experiment,
     Result,
-    Shape,
     check_settings,
-    output_rows,
 )
-from .jena import JenaTask, jena_data
-from .simulations import escape_law
-from .sst2 import SST2Task, pooled_baseline, sst2_data
+from .jena import jena_data
+from .sst2 import sst2_data
 
-__all__ = ["Experiment", "Result", "Shape", "EXPERIMENTS", "PROFILES", "VERDICTS", "SUMMARY_KEYS",
-           "settings", "run_experiment", "claims", "output_rows", "escape_law",
-           "jena_data", "JenaTask", "sst2_data", "SST2Task", "pooled_baseline"]
+__all__ = ["Experiment", "Result", "EXPERIMENTS", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "settings",
+           "run_experiment", "claims", "jena_data", "sst2_data"]
 
 #: Every experiment of the book, by name.
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
