@@ -285,7 +285,6 @@ def jena_data(s: dict, data_dir=None, dtype=torch.float64, *, time_of_day: bool 
                     persistence, features, train.index[at].to_numpy())
 
 
-
 def window_count(s: dict) -> tuple[int, int]:
     """``(N, n)``: the number of training windows of the Jena task and their length, counted on the
     regular time grid of ``start .. train_end`` at ``freq`` (no data loaded), as :func:`jena_data`

@@ -55,6 +55,7 @@ from .base import (
 __all__ = ["EXPERIMENT", "JenaTask", "jena_data", "window_count", "linear_ar", "order_blind", "rerun",
            "claim_records", "speed", "persistence_weights", "AGE"]
 
+
 # --- baselines ---------------------------------------------------------------------------------
 def _design(X) -> np.ndarray:
     """``[vec(X_i), 1]`` per window: the linear model's inputs (every row and feature, an intercept)."""
