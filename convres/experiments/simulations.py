@@ -1,9 +1,9 @@
 """Simulations: the escape from the rank-one floor against d_QK, and beta in three named regimes.
 
 Book chapter *Simulations* (``book/simulations.md``), protocol v4 (claims S1-S5); Gaussian data,
-for one seed the same initial weights for every beta and step. Three named regimes with the sweep
-of beta (speed: the mean log-loss; mechanism: ``sigma_min(Z_0)`` and :func:`linear_rate`), and the
-escape law: the first step with ``Phi_t < ESCAPE x floor`` against ``d_QK`` (:func:`escape_fit`).
+for one seed the same initial weights for every beta and step. Three named regimes with the sweep of
+beta (speed: the mean log-loss; mechanism: ``sigma_min(Z_0)``, :func:`convres.stats.linear_rate`),
+and the escape law: the first step with ``Phi_t < ESCAPE x floor`` against ``d_QK`` (:func:`escape_fit`).
 Every arm runs at its own tuned step ``mu = eta / (N n)``, the regimes also at a common step; an
 arm with a diverged run is rerun at half its step (:data:`HALVINGS` at most).
 """
@@ -85,7 +85,7 @@ def instance(s: dict, N: int, d_qk: int, scale: str, seed: int):
 def _runs(s, N, d_qk, scale, jobs, steps, stop, *, device=None) -> list[tuple]:
     """Gradient descent for every ``(beta, eta, seed)`` of ``jobs`` in one sweep, each stopped at
     ``stop`` of its start: ``[(beta, eta, seed, X, Y, params_0, cfg, History)]``. At ``d_QK > 2 d``
-    the runs are those of :func:`qk_reduced` (the same runs, at the cost of ``d_QK = 2 d``)."""
+    the runs are those of :func:`convres.instances.qk_reduced` (the same, at the cost of ``d_QK = 2 d``)."""
     drawn = {}
     for seed in sorted({j[2] for j in jobs}):
         p0, X, Y, cfg = instance(s, N, d_qk, scale, seed)
