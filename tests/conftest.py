@@ -105,6 +105,18 @@ def own_error():
 
 
 @pytest.fixture
+def clear_error(own_error):
+    """``clear_error(call, *names)``: ``call()`` raises convres's own clear error (``own_error``)
+    naming one of ``names``; returns the error."""
+    def check(call, *names: str) -> BaseException:
+        with pytest.raises(Exception) as err:
+            call()
+        own_error(err.value, *names)
+        return err.value
+    return check
+
+
+@pytest.fixture
 def offline():
     """The offline data copy (``$CONVRES_DATA_DIR``); a test that needs it is skipped without it."""
     from convres.data import data_dir
