@@ -289,7 +289,8 @@ def test_data_per_configuration_equals_the_runs_one_by_one(pool, mus):
     data = [synthetic_regression(3, 4, 6, 2, seed=s, pooled=pool == "mean") for s in range(4)]
     params = [init_params(cfg, seed=20 + s) for s in range(4)]
     runs = run_sweep(params, [X for X, _ in data], [Y for _, Y in data], cfg, mus, 60, rtol=0.3)
-    assert_same(runs, [gradient_descent(p, X, Y, cfg, m, 60, rtol=0.3) for p, (X, Y), m in zip(params, data, mus)])
+    one_by_one = [gradient_descent(p, X, Y, cfg, m, 60, rtol=0.3) for p, (X, Y), m in zip(params, data, mus)]
+    assert_same(runs, one_by_one)
     assert any(r.history.status == "converged" for r in runs) and len({r.history.steps for r in runs}) > 1
 
 
@@ -377,7 +378,8 @@ PERTURB = {
                                      torch.tensor([0.01])])}, ("mu",)),
     "mu as another number type": (lambda r: {"mu": pick(r, [np.float64(0.01), np.array(0.01),
                                                             torch.tensor(0.01, dtype=torch.float64)])}, ()),
-    "steps": (lambda r: {"steps": pick(r, [-1, 2.0, True, "3", None, 10**30, torch.tensor(1.5)])}, ("steps",)),
+    "steps": (lambda r: {"steps": pick(r, [-1, 2.0, True, "3", None, 10**30, torch.tensor(1.5)])},
+              ("steps",)),
     "steps as another integer type": (lambda r: {"steps": pick(r, [np.int64(3), torch.tensor(3)])}, ()),
 }
 
