@@ -289,8 +289,8 @@ def test_data_per_configuration_equals_the_runs_one_by_one(pool, mus):
     data = [synthetic_regression(3, 4, 6, 2, seed=s, pooled=pool == "mean") for s in range(4)]
     params = [init_params(cfg, seed=20 + s) for s in range(4)]
     runs = run_sweep(params, [X for X, _ in data], [Y for _, Y in data], cfg, mus, 60, rtol=0.3)
-    one_by_one = [gradient_descent(p, X, Y, cfg, m, 60, rtol=0.3) for p, (X, Y), m in zip(params, data, mus)]
-    assert_same(runs, one_by_one)
+    alone = [gradient_descent(p, X, Y, cfg, m, 60, rtol=0.3) for p, (X, Y), m in zip(params, data, mus)]
+    assert_same(runs, alone)
     assert any(r.history.status == "converged" for r in runs) and len({r.history.steps for r in runs}) > 1
 
 
