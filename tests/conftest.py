@@ -228,7 +228,7 @@ def site_pages() -> list[str]:
     return _pages()
 
 
-@pytest.fixture(name="skip_or_fail")
+@pytest.fixture(name="skip_or_fail", scope="session")
 def skip_or_fail_fixture():
     """:func:`skip_or_fail` for a test: a check the built site gives nothing to check."""
     return skip_or_fail
