@@ -29,7 +29,10 @@ def test_a_bad_thread_count_is_a_clear_error(n, clear_error):
     clear_error(enter, "threads")
 
 
-@pytest.mark.parametrize("device", ["gpu", 0.5, "meta", "cpu:1", *([] if torch.cuda.is_available() else ["cuda"])])
+NO_CUDA = [] if torch.cuda.is_available() else ["cuda"]
+
+
+@pytest.mark.parametrize("device", ["gpu", 0.5, "meta", "cpu:1", *NO_CUDA])
 def test_a_bad_device_is_a_clear_error_naming_it(device, clear_error):
     """An unknown or unsupported device, a CPU with a number (not served as the CPU), CUDA without it."""
     clear_error(lambda: check_device(device), device if isinstance(device, str) else "device")
