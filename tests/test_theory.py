@@ -23,15 +23,6 @@ def small(seed=0, beta=1.0, **kw):
     return theorem_instance(seed, beta=beta, N=2, n=3, d=8, **kw)
 
 
-def test_sigma_nn_is_the_nn_th_singular_value_and_zero_when_too_tall():
-    A = torch.diag(torch.tensor([3.0, 2.0, 0.5], dtype=torch.float64))
-    A = torch.cat([A, torch.zeros(3, 2, dtype=torch.float64)], 1)   # 3 x 5
-    assert sigma_nn(A) == pytest.approx(0.5)
-    assert sigma_nn(A.T) == 0.0                                      # 5 rows > 3 columns
-    with pytest.raises(ValueError, match="shape"):
-        sigma_nn(torch.zeros(3))
-
-
 @pytest.mark.parametrize("seed", range(5))
 def test_pl_lemma_on_random_instances(seed):
     """||grad Phi||^2 >= ||grad_{W_U} Phi||^2 >= 2 sigma_Nn(H)^2 Phi (eq. thm-pl)."""
