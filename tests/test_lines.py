@@ -1,22 +1,9 @@
-"""Checks of the built site that need no browser (tests/test_site.py opens it in one).
-
-Code and outputs fit the column: no line of a notebook cell on the built site is longer than 88
-characters, and no line of a code cell in a chapter's source either (its metadata included: the
-downloadable notebook and source show them; cells tagged ``remove-cell`` are exempt).
-
-Reads every chapter page of the built site (``_build/html``, or ``CONVRES_SITE_DIR``) as a reader
-gets it: the ``pre`` blocks of each cell's input and of its outputs, folded ones (``hide-input``,
-``hide-output``) included, cells removed from the page (``remove-cell``, ``remove-input``) not.
-A failure names the chapter, the cell, and for code the line of ``book/<chapter>.md`` it comes
-from. Longer lines scroll sideways on a screen and are cut or wrapped on paper (conventions: "keep
-code and outputs within 88 characters").
-
-Also: the build wrote no execution-error report, every chapter offers its executed notebook, the
-site's JavaScript is pinned, no page reads like a template filled in ('step(s)', 'β ∈ 1', '0 are',
-'nan', an unrendered glue role), and every module of convres is on one API page.
-
-Without a built site the tests are skipped (``CONVRES_SITE_REQUIRED=1``, set by ``make browser``,
-turns that into a failure). Run after building the book.
+"""Checks of the built site (``_build/html``, ``CONVRES_SITE_DIR``) and the chapters that need no
+browser (tests/test_site.py opens the site in one): code and outputs fit the column (88 characters,
+the conventions), the build reported no execution error, every chapter offers its executed
+notebook, the site's JavaScript is pinned, no page reads like a template filled in, every module
+of convres is on one API page and the API's formulas show their symbols. Skipped without a built
+site, a failure under ``CONVRES_SITE_REQUIRED=1`` (``make browser``).
 """
 
 from __future__ import annotations

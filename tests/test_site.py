@@ -1,33 +1,12 @@
-"""The built site in a real browser: every page of ``_build/html`` opened in headless Chromium, offline.
-
-Serves ``_build/html`` on 127.0.0.1 (a free port) and drives Chromium with Playwright (the system's
-Chromium, ``CHROMIUM=/path`` or ``/usr/bin/chromium``; Playwright downloads no browser here). A page
-fails when it
-
-- leaves raw TeX in the rendered text, has a formula MathJax did not typeset, or a TeX error;
-- has a broken internal link, anchor or image, or requests anything that is not on the site (every
-  other host is unreachable: the site must work offline);
-- shows a Python traceback (outside cells tagged ``raises-exception``), throws a JavaScript error or
-  writes an error to the console (failed requests included);
-- has a figure without alt text, a transparent figure (unreadable on the dark theme), a figure shown
-  twice by one cell, or a figure printed as text (``<Figure size ...>``).
-
-At 390 px on a phone no page is wider than the screen, no table of the text scrolls sideways, and no
-formula, display or inline, is cut off (an inline formula wider than its line scrolls inside itself,
-``web/site.js``); every page also opens in the dark theme and as printed. At 1400 px (the review's
-desktop) a chapter or an API page is at most 15 screens of 900 px. Every explorer (``convres.explorers``,
-``web/explorer.js``) is played: its gradient descent equals ``convres.gradient_descent`` on the same
-instance and runs 500 steps within the time budget, its horizon reaches past the escape at every
-``d_QK``, presets and the prose's links set it, and its controls never move when a caption changes.
-When the site serves the whole-book PDF, every page links it and the link resolves.
+"""The built site in a real browser: every page of ``_build/html`` (``CONVRES_SITE_DIR``) served on
+127.0.0.1 and opened offline in headless Chromium with Playwright (the system's Chromium,
+``CHROMIUM=/path``; Playwright downloads no browser). Each test's docstring says what it checks.
 
 Screenshots go to ``_build/screenshots/`` (``<page>.png`` at 1400 px, ``phone__<page>.png``; with
-``CONVRES_SCREENSHOTS=all`` also the dark and print ones). Run after building the book (``make
-browser``). Without a built site or a Chromium the tests are skipped, unless
-``CONVRES_SITE_REQUIRED=1`` (the Makefile), which makes that a failure; ``CONVRES_PDF_REQUIRED=1``
-makes a site without the PDF a failure. ``CONVRES_SITE_DIR`` picks another built site. The
-Makefile spreads the tests over one process a core (pytest-xdist, ``--dist load``): each process
-starts its own server and browser.
+``CONVRES_SCREENSHOTS=all`` the dark and print ones too). Run after building the book (``make
+browser``: one process a core, each with its own server and browser). Without a built site or a
+Chromium the tests are skipped, a failure under ``CONVRES_SITE_REQUIRED=1``;
+``CONVRES_PDF_REQUIRED=1`` makes a site without the PDF a failure.
 """
 
 from __future__ import annotations
