@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from convres import ModelConfig, gradient_descent, init_params, loss, synthetic_regression
+from convres import ModelConfig, forward_trace, gradient_descent, init_params, loss, synthetic_regression
 from convres import sweep as run_sweep
 from convres.gd import History, Run, Step, chunk_size
 
@@ -108,8 +108,7 @@ def test_record_every_and_singular_values():
     assert h.record_steps.tolist() == [0, 10, 20, 25]
     assert len(h.loss) == 26 and len(h.grad_norm) == 25 and len(h.ratio) == 25
     assert np.all(h.sigma_min_Z <= h.sigma_max_Z) and np.all(h.sigma_min_H > 0)
-    S = torch.softmax(X @ params["layer1.W_Q"] @ params["layer1.W_K"].T @ X.transpose(1, 2) / 6 ** 0.5, -1)
-    Z = torch.linalg.svdvals((S @ X @ params["layer1.W_V"] + X).reshape(-1, 6))
+    Z = torch.linalg.svdvals(forward_trace(params, X, cfg).Z[0].reshape(-1, 6))   # the model's Z, stacked
     assert h.sigma_min_Z[0] == pytest.approx(float(Z[-1]), rel=1e-12)
 
 
