@@ -21,7 +21,7 @@ from convres.collapse import (
 from convres.gd import sweep
 from convres.instances import collapse_instance
 from convres.model import ModelConfig, forward_trace, init_params
-from convres.rank import singular_value_measures, weyl_lower_bounds
+from convres.rank import sigma_nn, singular_value_measures, weyl_lower_bounds
 
 
 def common_argmax(S):
@@ -137,8 +137,9 @@ def test_value_counterexample_loses_rank_despite_residual():
         assert float(torch.linalg.svdvals(ce["X"])[-1]) > 1e-3
         assert float(sv[-1]) < 1e-12 * float(sv[0])
         assert torch.allclose(ce["Z"], 0.8 * (torch.eye(5, dtype=torch.float64) - ce["S"]) @ ce["X"])
-    ce = value_counterexample(n=5, d=7, seed=0, scale=30.0, identity_attention=True)
-    assert float(torch.linalg.matrix_norm(ce["Z"], 2)) < 1e-12
+    for beta in (1.0, 0.5):   # S -> I and W_V = -beta I: Z = (I - S) X beta -> 0 for any beta
+        ce = value_counterexample(n=5, d=7, beta=beta, seed=0, scale=30.0, identity_attention=True)
+        assert float(torch.linalg.matrix_norm(ce["Z"], 2)) < 1e-12 and sigma_nn(ce["X"]) > 0.3
 
 
 def test_rank_one_floor():

@@ -10,7 +10,6 @@ import torch
 from convres import ModelConfig, init_params, synthetic_regression
 from convres.checks import FLOAT_TOL
 from convres.cli import main
-from convres.collapse import value_counterexample
 from convres.gd import loss_and_grad
 from convres.instances import theorem_instance
 from convres.lemmas import ffn_lemma, hessian_norm, r_sigma_upper, rate_alpha, residual_lemma
@@ -48,14 +47,6 @@ def test_residual_and_ffn_lemmas_on_random_draws(seed):
         assert r["sigma_Z"] >= r["weyl"] - 1e-10 and r["weyl"] >= r["crude"] - 1e-10
         f = ffn_lemma(params, X, cfg, layer=layer)
         assert f["sigma_H"] >= f["weyl"] - 1e-10 and f["weyl"] >= f["crude"] - 1e-10
-
-
-def test_counterexample_cancels_the_residual():
-    ce = value_counterexample(n=4, d=8, scale=30.0, identity_attention=True)
-    assert sigma_nn(ce["X"]) > 0.3                          # X has full rank
-    assert float(ce["Z"].norm()) < 1e-12                    # but Z = (I - S) X -> 0 as S -> I
-    half = value_counterexample(n=4, d=8, beta=0.5, scale=30.0, identity_attention=True)
-    assert float(half["Z"].norm()) < 1e-12                  # W_V = -beta I cancels any beta
 
 
 def test_hessian_norm_matches_the_exact_hessian_on_a_tiny_model():
