@@ -1,7 +1,7 @@
 """Fixtures shared by the tests: a mirror of the data sources served from 127.0.0.1, the offline
 data copy (``offline``), tiny SST-2 files with settings that run on them (``tiny_sst2``), the
 "clear error" checks (``own_error``, ``clear_error``) and the pages of the built site (``site_pages``;
-tests taking ``page``, ``chapter`` or ``explorer_page`` run once for each such page of it).
+a test taking an argument of ``KINDS``, e.g. ``page`` or ``chapter``, runs once for each such page).
 
 The mirror serves, in the formats the real sources serve, files built from the offline data copy
 (``$CONVRES_DATA_DIR``, see ``shared/data/README.md``): the Keras zip of Jena Climate (one CSV
@@ -183,6 +183,8 @@ KINDS = {   # a test argument -> the pages of the built site it takes, by their 
     "page": lambda path, text: True,
     "chapter": lambda path, text: "/" not in path and (ROOT / "book" / path).with_suffix(".md").is_file(),
     "explorer_page": lambda path, text: 'class="convres-explorer' in text,
+    "proof_page": lambda path, text: 'class="toggle' in text and 'class="proof' in text,   # a folded proof
+    "phonebreak_page": lambda path, text: "\\phonebreak" in text,
 }
 
 
@@ -217,6 +219,8 @@ def _one_page(request):
 page = pytest.fixture(name="page")(_one_page)
 chapter = pytest.fixture(name="chapter")(_one_page)
 explorer_page = pytest.fixture(name="explorer_page")(_one_page)
+proof_page = pytest.fixture(name="proof_page")(_one_page)
+phonebreak_page = pytest.fixture(name="phonebreak_page")(_one_page)
 
 
 @pytest.fixture(scope="session")

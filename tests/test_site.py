@@ -379,28 +379,23 @@ def _with(pages: list[str], text: str) -> list[str]:
     return [p for p in pages if text in (SITE / p).read_text(errors="replace")]
 
 
-def test_folded_proofs_say_what_they_prove(site_pages, skip_or_fail, site, browser):
+def test_folded_proofs_say_what_they_prove(proof_page, site, browser):
     """Every folded proof is labelled "Proof of Lemma 3" (the statement just before it; site.js),
     not the theme's "Click to show", and keeps its label when opened."""
-    pages = _with(_with(site_pages, 'class="toggle'), 'class="proof')
-    if not pages:
-        skip_or_fail("no folded proof in the built site")
-    problems = []
-    for page in pages:
-        with View(browser, site, page) as view:
-            labels = view("""() => [...document.querySelectorAll('details.toggle-details')]
-              .filter(d => d.querySelector('div.proof'))
-              .map(d => d.querySelector('summary').innerText.trim())""")
-            bad = [x for x in labels if not re.fullmatch(r"Proof of [A-Z][a-z]+ \d+", x)]
-            problems += [f"{page}: a folded proof labelled {x!r}" for x in bad]
-            if labels:
-                view.page.locator("details.toggle-details:has(div.proof) > summary").first.click()
-                after = view("() => document.querySelector('details.toggle-details[open] > summary').innerText.trim()")
-                if after != labels[0]:
-                    problems.append(f"{page}: opened, the first proof is labelled {after!r}, not {labels[0]!r}")
-            problems += [f"{page}: {x}" for x in view.problems]
-        print(f"\n{page}: {len(labels)} folded proofs, e.g. {labels[:3]}")
-    assert not problems, "\n  ".join(problems)
+    with View(browser, site, proof_page) as view:
+        labels = view("""() => [...document.querySelectorAll('details.toggle-details')]
+          .filter(d => d.querySelector('div.proof'))
+          .map(d => d.querySelector('summary').innerText.trim())""")
+        bad = [x for x in labels if not re.fullmatch(r"Proof of [A-Z][a-z]+ \d+", x)]
+        problems = [f"a folded proof labelled {x!r}" for x in bad]
+        if labels:
+            view.page.locator("details.toggle-details:has(div.proof) > summary").first.click()
+            after = view("() => document.querySelector('details.toggle-details[open] > summary').innerText.trim()")
+            if after != labels[0]:
+                problems.append(f"opened, the first proof is labelled {after!r}, not {labels[0]!r}")
+        problems += view.problems
+    print(f"\n{proof_page}: {len(labels)} folded proofs, e.g. {labels[:3]}")
+    _fail(proof_page, problems)
 
 
 # The rows of every display formula written with \phonebreak, in the order of the page (site.js
@@ -411,29 +406,25 @@ PHONE_ROWS = r"""() => MathJax.startup.document.getMathItemsWithin(document.body
   .map(m => m.typesetRoot.querySelectorAll('mjx-mtr').length)"""
 
 
-def test_phone_breaks_only_on_a_phone(site_pages, skip_or_fail, site, browser):
+def test_phone_breaks_only_on_a_phone(phonebreak_page, site, browser):
     """A display formula with \\phonebreak has more rows at 390 px than at 1400 px, and a window
     resized across 36rem gets the phone's layout (site.js typesets it again); none is cut off."""
-    pages = _with(site_pages, "\\phonebreak")
-    if not pages:
-        skip_or_fail("no formula with \\phonebreak in the built site")
-    problems = []
-    for page in pages:
-        with View(browser, site, page) as wide, View(browser, site, page, **PHONE_VIEW) as phone:
-            rows_wide, rows_phone = wide(PHONE_ROWS), phone(PHONE_ROWS)
-            if not rows_phone or len(rows_wide) != len(rows_phone) or not all(
-                    w < n for w, n in zip(rows_wide, rows_phone)):
-                problems.append(f"{page}: rows at {WIDTH} px {rows_wide}, on the phone {rows_phone}")
-            wide.page.set_viewport_size({"width": PHONE, "height": 844})
-            wide("() => new Promise(r => setTimeout(r, 800))")
-            wide(SETTLE)
-            if wide(PHONE_ROWS) != rows_phone:
-                problems.append(f"{page}: resized to {PHONE} px, rows {wide(PHONE_ROWS)}, not {rows_phone}")
-            problems += [f"{page}: formula cut off: {m}" for m in phone(CUT_MATH, False)["display"]]
-            problems += [f"{page}: {x}" for x in wide.problems + phone.problems]
-        print(f"\n{page}: rows of the formulas with \\phonebreak at {WIDTH} px {rows_wide}, "
-              f"at {PHONE} px {rows_phone}")
-    assert not problems, "\n  ".join(problems)
+    page, problems = phonebreak_page, []
+    with View(browser, site, page) as wide, View(browser, site, page, **PHONE_VIEW) as phone:
+        rows_wide, rows_phone = wide(PHONE_ROWS), phone(PHONE_ROWS)
+        if not rows_phone or len(rows_wide) != len(rows_phone) or not all(
+                w < n for w, n in zip(rows_wide, rows_phone)):
+            problems.append(f"rows at {WIDTH} px {rows_wide}, on the phone {rows_phone}")
+        wide.page.set_viewport_size({"width": PHONE, "height": 844})
+        wide("() => new Promise(r => setTimeout(r, 800))")
+        wide(SETTLE)
+        if wide(PHONE_ROWS) != rows_phone:
+            problems.append(f"resized to {PHONE} px, rows {wide(PHONE_ROWS)}, not {rows_phone}")
+        problems += [f"formula cut off: {m}" for m in phone(CUT_MATH, False)["display"]]
+        problems += wide.problems + phone.problems
+    print(f"\n{page}: rows of the formulas with \\phonebreak at {WIDTH} px {rows_wide}, "
+          f"at {PHONE} px {rows_phone}")
+    _fail(page, problems)
 
 
 SEARCH = r"""async (q) => {
