@@ -210,18 +210,13 @@ def test_a_bad_init_argument_is_a_clear_error_naming_it(kwargs, clear_error):
     clear_error(lambda: init_params(ModelConfig(**SMALL), **kwargs), *kwargs)
 
 
-@pytest.mark.parametrize("field,value,error", [
-    ("d", 0, ValueError), ("d_qk", -1, ValueError), ("m", 2.5, ValueError), ("L", True, ValueError),
-    ("beta", -0.1, ValueError), ("beta", float("nan"), ValueError), ("beta", "1", TypeError),
-    ("beta_ffn", -1.0, ValueError),
-    ("activation", "sigmoidish", ValueError), ("scale", "1/sqrt(d)", ValueError),
-    ("scale", -2.0, ValueError), ("pool", "max", ValueError),
-    ("activation", ["relu"], ValueError),
+@pytest.mark.parametrize("field,value", [
+    ("d", 0), ("d_qk", -1), ("m", 2.5), ("L", True), ("beta", -0.1), ("beta", float("nan")), ("beta", "1"),
+    ("beta_ffn", -1.0), ("activation", "sigmoidish"), ("activation", ["relu"]), ("scale", "1/sqrt(d)"),
+    ("scale", -2.0), ("pool", "max"),
 ])
-def test_bad_config_is_a_clear_error_naming_the_field(field, value, error, own_error):
-    with pytest.raises(error) as err:
-        ModelConfig(**dict(SMALL, **{field: value}))
-    own_error(err.value, field)
+def test_bad_config_is_a_clear_error_naming_the_field(field, value, clear_error):
+    clear_error(lambda: ModelConfig(**dict(SMALL, **{field: value})), field)
 
 
 CFG0, P0, X0, Y0 = small_instance()
