@@ -17,7 +17,7 @@ __all__ = ["figure", "figure_png", "beta_colors", "plot_band", "plot_simulations
            "plot_escape_law", "plot_mechanism",
            "plot_jena", "plot_sst2", "plot_sst2_summary", "show", "thumbnail_png",
            "plot_speedups", "plot_rank_collapse_gd", "plot_certified_run", "plot_certificate_sweep",
-           "MARKERS"]
+           "plot_collapse_sweep", "plot_uniform_bound", "plot_saturated", "plot_weyl", "MARKERS"]
 
 
 def figure(ncols: int = 1, nrows: int = 1, *, width: float = 4.2, height: float = 3.2, **kwargs):
@@ -430,4 +430,138 @@ def plot_certificate_sweep(rows: Sequence[Mapping], crossings: Mapping[int, floa
     ax.set_xlabel("width $d$ ($d_{QK} = d$, $m = d/4$)")
     ax.set_ylabel(r"$\rho\,/\,r_\sigma^{\mathrm{lo}}$")
     fig.legend(loc="outside upper center", ncol=3, frameon=False, fontsize=8)
+    return fig
+
+
+# --- rank collapse (chapter Rank collapse: convres.collapse) -------------------------------------
+
+def _legend_above(ax) -> None:
+    ax.legend(frameon=False, fontsize=8, ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+
+
+def _median(sweep: Mapping) -> dict:
+    return {k: np.median(v, axis=0) for k, v in sweep.items() if k not in ("d_qk", "betas")}
+
+
+def plot_collapse_sweep(sweep: Mapping, sweep_sqrt: Mapping):
+    """Chapter *Rank collapse*: :func:`convres.collapse.dqk_sweep_seeds` at scale ``1/d_QK``
+    (``sweep``) and ``1/sqrt(d_QK)`` (``sweep_sqrt``) against ``d_QK``, medians over the instances,
+    three panels: singular values of ``Attn(X)`` (10-90 % band; ``d_QK = 1``, far below, marked at
+    the bottom edge) and ``sigma_min(Z)`` per beta; rank measures; the distances to uniform."""
+    d_qks, betas = list(sweep["d_qk"]), list(sweep["betas"])
+    med, sq = _median(sweep), _median(sweep_sqrt)
+    smin = sweep["attn_sigma_min"]
+    band = (np.quantile(smin, 0.1, axis=0)[1:], np.quantile(smin, 0.9, axis=0)[1:])
+    fig, axes = figure(1, 3, width=4.8, height=2.5)
+    ax = axes[0]
+    low = band[0].min() / 3   # the axis starts below d_QK >= 4's band
+    ax.loglog(d_qks[1:], med["attn_sigma_min"][1:], "o-", color="tab:orange",
+              label=r"$\sigma_{\min}(\mathrm{Attn}(X))$")
+    ax.fill_between(d_qks[1:], *band, color="tab:orange", alpha=0.15)
+    ax.plot(d_qks[0], low, "v", color="tab:orange", clip_on=False)  # d_QK = 1, off the axis
+    ax.annotate(f"{med['attn_sigma_min'][0]:.0e}".replace("e-", r"$\times10^{-") + "}$",
+                (d_qks[0], low), xytext=(6, 2), textcoords="offset points", fontsize=7,
+                color="tab:orange")
+    for j, (b, c) in enumerate(zip(betas, ["#6baed6", "#2171b5", "#08306b"])):
+        ax.loglog(d_qks, med["Z_sigma_min"][:, j], "^-", color=c,
+                  label=rf"$\sigma_{{\min}}(Z)$, $\beta={b:g}$")
+    ax.loglog(d_qks, med["attn_sigma_max"], "x--", color="tab:orange", alpha=0.6,
+              label=r"$\sigma_{\max}(\mathrm{Attn}(X))$")
+    ref = med["attn_sigma_min"][3] * (np.array(d_qks) / 64.0) ** -0.5
+    ax.loglog(d_qks[3:], ref[3:], ":", color="k", label=r"slope $-1/2$")
+    ax.set_ylabel("singular value")
+    ax.set_ylim(low, 30)
+    _legend_above(ax)
+    ax = axes[1]
+    for key, fmt, color, label in (
+            ("attn_effective_rank", "o-", "tab:orange", "effective rank, Attn"),
+            ("attn_stable_rank", "s--", "tab:orange", "stable rank, Attn"),
+            ("Z_effective_rank", "^-", "#08306b", r"effective rank, $Z$ ($\beta=1$)"),
+            ("Z_stable_rank", "v--", "#08306b", r"stable rank, $Z$ ($\beta=1$)")):
+        y = med[key] if key.startswith("attn") else med[key][:, betas.index(1.0)]
+        ax.semilogx(d_qks, y, fmt, color=color, label=label)
+    ax.set_ylabel(r"rank measure (at most $n = 8$)")
+    ax.set_ylim(0, 9)
+    _legend_above(ax)
+    for ax in axes[:2]:
+        ax.set_xlabel(r"$d_{QK}$ (scale $1/d_{QK}$)")
+    ax = axes[2]
+    for m, ls, s_, (c1, c2) in ((med, "-", "1/d_{QK}", ("tab:orange", "tab:red")),
+                               (sq, ":", r"1/\sqrt{d_{QK}}", ("tab:green", "tab:purple"))):
+        ax.loglog(d_qks, m["attn_rank_one_residual"], "o" + ls, color=c1,
+                  label=rf"res(Attn), ${s_}$")
+        ax.loglog(d_qks, m["dist_uniform"], "d" + ls, color=c2, label=rf"$\|S-U\|_2$, ${s_}$")
+    ax.set_xlabel(r"$d_{QK}$")
+    ax.set_ylabel(r"$\|S-U\|_2$ or relative res")
+    _legend_above(ax)
+    return fig
+
+
+def plot_uniform_bound(sweep: Mapping):
+    """Chapter *Rank collapse*: ``sigma_2(Attn(X))`` and its two upper bounds (the lemma on
+    near-uniform attention) against ``d_QK``, medians of :func:`convres.collapse.dqk_sweep_seeds`."""
+    med = _median(sweep)
+    fig, ax = figure(1, width=4.8, height=3.2)
+    ax.loglog(sweep["d_qk"], med["attn_sv"][:, 1], "o-", color="tab:orange",
+              label=r"$\sigma_2(\mathrm{Attn}(X))$")
+    ax.loglog(sweep["d_qk"], med["uniform_bound"], "ks--", label=r"$\|S-U\|_2\|X\|_2\|W_V\|_2$")
+    ax.loglog(sweep["d_qk"], med["logit_bound"], "k^:",
+              label=r"$\frac{1}{2}\|sL\|_F\|X\|_2\|W_V\|_2$")
+    ax.set_xlabel(r"$d_{QK}$ (scale $1/d_{QK}$)")
+    ax.set_ylabel("value (median over instances)")
+    _legend_above(ax)
+    return fig
+
+
+def plot_saturated(scales: Sequence[float], sweep: Mapping, hot_bound):
+    """Chapter *Rank collapse*: :func:`convres.collapse.scale_sweep` on the saturated instance
+    against the attention scale ``s`` (betas 0.1 and 1): smallest singular values; distances of
+    ``S`` to uniform, to ``1 e_0^T`` (with ``hot_bound``) and to identical rows; the effective rank
+    of ``Attn(X)``. Values below ``1e-17`` are drawn at ``1e-17``."""
+    floor = 1e-17
+    fig, axes = figure(1, 3, width=4.8, height=2.8)
+    ax = axes[0]
+    ax.loglog(scales, np.maximum(sweep["attn_sigma_min"], floor), "o-", color="tab:orange",
+              label=r"$\sigma_{\min}(\mathrm{Attn}(X))$")
+    ax.loglog(scales, sweep["Z_sigma_min"][:, 0], "^-", color="#6baed6",
+              label=r"$\sigma_{\min}(Z)$, $\beta=0.1$")
+    ax.loglog(scales, sweep["Z_sigma_min"][:, 1], "v-", color="#08306b",
+              label=r"$\sigma_{\min}(Z)$, $\beta=1$")
+    ax.axhline(floor, color="0.6", lw=0.8, ls=":")
+    ax.set_ylabel(r"smallest singular value")
+    _legend_above(ax)
+    ax = axes[1]
+    ax.loglog(scales, sweep["dist_uniform"], "d-", color="tab:red", label=r"$\|S-U\|_2$")
+    ax.loglog(scales, np.maximum(sweep["dist_one_hot"], floor), "s-", color="tab:purple",
+              label=r"$\|S-\mathbf{1}e_0^\top\|_2$")
+    ax.loglog(scales, np.maximum(hot_bound, floor), "--", color="tab:purple", lw=0.8,
+              label=r"bound $2(n-1)\sqrt{n}e^{-s\min_i m_i}$")
+    ax.loglog(scales, np.maximum(sweep["S_rank_one_residual"], floor), "x:", color="0.3",
+              label=r"$\mathrm{res}(S)$")
+    ax.set_ylim(floor / 3, 30)
+    ax.set_ylabel(r"distance (floor $10^{-17}$)")
+    _legend_above(ax)
+    ax = axes[2]
+    ax.semilogx(scales, sweep["attn_effective_rank"], "o-", color="tab:orange")
+    ax.set_ylim(0.9, 2)
+    ax.set_ylabel(r"effective rank of $\mathrm{Attn}(X)$")
+    for ax in axes:
+        ax.set_xlabel("attention scale $s$")
+    return fig
+
+
+def plot_weyl(betas, sv_Z, bounds, sigma_min_A: float):
+    """Chapter *Rank collapse*: the two smallest singular values of ``Z = Attn(X) + beta X``
+    against ``beta`` (``sv_Z``: increasing order per row), their Weyl lower bounds (``bounds``,
+    :func:`convres.rank.weyl_lower_bounds`, drawn where positive) and ``sigma_min(Attn(X))``."""
+    fig, ax = figure(1, width=4.8, height=3.4)
+    for k, fmt, ls, color in ((0, "^-", "--", "#08306b"), (1, "v-", ":", "#4292c6")):
+        label = r"$\sigma_n(Z)=\sigma_{\min}(Z)$" if k == 0 else r"$\sigma_{n-1}(Z)$"
+        ax.loglog(betas, sv_Z[:, k], fmt, markevery=4, color=color, label=label)
+        ax.loglog(betas, np.where(bounds[:, k] > 0, bounds[:, k], np.nan), ls, color=color,
+                  label=rf"Weyl $\beta\sigma_{{\min}}(X)-\sigma_{k + 1}(\mathrm{{Attn}})$")
+    ax.axhline(sigma_min_A, color="tab:orange", ls="-.", label=r"$\sigma_{\min}(\mathrm{Attn}(X))$")
+    ax.set_xlabel(r"residual coefficient $\beta$")
+    ax.set_ylabel("singular value")
+    _legend_above(ax)
     return fig
