@@ -57,3 +57,17 @@ def test_criteria_and_measurements_are_typeset_from_the_rows_tex():
     page = report.criteria_html([_row(), _row(id="S3", effect=None, ci=None, reason="3 finite units")])
     assert "$" not in page and r"\(\times\)" in page and r"\(10^{-2}\)" in page
     assert r"\(p = 8.8 \times 10^{-5}\)" in page
+
+
+def test_the_chapters_tables_name_places_checks_and_steps():
+    from convres import tables
+
+    assert tables.place("escape, scale 1/d_qk, d_QK = 16") == r"escape, scale $1/d_{QK}$, $d_{QK} = 16$"
+    assert tables.place("wide") == "wide"
+    checks = tables.design_checks_table([{"name": "jena informative", "value": 1.21, "threshold": 1.0,
+                                          "passed": True}]).to_html()
+    assert "&gt; 1" in checks and ">yes<" in checks and ">1.21<" in checks
+    steps = tables.step_sizes_table([{"arm": "wide, beta = 0", "chosen": 0.5, "best": 1, "largest_stable": 1},
+                                     {"arm": "wide, beta = 1", "chosen": 0.25, "best": 0.25,
+                                      "largest_stable": 0.5}]).to_html()
+    assert ">0.5 (1, 1)<" in steps and ">0.25 (0.25, 0.5)<" in steps and steps.count("<tr>") == 2

@@ -133,7 +133,7 @@ API_PAGES: dict[str, list[str]] = {
                             "experiments.rank_collapse", "experiments.theorem"],
     "api/experiment_data": ["experiments.jena", "experiments.sst2"],
     "api/data": ["data", "data.sources", "data.jena", "data.sst2", "data.embeddings"],
-    "api/figures": ["plotting", "explorers", "report", "show"],
+    "api/figures": ["plotting", "figures", "explorers", "report", "tables", "show"],
     "api/tools": ["cache", "runtime", "values", "cli"],
 }
 
