@@ -1,22 +1,32 @@
-"""The chapters' tables of one experiment's summary (*Simulations*, *Jena*, *SST-2*: a ``Styler`` by
-:func:`convres.show.table`), the reproduction report's thumbnails and the build's versions."""
+"""The chapters' tables of one experiment's results (*Simulations*, *Jena*, *SST-2*, *Width*, *FFN*: a
+``Styler`` by :func:`convres.show.table`), the reproduction report's thumbnails and the build's
+versions."""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
 
 from . import plotting
 from .experiments import Result
 from .experiments.simulations import SCALE_TEX
 from .experiments.sst2 import ARM_KINDS
 from .protocol import CHECKS, CLAIMS
-from .show import table
+from .report import effect_text
+from .scope import THEOREM_NAMES
+from .show import sci, table
 
 __all__ = ["design_checks_table", "place", "step_sizes_table", "reruns_table", "regime_speeds",
            "speeds_table", "escape_law_table", "local_slopes_table", "half_step_table",
            "probe_table", "arms_table", "estimates_table", "init_table", "stable_steps_table",
-           "per_model_table", "sensitivity_table", "accuracy_table", "thumbnails", "environment"]
+           "per_model_table", "sensitivity_table", "accuracy_table", "thumbnails", "environment",
+           "width_shapes_table", "width_seeds_table", "width_delta_table", "width_regimes_table",
+           "variants_table", "scope_verdicts_table", "lazy_table", "theorem_chapters",
+           "heldout_table"]
 
 
 # --- the chapters' tables of one experiment's summary ----------------------------------------
@@ -237,3 +247,117 @@ def environment() -> str:
     return "\n".join(f"{name:<{width}}  {version}" for name, version in rows) + (
         f"\n\nbuilt {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on "
         f"{platform.system()} {platform.machine()}, {torch.get_num_threads()} torch threads")
+
+
+# --- Width (chapter Width: convres.width, experiments theorem_width_*) -------------------------
+
+def width_shapes_table(shapes: Sequence[Mapping]):
+    """*Width*: per shape ``(N, n)`` the proven ``d_min`` with the certificate ratio there and one
+    below, the worst-case ``sigma_0`` and ``R_0``, the rate and the number of events."""
+    names = {"N": "$N$", "n": "$n$", "d_min": "$d_{\\min}$", "ratio": "ratio at $d_{\\min}$",
+             "ratio_below": "ratio at $d_{\\min} - 1$", "sigma_0": "$\\underline\\sigma_0$",
+             "R0": "$\\bar R_0$", "mu_alpha": "$\\mu\\alpha$", "K": "events $K$"}
+    return table([{names[c]: r[c] for c in names} for r in shapes],
+                 {names["ratio"]: "{:.4f}", names["ratio_below"]: "{:.4f}"})
+
+
+def width_seeds_table(rows: Sequence[Mapping]):
+    """*Width*: fresh seeds drawn at a fraction of ``d_min``: how many are certified, and their
+    ratios (median and largest)."""
+    return table([{"$N$": r["N"], "$n$": r["n"], "$d/d_{\\min}$": r["fraction"], "$d$": r["d"],
+                   "certified / seeds": f"{r['certified']} / {r['seeds']}",
+                   "median ratio": float(np.median(r["ratios"])), "largest ratio": max(r["ratios"])}
+                  for r in rows],
+                 {"median ratio": "{:.2f}", "largest ratio": "{:.2f}", "$d/d_{\\min}$": "{:g}"})
+
+
+def _d_min_at(N, n) -> str:
+    return f"$d_{{\\min}}$ at $(N, n) = ({N}, {n})$"
+
+
+def width_delta_table(by_delta: Sequence[Mapping]):
+    """*Width*: ``d_min`` per confidence ``delta`` (rows) and shape (columns)."""
+    deltas = sorted({r["delta"] for r in by_delta}, reverse=True)
+    shapes = sorted({(r["N"], r["n"]) for r in by_delta})
+    d_min = {(r["delta"], r["N"], r["n"]): r["d_min"] for r in by_delta}
+    return table([{"": f"$\\delta = {v:g}$", **{_d_min_at(*s): d_min[(v, *s)] for s in shapes}}
+                  for v in deltas])
+
+
+def width_regimes_table(regimes: Sequence[Mapping]):
+    """*Width*: ``d_min`` per regime (a setting changed from the book's) and shape."""
+    names = {"beta": "$\\beta$"}
+    out: dict = {}
+    for r in sorted(regimes, key=lambda r: (r["N"], r["n"])):
+        regime = ", ".join(f"{names.get(k, k.replace('_', ' '))} = {v}" for k, v in r["regime"].items())
+        out.setdefault(regime, {"regime": regime})[_d_min_at(r["N"], r["n"])] = r["d_min"]
+    return table(sorted(out.values(), key=lambda row: row["regime"]))
+
+
+# --- FFN (chapter FFN: experiments theorem_certified_variants, convres.scope) -----------------
+
+def variants_table(variants: Mapping[str, Mapping]):
+    """*FFN*: per regime, the FFN route's ratio as the experiment stands and the certified
+    variant's seeds, ratios and rates."""
+    rows = []
+    for name, e in variants.items():
+        as_is = [r["ffn"][1] for r in e["as_it_stands"]]
+        ratios, rates = [v["ratio"] for v in e["seeds"]], [v["mu_alpha"] for v in e["seeds"]]
+        rows.append({"regime": name, "$Nn/d$": f"{e['regime']['N'] * 4} / 32",
+                     "as it stands: FFN ratio": f"{min(as_is):.3g} to {max(as_is):.3g}"
+                     if None not in as_is else "none: $m < Nn$",
+                     "variant: certified":
+                         f"{sum(bool(v['certified']) for v in e['seeds'])} of {len(e['seeds'])} seeds",
+                     "variant: ratio": f"{min(ratios):.2f} to {max(ratios):.2f}",
+                     "variant: $\\mu\\alpha'$": f"{sci(min(rates))} to {sci(max(rates))}"})
+    return table(rows)
+
+
+def scope_verdicts_table(scope: Sequence[Mapping]):
+    """The theorems' scope (:func:`convres.scope.certified_scope`): per experiment model (rows, in
+    their order) and theorem, "certified" or the first failing hypothesis."""
+    out: dict = {}
+    for r in scope:
+        out.setdefault(r["experiment"], {})[THEOREM_NAMES[r["theorem"]]] = \
+            "certified" if r["certified"] else r["failing_hypothesis"]
+    columns = sorted(THEOREM_NAMES.values())
+    return table([{"": name, **{c: row.get(c) for c in columns}} for name, row in out.items()])
+
+
+def lazy_table(lazy: Mapping):
+    """A run's lazy-training report (:func:`convres.theory.lazy_report`): per weight block its
+    share of ``lambda_min(K_0)`` and of ``tr K_0`` (the tangent kernel) and how far it moved."""
+    blocks = lazy["tangent_kernel"]["blocks"]
+    return table([{"block": f"${name.split('.')[-1]}$",
+                   "share of $\\lambda_{\\min}(K_0)$": blocks[name.split(".")[-1]]["lambda_min_share"],
+                   "share of $\\operatorname{tr} K_0$": blocks[name.split(".")[-1]]["trace_share"],
+                   "moved $\\|W_T - W_0\\|_F$": lazy["displacement"][name],
+                   "share of $\\|\\theta_T - \\theta_0\\|^2$": lazy["displacement_share"][name]}
+                  for name in lazy["displacement"]])
+
+
+def theorem_chapters(folder) -> list[str]:
+    """The chapters (``*.md`` in ``folder``, by name) that state a numbered theorem: a
+    ``{prf:theorem}`` directive."""
+    return sorted(p.stem for p in Path(folder).glob("*.md")
+                  for line in p.read_text(encoding="utf-8").splitlines()
+                  if re.fullmatch(r"`{3,}\{prf:theorem\}.*", line))
+
+
+def heldout_table(heldout: Sequence[Mapping], baselines: Mapping):
+    """*Jena*: the held-out week, per beta (medians over the seeds, the per-seed log ratios against
+    persistence and the linear AR) and the baselines."""
+    def cmp(c):
+        return f"{effect_text(c)}: {c['says']}"
+
+    pers, ar, blind = baselines["persistence"], baselines["linear_ar"], baselines["order_blind"]
+    mse, skill = "held-out MSE (median)", "skill (median)"
+    models = [{"model": f"$\\beta = {r['beta']:g}$", mse: r["val_mse"]["median"],
+               skill: r["skill"]["median"],
+               "skill, min to max": f"{r['skill']['min']:.3f} to {r['skill']['max']:.3f}",
+               "ln(persistence / model)": cmp(r["persistence"]), "ln(AR / model)": cmp(r["linear AR"])}
+              for r in heldout]
+    others = [{"model": "persistence", mse: pers["val_mse"], skill: 0.0},
+              {"model": f"linear AR (ridge {ar['ridge']:g})", mse: ar["val_mse"], skill: ar["skill"]},
+              {"model": "order-blind ridge", mse: blind["val_mse"], skill: blind["skill"]}]
+    return table(models + others, {mse: "{:.4f}", skill: "{:.3f}"})
