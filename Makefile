@@ -64,14 +64,13 @@ executed:
 	@mkdir -p _build
 	@test "$$(cat $(EXEC_HASH) 2>/dev/null)" = "$(SOURCES_SHA)" || { rm -rf _build/.jupyter_cache; echo $(SOURCES_SHA) > $(EXEC_HASH); }
 
-# With TeX Live, the whole-book PDF from the chapters just executed (none runs again), then the pages
-# written again to serve it as convres.pdf from every page's download menu; without it, no PDF link.
+# With TeX Live, the whole-book PDF first (it executes the chapters, into jupyter-cache), then the
+# site from the same executions, serving it as convres.pdf from every page; without it, no PDF link.
 book: $(STAMP) $(ASSETS) experiments executed
-	$(BIN)/jupyter-book build --all book
-	@if command -v xelatex >/dev/null && command -v latexmk >/dev/null; then \
-	  $(MAKE) --no-print-directory pdf && $(BIN)/jupyter-book build book \
+	@if command -v xelatex >/dev/null && command -v latexmk >/dev/null; then $(MAKE) --no-print-directory pdf \
 	  || echo "make book: the PDF failed (above); the site links no PDF"; \
 	else echo "make book: no TeX Live (xelatex, latexmk), so the site links no PDF (make pdf installs it)"; fi
+	$(BIN)/jupyter-book build --all book
 
 check: lint unit
 
@@ -85,7 +84,7 @@ unit: $(STAMP)
 # The experiments before a build, one process per core (make's own -j; the two longest first, so
 # that both cores stay busy), so that the chapters read them from the results cache; then the strict
 # build, which executes each chapter once (nb_execution_raise_on_error).
-LONGEST     = sst2 theorem_separation
+LONGEST     = theorem_separation jena
 RECORDS     = $(shell $(BIN)/python -c "from convres.experiments import EXPERIMENTS; print(*EXPERIMENTS)")
 EXPERIMENTS = $(filter $(LONGEST),$(RECORDS)) $(filter-out $(LONGEST),$(RECORDS))
 
@@ -122,7 +121,7 @@ pdf: $(STAMP) data executed
 	rm -f $(PDF)
 	$(BIN)/jupyter-book build book --builder pdflatex -W -n --keep-going
 	@test -s $(PDF) && ! grep -n '^! ' _build/latex/convres.log || { echo "make pdf: LaTeX failed (_build/latex/convres.log)"; exit 1; }
-	@echo "make pdf: wrote $(PDF); make book now serves it with the site"
+	@echo "make pdf: wrote $(PDF); the next site build (make book) serves it"
 
 clean:
 	rm -rf _build

@@ -14,9 +14,9 @@ from ._version import __version__
 from .cache import dumps, setting_dir, write_atomic
 from .certify import certified_run, ffn_certificate, ffn_certified_run
 from .collapse import sigma_min_table
-from .committed import PROFILE, pieces, run_piece
+from .committed import pieces, result, run_piece
 from .data import DATASETS, download
-from .experiments import EXPERIMENTS, PROFILES, run_experiment
+from .experiments import EXPERIMENTS, PROFILES
 from .experiments.theorem import non_vacuous_steps
 from .gd import gradient_descent
 from .instances import certified_instance, ffn_certified_instance, synthetic_regression, theorem_instance
@@ -158,8 +158,7 @@ def _reproduce(args):
     report = {}
     for name in names:
         t0 = time.perf_counter()
-        res = run_experiment(name, args.profile, progress=not args.json, refresh=args.refresh,
-                             device=args.device)
+        res = result(name, args.profile, progress=not args.json, refresh=args.refresh, device=args.device)
         png = out / f"{name}-{args.profile}.png" if res.experiment.plot else None  # a figure, if it has one
         if png:
             write_atomic(png, figure_png(res.figure(), dpi=200))
@@ -172,9 +171,11 @@ def _reproduce(args):
 
 
 def _piece(args):
-    if args.profile != PROFILE or args.name == "all" or args.out or args.refresh or args.download:
-        raise ValueError(f"--piece computes one piece of one experiment's {PROFILE!r} profile: give NAME, "
-                         f"--profile {PROFILE} and --results (not --out, --refresh or --download).")
+    kept = EXPERIMENTS[args.name].committed if args.name in EXPERIMENTS else ()
+    if args.profile not in kept or args.out or args.refresh or args.download:
+        raise ValueError(f"--piece computes one piece of one experiment's committed profile: give NAME, "
+                         f"--profile {' or '.join(kept) or 'paper'} and --results (not --out, --refresh "
+                         "or --download).")
     blocks = pieces(args.name, args.profile)
     if args.piece >= len(blocks):
         raise ValueError(f"--piece {args.piece}: {args.name!r} has pieces 0 to {len(blocks) - 1}.")
@@ -236,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
                 profile={"choices": PROFILES, "default": "book"}, out={"help": "folder of the figures"},
                 refresh={"action": "store_true"}, download={"action": "store_true", "help": "get the data"},
                 device={"default": "cpu", "help": "cpu, or cuda (a GPU)"},
-                piece={"type": number(int, 0), "help": "with --profile paper: compute piece K"},
+                piece={"type": number(int, 0), "help": "of a committed profile: compute piece K"},
                 results={"help": "with --piece: the results folder (default: results/ of the clone)"})
     p.add_argument("name", nargs="?", help="an experiment, or 'all' (none: list them)")
     p = command(commands, "data", lambda a: {name: str(download(name)) for name in a.names or DATASETS},

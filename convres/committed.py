@@ -1,4 +1,5 @@
-"""Results too large for the book's build: the ``paper`` profile, run in pieces, committed with provenance.
+"""Results too large for the book's build: the ``paper`` profiles (and SST-2's ``book`` profile), run
+in pieces, committed with provenance (:attr:`convres.experiments.Experiment.committed`).
 
 Book chapter *Reproduction report*. ``python -m convres reproduce NAME --profile paper --piece K``
 computes the ``K``-th block of the evaluation seeds, writes ``results/pieces/NAME-paper-K.json``
@@ -212,3 +213,19 @@ def load_paper_result(name: str, folder=None, profile: str = PROFILE) -> tuple[R
     stored = read_record(path, name, profile, None, 0)
     res = Result(EXPERIMENTS[name], stored["profile"], stored["settings"], stored["data"], stored["seconds"])
     return res, {"pieces": stored["pieces"], "provenance": stored.get("provenance", [])}
+
+
+def result(name: str, profile: str = "book", **options) -> Result:
+    """``name``'s ``profile`` result: the committed file, every piece present, where the profile is
+    committed (:attr:`~convres.experiments.Experiment.committed`), else (or with ``refresh=True``)
+    :func:`~convres.experiments.run_experiment`'s with ``options``."""
+    settings(name, profile)  # an unknown name or profile is an error
+    if profile not in EXPERIMENTS[name].committed or options.get("refresh"):
+        return run_experiment(name, profile, **options)
+    loaded = load_paper_result(name, profile=profile)
+    if loaded is None or loaded[1]["pieces"]["missing"]:
+        missing = loaded[1]["pieces"]["missing"] if loaded else list(range(len(pieces(name, profile))))
+        raise ValueError(f"{paper_path(name, profile=profile)} lacks the pieces {missing} of {name!r}'s "
+                         f"{profile!r} run; compute each: python -m convres reproduce {name} --profile "
+                         f"{profile} --piece K")
+    return loaded[0]

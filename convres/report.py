@@ -215,8 +215,8 @@ def provenance_table(larger: Mapping[str, tuple[Result, dict] | None]):
             rows.append({"experiment": name, "piece": "none committed", "seeds": "", "wall time": "",
                          "commit": "", "machine": "", "PyTorch": "", "protocol": ""})
             continue
-        _, info = big
-        blocks = pieces(name)
+        res, info = big
+        blocks = pieces(name, res.profile)
         for p in info["provenance"]:
             seeds = blocks[p["piece"]]
             rows.append({"experiment": name, "piece": f"{p['piece'] + 1} of {info['pieces']['total']}",

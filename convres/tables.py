@@ -14,7 +14,7 @@ import numpy as np
 from . import plotting
 from .experiments import Result
 from .experiments.simulations import SCALE_TEX
-from .experiments.sst2 import ARM_KINDS
+from .experiments.sst2_arms import ARM_KINDS
 from .protocol import CHECKS, CLAIMS
 from .report import effect_text
 from .scope import THEOREM_NAMES

@@ -76,7 +76,7 @@ def test_a_flag_is_used_by_the_chosen_mode_or_refused_in_one_line(data, command,
     seen = {}
     for name in ("_gd", "_theorem_run", "_theorem_certify", "_theorem_scope", "_rank_collapse", "width_condition"):
         monkeypatch.setattr(cli, name, lambda *args, **kwargs: seen.setdefault("args", args) and Stub())
-    for name in ("run_experiment", "run_piece"):
+    for name in ("result", "run_piece"):
         monkeypatch.setattr(cli, name, lambda *a, **k: (_ for _ in ()).throw(ValueError("ran")))
     code, out, err = run_main(capsys, *argv)
     given_flags = {f.split()[0] for f in chosen}
@@ -114,7 +114,7 @@ def test_a_flag_is_used_by_the_chosen_mode_or_refused_in_one_line(data, command,
     (("data", "bogus"), ("bogus",)),
 ])
 def test_bad_requests_are_one_clear_line_before_any_work(capsys, monkeypatch, args, names):
-    monkeypatch.setattr(cli, "run_experiment", lambda *a, **k: pytest.fail("an experiment was run"))
+    monkeypatch.setattr(cli, "result", lambda *a, **k: pytest.fail("an experiment was run"))
     a_clear_error(*run_main(capsys, *args), *names)
 
 

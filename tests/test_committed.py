@@ -188,14 +188,32 @@ def test_the_pieces_of_a_run_tune_and_check_once(name, one_seed_pieces, tmp_path
     assert merged.data["step_sizes"] == run_experiment(name, "smoke").data["step_sizes"]
 
 
-def test_committed_results_are_the_paper_profile_of_today():
-    """Every committed file was assembled from pieces of today's paper settings."""
-    for name in EXPERIMENTS:
-        if paper_path(name).is_file():
-            res, info = load_paper_result(name)
-            full = settings_of(name, "paper")
+def test_committed_results_are_their_profile_of_today():
+    """Every committed file was assembled from pieces of today's settings of its profile."""
+    for name, e in EXPERIMENTS.items():
+        for profile in (p for p in e.committed if paper_path(name, profile=p).is_file()):
+            res, info = load_paper_result(name, profile=profile)
+            full = settings_of(name, profile)
             assert {**res.settings, "seeds": full["seeds"]} == full
             assert info["pieces"]["done"] and res.claims()
+
+
+def test_a_committed_profile_is_read_whole_or_is_a_clear_error(toy, monkeypatch):
+    """:func:`convres.committed.result` reads a committed profile from its file, every piece present
+    (else an error naming the piece command), and computes any other profile."""
+    monkeypatch.setitem(EXPERIMENTS, "toy", dataclasses.replace(
+        EXPERIMENTS["toy"], profiles={"paper": EXPERIMENTS["toy"].profiles["paper"], "book": {"seeds": [0], "eta": 0.2}}))
+    monkeypatch.setattr(committed, "ROOT", toy.parent)
+    monkeypatch.setattr(committed, "source_checkout", lambda: toy.parent)
+    (toy.parent / "results").mkdir()
+    assert committed.result("toy", "book").data["step"] == 0.2
+    for k in (0, 2):
+        run_piece("toy", k, folder=toy.parent / "results")
+    with pytest.raises(ValueError, match=r"\[1, 3\].*--piece K"):
+        committed.result("toy", "paper")
+    for k in (1, 3):
+        run_piece("toy", k, folder=toy.parent / "results")
+    assert [r["seed"] for r in committed.result("toy", "paper").data["runs"]] == [0, 1, 2, 3]
 
 
 def test_a_committed_run_computes_again_to_the_same_numbers():
@@ -245,15 +263,16 @@ def test_a_committed_jena_run_computes_again_to_the_same_numbers():
     assert loaded[1]["provenance"][0]["commit"]
 
 
+@pytest.mark.parametrize("profile", ["book", "paper"])
 @pytest.mark.parametrize("which", [0, -1])
-def test_a_committed_sst2_run_computes_again_to_the_same_numbers(which):
-    """The spot check of the committed SST-2 pieces: the first 20 steps of one run (L = 2 with
-    residuals, the first seed and the last, each of another piece, at its tuned step; every
-    training sentence) computed again match the committed curve (recorded every ``record_every``
-    steps) to float32 round-off."""
-    loaded = load_paper_result("sst2")
+def test_a_committed_sst2_run_computes_again_to_the_same_numbers(which, profile):
+    """The spot check of the committed SST-2 pieces (the book's run and the larger one): the first
+    20 steps of one run (L = 2 with residuals, the first seed and the last, each of another piece,
+    at its tuned step; every training sentence) computed again match the committed curve (recorded
+    every ``record_every`` steps) to float32 round-off."""
+    loaded = load_paper_result("sst2", profile=profile)
     if loaded is None:
-        pytest.skip("the SST-2 pieces of protocol v4 are not committed yet")
+        pytest.skip(f"the SST-2 {profile} pieces of protocol v4 are not committed yet")
     res, info = loaded
     s = res.settings
     seed = s["seeds"][which]

@@ -13,14 +13,14 @@ ROOT = Path(convres.__file__).resolve().parent
 LAYERS = [
     ["_version", "values", "runtime", "show", "cache", "protocol", "stats"],  # leaves
     ["backprop", "model", "rank"],                                     # the model, spectra
-    ["gd", "instances", "data.sources", "data.jena", "data.sst2", "data.embeddings", "data"],
+    ["gd", "instances", "data.sources", "data.jena", "data.embeddings", "data.sst2", "data"],
     ["lemmas", "collapse"],                                            # the lemmas, rank collapse
     ["checks", "certify", "width"],                                    # checks, certified bounds, width
     ["theory", "separation"],                                          # the theorems along runs
     ["plotting", "figures"],                                           # figures
-    ["experiments.base", "experiments.simulations", "experiments.jena", "experiments.sst2",
-     "experiments.rank_collapse", "experiments.theorem", "experiments",
-     "scope"],                                                         # experiments
+    ["experiments.base", "experiments.simulations", "experiments.jena", "experiments.sst2_baselines",
+     "experiments.sst2_arms", "experiments.sst2", "experiments.rank_collapse", "experiments.theorem",
+     "experiments", "scope"],                                          # experiments
     ["explorers", "committed", "report", "tables"],                    # pages
     ["cli", "__main__", "__init__"],                                   # entry points
 ]

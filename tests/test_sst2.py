@@ -9,7 +9,9 @@ import torch
 
 from convres import experiments as ex
 from convres.experiments import sst2
-from convres.experiments.sst2 import Arm
+from convres.experiments.sst2_arms import ARM_KINDS, Arm, arm_config, arm_params, arms_of, isometric_init
+from convres.experiments.sst2_arms import matched_width, norm_preserving_init
+from convres.experiments.sst2_baselines import bow_logistic, pooled_baseline
 from convres.lemmas import parameter_count
 from convres.model import ModelConfig, forward_trace, init_params
 from convres.protocol import CHECKS, EVALUATION_SEEDS, GRADES, PROBE_SEEDS
@@ -37,7 +39,7 @@ def test_the_profiles_follow_the_protocol():
 
 def test_norm_preserving_init_keeps_every_block_at_the_rms_of_its_input():
     cfg = ModelConfig(d=8, d_qk=8, m=8, L=6, beta=0.0, activation="gelu")
-    p = sst2.norm_preserving_init(cfg, X8, seed=3)
+    p = norm_preserving_init(cfg, X8, seed=3)
     tr = forward_trace(p, X8, cfg)
     rms = [_rms(t) for t in [X8, *tr.H]]
     assert np.allclose(rms, rms[0], rtol=1e-10)                       # every block output: RMS(X)
@@ -48,13 +50,13 @@ def test_norm_preserving_init_keeps_every_block_at_the_rms_of_its_input():
         assert torch.allclose(ratio, ratio.flatten()[0].expand_as(ratio))
         assert (k.endswith(("W_V", "W_2")) or float(ratio.flatten()[0]) == 1.0)
     with pytest.raises(ValueError, match="without residual"):
-        sst2.norm_preserving_init(cfg.replace(beta=1.0), X8)
+        norm_preserving_init(cfg.replace(beta=1.0), X8)
 
 
 def test_isometric_init_starts_each_block_near_an_isometry_from_the_same_draws():
     cfg = ModelConfig(d=8, d_qk=8, m=8, L=4, beta=0.0, activation="gelu")
     c, eps = 6.0, 0.05
-    p = sst2.isometric_init(cfg, X8, seed=3, identity_gain=c, preactivation=eps)
+    p = isometric_init(cfg, X8, seed=3, identity_gain=c, preactivation=eps)
     raw = init_params(cfg, seed=3, branch_scale=1.0)
     tr = forward_trace(p, X8, cfg)
     H = [X8, *tr.H]
@@ -75,40 +77,40 @@ def test_isometric_init_starts_each_block_near_an_isometry_from_the_same_draws()
     within = _rms(H[-1] - H[-1].mean(-2, keepdim=True)) / _rms(H[-1])
     assert within > 0.5
     with pytest.raises(ValueError, match="without residual"):
-        sst2.isometric_init(cfg.replace(beta=1.0), X8, identity_gain=c, preactivation=eps)
+        isometric_init(cfg.replace(beta=1.0), X8, identity_gain=c, preactivation=eps)
 
 
 def test_the_arms_and_the_matched_width():
     s = ex.settings("sst2")
-    arms = sst2.arms_of(s)
+    arms = arms_of(s)
     assert len(arms) == 10 and arms[-1] == Arm(2, "matched")
-    assert {a.kind for a in arms} == set(sst2.ARM_KINDS)
-    m = sst2.matched_width(s)
-    deep = parameter_count(sst2.arm_config(s, Arm(10, "residual")))
-    matched = parameter_count(sst2.arm_config(s, Arm(2, "matched")))
+    assert {a.kind for a in arms} == set(ARM_KINDS)
+    m = matched_width(s)
+    deep = parameter_count(arm_config(s, Arm(10, "residual")))
+    matched = parameter_count(arm_config(s, Arm(2, "matched")))
     assert m == 176 and matched == deep == 12_816                      # d = 16: an exact match
-    assert parameter_count(sst2.arm_config(s, Arm(2, "residual"))) == 2_576
+    assert parameter_count(arm_config(s, Arm(2, "residual"))) == 2_576
     near = {**s, "d": 12, "d_qk": 8, "m": 10}                          # no exact width: the nearest
-    gap = abs(parameter_count(sst2.arm_config(near, Arm(2, "matched"))) /
-              parameter_count(sst2.arm_config(near, Arm(10, "residual"))) - 1)
+    gap = abs(parameter_count(arm_config(near, Arm(2, "matched"))) /
+              parameter_count(arm_config(near, Arm(10, "residual"))) - 1)
     assert gap < 0.05
-    assert sst2.arm_config(s, Arm(6, "isometric")).residual == (0.0, 0.0)
-    assert sst2.arm_config(s, Arm(2, "matched")).residual == (1.0, 1.0)
+    assert arm_config(s, Arm(6, "isometric")).residual == (0.0, 0.0)
+    assert arm_config(s, Arm(2, "matched")).residual == (1.0, 1.0)
     Xs = torch.randn(8, 10, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    res = sst2.arm_params(s, Arm(6, "residual"), 3, Xs)
-    raw = init_params(sst2.arm_config(s, Arm(6, "residual")), 3)
+    res = arm_params(s, Arm(6, "residual"), 3, Xs)
+    raw = init_params(arm_config(s, Arm(6, "residual")), 3)
     assert all(torch.equal(res[k], raw[k]) for k in raw)
     with pytest.raises(ValueError, match="arm kind"):
-        sst2.arm_config(s, Arm(2, "nope"))
+        arm_config(s, Arm(2, "nope"))
     with pytest.raises(ValueError, match="'arms'"):
-        sst2.arms_of({**s, "arms": ["residual", "nope"]})
+        arms_of({**s, "arms": ["residual", "nope"]})
 
 
 def test_pooled_baseline_reads_a_linear_signal():
     X = torch.zeros(4, 2, 3)
     X[:2, :, 0], X[2:, :, 0] = 1.0, -1.0
     labels = np.array([1, 1, 0, 0])
-    out = sst2.pooled_baseline(X, labels, X.flip(0), labels[::-1].copy())
+    out = pooled_baseline(X, labels, X.flip(0), labels[::-1].copy())
     assert out["train_accuracy"] == 1.0 and out["val_accuracy"] == 1.0 and out["train_mse"] < 1e-20
     assert out["val_correct"] == "1111"
 
@@ -124,7 +126,7 @@ def test_bag_of_words_finds_the_sentiment_words_and_chooses_its_penalty_by_cross
 
     tok, lab = sents(40)
     tok_v, lab_v = sents(10)
-    out = sst2.bow_logistic(tok, lab, tok_v, lab_v, vocab, lambdas=[0.01, 1e6], folds=4, iters=50)
+    out = bow_logistic(tok, lab, tok_v, lab_v, vocab, lambdas=[0.01, 1e6], folds=4, iters=50)
     assert out["val_accuracy"] == 1.0 and out["lambda"] == 0.01 and out["cv_accuracy"][1e6] <= 0.6
     assert out["val_correct"] == "1" * 10
 
@@ -201,7 +203,7 @@ def test_the_heldout_table_pairs_the_arms_with_the_baselines_on_the_same_sentenc
 def test_a_tiny_run_of_every_arm_end_to_end(tmp_path, tiny_sst2):
     r = ex.run_experiment("sst2", "smoke", overrides=tiny_sst2, data_dir=tmp_path)
     d, s = r.data, r.settings
-    arms = sst2.arms_of(s)
+    arms = arms_of(s)
     assert len(arms) == 7 and d["N"] == 16 and d["N_val"] == 12 and d["matched_m"] >= 4
     tuned = [x for x in d["runs"] if x["protocol"] == "tuned"]
     assert {(x["L"], x["arm"]) for x in tuned} == {tuple(a) for a in arms} and len(tuned) == 2 * 7
@@ -275,7 +277,7 @@ def test_a_shared_part_prepared_alone_is_read_back_by_the_run(offline, monkeypat
     t = sst2.prepare("smoke", "tune L=2, isometric")
     assert calls == [Arm(2, "isometric")] and t["arm"] == "L=2, isometric" and t["chosen"] is not None
     r = ex.run_experiment("sst2", "smoke")
-    assert calls.count(Arm(2, "isometric")) == 1 and len(calls) == len(sst2.arms_of(r.settings))
+    assert calls.count(Arm(2, "isometric")) == 1 and len(calls) == len(arms_of(r.settings))
     assert next(x for x in r.data["step_sizes"] if x["arm"] == "L=2, isometric") == t
     with pytest.raises(ValueError, match="unknown shared part"):
         sst2.prepare("smoke", "tune L=7, residual")

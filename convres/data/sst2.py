@@ -1,14 +1,17 @@
-"""SST-2 (GLUE): the parquet files of the Hub dataset, their checks and the sentences an experiment reads.
+"""SST-2 (GLUE): the parquet files of the Hub dataset, their checks and the task an experiment reads.
 
 Book chapter *SST-2*. The cost of a file is checked from its footer before its text is read, and
 the length of every distinct sentence before it is split into tokens (:func:`load_sst2`).
 """
 
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
+import torch
 
 from ..values import as_int, is_int
+from .embeddings import embed_with, ppmi_embeddings
 from .sources import MAX_MEMBER_BYTES, SOURCES, DataError, fetch, verify_file
 from .sources import data_dir as data_folder
 
@@ -112,3 +115,60 @@ def sst2_prefixes(df, n_tokens: int, size: int | None = None):
                                 f"tokens; need {half}.")
         rows = np.sort(np.concatenate(chosen))
     return [tokens[i][:n_tokens] for i in rows], labels[rows], rows
+
+
+#: Words whose nearest neighbours the SST-2 chapter shows (a look at what the embeddings carry).
+SST2_PROBE_WORDS = ("good", "bad", "funny", "boring")
+
+
+class SST2Task(NamedTuple):
+    """The SST-2 task: ``X`` ``(N, n, d)``, ``Y`` ``(N, 1)`` (+-1), ``labels`` (0/1), the same for the
+    GLUE validation split, the token lists, the vocabulary and ``info`` (sizes, out-of-vocabulary
+    shares, nearest neighbours)."""
+
+    X: torch.Tensor
+    Y: torch.Tensor
+    labels: np.ndarray
+    X_val: torch.Tensor
+    Y_val: torch.Tensor
+    labels_val: np.ndarray
+    tokens: list
+    tokens_val: list
+    vocab: list
+    info: dict
+
+
+def _neighbours(vocab, vectors, words, k: int = 5) -> dict:
+    index = {t: i for i, t in enumerate(vocab)}
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-300)
+    out = {}
+    for w in words:
+        if w in index:
+            sim = unit @ unit[index[w]]
+            out[w] = [vocab[j] for j in np.argsort(-sim, kind="stable") if j != index[w]][:k]
+    return out
+
+
+def sst2_data(s: dict, data_dir=None, dtype=torch.float32) -> SST2Task:
+    """The book's SST-2 task from the settings ``s``: ``n_train / 2`` sentences of each label (file
+    order) and the validation split, cut to ``n_tokens`` tokens (:func:`sst2_prefixes`); PPMI-SVD
+    vectors of the training text (:func:`~convres.data.ppmi_embeddings`), standardized over the
+    training tokens."""
+    n_tokens = as_int("setting 'n_tokens'", s.get("n_tokens"), minimum=1)
+    n_train = as_int("setting 'n_train'", s.get("n_train"), minimum=1)
+    train, val = load_sst2("train", data_dir=data_dir), load_sst2("validation", data_dir=data_dir)
+    tokens, labels, _ = sst2_prefixes(train, n_tokens, n_train)
+    tokens_val, labels_val, _ = sst2_prefixes(val, n_tokens, s.get("n_val"))
+    if s.get("embedding", "ppmi") != "ppmi":
+        raise ValueError(f"setting 'embedding' must be 'ppmi', got {s.get('embedding')!r}.")
+    vocab, vectors = ppmi_embeddings(train["sentence"].str.split().tolist(), s["d"],
+                                     vocab_size=s["vocab_size"], seed=s["emb_seed"])
+    X, (mean, std), oov = embed_with(tokens, vocab, vectors, dtype=dtype)
+    Xv, _, oov_val = embed_with(tokens_val, vocab, vectors, mean=mean, std=std, dtype=dtype)
+    target = lambda y: torch.tensor(2.0 * y - 1.0, dtype=dtype)[:, None]  # noqa: E731
+    info = {"vocab_size": len(vocab), "oov_train": oov, "oov_val": oov_val,
+            "neighbours": _neighbours(vocab, vectors, SST2_PROBE_WORDS),
+            "examples": [{"label": int(y), "tokens": t} for t, y in zip(tokens[:4], labels[:4])],
+            "train_sentences": int(len(train)), "val_sentences": int(len(val))}
+    return SST2Task(X, target(labels), labels, Xv, target(labels_val), labels_val, tokens, tokens_val,
+                    list(vocab), info)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from ..cache import cached_json
 from ..data import fingerprint
+from ..data.sst2 import SST2Task, sst2_data
 from ..runtime import check_device, torch_threads
 from . import jena, rank_collapse, simulations, sst2, theorem
 from .base import (
@@ -29,7 +30,7 @@ from .base import (
 )
 from .jena import JenaTask, jena_data
 from .simulations import escape_law
-from .sst2 import SST2Task, pooled_baseline, sst2_data
+from .sst2_baselines import pooled_baseline
 
 __all__ = ["Experiment", "Result", "Shape", "EXPERIMENTS", "PROFILES", "VERDICTS", "SUMMARY_KEYS",
            "settings", "run_experiment", "claims", "measured_rate", "output_rows", "escape_law",

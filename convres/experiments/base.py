@@ -66,7 +66,9 @@ class Experiment:
     progress=, data_dir=, device=) -> data`` (JSON-able), ``key_numbers``, ``claims`` (the report's
     rows), ``plot``, ``shapes`` (for the scope table) and ``report`` (``{"settings", "spread",
     "runs", "deviations"}``); ``paper``: what the paper says of the setting; ``piece_seeds``:
-    evaluation seeds per piece of the ``paper`` profile (``None``: one piece)."""
+    evaluation seeds per piece of a committed profile (``None``: one piece); ``committed``: the
+    profiles run in pieces and committed with their provenance (:mod:`convres.committed`) rather
+    than computed by the book's build."""
 
     name: str
     title: str
@@ -81,6 +83,7 @@ class Experiment:
     paper: str = ""
     in_report: bool = True
     piece_seeds: int | None = None
+    committed: tuple[str, ...] = ("paper",)
 
     @property
     def page(self) -> str:

@@ -1,33 +1,25 @@
 """SST-2: depth L = 2, 6, 10 with and without residual connections (protocol v4, claims T1-T4).
 
-Book chapter *SST-2* (``book/sst2.md``): GLUE sentences cut to ``n_tokens`` tokens, frozen PPMI-SVD
-vectors, the target +-1 at every token. Arms per depth, from the same Gaussian draws of a seed:
-``residual`` (``beta = 1``), ``isometric`` (:func:`isometric_init`, not collapsed),
-``norm-preserving`` (:func:`norm_preserving_init`, collapsed at depth), and a ``matched`` shallow
-residual arm (:func:`matched_width`). Held-out accuracy against baselines is not a claim of the paper.
+Book chapter *SST-2*: the arms of :mod:`convres.experiments.sst2_arms` trained by gradient descent
+on the task of :func:`convres.data.sst2.sst2_data` (the target +-1 at every token), with the
+baselines of :mod:`convres.experiments.sst2_baselines`; the claims, the chapter's numbers and the
+report's rows.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 
-from ..data import embed_with, fingerprint, load_sst2, ppmi_embeddings, sst2_prefixes
-from ..gd import gradient_descent, loss_and_grad, sweep
-from ..lemmas import hessian_norm, parameter_count
-from ..model import (
-    ModelConfig,
-    attention_scale,
-    block,
-    forward,
-    forward_trace,
-    init_params,
-    layer_params,
-)
+from ..data import fingerprint
+from ..data.sst2 import SST2Task, sst2_data
+from ..gd import gradient_descent, sweep
+from ..lemmas import hessian_norm
+from ..model import forward, forward_trace, init_params
 from ..plotting import plot_sst2
 from ..runtime import check_device, torch_threads
 from ..stats import ProbeRun, estimate, log_ratio, mean_log_loss, steps_to, tune_step
@@ -40,7 +32,6 @@ from .base import (
     Result,
     Shape,
     claim_record,
-    design_check,
     dtype_of,
     finite_list,
     level_steps,
@@ -55,197 +46,26 @@ from .base import (
     stable,
     step_table,
 )
+from .sst2_arms import (
+    ARM_KINDS,
+    Arm,
+    arm_config,
+    arm_params,
+    arms_of,
+    design_checks,
+    init_diagnostics,
+    init_table,
+    matched_width,
+    pooled_sigma,
+    wide_config,
+    within,
+)
+from .sst2_baselines import adam_reference, correct, heldout_baselines
 
-__all__ = ["EXPERIMENT", "SST2Task", "Arm", "ARM_KINDS", "sst2_data", "pooled_baseline", "bow_logistic",
-           "adam_reference", "SST2_PROBE_WORDS", "token_targets", "norm_preserving_init", "isometric_init",
-           "matched_width", "arms_of", "arm_config", "arm_params", "init_diagnostics",
-           "design_checks", "claim_records", "heldout_table", "rerun", "prepare"]
+__all__ = ["EXPERIMENT", "token_targets", "claim_records", "heldout_table", "rerun", "prepare"]
 
-#: Words whose nearest neighbours the SST-2 chapter shows (a look at what the embeddings carry).
-SST2_PROBE_WORDS = ("good", "bad", "funny", "boring")
-#: The arms: ``residual`` (beta = 1), ``isometric`` and ``norm-preserving`` (beta = 0, two inits),
-#: ``matched`` (beta = 1 at the shallowest depth, FFN widened to the deepest stack's parameter count).
-ARM_KINDS = ("residual", "isometric", "norm-preserving", "matched")
 #: The arms that run at the common step too (the secondary protocol of the claims' sensitivity).
 COMMON_KINDS = ("residual", "isometric", "matched")
-
-
-class Arm(NamedTuple):
-    """One arm: depth ``L`` and ``kind`` (one of :data:`ARM_KINDS`)."""
-
-    L: int
-    kind: str
-
-    @property
-    def name(self) -> str:
-        return f"L={self.L}, {self.kind}"
-
-    @property
-    def residual(self) -> bool:
-        return self.kind in ("residual", "matched")
-
-
-class SST2Task(NamedTuple):
-    """The SST-2 task: ``X`` ``(N, n, d)``, ``Y`` ``(N, 1)`` (+-1), ``labels`` (0/1), the same for the
-    GLUE validation split, the token lists, the vocabulary and ``info`` (sizes, out-of-vocabulary
-    shares, nearest neighbours)."""
-
-    X: torch.Tensor
-    Y: torch.Tensor
-    labels: np.ndarray
-    X_val: torch.Tensor
-    Y_val: torch.Tensor
-    labels_val: np.ndarray
-    tokens: list
-    tokens_val: list
-    vocab: list
-    info: dict
-
-
-def _neighbours(vocab, vectors, words, k: int = 5) -> dict:
-    index = {t: i for i, t in enumerate(vocab)}
-    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-300)
-    out = {}
-    for w in words:
-        if w in index:
-            sim = unit @ unit[index[w]]
-            out[w] = [vocab[j] for j in np.argsort(-sim, kind="stable") if j != index[w]][:k]
-    return out
-
-
-def sst2_data(s: dict, data_dir=None, dtype=torch.float32) -> SST2Task:
-    """The book's SST-2 task: ``n_train / 2`` sentences of each label (file order) and the validation
-    split, cut to ``n_tokens`` tokens (:func:`convres.data.sst2_prefixes`); PPMI-SVD vectors of the
-    training text (:func:`convres.data.ppmi_embeddings`), standardized over the training tokens."""
-    n_tokens, n_train = positive_int(s, "n_tokens"), positive_int(s, "n_train")
-    train, val = load_sst2("train", data_dir=data_dir), load_sst2("validation", data_dir=data_dir)
-    tokens, labels, _ = sst2_prefixes(train, n_tokens, n_train)
-    tokens_val, labels_val, _ = sst2_prefixes(val, n_tokens, s.get("n_val"))
-    if s.get("embedding", "ppmi") != "ppmi":
-        raise ValueError(f"setting 'embedding' must be 'ppmi', got {s.get('embedding')!r}.")
-    vocab, vectors = ppmi_embeddings(train["sentence"].str.split().tolist(), s["d"],
-                                     vocab_size=s["vocab_size"], seed=s["emb_seed"])
-    X, (mean, std), oov = embed_with(tokens, vocab, vectors, dtype=dtype)
-    Xv, _, oov_val = embed_with(tokens_val, vocab, vectors, mean=mean, std=std, dtype=dtype)
-    target = lambda y: torch.tensor(2.0 * y - 1.0, dtype=dtype)[:, None]  # noqa: E731
-    info = {"vocab_size": len(vocab), "oov_train": oov, "oov_val": oov_val,
-            "neighbours": _neighbours(vocab, vectors, SST2_PROBE_WORDS),
-            "examples": [{"label": int(y), "tokens": t} for t, y in zip(tokens[:4], labels[:4])],
-            "train_sentences": int(len(train)), "val_sentences": int(len(val))}
-    return SST2Task(X, target(labels), labels, Xv, target(labels_val), labels_val, tokens, tokens_val,
-                    list(vocab), info)
-
-
-def _correct(pred: np.ndarray, labels: np.ndarray) -> str:
-    """Per sentence, ``"1"`` where the prediction (a score, positive for label 1) is right."""
-    return "".join("1" if ok else "0" for ok in ((np.asarray(pred) > 0) == (np.asarray(labels) == 1)))
-
-
-def pooled_baseline(X: torch.Tensor, labels: np.ndarray, X_val: torch.Tensor, labels_val: np.ndarray) -> dict:
-    """The floor baseline: least squares from the mean-pooled token vectors and an intercept to
-    ``+-1``; training and validation accuracy, training MSE, ``val_correct`` (``_correct``)."""
-    A = np.c_[X.double().mean(1).cpu().numpy(), np.ones(len(labels))]
-    B = np.c_[X_val.double().mean(1).cpu().numpy(), np.ones(len(labels_val))]
-    y = 2.0 * labels - 1.0
-    w = np.linalg.lstsq(A, y, rcond=None)[0]
-    return {"train_accuracy": float(((A @ w > 0) == labels).mean()),
-            "val_accuracy": float(((B @ w > 0) == labels_val).mean()),
-            "train_mse": float(np.mean((A @ w - y) ** 2)), "val_correct": _correct(B @ w, labels_val)}
-
-
-def _bow_index(tokens: list, vocab: list) -> torch.Tensor:
-    """``(N, n)`` indices of the tokens in ``vocab``; a token outside it gets ``len(vocab)``."""
-    index = {t: i for i, t in enumerate(vocab)}
-    return torch.tensor([[index.get(t, len(vocab)) for t in sent] for sent in tokens], dtype=torch.long)
-
-
-def _fit_logistic(idx: torch.Tensor, y: torch.Tensor, V: int, lam: float, iters: int) -> torch.Tensor:
-    """Weights ``(V + 2,)`` (one per word, a zero for the unknown word, the intercept last) that
-    minimise ``sum_i log(1 + exp(-y_i f_i)) + lam / 2 ||w_words||^2`` with ``f_i = b + sum_t w[idx_it]``
-    (L-BFGS, float64)."""
-    w = torch.zeros(V + 2, dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.LBFGS([w], max_iter=iters, tolerance_grad=1e-9, tolerance_change=1e-12,
-                            history_size=20, line_search_fn="strong_wolfe")
-    mask = torch.ones(V + 2, dtype=torch.float64)
-    mask[V:] = 0.0                                    # the unknown word stays 0, the intercept is free
-
-    def closure():
-        opt.zero_grad()
-        f = (w * mask)[idx].sum(1) + w[-1]
-        loss = torch.nn.functional.softplus(-y * f).sum() + 0.5 * lam * (w * mask)[:V].pow(2).sum()
-        loss.backward()
-        return loss
-
-    opt.step(closure)
-    out = w.detach().clone()
-    out[V] = 0.0
-    return out
-
-
-def _bow_scores(w: torch.Tensor, idx: torch.Tensor) -> np.ndarray:
-    return (w[:-1][idx].sum(1) + w[-1]).numpy()
-
-
-def bow_logistic(tokens: list, labels: np.ndarray, tokens_val: list, labels_val: np.ndarray, vocab: list, *,
-                 lambdas, folds: int = 5, iters: int = 200) -> dict:
-    """The bag-of-words baseline: L2-regularized logistic regression on word counts, ``lam`` chosen
-    from ``lambdas`` by ``folds``-fold cross-validation on the training sentences, then refitted."""
-    V = len(vocab)
-    idx, idx_val = _bow_index(tokens, vocab), _bow_index(tokens_val, vocab)
-    y = torch.tensor(2.0 * labels - 1.0, dtype=torch.float64)
-    fold = np.arange(len(labels)) % folds
-    cv = []
-    for lam in lambdas:
-        right = 0
-        for k in range(folds):
-            tr, te = torch.from_numpy(fold != k), torch.from_numpy(fold == k)
-            w = _fit_logistic(idx[tr], y[tr], V, float(lam), iters)
-            right += int(((_bow_scores(w, idx[te]) > 0) == (labels[fold == k] == 1)).sum())
-        cv.append(right / len(labels))
-    lam = float(lambdas[int(np.argmax(cv))])
-    w = _fit_logistic(idx, y, V, lam, iters)
-    f, fv = _bow_scores(w, idx), _bow_scores(w, idx_val)
-    return {"train_accuracy": float(((f > 0) == (labels == 1)).mean()),
-            "val_accuracy": float(((fv > 0) == (labels_val == 1)).mean()), "lambda": lam,
-            "cv_accuracy": dict(zip([float(v) for v in lambdas], cv)),
-            "val_correct": _correct(fv, labels_val)}
-
-
-def adam_reference(s: dict, task: SST2Task, seed: int, device=None) -> dict:
-    """The reference Transformer (not a claim of the paper): the residual model of ``s["adam"]``,
-    mean-pooled, logistic loss, full-batch Adam; early stopping on every ``holdout``-th training
-    sentence (never on the validation split)."""
-    a = s["adam"]
-    cfg = ModelConfig(d=s["d"], d_qk=s["d_qk"], m=a["m"], c=1, L=a["L"], beta=1.0, pool="mean",
-                      activation=s["activation"])
-    dtype = task.X.dtype
-    start = init_params(cfg, seed, dtype=dtype, device=device)
-    p = {k: v.detach().requires_grad_(True) for k, v in start.items()}
-    dev = p["W_U"].device
-    inner = np.arange(len(task.labels)) % a["holdout"] == 0
-    X, y = task.X[~inner].to(dev), task.Y[~inner].to(dev)
-    Xi, yi = task.X[inner].to(dev), task.Y[inner].to(dev)
-    opt = torch.optim.Adam(list(p.values()), lr=a["lr"])
-    best = (-1.0, 0, {k: v.detach().clone() for k, v in p.items()})
-    for t in range(a["steps"] + 1):
-        if t % a["every"] == 0:
-            with torch.no_grad():
-                acc = float((torch.sign(forward_trace(p, Xi, cfg).F) == yi).double().mean())
-            if acc > best[0]:
-                best = (acc, t, {k: v.detach().clone() for k, v in p.items()})
-        if t == a["steps"]:
-            break
-        opt.zero_grad()
-        loss = torch.nn.functional.softplus(-y * forward_trace(p, X, cfg).F).mean()
-        loss.backward()
-        opt.step()
-    with torch.no_grad():
-        fv = forward(best[2], task.X_val.to(dev), cfg)[:, 0].double().cpu().numpy()
-        f = forward(best[2], X, cfg)[:, 0].double().cpu().numpy()
-    return {"seed": seed, "step": best[1], "inner_accuracy": best[0],
-            "train_accuracy": float(((f > 0) == (y[:, 0].cpu().numpy() > 0)).mean()),
-            "val_accuracy": float(((fv > 0) == (task.labels_val == 1)).mean()),
-            "val_correct": _correct(fv, task.labels_val)}
 
 
 def token_targets(Y: torch.Tensor, n: int) -> torch.Tensor:
@@ -254,187 +74,6 @@ def token_targets(Y: torch.Tensor, n: int) -> torch.Tensor:
     spread of the outputs within each sentence: ``sum_t (F_t - y)^2 = n (Fbar - y)^2 +
     sum_t (F_t - Fbar)^2``."""
     return Y[:, None, :].expand(-1, n, -1).contiguous()
-
-
-def _rms(t: torch.Tensor) -> float:
-    return float(t.double().pow(2).mean().sqrt())
-
-
-def _gain(p: dict, key: str, factor: float) -> None:
-    p[key] = p[key] * factor
-
-
-def _block_by_block(cfg: ModelConfig, X: torch.Tensor, seed: int, dtype, name: str, adjust) -> dict:
-    """The draws of :func:`convres.model.init_params` (branch scale 1) of a stack without residuals,
-    then for ``l = 1, ..., L`` on ``X``: ``adjust(p, l, H_{l-1}, out)``, ``out()`` the outputs
-    ``(logits, S, A, Z, M, H)`` of block ``l`` with the weights as they are then."""
-    if cfg.residual != (0.0, 0.0):
-        raise ValueError(f"{name} is an init of the model without residual connections; got residual "
-                         f"coefficients {cfg.residual}.")
-    p = init_params(cfg, seed, dtype=dtype, branch_scale=1.0)
-    H = X.to(dtype=dtype, device=p["W_U"].device)
-    with torch.no_grad():
-        for l in range(1, cfg.L + 1):
-            def out(l: int = l, H: torch.Tensor = H) -> tuple:
-                return block(H, layer_params(p, l), s=attention_scale(cfg), act=cfg.act, beta_attn=0.0,
-                             beta_ffn=0.0)
-            adjust(p, l, H, out)
-            H = out()[5]
-    return p
-
-
-def norm_preserving_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *,
-                         dtype=torch.float64) -> dict[str, torch.Tensor]:
-    """LSUV (Mishkin and Matas 2016) for a stack without residuals (:func:`_block_by_block`):
-
-        W_V^(l) <- W_V^(l) RMS(H_{l-1}) / RMS(A_l),    W_2^(l) <- W_2^(l) RMS(H_{l-1}) / RMS(H_l)
-    """
-    def adjust(p, l, H, out):
-        for name, k in (("W_V", 2), ("W_2", 5)):
-            _gain(p, f"layer{l}.{name}", _rms(H) / _rms(out()[k]))
-    return _block_by_block(cfg, X, seed, dtype, "norm_preserving_init", adjust)
-
-
-def _polar(W: torch.Tensor) -> torch.Tensor:
-    """The orthogonal factor ``U V^T`` of ``W = U Sigma V^T``."""
-    U, _, Vh = torch.linalg.svd(W, full_matrices=False)
-    return U @ Vh
-
-
-def isometric_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *, identity_gain: float,
-                   preactivation: float, dtype=torch.float64) -> dict[str, torch.Tensor]:
-    """A stack without residuals started near an isometry (not collapsed); from the draws ``G``, per
-    block (:func:`_block_by_block`):
-
-        W_Q = G_Q + c I,  W_K = G_K + c I       (attention near the identity)
-        W_V = a_V P(G_V),  W_1 = a_1 P(G_1),  W_2 = a_2 P(G_2)
-
-    ``c = identity_gain``, ``P`` the orthogonal factor, ``RMS(A_l) = sqrt(eps) RMS(H_{l-1})``,
-    ``RMS(Z_l W_1) = eps = preactivation`` (GELU near-linear), ``RMS(H_l) = RMS(H_{l-1})``.
-    """
-    def adjust(p, l, H, out):
-        key = lambda w: f"layer{l}.{w}"  # noqa: E731
-        for w in ("W_Q", "W_K"):
-            p[key(w)] = p[key(w)] + identity_gain * torch.eye(cfg.d, cfg.d_qk, dtype=dtype, device=H.device)
-        for w in ("W_V", "W_1", "W_2"):
-            p[key(w)] = _polar(p[key(w)])
-        _gain(p, key("W_V"), math.sqrt(preactivation) * _rms(H) / _rms(out()[2]))
-        _gain(p, key("W_1"), preactivation / _rms(out()[3] @ p[key("W_1")]))
-        _gain(p, key("W_2"), _rms(H) / _rms(out()[5]))
-    return _block_by_block(cfg, X, seed, dtype, "isometric_init", adjust)
-
-
-def matched_width(s: dict) -> int:
-    """The FFN width ``m`` of the shallowest residual stack whose parameter count is closest to the
-    deepest stack's (width ``s["m"]``), by :func:`convres.lemmas.parameter_count` ``L (2 d d_qk + d^2
-    + 2 d m) + d`` (protocol check (c))."""
-    lo, hi = min(s["depths"]), max(s["depths"])
-    target, d = parameter_count(_cfg(s, hi, 1.0)), s["d"]
-    m = (target - parameter_count(_cfg(s, lo, 1.0, m=1)) + 2 * d * lo) / (2 * d * lo)
-    return min({max(1, math.floor(m)), max(1, math.ceil(m))},
-               key=lambda w: (abs(parameter_count(_cfg(s, lo, 1.0, m=w)) - target), w))
-
-
-def _cfg(s: dict, L: int, beta: float, **changes) -> ModelConfig:
-    return ModelConfig(**{**dict(d=s["d"], d_qk=s["d_qk"], m=s["m"], c=1, L=L, beta=beta, pool=None,
-                                 activation=s["activation"]), **changes})
-
-
-def arms_of(s: dict) -> list[Arm]:
-    """Every arm of the settings ``s``: per depth the kinds of ``s["arms"]``, then the ``matched``
-    arm at the shallowest depth (when ``s["matched"]``)."""
-    out = [Arm(L, k) for L in s["depths"] for k in s["arms"]]
-    bad = [k for k in s["arms"] if k not in ARM_KINDS[:3]]
-    if bad or not s["arms"]:
-        raise ValueError(f"setting 'arms' must be a non-empty list of {list(ARM_KINDS[:3])}, "
-                         f"got {s['arms']!r}.")
-    return out + ([Arm(min(s["depths"]), "matched")] if s.get("matched") else [])
-
-
-def arm_config(s: dict, arm: Arm) -> ModelConfig:
-    """The model of ``arm``: ``beta = 1`` for the residual arms, 0 otherwise; the matched arm's FFN
-    width from :func:`matched_width`."""
-    if arm.kind not in ARM_KINDS:
-        raise ValueError(f"unknown arm kind {arm.kind!r}; choose one of {ARM_KINDS}.")
-    return _cfg(s, arm.L, 1.0 if arm.residual else 0.0,
-                **({"m": matched_width(s)} if arm.kind == "matched" else {}))
-
-
-def arm_params(s: dict, arm: Arm, seed: int, X: torch.Tensor, *,
-               dtype=torch.float64) -> dict[str, torch.Tensor]:
-    """The initial weights of ``arm`` for ``seed``, from the seed's Gaussian draws for every arm:
-    :func:`convres.model.init_params`, :func:`isometric_init` or :func:`norm_preserving_init` (on ``X``)."""
-    cfg = arm_config(s, arm)
-    if arm.residual:
-        return init_params(cfg, seed, dtype=dtype)
-    if arm.kind == "isometric":
-        return isometric_init(cfg, X, seed, identity_gain=s["identity_gain"],
-                              preactivation=s["preactivation"], dtype=dtype)
-    return norm_preserving_init(cfg, X, seed, dtype=dtype)
-
-
-def _pooled_sigma(H: torch.Tensor) -> tuple[float, float]:
-    """``(sigma_min, sigma_min / sigma_max)`` of the pooled features: the ``N x d`` matrix of the
-    sentences' mean rows of the last ``H``."""
-    sv = torch.linalg.svdvals(H.double().mean(-2))
-    return float(sv[-1]), float(sv[-1] / sv[0])
-
-
-def _within(H: torch.Tensor) -> float:
-    """The share of ``H`` that varies within a sentence: ``RMS(H - mean_t H) / RMS(H)``."""
-    return _rms(H - H.mean(-2, keepdim=True)) / _rms(H)
-
-
-_INIT_FIELDS = ("std", "rms_H", "grad_norm", "within_sentence", "pooled_sigma_ratio", "mse")
-
-
-def init_diagnostics(s: dict, X: torch.Tensor, Yt: torch.Tensor, seeds) -> list[dict]:
-    """Every arm at initialization (float64), per arm and seed: std of ``F``, RMS of the last ``H``,
-    ``||grad Phi|| / (N n)``, within-sentence share, pooled ``sigma_min / sigma_max``, MSE."""
-    X, Yt = X.double(), Yt.double()
-    rows = []
-    for arm in arms_of(s):
-        cfg = arm_config(s, arm)
-        for seed in seeds:
-            phi, g, tr = loss_and_grad(arm_params(s, arm, seed, X), X, Yt, cfg)
-            H, R = tr.H[-1], output_rows(cfg, X)
-            grad = math.sqrt(sum(float(v.pow(2).sum()) for v in g.values())) / R
-            vals = [float(tr.F.std()), _rms(H), grad, _within(H), _pooled_sigma(H)[1], 2 * float(phi) / R]
-            rows.append({"L": arm.L, "arm": arm.kind, "seed": seed, **dict(zip(_INIT_FIELDS, vals))})
-    return rows
-
-
-def _init_table(s: dict, records: list[dict]) -> list[dict]:
-    """The records of :func:`init_diagnostics` as one row per arm (median over the seeds), with its
-    parameter count and the ratios to the residual arm of its depth (``std_ratio``, ``sigma_ratio``)."""
-    by: dict = {}
-    for r in records:
-        by.setdefault((r["L"], r["arm"]), []).append(r)
-    med = {k: {f: float(np.median([r[f] for r in rs])) for f in _INIT_FIELDS} for k, rs in by.items()}
-    out = []
-    for (L, kind), m in med.items():
-        ref = med.get((L, "residual"))
-        out.append({"L": L, "arm": kind, "residual": kind in ("residual", "matched"),
-                    "params": parameter_count(arm_config(s, Arm(L, kind))), **m,
-                    "std_ratio": m["std"] / ref["std"] if ref else None,
-                    "sigma_ratio": m["pooled_sigma_ratio"] / ref["pooled_sigma_ratio"] if ref else None})
-    return out
-
-
-def design_checks(s: dict, table: list[dict]) -> list:
-    """Protocol section 3 for SST-2 on :func:`_init_table`: (a) every arm alive, (b) the isometric
-    arm not collapsed, (c) the matched arm's parameter count within 5% of the deepest stack's."""
-    alive = max(abs(math.log10(r["std_ratio"])) for r in table if r["std_ratio"] is not None)
-    iso = [r for r in table if r["arm"] == "isometric"]
-    checks = [design_check("sst2 arms alive", alive)]
-    if iso:
-        checks += [design_check("sst2 within-sentence share", min(r["within_sentence"] for r in iso)),
-                   design_check("sst2 pooled sigma ratio", min(r["sigma_ratio"] for r in iso))]
-    if s.get("matched"):
-        deep = parameter_count(_cfg(s, max(s["depths"]), 1.0))
-        matched = parameter_count(arm_config(s, Arm(min(s["depths"]), "matched")))
-        checks.append(design_check("sst2 matched shallow arm", abs(matched / deep - 1)))
-    return checks
 
 
 def _sweep(s: dict, X, Yt, plan: list, steps: int, dtype, device=None) -> tuple[int, list]:
@@ -478,8 +117,8 @@ def _run_record(s, task, arm: Arm, seed: int, eta: float, protocol: str, p, h, l
             "mean_log_loss": None if diverged else mean_log_loss(list(h.loss), T),
             "steps_to_level": steps_to(list(mse), level, relative=False),
             "train_error": float((torch.sign(F) != task.Y[:, 0].to(F)).double().mean()),
-            "within_sentence": _within(tr.H[-1]), "pooled_sigma_ratio": _pooled_sigma(tr.H[-1])[1],
-            "val_correct": _correct(Fv.double().cpu().numpy(), task.labels_val)}
+            "within_sentence": within(tr.H[-1]), "pooled_sigma_ratio": pooled_sigma(tr.H[-1])[1],
+            "val_correct": correct(Fv.double().cpu().numpy(), task.labels_val)}
 
 
 def _evaluate(s, task, Yt, plan: list, protocol: str, level: float, dtype, device) -> list[dict]:
@@ -489,20 +128,6 @@ def _evaluate(s, task, Yt, plan: list, protocol: str, level: float, dtype, devic
     R, out = _sweep(s, task.X, Yt, plan, s["steps"], dtype, device)
     return [_run_record(s, task, a, seed, eta, protocol, p, h, level, R)
             for (a, seed, eta), (p, h) in zip(plan, out)]
-
-
-def _baselines(s: dict, task: SST2Task, data_dir, dtype, shared: dict) -> dict:
-    """The held-out baselines: the floor (and at twice the dimension), the bag of words, the Adam
-    reference Transformer (a shared part: its seeds are not evaluation seeds), the majority class."""
-    twice = sst2_data({**s, "d": 2 * s["d"]}, data_dir, dtype)
-    bow = s.get("bow")
-    return {
-        "floor": pooled_baseline(task.X, task.labels, task.X_val, task.labels_val),
-        "floor_2d": pooled_baseline(twice.X, twice.labels, twice.X_val, twice.labels_val),
-        "bow": bow_logistic(task.tokens, task.labels, task.tokens_val, task.labels_val, task.vocab,
-                            lambdas=bow["lambdas"], folds=bow["folds"], iters=bow["iters"]) if bow else None,
-        "adam": shared["adam"]() if s.get("adam") else None,
-        "majority_val_accuracy": float(max(task.labels_val.mean(), 1 - task.labels_val.mean()))}
 
 
 def _shared_parts(s: dict, task: SST2Task, Yt: torch.Tensor, dtype, device) -> dict:
@@ -558,12 +183,12 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     arms = arms_of(s)
     shared = _shared_parts(s, task, Yt, dtype, device)
     # 1. baselines on the same sentences; the floor's training MSE is the level of T4's alternative
-    baselines = _baselines(s, task, data_dir, dtype, shared)
+    baselines = heldout_baselines(s, task, data_dir, dtype, shared["adam"])
     level = baselines["floor"]["train_mse"]
     # 2. the design checks at initialization, on the pilot seeds, before any run (the same in every
     # piece); the evaluation seeds' starts are recorded too
     pilot = shared["checks"]()
-    checks = design_checks(s, _init_table(s, pilot))
+    checks = design_checks(s, init_table(s, pilot))
     init_rows = init_diagnostics(s, X, Yt, s["seeds"])
     # 3. each arm's step on the probe seeds (one cache entry an arm: shared by the pieces)
     tuned = {a: shared[f"tune {a.name}"]() for a in arms}
@@ -661,7 +286,7 @@ def _run_sst2_wide(s: dict, task: SST2Task, device) -> dict:
                          f"{len(task.labels)} of the experiment.")
     rows = np.sort(np.concatenate([pos, neg]))
     X, Y = task.X[rows].to(dtype), task.Y[rows].to(dtype)
-    cfg = _cfg(s, w["L"], w["beta"], m=w["m"], activation=w["activation"], pool="mean")
+    cfg = wide_config(s)
     out = []
     for seed in w["seeds"]:
         p = init_params(cfg, seed=seed, dtype=dtype, device=device)
@@ -865,7 +490,7 @@ def _sst2_numbers(res: Result) -> dict:
     wide = data.get("wide")
     return {"n_train": data["N"], "n_val": data["N_val"], "d": res.settings["d"], "readout": "per token",
             "level": data["level"], "matched_m": data["matched_m"],
-            "init_output_std": _init_table(res.settings, data["init"]),
+            "init_output_std": init_table(res.settings, data["init"]),
             **protocol_summary(_checks(data)),
             "step_sizes": step_table(data["step_sizes"], _STEP_KEYS),
             "eta": data["eta"], "common_eta": data["common_eta"], "reruns": data["reruns"],
@@ -885,7 +510,7 @@ def _shapes(s: dict) -> list[Shape]:
     w = s.get("wide")
     if w:
         out.append(Shape(f"sst2 wide FFN (L={w['L']}, m={w['m']})",
-                         _cfg(s, w["L"], w["beta"], m=w["m"], activation=w["activation"], pool="mean"),
+                         wide_config(s),
                          w["n_train"], s["n_tokens"], "the wide-FFN configuration, pooled readout"))
     return out
 
@@ -958,4 +583,5 @@ EXPERIMENT = Experiment(
                    adam=dict(L=1, m=4, lr=0.01, steps=10, every=5, holdout=4, seeds=[0]),
                    wide=dict(_WIDE, n_train=8, m=16, L=1, steps=5, record_every=5, power_iters=3))},
     _run_sst2, _sst2_numbers, _sst2_claims, plot_sst2, shapes=_shapes, report=_report, piece_seeds=1,
+    committed=("book", "paper"),
     paper="SST-2, $L = 2, 6, 10$ with and without residuals; subset, embeddings, steps not stated")
