@@ -431,4 +431,3 @@ def plot_certificate_sweep(rows: Sequence[Mapping], crossings: Mapping[int, floa
     ax.set_ylabel(r"$\rho\,/\,r_\sigma^{\mathrm{lo}}$")
     fig.legend(loc="outside upper center", ncol=3, frameon=False, fontsize=8)
     return fig
-

@@ -373,4 +373,3 @@ def protocol_deviations_table():
     """``convres.protocol.DEVIATIONS``: what changed, when, why and the claims it touches."""
     return table([{"what": d.what, "when": d.when, "why": d.why, "touches": ", ".join(d.touches)}
                   for d in DEVIATIONS])
-

@@ -1,6 +1,6 @@
-"""The chapters' tables of one experiment's results (*Simulations*, *Jena*, *SST-2*, *Width*, *FFN*: a
-``Styler`` by :func:`convres.show.table`), the reproduction report's thumbnails and the build's
-versions."""
+"""The chapters' tables of one experiment's results (*Simulations*, *Jena*, *SST-2*, *Width*, *FFN*,
+*Rank collapse under gradient descent*: a ``Styler`` by :func:`convres.show.table`), the
+reproduction report's thumbnails and the build's versions."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from . import plotting
 from .experiments import Result
 from .experiments.simulations import SCALE_TEX
 from .experiments.sst2_arms import ARM_KINDS
+from .gd import History
 from .protocol import CHECKS, CLAIMS
 from .report import effect_text
 from .scope import THEOREM_NAMES
@@ -26,7 +27,7 @@ __all__ = ["design_checks_table", "place", "step_sizes_table", "reruns_table", "
            "per_model_table", "sensitivity_table", "accuracy_table", "thumbnails", "environment",
            "width_shapes_table", "width_seeds_table", "width_delta_table", "width_regimes_table",
            "variants_table", "scope_verdicts_table", "lazy_table", "theorem_chapters",
-           "heldout_table"]
+           "heldout_table", "collapse_runs_table"]
 
 
 # --- the chapters' tables of one experiment's summary ----------------------------------------
@@ -361,3 +362,24 @@ def heldout_table(heldout: Sequence[Mapping], baselines: Mapping):
               {"model": f"linear AR (ridge {ar['ridge']:g})", mse: ar["val_mse"], skill: ar["skill"]},
               {"model": "order-blind ridge", mse: blind["val_mse"], skill: blind["skill"]}]
     return table(models + others, {mse: "{:.4f}", skill: "{:.3f}"})
+
+
+# --- Rank collapse under gradient descent (experiment rank_collapse_gd) ------------------------
+
+def collapse_runs_table(result: Result, steps: Sequence[int] = (0, 300, 1000, 2000)):
+    """*Rank collapse under gradient descent*: per run, the loss over the rank-one floor at
+    ``steps`` and the range of ``sigma_min(Z_t)``."""
+    floor = result.data["floor"]
+
+    def label(r):
+        a, f = r["residual"]
+        what = f"$\\beta = {a:g}$" if a == f else f"{'attention' if a else 'FFN'} residual only"
+        return f"{what}, $d_{{QK}} = {r['d_qk']}$"
+
+    rows = []
+    for r in result.data["runs"]:
+        h = History.from_dict(r["history"])
+        loss, smin = h.loss, h.sigma_min_Z
+        rows.append({"run": label(r), **{f"loss / floor at $t = {t}$": loss[t] / floor for t in steps},
+                     "range of $\\sigma_{\\min}(Z_t)$": f"{sci(smin.min())} to {sci(smin.max())}"})
+    return table(rows)
