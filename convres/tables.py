@@ -27,7 +27,7 @@ __all__ = ["design_checks_table", "place", "step_sizes_table", "reruns_table", "
            "per_model_table", "sensitivity_table", "accuracy_table", "thumbnails", "environment",
            "width_shapes_table", "width_seeds_table", "width_delta_table", "width_regimes_table",
            "variants_table", "scope_verdicts_table", "lazy_table", "theorem_chapters",
-           "heldout_table", "collapse_runs_table"]
+           "heldout_table", "collapse_runs_table", "separation_table"]
 
 
 # --- the chapters' tables of one experiment's summary ----------------------------------------
@@ -383,3 +383,21 @@ def collapse_runs_table(result: Result, steps: Sequence[int] = (0, 300, 1000, 20
         rows.append({"run": label(r), **{f"loss / floor at $t = {t}$": loss[t] / floor for t in steps},
                      "range of $\\sigma_{\\min}(Z_t)$": f"{sci(smin.min())} to {sci(smin.max())}"})
     return table(rows)
+
+
+# --- Separation (experiment theorem_separation) -------------------------------------------------
+
+def separation_table(rows):
+    """*Separation*: per ``d_QK`` (``rows``: a frame of the draws), the certified plateau
+    ``T_lb``, the measured escape and their ratio, how many draws have both parts certified, and
+    the control at scale ``1/sqrt(d_QK)``: median (min-max) over the seeds."""
+    def med_range(v, f="{:.0f}"):
+        return f"{f.format(v.median())} ({f.format(v.min())}-{f.format(v.max())})"
+
+    by = rows.groupby("d_qk")
+    summary = {"$T_{\\mathrm{lb}}$": by.T_lb.agg(med_range), "escape": by.escape.agg(med_range),
+               "escape / $T_{\\mathrm{lb}}$": by.ratio.agg(med_range),
+               "both certified": by.sep.agg(lambda v: f"{v.sum()} / {len(v)}"),
+               "control: $T_{\\mathrm{lb}}$": by.control_T_lb.agg(med_range),
+               "control: escape": by.control_escape.agg(med_range)}
+    return table([{"$d_{QK}$": d, **{k: v[d] for k, v in summary.items()}} for d in by.groups])
