@@ -27,7 +27,7 @@ __all__ = ["design_checks_table", "place", "step_sizes_table", "reruns_table", "
            "per_model_table", "sensitivity_table", "accuracy_table", "thumbnails", "environment",
            "width_shapes_table", "width_seeds_table", "width_delta_table", "width_regimes_table",
            "variants_table", "scope_verdicts_table", "lazy_table", "theorem_chapters",
-           "heldout_table", "collapse_runs_table", "separation_table"]
+           "heldout_table", "collapse_runs_table", "separation_table", "width_fixed_table"]
 
 
 # --- the chapters' tables of one experiment's summary ----------------------------------------
@@ -401,3 +401,16 @@ def separation_table(rows):
                "control: $T_{\\mathrm{lb}}$": by.control_T_lb.agg(med_range),
                "control: escape": by.control_escape.agg(med_range)}
     return table([{"$d_{QK}$": d, **{k: v[d] for k, v in summary.items()}} for d in by.groups])
+
+
+def width_fixed_table(proven, y: float):
+    """*Width*, data of fixed norm: per ``N n`` the limit ``R_inf`` for unit targets and for
+    ``||Y||_F = y``, the proven ``d_min`` (at ``y``), the measured ``d*`` and the parameters at
+    ``d_min`` (``proven``: a frame with those columns)."""
+    at_y = f"$\\lVert Y\\rVert_F={y:g}$"
+    names = {"Nn": "$Nn$", "limit_unit": "$\\mathcal R_\\infty$, unit targets",
+             "limit": f"$\\mathcal R_\\infty$, {at_y}", "d_min": f"$d_{{\\min}}$, {at_y}",
+             "measured $d^*$": "measured $d^*$", "params at $d_{\\min}$": "params at $d_{\\min}$"}
+    return table(proven[list(names)].rename(columns=names),
+                 {names["limit_unit"]: "{:.1f}", names["limit"]: "{:.3f}", "measured $d^*$": "{:.0f}",
+                  "params at $d_{\\min}$": "{:.3g}"})
