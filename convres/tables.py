@@ -1,6 +1,6 @@
 """The chapters' tables of one experiment's results (*Simulations*, *Jena*, *SST-2*, *Width*, *FFN*,
-*Rank collapse under gradient descent*: a ``Styler`` by :func:`convres.show.table`), the
-reproduction report's thumbnails and the build's versions."""
+*The certificate*, *Rank collapse under gradient descent*: a ``Styler`` by
+:func:`convres.show.table`), the reproduction report's thumbnails and the build's versions."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ __all__ = ["design_checks_table", "place", "step_sizes_table", "reruns_table", "
            "per_model_table", "sensitivity_table", "accuracy_table", "thumbnails", "environment",
            "width_shapes_table", "width_seeds_table", "width_delta_table", "width_regimes_table",
            "variants_table", "scope_verdicts_table", "lazy_table", "theorem_chapters",
-           "heldout_table", "collapse_runs_table", "separation_table", "width_fixed_table"]
+           "heldout_table", "collapse_runs_table", "separation_table", "width_fixed_table",
+           "sharper_table"]
 
 
 # --- the chapters' tables of one experiment's summary ----------------------------------------
@@ -414,3 +415,15 @@ def width_fixed_table(proven, y: float):
     return table(proven[list(names)].rename(columns=names),
                  {names["limit_unit"]: "{:.1f}", names["limit"]: "{:.3f}", "measured $d^*$": "{:.0f}",
                   "params at $d_{\\min}$": "{:.3g}"})
+
+
+def sharper_table(rows: Sequence[Mapping]):
+    """*The certificate*: per seed, the book's and the sharper certificate's rate ``mu alpha`` and
+    the observed per-step decrease over it (experiment ``theorem_sharper``)."""
+    def ratio(run):
+        return run["observed_decrease"] / run["mu_alpha"]
+
+    return table([{"seed": r["seed"], "book: $\\mu\\alpha$": r["book"]["mu_alpha"],
+                   "book: observed / certified": ratio(r["book"]), "$\\varepsilon$": r["sharp"]["eps"],
+                   "sharp: $\\mu\\alpha$": r["sharp"]["mu_alpha"],
+                   "sharp: observed / certified": ratio(r["sharp"])} for r in rows])
