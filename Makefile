@@ -10,22 +10,23 @@ VENV        ?= .venv
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.convres-installed
 LOCK        := requirements.lock
-# torch's CPU build: a local wheel when pip finds one, else the PyTorch CPU index (not in the lock:
-# PyPI's hashes are those of the CUDA build; the lock holds torch's dependencies).
+# torch's CPU build: a local wheel, else the PyTorch CPU index (not in the lock, whose PyPI hashes would
+# be the CUDA build's; the lock holds torch's dependencies).
 TORCH       := torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-UV          := uv==0.13.9
 NPM         ?= $(abspath $(BIN))/npm
 ASSETS      := web/node_modules/.convres-installed
 JOBS        ?= 2
 SITE_TESTS  := tests/test_site.py tests/test_links.py tests/test_lines.py
-# The executed chapters are kept by jupyter-cache (_config.yml) and reused while the package and the
-# book are unchanged: a change of either (this hash) empties the cache, so no build shows stale outputs.
+# The executed chapters are kept by jupyter-cache (_config.yml) while the package, the book and the
+# committed results are unchanged: a change of any (this hash) empties it, so no build shows stale outputs.
 EXEC_HASH   := _build/.executed-with
-SOURCES_SHA := $(shell cat $$(find convres book _config.yml -type f \( -name '*.py' -o -name '*.md' -o -name '*.yml' -o -name '*.bib' \) | LC_ALL=C sort) | sha256sum | cut -c1-16)
+EXEC_INPUTS := $(shell find convres book results _config.yml -type f \( -name '*.py' -o -name '*.md' \
+               -o -name '*.yml' -o -name '*.bib' -o -name '*.json' \) | LC_ALL=C sort)
+SOURCES_SHA := $(shell cat $(EXEC_INPUTS) | sha256sum | cut -c1-16)
 
-.PHONY: book test check lint unit data experiments executed strict-build browser pdf assets venv lock \
-        clean help
+.PHONY: book test check lint unit data experiments executed strict-build browser pdf venv lock clean \
+        help
 .DEFAULT_GOAL := help
 
 help:  # the comment at the top of this file
@@ -42,21 +43,19 @@ $(STAMP): $(LOCK) pyproject.toml
 	$(BIN)/pip check
 	touch $(STAMP)
 
-# One lock for Linux and macOS, Python 3.11 to 3.13 (uv's universal resolution); pins already in the
-# lock are kept where they still fit (delete the lock, or a line of it, to move a package on).
+# One lock for Linux and macOS, Python 3.11 to 3.13 (uv's universal resolution); pins in the lock are
+# kept where they still fit (delete the lock, or a line of it, to move a package on).
 lock:
-	$(PYTHON) -m venv .venv-lock && .venv-lock/bin/pip install --quiet $(UV)
+	$(PYTHON) -m venv .venv-lock && .venv-lock/bin/pip install --quiet uv==0.13.9
 	UV_PYTHON_DOWNLOADS=never .venv-lock/bin/uv pip compile --universal --python-version 3.11 --generate-hashes \
 	  --custom-compile-command "make lock" --output-file $(LOCK) requirements.in
-
-assets: $(ASSETS)
 
 $(ASSETS): web/package.json web/package-lock.json $(STAMP)
 	cd web && $(NPM) ci --ignore-scripts --no-audit --no-fund --loglevel=error
 	touch $(ASSETS)
 
-# The data sets the chapters read, downloaded into the data folder ($CONVRES_DATA_DIR, default
-# ~/.cache/convres/data) when missing; the sources are settings (HF_ENDPOINT, CONVRES_JENA_URL).
+# The data sets, downloaded into $CONVRES_DATA_DIR (~/.cache/convres/data) when missing, from the
+# sources HF_ENDPOINT and CONVRES_JENA_URL name.
 data: $(STAMP)
 	$(BIN)/python -m convres data
 
@@ -81,9 +80,8 @@ lint: $(STAMP)
 unit: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile tests $(addprefix --ignore=,$(SITE_TESTS))
 
-# The experiments before a build, one process per core (make's own -j; the two longest first, so
-# that both cores stay busy), so that the chapters read them from the results cache; then the strict
-# build, which executes each chapter once (nb_execution_raise_on_error).
+# The experiments before a build, one process a core (the longest first), into the results cache the
+# chapters read; the strict build executes each chapter once (nb_execution_raise_on_error).
 LONGEST     = theorem_separation jena
 RECORDS     = $(shell $(BIN)/python -c "from convres.experiments import EXPERIMENTS; print(*EXPERIMENTS)")
 EXPERIMENTS = $(filter $(LONGEST),$(RECORDS)) $(filter-out $(LONGEST),$(RECORDS))
@@ -97,16 +95,14 @@ experiment-%:
 strict-build: $(STAMP) $(ASSETS) experiments executed
 	OMP_NUM_THREADS=1 $(BIN)/jupyter-book build --all book -W -n --keep-going
 
-# Every page of _build/html in headless Chromium (offline), the links and the line lengths, spread
-# test by test over one process a core (each starts its own server and browser).
+# Every page of _build/html in headless Chromium (offline), the links, the line lengths: one process a core.
 browser: $(STAMP)
 	CONVRES_SITE_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(JOBS) --dist load --durations=8 $(SITE_TESTS)
 
 test: check strict-build browser
 
-# The whole-book PDF: Jupyter Book 1's pdflatex builder with XeLaTeX (_config.yml, `latex:`); on
-# Debian the TeX Live packages below are installed with apt-get when missing and run as root, else
-# named. It reads the executed chapters of the last build (jupyter-cache).
+# The whole-book PDF: Jupyter Book 1's pdflatex builder with XeLaTeX (_config.yml, `latex:`); TeX Live
+# installed with apt-get when missing and run as root on Debian, else named; chapters from jupyter-cache.
 TEX_PACKAGES := texlive-xetex texlive-latex-recommended texlive-latex-extra \
                 texlive-fonts-recommended latexmk lmodern fonts-freefont-otf
 PDF          := _build/latex/convres.pdf

@@ -1,16 +1,9 @@
 """Backpropagation written out by hand: book equations (1)-(5) and the gradient of (5).
 
-The arithmetic of the model, written once: the model's forward pass
-(:func:`convres.model.forward_trace`, whose :class:`Trace` is defined here) and the gradient that
-gradient descent follows (:func:`convres.model.phi_and_grad`), on the *rows* of a stack of ``B``
-configurations: every weight is ``(B, p, q)`` and every hidden matrix ``(B, N n, q)`` (the ``n``
-rows of each of the ``N`` sequences, one sequence after another), so that each linear map is one
-batched product; the attention matrices, which mix the rows of one sequence only, are
-``(B N, n, n)``. The model's own linear map and attention (:func:`linear`, :func:`attention`) for
-a single configuration are here too.
-
-Book chapter *Performance* (``book/performance.md``); ``tests/test_model.py`` holds the gradient
-equal to autograd's and to finite differences.
+The arithmetic of :func:`convres.model.forward_trace` and :func:`convres.model.phi_and_grad`, on
+the *rows* of a stack of ``B`` configurations: every weight is ``(B, p, q)``, every hidden matrix
+``(B, N n, q)`` (the ``N`` sequences' rows one after another), the attention matrices
+``(B N, n, n)``. Book chapter *Performance* (``book/performance.md``).
 """
 
 from __future__ import annotations
@@ -48,19 +41,16 @@ class Trace(NamedTuple):
 
 
 def softmax_rows(logits):
-    """``softmax_rows(G)_ij = exp(G_ij - c_i) / sum_k exp(G_ik - c_i)`` with ``c_i = max_k G_ik``
-    (book equation (1)): the softmax of each row. The shift ``c`` cancels exactly, so it is held
-    constant for autograd (every derivative is unchanged). The same function as
-    ``torch.softmax(G, dim=-1)``, written out because that kernel is several times slower on a CPU
-    for rows as short as the book's."""
+    """``softmax_rows(G)_ij = exp(G_ij - c_i) / sum_k exp(G_ik - c_i)``, ``c_i = max_k G_ik`` (book
+    equation (1); ``c`` cancels, so autograd holds it constant): ``torch.softmax(G, -1)``, written
+    out because that kernel is several times slower on a CPU for rows as short as the book's."""
     c = logits.amax(-1, keepdim=True)
     e = (logits - (c.detach() if c.requires_grad else c)).exp_()
     return e / e.sum(-1, keepdim=True)
 
 
 def linear(A: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    """``A W``. ``W`` is ``(p, q)``, or ``(B, p, q)`` for ``B`` configurations with ``A`` of shape
-    ``(B, ..., p)``: one batched product over all rows of each configuration."""
+    """``A W``, with ``W`` ``(p, q)``, or ``(B, p, q)`` for ``A`` of shape ``(B, ..., p)``."""
     if W.dim() == 2:
         return A @ W
     B, p, q = W.shape
@@ -81,7 +71,7 @@ def attention(X, W_Q, W_K, W_V, s: float):
 
 def coefficient(beta):
     """A residual coefficient ready to scale a stack ``(B, rows, q)``: a number, or a ``(B,)``
-    tensor viewed as ``(B, 1, 1)`` (configuration ``b`` scaled by ``beta[b]``)."""
+    tensor viewed as ``(B, 1, 1)``."""
     return beta.reshape(-1, 1, 1) if isinstance(beta, torch.Tensor) else beta
 
 
@@ -99,18 +89,15 @@ def plus_product(beta, C: torch.Tensor, A: torch.Tensor, B: torch.Tensor, view=N
 
 
 #: Up to this many rows ``N n`` per configuration, the attention of the ``N`` sequences is one
-#: ``(N n, N n)`` matrix, exactly zero between different sequences (:func:`sequence_mask`): one
-#: product of such matrices costs less than ``N`` products of tiny ``n x n`` ones (measured on one
-#: core, sweeps of 8 configurations, d = 16: 1.19 times as fast at N = 2, n = 4; 0.82-1.03 times at
-#: 16 to 64 rows, where the per-sequence products are no longer tiny or the waste grows).
+#: ``(N n, N n)`` matrix, exactly zero between sequences (:func:`sequence_mask`): faster than ``N``
+#: tiny ``n x n`` products (one core, 8 configurations, d = 16: 1.19 times as fast at N = 2, n = 4;
+#: 0.82-1.03 times at 16 to 64 rows).
 WHOLE_ROWS = 8
 
 
 def sequence_mask(N: int, n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The ``(N n, N n)`` matrix that is ``0`` where rows ``i`` and ``j`` belong to the same of
-    the ``N`` sequences (``i // n == j // n``) and ``-inf`` elsewhere: added to the logits, it
-    makes ``softmax_rows`` exactly zero between sequences. Made once per shape, except inside a
-    ``torch.func`` transform (a tensor made there belongs to that transform)."""
+    """The ``(N n, N n)`` matrix that is ``0`` where ``i // n == j // n`` (the same sequence) and
+    ``-inf`` elsewhere; cached per shape, except inside a ``torch.func`` transform."""
     if torch._C._functorch.peek_interpreter_stack() is not None:
         return _sequence_mask.__wrapped__(N, n, dtype, device)
     return _sequence_mask(N, n, dtype, device)
@@ -124,9 +111,8 @@ def _sequence_mask(N: int, n: int, dtype: torch.dtype, device: torch.device) -> 
 
 
 def per_sequence(T: torch.Tensor, N: int, n: int) -> torch.Tensor:
-    """The ``(B N, n, n)`` attention matrices of each sequence from :func:`block_rows`'s ``T``
-    (``logits`` or ``S``): ``T`` itself, or the ``N`` diagonal blocks of its ``(B, N n, N n)``
-    matrices."""
+    """The ``(B N, n, n)`` attention matrices of :func:`block_rows`'s ``T`` (``logits`` or ``S``):
+    ``T`` itself, or the diagonal blocks of its ``(B, N n, N n)`` matrices."""
     if T.shape[-1] == n:
         return T
     B = T.shape[0]
@@ -135,16 +121,12 @@ def per_sequence(T: torch.Tensor, N: int, n: int) -> torch.Tensor:
 
 def block_rows(X, W, s: float, act, beta_attn, beta_ffn, N: int):
     """One block, book equations (1)-(3), on rows ``X`` of ``N`` sequences:
-    ``(logits, S, Z, M, H)``, then what :func:`backward_rows` reuses: ``Q = X W_Q``,
-    ``K = X W_K``, ``S X`` and the pre-activation ``P = Z W_1`` (the attention output
-    ``A = (S X) W_V`` is not kept)::
+    ``(logits, S, Z, M, H, Q, K, S X, P)``::
 
-        S = softmax_rows(s Q K^T),  Z = (S X) W_V + beta_attn X,  M = act(Z W_1),
-        H = M W_2 + beta_ffn Z
+        S = softmax_rows(s Q K^T),  Z = (S X) W_V + beta_attn X,  M = act(P),  P = Z W_1,
+        H = M W_2 + beta_ffn Z,  Q = X W_Q,  K = X W_K
 
-    The attention matrices are ``(B N, n, n)``, one per sequence, or with at most
-    :data:`WHOLE_ROWS` rows ``(B, N n, N n)``, one per configuration with the logits between
-    different sequences ``-inf`` (:func:`sequence_mask`) and so ``S`` exactly ``0`` there.
+    ``S`` is ``(B N, n, n)``, or ``(B, N n, N n)`` (:func:`sequence_mask`) up to :data:`WHOLE_ROWS` rows.
     """
     B, rows, d = X.shape
     Q, K = torch.bmm(X, W["W_Q"]), torch.bmm(X, W["W_K"])
@@ -165,10 +147,9 @@ def block_rows(X, W, s: float, act, beta_attn, beta_ffn, N: int):
 
 
 def forward_rows(layers, W_U, X, s: float, act, beta_attn, beta_ffn, N: int, pooled: bool):
-    """Book equations (1)-(4) on rows ``X`` ``(B, N n, d)`` of ``N`` sequences, with the weights
-    ``layers`` (one dict ``W_Q, ..., W_2`` per block) and ``W_U``: ``(blocks, last, F)``, every
-    block's input with its :func:`block_rows` outputs, the last ``H`` (its rows averaged per
-    sequence, ``(B, N, d)``, if ``pooled``) and ``F = last W_U``."""
+    """Book equations (1)-(4) on rows ``X`` ``(B, N n, d)``: ``(blocks, last, F)``, each block's
+    input with its :func:`block_rows` outputs, the last ``H`` (averaged per sequence if ``pooled``)
+    and ``F = last W_U``; ``layers``: one dict ``W_Q, ..., W_2`` per block."""
     blocks = []
     for W in layers:
         blocks.append((X, block_rows(X, W, s, act, beta_attn, beta_ffn, N)))
@@ -187,9 +168,8 @@ def phi_and_grad_rows(layers, W_U, X, Y, s: float, act, beta_attn, beta_ffn, N: 
 
 
 def trace_fields(outs, W_V, lead: tuple, N: int, n: int) -> list[list[torch.Tensor]]:
-    """The fields ``logits, S, A, Z, M, H`` of a trace, each a list over the blocks, from the
-    :func:`block_rows` outputs ``outs``, in the shapes ``(*lead, N, n, q)`` of the data; the
-    attention output ``A = (S X) W_V`` (``W_V``: the blocks' weights) is computed here."""
+    """The fields ``logits, S, A, Z, M, H`` of a trace (lists over the blocks, ``(*lead, N, n, q)``)
+    from the :func:`block_rows` outputs ``outs``; ``A = (S X) W_V`` is computed here."""
     A = [torch.bmm(out[7], w) for out, w in zip(outs, W_V)]
     attention = ([per_sequence(out[i], N, n).reshape(*lead, N, n, n) for out in outs] for i in (0, 1))
     rows = (A, *([out[i] for out in outs] for i in (2, 3, 4)))
@@ -204,11 +184,9 @@ def transposes(layers) -> list[dict[str, torch.Tensor]]:
 def backward_rows(layers, W_U, blocks, last, R, s: float, act, beta_attn, beta_ffn,
                   N: int, pooled: bool, out: dict | None = None,
                   layers_T: list | None = None) -> dict[str, torch.Tensor]:
-    """The gradient of ``Phi = 1/2 ||F - Y||^2`` (book equation (5)) with respect to every weight,
-    ``W_U`` and ``layer{l}.W_Q``, ... (``(B, p, q)`` each), from the forward pass's ``blocks`` (each
-    block's input and :func:`block_rows` outputs), ``last`` (the last ``H``, pooled with
-    ``pooled``) and ``R = F - Y = dPhi/dF``. Products of row matrices sum over every row of a
-    configuration; for each block from the last to the first (``X`` its input, ``G`` its logits)::
+    """The gradient of ``Phi = 1/2 ||F - Y||^2`` (book equation (5)) by weight name, ``(B, p, q)``
+    each, from :func:`forward_rows`'s ``blocks`` and ``last`` and ``R = F - Y``; for each block
+    from the last to the first (``X`` its input, ``G`` its logits)::
 
         dW_U = H_L^T R,  dH_L = R W_U^T        (with pooling, dH_L / n at each of the n rows)
         dW_2 = M^T dH,   dP = act'(P) * (dH W_2^T),   dW_1 = Z^T dP,   dZ = dP W_1^T + beta_ffn dH
@@ -216,8 +194,7 @@ def backward_rows(layers, W_U, blocks, last, R, s: float, act, beta_attn, beta_f
         dW_Q = X^T dG K,   dW_K = X^T dG^T Q
         dX = S^T dSX + beta_attn dZ + dG K W_Q^T + dG^T Q W_K^T        (the dH of the block below)
 
-    ``out``: contiguous ``(B, p, q)`` tensors, by weight name, that receive the gradients (the
-    gradient descent loop's buffer, written without a copy); returned as the gradients.
+    ``out``: contiguous tensors by weight name that receive the gradients (returned);
     ``layers_T``: :func:`transposes` of ``layers``, when the caller keeps them.
     """
     layers_T = layers_T or transposes(layers)

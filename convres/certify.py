@@ -18,7 +18,7 @@ import torch
 from .checks import contraction_check, finite_fields, tolerance
 from .gd import Step, gradient_descent
 from .lemmas import activation_rows, alpha_ffn, flat_norm
-from .model import attention_scale, check_inputs, forward_trace, layer_params
+from .model import attention_scale, check_inputs, layer_params, trace_no_grad
 from .rank import sigma_k, sigma_nn, spectral_norm, stacked
 from .values import as_int, as_real
 
@@ -122,8 +122,7 @@ def centre(params, X, Y, cfg, norms: dict | None = None) -> Centre:
     """The :class:`Centre` at ``params`` (``norms``: those of :func:`weight_norms`, if known)."""
     p, X, Y = _float64(params, X, Y)
     W = layer_params(p, 1)
-    with torch.no_grad():
-        tr = forward_trace(p, X, cfg)
+    tr = trace_no_grad(p, X, cfg)
     S, Z, H = tr.S[0], tr.Z[0], tr.H[0]
     return Centre(
         x_i=_norms(X), q_i=_norms(X @ W["W_Q"]), k_i=_norms(X @ W["W_K"]), v_i=_norms(X @ W["W_V"]),
@@ -164,8 +163,8 @@ class Chain:
 def chain(c: Centre, r: float, steps: int = RIEMANN_STEPS) -> Chain:
     """Lemma ``thm-lem-chain``: block-Jacobian bounds on ``B_r`` from the centre norms ``c``.
 
-    For a radius ``rho`` (every weight block has moved by at most ``rho`` in Frobenius norm), with
-    ``Kbar_i = k_i + x_i rho`` (``Qbar_i``, ``Vbar_i`` likewise) and ``W1bar = w1 + rho``, ...::
+    At radius ``rho``, with ``Kbar_i = k_i + x_i rho`` (``Qbar_i``, ``Vbar_i`` likewise) and
+    ``W1bar = w1 + rho``, ...::
 
         dS_i(rho) = min(sqrt(2 n), rho s x_i sqrt(Kbar_i^2 + Qbar_i^2) / 2)  >= ||S_i - S_i^0||_F
         dZ(rho) = (s/2 ||(x_i Kbar_i Vbar_i)_i||, s/2 ||(x_i Qbar_i Vbar_i)_i||,
@@ -174,8 +173,7 @@ def chain(c: Centre, r: float, steps: int = RIEMANN_STEPS) -> Chain:
         dF = Ubar dH + Hbar e_U,
 
     with ``Zbar = z0 + delta_Z`` (``Mbar``, ``Hbar`` likewise) and ``delta_G(rho) = int_0^rho ||dG||``
-    (mean-value theorem along the segment), bounded by the upper Riemann sum on ``steps`` pieces.
-    Every output is continuous and non-decreasing in ``r`` and in ``c`` (lemma wd-lem-monotone).
+    by the upper Riemann sum on ``steps`` pieces; non-decreasing in ``r`` and ``c`` (wd-lem-monotone).
     """
     r, K_ = float(r), max(1, int(steps))
     h = r / K_
@@ -241,12 +239,6 @@ def _sym(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return 0.5 * (np.outer(a, b) + np.outer(b, a))
 
 
-def _unit(k: int) -> np.ndarray:
-    e = np.zeros(6)
-    e[k] = 1.0
-    return e
-
-
 def second_order(c: Centre, ch: Chain, c2: float = SOFTMAX_C2) -> float:
     """Lemma ``thm-lem-lup``: ``M_2 >= sup ||D^2 F[w, w]||_F`` on ``B_r`` over unit ``w``, the top
     eigenvalue of a non-negative ``6 x 6`` ``Q_F`` with ``||D^2 F[w, w]|| <= e^T Q_F e`` (``e``: the
@@ -254,7 +246,7 @@ def second_order(c: Centre, ch: Chain, c2: float = SOFTMAX_C2) -> float:
     r, s, x_i = ch.r, c.s, c.x_i
     K, Q, V = c.k_i + x_i * r, c.q_i + x_i * r, c.v_i + x_i * r
     W1, W2, U = c.w1 + r, c.w2 + r, c.u + r
-    eQ, eK, eV, e1, e2, eU = (_unit(k) for k in range(6))
+    eQ, eK, eV, e1, e2, eU = np.eye(6)
     QZ = np.zeros((6, 6))
     for i in range(len(x_i)):
         l_i = s * x_i[i] * (K[i] * eQ + Q[i] * eK)            # ||D l_i[w]||_F <= l_i . e
@@ -289,11 +281,9 @@ def smoothness_upper(c: Centre, r: float) -> float:
 @dataclasses.dataclass(frozen=True)
 class Certificate:
     """Part (b) of ``thm-main`` bounded before the run (corollary ``sc-cor-eps``; ``eps = 1/2`` is
-    ``thm-cor-cert``). ``certified``: ``ratio = rho / r_sigma_lower < 1``; then gradient descent with
-    ``mu = 1 / L_upper`` stays within ``rho`` of ``theta_0``, keeps ``sigma_Nn(H_t) >= (1 - eps)
-    sigma_0`` and has ``Phi_t <= (1 - mu alpha)^t Phi_0``. ``radius``: the ball of ``L_upper``,
-    ``J_upper``, ``M2`` (``min(r_sigma_lower, 1.01 rho)`` when certified); ``alpha = ((1 - eps)
-    sigma_0)^2``; ``sigma_max_H0 = ||H_0||`` (``L_B >= ||H_0||^2``)."""
+    ``thm-cor-cert``). ``certified``: ``ratio = rho / r_sigma_lower < 1``; ``radius``: the ball of
+    ``L_upper``, ``J_upper``, ``M2`` (``min(r_sigma_lower, 1.01 rho)`` when certified); ``mu = 1 /
+    L_upper``; ``alpha = ((1 - eps) sigma_0)^2``; ``sigma_max_H0 = ||H_0||``."""
 
     certified: bool
     ratio: float
@@ -376,8 +366,7 @@ class FFNCentre:
 def ffn_centre(params, X, Y, cfg) -> FFNCentre:
     """The :class:`FFNCentre` at ``params`` (one block, smooth activation, per token or pooled)."""
     p, X64, _ = _float64(params, X, Y)
-    with torch.no_grad():
-        Mt = activation_rows(forward_trace(p, X64, cfg).M[0], cfg)
+    Mt = activation_rows(trace_no_grad(p, X64, cfg).M[0], cfg)
     rows = int(Mt.shape[0])
     return FFNCentre(chain=centre(params, X, Y, cfg), sigma_M0=sigma_k(Mt), norm_M0=spectral_norm(Mt),
                      sigma_U0=sigma_k(p["W_U"].T), rows=rows, pooled=cfg.pool == "mean")
@@ -388,9 +377,7 @@ class FFNCertificate:
     """Part (b) of ``thm-ffn`` bounded before the run (corollary ``ffn-cor-cert``). ``certified``:
     ``ratio = rho' / r'_lo < 1`` with ``rho' = 8 sqrt(2 Phi_0) / (sigma_M0 sigma_U0)`` and ``r'_lo =
     min(r_M, sigma_U0 / 2)``, ``r_M = sup{r : delta_M(r) <= nu sigma_M0 / 2}`` (``nu = 1`` per token,
-    ``sqrt(n)`` pooled); then ``sigma_rows(M~_t) >= sigma_M0 / 2``, ``sigma_c(W_U,t) >= sigma_U0 / 2``
-    and ``Phi_t <= (1 - mu alpha')^t Phi_0`` with ``alpha' = (sigma_M0 sigma_U0 / 4)^2``, ``mu = 1 /
-    L_upper`` (lemma ``ffn-lem-lup-pooled`` when pooled)."""
+    ``sqrt(n)`` pooled); ``alpha' = (sigma_M0 sigma_U0 / 4)^2``, ``mu = 1 / L_upper``."""
 
     certified: bool
     ratio: float
@@ -456,11 +443,10 @@ def ffn_certificate_of(f: FFNCentre) -> FFNCertificate:
 
 @dataclasses.dataclass
 class CertifiedRun:
-    """Gradient descent with ``mu = 1 / L_upper`` and every certified claim checked at every step:
+    """Gradient descent with ``mu = 1 / L_upper``, every certified claim checked at every step:
     ``loss``, ``envelope = (1 - mu alpha)^t Phi_0``, ``distance`` and ``path`` (``<= rho``),
     ``sigma`` (``sigma_Nn(H_t)`` or ``sigma_rows(M~_t)``), ``sigma_U`` (ffn), ``ratio = Phi_{t+1} /
-    Phi_t``; ``violations``: steps where a claim fails beyond round-off (while ``Phi_t > 1e-20
-    Phi_0``), claims of a theorem when certified, observations otherwise."""
+    Phi_t``; ``violations``: steps where a claim fails beyond round-off."""
 
     certificate: Certificate | FFNCertificate
     loss: np.ndarray
@@ -498,8 +484,7 @@ class CertifiedRun:
         return float(self.sigma.min() / c.sigma_0) if c.sigma_0 > 0 else None
 
     def summary(self) -> dict:
-        """What ``theorem --certify --json`` prints: ``violations`` when certified, else
-        ``observed_violations`` (the same checks, observations only)."""
+        """What ``theorem --certify --json`` prints (``observed_violations`` when not certified)."""
         c = self.certificate
         if isinstance(c, FFNCertificate):
             r_lower, sigma_0 = c.r_lower, c.sigma_M0 * c.sigma_U0
@@ -523,8 +508,7 @@ class CertifiedRun:
 
 def _checked_run(params, X, Y, cfg, cert, steps: int,
                  sigmas: Callable[[Step], tuple[float, float]], floors: tuple[float, float]) -> CertifiedRun:
-    """Gradient descent with ``cert.mu``, recording the distance and ``sigmas(step)``, then every
-    claim of ``cert`` checked against its floor."""
+    """Gradient descent with ``cert.mu``, every claim of ``cert`` checked (``floors`` of ``sigmas``)."""
     dist, sig, sig_U = [], [], []
     theta0 = {k: v.detach() for k, v in params.items()}
 

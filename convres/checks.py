@@ -93,9 +93,8 @@ class Contraction:
 
 
 def contraction_check(loss, rate, *, tol: float = FLOAT_TOL, floor: float = LOSS_FLOOR) -> Contraction:
-    """Check ``Phi_{t+1} <= (1 - rate_t) Phi_t`` for ``t = 0 .. T-1`` on the losses ``loss``
-    (``Phi_0 .. Phi_T``); ``rate`` is ``mu alpha`` (a number) or one value per step. Steps whose
-    loss is at most ``floor * Phi_0`` are skipped (round-off)."""
+    """The :class:`Contraction` of the losses ``Phi_0 .. Phi_T`` for ``rate = mu alpha`` (a number
+    or one value per step); steps with ``Phi_t <= floor Phi_0`` are skipped (round-off)."""
     loss = np.asarray(loss, dtype=np.float64)
     T = max(len(loss) - 1, 0)
     rate = np.broadcast_to(np.asarray(rate, dtype=np.float64), (T,))

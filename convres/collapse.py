@@ -151,15 +151,10 @@ def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float
     return {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": inst["W_V"], "margins": margins}
 
 
+@torch_threads(1)  # many tiny matrices: one PyTorch thread is faster than several
 def _sweep(inst_at, points: Sequence, betas: Sequence[float]) -> dict[str, np.ndarray]:
-    """Shared loop of :func:`dqk_sweep` and :func:`scale_sweep` (many tiny matrices: one PyTorch
-    thread is faster than several, and much faster on a loaded machine)."""
+    """Shared loop of :func:`dqk_sweep` and :func:`scale_sweep`."""
     betas = [_check_beta(f"betas[{i}]", b) for i, b in enumerate(betas)]
-    with torch_threads(1):
-        return _sweep_body(inst_at, points, betas)
-
-
-def _sweep_body(inst_at, points: Sequence, betas: list[float]) -> dict[str, np.ndarray]:
     S_all, A_all, Z_all, rows = [], [], [], []
     for p in points:
         X, W_Q, W_K, W_V, s = inst_at(p)
@@ -197,12 +192,11 @@ def _sweep_body(inst_at, points: Sequence, betas: list[float]) -> dict[str, np.n
 
 def dqk_sweep(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *, n: int = 8, d: int = 16,
               seed: int = 0, scale: str = "1/d_qk") -> dict[str, np.ndarray]:
-    """The collapse measures of ``Attn(X)`` and ``Z = Attn(X) + beta X`` as ``d_qk`` grows, on the
-    first ``d_qk`` query/key columns of one :func:`gaussian_instance` at attention ``scale``: arrays
-    ``d_qk``, ``attn_<measure>``, ``Z_<measure>`` (per ``d_qk`` and beta), the singular values
-    ``attn_sv``, ``Z_sv``, ``dist_uniform = ||S - U||_2``, ``S_rank_one_residual``, ``dist_one_hot``,
-    ``sigma_min_X``, ``sigma_max_X``, the bounds of lemma rc-lem-uniform on ``sigma_2(Attn(X))``
-    (``uniform_bound``, ``logit_bound``) and ``betas``."""
+    """The collapse measures of ``Attn(X)`` and ``Z = Attn(X) + beta X`` as ``d_qk`` grows (the first
+    ``d_qk`` query/key columns of one :func:`gaussian_instance`): arrays ``d_qk``, ``attn_<measure>``,
+    ``Z_<measure>`` (per ``d_qk`` and beta), ``attn_sv``, ``Z_sv``, ``dist_uniform = ||S - U||_2``,
+    ``S_rank_one_residual``, ``dist_one_hot``, ``sigma_min_X``, ``sigma_max_X``, the bounds of lemma
+    rc-lem-uniform on ``sigma_2(Attn(X))`` (``uniform_bound``, ``logit_bound``) and ``betas``."""
     if not isinstance(d_qks, Sequence) or len(d_qks) == 0:
         raise ValueError(f"d_qks must be a non-empty list of positive integers, got {d_qks!r}.")
     for i, v in enumerate(d_qks):
@@ -234,8 +228,7 @@ def dqk_sweep_seeds(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *
 def scale_sweep(scales: Sequence[float], betas: Sequence[float] = (0.1, 1.0), *,
                 instance: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
     """The collapse measures of ``Attn(X)`` and ``Z`` as the attention scale ``s`` varies on one
-    instance (e.g. :func:`spiked_instance`): small ``s`` gives uniform rows, large ``s`` saturated
-    rows. Same keys as :func:`dqk_sweep`, with ``scale`` instead of ``d_qk``."""
+    instance (e.g. :func:`spiked_instance`); the keys of :func:`dqk_sweep`, ``scale`` for ``d_qk``."""
     if not isinstance(scales, Sequence) or len(scales) == 0:
         raise ValueError(f"scales must be a non-empty list of positive numbers, got {scales!r}.")
     scales = [_check_scale(s) for s in scales]
@@ -267,9 +260,8 @@ def value_counterexample(n: int = 6, d: int = 8, *, beta: float = 1.0, seed: int
 
 
 def rank_one_floor(Y: torch.Tensor) -> float:
-    """``1/2 sum_i ||Y_i - 1 ybar_i^T||_F^2`` with ``ybar_i`` the mean row of ``Y_i``: the smallest loss
-    (book equation (5)) of any model whose output has identical rows within each sequence, as a
-    collapsed attention output forces when there is no residual."""
+    """``1/2 sum_i ||Y_i - 1 ybar_i^T||_F^2`` (``ybar_i`` the mean row of ``Y_i``): the smallest loss
+    (book equation (5)) of any output with identical rows within each sequence."""
     _check_matrix("Y", Y, ndim=(3,))
     return 0.5 * float(rank_one_residual(Y).pow(2).sum())
 
@@ -297,8 +289,7 @@ TABLE_D_QKS = (16, 64, 256, 1024, 4096, 16384)
 def sigma_min_table(beta: float = 1.0, d_qks: Sequence[int] = TABLE_D_QKS, *, n: int = 8, d: int = 16,
                     seed: int = 0, seeds: int = 16) -> list[dict[str, float]]:
     """Per ``d_qk``, the median over ``seeds`` instances (from ``seed``) of ``sigma_min(Attn(X))`` and
-    ``sigma_min(Attn(X) + beta X)`` at scale ``1/d_qk`` (the ``rank-collapse`` command), with the 10%
-    and 90% quantiles of the first (``sigma_min_attn_q10``, ``_q90``) and ``instances``."""
+    ``sigma_min(Attn(X) + beta X)`` at scale ``1/d_qk``, with the 10% and 90% quantiles of the first."""
     beta = _check_beta("beta", beta)
     as_int("seeds", seeds, minimum=1)
     as_int("seed", seed, minimum=0)

@@ -1,14 +1,11 @@
 """Live explorers: gradient descent run in the reader's browser on instances that convres exports.
 
-Book chapters: *Rank collapse under gradient descent* (:func:`rank_collapse_explorer`), *Explore
-convergence* (:func:`convergence_explorer`, :func:`theorem_explorer`).
-
-An explorer's page carries a bank of instances (:func:`bank`: data and initial weights of a few
-seeds and ``d_QK``, as :func:`convres.instances.problem` draws them); ``web/model.js`` runs gradient
-descent on them in float64. The attention enters only through ``W_Q W_K^T`` on the span of the
-tokens, so the bank holds ``P = A B^T``, ``A A^T``, ``B B^T`` (``A = Q^T W_Q``, ``B = Q^T W_K``, ``Q``
-an orthonormal basis of the rows of ``X``) and ``Q^T W_V``: a step costs the same at every ``d_QK``.
-:func:`run` is the same run by :func:`convres.gradient_descent` (cached), which the tests compare.
+Book chapters *Rank collapse under gradient descent* (:func:`rank_collapse_explorer`) and *Explore
+convergence* (:func:`convergence_explorer`, :func:`theorem_explorer`). A page carries a :func:`bank`
+of instances that ``web/model.js`` runs in float64. The attention enters only through ``W_Q W_K^T``
+on the span of the tokens, so the bank holds ``P = A B^T``, ``A A^T``, ``B B^T`` (``A = Q^T W_Q``,
+``B = Q^T W_K``, ``Q`` an orthonormal basis of the rows of ``X``) and ``Q^T W_V``: a step costs the
+same at every ``d_QK``. :func:`run` is the same run by :func:`convres.gradient_descent` (cached).
 """
 
 from __future__ import annotations

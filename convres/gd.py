@@ -1,17 +1,11 @@
 """Exact full-batch gradient descent with a fixed step size: the one loop of the package.
 
-Book chapter: *The model* (``book/model.md``, equation (6)), used by every later chapter. The update
-is ``theta_{t+1} = theta_t - mu grad Phi(theta_t)`` with ``Phi`` the loss of
-:func:`convres.model.loss`: no momentum, no adaptive steps, no mini-batches.
-
-:func:`gradient_descent` runs one configuration and :func:`sweep` a list of them (different initial
-weights, residual coefficients and step sizes, on the same data or not). Both run the same loop on
-a *stack*: the weights of the configurations that share the model's sizes are held in one
-tensor and advance together, with the gradient written out by hand
-(:func:`convres.model.phi_and_grad`); one run is a stack of one. Large problems gain nothing from
-stacking, so a sweep is cut into chunks by problem size (:func:`chunk_size`). Each configuration
-stops on its own (converged, diverged or out of steps) and leaves the stack; the results equal
-those of the configurations run one by one. Book appendix *Performance*: how fast, and why.
+Book chapter *The model* (``book/model.md``, equation (6)): ``theta_{t+1} = theta_t - mu grad
+Phi(theta_t)`` with ``Phi`` the loss of :func:`convres.model.loss`; no momentum, no adaptive steps,
+no mini-batches. :func:`gradient_descent` runs one configuration, :func:`sweep` a list of them, as
+*stacks* of the configurations that share the model's sizes (cut into chunks by problem size,
+:func:`chunk_size`); each stops on its own, with the results of the configurations run one by one.
+Book appendix *Performance*: how fast, and why.
 """
 
 from __future__ import annotations
@@ -151,12 +145,13 @@ MAX_STEPS = 10**8
 BLOWUP = 1e6
 
 
-def chunk_size(cfg: ModelConfig, X: torch.Tensor, count: int) -> int:
+def chunk_size(cfg: ModelConfig, X: torch.Tensor, count: int, *, limit: int = STACK_LIMIT,
+               most: int = STACK_MAX) -> int:
     """How many of ``count`` configurations of ``cfg`` on data ``X`` to stack at once: all (up to
-    :data:`STACK_MAX`) for small problems, one for large ones (see :data:`STACK_LIMIT`)."""
+    ``most``) while one's activations ``N n (d + d_qk + m + n)`` are at most ``limit``, else one."""
     N, n = X.shape[0], X.shape[1]
-    small = N * n * (cfg.d + cfg.d_qk + cfg.m + n) <= STACK_LIMIT
-    return max(1, min(count, STACK_MAX)) if small else 1
+    small = N * n * (cfg.d + cfg.d_qk + cfg.m + n) <= limit
+    return max(1, min(count, most)) if small else 1
 
 
 def stopping_rule(t: int, phi: float, phi_0: float, *, tol: float, blowup: float, steps: int,
@@ -184,18 +179,10 @@ def stopping_rule(t: int, phi: float, phi_0: float, *, tol: float, blowup: float
 
 def gradient_descent(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,
                      cfg: ModelConfig, mu: float, steps: int, **options) -> Run:
-    """Run at most ``steps`` steps of full-batch gradient descent from ``params`` with step size
-    ``mu``; return a :class:`Run`. The options are those of :func:`sweep`. Every run stops on its
-    own:
-
-    * ``status="converged"`` when ``Phi(theta_t) <= tol``;
-    * ``status="diverged"`` when the loss or gradient becomes NaN/infinite or the loss exceeds
-      ``blowup`` times its initial value; the history then ends at the last finite iterate and the
-      returned weights are that iterate: no NaN is ever returned;
-    * ``status="max_steps"`` otherwise.
-
-    ``params`` is not modified. For a list of configurations use :func:`sweep`.
-    """
+    """At most ``steps`` steps of full-batch gradient descent from ``params`` (not modified) with
+    step size ``mu``: a :class:`Run`, stopped by :func:`stopping_rule` (a diverged run ends at its
+    last finite iterate: no NaN is ever returned; a non-finite gradient also diverges). The options
+    are those of :func:`sweep`; for a list of configurations use :func:`sweep`."""
     if not isinstance(params, Mapping):
         raise TypeError(f"gradient_descent runs one configuration (a dict of weights); for a list "
                         f"of them use convres.sweep(...), got {type(params).__name__}.")
@@ -421,12 +408,14 @@ class _Loop:
         self.R = Y.new_empty((self.most, len(self.active), *Y.shape[1:]))
         self.G_rows, self.R_rows = list(self.G), list(self.R)       # the buffers of each step
 
+    def _split(self, flat: torch.Tensor, dim: int = 0) -> tuple[torch.Tensor, ...]:
+        """``flat`` (a stack of the active configurations along ``dim``) cut weight by weight."""
+        return flat.split([len(self.active) * math.prod(s) for s in self.shapes], dim=dim)
+
     def _weights(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The weights held in ``flat`` (a stack of the active configurations), as views
-        ``(B, p, q)``."""
+        """The weights held in ``flat``, as views ``(B, p, q)``."""
         B = len(self.active)
-        parts = flat.split([B * math.prod(s) for s in self.shapes])
-        return {k: v.view(B, *s) for k, v, s in zip(self.names, parts, self.shapes)}
+        return {k: v.view(B, *s) for k, v, s in zip(self.names, self._split(flat), self.shapes)}
 
     def _config(self, flat: torch.Tensor, j: int) -> dict[str, torch.Tensor]:
         """The weights of row ``j`` of the stack ``flat``, as views ``(p, q)``."""
@@ -458,7 +447,7 @@ class _Loop:
         iterates, ``(k, B)`` each (the ``last`` iterate takes no step: its norm is NaN)."""
         phis = 0.5 * self.R[:k].pow(2).sum((2, 3))
         B = len(self.active)
-        parts = self.G[:k].split([B * math.prod(s) for s in self.shapes], dim=1)
+        parts = self._split(self.G[:k], dim=1)
         squares = [torch.linalg.vector_norm(g.view(k, B, -1), dim=2).square_() for g in parts]
         for part in squares[1:]:             # each step alone (the same numbers in any block)
             squares[0] += part

@@ -7,14 +7,16 @@ Gaussian data from :func:`synthetic_regression` (seed ``seed``) and the initiali
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
-from .model import ModelConfig, generator, init_params
+from .model import ModelConfig, attention_scale, generator, init_params
 from .values import as_int, as_real
 
 __all__ = ["synthetic_regression", "regression_data", "problem", "theorem_instance", "collapse_instance",
            "certified_instance", "CERTIFIED_REGIME", "ffn_certified_instance", "FFN_CERTIFIED_REGIME",
-           "TARGETS", "simulations_instance", "SIMULATIONS_WEIGHT_SEED", "regime_settings"]
+           "TARGETS", "simulations_instance", "SIMULATIONS_WEIGHT_SEED", "qk_reduced", "regime_settings"]
 
 #: How the targets are drawn: i.i.d. ``N(0, 1)``, or their signs (``||Y||_F^2 = N n c`` exactly).
 TARGETS = ("gaussian", "sign")
@@ -85,15 +87,31 @@ SIMULATIONS_WEIGHT_SEED = 1000
 def simulations_instance(seed: int, *, N: int, n: int, d: int, m: int, d_qk: int, scale: str | float,
                          activation: str = "gelu", beta: float = 1.0, branch_scale: float | None = None,
                          readout_scale: float = 1.0, ffn_gain: float = 1.0, dtype=torch.float64):
-    """The instance of one seed of the *Simulations* experiment (chapter *Simulations*; the
-    theorem chapters certify variants of it): ``(params, X, Y, cfg)``, Gaussian data and targets
-    (one per token) from ``seed`` and weights from ``SIMULATIONS_WEIGHT_SEED + seed``, one block.
-    Every ``beta`` of a seed gets the same weights (``beta`` only sets ``cfg``); ``branch_scale``,
-    ``readout_scale`` and ``ffn_gain`` rescale them as in :func:`problem`."""
+    """The instance of one seed of the chapter *Simulations* (the theorem chapters certify variants
+    of it): ``(params, X, Y, cfg)``, one block, Gaussian data and targets (one per token) from ``seed``,
+    weights from ``SIMULATIONS_WEIGHT_SEED + seed`` (the same for every ``beta``), rescaled as in
+    :func:`problem`."""
     cfg = ModelConfig(d=d, d_qk=d_qk, m=m, c=1, beta=beta, activation=activation, scale=scale)
     return (*problem(cfg, N, n, seed, weight_seed=SIMULATIONS_WEIGHT_SEED + as_int("seed", seed, minimum=0),
                      branch_scale=branch_scale, readout_scale=readout_scale, ffn_gain=ffn_gain, dtype=dtype),
             cfg)
+
+
+def qk_reduced(params: dict, cfg: ModelConfig) -> tuple[dict, ModelConfig]:
+    """The same gradient-descent problem with ``W_Q, W_K`` of ``2 d`` columns instead of ``d_QK >
+    2 d``: exact in exact arithmetic. The logits use ``W_Q W_K^T`` only, and the gradient step
+    is ``[W_Q; W_K] <- (I - mu [[0, M], [M^T, 0]]) [W_Q; W_K]`` with ``M = sum_i X_i^T G_i X_i``
+    (``G_i`` the logits' gradient), so ``W(t) = P_t W(0)`` for a ``2d x 2d`` matrix ``P_t`` and the
+    run depends on ``W(0) = [W_Q; W_K]`` only through ``W(0) W(0)^T``. With ``W(0)^T = Q R`` (QR,
+    ``R`` of ``2d x 2d``), ``W(0)`` is replaced by ``R^T``: the same Gram matrix, the same run. The
+    scale ``s`` stays the number of the original ``d_QK``. Returns ``(params, cfg)`` unchanged when
+    ``d_QK <= 2 d`` or with more than one block."""
+    if cfg.L != 1 or cfg.d_qk <= 2 * cfg.d:
+        return params, cfg
+    W = torch.cat([params["layer1.W_Q"], params["layer1.W_K"]])             # (2d, d_QK)
+    R = torch.linalg.qr(W.T, mode="r").R                                   # W^T = Q R
+    out = dict(params, **{"layer1.W_Q": R.T[:cfg.d].contiguous(), "layer1.W_K": R.T[cfg.d:].contiguous()})
+    return out, dataclasses.replace(cfg, d_qk=2 * cfg.d, scale=attention_scale(cfg))
 
 
 def collapse_instance(*, N: int = 4, n: int = 4, d: int = 32, m: int = 32, d_qk: int = 1024,
@@ -105,10 +123,8 @@ def collapse_instance(*, N: int = 4, n: int = 4, d: int = 32, m: int = 32, d_qk:
     return (*problem(cfg, N, n, seed), cfg)
 
 
-#: The book's certified regime (chapters *Certified constants and a certified instance* and *A
-#: width theorem*): small value and FFN branches, a small
-#: readout, slow attention (scale 1/d_QK), gelu, beta = 1, d_QK = d, a narrow FFN (m = d/4) and
-#: targets of size one (random signs).
+#: The book's certified regime (chapters *Certified constants and a certified instance* and *A width
+#: theorem*), with ``d_QK = d``: small branches and readout, slow attention, a narrow FFN, sign targets.
 CERTIFIED_REGIME = dict(branch_scale=0.01, readout_scale=0.1, scale="1/d_qk", activation="gelu",
                         beta=1.0, ffn_ratio=0.25, targets="sign")
 
@@ -133,11 +149,9 @@ def certified_instance(seed: int = 0, *, N: int = 1, n: int = 2, d: int = 1024, 
                      readout_scale=r["readout_scale"], targets=r["targets"]), cfg)
 
 
-#: The regime in which the theorem through the FFN is certified with ``N n > d`` (chapter *The
-#: theorem through the FFN, certified, and the scope*): a wide FFN (``m = 4096``) whose first
-#: weight has entries ``N(0, a^2/d)`` with gain ``a = 300``, tiny value and FFN branches (``W_V``,
-#: ``W_2`` scaled by ``0.001``), a readout scaled by 4, slow attention (``1/d_QK``), gelu,
-#: ``beta = 1`` and targets of size one.
+#: The regime in which the theorem through the FFN is certified with ``N n > d`` (chapter *The theorem
+#: through the FFN, certified, and the scope*): a wide FFN whose ``W_1`` has entries ``N(0, a^2/d)``,
+#: ``a = ffn_gain``, tiny branches, a larger readout, slow attention and sign targets.
 FFN_CERTIFIED_REGIME = dict(m=4096, branch_scale=0.001, readout_scale=4.0, ffn_gain=300.0,
                             scale="1/d_qk", activation="gelu", beta=1.0, targets="sign", pool=None)
 

@@ -11,13 +11,13 @@ from collections.abc import Mapping
 
 import torch
 
-from .model import ModelConfig, forward_trace, layer_params, phi
+from .model import ModelConfig, layer_params, phi, trace_no_grad
 from .rank import sigma_k, sigma_nn, singular_values, spectral_norm, stacked, weyl_lower_bounds
 from .values import as_int, as_real
 
 __all__ = ["alpha", "path_radius", "alpha_ffn", "rate_alpha", "flat_norm", "hessian_norm",
            "smoothness_estimate", "mu_max", "residual_lemma", "ffn_lemma", "r_sigma_upper",
-           "ffn_rows", "activation_rows", "ffn_sigmas", "parameter_count", "chain_bound"]
+           "ffn_rows", "activation_rows", "ffn_sigmas", "parameter_count", "chain_bound", "random_point"]
 
 
 def alpha(sigma_0: float) -> float:
@@ -26,28 +26,31 @@ def alpha(sigma_0: float) -> float:
 
 
 def path_radius(phi_0: float, sigma_0: float) -> float:
-    """``rho = 4 sqrt(2 Phi_0) / sigma_0 = 2 sqrt(2 Phi_0 / alpha)``: the left side of part (b) of
-    ``thm-main``, a bound on the path length (hence on ``||theta_t - theta_0||``) of the whole run
-    (``inf`` when ``sigma_0 = 0``)."""
+    """``rho = 4 sqrt(2 Phi_0) / sigma_0 = 2 sqrt(2 Phi_0 / alpha)``, the left side of part (b) of
+    ``thm-main``: a bound on the path length of the run (``inf`` when ``sigma_0 = 0``)."""
     return 4 * math.sqrt(2 * phi_0) / sigma_0 if sigma_0 > 0 else math.inf
 
 
 def alpha_ffn(sigma_M0: float, sigma_U0: float) -> float:
-    """The FFN theorem's rate ``alpha' = (sigma_M0 sigma_U0 / 4)^2`` (equation (thm-ffn-alpha)):
-    the PL constant ``sigma_rows(M~)^2 sigma_c(W_U)^2`` with both singular values at half their
-    initial values."""
+    """The FFN theorem's rate ``alpha' = (sigma_M0 sigma_U0 / 4)^2`` (equation (thm-ffn-alpha))."""
     return (sigma_M0 * sigma_U0 / 4) ** 2
 
 
 def rate_alpha(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig) -> float:
     """``alpha`` of an instance: :func:`alpha` of ``sigma_Nn(H_0)``, ``H_0`` the last hidden matrix."""
-    with torch.no_grad():
-        return alpha(sigma_nn(forward_trace(params, X, cfg).H[-1]))
+    return alpha(sigma_nn(trace_no_grad(params, X, cfg).H[-1]))
 
 
 def flat_norm(tensors) -> float:
     """The Euclidean norm of a collection of tensors taken as one vector."""
     return math.sqrt(sum(float(t.detach().double().pow(2).sum()) for t in tensors))
+
+
+def random_point(params, radius: float, gen: torch.Generator) -> dict:
+    """``theta + radius u / ||u||``, ``u`` a Gaussian direction drawn from ``gen``."""
+    u = {k: torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in params.items()}
+    nu = flat_norm(u.values())
+    return {k: params[k] + radius * u[k] / nu for k in params}
 
 
 def hessian_norm(params, X, Y, cfg, *, iters: int = 20, seed: int = 0) -> float:
@@ -78,18 +81,13 @@ def hessian_norm(params, X, Y, cfg, *, iters: int = 20, seed: int = 0) -> float:
 def smoothness_estimate(params, X, Y, cfg, *, radius: float | None = None, samples: int = 1,
                         iters: int = 20, seed: int = 0) -> dict:
     """``{"L_hat", "at_init", "samples", "radius"}``: the largest :func:`hessian_norm` at ``params``
-    and at ``samples`` random points at distance ``radius`` (default 10% of ``||theta||``); an
-    estimate, not a bound."""
+    and at ``samples`` random points at distance ``radius`` (default ``0.1 ||theta||``)."""
     samples = as_int("samples", samples, minimum=0)
     radius = 0.1 * flat_norm(params.values()) if radius is None else as_real("radius", radius, minimum=0.0)
     at_init = hessian_norm(params, X, Y, cfg, iters=iters, seed=seed)
     gen = torch.Generator().manual_seed(seed + 1)
-    sampled = []
-    for _ in range(samples):
-        u = {k: torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in params.items()}
-        nu = flat_norm(u.values())
-        point = {k: params[k] + radius * u[k] / nu for k in params}
-        sampled.append(hessian_norm(point, X, Y, cfg, iters=iters, seed=seed))
+    sampled = [hessian_norm(random_point(params, radius, gen), X, Y, cfg, iters=iters, seed=seed)
+               for _ in range(samples)]
     L_hat = max([at_init] + sampled)
     if not math.isfinite(L_hat):
         raise ValueError("the Hessian of the loss is not finite at the initialization (overflow): "
@@ -109,18 +107,14 @@ def _layer(cfg: ModelConfig, layer) -> int:
 
 
 def residual_lemma(params, X, cfg, *, layer: int = 1) -> dict:
-    """Both sides of the residual lemma (thm-residual) for block ``layer``'s input ``X_in``.
-
-    With ``A = Attn(X_in)`` stacked and ``Z = A + beta_attn X_in``::
+    """Both sides of the residual lemma (thm-residual), ``A = Attn(X_in)``, ``Z = A + beta_attn X_in``::
 
         sigma_Nn(Z) >= beta sigma_Nn(X_in) - ||A||_2 >= beta sigma_Nn(X_in) - sqrt(n) ||X_in||_2 ||W_V||_2
 
-    The last bound uses ``||S_i||_2 <= sqrt(n)`` for a row-stochastic ``n x n`` matrix. Returns
-    ``sigma_Z``, ``weyl`` (middle), ``crude`` (right), ``sigma_X`` and ``attn_norm``.
+    Returns ``sigma_Z``, ``weyl`` (middle), ``crude`` (right), ``sigma_X`` and ``attn_norm``.
     """
     layer = _layer(cfg, layer)
-    with torch.no_grad():
-        tr = forward_trace(params, X, cfg)
+    tr = trace_no_grad(params, X, cfg)
     X_in = stacked(X if layer == 1 else tr.H[layer - 2])
     A = stacked(tr.A[layer - 1])
     beta = cfg.residual[0]
@@ -142,8 +136,7 @@ def ffn_lemma(params, X, cfg, *, layer: int = 1) -> dict:
     with ``gain = cfg.act.gain``. Returns ``sigma_H``, ``sigma_Z``, ``ffn_norm``, ``weyl``, ``crude``.
     """
     layer = _layer(cfg, layer)
-    with torch.no_grad():
-        tr = forward_trace(params, X, cfg)
+    tr = trace_no_grad(params, X, cfg)
     W = layer_params(params, layer)
     Z, H = stacked(tr.Z[layer - 1]), stacked(tr.H[layer - 1])
     beta = cfg.residual[1]
@@ -156,10 +149,8 @@ def ffn_lemma(params, X, cfg, *, layer: int = 1) -> dict:
 
 def r_sigma_upper(params, X, cfg) -> float:
     """Lemma thm-lem-rsigma: ``r_sigma <= (sigma_0/2) ||M^+ u||`` with ``(u, sigma_0, v)`` the ``N n``-th
-    singular triple of ``H_0``: moving ``W_2`` by ``-c M^+ u v^T`` turns ``H_0`` into ``H_0 - c u v^T``
-    (``inf`` when ``u`` is not in the range of ``M`` or ``sigma_0 = 0``)."""
-    with torch.no_grad():
-        tr = forward_trace(params, X, cfg)
+    singular triple of ``H_0`` (``inf`` when ``u`` is not in the range of ``M`` or ``sigma_0 = 0``)."""
+    tr = trace_no_grad(params, X, cfg)
     H = stacked(tr.H[-1])
     rows, cols = H.shape
     if rows > cols:
@@ -190,8 +181,7 @@ def activation_rows(M: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
 def ffn_sigmas(params, X, cfg) -> dict:
     """The FFN theorem's constants (equation thm-ffn-alpha): ``rows``, ``sigma_M = sigma_rows(M~)``,
     ``sigma_U = sigma_c(W_U)`` and ``alpha_ffn = (sigma_M sigma_U / 4)^2``."""
-    with torch.no_grad():
-        M = activation_rows(forward_trace(params, X, cfg).M[-1], cfg)
+    M = activation_rows(trace_no_grad(params, X, cfg).M[-1], cfg)
     sM, sU = sigma_k(M), sigma_k(params["W_U"].T)
     return {"rows": ffn_rows(cfg, X.shape[0], X.shape[1]), "sigma_M": sM, "sigma_U": sU,
             "alpha_ffn": alpha_ffn(sM, sU)}
@@ -203,12 +193,9 @@ def parameter_count(cfg: ModelConfig) -> int:
 
 
 def chain_bound(params, X, cfg) -> float:
-    """The multi-layer chain lower bound (book chapter *Multi-layer*, equation (ml-chain)):
-    ``b_0 = sigma_Nn(X)``, ``b^Z_l = beta_attn b_{l-1} - ||Attn_l||_2``,
-    ``b_l = beta_ffn b^Z_l - ||FFN_l||_2``, so that ``sigma_Nn(H^(L)) >= b_L`` (informative only
-    when positive)."""
-    with torch.no_grad():
-        tr = forward_trace(params, X, cfg)
+    """The multi-layer chain bound (equation (ml-chain)): ``sigma_Nn(H^(L)) >= b_L`` with ``b_0 =
+    sigma_Nn(X)``, ``b^Z_l = beta_attn b_{l-1} - ||Attn_l||_2``, ``b_l = beta_ffn b^Z_l - ||FFN_l||_2``."""
+    tr = trace_no_grad(params, X, cfg)
     beta_attn, beta_ffn = cfg.residual
     b = sigma_nn(X)
     for l in range(cfg.L):

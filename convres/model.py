@@ -1,6 +1,6 @@
 """The Transformer of the paper: one attention head, a two-layer FFN, residual connections.
 
-Book chapter: *The model* (``book/model.md``), equations (1)-(4) there. One block::
+Book chapter *The model* (``book/model.md``), equations (1)-(4). One block::
 
     S    = softmax_rows( s X W_Q W_K^T X^T )        (1)  n x n, rows sum to 1
     A    = S X W_V                                  (1)  the attention output Attn(X)
@@ -9,21 +9,12 @@ Book chapter: *The model* (``book/model.md``), equations (1)-(4) there. One bloc
     H    = M W_2 + beta_ffn Z                       (3)
     F    = H W_U                                    (4)
 
-With ``beta_attn = beta_ffn = 1`` this is the paper's ``F = (FFN(Attn(X) + X) + Attn(X) + X) W_U``;
-``beta = 0`` removes both residual connections exactly. ``L`` blocks are stacked by feeding ``H``
-of one block as ``X`` of the next; ``W_U`` acts on the last ``H``. With ``pool="mean"`` the rows of
-the last ``H`` are averaged first (one output per sequence, for classification).
-
-Parameters are a plain ``dict`` of tensors named in the paper's notation: block ``l`` (from 1)
-holds ``"layer{l}.W_Q"``, ..., ``"layer{l}.W_2"`` and the model holds ``"W_U"``. Every weight may
-carry one extra leading axis of ``B`` *configurations* (a sweep), evaluated at once with batched
-products; the residual coefficients may then be tensors of shape ``(B,)``. The arithmetic lives in
-:mod:`convres.backprop`, written once for the forward and the backward pass.
-
-:func:`forward_trace`, :func:`phi` and :func:`phi_and_grad` (the loss and its gradient) are pure,
-with no checks: the functions that ``torch.func`` transforms and the package's loops call.
-:func:`forward` and :func:`loss` are the entry points for a user's call: they check their inputs
-(:func:`check_inputs`, the one check) and the cost (:func:`check_cost`), and refuse an overflow.
+``L`` blocks are stacked (``H`` of one block is ``X`` of the next); ``pool="mean"`` averages the
+rows of the last ``H`` before ``W_U``. The weights are a ``dict``: ``"layer{l}.W_Q"``, ...,
+``"layer{l}.W_2"`` (``l`` from 1) and ``"W_U"``, each with an optional leading axis of ``B``
+configurations. :func:`forward_trace`, :func:`phi` and :func:`phi_and_grad` are pure and unchecked
+(the arithmetic is :mod:`convres.backprop`); :func:`forward` and :func:`loss` are the checked
+entry points (:func:`check_inputs`, :func:`check_cost`).
 """
 
 from __future__ import annotations
@@ -44,7 +35,7 @@ __all__ = [
     "Activation", "ACTIVATIONS", "SCALES", "ModelConfig", "Trace", "attention", "attention_logits",
     "attention_scale", "block", "check_cost", "check_inputs", "forward", "forward_trace", "init_params",
     "generator", "layer_params", "loss", "memory_estimate", "param_shapes", "phi", "phi_and_grad",
-    "rows_of", "squared_error", "stack_size", "linear", "softmax_rows", "MAX_SEED",
+    "rows_of", "squared_error", "stack_size", "linear", "softmax_rows", "trace_no_grad", "MAX_SEED",
 ]
 
 
@@ -58,8 +49,7 @@ class Activation:
         gain: ``sup_x |fn(x)| / |x|`` (``inf`` when ``fn(0) != 0``), the FFN lemma's constant.
         lip: ``sup_x |fn'(x)|``, the Lipschitz constant of ``fn``.
         lip2: ``sup_x |fn''(x)|`` (``inf`` for ReLU), the Lipschitz constant of ``fn'``.
-        grad: ``grad(P, M, dM) = fn'(P) * dM`` given ``M = fn(P)`` (PyTorch's own derivative
-            kernel, for :func:`convres.backprop.backward_rows`; autograd's when ``None``).
+        grad: ``grad(P, M, dM) = fn'(P) * dM`` given ``M = fn(P)`` (autograd's when ``None``).
     """
 
     fn: Callable[[torch.Tensor], torch.Tensor]
@@ -109,18 +99,14 @@ class ModelConfig:
     """Sizes and options of the model (everything but the weights).
 
     Attributes:
-        d: feature dimension of the input ``X`` (tokens x ``d``) and of every hidden matrix.
-        d_qk: inner dimension of ``W_Q`` and ``W_K`` (``d x d_qk``).
-        m: width of the FFN (``W_1`` is ``d x m``, ``W_2`` is ``m x d``).
-        c: output dimension (``W_U`` is ``d x c``).
+        d, d_qk, m, c: the sizes: ``X`` is ``n x d``, ``W_Q, W_K`` are ``d x d_qk``, ``W_1`` is
+            ``d x m``, ``W_U`` is ``d x c``.
         L: number of stacked blocks (``L = 1`` is the paper's single-layer model).
         beta: residual coefficient of both connections (1 = the paper's model, 0 = none).
-        beta_attn, beta_ffn: separate coefficients for the attention and the FFN residual;
-            ``None`` means "use ``beta``" (see :attr:`residual`).
+        beta_attn, beta_ffn: separate coefficients; ``None`` means ``beta`` (:attr:`residual`).
         activation: name of the FFN activation, one of :data:`ACTIVATIONS`.
         scale: attention scale ``s``: one of :data:`SCALES` or a positive number.
-        pool: ``None`` (one output row per token) or ``"mean"`` (average the rows of the last
-            ``H`` before ``W_U``: one output per sequence).
+        pool: ``None`` (one output row per token) or ``"mean"`` (one output per sequence).
     """
 
     d: int
@@ -204,11 +190,9 @@ def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
 
 def memory_estimate(cfg: ModelConfig, N: int, n: int, *, configs: int = 1, dtype=torch.float64,
                     training: bool = True) -> int:
-    """Bytes that ``configs`` configurations need on ``N`` sequences of ``n`` tokens, roughly: for
-    a gradient-descent step (``training``) 4 copies of the weights (them, their gradient, the
-    update, the kept iterate) and twice the activations the backward pass reuses (per block
-    ``S``, the logits, ``X W_Q``, ``X W_K``, ``S X``, ``A``, ``Z``, ``Z W_1``, ``M``, ``H``); for a
-    forward pass the weights and the activations once."""
+    """Bytes that ``configs`` configurations need on ``N`` sequences of ``n`` tokens, roughly: 4
+    copies of the weights and twice the activations kept for the backward pass (``training``), or
+    each once (a forward pass)."""
     weights = sum(a * b for a, b in param_shapes(cfg).values())
     activations = N * n * (cfg.d + cfg.L * (2 * n + 2 * cfg.d_qk + 4 * cfg.d + 2 * cfg.m))
     copies = (4, 2) if training else (1, 1)
@@ -217,10 +201,9 @@ def memory_estimate(cfg: ModelConfig, N: int, n: int, *, configs: int = 1, dtype
 
 def check_cost(cfg: ModelConfig, N: int = 0, n: int = 0, *, configs: int = 1, dtype=torch.float64,
                device=None, training: bool = True) -> None:
-    """The cost policy of :func:`init_params` (``N = 0``: the weights alone), :func:`forward`,
-    :func:`loss` and gradient descent, before anything is allocated: refuse
-    (:class:`convres.runtime.CostRefused`, a ValueError naming the sizes and what to change) when
-    :func:`memory_estimate` exceeds the memory available on ``device``."""
+    """Refuse (:class:`convres.runtime.CostRefused`) before allocating when :func:`memory_estimate`
+    exceeds the memory of ``device``: the cost policy of :func:`init_params` (``N = 0``),
+    :func:`forward`, :func:`loss` and gradient descent."""
     task = "gradient descent" if training else "the forward pass" if N else "the weights"
     on = f" on X of shape (N={N}, n={n}, d={cfg.d})" if N else ""
     what = f"{task}{on} of a model with d={cfg.d}, d_qk={cfg.d_qk}, m={cfg.m}, c={cfg.c}, L={cfg.L}"
@@ -246,17 +229,10 @@ def init_params(cfg: ModelConfig, seed: int | torch.Generator = 0, *, dtype=torc
     """Gaussian initialization (the book's assumption "Gaussian initialization").
 
     Every entry is drawn independently from ``N(0, std^2)`` with ``std = 1/sqrt(fan_in)``:
-    ``W_Q, W_K, W_V, W_1, W_U`` use ``1/sqrt(d)``, ``W_2`` uses ``1/sqrt(m)``. The two residual
-    branches of each block (``W_V`` and ``W_2``) are multiplied by ``branch_scale``, by default
-    ``1/sqrt(L)`` (1 for the single-layer model), which keeps a deep stack *with* residual
-    connections at a bounded scale. Gaussian matrices are of full rank with probability one.
-
-    Args:
-        cfg: the model's sizes and options.
-        seed: an integer seed or a ``torch.Generator``; the same seed gives bit-identical weights.
-        dtype: a floating-point dtype; float64 by default (the theory checks need it).
-        device: where to put the weights (CPU by default).
-        branch_scale: a positive factor on ``W_V`` and ``W_2``; ``None`` means ``1/sqrt(L)``.
+    ``1/sqrt(d)`` for ``W_Q, W_K, W_V, W_1, W_U``, ``1/sqrt(m)`` for ``W_2``; the residual branches
+    ``W_V`` and ``W_2`` are multiplied by ``branch_scale`` (default ``1/sqrt(L)``). Drawn in
+    float64 from ``seed`` (an integer or a ``torch.Generator``: the same seed gives bit-identical
+    weights), then converted to ``dtype`` on ``device``.
     """
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}.")
@@ -303,10 +279,8 @@ def stack_size(params: Mapping[str, torch.Tensor]) -> int | None:
 
 def rows_of(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor | None, cfg: ModelConfig, *,
             residual=None) -> tuple:
-    """The arguments of :func:`convres.backprop.phi_and_grad_rows` for weights ``params`` on
-    ``X, Y`` (``Y = None``: those of :func:`convres.backprop.forward_rows`): the weights of each
-    block, ``W_U``, the rows of ``X`` (and of ``Y``), then ``s``, the activation, the residual
-    coefficients, ``N`` and the readout. Weights without a leading axis are a stack of one."""
+    """The arguments of :func:`convres.backprop.phi_and_grad_rows` for ``params`` on ``X, Y``
+    (``Y = None``: those of :func:`convres.backprop.forward_rows`), as a stack of configurations."""
     W = params if stack_size(params) is not None else {k: v.unsqueeze(0) for k, v in params.items()}
     (B, *_), (N, n, d), pooled = W["W_U"].shape, X.shape[-3:], cfg.pool == "mean"
     rows = [X.expand(B, N, n, d).reshape(B, N * n, d)]
@@ -318,9 +292,8 @@ def rows_of(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor
 
 
 def _passes(params, X, cfg, residual, Y=None, trace=True):
-    """``(Phi, grad Phi, trace)`` from the passes of :mod:`convres.backprop` (:func:`rows_of`): the
-    forward pass, the backward pass when ``Y`` is given (else ``Phi`` and its gradient are
-    ``None``) and the trace if asked."""
+    """``(Phi, grad Phi, trace)`` by :mod:`convres.backprop`; ``Phi`` and its gradient ``None``
+    without ``Y``, the trace ``None`` without ``trace``."""
     args, B = rows_of(params, X, Y, cfg, residual=residual), stack_size(params)
     phi = grads = tr = None
     if Y is None:
@@ -340,16 +313,20 @@ def _passes(params, X, cfg, residual, Y=None, trace=True):
 def forward_trace(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig, *,
                   residual=None) -> Trace:
     """The forward pass keeping every block's intermediates (book equations (1)-(4)); pure and
-    unchecked (see :func:`check_inputs`). ``residual = (beta_attn, beta_ffn)`` overrides the
-    coefficients of ``cfg``; each may be a ``(B,)`` tensor for stacked weights (one per configuration)."""
+    unchecked. ``residual = (beta_attn, beta_ffn)`` overrides ``cfg``'s (numbers or ``(B,)`` tensors)."""
     return _passes(params, X, cfg, residual)[2]
+
+
+def trace_no_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig) -> Trace:
+    """:func:`forward_trace` under ``torch.no_grad()``: the values only, no autograd graph."""
+    with torch.no_grad():
+        return forward_trace(params, X, cfg)
 
 
 def phi_and_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cfg: ModelConfig,
                  *, residual=None, trace: bool = True):
-    """``(Phi, grad Phi, trace)``: the loss (5) (per configuration for stacked weights), its gradient
-    by backpropagation written out by hand (:func:`convres.backprop.backward_rows`) and the
-    :class:`Trace` (``None`` with ``trace=False``); pure and unchecked like :func:`phi`."""
+    """``(Phi, grad Phi, trace)``: the loss (5), its gradient (:func:`convres.backprop.backward_rows`)
+    and the :class:`Trace` (``None`` with ``trace=False``); pure and unchecked like :func:`phi`."""
     return _passes(params, X, cfg, residual, Y, trace)
 
 
@@ -362,15 +339,13 @@ def squared_error(F: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
 
 def phi(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cfg: ModelConfig, *,
         residual=None) -> torch.Tensor:
-    """``Phi(theta) = 1/2 sum_i ||F(X_i) - Y_i||_F^2`` (book equation (5)), pure and unchecked: the
-    function to hand to ``torch.func.grad`` and ``torch.func.vmap`` (``vmap(grad(phi))`` gives the
-    gradient of every configuration of a stack). :func:`loss` is the same value with checks."""
+    """``Phi(theta) = 1/2 sum_i ||F(X_i) - Y_i||_F^2`` (book equation (5)), pure and unchecked (for
+    ``torch.func.grad`` and ``vmap``); :func:`loss` is the same value with checks."""
     return squared_error(forward_trace(params, X, cfg, residual=residual).F, Y)
 
 
 def _checked_output(params, X, Y, cfg, residual) -> torch.Tensor:
-    """``F`` for :func:`forward` and :func:`loss`: their inputs' shapes checked, the cost policy
-    applied (:func:`check_cost`), their values checked (:func:`check_inputs`), an overflow refused."""
+    """``F`` with the checks of :func:`forward` and :func:`loss`."""
     B = check_inputs(params, X, Y, cfg, residual=residual, finite=False)
     check_cost(cfg, X.shape[0], X.shape[1], configs=B or 1, dtype=X.dtype, device=X.device, training=False)
     check_inputs(params, X, Y, cfg, residual=residual)    # the values, once the cost is known
@@ -384,17 +359,15 @@ def _checked_output(params, X, Y, cfg, residual) -> torch.Tensor:
 
 def forward(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig, *,
             residual=None) -> torch.Tensor:
-    """``F_Theta(X)`` (book equation (4)): ``(N, n, c)`` per token, or ``(N, c)`` with
-    ``pool="mean"``; with a leading axis ``B`` when the weights are stacked. An entry point: its
-    inputs are checked (:func:`check_inputs`) and an overflow is an error, not a NaN."""
+    """``F_Theta(X)`` (book equation (4)): ``(N, n, c)``, or ``(N, c)`` with ``pool="mean"`` (with a
+    leading axis ``B`` for stacked weights); inputs checked, an overflow an error, not a NaN."""
     return _checked_output(params, X, None, cfg, residual)
 
 
 def loss(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cfg: ModelConfig, *,
          residual=None) -> torch.Tensor:
-    """``Phi(theta)``, the book's one normalization (equation (5)); shape ``(B,)`` when the weights
-    are stacked. An entry point, checked as :func:`forward` is; to differentiate or vectorize
-    it with ``torch.func``, use the pure :func:`phi`."""
+    """``Phi(theta)`` (book equation (5)), ``(B,)`` for stacked weights; checked as :func:`forward`
+    is (for ``torch.func``, use the pure :func:`phi`)."""
     return squared_error(_checked_output(params, X, Y, cfg, residual), Y)
 
 
@@ -405,12 +378,10 @@ def check_inputs(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.T
     """Raise a clear error unless ``cfg``, ``params``, ``X`` (and ``Y``) fit together; return the
     number ``B`` of stacked configurations (``None`` for plain weights).
 
-    Checks: ``params`` holds exactly the weights of ``cfg`` with their shapes (all with one
-    leading axis ``B``, or none); every tensor is a dense (strided) real floating-point tensor,
-    not an inference-mode tensor, of one dtype and on one device; ``X`` is ``(N, n, d)`` with
-    ``N, n >= 1``; ``Y`` is ``(N, n, c)``, or ``(N, c)`` with ``pool="mean"``; a ``residual``
-    override is a pair of numbers ``>= 0`` or of ``(B,)`` tensors. With ``finite=True`` every
-    value is also checked to be finite (a data-dependent test: not inside ``torch.func.vmap``).
+    ``params``: exactly the weights of ``cfg`` (all with a leading axis ``B``, or none); every
+    tensor dense, real floating-point, not from inference mode, of one dtype and device; ``X``
+    ``(N, n, d)``, ``Y`` ``(N, n, c)`` or ``(N, c)`` pooled; ``residual`` a pair of numbers ``>= 0``
+    or ``(B,)`` tensors; with ``finite`` every value finite (not inside ``torch.func.vmap``).
     """
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}; "

@@ -56,10 +56,8 @@ def sigma_nn(M: torch.Tensor) -> float:
 
 
 def sigma_k(M: torch.Tensor, k: int | None = None) -> float:
-    """``sigma_k(M)`` (the ``k``-th largest singular value, ``k`` = the number of rows by default)
-    in float64, 0 when ``k`` exceeds the smaller side. For a wide matrix with many rows it is
-    computed from the ``rows x rows`` Gram matrix (one symmetric eigenvalue problem instead of an
-    SVD). ``sigma_k`` of an ``N n x d`` matrix with ``k = N n`` is ``sigma_Nn``."""
+    """``sigma_k(M)`` in float64 (``k`` = the number of rows by default; 0 when ``k`` exceeds the
+    smaller side), for a wide matrix with many rows from the ``rows x rows`` Gram matrix."""
     M = M.detach().to(torch.float64)
     rows, cols = M.shape
     k = rows if k is None else k
@@ -73,8 +71,7 @@ def sigma_k(M: torch.Tensor, k: int | None = None) -> float:
 
 
 def spectral_norm(W: torch.Tensor) -> float:
-    """``||W||_2`` in float64: an SVD for small matrices, else the largest eigenvalue of the
-    smaller Gram matrix (one symmetric eigenvalue problem, about half the time of an SVD)."""
+    """``||W||_2`` in float64: an SVD for small matrices, else from the smaller Gram matrix."""
     W = W.detach().to(torch.float64)
     if min(W.shape) <= 128:
         return float(singular_values(W)[0])

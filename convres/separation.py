@@ -17,7 +17,7 @@ import torch
 from .certify import Centre, centre, check_certifiable, sharpest_certificate_of, smoothness_bounds
 from .gd import gradient_descent
 from .instances import CERTIFIED_REGIME, problem
-from .model import ModelConfig, forward_trace
+from .model import ModelConfig, trace_no_grad
 from .rank import spectral_norm, stacked
 from .values import as_int, as_real, as_seed
 
@@ -29,6 +29,8 @@ __all__ = ["separation_instance", "balanced_targets", "centred", "PerpCentre",
 TAU = 1 - 2 ** -0.5
 #: The radii at which the path bounds are tabulated (0 and a geometric grid up to 3).
 RADII = np.concatenate([[0.0], np.geomspace(1e-7, 3.0, 300)])
+
+
 def balanced_targets(N: int, n: int, seed: int) -> torch.Tensor:
     """``(N, n, 1)`` targets: in each sequence ``n/2`` tokens ``+1`` and ``n/2`` tokens ``-1`` in a
     random order (``n`` even), so ``C(Y) = Y`` and ``Phi_floor = N n / 2``."""
@@ -42,9 +44,8 @@ def balanced_targets(N: int, n: int, seed: int) -> torch.Tensor:
 def separation_instance(d_qk: int, seed: int = 0, *, N: int = 1, n: int = 2, d: int = 1024,
                         beta: float = 0.0):
     """``(X, Y, params, cfg)`` of the separation family: the certified regime's data and weights
-    (:func:`convres.instances.problem`: ``X`` ``N(0, 1)`` from ``seed``, weights from ``seed + 1``,
-    branch scale 0.01, readout 0.1, gelu, ``m = d / 4``, scale ``1/d_QK``) with ``d_QK = d_qk`` and
-    :func:`balanced_targets`; ``beta = 0`` is the arm without the residual."""
+    (:func:`convres.instances.problem`) with ``d_QK = d_qk`` and :func:`balanced_targets`; ``beta =
+    0`` is the arm without the residual."""
     d_qk, N, n, d = (as_int(k, v, minimum=1) for k, v in (("d_qk", d_qk), ("N", N), ("n", n), ("d", d)))
     r: dict = CERTIFIED_REGIME
     cfg = ModelConfig(d=d, d_qk=d_qk, m=max(1, round(r["ffn_ratio"] * d)), c=1, beta=beta,
@@ -95,8 +96,7 @@ def perp_centre(params, X, Y, cfg) -> PerpCentre:
                          "cfg.with_residual(0.0).")
     p = {k: v.detach().double() for k, v in params.items()}
     X, Y = X.detach().double(), Y.detach().double()
-    with torch.no_grad():
-        tr = forward_trace(p, X, cfg)
+    tr = trace_no_grad(p, X, cfg)
     n = X.shape[1]
     sn = [spectral_norm(stacked(centred(G[0]))) for G in (tr.Z, tr.M, tr.H)]
     return PerpCentre(c=centre(p, X, Y, cfg), eps_i=torch.linalg.matrix_norm(tr.S[0] - 1.0 / n).numpy(),
@@ -109,10 +109,8 @@ def perp_chain(pc: PerpCentre, ra: float, rw: float, steps: int = 48) -> tuple[f
     """Lemma sep-lem-chain (equation sep-chain of the chapter) on ``B(ra, rw) = {||(W_Q, W_K) - a_0||
     <= ra, ||(W_V, W_1, W_2, W_U) - w_0|| <= rw}``: ``(delta_perp, Jp_a, Jp_w)`` with ``||C(F)||_F <=
     ||C(F_0)||_F + delta_perp`` there, ``Jp_a, Jp_w`` bounding the attention and the other blocks'
-    parts of the Jacobian of ``C(F)`` (``Jp_a`` also that of ``F``). Along ``theta_0 + tau (theta -
-    theta_0)`` every bound starts at its exact value at ``theta_0`` and grows by the upper Riemann sum
-    of its derivative's bound (each non-decreasing in ``tau``); ``p_i = min(1/2, 1/n + eps_i)`` bounds
-    the softmax Jacobian, first with the cruder ``1/2`` increment on each piece."""
+    parts of the Jacobian of ``C(F)`` (``Jp_a`` also that of ``F``); upper Riemann sums on ``steps``
+    pieces, ``p_i = min(1/2, 1/n + eps_i)`` bounding the softmax Jacobian."""
     c, h = pc.c, 1.0 / steps
     x, s, n = c.x_i, c.s, c.n
     eps, cZ, cM, cH, Zb, delta = pc.eps_i.astype(float), pc.cZ, pc.cM, pc.cH, c.z0, 0.0
@@ -142,10 +140,9 @@ def perp_chain(pc: PerpCentre, ra: float, rw: float, steps: int = 48) -> tuple[f
 def path_radii(pc: PerpCentre, mu: float, max_steps: int = 10 ** 7, radii=RADII):
     """Lemma sep-lem-path (equation sep-path): ``[(r_a,t, r_t, R_t)]``, ``t = 0, 1, ...``, with
     ``||(W_Q, W_K)_t - a_0|| <= r_a,t``, ``||theta_t - theta_0|| <= r_t`` and ``||(I - C)(F_t - Y)|| <=
-    R_t`` for gradient descent with any step ``mu``, until ``r_t`` leaves ``radii`` or ``C(F)`` may pass
-    the threshold. Every bound is tabulated on ``radii`` and read at the radius just above ``r_t``:
-    ``J, M2`` of :func:`convres.certify.smoothness_bounds` and :func:`perp_chain` on ``B(r, r)``.
-    The list's last index is ``T_path`` of theorem sep-thm (``T_lb <= T_path``)."""
+    R_t`` for gradient descent with step ``mu``, until ``r_t`` leaves ``radii`` or ``C(F)`` may pass
+    the threshold; bounds (:func:`convres.certify.smoothness_bounds`, :func:`perp_chain`) tabulated on
+    ``radii``, read just above ``r_t``. The last index is ``T_path`` of theorem sep-thm."""
     chains = np.array([perp_chain(pc, r, r, steps=24) for r in radii])
     floor_dp = np.array([perp_chain(pc, 0.0, r, steps=24)[0] for r in radii])   # delta_perp(0, r)
     bounds = np.array([smoothness_bounds(pc.c, r) for r in radii])
@@ -213,12 +210,11 @@ def escape_step(params, X, Y, cfg, mu: float, steps: int) -> int | None:
 
 
 def path_check(params, X, Y, cfg, mu: float, steps: int | None = None) -> dict:
-    """The bounds of lemmas sep-lem-path and sep-lem-chain against one gradient-descent run with step
-    ``mu`` (no residual), at every ``t = 1 .. min(steps, T_path - 1)``: the largest observed/bound
-    ratio of ``||theta_t - theta_0|| / r_t`` (``"r"``), ``||a_t - a_0|| / r_a,t`` (``"r_a"``),
-    ``||(I - C)(F_t - Y)|| / R_t`` (``"R"``) and ``||C(F_t)|| / (||C(F_0)|| + delta_perp(r_a,t, r_t))``
-    (``"CF"``), and of the growth ``||C(F_t)|| - ||C(F_0)||`` to ``delta_perp(r_a,t, r_t)``
-    (``"dCF"``); a ratio above 1 refutes a lemma. Also ``"steps"`` checked and the run's ``"loss"``."""
+    """Lemmas sep-lem-path and sep-lem-chain against one run with step ``mu`` (no residual), ``t = 1 ..
+    min(steps, T_path - 1)``: the largest observed/bound ratio of ``||theta_t - theta_0|| / r_t``
+    (``"r"``), ``||a_t - a_0|| / r_a,t`` (``"r_a"``), ``||(I - C)(F_t - Y)|| / R_t`` (``"R"``),
+    ``||C(F_t)|| / (||C(F_0)|| + delta_perp)`` (``"CF"``), ``(||C(F_t)|| - ||C(F_0)||) / delta_perp``
+    (``"dCF"``), above 1 a refutation; ``"steps"`` and the run's ``"loss"``."""
     mu = as_real("mu (the step size)", mu, minimum=0.0, above=True)
     pc = perp_centre(params, X, Y, cfg)
     path = path_radii(pc, mu)

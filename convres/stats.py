@@ -24,9 +24,9 @@ from .protocol import (
     T_INTERVAL_BELOW,
 )
 
-__all__ = ["GRADES", "T975", "Estimate", "Grade", "steps_to", "censored", "mean_log_loss",
+__all__ = ["GRADES", "T975", "Estimate", "Grade", "steps_to", "censored", "mean_log_loss", "linear_rate",
            "log_ratio", "kendall_tau", "spearman_rho", "sign_test", "estimate", "grade", "ProbeRun",
-           "tune_step"]
+           "tune_step", "power_fit", "power_law"]
 
 #: t_{0.975, df}, the two-sided 95% quantile of Student's t, for df = 1 .. 18 (n = 2 .. 19 units).
 T975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004, 2.262157,
@@ -70,6 +70,23 @@ def mean_log_loss(loss: Sequence[float | None], horizon: int) -> float | None:
         raise ValueError(f"loss must be >= 0 with Phi_0 > 0 (a ratio to Phi_0), got Phi_0 = {v[0]!r}.")
     logs = np.log10(np.maximum(v[1:] / v[0], LOG_LOSS_FLOOR))
     return float((logs.sum() + (horizon - logs.size) * math.log10(LOG_LOSS_FLOOR)) / horizon)
+
+
+def linear_rate(loss, mu: float, *, phase: tuple[float, float]) -> float | None:
+    """The rate of a run over its linear phase, per unit of ``mu t``: ``ln(Phi_a / Phi_b) / (mu (b -
+    a))`` with ``a`` the first step at or below ``phase[0] Phi_0`` and ``b`` the first at or below
+    ``phase[1] Phi_0`` (the last step if none). A run that never reaches ``phase[0]`` gets its
+    average rate over the whole run, ``ln(Phi_0 / Phi_T) / (mu T)``. ``None`` for a run of no step."""
+    v = [float(x) for x in loss]
+    if len(v) < 2:
+        return None
+    a = steps_to(v, phase[0])
+    if a is None or a == len(v) - 1:
+        a, b = 0, len(v) - 1
+    else:
+        hit = steps_to(v, phase[1])
+        b = len(v) - 1 if hit is None else hit
+    return float(math.log(v[a] / v[b]) / (mu * (b - a)))
 
 
 def log_ratio(a: float | None, b: float | None, *, base: float = math.e) -> float | None:
@@ -165,13 +182,6 @@ def _bca(stat: Callable[[np.ndarray], np.ndarray], strata: np.ndarray, draws: in
     return float(lo), float(hi)
 
 
-def _stratum_rho(x: np.ndarray, y: np.ndarray, idx: np.ndarray, member: np.ndarray) -> np.ndarray:
-    """Spearman's rho of ``x[r]`` and ``y[r]`` over the units of ``r`` that ``member`` marks, for each
-    row ``r`` of the index array ``idx``."""
-    keep = member[idx]
-    return _spearman_rows(x[idx], y[idx], keep)
-
-
 def _number(x) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) \
         and bool(abs(float(x)) <= EFFECT_BOUND)
@@ -225,7 +235,7 @@ def estimate(effects: Sequence, *, min_units: int, strata: Sequence | None = Non
         groups = [lab == s for s in np.unique(lab)]
 
         def rho(idx):   # per row of idx: the mean over the strata of rho on the row's units in each
-            return np.mean([_stratum_rho(x, y, idx, g) for g in groups], axis=0)
+            return np.mean([_spearman_rows(x[idx], y[idx], g[idx]) for g in groups], axis=0)
         effect = float(rho(np.arange(n)[None])[0])
         if not math.isfinite(effect):
             return Estimate(None, None, None, "none", n, out, None, "no rank correlation: x or y is "
@@ -292,14 +302,14 @@ def grade(est: Estimate, margin: float, *, rule: str = "superiority",
     return Grade("inconclusive", f"{holds} both 0 and the margin {margin:.3g}")
 
 
-def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
+def kendall_tau(x: Sequence[float], y: Sequence[float], *, tied: float = math.nan) -> float:
     """Kendall's tau-b of the pairs ``(x_i, y_i)``: (concordant - discordant) over the square root
-    of the pairs untied in x times those untied in y; ``nan`` when either is constant."""
+    of the pairs untied in x times those untied in y; ``tied`` (``nan``) when either is constant."""
     a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     i, j = np.triu_indices(len(a), k=1)
     sx, sy = np.sign(a[i] - a[j]), np.sign(b[i] - b[j])
     nx, ny = np.count_nonzero(sx), np.count_nonzero(sy)
-    return float((sx * sy).sum() / math.sqrt(nx * ny)) if nx and ny else math.nan
+    return float((sx * sy).sum() / math.sqrt(nx * ny)) if nx and ny else tied
 
 
 class ProbeRun(NamedTuple):
@@ -335,10 +345,9 @@ def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | N
       ``stable_fraction`` (1/2) of the largest stable step: above the cap, the largest stable step
       at most the cap. ``bracketed``: the best resolved step is interior to the grid.
 
-    Returns a JSON-ready dict: ``grid``, ``scores`` (``inf`` for an unstable step), ``stable``,
-    ``diverged`` (the probe runs that diverged) and ``resolved`` (per step), ``horizon`` (the probe
-    horizon of the scores), ``best``, ``largest_stable``, ``cap``, ``chosen`` (``None`` when no step
-    is stable), ``bracketed``, ``unresolved`` and ``capped`` (``chosen`` below ``best``).
+    Returns a JSON-ready dict: per step ``grid``, ``scores`` (``inf``: unstable), ``stable``,
+    ``diverged``, ``resolved``; the probe ``horizon``, ``best``, ``largest_stable``, ``cap``, ``chosen``
+    (``None``: no stable step), ``bracketed``, ``unresolved``, ``capped`` (``chosen`` below ``best``).
     """
     etas = sorted({float(g) for g in grid})
     if len(etas) < 2 or not all(math.isfinite(e) and e > 0 for e in etas):
@@ -410,3 +419,55 @@ def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | N
             "cap": None if c is None else c / (1 + 1e-9), "chosen": chosen,
             "bracketed": b is not None and etas[0] < b < etas[-1], "unresolved": b is None,
             "capped": b is not None and chosen is not None and chosen < b}
+
+
+def power_fit(d, T, *, fine: bool = True) -> dict:
+    """The empirical fit ``T = a + b d^p`` (``a, b >= 0``) to the times ``T[i][j]`` of unit ``i`` at
+    ``d[j]`` (``nan``: left out), by least squares on ``log T`` (the times span decades, and a ratio
+    counts the same above and below). With ``a = rho b d_min^p``, for each ``(p, rho)`` of a grid the
+    best ``log b`` is the mean of ``log T - log(rho d_min^p + d^p)``; a coarse grid, then finer ones
+    around the best (``fine``: 0.001 in ``p``) until the best stays. Returns ``{"a", "b", "p"}``."""
+    x = np.tile(np.asarray(d, dtype=np.float64), (len(T), 1)).ravel()
+    y = np.asarray(T, dtype=np.float64).ravel()
+    keep = np.isfinite(y)
+    x, ly = x[keep], np.log(y[keep])
+    lx = np.log(x)
+
+    def best(ps, rhos):
+        P, R = ps[:, None, None], rhos[None, :, None]
+        g = np.log(R * x.min() ** P + np.exp(P * lx))             # (p, rho, unit)
+        lb = (ly - g).mean(axis=-1)
+        err = ((ly - g - lb[..., None]) ** 2).sum(axis=-1)
+        i, j = np.unravel_index(int(np.argmin(err)), err.shape)
+        return float(ps[i]), float(rhos[j]), float(lb[i, j])
+
+    rhos = np.concatenate([[0.0], np.logspace(-3, 3, 25)])
+    p, rho, lb = best(np.arange(0.0, 3.0001, 0.02), rhos)
+    dp, n_rho = (0.001, 201) if fine else (0.005, 41)
+    for _ in range(8):                                # down the valley where a and p trade off
+        near = rho * np.logspace(-0.5, 0.5, n_rho) if rho > 0 else np.array([0.0, 1e-4, 1e-3])
+        step = best(np.arange(max(p - 0.03, 0.0), min(p + 0.03, 3.0) + dp / 2, dp), near)
+        if step[:2] == (p, rho):
+            break
+        p, rho, lb = step
+    b = math.exp(lb)
+    return {"a": rho * b * float(x.min()) ** p, "b": b, "p": p}
+
+
+def power_law(d, T, *, draws: int = 1000) -> dict:
+    """:func:`power_fit` of the times ``T[i][j]`` (``nan``: left out) with a bootstrap interval
+    ``p_ci`` for ``p`` over the units ``i`` (``draws`` resamples, generator seed 0, the coarser
+    grid), the ``local_slopes`` ``log(T_hi / T_lo) / log(d_hi / d_lo)`` between neighbours of ``d``
+    (:func:`estimate` over the units), and how many times were ``left_out``."""
+    T = np.asarray(T, dtype=np.float64)
+    fit = power_fit(d, T)
+    rng = np.random.default_rng(0)
+    boot = [power_fit(d, T[rng.integers(0, len(T), len(T))], fine=False)["p"] for _ in range(draws)]
+    slopes = []
+    for j in range(len(d) - 1):
+        v = np.log(T[:, j + 1] / T[:, j]) / math.log(d[j + 1] / d[j])
+        est = estimate([float(x) for x in v if np.isfinite(x)], min_units=2)
+        slopes.append({"d_lo": d[j], "d_hi": d[j + 1], "slope": est.effect, "ci": [est.lo, est.hi],
+                       "units": est.units, "method": est.method})
+    return {"p": fit["p"], "p_ci": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))],
+            "a": fit["a"], "b": fit["b"], "local_slopes": slopes, "left_out": int(np.isnan(T).sum())}

@@ -25,9 +25,10 @@ from .lemmas import (
     hessian_norm,
     path_radius,
     r_sigma_upper,
+    random_point,
     smoothness_estimate,
 )
-from .model import check_inputs, forward_trace, phi
+from .model import check_inputs, forward_trace, phi, trace_no_grad
 from .rank import sigma_k, sigma_nn, singular_values, spectral_norm, stacked
 from .values import as_int, as_real, as_seed
 
@@ -68,9 +69,8 @@ def _part_b(params, X, Y, cfg, phi: float, sigma_0: float, grad_norm: float) -> 
 
 def part_b_check(params, X, Y, cfg) -> dict:
     """Can part (b) apply? ``fails``: ``rho = 4 sqrt(2 Phi_0) / sigma_0 >= r_sigma_upper`` (no ball
-    exists; a certificate of failure); ``holds``: certified by :func:`convres.certify.certificate`,
-    for the step ``mu_certified``; ``None`` when neither is decided. Also ``J0 = ||grad Phi_0|| /
-    sqrt(2 Phi_0) <= J_B`` and ``radius_lower_A5`` (the older condition (A5))."""
+    exists); ``holds``: certified (:func:`convres.certify.certificate`) for the step ``mu_certified``;
+    ``None`` when undecided. Also ``J0 = ||grad Phi_0|| / sqrt(2 Phi_0) <= J_B``, ``radius_lower_A5``."""
     _check_per_token(params, X, Y, cfg)
     phi, grads, tr = loss_and_grad(params, X, Y, cfg)
     return _part_b(params, X, Y, cfg, float(phi), sigma_nn(tr.H[-1]), flat_norm(grads.values()))
@@ -102,10 +102,9 @@ def _assumptions(X, H0, cfg, mu, steps) -> list[Hypothesis]:
 
 def check_assumptions(params, X, Y, cfg, *, mu: float | None = None,
                       steps: int | None = None) -> list[Hypothesis]:
-    """The book's assumptions (chapter *Assumptions*) on one instance: ``width`` (``N n <= d``),
-    ``smooth activation``, ``full-rank input`` and ``non-degenerate H_0`` (relative smallest singular
-    values above ``1e-10``) and, with ``mu`` and ``steps``, ``non-vacuous rate`` (``mu alpha T >=
-    ln(1/0.9)``)."""
+    """The book's assumptions on one instance: ``width`` (``N n <= d``), ``smooth activation``,
+    ``full-rank input``, ``non-degenerate H_0`` (relative ``sigma_Nn > 1e-10``) and, with ``mu`` and
+    ``steps``, ``non-vacuous rate`` (``mu alpha T >= ln(1/0.9)``)."""
     _check_per_token(params, X, Y, cfg)
     if (mu is None) != (steps is None):
         raise ValueError(f"give both mu and steps (for the non-vacuous-rate check) or neither, got "
@@ -113,18 +112,16 @@ def check_assumptions(params, X, Y, cfg, *, mu: float | None = None,
     if mu is not None:
         mu = as_real("mu", mu, minimum=0.0, above=True)
         steps = as_int("steps", steps, minimum=1)
-    with torch.no_grad():
-        H0 = forward_trace(params, X, cfg).H[-1]
+    H0 = trace_no_grad(params, X, cfg).H[-1]
     return _assumptions(X, H0, cfg, mu, steps)
 
 
 @dataclasses.dataclass
 class RunCheck:
-    """Every inequality of the proof at every step of one run: the per-step ``contraction``;
-    ``pl_margin = ||grad_{W_U}||^2 / (2 Phi_t) - sigma_Nn(H_t)^2``; ``descent_margin`` (with the
-    estimated ``L``) and ``half_margin = Phi_t - mu/2 ||g_t||^2 - Phi_{t+1}``; ``sigma_ratio =
-    sigma_Nn(H_t) / sigma_0``; ``observed``: steps with ``half_margin >= 0`` and ``sigma_ratio >= 1/2``
-    (where the PL lemma implies the bound, a posteriori); ``max_distance``."""
+    """Every inequality of the proof at every step of one run: ``contraction``; ``pl_margin =
+    ||grad_{W_U}||^2 / (2 Phi_t) - sigma_Nn(H_t)^2``; ``descent_margin`` (estimated ``L``);
+    ``half_margin = Phi_t - mu/2 ||g_t||^2 - Phi_{t+1}``; ``sigma_ratio = sigma_Nn(H_t) / sigma_0``;
+    ``observed``: steps with ``half_margin >= 0`` and ``sigma_ratio >= 1/2``; ``max_distance``."""
 
     contraction: Contraction
     pl_margin: np.ndarray
@@ -148,8 +145,7 @@ class RunCheck:
 
     @property
     def every_step_observed(self) -> bool:
-        """Every checked step satisfies the bound, the PL lemma, the descent inequality and the
-        sigma condition, and at least one step was checked."""
+        """At least one step was checked, and every one satisfies every inequality."""
         tol = self.contraction.tolerance
         return (self.contraction.holds and self.observed == self.checked_steps
                 and bool((self.pl_margin >= -tol).all()) and bool((self.descent_margin >= -tol).all()))
@@ -179,9 +175,8 @@ def verify_run(hist: History, grad_U, sigma_H, mu: float, a: float, L_hat: float
 
 @dataclasses.dataclass
 class TheoremRun:
-    """Gradient descent with the theorem's step (``mu``; ``mu_max = 1/(safety L_hat)``, ``L_hat``
-    estimated), ``alpha = (sigma_0/2)^2``, the :func:`check_assumptions` table, :func:`part_b_check`
-    and the run's :class:`RunCheck`."""
+    """Gradient descent with the theorem's step ``mu`` (``mu_max = 1/(safety L_hat)``), ``alpha =
+    (sigma_0/2)^2``, the :func:`check_assumptions` table, :func:`part_b_check` and the :class:`RunCheck`."""
 
     alpha: float
     sigma_0: float
@@ -205,10 +200,9 @@ class TheoremRun:
         return self.history.status
 
     def summary(self) -> dict:
-        """The scalar fields, JSON-ready (what ``python -m convres theorem --json`` prints).
-        ``violations`` and ``max_excess`` are ``None`` when the run diverged or no step was checked.
-        ``part_b_holds`` is ``False`` when part (b) is certified to fail and ``True`` only when it
-        is certified to hold *for this run's step* (``mu <= mu_certified``); ``None`` otherwise."""
+        """The scalar fields, JSON-ready (``theorem --json``); ``violations``, ``max_excess``: ``None``
+        if the run diverged or nothing was checked; ``part_b_holds``: ``False`` if certified to fail,
+        ``True`` if certified for this run's step (``mu <= mu_certified``), else ``None``."""
         verified = self.status != "diverged" and self.check.checked_steps > 0
         h, b = self.history, self.part_b
         mu_cert = b["mu_certified"]
@@ -229,9 +223,8 @@ class TheoremRun:
 
 def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None, safety: float = 2.0,
                 smoothness_samples: int = 1, seed: int = 0) -> TheoremRun:
-    """Run gradient descent with the theorem's step (``mu`` defaults to ``1 / (safety L_hat)``,
-    :func:`convres.lemmas.mu_max`) and measure the theorem's inequalities at every step; see
-    :class:`TheoremRun`."""
+    """Gradient descent with the theorem's step (default ``1 / (safety L_hat)``,
+    :func:`convres.lemmas.mu_max`), its inequalities measured at every step (:class:`TheoremRun`)."""
     _check_per_token(params, X, Y, cfg)
     steps = as_int("steps", steps, minimum=1)
     mu = None if mu is None else as_real("mu", mu, minimum=0.0, above=True)
@@ -269,12 +262,10 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
 
 @dataclasses.dataclass
 class FFNTheoremRun:
-    """Gradient descent checked against ``thm-ffn`` (observed; :func:`convres.certify.ffn_certificate`
-    bounds it before the run): ``alpha_ffn = (sigma_M0 sigma_U0 / 4)^2`` from the last block's
-    activations ``M~`` and ``W_U``; the :class:`~convres.checks.Hypothesis` records; the per-step
-    ``contraction``, ``pl_margin`` and ``descent_margin``; at the recorded steps ``sigma_M``,
-    ``sigma_U`` and ``lemma_margin`` (the PL lemma, never negative up to round-off); ``observed``:
-    recorded steps where every hypothesis of part (a) was measured to hold."""
+    """Gradient descent checked against ``thm-ffn`` (observed): ``alpha_ffn = (sigma_M0 sigma_U0 /
+    4)^2``; the :class:`~convres.checks.Hypothesis` records; per step ``contraction``, ``pl_margin``,
+    ``descent_margin``; at the recorded steps ``sigma_M``, ``sigma_U``, ``lemma_margin`` (the PL
+    lemma); ``observed``: recorded steps where every hypothesis of part (a) held."""
 
     alpha_ffn: float
     sigma_M0: float
@@ -301,19 +292,16 @@ class FFNTheoremRun:
 
     @property
     def verified(self) -> bool:
-        """Whether anything was verified (the run did not diverge, and a step was checked)."""
+        """The run did not diverge, and a step was checked."""
         return self.status != "diverged" and self.contraction.checked_steps > 0
 
     @property
     def violations(self) -> int | None:
-        """Checked steps with ``Phi_{t+1} > (1 - mu alpha') Phi_t`` beyond round-off; ``None``
-        when nothing was verified."""
+        """Checked steps with ``Phi_{t+1} > (1 - mu alpha') Phi_t``; ``None`` if not verified."""
         return self.contraction.violations if self.verified else None
 
     def summary(self) -> dict:
-        """The scalar fields, JSON-ready. ``checked_conditions_hold``: every hypothesis that was
-        evaluated held; the step-size hypothesis ``mu <= 1/L_B`` is only compared with an
-        *estimate* (it can be refuted, not established), so the run is *observed*."""
+        """The scalar fields, JSON-ready; ``checked_conditions_hold``: every evaluated hypothesis held."""
         h = self.history
         return finite_fields({
             "theorem": "thm-ffn", "claim": "observed", "readout": self.readout, "rows": self.rows,
@@ -333,10 +321,9 @@ class FFNTheoremRun:
 
 def ffn_theorem_run(params, X, Y, cfg, *, mu: float, steps: int, record_every: int = 1,
                     seed: int = 0, smoothness_iters: int = 10) -> FFNTheoremRun:
-    """Gradient descent checked against ``thm-ffn`` (any depth, per token or pooled): the per-step
-    bound, the PL inequality with ``alpha'`` and the descent inequality at every step,
-    ``sigma_rows(M~_t)`` and ``sigma_c(W_U)`` at the recorded ones. Observed: ``mu <= 1/L_B`` is
-    compared with an estimate ``L_hat_0 <= L_B`` (a failure refutes it, a success establishes nothing)."""
+    """Gradient descent checked against ``thm-ffn`` (any depth, per token or pooled): the bound, the
+    PL and the descent inequality at every step, ``sigma_rows(M~_t)`` and ``sigma_c(W_U)`` every
+    ``record_every``; ``mu <= 1/L_B`` compared with an estimate ``L_hat_0 <= L_B`` (observed)."""
     check_inputs(params, X, Y, cfg)
     mu = as_real("mu", mu, minimum=0.0, above=True)
     steps = as_int("steps", steps, minimum=1)
@@ -347,8 +334,7 @@ def ffn_theorem_run(params, X, Y, cfg, *, mu: float, steps: int, record_every: i
     rows, last = ffn_rows(cfg, N, n), f"layer{cfg.L}"
     dtype = params["W_U"].dtype
     tol = tolerance(dtype)
-    with torch.no_grad():
-        M0 = activation_rows(forward_trace(params, X, cfg).M[-1], cfg)
+    M0 = activation_rows(trace_no_grad(params, X, cfg).M[-1], cfg)
     sM0, sU0 = sigma_k(M0), sigma_k(params["W_U"].T)
     a = alpha_ffn(sM0, sU0)
     gW2, rec, sM, sU, lemma = [], [], [], [], []
@@ -415,8 +401,7 @@ def ffn_theorem_run(params, X, Y, cfg, *, mu: float, steps: int, record_every: i
 # --- what the certified regimes are: the lazy-training numbers (observed) ---------------------------
 
 def _jacobian_rows(params, X, cfg) -> tuple[list[str], list[list[torch.Tensor]]]:
-    """The Jacobian of ``theta -> vec F_theta(X)`` at ``params``: one list of per-block gradients
-    per output (``N n c`` outputs per token, ``N c`` pooled)."""
+    """The Jacobian of ``theta -> vec F_theta(X)``: one list of per-block gradients per output."""
     names = list(params)
     leaves = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
     with torch.enable_grad():
@@ -428,11 +413,9 @@ def _jacobian_rows(params, X, cfg) -> tuple[list[str], list[list[torch.Tensor]]]
 
 
 def tangent_kernel_blocks(params, X, cfg) -> dict:
-    """The tangent kernel ``K = J_0 J_0^T`` at ``params`` (``J_0`` the Jacobian of ``vec F``) and its
-    parts ``K_b = J_b J_b^T`` per weight block ``b`` (``K = sum_b K_b``, so ``lambda_min(K) >=
-    sum_b lambda_min(K_b)``): ``lambda_min``, ``trace`` and per block (short names ``W_Q``, ...)
-    ``lambda_min``, ``lambda_min_share = lambda_min(K_b) / lambda_min(K)`` and ``trace_share``; exact
-    up to float64 (one backward pass per output)."""
+    """The tangent kernel ``K = J_0 J_0^T = sum_b K_b``, ``K_b = J_b J_b^T`` per weight block ``b``
+    (``J_0`` the Jacobian of ``vec F``): ``lambda_min``, ``trace`` and per block ``lambda_min``,
+    ``lambda_min_share = lambda_min(K_b) / lambda_min(K)`` and ``trace_share``."""
     names, rows = _jacobian_rows(params, X, cfg)
     parts: dict[str, torch.Tensor] = {}
     for j, name in enumerate(names):
@@ -450,8 +433,7 @@ def tangent_kernel_blocks(params, X, cfg) -> dict:
 
 
 def _one_block_descent(params, X, Y, cfg, block: str, mu: float, steps: int) -> np.ndarray:
-    """Gradient descent on the weight ``block`` alone (the others frozen at ``params``), step
-    ``mu``: the losses ``Phi_0 .. Phi_T``."""
+    """The losses ``Phi_0 .. Phi_T`` of gradient descent on the weight ``block`` alone."""
     p = {k: v.detach().clone() for k, v in params.items()}
     losses = []
     for t in range(steps + 1):
@@ -468,10 +450,9 @@ def _one_block_descent(params, X, Y, cfg, block: str, mu: float, steps: int) -> 
 
 def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U") -> dict:
     """How lazy a run is (observed; Chizat, Oyallon & Bach 2019): ``tangent_kernel``
-    (:func:`tangent_kernel_blocks`), ``displacement`` and ``displacement_share`` per weight,
-    ``H0_minus_X``, ``max_S_minus_uniform``, ``sigma_Nn_H0``, ``sigma_Nn_X``, the losses of full
-    gradient descent and of gradient descent on ``block`` alone (``one_block_gap``: their relative
-    difference at ``t = 1, 10, 30, T``) and the ``linearization_error`` of ``F`` at ``T``."""
+    (:func:`tangent_kernel_blocks`), ``displacement`` (``_share``) per weight, ``H0_minus_X``,
+    ``max_S_minus_uniform``, ``sigma_Nn_H0``, ``sigma_Nn_X``, the losses of full and of ``block``-only
+    descent (``one_block_gap`` at ``t = 1, 10, 30, T``) and the ``linearization_error`` of ``F`` at ``T``."""
     check_inputs(params, X, Y, cfg)
     mu = as_real("mu", mu, minimum=0.0, above=True)
     steps = as_int("steps", steps, minimum=1)
@@ -479,8 +460,7 @@ def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U")
         raise ValueError(f"block must be one of the weights {sorted(params)}, got {block!r}.")
     p0 = {k: v.detach().to(torch.float64) for k, v in params.items()}
     X, Y = X.detach().to(torch.float64), Y.detach().to(torch.float64)
-    with torch.no_grad():
-        tr = forward_trace(p0, X, cfg)
+    tr = trace_no_grad(p0, X, cfg)
     Xs, H0 = stacked(X), stacked(tr.H[-1])
     out: dict = {"tangent_kernel": tangent_kernel_blocks(p0, X, cfg),
                  "H0_minus_X": spectral_norm(H0 - Xs) / spectral_norm(Xs) if H0.shape == Xs.shape else None,
@@ -499,8 +479,7 @@ def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U")
 
     delta = tuple(final[k] - p0[k] for k in names)
     F0, JD = torch.func.jvp(F_of, tuple(p0[k] for k in names), delta)[:2]
-    with torch.no_grad():
-        FT = forward_trace(final, X, cfg).F
+    FT = trace_no_grad(final, X, cfg).F
     moved = float((FT - F0).norm())
     share = {k: v * v / total for k, v in disp.items()} if total > 0 else {}
     out.update(displacement=disp, displacement_share=share, block=block, loss=loss.tolist(),
@@ -514,10 +493,8 @@ def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U")
 # --- how tight the bounds are ---------------------------------------------------------------------------
 
 def _ascend_delta_H(theta0, X, cfg, r, start, steps) -> float:
-    """The largest ``||H(theta) - H_0||_2`` that projected gradient ascent finds on ``B_r``
-    (``steps`` steps from ``start``): a lower estimate of what ``delta_H(r)`` bounds."""
-    with torch.no_grad():
-        H0 = stacked(forward_trace(theta0, X, cfg).H[0])
+    """The largest ``||H(theta) - H_0||_2`` that projected gradient ascent finds on ``B_r``."""
+    H0 = stacked(trace_no_grad(theta0, X, cfg).H[0])
 
     def value(p):
         return torch.linalg.matrix_norm(stacked(forward_trace(p, X, cfg).H[0]) - H0, 2)
@@ -530,37 +507,32 @@ def _ascend_delta_H(theta0, X, cfg, r, start, steps) -> float:
             grads = torch.autograd.grad(val, list(leaves.values()), allow_unused=True,
                                         materialize_grads=True)
         best = max(best, float(val.detach()))
-        gnorm = math.sqrt(sum(float(g.pow(2).sum()) for g in grads)) or 1.0
+        gnorm = flat_norm(grads) or 1.0
         step = {k: leaves[k].detach() + 0.5 * r * g / gnorm - theta0[k] for k, g in zip(leaves, grads)}
-        norm = math.sqrt(sum(float(t.pow(2).sum()) for t in step.values()))
+        norm = flat_norm(step.values())
         p = {k: theta0[k] + step[k] * min(1.0, r / norm) for k in theta0}
     return best
 
 
 def sampled_estimates(params, X, Y, cfg, cert: Certificate, *, samples: int = 1, iters: int = 8,
                       ascent_steps: int = 10, seed: int = 0) -> dict:
-    """Lower estimates of what the certified bounds bound (the tightness table of *Certified
-    constants*): ``L_hat`` (power iteration at ``theta_0`` and at ``samples`` points of the ball;
-    ``L_lower = ||H_0||^2 <= L_B``), ``J_0`` (exact) and ``J_hat``, ``delta_H_hat`` (projected ascent on
-    ``B_{r_sigma_lower}``) against ``delta_H_bound``, and ``r_sigma_upper`` (lemma thm-lem-rsigma)."""
+    """Lower estimates of what the certified bounds bound: ``L_hat`` (at ``theta_0`` and ``samples``
+    points of the ball), ``L_lower = ||H_0||^2 <= L_B``, ``J_0``, ``J_hat``, ``delta_H_hat`` (projected
+    ascent) against ``delta_H_bound``, and ``r_sigma_upper`` (lemma thm-lem-rsigma)."""
     check_certifiable(params, X, Y, cfg)
     gen = torch.Generator().manual_seed(seed)
     theta0 = {k: v.detach() for k, v in params.items()}
-
-    def point(r):
-        u = {k: torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in theta0.items()}
-        norm = math.sqrt(sum(float(t.pow(2).sum()) for t in u.values()))
-        return {k: theta0[k] + r * u[k] / norm for k in theta0}
 
     def jac_norm(p):
         G = torch.stack([torch.cat(row) for row in _jacobian_rows(p, X, cfg)[1]])
         return math.sqrt(max(float(torch.linalg.eigvalsh(G @ G.T)[-1]), 0.0))
 
-    pts = [point(cert.radius) for _ in range(samples)]
+    pts = [random_point(theta0, cert.radius, gen) for _ in range(samples)]
     L_hat = max(hessian_norm(p, X, Y, cfg, iters=iters, seed=seed) for p in [theta0] + pts)
     J_0 = jac_norm(theta0)
     J_hat = max([J_0] + [jac_norm(p) for p in pts])
-    dH = _ascend_delta_H(theta0, X, cfg, cert.r_sigma_lower, point(cert.r_sigma_lower), ascent_steps)
+    dH = _ascend_delta_H(theta0, X, cfg, cert.r_sigma_lower, random_point(theta0, cert.r_sigma_lower, gen),
+                         ascent_steps)
     c = centre(params, X, Y, cfg)
     return {"L_hat": L_hat, "L_lower": c.h0 ** 2, "J_0": J_0, "J_hat": J_hat, "delta_H_hat": dH,
             "delta_H_bound": chain(c, cert.r_sigma_lower).delta_H,

@@ -13,7 +13,7 @@ import numbers
 import numpy as np
 import torch
 
-__all__ = ["is_int", "is_real", "as_int", "as_real", "as_seed", "json_safe", "MAX_SEED"]
+__all__ = ["is_int", "is_real", "as_int", "as_real", "as_seed", "positive_int", "json_safe", "MAX_SEED"]
 
 #: Largest seed accepted (``torch.Generator.manual_seed`` takes a 64-bit integer).
 MAX_SEED = 2**63 - 1
@@ -86,6 +86,11 @@ def as_real(name: str, v, *, minimum: float | None = None, maximum: float | None
     if maximum is not None and w > maximum:
         raise ValueError(f"{name} must be {what}, got {v!r}.")
     return w
+
+
+def positive_int(s: dict, key: str) -> int:
+    """Setting ``key`` of the settings ``s`` as a positive integer."""
+    return as_int(f"setting {key!r}", s.get(key), minimum=1)
 
 
 def as_seed(name: str, v) -> int:

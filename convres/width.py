@@ -1,11 +1,10 @@
 """The width theorem: a width ``d_min(N, n, delta)`` above which the certificate holds with
 probability at least ``1 - delta`` over the data and the initialization.
 
-Theorem ``wd-thm-width`` on :func:`convres.instances.certified_instance`, corollary ``wd-cor-fixed``
-for fixed data (:class:`FixedData`). :func:`worst_case` bounds every input of the certificate's
-:class:`convres.certify.Centre` on an event of probability ``>= 1 - delta`` (``wd-lem-below``); the
-chain is monotone in them (``wd-lem-monotone``), so :func:`width_condition` finds the smallest width
-where the worst-case ratio is below 1. Measured side: :func:`width_sweep`, :func:`crossing`.
+Theorem ``wd-thm-width`` on :func:`convres.instances.certified_instance` (corollary ``wd-cor-fixed``
+for :class:`FixedData`): :func:`worst_case` bounds every input of the certificate's
+:class:`convres.certify.Centre` with probability ``>= 1 - delta`` (``wd-lem-below``);
+:func:`width_condition` finds the smallest width where the worst-case ratio is below 1.
 """
 
 from __future__ import annotations
@@ -79,8 +78,7 @@ def events(N: int, n: int, targets: str = "sign", activation: str = "gelu",
 
 def _fluctuations(ev: dict[str, list[str]], delta: float) -> dict[str, float]:
     """``t_g = sqrt(2 ln(|g| / delta_g))`` for each group ``g`` with events, ``delta_g`` its share
-    of ``delta``: each event of the group then has probability at most ``exp(-t_g^2 / 2) = delta_g /
-    |g|``, and all together at most ``delta``."""
+    of ``delta``: each event then has probability at most ``delta_g / |g|``."""
     live = {g: DELTA_SPLIT[g] for g in EVENT_GROUPS if ev[g]}
     total = sum(live.values())
     return {g: math.sqrt(2 * math.log(len(ev[g]) * total / (w * delta))) for g, w in live.items()}
@@ -142,10 +140,9 @@ def padded(X: torch.Tensor, d: int) -> torch.Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class WorstCase:
-    """The worst-case centre of definition wd-def-worst at width ``d`` (the chapter's table, line by
-    line, under the same names): on the event, every norm of the instance's centre is at most its
-    value here, ``sigma_X``, ``sigma_Z`` and ``sigma_0`` at least theirs. Also the sizes (``m =
-    round(f d)``), ``delta``, ``K`` events and the fluctuation ``t`` of each group."""
+    """The worst-case centre of definition wd-def-worst at width ``d`` (the chapter's table, under
+    the same names), with the sizes (``m = round(f d)``), ``delta``, ``K`` events and the
+    fluctuation ``t`` of each group."""
 
     N: int
     n: int
@@ -195,17 +192,12 @@ class WorstCase:
                       sigma_0=self.sigma_0, w1=self.w1, w2=self.w2, u=self.u, R0=self.R0, s=self.s,
                       n=self.n, beta_f=self.beta, lip=self.lip, lip2=self.lip2)
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 def worst_case(N: int, n: int, d: int, delta: float = 0.05, data: FixedData | None = None,
                **regime) -> WorstCase:
-    """Definition wd-def-worst: the worst-case centre at width ``d`` (``regime``: the settings of
-    :data:`convres.instances.CERTIFIED_REGIME` that differ from the book's). Each line is the bound
-    of one event of the chapter's table, or a deterministic consequence of earlier lines (lemma
-    wd-lem-below). With fixed ``data`` (corollary wd-cor-fixed) the input lines are its exact norms
-    and the probability is over ``theta_0`` alone."""
+    """Definition wd-def-worst: the worst-case centre at width ``d`` (``regime``: settings of
+    :data:`convres.instances.CERTIFIED_REGIME` that differ), one event of the chapter's table a
+    line (lemma wd-lem-below); with fixed ``data`` (corollary wd-cor-fixed) its exact norms."""
     N, n, d = as_int("N", N, minimum=1), as_int("n", n, minimum=1), as_int("d", d, minimum=1)
     delta = as_real("delta", delta, minimum=0.0, above=True, maximum=1.0)
     if delta >= 1:
@@ -282,10 +274,9 @@ def worst_case(N: int, n: int, d: int, delta: float = 0.05, data: FixedData | No
 def worst_ratio(N: int, n: int, d: int, delta: float = 0.05, data: FixedData | None = None,
                 **regime) -> tuple[float, dict]:
     """``R(d) = rho(c_bar) / ((1 - eta) r_sigma^lo(c_bar))`` at the worst-case centre ``c_bar``
-    (``inf`` when its ``sigma_0`` is not positive), with ``eta = max(2^-30, 2^-30 / r_sigma^lo)``;
-    and the worst-case numbers: ``rho``, ``r_sigma_lower``, ``sigma_0``, ``R0``, ``L_upper`` (on the
-    ball of radius ``1.01 rho``) and ``mu_alpha = sigma_0^2 / (4 L_upper)``, the certified rate's
-    lower bound of part (iii)."""
+    (``inf`` unless ``sigma_0 > 0``), ``eta = max(2^-30, 2^-30 / r_sigma^lo)``; and ``rho``,
+    ``r_sigma_lower``, ``sigma_0``, ``R0``, ``L_upper`` (radius ``1.01 rho``) and ``mu_alpha =
+    sigma_0^2 / (4 L_upper)``, the lower bound of part (iii)."""
     wc = worst_case(N, n, d, delta, data, **regime)
     out = {"d": d, "rho": math.inf, "r_sigma_lower": 0.0, "sigma_0": wc.sigma_0, "R0": wc.R0,
            "L_upper": math.inf, "mu_alpha": 0.0}
@@ -344,9 +335,8 @@ def width_condition(N: int, n: int, delta: float = 0.05, *, d_max: int = 2 ** 40
     def R(d: int) -> float:
         return worst_ratio(N, n, d, delta, data, **regime)[0]
 
-    ev = events(N, n, r["targets"], r["activation"], fixed=data is not None)
-    K, t = sum(len(v) for v in ev.values()), _fluctuations(ev, as_real("delta", delta, minimum=0.0,
-                                                                        above=True, maximum=1.0))
+    wc = worst_case(N, n, d_lo, delta, data, **regime)    # its events and fluctuations: every d's
+    K, t = wc.K, wc.t
     limit = R(d_max)                                       # R is non-increasing in d (part (i))
     if limit >= 1:
         return WidthCondition(N, n, delta, dict(regime), None, d_lo, None, None, None, None, None, None,
@@ -369,9 +359,8 @@ def width_condition(N: int, n: int, delta: float = 0.05, *, d_max: int = 2 ** 40
 
 
 def quadratic_lower_bound(N: int, n: int, beta: float = 1.0, ffn_ratio: float = 0.25) -> float:
-    """Proposition wd-prop-exponent: ``64 f c_e(beta) beta^-6 (N n)^2``, to which ``d_min`` is
-    asymptotically at least equal (gelu; ``f`` the FFN ratio): the threshold grows at least like
-    ``(N n)^2``."""
+    """Proposition wd-prop-exponent: ``d_min`` is asymptotically at least ``64 f c_e(beta) beta^-6
+    (N n)^2`` (gelu; ``f`` the FFN ratio)."""
     return 64 * ffn_ratio * gelu_second_moment(beta)[1] * beta ** -6 * (N * n) ** 2
 
 
@@ -400,9 +389,8 @@ def width_sweep(widths, shapes, seeds, **regime) -> list[dict]:
 
 
 def crossing(widths, ratios) -> float:
-    """``d*``: the width at which ``ratios`` (one per width, increasing widths) first falls below 1,
-    interpolated linearly in ``log d`` and ``log ratio`` between the bracketing widths; ``inf`` if
-    it never does, the first width if it starts below 1."""
+    """``d*``: the width at which ``ratios`` (one per increasing width) first fall below 1,
+    interpolated linearly in ``log d`` and ``log ratio``; ``inf`` if never, the first if at once."""
     w, q = np.asarray(widths, dtype=float), np.asarray(ratios, dtype=float)
     below = np.nonzero(q < 1)[0]
     if not len(below):

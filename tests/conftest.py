@@ -1,5 +1,7 @@
 """Fixtures shared by the tests: a mirror of the data sources served from 127.0.0.1, the offline
-data copy (``offline``) and tiny SST-2 files with settings that run on them (``tiny_sst2``).
+data copy (``offline``), tiny SST-2 files with settings that run on them (``tiny_sst2``), the
+"clear error" checks (``own_error``, ``clear_error``) and the pages of the built site (``site_pages``;
+a test taking an argument of ``KINDS``, e.g. ``page`` or ``chapter``, runs once for each such page).
 
 The mirror serves, in the formats the real sources serve, files built from the offline data copy
 (``$CONVRES_DATA_DIR``, see ``shared/data/README.md``): the Keras zip of Jena Climate (one CSV
@@ -9,6 +11,7 @@ requests (206), so a download can be resumed. ``python tests/conftest.py FOLDER`
 interrupted (the fresh-machine walk-through in the README uses it).
 """
 
+import functools
 import gzip
 import http.server
 import io
@@ -105,6 +108,18 @@ def own_error():
 
 
 @pytest.fixture
+def clear_error(own_error):
+    """``clear_error(call, *names)``: ``call()`` raises convres's own clear error (``own_error``)
+    naming one of ``names``; returns the error."""
+    def check(call, *names: str) -> BaseException:
+        with pytest.raises(Exception) as err:
+            call()
+        own_error(err.value, *names)
+        return err.value
+    return check
+
+
+@pytest.fixture
 def offline():
     """The offline data copy (``$CONVRES_DATA_DIR``); a test that needs it is skipped without it."""
     from convres.data import data_dir
@@ -158,6 +173,69 @@ def tiny_sst2(tmp_path):
                 bow=dict(lambdas=[1.0, 10.0], folds=2, iters=20),
                 adam=dict(L=1, m=4, lr=0.01, steps=6, every=3, holdout=4, seeds=[0]),
                 wide=dict(settings("sst2", "smoke")["wide"], n_train=8, m=16))
+
+
+# --------------------------------------------------------------------------- the built site
+ROOT = Path(__file__).resolve().parents[1]
+SITE = Path(os.environ.get("CONVRES_SITE_DIR", ROOT / "_build" / "html")).resolve()
+SKIP_DIRS = {"_static", "_sources", "_images", "reports", "vendor"}
+KINDS = {   # a test argument -> the pages of the built site it takes, by their path and HTML text
+    "page": lambda path, text: True,
+    "chapter": lambda path, text: "/" not in path and (ROOT / "book" / path).with_suffix(".md").is_file(),
+    "explorer_page": lambda path, text: 'class="convres-explorer' in text,
+    "proof_page": lambda path, text: 'class="toggle' in text and 'class="proof' in text,   # a folded proof
+    "phonebreak_page": lambda path, text: "\\phonebreak" in text,
+}
+
+
+def skip_or_fail(reason: str):
+    """Skip, or fail where ``CONVRES_SITE_REQUIRED=1`` (``make browser``) says the site must be checked."""
+    if os.environ.get("CONVRES_SITE_REQUIRED") == "1":
+        pytest.fail(f"{reason} (CONVRES_SITE_REQUIRED=1 makes this a failure)")
+    pytest.skip(reason)
+
+
+@functools.cache
+def _pages(kind: str = "page") -> list[str]:
+    if not (SITE / "index.html").exists():
+        return []
+    pages = [p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html")]
+    return sorted(p for p in pages if not SKIP_DIRS.intersection(p.split("/"))
+                  and KINDS[kind](p, (SITE / p).read_text(errors="replace")))
+
+
+def pytest_generate_tests(metafunc):
+    for kind in KINDS:
+        if kind in metafunc.fixturenames:
+            metafunc.parametrize(kind, _pages(kind) or [f"(no {kind.replace('_', ' ')})"], indirect=True)
+
+
+def _one_page(request):
+    if request.param.startswith("(no "):
+        skip_or_fail(f"{request.param[1:-1]} in the built site at {SITE} (build it first: make book)")
+    return request.param
+
+
+page = pytest.fixture(name="page")(_one_page)
+chapter = pytest.fixture(name="chapter")(_one_page)
+explorer_page = pytest.fixture(name="explorer_page")(_one_page)
+proof_page = pytest.fixture(name="proof_page")(_one_page)
+phonebreak_page = pytest.fixture(name="phonebreak_page")(_one_page)
+
+
+@pytest.fixture(scope="session")
+def site_pages() -> list[str]:
+    """Every page of the built site (``_build/html``, or ``$CONVRES_SITE_DIR``); without one the
+    test is skipped (a failure where ``CONVRES_SITE_REQUIRED=1``)."""
+    if not _pages():
+        skip_or_fail(f"no built site at {SITE} (build it first: make book)")
+    return _pages()
+
+
+@pytest.fixture(name="skip_or_fail", scope="session")
+def skip_or_fail_fixture():
+    """:func:`skip_or_fail` for a test: a check the built site gives nothing to check."""
+    return skip_or_fail
 
 
 if __name__ == "__main__":

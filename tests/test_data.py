@@ -19,32 +19,23 @@ from convres.instances import synthetic_regression
 
 FULL_HEADER = ",".join(f'"{c}"' for c in ("Date Time", *data.JENA_ALL_FEATURES))  # Keras: quoted
 SLICE_HEADER = ",".join(("Date Time", *data.JENA_FEATURES))                      # offline slice
-def jena_rows(hours=30, features=14, trailing_zeros=True, start_day=1):
+CSV = "jena_climate_2009_2016.csv"
+
+
+def jena_rows(hours=30, features=14, trailing_zeros=True):
     """Rows every 10 minutes from 01.01.2009 00:10, values printed like the Keras file."""
     rows = []
     for k in range(1, hours * 6 + 1):
-        minutes = k * 10
-        day, rem = divmod(minutes, 24 * 60)
-        h, m = divmod(rem, 60)
-        stamp = f"{start_day + day:02d}.01.2009 {h:02d}:{m:02d}:00"
+        day, rem = divmod(k * 10, 24 * 60)
+        stamp = f"{1 + day:02d}.01.2009 {rem // 60:02d}:{rem % 60:02d}:00"
         vals = [1000.0 + k / 100, -8.0 + np.sin(k / 7), 265.4, -8.9, 93.3, 3.33, 3.11, 0.22, 1.94,
                 3.12, 1307.75, 1.03, 1.75, 152.3][:features]
-        vals = [round(v, 2) for v in vals]  # the real file has two decimals
         fmt = "{:.2f}" if trailing_zeros else "{:g}"
-        rows.append(",".join([stamp, *(fmt.format(v) for v in vals)]))
+        rows.append(",".join([stamp, *(fmt.format(round(v, 2)) for v in vals)]))  # two decimals, as the file
     return rows
 
 
-def write_full_zip(folder, rows=None):
-    """A zip like the Keras download: one member ``jena_climate_2009_2016.csv`` with the quoted header."""
-    (folder / "jena_climate").mkdir(parents=True, exist_ok=True)
-    path = folder / "jena_climate" / "jena_climate_2009_2016.csv.zip"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-        z.writestr("jena_climate_2009_2016.csv", "\n".join([FULL_HEADER, *(rows or jena_rows())]) + "\n")
-    return path
-
-
-def write_slice(folder, rows=None, header=SLICE_HEADER, name="jena_climate_2009_2016.csv"):
+def write_slice(folder, rows=None, header=SLICE_HEADER, name=CSV):
     (folder / "jena_climate").mkdir(parents=True, exist_ok=True)
     path = folder / "jena_climate" / name
     text = "\n".join([header, *(rows or jena_rows(features=11, trailing_zeros=False))])
@@ -55,94 +46,45 @@ def write_slice(folder, rows=None, header=SLICE_HEADER, name="jena_climate_2009_
     return path
 
 
-def test_full_keras_zip_and_slice_give_the_same_rows(tmp_path):
+def keras_zip(folder, *, size=None, flag=0, method=None, members=(CSV,)):
+    """A zip like the Keras download (the CSV with the quoted header in each of ``members``), its
+    member declaring ``size`` bytes, with ``flag`` bits and compression ``method``."""
+    path = folder / "jena_climate" / f"{CSV}.zip"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in members:
+            z.writestr(name, "\n".join([FULL_HEADER, *jena_rows()]) + "\n")
+    raw = bytearray(path.read_bytes())
+    for sig, off in ((b"PK\x03\x04", 0), (b"PK\x01\x02", 2)):   # local header, central directory
+        at = raw.find(sig)
+        raw[at + 6 + off] |= flag
+        if method is not None:
+            raw[at + 8 + off:at + 10 + off] = method.to_bytes(2, "little")
+        if size is not None:
+            raw[at + 22 + off:at + 26 + off] = size.to_bytes(4, "little")
+    path.write_bytes(bytes(raw))
+    return path
+
+
+def test_the_keras_zip_and_the_slice_give_the_same_rows(tmp_path):
+    """The full file (a zip of 14 features, macOS metadata beside it) and the slice (11) agree."""
     full, part = tmp_path / "full", tmp_path / "part"
-    write_full_zip(full)
+    keras_zip(full, members=(CSV, f"__MACOSX/._{CSV}"))
     write_slice(part)
-    a = data.load_jena("2009-01-01 01:00", "2009-01-02 02:00", data_dir=full, freq="1h")
-    b = data.load_jena("2009-01-01 01:00", "2009-01-02 02:00", data_dir=part, freq="1h")
+    a, b = (data.load_jena("2009-01-01 01:00", "2009-01-02 02:00", data_dir=f, freq="1h")
+            for f in (full, part))
     assert list(a.columns) == list(data.JENA_FEATURES) and a.shape == (26, 11)
     assert (a.index == b.index).all() and np.array_equal(a.to_numpy(), b.to_numpy())
     assert a.index[1] - a.index[0] == np.timedelta64(1, "h")
-
-
-def test_full_file_has_all_14_features(tmp_path):
-    write_full_zip(tmp_path)
-    df = data.read_jena(data.jena_path(tmp_path), data.JENA_ALL_FEATURES)
+    df = data.read_jena(data.jena_path(full), data.JENA_ALL_FEATURES)
     assert df.shape == (180, 14) and df.dtypes.eq("float64").all()
 
 
 def test_environment_variable_sets_the_data_dir(tmp_path, monkeypatch):
     write_slice(tmp_path)
     monkeypatch.setenv("CONVRES_DATA_DIR", str(tmp_path))
-    assert data.jena_path() == tmp_path / "jena_climate" / "jena_climate_2009_2016.csv"
+    assert data.jena_path() == tmp_path / "jena_climate" / CSV
 
-
-def test_wrong_columns(tmp_path):
-    write_slice(tmp_path, header=SLICE_HEADER.replace("T (degC)", "Temp"))
-    with pytest.raises(DataError, match=r"T \(degC\)"):
-        data.load_jena(data_dir=tmp_path)
-
-
-def test_time_range_the_file_lacks(tmp_path):
-    write_slice(tmp_path)
-    with pytest.raises(DataError, match="2009-01-01 00:10:00 .. 2009-01-02 06:00:00"):
-        data.load_jena("2009-01-01 01:00", "2009-02-01 00:00", data_dir=tmp_path)
-
-
-# --- SST-2 ----------------------------------------------------------------------------------------
-
-def write_sst2(folder, sentences, labels, split="train", schema=None):
-    (folder / "sst2").mkdir(parents=True, exist_ok=True)
-    table = pa.table({"sentence": pa.array(sentences, pa.string()), "label": pa.array(labels, pa.int64()),
-                      "idx": pa.array(range(len(labels)), pa.int32())})
-    if schema is not None:
-        table = schema(table)
-    path = folder / "sst2" / f"{split}.parquet"
-    pq.write_table(table, path)
-    return path
-
-
-SENTS = ["a b c d ", "one two three four ", "too short ", "w x y z ", "e f g h ", "i j k l "]
-LABELS = [0, 1, 1, 1, 0, 0]
-
-
-def test_sst2_roundtrip_and_subset(tmp_path):
-    write_sst2(tmp_path, SENTS, LABELS)
-    df = data.load_sst2("train", data_dir=tmp_path)
-    assert list(df.columns) == ["sentence", "label", "idx"] and len(df) == 6
-    assert df.sentence[0] == "a b c d "  # the trailing space is kept, as on the Hub
-    tokens, labels, _ = data.sst2_prefixes(df, 4, 4)
-    assert tokens == [["a", "b", "c", "d"], ["one", "two", "three", "four"], ["w", "x", "y", "z"],
-                      ["e", "f", "g", "h"]]
-    assert labels.tolist() == [0, 1, 1, 0]
-    with pytest.raises(DataError, match="label 1"):
-        data.sst2_prefixes(df, 4, 6)
-    with pytest.raises(ValueError, match="even integer"):
-        data.sst2_prefixes(df, 4, 3)
-
-
-def test_sst2_wrong_schema(tmp_path):
-    write_sst2(tmp_path, SENTS, LABELS, schema=lambda t: t.rename_columns(["text", "label", "idx"]))
-    with pytest.raises(DataError, match="'sentence'"):
-        data.load_sst2("train", data_dir=tmp_path)
-
-
-def test_sst2_missing_values_and_bad_labels(tmp_path):
-    write_sst2(tmp_path, [*SENTS[:-1], None], LABELS)
-    with pytest.raises(DataError, match="missing values"):
-        data.load_sst2("train", data_dir=tmp_path)
-    write_sst2(tmp_path, SENTS, [0, 1, 2, 1, 0, 0])
-    with pytest.raises(DataError, match="label"):
-        data.load_sst2("train", data_dir=tmp_path)
-
-
-def test_bad_split():
-    with pytest.raises(ValueError, match="split must be one of"):
-        data.sst2_path("dev")
-
-
-# --- the offline copies themselves (skipped where they are absent) --------------------------------
 
 def test_offline_copies(offline):
     df = data.load_jena("2009-01-01 01:00", "2009-01-28 17:00", data_dir=offline, freq="1h")
@@ -173,8 +115,7 @@ BAD_VALUES = ["", "x", "inf", "-Infinity", "-9999", "-9999.00", "1e308", "nan"]
 def test_a_value_is_read_only_if_it_passes_every_content_check(row, column, text, tmp_path_factory):
     """The table of checks: a value that is missing, not a number, infinite, the sentinel or outside
     its column's physical range is an error naming the file and the column; any other is read."""
-    folder = tmp_path_factory.mktemp("jena")
-    path = write_slice(folder, rows=slice_rows({(row, column): text}))
+    path = write_slice(tmp_path_factory.mktemp("jena"), rows=slice_rows({(row, column): text}))
     lo, hi = data.JENA_BOUNDS[column]
     try:
         value = float(text)
@@ -187,10 +128,7 @@ def test_a_value_is_read_only_if_it_passes_every_content_check(row, column, text
         data.read_jena(path)
 
 
-@pytest.mark.parametrize("edit", ["duplicate", "swap", "gap", "empty", "header only", "bad time", "twice"])
-def test_rows_that_break_the_time_order_or_the_file_shape_are_named(tmp_path, edit):
-    rows = jena_rows(features=11, trailing_zeros=False)
-    header = SLICE_HEADER
+def _edited(edit, rows, header):
     if edit == "duplicate":
         rows.insert(36, rows[35])
     elif edit == "swap":
@@ -201,23 +139,42 @@ def test_rows_that_break_the_time_order_or_the_file_shape_are_named(tmp_path, ed
         rows[29] = rows[29].replace("01.01.2009 05:00:00", "2009-01-01 05:00:00")
     elif edit == "twice":
         rows, header = [r + "," + r.split(",")[1] for r in rows], header + ",p (mbar)"
-    path = write_slice(tmp_path, rows=rows, header=header)
+    elif edit == "a column renamed":
+        header = header.replace("T (degC)", "Temp")
+    return rows, header
+
+
+@pytest.mark.parametrize("edit,end,names", [
+    ("duplicate", None, ()), ("swap", None, ()), ("gap", None, ()), ("empty", None, ()),
+    ("header only", None, ()), ("bad time", None, ()), ("twice", None, ()),
+    ("a column renamed", None, ("T (degC)",)),
+    ("", "2009-02-01 00:00", ("2009-01-01 00:10:00 .. 2009-01-02 06:00:00",)),   # a range the file lacks
+])
+def test_rows_that_break_the_time_order_or_the_file_shape_are_named(tmp_path, edit, end, names):
+    """A file that is not a Jena Climate file of evenly spaced rows, or lacks the range asked for, is
+    an error naming the file (and the missing column or the range it has)."""
+    path = write_slice(tmp_path, *_edited(edit, jena_rows(features=11, trailing_zeros=False), SLICE_HEADER))
     if edit in ("empty", "header only"):
-        path.write_text("" if edit == "empty" else header + "\n")
-    with pytest.raises(DataError, match=str(path)):
-        data.load_jena("2009-01-01 01:00", "2009-01-01 20:00", data_dir=tmp_path, freq="1h")
+        path.write_text("" if edit == "empty" else SLICE_HEADER + "\n")
+    with pytest.raises(DataError, match=str(path)) as err:
+        data.load_jena("2009-01-01 01:00", end or "2009-01-01 20:00", data_dir=tmp_path, freq="1h")
+    assert all(n in str(err.value) for n in names), err.value
 
 
-def test_zip_with_macos_metadata_is_read(tmp_path):
-    (tmp_path / "jena_climate").mkdir()
-    path = tmp_path / "jena_climate" / "jena_climate_2009_2016.csv.zip"
-    with zipfile.ZipFile(path, "w") as z:
-        z.writestr("jena_climate_2009_2016.csv", "\n".join([FULL_HEADER, *jena_rows()]) + "\n")
-        z.writestr("__MACOSX/._jena_climate_2009_2016.csv", b"\0\5\26\7")
-    assert data.load_jena(data_dir=tmp_path).shape == (180, 11)
+@pytest.mark.parametrize("kwargs", [dict(freq="bogus"), dict(freq="-1h"), dict(freq="0h"), dict(freq=3),
+                                    dict(freq="7min"), dict(start="not a date"), dict(end="2009-13-45"),
+                                    dict(start=5), dict(start="2009-01-01 01:00+01:00"),
+                                    dict(start="2009-01-02 00:00", end="2009-01-01 00:00")])
+def test_window_arguments_are_checked(tmp_path, kwargs, clear_error):
+    write_slice(tmp_path)
+    args = {"start": "2009-01-01 01:00", "end": "2009-01-01 20:00", **kwargs}
+    clear_error(lambda: data.load_jena(args.pop("start"), args.pop("end"), data_dir=tmp_path, **args),
+                *kwargs)
+    good = data.load_jena("2009-01-01 01:00", "2009-01-01 20:00", data_dir=tmp_path, freq="1h")
+    assert good.shape == (20, 11)
 
 
-# --- standardize and integer arguments ------------------------------------------------------------
+# --- standardize, SST-2 prefixes, PPMI word vectors ----------------------------------------------
 
 def test_standardize_matches_the_z_scores():
     rng = np.random.default_rng(0)
@@ -225,112 +182,6 @@ def test_standardize_matches_the_z_scores():
     z = data.standardize(x, ["a", "b", "c"])
     assert np.array_equal(z, (x - x.mean(0)) / x.std(0))
     assert np.allclose(z.mean(0), 0) and np.allclose(z.std(0), 1)
-
-
-def test_standardize_names_constant_and_non_finite_features():
-    x = np.column_stack([np.arange(5.0), np.full(5, 1307.75), np.arange(5.0)])
-    with pytest.raises(DataError, match=r"\['rho'\].*Jan"):
-        data.standardize(x, ["p", "rho", "T"], context=" over Jan")
-    x = np.column_stack([np.arange(5.0), [996.5, 996.6, 1e308, 996.4, 996.5]])
-    with pytest.raises(DataError, match=r"\['p'\]"):
-        data.standardize(x, ["T", "p"])
-    x[2, 1] = np.inf
-    with pytest.raises(DataError, match=r"\['p'\]"):
-        data.standardize(x, ["T", "p"])
-    with pytest.raises(ValueError, match="one of names"):
-        data.standardize(x, ["T"])
-    with pytest.raises(ValueError, match="rows >= 2"):
-        data.standardize(x[:1], ["T", "p"])
-
-
-def test_numpy_integers_are_accepted_and_bools_are_not():
-    X, Y = synthetic_regression(np.int64(2), np.int32(3), np.int64(4))
-    assert X.shape == (2, 3, 4) and Y.shape == (2, 3, 1)
-    df = pd.DataFrame({"sentence": SENTS, "label": LABELS})
-    assert data.sst2_prefixes(df, np.int64(4), np.int64(4))[1].tolist() == [0, 1, 1, 0]
-    with pytest.raises(ValueError, match="N .*True"):
-        synthetic_regression(True, 3, 4)
-    with pytest.raises(ValueError, match="even integer"):
-        data.sst2_prefixes(df, 4, np.float64(4))
-
-
-# --- SST-2 at a fixed length, PPMI word vectors (chapter SST-2) ----------------------------------
-
-LONG = ["a good fun film here ", "a bad dull film here x ", "no ", "good fun and good film ",
-        "dull and bad and dull ", "bad film ", "fun good good fun film "]
-LONG_LABELS = [1, 0, 0, 1, 0, 0, 1]
-
-
-def test_sst2_prefixes_cut_sentences_of_at_least_n_tokens():
-    df = pd.DataFrame({"sentence": LONG, "label": LONG_LABELS})
-    tokens, labels, rows = data.sst2_prefixes(df, 5)
-    assert rows.tolist() == [0, 1, 3, 4, 6]              # every sentence with >= 5 tokens, file order
-    assert tokens[1] == ["a", "bad", "dull", "film", "here"] and all(len(t) == 5 for t in tokens)
-    assert labels.tolist() == [1, 0, 1, 0, 1]
-    tokens, labels, rows = data.sst2_prefixes(df, 5, size=4)   # balanced: the first 2 of each label
-    assert rows.tolist() == [0, 1, 3, 4] and labels.tolist() == [1, 0, 1, 0]
-    with pytest.raises(DataError, match="label 0"):
-        data.sst2_prefixes(df, 5, size=6)
-    with pytest.raises(DataError, match="9 tokens"):
-        data.sst2_prefixes(df, 9)
-    with pytest.raises(ValueError, match="size"):
-        data.sst2_prefixes(df, 5, size=3)
-    with pytest.raises(ValueError, match="n_tokens"):
-        data.sst2_prefixes(df, 0)
-    test = pd.DataFrame({"sentence": LONG, "label": [-1] * len(LONG)})
-    with pytest.raises(DataError, match="'test'"):
-        data.sst2_prefixes(test, 5)
-
-
-def test_ppmi_embeddings_are_deterministic_and_follow_cooccurrence():
-    sents = [s.split() for s in LONG] * 3
-    vocab, E = data.ppmi_embeddings(sents, 3, vocab_size=8)
-    vocab2, E2 = data.ppmi_embeddings(sents, 3, vocab_size=8)
-    assert vocab == vocab2 and np.array_equal(E, E2)
-    assert E.shape == (8, 3) and len(vocab) == 8
-    counts = {t: sum(s.count(t) for s in sents) for t in vocab}
-    order = sorted(counts, key=lambda t: (-counts[t], t))
-    assert vocab == order                                  # most frequent first, ties alphabetical
-    assert (E[np.abs(E).argmax(0), range(3)] > 0).all()    # the largest entry of each column is positive
-    # with d = len(vocab) the vectors reproduce the PPMI matrix: U S^(1/2) (U S^(1/2))^T = U S U^T
-    vocab, E = data.ppmi_embeddings(sents, 8, vocab_size=8, iterations=20)
-    unit = E / np.linalg.norm(E, axis=1, keepdims=True)
-    i = {t: k for k, t in enumerate(vocab)}
-    assert unit[i["good"]] @ unit[i["fun"]] > unit[i["good"]] @ unit[i["dull"]]
-
-
-def test_ppmi_embedding_arguments_are_checked():
-    sents = [s.split() for s in LONG]
-    with pytest.raises(ValueError, match="d \\(the embedding dimension\\)"):
-        data.ppmi_embeddings(sents, 0)
-    with pytest.raises(ValueError, match="exceeds the vocabulary"):
-        data.ppmi_embeddings(sents, 50)
-    with pytest.raises(ValueError, match="smoothing"):
-        data.ppmi_embeddings(sents, 2, smoothing=0)
-    with pytest.raises(ValueError, match="token lists"):
-        data.ppmi_embeddings([["a"], []], 2)
-    with pytest.raises(ValueError, match="vocab_size"):
-        data.ppmi_embeddings(sents, 2, vocab_size=1)
-
-
-def test_embed_with_standardizes_over_the_given_tokens_and_zeroes_unknown_ones():
-    vocab, vectors = ["a", "b", "c"], np.array([[1.0, 10.0], [3.0, 30.0], [5.0, 20.0]])
-    X, (mean, std), oov = data.embed_with([["a", "b"], ["c", "a"]], vocab, vectors)
-    seen = vectors[[0, 1, 2, 0]]
-    assert np.allclose(mean, seen.mean(0)) and np.allclose(std, seen.std(0)) and oov == 0
-    flat = X.reshape(-1, 2).numpy()
-    assert np.allclose(flat.mean(0), 0) and np.allclose(flat.std(0), 1)
-    Xv, _, oov_v = data.embed_with([["a", "zzz"]], vocab, vectors, mean=mean, std=std)
-    assert oov_v == 0.5 and torch.equal(Xv[0, 1], torch.zeros(2, dtype=torch.float64))
-    assert torch.allclose(Xv[0, 0], X[0, 0])                # the training statistics are reused
-    with pytest.raises(ValueError, match="same number of tokens"):
-        data.embed_with([["a"], ["a", "b"]], vocab, vectors)
-    with pytest.raises(ValueError, match="vocabulary"):
-        data.embed_with([["x", "y"]], vocab, vectors)
-    with pytest.raises(ValueError, match=r"\(len\(vocab\), d\) array"):
-        data.embed_with([["a"]], vocab, vectors[:2])
-    with pytest.raises(ValueError, match="standard deviation"):
-        data.embed_with([["a"]], vocab, vectors, mean=np.zeros(2), std=np.array([1.0, 0.0]))
 
 
 def test_jena_task_names_constant_features_of_the_training_rows(tmp_path):
@@ -346,37 +197,133 @@ def test_jena_task_names_constant_features_of_the_training_rows(tmp_path):
         jena_data(s, data_dir=tmp_path)
 
 
-# --- the cost policy: a zip member's declared size, a parquet's text, checked before reading -------
-
-def keras_zip(folder, *, size=None, flag=0, method=None, members=("jena_climate_2009_2016.csv",)):
-    """A Keras-like zip whose member declares ``size`` bytes, with ``flag`` bits and ``method``."""
-    path = folder / "jena_climate" / "jena_climate_2009_2016.csv.zip"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-        for name in members:
-            z.writestr(name, "\n".join([FULL_HEADER, *jena_rows()]) + "\n")
-    raw = bytearray(path.read_bytes())
-    for sig, off in ((b"PK\x03\x04", 0), (b"PK\x01\x02", 2)):   # local header, central directory
-        at = raw.find(sig)
-        raw[at + 6 + off] |= flag
-        if method is not None:
-            raw[at + 8 + off:at + 10 + off] = method.to_bytes(2, "little")
-        if size is not None:
-            raw[at + 22 + off:at + 26 + off] = size.to_bytes(4, "little")
-    path.write_bytes(bytes(raw))
+def write_sst2(folder, sentences, labels, split="train", schema=None):
+    (folder / "sst2").mkdir(parents=True, exist_ok=True)
+    table = pa.table({"sentence": pa.array(sentences, pa.string()), "label": pa.array(labels, pa.int64()),
+                      "idx": pa.array(range(len(labels)), pa.int32())})
+    path = folder / "sst2" / f"{split}.parquet"
+    pq.write_table(schema(table) if schema else table, path)
     return path
 
+
+SENTS = ["a b c d ", "one two three four ", "too short ", "w x y z ", "e f g h ", "i j k l "]
+LABELS = [0, 1, 1, 1, 0, 0]
+LONG = ["a good fun film here ", "a bad dull film here x ", "no ", "good fun and good film ",
+        "dull and bad and dull ", "bad film ", "fun good good fun film "]
+DF = pd.DataFrame({"sentence": LONG, "label": [1, 0, 0, 1, 0, 0, 1]})
+
+
+def test_sst2_roundtrip_and_prefixes(tmp_path):
+    """The Hub's file read as written (the trailing space kept); the prefixes of n tokens of every
+    sentence that has them, in file order, or the first of each label (balanced)."""
+    write_sst2(tmp_path, SENTS, LABELS)
+    df = data.load_sst2("train", data_dir=tmp_path)
+    assert list(df.columns) == ["sentence", "label", "idx"] and len(df) == 6 and df.sentence[0] == "a b c d "
+    tokens, labels, _ = data.sst2_prefixes(df, np.int64(4), np.int64(4))     # numpy integers are integers
+    assert tokens == [["a", "b", "c", "d"], ["one", "two", "three", "four"], ["w", "x", "y", "z"],
+                      ["e", "f", "g", "h"]] and labels.tolist() == [0, 1, 1, 0]
+    tokens, labels, rows = data.sst2_prefixes(DF, 5)
+    assert rows.tolist() == [0, 1, 3, 4, 6] and labels.tolist() == [1, 0, 1, 0, 1]
+    assert tokens[1] == ["a", "bad", "dull", "film", "here"] and all(len(t) == 5 for t in tokens)
+    tokens, labels, rows = data.sst2_prefixes(DF, 5, size=4)
+    assert rows.tolist() == [0, 1, 3, 4] and labels.tolist() == [1, 0, 1, 0]
+
+
+def test_ppmi_embeddings_are_deterministic_and_follow_cooccurrence():
+    sents = [s.split() for s in LONG] * 3
+    vocab, E = data.ppmi_embeddings(sents, 3, vocab_size=8)
+    vocab2, E2 = data.ppmi_embeddings(sents, 3, vocab_size=8)
+    assert vocab == vocab2 and np.array_equal(E, E2)
+    assert E.shape == (8, 3) and len(vocab) == 8
+    counts = {t: sum(s.count(t) for s in sents) for t in vocab}
+    assert vocab == sorted(counts, key=lambda t: (-counts[t], t))   # most frequent first, ties alphabetical
+    assert (E[np.abs(E).argmax(0), range(3)] > 0).all()    # the largest entry of each column is positive
+    vocab, E = data.ppmi_embeddings(sents, 8, vocab_size=8, iterations=20)
+    unit = E / np.linalg.norm(E, axis=1, keepdims=True)
+    i = {t: k for k, t in enumerate(vocab)}
+    assert unit[i["good"]] @ unit[i["fun"]] > unit[i["good"]] @ unit[i["dull"]]
+
+
+def test_embed_with_standardizes_over_the_given_tokens_and_zeroes_unknown_ones():
+    vocab, vectors = ["a", "b", "c"], np.array([[1.0, 10.0], [3.0, 30.0], [5.0, 20.0]])
+    X, (mean, std), oov = data.embed_with([["a", "b"], ["c", "a"]], vocab, vectors)
+    seen = vectors[[0, 1, 2, 0]]
+    assert np.allclose(mean, seen.mean(0)) and np.allclose(std, seen.std(0)) and oov == 0
+    flat = X.reshape(-1, 2).numpy()
+    assert np.allclose(flat.mean(0), 0) and np.allclose(flat.std(0), 1)
+    Xv, _, oov_v = data.embed_with([["a", "zzz"]], vocab, vectors, mean=mean, std=std)
+    assert oov_v == 0.5 and torch.equal(Xv[0, 1], torch.zeros(2, dtype=torch.float64))
+    assert torch.allclose(Xv[0, 0], X[0, 0])                # the training statistics are reused
+
+
+VOCAB, VECTORS = ["a", "b", "c"], np.array([[1.0, 10.0], [3.0, 30.0], [5.0, 20.0]])
+CONSTANT = np.column_stack([np.arange(5.0), np.full(5, 1307.75), np.arange(5.0)])
+HUGE, INFINITE = (np.column_stack([np.arange(5.0), [996.5, 996.6, v, 996.4, 996.5]]) for v in (1e308, np.inf))
+BAD_ARGUMENTS = {   # what is wrong -> (the call, a name its error must say)
+    "a constant feature": (lambda: data.standardize(CONSTANT, ["p", "rho", "T"]), "'rho'"),
+    "a huge value": (lambda: data.standardize(HUGE, ["T", "p"]), "'p'"),
+    "an infinite value": (lambda: data.standardize(INFINITE, ["T", "p"]), "'p'"),
+    "too few names": (lambda: data.standardize(HUGE, ["T"]), "names"),
+    "one row": (lambda: data.standardize(HUGE[:1], ["T", "p"]), "rows"),
+    "a bad split": (lambda: data.sst2_path("dev"), "split"),
+    "an odd size": (lambda: data.sst2_prefixes(DF, 4, 3), "size"),
+    "a float size": (lambda: data.sst2_prefixes(DF, 4, np.float64(4)), "size"),
+    "too few of a label": (lambda: data.sst2_prefixes(DF, 5, size=6), "label 0"),
+    "no sentence that long": (lambda: data.sst2_prefixes(DF, 9), "9 tokens"),
+    "no tokens": (lambda: data.sst2_prefixes(DF, 0), "n_tokens"),
+    "the unlabelled split": (lambda: data.sst2_prefixes(DF.assign(label=-1), 5), "'test'"),
+    "a bool size of data": (lambda: synthetic_regression(True, 3, 4), "N"),
+    "no dimension": (lambda: data.ppmi_embeddings([s.split() for s in LONG], 0), "d"),
+    "more dimensions than words": (lambda: data.ppmi_embeddings([s.split() for s in LONG], 50), "d = 50"),
+    "no smoothing": (lambda: data.ppmi_embeddings([s.split() for s in LONG], 2, smoothing=0), "smoothing"),
+    "an empty sentence": (lambda: data.ppmi_embeddings([["a"], []], 2), "sentences"),
+    "a vocabulary of one": (lambda: data.ppmi_embeddings([s.split() for s in LONG], 2, vocab_size=1),
+                            "vocab_size"),
+    "sentences of two lengths": (lambda: data.embed_with([["a"], ["a", "b"]], VOCAB, VECTORS), "sentences"),
+    "no known token": (lambda: data.embed_with([["x", "y"]], VOCAB, VECTORS), "vocabulary"),
+    "vectors for another vocabulary": (lambda: data.embed_with([["a"]], VOCAB, VECTORS[:2]), "vectors"),
+    "a zero std": (lambda: data.embed_with([["a"]], VOCAB, VECTORS, mean=np.zeros(2), std=np.array([1, 0.0])),
+                   "standard deviation"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_ARGUMENTS))
+def test_a_bad_argument_is_a_clear_error_naming_it(case, clear_error):
+    clear_error(*BAD_ARGUMENTS[case])
+
+
+@pytest.mark.parametrize("edit,name", [
+    (dict(schema=lambda t: t.rename_columns(["text", "label", "idx"])), "'sentence'"),
+    (dict(sentences=[*SENTS[:-1], None]), "missing values"),
+    (dict(labels=[0, 1, 2, 1, 0, 0]), "label"),
+])
+def test_an_sst2_file_of_another_schema_or_content_is_named(tmp_path, edit, name):
+    path = write_sst2(tmp_path, **(dict(sentences=SENTS, labels=LABELS) | edit))
+    with pytest.raises(DataError, match=str(path)) as err:
+        data.load_sst2("train", data_dir=tmp_path)
+    assert name in str(err.value)
+
+
+def test_no_data_says_how_to_get_it(tmp_path):
+    for load in (data.load_jena, data.load_sst2):
+        with pytest.raises(FileNotFoundError, match="python -m convres data.*CONVRES_DATA_DIR"):
+            load(data_dir=tmp_path)
+    (tmp_path / "sst2" / "train.parquet").mkdir(parents=True)
+    with pytest.raises(DataError, match="train.parquet"):
+        data.load_sst2(data_dir=tmp_path)
+
+
+# --- the cost policy: a zip member's declared size, a parquet's text, checked before reading -------
 
 @settings(max_examples=60)
 @given(size=st.sampled_from([None, 2**20, data.sources.MAX_MEMBER_BYTES + 1, 2**32 - 1]),
        flag=st.sampled_from([0, 1]), method=st.sampled_from([None, 0, 1, 6, 9, 12, 14, 98, 99]),
-       members=st.sampled_from([("jena_climate_2009_2016.csv",), ("a.csv", "b.csv"), ("notes.txt",)]))
+       members=st.sampled_from([(CSV,), ("a.csv", "b.csv"), ("notes.txt",)]))
 def test_a_zip_member_is_checked_against_the_cost_policy_before_it_is_read(size, flag, method, members,
                                                                            tmp_path_factory):
     """Encrypted, of an unsupported compression, declaring more than the policy allows, or not one
     CSV: a clear error before a byte is inflated; else read (or a clear error of a damaged member)."""
-    folder = tmp_path_factory.mktemp("zip")
-    path = keras_zip(folder, size=size, flag=flag, method=method, members=members)
+    path = keras_zip(tmp_path_factory.mktemp("zip"), size=size, flag=flag, method=method, members=members)
     refused = flag or method not in (None, 8) or len(members) != 1 or not members[0].endswith(".csv") \
         or (size or 0) > data.sources.MAX_MEMBER_BYTES
     try:
@@ -429,7 +376,8 @@ def test_a_fresh_data_folder_is_filled_from_the_mirror(tmp_path, mirror):
     data.download("sst2", data_dir=tmp_path)
     assert jena.read_bytes() == files["/jena.zip"] and {p for p, _ in server.requests} == set(files)
     sums = data.sources.read_checksums(tmp_path)
-    assert set(sums) == set(data.sources.SOURCES) and data.load_sst2(data_dir=tmp_path).attrs["checksum"].startswith("sha256")
+    assert set(sums) == set(data.sources.SOURCES)
+    assert data.load_sst2(data_dir=tmp_path).attrs["checksum"].startswith("sha256")
     assert data.load_jena("2009-01-01 01:00", "2009-01-28 17:00", data_dir=tmp_path, freq="1h").shape == (665, 11)
     data.download("jena", data_dir=tmp_path)
     assert len(server.requests) == 3   # what is there is kept
@@ -457,28 +405,6 @@ def test_a_failed_download_names_the_source_and_the_offline_fix(tmp_path, mirror
         files["/jena.zip"] = b"<html>captive portal</html>"
     else:
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    dataset = "sst2" if where == "offline" else "jena"
     with pytest.raises(DataError, match="CONVRES_DATA_DIR"):
-        data.download(dataset, data_dir=tmp_path)
+        data.download("sst2" if where == "offline" else "jena", data_dir=tmp_path)
     assert not any(p.suffix in (".zip", ".parquet") for p in tmp_path.rglob("*"))
-
-
-def test_no_data_says_how_to_get_it(tmp_path):
-    for load in (data.load_jena, data.load_sst2):
-        with pytest.raises(FileNotFoundError, match="python -m convres data.*CONVRES_DATA_DIR"):
-            load(data_dir=tmp_path)
-    (tmp_path / "sst2" / "train.parquet").mkdir(parents=True)
-    with pytest.raises(DataError, match="not a regular file"):
-        data.load_sst2(data_dir=tmp_path)
-
-
-@pytest.mark.parametrize("kwargs", [dict(freq="bogus"), dict(freq="-1h"), dict(freq="0h"), dict(freq=3),
-                                    dict(freq="7min"), dict(start="not a date"), dict(end="2009-13-45"),
-                                    dict(start=5), dict(start="2009-01-01 01:00+01:00"),
-                                    dict(start="2009-01-02 00:00", end="2009-01-01 00:00")])
-def test_window_arguments_are_checked(tmp_path, kwargs):
-    write_slice(tmp_path)
-    args = {"start": "2009-01-01 01:00", "end": "2009-01-01 20:00", **kwargs}
-    with pytest.raises((ValueError, TypeError), match="freq|start|end"):
-        data.load_jena(args.pop("start"), args.pop("end"), data_dir=tmp_path, **args)
-    assert data.load_jena("2009-01-01 01:00", "2009-01-01 20:00", data_dir=tmp_path, freq="1h").shape == (20, 11)

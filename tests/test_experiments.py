@@ -69,13 +69,6 @@ def test_jena_settings_that_cannot_parse_are_named_and_nothing_is_cached(tmp_pat
     assert not list((tmp_path / "cache").glob("*.json"))
 
 
-def test_measured_rate_of_a_geometric_sequence():
-    loss = 5.0 * 0.9 ** np.arange(50)
-    assert ex.measured_rate(loss) == pytest.approx(0.1, rel=1e-12)
-    loss = np.r_[1.0, 0.5, 0.25, 1e-30, 1e-31]  # stops before the float floor
-    assert ex.measured_rate(loss) == pytest.approx(0.5, rel=1e-12)
-
-
 def test_an_arm_that_diverges_is_rerun_on_every_seed_at_half_its_step_and_its_follower_with_it():
     from convres.experiments.base import rerun_diverged
     calls = []

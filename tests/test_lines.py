@@ -1,93 +1,34 @@
-"""Checks of the built site that need no browser (tests/test_site.py opens it in one).
-
-Code and outputs fit the column: no line of a notebook cell on the built site is longer than 88
-characters, and no line of a code cell in a chapter's source either (its metadata included: the
-downloadable notebook and source show them; cells tagged ``remove-cell`` are exempt).
-
-Reads every chapter page of the built site (``_build/html``, or ``CONVRES_SITE_DIR``) as a reader
-gets it: the ``pre`` blocks of each cell's input and of its outputs, folded ones (``hide-input``,
-``hide-output``) included, cells removed from the page (``remove-cell``, ``remove-input``) not.
-A failure names the chapter, the cell, and for code the line of ``book/<chapter>.md`` it comes
-from. Longer lines scroll sideways on a screen and are cut or wrapped on paper (conventions: "keep
-code and outputs within 88 characters").
-
-Also: the build wrote no execution-error report, every chapter offers its executed notebook, the
-site's JavaScript is pinned, no page reads like a template filled in ('step(s)', 'β ∈ 1', '0 are',
-'nan', an unrendered glue role), and every module of convres is on one API page.
-
-Without a built site the tests are skipped (``CONVRES_SITE_REQUIRED=1``, set by ``make browser``,
-turns that into a failure). Run after building the book.
+"""Checks of the built site (``_build/html``, ``CONVRES_SITE_DIR``) and the chapters that need no
+browser (tests/test_site.py opens the site in one): code and outputs fit the column (88 characters,
+the conventions), the build reported no execution error, every chapter offers its executed
+notebook, the site's JavaScript is pinned, no page reads like a template filled in, every module
+of convres is on one API page and the API's formulas show their symbols. Skipped without a built
+site, a failure under ``CONVRES_SITE_REQUIRED=1`` (``make browser``).
 """
 
 from __future__ import annotations
 
-import html.parser
+import html
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
+from bs4 import BeautifulSoup
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("CONVRES_SITE_DIR", ROOT / "_build" / "html")).resolve()
-REQUIRED = os.environ.get("CONVRES_SITE_REQUIRED") == "1"
 MAX_LINE = 88
 
 
-class _Cells(html.parser.HTMLParser):
+def cell_blocks(page: Path) -> list[tuple[int, str, str]]:
     """The text of the ``pre`` blocks of every notebook cell of a page, as
     ``[(cell number, "input" | "output", text), ...]`` (cells numbered from 1 in page order)."""
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.blocks: list[tuple[int, str, str]] = []
-        self._stack: list[str | None] = []   # per open element: "cell", "input", "output" or None
-        self._cells = 0
-        self._pre: list[str] | None = None
-        self._pre_depth = 0
-
-    def _where(self) -> str | None:
-        for mark in reversed(self._stack):
-            if mark in ("input", "output"):
-                return mark
-        return None
-
-    def handle_starttag(self, tag, attrs):
-        if tag in ("br", "img", "hr", "input", "meta", "link", "wbr", "source", "col"):
-            return  # void elements have no end tag
-        classes = (dict(attrs).get("class") or "").split()
-        mark = None
-        if tag == "div" and "cell" in classes:
-            self._cells += 1
-            mark = "cell"
-        elif tag == "div" and "cell_input" in classes:
-            mark = "input"
-        elif tag == "div" and "cell_output" in classes:
-            mark = "output"
-        self._stack.append(mark)
-        if tag == "pre" and self._where():
-            if self._pre is None:
-                self._pre, self._pre_depth = [], len(self._stack)
-
-    def handle_endtag(self, tag):
-        if tag in ("br", "img", "hr", "input", "meta", "link", "wbr", "source", "col"):
-            return
-        if self._pre is not None and tag == "pre" and len(self._stack) == self._pre_depth:
-            self.blocks.append((self._cells, self._where(), "".join(self._pre)))
-            self._pre = None
-        if self._stack:
-            self._stack.pop()
-
-    def handle_data(self, data):
-        if self._pre is not None:
-            self._pre.append(data)
-
-
-def cell_blocks(page: Path) -> list[tuple[int, str, str]]:
-    parser = _Cells()
-    parser.feed(page.read_text(encoding="utf-8"))
-    return parser.blocks
+    cells = BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser").select("div.cell")
+    return [(k, kind, pre.get_text()) for k, cell in enumerate(cells, 1) for kind in ("input", "output")
+            for pre in cell.select(f"div.cell_{kind} pre")]
 
 
 def long_lines(page: Path, limit: int = MAX_LINE) -> list[str]:
@@ -109,25 +50,9 @@ def long_lines(page: Path, limit: int = MAX_LINE) -> list[str]:
     return problems
 
 
-def _chapters() -> list[str]:
-    if not (SITE / "index.html").exists():
-        return []
-    return sorted(p.name for p in SITE.glob("*.html")
-                  if (ROOT / "book" / p.with_suffix(".md").name).is_file())
-
-
-CHAPTERS = _chapters()
-
-
-@pytest.mark.parametrize("page", CHAPTERS or ["(no built site)"])
-def test_code_and_outputs_fit_the_column(page):
-    if page not in CHAPTERS:
-        reason = f"no built site at {SITE} (build it first: make book)"
-        if REQUIRED:
-            pytest.fail(reason + " (CONVRES_SITE_REQUIRED=1 makes this a failure)")
-        pytest.skip(reason)
-    problems = long_lines(SITE / page)
-    assert not problems, (f"{page}: {len(problems)} lines of code or output longer than "
+def test_code_and_outputs_fit_the_column(chapter):
+    problems = long_lines(SITE / chapter)
+    assert not problems, (f"{chapter}: {len(problems)} lines of code or output longer than "
                           f"{MAX_LINE} characters:\n  " + "\n  ".join(problems))
 
 
@@ -188,14 +113,14 @@ def source_long_lines(path: Path, limit: int = MAX_LINE) -> list[str]:
             if "remove-cell" not in tags for n, x in body if len(x.rstrip()) > limit]
 
 
-@pytest.mark.parametrize("chapter", sorted(p.name for p in (ROOT / "book").glob("*.md")))
-def test_code_cells_fit_the_column(chapter):
+@pytest.mark.parametrize("source", sorted(p.name for p in (ROOT / "book").glob("*.md")))
+def test_code_cells_fit_the_column(source):
     """Every code cell of a chapter's source that reaches a reader (all but ``remove-cell``) fits in
     88 columns, its metadata included: the page does not show a ``remove-input`` cell's code nor a
     figure's caption as written, but the downloadable notebook and source do. The bookkeeping cells
     tagged ``remove-cell`` (glue and assertions) are not held to it."""
-    problems = source_long_lines(ROOT / "book" / chapter)
-    assert not problems, (f"{chapter}: {len(problems)} lines of code cells longer than {MAX_LINE} "
+    problems = source_long_lines(ROOT / "book" / source)
+    assert not problems, (f"{source}: {len(problems)} lines of code cells longer than {MAX_LINE} "
                           "characters:\n  " + "\n  ".join(problems))
 
 
@@ -216,29 +141,11 @@ def test_the_source_check_sees_long_lines(tmp_path):
 
 
 # --------------------------------------------------------------------------- the whole site
-def _pages() -> list[str]:
-    if not (SITE / "index.html").exists():
-        return []
-    return sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html")
-                  if not {"_static", "_sources", "_images", "reports", "vendor"} & set(p.relative_to(SITE).parts))
-
-
-PAGES = _pages()
-
-
-def _skip_or_fail(reason: str):
-    if REQUIRED:
-        pytest.fail(reason + " (CONVRES_SITE_REQUIRED=1 makes this a failure)")
-    pytest.skip(reason)
-
-
 def _is_api(page: str) -> bool:
     return page == "api.html" or page.startswith("api/")
 
 
-def test_no_execution_error_reports():
-    if not PAGES:
-        _skip_or_fail(f"no built site at {SITE} (build it first: make book)")
+def test_no_execution_error_reports(site_pages):
     reports = sorted((SITE / "reports").glob("*.log")) if (SITE / "reports").is_dir() else []
     page = lambda r: SITE / (r.name.removesuffix(".err.log") + ".html")  # noqa: E731
     reports = [r for r in reports if not page(r).is_file() or page(r).stat().st_mtime <= r.stat().st_mtime]
@@ -246,19 +153,15 @@ def test_no_execution_error_reports():
         f"--- {r.name}\n{r.read_text(errors='replace')[-2000:]}" for r in reports)
 
 
-
-def test_notebook_downloads_are_executed():
-    """Every chapter offers its executed notebook (.ipynb with outputs) for download."""
-    chapters = [p for p in PAGES if (ROOT / "book" / p.replace(".html", ".md")).is_file()
-                and "kernelspec" in (ROOT / "book" / p.replace(".html", ".md")).read_text()[:500]]
-    if not chapters:
-        _skip_or_fail(f"no built site at {SITE} (build it first: make book)")
-    for page in chapters:
-        nb_path = SITE / "_sources" / page.replace(".html", ".ipynb")
-        assert nb_path.is_file() and f'_sources/{page.replace(".html", ".ipynb")}' in (SITE / page).read_text()
-        code = [c for c in json.loads(nb_path.read_text())["cells"] if c["cell_type"] == "code"
-                and "skip-execution" not in c.get("metadata", {}).get("tags", [])]
-        assert all(c.get("execution_count") for c in code) and any(c.get("outputs") for c in code), page
+def test_notebook_downloads_are_executed(chapter):
+    """Every chapter (a notebook) offers its executed notebook (.ipynb with outputs) for download."""
+    if "kernelspec" not in (ROOT / "book" / chapter.replace(".html", ".md")).read_text()[:500]:
+        pytest.skip("a page of prose: no notebook")
+    notebook = SITE / "_sources" / chapter.replace(".html", ".ipynb")
+    assert notebook.is_file() and f"_sources/{notebook.name}" in (SITE / chapter).read_text()
+    code = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"
+            and "skip-execution" not in c.get("metadata", {}).get("tags", [])]
+    assert all(c.get("execution_count") for c in code) and any(c.get("outputs") for c in code)
 
 
 def test_site_javascript_is_pinned():
@@ -271,7 +174,6 @@ def test_site_javascript_is_pinned():
         assert re.fullmatch(r"\d+\.\d+\.\d+", version), f"{name}: {version!r} is not an exact version"
         assert locked[f"node_modules/{name}"]["version"] == version, f"{name}: lock file differs"
         assert locked[f"node_modules/{name}"]["integrity"].startswith("sha512-")
-
 
 
 # --------------------------------------------------------------------------- template text
@@ -291,49 +193,29 @@ CODE_TAGS = {"pre", "code", "script", "style", "kbd", "samp", "tt"}
 CODE_CLASSES = {"highlight", "cell_input", "sig", "pre", "literal", "sig-name", "headerlink"}
 
 
-class _ProseText(__import__("html.parser").parser.HTMLParser):
+BLOCKS = ["p", "li", "td", "th", "h1", "h2", "h3", "h4", "h5", "h6", "figcaption", "dt", "dd", "caption",
+          "div", "section", "br"]
+
+
+def prose_blocks(page: str) -> list[str]:
     """The text of ``<article class="bd-article">`` outside code, one block per paragraph, item,
     cell, heading or caption."""
-
-    BLOCKS = {"p", "li", "td", "th", "h1", "h2", "h3", "h4", "h5", "h6", "figcaption", "dt", "dd",
-              "caption", "div", "section", "br"}
-    VOID = {"br", "img", "hr", "input", "meta", "link", "wbr", "col", "area", "source"}
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.stack: list[tuple[str, bool]] = []
-        self.in_article = 0
-        self.blocks: list[str] = [""]
-
-    def handle_starttag(self, tag, attrs):
-        classes = set((dict(attrs).get("class") or "").split())
-        self.in_article += tag == "article" and "bd-article" in classes
-        if tag in self.BLOCKS:
-            self.blocks.append("")
-        if tag not in self.VOID:
-            code = (bool(self.stack) and self.stack[-1][1]) or tag in CODE_TAGS or bool(classes & CODE_CLASSES)
-            self.stack.append((tag, code))
-
-    def handle_endtag(self, tag):
-        if tag in self.BLOCKS:
-            self.blocks.append("")
-        if tag == "article" and self.in_article:
-            self.in_article -= 1
-        for k in range(len(self.stack) - 1, -1, -1):
-            if self.stack[k][0] == tag:
-                del self.stack[k:]
-                break
-
-    def handle_data(self, data):
-        if self.in_article and not (self.stack and self.stack[-1][1]):
-            self.blocks[-1] += data
+    article = BeautifulSoup(page, "html.parser").select_one("article.bd-article")
+    if article is None:
+        return []
+    code = lambda t: t.name in CODE_TAGS or bool(CODE_CLASSES & set(t.get("class") or []))  # noqa: E731
+    for tag in article.find_all(code):
+        if not tag.decomposed:
+            tag.decompose()
+    for tag in article.find_all(BLOCKS):
+        tag.insert_before("\0")
+        tag.insert_after("\0")
+    return article.get_text().split("\0")
 
 
-def _template_problems(html: str, api: bool = False) -> list[str]:
-    parser = _ProseText()
-    parser.feed(html)
+def _template_problems(page: str, api: bool = False) -> list[str]:
     problems = []
-    for text in (" ".join(b.split()) for b in parser.blocks):
+    for text in (" ".join(b.split()) for b in prose_blocks(page)):
         for pattern, why in TEMPLATE_TEXT:
             if not (api and "None" in why):
                 problems += [f"{why}: ...{text[max(0, m.start() - 50):m.end() + 30]}..."
@@ -357,38 +239,28 @@ def test_template_text_is_caught():
     assert not any(_template_problems(wrap(t)) for t in good), [t for t in good if _template_problems(wrap(t))]
 
 
-@pytest.mark.parametrize("page", PAGES or ["(no built site)"])
 def test_no_template_text(page):
     """No page reads like a template filled in (TEMPLATE_TEXT); code is not searched."""
-    if page not in PAGES:
-        _skip_or_fail(f"no built site at {SITE} (build it first: make book)")
     problems = _template_problems((SITE / page).read_text(encoding="utf-8", errors="replace"), api=_is_api(page))
     assert not problems, f"{page}, template text:\n  " + "\n  ".join(dict.fromkeys(problems))
 
 
-def test_every_module_is_on_one_api_page():
-    """Every public module of convres is on exactly one API page, and every such page is in the TOC."""
-    import sys
-    sys.path.insert(0, str(ROOT / "web"))
-    try:
-        import convres_site
-    finally:
-        sys.path.remove(str(ROOT / "web"))
-    assert not convres_site.api_page_problems()
-    toc = (ROOT / "_toc.yml").read_text()
-    for page in convres_site.API_PAGES:
-        assert (ROOT / "book" / f"{page}.md").is_file() and f"- file: {page}\n" in toc, page
-
-
-# --------------------------------------------------------------------------- search and the API's formulas
 def _convres_site():
-    import sys
     sys.path.insert(0, str(ROOT / "web"))
     try:
         import convres_site
     finally:
         sys.path.remove(str(ROOT / "web"))
     return convres_site
+
+
+def test_every_module_is_on_one_api_page():
+    """Every public module of convres is on exactly one API page, and every such page is in the TOC."""
+    convres_site = _convres_site()
+    assert not convres_site.api_page_problems()
+    toc = (ROOT / "_toc.yml").read_text()
+    for page in convres_site.API_PAGES:
+        assert (ROOT / "book" / f"{page}.md").is_file() and f"- file: {page}\n" in toc, page
 
 
 def test_readable_math():
@@ -405,21 +277,17 @@ def test_readable_math():
         assert readable(code) == code, code
 
 
-def test_the_search_index_loads_on_the_search_page_only():
+def test_the_search_index_loads_on_the_search_page_only(site_pages):
     """Only search.html loads searchindex.js (web/templates/layout.html), and it ranks with the
     book's scorer (web/search_scorer.js, inside language_data.js)."""
-    if not PAGES:
-        _skip_or_fail(f"no built site at {SITE} (build it first: make book)")
-    loading = [p for p in PAGES if re.search(r'<script[^>]*searchindex\.js', (SITE / p).read_text())]
+    loading = [p for p in site_pages if re.search(r'<script[^>]*searchindex\.js', (SITE / p).read_text())]
     assert loading == ["search.html"], loading[:5]
     assert "var Scorer" in (SITE / "_static" / "language_data.js").read_text()
 
 
-def test_api_formulas_show_their_symbols():
+def test_api_formulas_show_their_symbols(site_pages):
     """No inline literal of an API page is an ASCII formula left as typed (``sqrt``, ``<=``)."""
-    api = [p for p in PAGES if _is_api(p)]
-    if not api:
-        _skip_or_fail(f"no built site at {SITE} (build it first: make book)")
+    api = [p for p in site_pages if _is_api(p)]
     readable = _convres_site().readable_math
     left, shown = [], 0
     for page in api:
@@ -448,11 +316,9 @@ def test_pasted_numbers_become_formulas():
     assert shown[2] == [("Text", "x1e-3y")] and shown[3] == [("Text", "0.002")]
 
 
-def test_no_pasted_number_in_e_notation():
+def test_no_pasted_number_in_e_notation(site_pages):
     """No number glued into a page's prose reads ``3.67e+03`` (job 12 of web/convres_site.py)."""
-    if not PAGES:
-        _skip_or_fail(f"no built site at {SITE} (build it first: make book)")
-    raw = [f"{p}: {m}" for p in PAGES
+    raw = [f"{p}: {m}" for p in site_pages
            for m in re.findall(r'<span class="pasted-text">([^<]*\d+(?:\.\d+)?e[+-]\d+[^<]*)</span>',
                                (SITE / p).read_text())]
     assert not raw, "numbers in e-notation in the prose:\n  " + "\n  ".join(raw[:10])

@@ -10,12 +10,12 @@ it wherever a page says ``{{ repository_url }}`` (the intro's ``git clone``). Th
 - every Binder link opens ``<path_to_book>/<chapter>.md`` of that repository at the configured
   branch, for a chapter that exists in ``book/`` and is a page of the site, and a chapter's Binder
   button opens that chapter;
-- the whole-book PDF is linked from every page when the site serves it, and from none when not;
 - the README links the same repository (its Binder badge included) and no placeholder such as
   ``git clone <this repository>`` is left in the README or the book's sources.
 
 The site checks need a built site (``_build/html`` or ``CONVRES_SITE_DIR``) and are skipped without
-one, unless ``CONVRES_SITE_REQUIRED=1`` (set by ``make browser``).
+one, unless ``CONVRES_SITE_REQUIRED=1`` (set by ``make browser``). Whether the whole-book PDF is
+linked is tests/test_site.py's.
 """
 
 from __future__ import annotations
@@ -26,13 +26,10 @@ import re
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("CONVRES_SITE_DIR", ROOT / "_build" / "html")).resolve()
-REQUIRED = os.environ.get("CONVRES_SITE_REQUIRED") == "1"
-SKIP_DIRS = {"_static", "_sources", "_images", "reports", "vendor"}
 
 # Hosts the book may link besides its repository: the paper, DOIs, Binder, the data's sources.
 KNOWN_HOSTS = {"arxiv.org", "doi.org", "dx.doi.org", "mybinder.org", "www.bgc-jena.mpg.de",
@@ -46,26 +43,8 @@ BRANCH = REPO.get("branch", "main")
 BOOK_PATH = REPO.get("path_to_book", "book").strip("/")
 
 
-def _pages() -> list[Path]:
-    if not (SITE / "index.html").exists():
-        return []
-    return sorted(p for p in SITE.rglob("*.html")
-                  if not SKIP_DIRS.intersection(p.relative_to(SITE).parts))
-
-
-PAGES = _pages()
-
-
-def _need_site():
-    if not PAGES:
-        reason = f"no built site at {SITE} (build it first: make book)"
-        if REQUIRED:
-            pytest.fail(reason + " (CONVRES_SITE_REQUIRED=1 makes this a failure)")
-        pytest.skip(reason)
-
-
-def external_links(page: Path) -> list[str]:
-    text = page.read_text(encoding="utf-8", errors="replace")
+def external_links(page: str) -> list[str]:
+    text = (SITE / page).read_text(encoding="utf-8", errors="replace")
     return [html.unescape(h) for h in re.findall(r'<a\s[^>]*?href="(https?://[^"]+)"', text)]
 
 
@@ -90,26 +69,23 @@ def _in_repo(url: str) -> bool:
     return url == REPO_URL or url.startswith(REPO_URL + "/") or url.startswith(REPO_URL + "?")
 
 
-def test_external_links_go_to_the_repository_or_a_known_host():
-    _need_site()
+def test_external_links_go_to_the_repository_or_a_known_host(site_pages):
     problems = []
-    for page in PAGES:
+    for page in site_pages:
         for url in external_links(page):
             if _in_repo(url):
                 continue
             host = urlsplit(url).hostname or ""
             if host == "github.com":
-                problems.append(f"{page.name}: {url} is on GitHub but not in {REPO_URL}")
+                problems.append(f"{page}: {url} is on GitHub but not in {REPO_URL}")
             elif host not in KNOWN_HOSTS:
-                problems.append(f"{page.name}: {url} (host {host} is not in KNOWN_HOSTS)")
+                problems.append(f"{page}: {url} (host {host} is not in KNOWN_HOSTS)")
     assert not problems, "\n  ".join(["links out of the book:"] + sorted(set(problems)))
 
 
-def test_binder_links_open_chapters_that_exist():
-    _need_site()
-    slug, built = _repo_slug(), {p.relative_to(SITE).as_posix() for p in PAGES}
-    problems, seen = [], 0
-    for page in PAGES:
+def test_binder_links_open_chapters_that_exist(site_pages):
+    slug, problems, seen = _repo_slug(), [], 0
+    for page in site_pages:
         for url in external_links(page):
             target = binder_target(url)
             if target is None:
@@ -117,30 +93,28 @@ def test_binder_links_open_chapters_that_exist():
             seen += 1
             repo, branch, path = target
             if repo != slug or branch != BRANCH:
-                problems.append(f"{page.name}: {url} opens {repo}@{branch}, not {slug}@{BRANCH}")
+                problems.append(f"{page}: {url} opens {repo}@{branch}, not {slug}@{BRANCH}")
             if not path:
-                problems.append(f"{page.name}: {url} opens no file")
+                problems.append(f"{page}: {url} opens no file")
                 continue
             rel = path.removeprefix(BOOK_PATH + "/")
             if not path.startswith(BOOK_PATH + "/") or not (ROOT / BOOK_PATH / rel).is_file():
-                problems.append(f"{page.name}: {url} opens {path}, which is not a file of the book")
-            elif Path(rel).with_suffix(".html").as_posix() not in built:
-                problems.append(f"{page.name}: {url} opens {path}, which is not a page of the site")
-            elif Path(rel).stem != page.stem:
-                problems.append(f"{page.name}: its Binder button opens another chapter ({path})")
+                problems.append(f"{page}: {url} opens {path}, which is not a file of the book")
+            elif Path(rel).with_suffix(".html").as_posix() not in site_pages:
+                problems.append(f"{page}: {url} opens {path}, which is not a page of the site")
+            elif Path(rel).stem != Path(page).stem:
+                problems.append(f"{page}: its Binder button opens another chapter ({path})")
     assert seen, "no Binder link in the built site (launch_buttons in _config.yml?)"
     assert not problems, "\n  ".join(["Binder links:"] + problems)
 
 
-def test_the_site_links_the_configured_repository():
-    _need_site()
-    intro = SITE / "intro.html"
-    assert intro.is_file(), "no intro.html"
-    text = intro.read_text(encoding="utf-8")
+def test_the_site_links_the_configured_repository(site_pages):
+    assert "intro.html" in site_pages, "no intro.html"
+    text = (SITE / "intro.html").read_text(encoding="utf-8")
     assert f"git clone {REPO_URL}" in html.unescape(re.sub(r"<[^>]+>", "", text)), \
         f"intro.html: no `git clone {REPO_URL}` (is {{{{ repository_url }}}} replaced?)"
     assert "{{ repository_url }}" not in text, "intro.html: the placeholder was not replaced"
-    assert any(u == REPO_URL for u in external_links(intro)), \
+    assert any(u == REPO_URL for u in external_links("intro.html")), \
         f"intro.html: no button or link to {REPO_URL}"
 
 
@@ -167,22 +141,6 @@ def test_readme_and_sources_use_the_configured_repository():
             if placeholder.search(line):
                 problems.append(f"{path.relative_to(ROOT)}:{k}: placeholder: {line.strip()}")
     assert not problems, "\n  ".join(problems)
-
-
-def test_the_pdf_is_linked_exactly_when_it_is_there():
-    """After ``make pdf`` the site serves ``convres.pdf`` and every page's download menu links it;
-    a site built without it links no PDF (no dead link either way)."""
-    _need_site()
-    served = (SITE / "convres.pdf").is_file()
-    with_menu = [p for p in PAGES if "download-source-button" in p.read_text(errors="replace")]
-    linking = [p for p in PAGES if "download-book-pdf-button" in p.read_text(errors="replace")]
-    if served:
-        assert (SITE / "convres.pdf").read_bytes()[:5] == b"%PDF-", "convres.pdf is not a PDF"
-        missing = sorted(p.name for p in with_menu if p not in linking)
-        assert not missing, f"the site serves convres.pdf but these pages do not link it: {missing}"
-    else:
-        assert not linking, (f"{[p.name for p in linking]} link convres.pdf, which the site does "
-                             "not serve (run make pdf before the book, or rebuild the book)")
 
 
 def test_binder_target_reads_launch_links():

@@ -7,8 +7,16 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import convres
-from convres import (ModelConfig, check_inputs, forward, forward_trace, gradient_descent, init_params, loss,
-                     synthetic_regression)
+from convres import (
+    ModelConfig,
+    check_inputs,
+    forward,
+    forward_trace,
+    gradient_descent,
+    init_params,
+    loss,
+    synthetic_regression,
+)
 from convres.model import ACTIVATIONS, memory_estimate, param_shapes, phi_and_grad
 from convres.runtime import CostRefused
 
@@ -66,21 +74,6 @@ def test_the_hand_written_gradient_equals_autograd(L, activation, pool, stack):
         for u, v in zip(a if isinstance(a, list) else [a], b if isinstance(b, list) else [b]):
             assert u.shape == v.shape and torch.allclose(u, v, rtol=1e-14, atol=1e-15)
     assert phi_and_grad(params, X, Y, cfg, residual=residual, trace=False)[2] is None
-
-
-def test_the_hand_written_gradient_matches_finite_differences():
-    cfg = ModelConfig(d=4, d_qk=3, m=5, c=1, L=2, activation="gelu", beta=0.5)
-    X, Y = synthetic_regression(2, 3, 4, 1, seed=2)
-    params = init_params(cfg, seed=3)
-    _, grads, _ = phi_and_grad(params, X, Y, cfg)
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(3):   # central differences along random directions: O(h^2) = 1e-12 accurate
-        v = {k: torch.randn(w.shape, generator=gen, dtype=torch.float64) for k, w in params.items()}
-        h = 1e-6
-        up, down = ({k: w + sign * h * v[k] for k, w in params.items()} for sign in (1, -1))
-        numeric = float(loss(up, X, Y, cfg) - loss(down, X, Y, cfg)) / (2 * h)
-        exact = float(sum((grads[k] * v[k]).sum() for k in params))
-        assert numeric == pytest.approx(exact, rel=1e-7, abs=1e-9)
 
 
 def stacked_instance(B=3, L=2, pool=None):
@@ -153,24 +146,21 @@ def test_attention_rows_are_probability_vectors():
         assert (S >= 0).all()
 
 
-def test_beta_zero_is_the_model_without_residuals():
-    cfg, params, X, _ = small_instance(L=2, beta=0.0)
+def paper_forward(params, X, L, beta):
+    """The model as the paper writes it: per block Z = Attn(H) + beta H, H' = FFN(Z) + beta Z."""
     H = X
-    for l in (1, 2):
+    for l in range(1, L + 1):
         W = {k: params[f"layer{l}.{k}"] for k in ("W_Q", "W_K", "W_V", "W_1", "W_2")}
-        S = torch.softmax((X if l == 1 else H) @ W["W_Q"] @ W["W_K"].T @ H.transpose(1, 2) / 2 ** 0.5, -1)
-        attn = S @ H @ W["W_V"]
-        H = torch.relu(attn @ W["W_1"]) @ W["W_2"]
-    assert torch.allclose(forward(params, X, cfg), H @ params["W_U"], atol=1e-13, rtol=0)
+        S = torch.softmax(H @ W["W_Q"] @ W["W_K"].T @ H.transpose(1, 2) / 2 ** 0.5, -1)
+        Z = S @ H @ W["W_V"] + beta * H
+        H = torch.relu(Z @ W["W_1"]) @ W["W_2"] + beta * Z
+    return H @ params["W_U"]
 
 
-def test_beta_one_is_the_papers_formula():
-    cfg, params, X, _ = small_instance(beta=1.0)
-    W = {k: params[f"layer1.{k}"] for k in ("W_Q", "W_K", "W_V", "W_1", "W_2")}
-    attn = torch.softmax(X @ W["W_Q"] @ W["W_K"].T @ X.transpose(1, 2) / 2 ** 0.5, -1) @ X @ W["W_V"]
-    ffn = lambda Z: torch.relu(Z @ W["W_1"]) @ W["W_2"]  # noqa: E731
-    paper = (ffn(attn + X) + attn + X) @ params["W_U"]
-    assert torch.allclose(forward(params, X, cfg), paper, atol=1e-13, rtol=0)
+@pytest.mark.parametrize("L,beta", [(2, 0.0), (1, 1.0), (2, 0.7)])
+def test_the_forward_pass_is_the_papers_formula(L, beta):
+    cfg, params, X, _ = small_instance(L=L, beta=beta)
+    assert torch.allclose(forward(params, X, cfg), paper_forward(params, X, L, beta), atol=1e-13, rtol=0)
 
 
 def test_separate_residual_coefficients():
@@ -214,66 +204,59 @@ def test_numpy_scalars_are_valid_sizes():
     assert cfg.d == 4 and type(cfg.d) is int and cfg.residual == (0.5, 0.5)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(dtype=torch.int64), "floating-point"), (dict(branch_scale=float("nan")), "branch_scale"),
-    (dict(seed=2**70), "seed"), (dict(seed=-1), "seed"), (dict(device="gpu"), "unknown device"),
+@pytest.mark.parametrize("kwargs", [dict(dtype=torch.int64), dict(branch_scale=float("nan")),
+                                    dict(seed=2**70), dict(seed=-1), dict(device="gpu")])
+def test_a_bad_init_argument_is_a_clear_error_naming_it(kwargs, clear_error):
+    clear_error(lambda: init_params(ModelConfig(**SMALL), **kwargs), *kwargs)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("d", 0), ("d_qk", -1), ("m", 2.5), ("L", True), ("beta", -0.1), ("beta", float("nan")), ("beta", "1"),
+    ("beta_ffn", -1.0), ("activation", "sigmoidish"), ("activation", ["relu"]), ("scale", "1/sqrt(d)"),
+    ("scale", -2.0), ("pool", "max"),
 ])
-def test_bad_init_arguments(kwargs, match, own_error):
-    with pytest.raises((ValueError, TypeError), match=match) as err:
-        init_params(ModelConfig(**SMALL), **kwargs)
-    own_error(err.value, match)
+def test_bad_config_is_a_clear_error_naming_the_field(field, value, clear_error):
+    clear_error(lambda: ModelConfig(**dict(SMALL, **{field: value})), field)
 
 
-@pytest.mark.parametrize("field,value,error", [
-    ("d", 0, ValueError), ("d_qk", -1, ValueError), ("m", 2.5, ValueError), ("L", True, ValueError),
-    ("beta", -0.1, ValueError), ("beta", float("nan"), ValueError), ("beta", "1", TypeError), ("beta_ffn", -1.0, ValueError),
-    ("activation", "sigmoidish", ValueError), ("scale", "1/sqrt(d)", ValueError),
-    ("scale", -2.0, ValueError), ("pool", "max", ValueError),
-    ("activation", ["relu"], ValueError),
-])
-def test_bad_config_is_a_clear_error_naming_the_field(field, value, error, own_error):
-    with pytest.raises(error) as err:
-        ModelConfig(**dict(SMALL, **{field: value}))
-    own_error(err.value, field)
+CFG0, P0, X0, Y0 = small_instance()
+BAD_INPUTS = {   # what is wrong -> (params, X, Y) for check_inputs, and a name its error must say
+    "W_U missing": ({k: v for k, v in P0.items() if k != "W_U"}, X0, Y0, "W_U"),
+    "W_V of another shape": (dict(P0, **{"layer1.W_V": P0["W_U"][:2]}), X0, Y0, "layer1.W_V"),
+    "NaN in W_U": (dict(P0, W_U=P0["W_U"] * float("nan")), X0, Y0, "W_U"),
+    "params a list": ([1, 2], X0, Y0, "params"),
+    "an unexpected weight": (dict(P0, bias=P0["W_U"]), X0, Y0, "bias"),
+    "numpy weights": ({k: v.numpy() for k, v in P0.items()}, X0, Y0, "params"),
+    "integer weights": ({k: v.long() for k, v in P0.items()}, X0, Y0, "params"),
+    "X one sequence": (P0, X0[0], Y0, "X"),
+    "X with too few features": (P0, X0[..., :2], Y0, "X"),
+    "NaN in X": (P0, X0 * float("nan"), Y0, "X"),
+    "numpy X": (P0, X0.numpy(), Y0, "X"),
+    "no tokens": (P0, X0[:, :0], Y0[:, :0], "X"),
+    "integer X": (P0, X0.long(), Y0, "X"),
+    "Y of another shape": (P0, X0, Y0[:, :, :1], "Y"),
+    "Y float32": (P0, X0, Y0.float(), "Y"),
+}
+BAD_CALLS = {   # what is wrong -> (a call of forward or loss, a name its error must say)
+    "forward overflows": (lambda: forward(P0, X0 * 1e200, CFG0), "overflow"),
+    "loss overflows": (lambda: loss(P0, X0 * 1e160, Y0, CFG0), "overflow"),
+    "X float32 in forward": (lambda: forward(P0, X0.float(), CFG0), "X"),
+    "Y of another shape in loss": (lambda: loss(P0, X0, Y0[:1], CFG0), "Y"),
+    "cfg a dict": (lambda: forward(P0, X0, {"d": 3}), "ModelConfig"),
+    "weights of mixed dtypes": (lambda: forward(dict(P0, W_U=P0["W_U"].float()), X0, CFG0), "weights"),
+    "a negative residual": (lambda: forward(P0, X0, CFG0, residual=(-1.0, 1.0)), "beta_attn"),
+}
 
 
-def test_bad_params_are_rejected():
-    cfg, params, X, Y = small_instance()
-    with pytest.raises(ValueError, match="missing"):
-        check_inputs({k: v for k, v in params.items() if k != "W_U"}, X, Y, cfg)
-    bad = dict(params, **{"layer1.W_V": torch.zeros(2, 2, dtype=torch.float64)})
-    with pytest.raises(ValueError, match=r"layer1.W_V.*shape \(2, 2\), expected \(3, 3\)"):
-        check_inputs(bad, X, Y, cfg)
-    with pytest.raises(ValueError, match="NaN"):
-        check_inputs(dict(params, W_U=params["W_U"] * float("nan")), X, Y, cfg)
-    with pytest.raises(TypeError, match="dict"):
-        check_inputs([1, 2], X, Y, cfg)
-    with pytest.raises(ValueError, match=r"unexpected \['bias'\]"):
-        check_inputs(dict(params, bias=params["W_U"]), X, Y, cfg)
-    with pytest.raises(TypeError, match="must be a torch.Tensor"):
-        check_inputs({k: v.numpy() for k, v in params.items()}, X, Y, cfg)
-    with pytest.raises(TypeError, match="real floating-point"):
-        check_inputs({k: v.long() for k, v in params.items()}, X, Y, cfg)
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_a_clear_error_naming_it(case, clear_error):
+    *args, name = BAD_INPUTS[case]
+    clear_error(lambda: check_inputs(*args, CFG0), name)
 
 
-def test_bad_data_is_rejected():
-    cfg, params, X, Y = small_instance()
-    with pytest.raises(ValueError, match=r"X must have shape \(N sequences.*X.unsqueeze\(0\)"):
-        check_inputs(params, X[0], Y, cfg)
-    with pytest.raises(ValueError, match="d features"):
-        check_inputs(params, X[..., :2], Y, cfg)
-    with pytest.raises(ValueError, match="NaN"):
-        check_inputs(params, X * float("nan"), Y, cfg)
-    with pytest.raises(ValueError, match="Y must have shape"):
-        check_inputs(params, X, Y[:, :, :1], cfg)
-    with pytest.raises(TypeError, match="Y has dtype torch.float32"):
-        check_inputs(params, X, Y.float(), cfg)
-    with pytest.raises(TypeError, match="torch.Tensor"):
-        check_inputs(params, X.numpy(), Y, cfg)
-    with pytest.raises(ValueError, match="at least one sequence"):
-        check_inputs(params, X[:, :0], Y[:, :0], cfg)
-    with pytest.raises(TypeError, match="real floating-point"):
-        check_inputs(params, X.long(), Y, cfg)
+@pytest.mark.parametrize("case", list(BAD_CALLS))
+def test_bad_calls_are_a_clear_error_and_an_overflow_is_not_nan(case, clear_error):
+    clear_error(*BAD_CALLS[case])
 
 
 def test_non_contiguous_weights_and_inputs_give_the_same_losses():
@@ -283,29 +266,6 @@ def test_non_contiguous_weights_and_inputs_give_the_same_losses():
     assert not Xt.is_contiguous() and not Pt["layer1.W_Q"].is_contiguous()
     a = gradient_descent(params, X, Y, cfg, 0.01, 10)[1].loss
     assert np.allclose(a, gradient_descent(Pt, Xt, Y, cfg, 0.01, 10)[1].loss, rtol=1e-12, atol=0)
-
-
-def test_an_overflowing_forward_pass_is_an_error_not_nan():
-    cfg, params, X, Y = small_instance()
-    with pytest.raises(ValueError, match="the forward pass overflowed"):
-        forward(params, X * 1e200, cfg)
-    with pytest.raises(ValueError, match="the forward pass overflowed"):
-        loss(params, X * 1e160, Y, cfg)
-
-
-def test_forward_and_loss_check_their_inputs():
-    cfg, params, X, Y = small_instance()
-    with pytest.raises(TypeError, match=r"X has dtype torch.float32 but the weights have dtype "
-                                        r"torch.float64"):
-        forward(params, X.float(), cfg)
-    with pytest.raises(ValueError, match="Y must have shape"):
-        loss(params, X, Y[:1], cfg)
-    with pytest.raises(TypeError, match="ModelConfig"):
-        forward(params, X, {"d": 3})
-    with pytest.raises(TypeError, match="mix dtypes"):
-        forward(dict(params, W_U=params["W_U"].float()), X, cfg)
-    with pytest.raises(ValueError, match="residual beta_attn"):
-        forward(params, X, cfg, residual=(-1.0, 1.0))
 
 
 # --- the cost policy: checked before anything is allocated ---------------------------------------------
@@ -330,7 +290,7 @@ def test_the_cost_policy_refuses_before_allocating_whatever_the_sizes(monkeypatc
     cfg = ModelConfig(d=d, d_qk=d_qk, m=m, c=c, L=L, pool=pool)
     sizes = f"d={d}, d_qk={d_qk}, m={m}, c={c}, L={L}"
     if memory_estimate(cfg, 0, 0, training=False) > BUDGET:
-        with pytest.raises(CostRefused, match=rf"the weights of a model with {sizes} needs .*smaller model"):
+        with pytest.raises(CostRefused, match=sizes):
             init_params(cfg)
         return event("weights refused")
     params = init_params(cfg)
@@ -339,10 +299,10 @@ def test_the_cost_policy_refuses_before_allocating_whatever_the_sizes(monkeypatc
         return event("weights accepted, no input")
     stacked = {k: v.expand(B, *v.shape).contiguous() for k, v in params.items()} if B else params
     X, Y = synthetic_regression(N, n, d, c, seed=0, pooled=pool == "mean")
-    on = rf"on X of shape \(N={N}, n={n}, d={d}\) of a model with {sizes}"
+    on = f"N={N}, n={n}, d={d}"
     if memory_estimate(cfg, N, n, configs=B or 1, training=False) > BUDGET:
         for call in (lambda: forward(stacked, X, cfg), lambda: loss(stacked, X, Y, cfg)):
-            with pytest.raises(CostRefused, match=rf"the forward pass {on}.*tokens n"):
+            with pytest.raises(CostRefused, match=on):
                 call()
         event("forward refused")
     else:
@@ -351,7 +311,7 @@ def test_the_cost_policy_refuses_before_allocating_whatever_the_sizes(monkeypatc
         assert kept <= memory_estimate(cfg, N, n, configs=B or 1, training=False)
         assert torch.equal(forward(stacked, X, cfg), trace.F)
     if memory_estimate(cfg, N, n) > BUDGET:
-        with pytest.raises(CostRefused, match=rf"gradient descent {on}.*tokens n"):
+        with pytest.raises(CostRefused, match=on):
             gradient_descent(params, X, Y, cfg, 1e-3, 1)
         event("gradient descent refused")
     else:

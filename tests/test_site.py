@@ -1,33 +1,12 @@
-"""The built site in a real browser: every page of ``_build/html`` opened in headless Chromium, offline.
-
-Serves ``_build/html`` on 127.0.0.1 (a free port) and drives Chromium with Playwright (the system's
-Chromium, ``CHROMIUM=/path`` or ``/usr/bin/chromium``; Playwright downloads no browser here). A page
-fails when it
-
-- leaves raw TeX in the rendered text, has a formula MathJax did not typeset, or a TeX error;
-- has a broken internal link, anchor or image, or requests anything that is not on the site (every
-  other host is unreachable: the site must work offline);
-- shows a Python traceback (outside cells tagged ``raises-exception``), throws a JavaScript error or
-  writes an error to the console (failed requests included);
-- has a figure without alt text, a transparent figure (unreadable on the dark theme), a figure shown
-  twice by one cell, or a figure printed as text (``<Figure size ...>``).
-
-At 390 px on a phone no page is wider than the screen, no table of the text scrolls sideways, and no
-formula, display or inline, is cut off (an inline formula wider than its line scrolls inside itself,
-``web/site.js``); every page also opens in the dark theme and as printed. At 1400 px (the review's
-desktop) a chapter or an API page is at most 15 screens of 900 px. Every explorer (``convres.explorers``,
-``web/explorer.js``) is played: its gradient descent equals ``convres.gradient_descent`` on the same
-instance and runs 500 steps within the time budget, its horizon reaches past the escape at every
-``d_QK``, presets and the prose's links set it, and its controls never move when a caption changes.
-When the site serves the whole-book PDF, every page links it and the link resolves.
+"""The built site in a real browser: every page of ``_build/html`` (``CONVRES_SITE_DIR``) served on
+127.0.0.1 and opened offline in headless Chromium with Playwright (the system's Chromium,
+``CHROMIUM=/path``; Playwright downloads no browser). Each test's docstring says what it checks.
 
 Screenshots go to ``_build/screenshots/`` (``<page>.png`` at 1400 px, ``phone__<page>.png``; with
-``CONVRES_SCREENSHOTS=all`` also the dark and print ones). Run after building the book (``make
-browser``). Without a built site or a Chromium the tests are skipped, unless
-``CONVRES_SITE_REQUIRED=1`` (the Makefile), which makes that a failure; ``CONVRES_PDF_REQUIRED=1``
-makes a site without the PDF a failure. ``CONVRES_SITE_DIR`` picks another built site. The
-Makefile spreads the tests over one process a core (pytest-xdist, ``--dist load``): each process
-starts its own server and browser.
+``CONVRES_SCREENSHOTS=all`` the dark and print ones too). Run after building the book (``make
+browser``: one process a core, each with its own server and browser). Without a built site or a
+Chromium the tests are skipped, a failure under ``CONVRES_SITE_REQUIRED=1``;
+``CONVRES_PDF_REQUIRED=1`` makes a site without the PDF a failure.
 """
 
 from __future__ import annotations
@@ -50,30 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("CONVRES_SITE_DIR", ROOT / "_build" / "html")).resolve()
 SHOTS = SITE.parent / "screenshots"
 ALL_SHOTS = os.environ.get("CONVRES_SCREENSHOTS", "") == "all"
-REQUIRED = os.environ.get("CONVRES_SITE_REQUIRED") == "1"
 WIDTH, HEIGHT, PHONE, PRINT_WIDTH = 1400, 900, 390, 718   # PRINT_WIDTH: A4 less the margins
 MAX_SCREENS = 15           # a chapter or an API page at WIDTH px: at most this many screens of HEIGHT px
 LIVE_STEPS, LIVE_MS = 500, 50   # the explorer's budget: 500 steps at the interactive size
-SKIP_DIRS = {"_static", "_sources", "_images", "reports", "vendor"}
+PHONE_VIEW = dict(width=PHONE, height=844, mobile=True)
 HEIGHTS: dict[str, int] = {}
-
-
-def _pages() -> list[str]:
-    if not (SITE / "index.html").exists():
-        return []
-    return sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html")
-                  if not SKIP_DIRS.intersection(p.relative_to(SITE).parts))
-
-
-ALL_PAGES = _pages()
-PAGES = ALL_PAGES or ["(no built site)"]
-EXPLORER_PAGES = [p for p in ALL_PAGES if 'class="convres-explorer' in (SITE / p).read_text(errors="replace")]
-
-
-def _skip_or_fail(reason: str):
-    if REQUIRED:
-        pytest.fail(f"{reason} (CONVRES_SITE_REQUIRED=1 makes this a failure)")
-    pytest.skip(reason)
 
 
 def _is_api(page: str) -> bool:
@@ -86,9 +46,7 @@ def _redirect(page: str) -> bool:
 
 # --------------------------------------------------------------------------- server and browser
 @pytest.fixture(scope="module")
-def site():
-    if not ALL_PAGES:
-        _skip_or_fail(f"no built site at {SITE} (build it first: make book)")
+def site(site_pages):
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(SITE))
     handler.func.log_message = lambda *args: None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -99,15 +57,15 @@ def site():
 
 
 @pytest.fixture(scope="module")
-def browser(site):
+def browser(site, skip_or_fail):
     try:
         from playwright import sync_api
     except ImportError:
-        _skip_or_fail("Playwright is not installed (pip install playwright; it drives the system's Chromium)")
+        skip_or_fail("Playwright is not installed (pip install playwright; it drives the system's Chromium)")
     exe = next((shutil.which(n) for n in (os.environ.get("CHROMIUM"), "chromium", "chromium-browser",
                                           "google-chrome") if n and shutil.which(n)), None)
     if exe is None:
-        _skip_or_fail("no Chromium found (apt-get install chromium, or set CHROMIUM=/path/to/chrome)")
+        skip_or_fail("no Chromium found (apt-get install chromium, or set CHROMIUM=/path/to/chrome)")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=exe, args=[
             "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
@@ -145,7 +103,10 @@ class View:
         self.page.set_viewport_size({"width": width, "height": min(self.height, 16000)})
         self.page.screenshot(path=str(SHOTS / name))
 
-    def close(self):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
         self.context.close()
 
 
@@ -281,7 +242,6 @@ def _fail(page: str, problems: list[str]) -> None:
 
 
 # --------------------------------------------------------------------------- every page
-@pytest.mark.parametrize("page", PAGES)
 def test_page(page, site, browser):
     """At 1400 px: formulas typeset, figures drawn with alt text, widgets rendered, links alive,
     nothing to the console; a chapter or a page of the API reference at most MAX_SCREENS screens.
@@ -290,13 +250,10 @@ def test_page(page, site, browser):
         target = re.search(r'url=([^"]+)"', (SITE / page).read_text()).group(1)
         assert _check_link(site + target, site) is None, f"{page} forwards to a missing page"
         return
-    view = View(browser, site, page)
-    try:
+    with View(browser, site, page) as view:
         info = view(INSPECT)
         view.shot(page.replace("/", "__").replace(".html", ".png"), WIDTH)
         problems = list(view.problems)
-    finally:
-        view.close()
     HEIGHTS[page] = info["height"]
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     out = SITE.parent / (f"page-heights-{worker}.json" if worker else "page-heights.json")
@@ -322,73 +279,53 @@ def test_page(page, site, browser):
     _fail(page, problems)
 
 
-@pytest.mark.parametrize("page", PAGES)
-def test_phone(page, site, browser):
-    """At 390 px on a phone: the page is not wider than the screen, no table of the text scrolls
-    sideways, and no formula is cut off (display or inline; wide inline ones scroll inside
-    themselves). Screenshot ``phone__<page>.png``."""
-    if page not in ALL_PAGES or _redirect(page):
-        pytest.skip("no page here")
-    view = View(browser, site, page, width=PHONE, height=844, mobile=True)
-    try:
-        layout = view(LAYOUT)
-        view.shot("phone__" + page.replace("/", "__").replace(".html", ".png"), PHONE)
-        math = view(CUT_MATH, False)
-        problems = list(view.problems)
-    finally:
-        view.close()
-    print(f"\n{page}: {len(math['inline'])} inline and {len(math['display'])} display formulas of "
-          f"{math['total']} cut at {PHONE} px")
-    if layout["scrollWidth"] > layout["vw"]:
-        problems.append(f"the page is {layout['scrollWidth']} px wide: " + "; ".join(layout["wide"]))
-    problems += [f"table scrolls sideways: {t}" for t in layout["tables"]]
-    problems += [f"formula cut off: {m}" for m in math["display"] + math["inline"]]
-    _fail(page, problems)
+VIEWS = {"phone": PHONE_VIEW, "dark": dict(dark=True), "print": dict(width=PRINT_WIDTH, media="print")}
 
 
-@pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("kind", ["dark", "print"])
-def test_dark_and_print(page, kind, site, browser):
-    """In the dark theme the theme switches; printed (A4 width) no sidebar is shown and no code
-    block or table is cut. Neither writes to the console."""
-    if page not in ALL_PAGES or _redirect(page):
-        pytest.skip("no page here")
-    width = PRINT_WIDTH if kind == "print" else WIDTH
-    view = View(browser, site, page, width=width, media="print" if kind == "print" else None, dark=kind == "dark")
-    try:
+@pytest.mark.parametrize("kind", list(VIEWS))
+def test_phone_dark_and_print(page, kind, site, browser):
+    """On a 390 px phone and printed (A4 width) the page is not wider than the screen or the paper
+    and no table of the text scrolls sideways; on the phone no formula is cut off (display or
+    inline; wide inline ones scroll inside themselves), printed no sidebar is shown and no code
+    block is cut. In the dark theme the theme switches. None writes to the console. Screenshot
+    ``phone__<page>.png`` (``dark__``, ``print__`` with CONVRES_SCREENSHOTS=all)."""
+    if _redirect(page):
+        pytest.skip("a page that forwards to another")
+    with View(browser, site, page, **VIEWS[kind]) as view:
         layout = view(LAYOUT)
-        if ALL_SHOTS:
-            view.shot(f"{kind}__" + page.replace("/", "__").replace(".html", ".png"), width)
+        if kind == "phone" or ALL_SHOTS:
+            view.shot(f"{kind}__" + page.replace("/", "__").replace(".html", ".png"), VIEWS[kind].get("width", WIDTH))
+        math = view(CUT_MATH, False) if kind == "phone" else {}
         problems = list(view.problems)
-    finally:
-        view.close()
     if kind == "dark" and layout["theme"] != "dark":
         problems.append(f"the theme is {layout['theme']!r} with a dark system setting")
+    if kind != "dark" and layout["scrollWidth"] > layout["vw"]:
+        problems.append(f"the page is {layout['scrollWidth']} px wide: " + "; ".join(layout["wide"]))
+    if kind != "dark":
+        problems += [f"table scrolls sideways: {t}" for t in layout["tables"]]
     if kind == "print":
         problems += ["sidebar printed"] * bool(layout["sidebars"]) + [f"code cut: {c}" for c in layout["cut"]]
-        problems += [f"table cut: {t}" for t in layout["tables"]]
-        if layout["scrollWidth"] > layout["vw"]:
-            problems.append(f"the printed page is {layout['scrollWidth']} px wide: " + "; ".join(layout["wide"]))
+    if kind == "phone":
+        print(f"\n{page}: {len(math['inline'])} inline and {len(math['display'])} display formulas of "
+              f"{math['total']} cut at {PHONE} px")
+        problems += [f"formula cut off: {m}" for m in math["display"] + math["inline"]]
     _fail(f"{page} ({kind})", problems)
 
 
-def test_cut_math_is_caught(site, browser):
+def test_cut_math_is_caught(site_pages, site, browser):
     """The formula check sees an inline formula wider than a phone's line, and site.js fixes it: the
     formula scrolls inside itself, shows it (a fade at the edge where more of it is hidden, left once
     it is scrolled) and keeps the punctuation after it on its line."""
-    page = next((p for p in ALL_PAGES if 'class="math' in (SITE / p).read_text(errors="replace")), None)
+    page = next(iter(_with(site_pages, 'class="math')), None)
     if page is None:
         pytest.skip("no page with formulas")
-    view = View(browser, site, page, width=PHONE, height=844, mobile=True)
-    try:
+    with View(browser, site, page, width=PHONE, height=844, mobile=True) as view:
         view(r"""() => { const p = document.createElement('p'); p.id = 'wide-test';
           p.innerHTML = 'x <span class="math">\\(' + Array(40).fill('a_{1} + b^{2}').join(' + ') + '\\)</span>. y';
           document.querySelector('main .bd-article').prepend(p); return MathJax.typesetPromise([p]); }""")
         before, after = view(CUT_MATH, True), view(CUT_MATH, False)
         view("() => window.convresFit()")
         shows = view(WIDE_MATH_SHOWN)
-    finally:
-        view.close()
     assert any("wide-test" in m for m in before["inline"]), before
     assert not any("wide-test" in m for m in after["inline"]), after
     assert shows["fade"] == ["right", "left"], f"no fade at the hidden edge of a wide formula: {shows}"
@@ -414,15 +351,13 @@ WIDE_MATH_SHOWN = r"""async () => {
 
 
 # --------------------------------------------------------------------------- the PDF
-def test_the_pdf_is_linked_and_served(site, browser):
+def test_the_pdf_is_linked_and_served(site_pages, site, browser):
     """With ``_build/html/convres.pdf`` (``make pdf``, then an HTML build), every page's download
     menu links it and the link returns the PDF; without it no page links it (no dead link)."""
     pdf = SITE / "convres.pdf"
-    if not ALL_PAGES:
-        _skip_or_fail(f"no built site at {SITE}")
     if os.environ.get("CONVRES_PDF_REQUIRED") == "1":
         assert pdf.is_file(), f"no {pdf}: run make pdf before make book (CONVRES_PDF_REQUIRED=1)"
-    pages = [p for p in ALL_PAGES if "download-buttons" in (SITE / p).read_text()]   # those with the menu
+    pages = _with(site_pages, "download-buttons")   # those with the menu
     linking = [p for p in pages if re.search(r'href="(?:\.\./)*convres\.pdf"', (SITE / p).read_text())]
     # the theme's ".pdf" item prints the page (window.print()): it must say so, PDF or not
     printing = [p for p in pages if re.search(r'btn__text-container">\.pdf<', (SITE / p).read_text())]
@@ -431,47 +366,36 @@ def test_the_pdf_is_linked_and_served(site, browser):
         assert not linking, f"pages link convres.pdf, which the site does not serve: {linking[:5]}"
         pytest.skip("the site has no PDF (make pdf needs TeX)")
     assert linking == pages, f"pages without the PDF in their menu: {sorted(set(pages) - set(linking))[:5]}"
-    view = View(browser, site, "intro.html")
-    try:
+    with View(browser, site, "intro.html") as view:
         href = view("() => { const a = document.querySelector('a[href$=\"convres.pdf\"]'); return a && a.href; }")
         head = view("async (u) => { const r = await fetch(u); const b = new Uint8Array(await r.arrayBuffer());"
                     " return [r.status, r.headers.get('content-type'), String.fromCharCode(...b.slice(0, 5)), b.length]; }",
                     href)
-    finally:
-        view.close()
     assert head[0] == 200 and head[2] == "%PDF-" and head[3] > 100_000, head
 
 
 # --------------------------------------------------------------------------- folds, phone breaks, search
-def _with(text: str) -> list[str]:
-    return [p for p in ALL_PAGES if text in (SITE / p).read_text(errors="replace")]
+def _with(pages: list[str], text: str) -> list[str]:
+    return [p for p in pages if text in (SITE / p).read_text(errors="replace")]
 
 
-def test_folded_proofs_say_what_they_prove(site, browser):
+def test_folded_proofs_say_what_they_prove(proof_page, site, browser):
     """Every folded proof is labelled "Proof of Lemma 3" (the statement just before it; site.js),
     not the theme's "Click to show", and keeps its label when opened."""
-    pages = [p for p in _with('class="toggle') if 'class="proof' in (SITE / p).read_text()]
-    if not pages:
-        _skip_or_fail("no folded proof in the built site")
-    problems = []
-    for page in pages:
-        view = View(browser, site, page)
-        try:
-            labels = view("""() => [...document.querySelectorAll('details.toggle-details')]
-              .filter(d => d.querySelector('div.proof'))
-              .map(d => d.querySelector('summary').innerText.trim())""")
-            bad = [x for x in labels if not re.fullmatch(r"Proof of [A-Z][a-z]+ \d+", x)]
-            problems += [f"{page}: a folded proof labelled {x!r}" for x in bad]
-            if labels:
-                view.page.locator("details.toggle-details:has(div.proof) > summary").first.click()
-                after = view("() => document.querySelector('details.toggle-details[open] > summary').innerText.trim()")
-                if after != labels[0]:
-                    problems.append(f"{page}: opened, the first proof is labelled {after!r}, not {labels[0]!r}")
-            problems += [f"{page}: {x}" for x in view.problems]
-        finally:
-            view.close()
-        print(f"\n{page}: {len(labels)} folded proofs, e.g. {labels[:3]}")
-    assert not problems, "\n  ".join(problems)
+    with View(browser, site, proof_page) as view:
+        labels = view("""() => [...document.querySelectorAll('details.toggle-details')]
+          .filter(d => d.querySelector('div.proof'))
+          .map(d => d.querySelector('summary').innerText.trim())""")
+        bad = [x for x in labels if not re.fullmatch(r"Proof of [A-Z][a-z]+ \d+", x)]
+        problems = [f"a folded proof labelled {x!r}" for x in bad]
+        if labels:
+            view.page.locator("details.toggle-details:has(div.proof) > summary").first.click()
+            after = view("() => document.querySelector('details.toggle-details[open] > summary').innerText.trim()")
+            if after != labels[0]:
+                problems.append(f"opened, the first proof is labelled {after!r}, not {labels[0]!r}")
+        problems += view.problems
+    print(f"\n{proof_page}: {len(labels)} folded proofs, e.g. {labels[:3]}")
+    _fail(proof_page, problems)
 
 
 # The rows of every display formula written with \phonebreak, in the order of the page (site.js
@@ -482,34 +406,25 @@ PHONE_ROWS = r"""() => MathJax.startup.document.getMathItemsWithin(document.body
   .map(m => m.typesetRoot.querySelectorAll('mjx-mtr').length)"""
 
 
-def test_phone_breaks_only_on_a_phone(site, browser):
+def test_phone_breaks_only_on_a_phone(phonebreak_page, site, browser):
     """A display formula with \\phonebreak has more rows at 390 px than at 1400 px, and a window
     resized across 36rem gets the phone's layout (site.js typesets it again); none is cut off."""
-    pages = [p for p in ALL_PAGES if "\\phonebreak" in (SITE / p).read_text(errors="replace")]
-    if not pages:
-        _skip_or_fail("no formula with \\phonebreak in the built site")
-    problems = []
-    for page in pages:
-        wide = View(browser, site, page)
-        phone = View(browser, site, page, width=PHONE, height=844, mobile=True)
-        try:
-            rows_wide, rows_phone = wide(PHONE_ROWS), phone(PHONE_ROWS)
-            if not rows_phone or len(rows_wide) != len(rows_phone) or not all(
-                    w < n for w, n in zip(rows_wide, rows_phone)):
-                problems.append(f"{page}: rows at {WIDTH} px {rows_wide}, on the phone {rows_phone}")
-            wide.page.set_viewport_size({"width": PHONE, "height": 844})
-            wide("() => new Promise(r => setTimeout(r, 800))")
-            wide(SETTLE)
-            if wide(PHONE_ROWS) != rows_phone:
-                problems.append(f"{page}: resized to {PHONE} px, rows {wide(PHONE_ROWS)}, not {rows_phone}")
-            problems += [f"{page}: formula cut off: {m}" for m in phone(CUT_MATH, False)["display"]]
-            problems += [f"{page}: {x}" for x in wide.problems + phone.problems]
-        finally:
-            wide.close()
-            phone.close()
-        print(f"\n{page}: rows of the formulas with \\phonebreak at {WIDTH} px {rows_wide}, "
-              f"at {PHONE} px {rows_phone}")
-    assert not problems, "\n  ".join(problems)
+    page, problems = phonebreak_page, []
+    with View(browser, site, page) as wide, View(browser, site, page, **PHONE_VIEW) as phone:
+        rows_wide, rows_phone = wide(PHONE_ROWS), phone(PHONE_ROWS)
+        if not rows_phone or len(rows_wide) != len(rows_phone) or not all(
+                w < n for w, n in zip(rows_wide, rows_phone)):
+            problems.append(f"rows at {WIDTH} px {rows_wide}, on the phone {rows_phone}")
+        wide.page.set_viewport_size({"width": PHONE, "height": 844})
+        wide("() => new Promise(r => setTimeout(r, 800))")
+        wide(SETTLE)
+        if wide(PHONE_ROWS) != rows_phone:
+            problems.append(f"resized to {PHONE} px, rows {wide(PHONE_ROWS)}, not {rows_phone}")
+        problems += [f"formula cut off: {m}" for m in phone(CUT_MATH, False)["display"]]
+        problems += wide.problems + phone.problems
+    print(f"\n{page}: rows of the formulas with \\phonebreak at {WIDTH} px {rows_wide}, "
+          f"at {PHONE} px {rows_phone}")
+    _fail(page, problems)
 
 
 SEARCH = r"""async (q) => {
@@ -528,17 +443,14 @@ SEARCHES = {"rank collapse": "rank_collapse.html", "certificate": "certificate.h
 
 
 @pytest.mark.parametrize("query", list(SEARCHES))
-def test_search_finds_the_chapters_first(query, site, browser):
+def test_search_finds_the_chapters_first(query, skip_or_fail, site, browser):
     """The search page ranks the chapters above the API reference for a query in words (the
     review's queries), the chapter the query names first, and API objects first for a query that
     is code (web/search_scorer.js)."""
     if not (SITE / "search.html").is_file():
-        _skip_or_fail("no search page in the built site")
-    view = View(browser, site, "search.html?q=" + query.replace(" ", "+"))
-    try:
+        skip_or_fail("no search page in the built site")
+    with View(browser, site, "search.html?q=" + query.replace(" ", "+")) as view:
         hrefs = view(SEARCH)
-    finally:
-        view.close()
     print(f"\n{query!r}: {len(hrefs)} results, the first {hrefs[:4]}")
     assert hrefs, f"no results for {query!r}"
     api = [h.startswith(("api.html", "api/", "genindex", "py-modindex")) for h in hrefs]
@@ -585,8 +497,7 @@ def _agree(js, ref) -> bool:
     return js.shape == ref.shape and bool(np.all(np.abs(js - ref) <= 1e-9 * np.maximum(ref, 1e-12 * ref[0])))
 
 
-@pytest.mark.parametrize("page", EXPLORER_PAGES or ["(no explorer)"])
-def test_live_explorer_is_convres(page, site, browser):
+def test_live_explorer_is_convres(explorer_page, site, browser):
     """The page's gradient descent, 500 steps at two settings per explorer, equals
     convres.gradient_descent on the same instance; and 500 steps at the interactive size (the
     book's figure: N = 4, n = 4, d = m = 32) take at most LIVE_MS ms of the renderer's CPU time
@@ -594,11 +505,8 @@ def test_live_explorer_is_convres(page, site, browser):
     machine)."""
     import convres
     from convres import explorers
-    if page not in ALL_PAGES:
-        _skip_or_fail("no explorer in the built site")
-    view = View(browser, site, page)
-    try:
-        for eid in _explorer_ids(page):
+    with View(browser, site, explorer_page) as view:
+        for eid in _explorer_ids(explorer_page):
             data = view(f"() => window.convresExplorers[{json.dumps(eid)}].data")
             start = data["start"]
             for v in (start, {**start, "beta": 0.0, "scale": "1/sqrt(d_qk)" if len(data["d_qks"]) > 1 else start["scale"]}):
@@ -620,9 +528,7 @@ def test_live_explorer_is_convres(page, site, browser):
                   f"(best of 7; load average {load:.1f} on {os.cpu_count()} cores)")
             if data["bank"]["family"] == "collapse":     # the interactive size: the book's figure
                 assert cpu <= LIVE_MS, f"{eid}: {LIVE_STEPS} steps take {cpu:.0f} ms of CPU"
-        _fail(page, view.problems)
-    finally:
-        view.close()
+        _fail(explorer_page, view.problems)
 
 
 #: The escape panel against convres: equal steps, except after a spike (the loss more than
@@ -631,16 +537,13 @@ def test_live_explorer_is_convres(page, site, browser):
 SPIKE, ESCAPE_RTOL = 2.0, 0.02
 
 
-@pytest.mark.parametrize("page", EXPLORER_PAGES or ["(no explorer)"])
-def test_explorer_escapes_are_convres(page, site, browser):
+def test_explorer_escapes_are_convres(explorer_page, site, browser):
     """The escape panel of every explorer, at every seed, attention scale and d_QK it offers (its
     start's step), shows the escape steps of convres.explorers.run: the numbers the chapters quote."""
     from convres import explorers
-    if page not in ALL_PAGES:
-        _skip_or_fail("no explorer in the built site")
-    view, problems = View(browser, site, page), []
-    try:
-        for eid in _explorer_ids(page):
+    problems = []
+    with View(browser, site, explorer_page) as view:
+        for eid in _explorer_ids(explorer_page):
             ex = f"window.convresExplorers[{json.dumps(eid)}]"
             data = view(f"() => {ex}.data")
             if "escape" not in data["charts"]:
@@ -658,9 +561,7 @@ def test_explorer_escapes_are_convres(page, site, browser):
                         if got != want and not (spike and got is not None and abs(got - want) <= ESCAPE_RTOL * want):
                             problems.append(f"{eid}, seed {seed}, {scale}, d_QK = {q}: escape {got} in the page, "
                                             f"{want} in convres" + (" (after a spike)" if spike else ""))
-        _fail(page, problems + view.problems)
-    finally:
-        view.close()
+        _fail(explorer_page, problems + view.problems)
 
 
 # The controls and the captions of an explorer: where each control is, which caption is shown.
@@ -685,8 +586,7 @@ DRAWN = r"""(id) => Object.fromEntries([...document.getElementById(id).querySele
 
 
 @pytest.mark.parametrize("width", [WIDTH, PHONE])
-@pytest.mark.parametrize("page", EXPLORER_PAGES or ["(no explorer)"])
-def test_explorer_plays(page, width, site, browser):
+def test_explorer_plays(explorer_page, width, site, browser):
     """Every explorer as a reader plays it: its start runs past the escape at every d_QK of its
     escape panel, its drawn curve is its run, a preset button and the prose's link set it, the
     keyboard moves a slider, the scale switch works, and no control moves when a caption changes
@@ -694,12 +594,9 @@ def test_explorer_plays(page, width, site, browser):
     the loss axis follows that setting's runs and the readout gives the loss relative to its start;
     the pointer over the loss chart, or a tap on a phone, reads the values there; the zoom on the
     floor narrows the loss axis to a few decades."""
-    if page not in ALL_PAGES:
-        _skip_or_fail("no explorer in the built site")
-    view = View(browser, site, page, width=width, height=844 if width == PHONE else HEIGHT, mobile=width == PHONE)
-    p = view.page
-    try:
-        ids, problems = _explorer_ids(page), []   # (the problems of every explorer of the page)
+    with View(browser, site, explorer_page, **(PHONE_VIEW if width == PHONE else {})) as view:
+        p = view.page
+        ids, problems = _explorer_ids(explorer_page), []   # (the problems of every explorer of the page)
         for eid in ids:
             ex = f"window.convresExplorers[{json.dumps(eid)}]"
             view(f"() => {ex}.idle()")
@@ -797,9 +694,7 @@ def test_explorer_plays(page, width, site, browser):
             if values != want or not -5 < top < 200 or (width == PHONE and bottom > screen):
                 problems.append(f"the link to {eid}/{pid} set {values} and scrolled to {top:.0f} px "
                                 f"(its first chart ends at {bottom:.0f} px)")
-        _fail(f"{page} at {width} px", problems + view.problems)
-    finally:
-        view.close()
+        _fail(f"{explorer_page} at {width} px", problems + view.problems)
 
 
 # The loss chart's axis follows the runs of the setting, not the faint previous one (it spans no
@@ -851,13 +746,12 @@ def test_saved_widgets_with_mathjax3(site, browser):
         name = f"__widget_check_{int(with_shim)}.html"
         (SITE / name).write_text(_widget_page(with_shim))
         try:
-            view = View(browser, site, name)
-            results[with_shim] = (view("""async () => {
-                const sleep = ms => new Promise(r => setTimeout(r, ms));
-                for (let t = 0; t < 100 && !document.querySelector('.widget-htmlmath'); t++) await sleep(50);
-                await sleep(300); const w = document.querySelector('.widget-htmlmath');
-                return w ? w.querySelectorAll('mjx-container').length : -1; }"""), view.problems)
-            view.close()
+            with View(browser, site, name) as view:
+                results[with_shim] = (view("""async () => {
+                  const sleep = ms => new Promise(r => setTimeout(r, ms));
+                  for (let t = 0; t < 100 && !document.querySelector('.widget-htmlmath'); t++) await sleep(50);
+                  await sleep(300); const w = document.querySelector('.widget-htmlmath');
+                  return w ? w.querySelectorAll('mjx-container').length : -1; }"""), view.problems)
         finally:
             (SITE / name).unlink()
     (typeset, problems), (_, bad) = results[True], results[False]

@@ -16,10 +16,12 @@ from convres.instances import certified_instance
 from convres.model import forward_trace
 from convres.rank import sigma_nn, spectral_norm, stacked
 from convres.width import (
+    crossing,
     events,
     gelu_second_moment,
     quadratic_lower_bound,
     width_condition,
+    width_sweep,
     worst_case,
     worst_ratio,
 )
@@ -158,6 +160,18 @@ def test_gelu_second_moment_matches_quadrature():
     assert np.all(np.diff(values) > 0) and values[-1] < 0.25
 
 
+def test_width_sweep_certifies_the_instances_of_certified_instance_and_finds_the_crossing():
+    rows = width_sweep([128, 1024], [(1, 2), (2, 2)], [3])
+    assert [(r["d"], r["N"]) for r in rows] == [(128, 1), (128, 2), (1024, 1), (1024, 2)]
+    for row in rows:
+        direct = certificate(*certified_instance(3, N=row["N"], n=row["n"], d=row["d"]))
+        assert row["ratio"] == pytest.approx(direct.ratio, rel=1e-12)
+    one = [r for r in rows if r["N"] == 1]
+    assert one[0]["ratio"] > 1 > one[1]["ratio"] and 128 < crossing([128, 1024], [r["ratio"] for r in one]) < 1024
+    assert crossing([1, 2], [2.0, 1.5]) == math.inf and crossing([4, 8], [0.5, 0.2]) == 4
+    assert crossing([1, 4], [2.0, 0.5]) == pytest.approx(2.0)
+
+
 def test_events_are_counted():
     assert sum(map(len, events(1, 2).values())) == 19
     assert sum(map(len, events(2, 2, "gaussian").values())) == 26
@@ -182,16 +196,15 @@ def test_instances_drawn_at_d_min_are_certified_by_the_command_line(capsys, N, n
     assert certified / len(seeds) >= 1 - w["delta"]
 
 
-def test_bad_arguments_name_the_setting():
-    with pytest.raises(ValueError, match="delta"):
-        worst_case(1, 2, 100, 1.5)
-    with pytest.raises(ValueError, match="1/d_qk"):
-        width_condition(1, 2, scale="1/sqrt(d_qk)")
-    with pytest.raises(ValueError, match="unknown setting"):
-        width_condition(1, 2, gamma=0.1)
-    with pytest.raises(ValueError, match="gelu and tanh"):
-        width_condition(1, 2, activation="softplus")
-    assert math.isinf(worst_ratio(2, 2, 5)[0])
+@pytest.mark.parametrize("call,name", [
+    (lambda: worst_case(1, 2, 100, 1.5), "delta"),
+    (lambda: width_condition(1, 2, scale="1/sqrt(d_qk)"), "scale"),
+    (lambda: width_condition(1, 2, gamma=0.1), "gamma"),
+    (lambda: width_condition(1, 2, activation="softplus"), "softplus"),
+], ids=["delta", "scale", "unknown", "activation"])
+def test_a_bad_setting_is_a_clear_error_naming_it(call, name, clear_error):
+    clear_error(call, name)
+    assert math.isinf(worst_ratio(2, 2, 5)[0])   # too narrow: no ratio, not an error
 
 
 def test_fixed_data_the_worst_case_dominates_the_true_centre():

@@ -3,19 +3,24 @@
 Book chapter *Jena Climate*. Every value read passes the table :data:`CHECKS` (a number, finite,
 not the ``-9999`` sentinel, within its column's physical range, :data:`JENA_BOUNDS`); the rows
 selected are in time order, and on a complete grid where one is asked for. An error names the file
-and the column (or the time), and the fix.
+and the column (or the time), and the fix. :func:`jena_data` cuts the rows into the experiment's
+windows (:class:`JenaTask`).
 """
 
 import datetime
 import hashlib
+import math
 import os
 import warnings
 import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+import torch
 
+from ..values import positive_int
 from .sources import MAX_MEMBER_BYTES, DataError, DataWarning, fetch, verify_file, zip_member
 from .sources import data_dir as data_folder
 
@@ -190,3 +195,100 @@ def standardize(values, names, *, context: str = "") -> np.ndarray:
             raise DataError(f"feature(s) {[n for n, b in zip(names, bad) if b]} {what}{context}: they cannot "
                             "be standardized; clean them, use a longer window or drop them.")
     return (x - x.mean(0)) / std
+
+
+# --- the task: windows of the past, the target one horizon ahead ---------------------------------
+#: The name of the positional feature: the age of a row in rows, 0 for the latest.
+AGE = "age (rows)"
+
+
+class JenaTask(NamedTuple):
+    """The Jena task: training windows ``X`` ``(N, window, d)``, targets ``Y`` ``(N, 1)``, the same
+    held out; row counts; ``target_std`` (the target's unit); the persistence forecast's MSE
+    (standardized); the feature names; each training target's time (for the inner split)."""
+
+    X: torch.Tensor
+    Y: torch.Tensor
+    X_val: torch.Tensor
+    Y_val: torch.Tensor
+    rows: int
+    train_rows: int
+    val_rows: int
+    target_std: float
+    persistence: dict
+    features: tuple
+    target_times: np.ndarray
+
+
+def _windows(z: np.ndarray, target: np.ndarray, window: int, horizon: int, stride: int):
+    """Windows ``z[i : i + window]`` starting every ``stride`` rows, each with the one target
+    ``target[i + window - 1 + horizon]``: ``horizon`` rows after the window's last row, so the
+    target is never an input of its window. Returns ``(X, Y, target_index)``."""
+    starts = np.arange(0, len(z) - window - horizon + 1, stride)
+    X = np.stack([z[i:i + window] for i in starts])
+    at = starts + window - 1 + horizon
+    return X, target[at][:, None], at
+
+
+def _time_of_day(index) -> np.ndarray:
+    """``(sin, cos)`` of the hour of the day, ``2 pi (hour + minute / 60) / 24``, per row."""
+    hours = (index.hour + index.minute / 60.0) * (2 * math.pi / 24)
+    return np.stack([np.sin(hours), np.cos(hours)], axis=1)
+
+
+def _with_age(X: np.ndarray) -> np.ndarray:
+    """``X`` (windows ``(N, w, d)``) with one more column, the age ``j - (w - 1)`` of row ``j``."""
+    N, w, _ = X.shape
+    age = np.broadcast_to(np.arange(-(w - 1), 1, dtype=np.float64)[None, :, None], (N, w, 1))
+    return np.concatenate([X, age], axis=2)
+
+
+def jena_data(s: dict, data_dir=None, dtype=torch.float64, *, time_of_day: bool | None = None,
+              age: bool | None = None) -> JenaTask:
+    """The :class:`JenaTask`: the rows of ``[start, end]`` at ``freq``, split at ``train_end``, each
+    feature standardized over the training rows; optional hour-of-day and age features; windows
+    every ``stride`` (held out: ``val_stride``) rows, the target ``horizon`` rows after the last."""
+    window, stride, horizon, val_stride = (positive_int(s, k) for k in ("window", "stride", "horizon",
+                                                                        "val_stride"))
+    if s.get("target") not in JENA_FEATURES:
+        raise ValueError(f"setting 'target' must be one of {JENA_FEATURES}, got {s.get('target')!r}.")
+    split = timestamp("setting 'train_end'", s["train_end"])
+    if not timestamp("setting 'start'", s["start"]) < split < timestamp("setting 'end'", s["end"]):
+        raise ValueError(f"setting 'train_end' ({s['train_end']}) must lie strictly between start "
+                         f"({s['start']}) and end ({s['end']}).")
+    time_of_day = bool(s["time_of_day"]) if time_of_day is None else time_of_day
+    age = bool(s["age"]) if age is None else age
+    df = load_jena(s["start"], s["end"], data_dir=data_dir, columns=JENA_FEATURES, freq=s["freq"])
+    train, val = df[df.index <= split], df[df.index > split]
+    need = window + horizon
+    for part, rows in (("training", train), ("held-out", val)):
+        if len(rows) < need:
+            raise DataError(f"{len(rows)} {part} rows, but a window of {window} rows with a target "
+                            f"{horizon} rows after it needs {need}; move 'train_end' or shorten the window.")
+    values = train.to_numpy(dtype=np.float64)
+    z = standardize(values, df.columns, context=f" over the training rows {s['start']} .. {s['train_end']}")
+    mean, std = values.mean(0), values.std(0)
+    zv = (val.to_numpy(dtype=np.float64) - mean) / std
+    t = list(JENA_FEATURES).index(s["target"])
+    features = tuple(JENA_FEATURES)
+    if time_of_day:
+        z, zv = np.hstack([z, _time_of_day(train.index)]), np.hstack([zv, _time_of_day(val.index)])
+        features += ("sin(hour)", "cos(hour)")
+    X, Y, at = _windows(z, z[:, t], window, horizon, stride)
+    Xv, Yv, _ = _windows(zv, zv[:, t], window, horizon, val_stride)
+    persistence = {part: float(np.mean((x[:, -1, t] - y[:, 0]) ** 2))
+                   for part, x, y in (("train", X, Y), ("val", Xv, Yv))}
+    if age:
+        X, Xv, features = _with_age(X), _with_age(Xv), features + (AGE,)
+    as_t = lambda a: torch.tensor(np.ascontiguousarray(a), dtype=dtype)  # noqa: E731
+    return JenaTask(as_t(X), as_t(Y), as_t(Xv), as_t(Yv), len(df), len(train), len(val), float(std[t]),
+                    persistence, features, train.index[at].to_numpy())
+
+
+def window_count(s: dict) -> tuple[int, int]:
+    """``(N, n)``: the number of training windows of the Jena task and their length, counted on the
+    regular time grid of ``start .. train_end`` at ``freq`` (no data loaded), as :func:`jena_data`
+    cuts them."""
+    rows = len(pd.date_range(s["start"], s["train_end"], freq=s["freq"]))
+    w, stride, horizon = (positive_int(s, k) for k in ("window", "stride", "horizon"))
+    return len(range(0, rows - w - horizon + 1, stride)), w

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from ..cache import cached_json
 from ..data import fingerprint
-from ..data.sst2 import SST2Task, sst2_data
+from ..data.sst2 import sst2_data
 from ..runtime import check_device, torch_threads
 from . import jena, rank_collapse, simulations, sst2, theorem
 from .base import (
@@ -23,18 +23,12 @@ from .base import (
     VERDICTS,
     Experiment,
     Result,
-    Shape,
     check_settings,
-    measured_rate,
-    output_rows,
 )
-from .jena import JenaTask, jena_data
-from .simulations import escape_law
-from .sst2_baselines import pooled_baseline
+from .jena import jena_data
 
-__all__ = ["Experiment", "Result", "Shape", "EXPERIMENTS", "PROFILES", "VERDICTS", "SUMMARY_KEYS",
-           "settings", "run_experiment", "claims", "measured_rate", "output_rows", "escape_law",
-           "jena_data", "JenaTask", "sst2_data", "SST2Task", "pooled_baseline"]
+__all__ = ["Experiment", "Result", "EXPERIMENTS", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "settings",
+           "run_experiment", "claims", "jena_data", "sst2_data"]
 
 #: Every experiment of the book, by name.
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (

@@ -21,10 +21,10 @@ from ..model import ModelConfig
 from ..protocol import ALTERNATIVES, BOOTSTRAP_DRAWS, CHECKS, CLAIMS, MIN_UNITS, RERUN_FACTOR, TAG, Claim
 from ..show import plain
 from ..stats import GRADES, Estimate, censored, estimate, grade, tune_step
-from ..values import as_int, json_safe
+from ..values import as_int, json_safe, positive_int
 
 __all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
-           "RESULT_FORMAT", "check_settings", "measured_rate", "finite_list", "dtype_of", "stable",
+           "RESULT_FORMAT", "profiles", "check_settings", "finite_list", "dtype_of", "stable",
            "spread", "level_steps", "positive_int", "output_rows", "shared_by_pieces", "RUN_CONTEXT",
            "rerun_diverged", "tune_arms", "spread_row", "probe_count", "step_table",
            "CheckResult", "design_check", "ClaimRecord", "claim_record", "protocol_stamp", "protocol_summary",
@@ -56,6 +56,11 @@ class Shape:
     note: str = ""
 
 
+def profiles(book: dict, *, paper: dict | None = None, smoke: dict) -> dict[str, dict]:
+    """The settings per profile (:data:`PROFILES`): ``book``, and ``paper`` and ``smoke`` as changes to it."""
+    return {"book": book, "paper": {**book, **(paper or {})}, "smoke": {**book, **smoke}}
+
+
 def _no_report(result: Result) -> dict:
     return {"settings": None, "spread": [], "runs": len(result.data.get("runs", [])), "deviations": []}
 
@@ -75,8 +80,8 @@ class Experiment:
     chapter: str
     profiles: Mapping[str, dict]
     run: Callable[..., dict]
-    key_numbers: Callable[[Result], dict]
-    claims: Callable[[Result], list]
+    key_numbers: Callable[[Result], dict] = lambda result: {}
+    claims: Callable[[Result], list] = lambda result: []
     plot: Callable[[Result], Any] | None = None
     shapes: Callable[[dict], list] = lambda settings: []
     report: Callable[[Result], dict] = _no_report
@@ -158,10 +163,9 @@ def check_settings(name: str, s: dict) -> None:
                     or (key == "eta_grid" and v == 0):
                 raise ValueError(f"setting {key!r} of {name!r} must hold finite numbers "
                                  f"{'> 0' if key == 'eta_grid' else '>= 0'}, got {v!r}.")
+    for key in ("betas", "eta_grid", "seeds"):
         if key in s and len(set(s[key])) != len(s[key]):
             raise ValueError(f"setting {key!r} of {name!r} has repeated values: {s[key]!r}.")
-    if len(set(s.get("seeds", []))) != len(s.get("seeds", [])):
-        raise ValueError(f"setting 'seeds' of {name!r} has repeated values: {s['seeds']!r}.")
     if set(s.get("seeds", [])) & set(s.get("probe_seeds", [])):
         raise ValueError(f"setting 'probe_seeds' of {name!r} ({s['probe_seeds']}) must not share a seed with "
                          f"'seeds' ({s['seeds']}): the steps are chosen on seeds that are not evaluated.")
@@ -172,18 +176,6 @@ def output_rows(cfg: ModelConfig, X: torch.Tensor) -> int:
     sequences x tokens per token. Step sizes are written ``mu = eta / R``: ``eta`` is the step on
     the loss averaged over the rows, so a grid of ``eta`` means the same at every size."""
     return X.shape[0] if cfg.pool == "mean" else X.shape[0] * X.shape[1]
-
-
-def measured_rate(loss, floor: float = 1e-20) -> float:
-    """Average per-step linear rate ``r`` with ``Phi_t ~ Phi_0 (1 - r)^t``, measured from ``t = 0``
-    to the last step before the loss first reaches ``floor`` (float64 round-off): ``r = 1 -
-    (Phi_T / Phi_0)^(1/T)``."""
-    loss = np.asarray(loss, dtype=np.float64)
-    below = np.nonzero(loss <= floor)[0]
-    T = (int(below[0]) if len(below) else len(loss)) - 1
-    if T < 1:
-        return float("nan")
-    return float(1.0 - (loss[T] / loss[0]) ** (1.0 / T))
 
 
 def finite_list(x) -> list:
@@ -289,11 +281,6 @@ def probe_count(s: dict, step_sizes: list[dict]) -> int:
 def step_table(step_sizes: list[dict], keys: Sequence[str]) -> list[dict]:
     """The step tunings with their fields ``keys`` only (``None`` where one lacks a field)."""
     return [{k: t.get(k) for k in keys} for t in step_sizes]
-
-
-def positive_int(s: dict, key: str) -> int:
-    """Setting ``key`` as a positive integer."""
-    return as_int(f"setting {key!r}", s.get(key), minimum=1)
 
 
 #: The experiment in progress (set by ``run_experiment``): the fingerprint of its data files, and

@@ -10,13 +10,13 @@ log-loss ``(1/T) sum_t log10(max(Phi_t / Phi_0, 1e-12))`` (protocol v4, section 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from ..data import JENA_ALL_FEATURES, JENA_FEATURES, DataError, load_jena, standardize, timestamp
-from ..gd import sweep
+from ..data import JENA_ALL_FEATURES, JENA_FEATURES, timestamp
+from ..data.jena import AGE, JenaTask, jena_data, window_count
+from ..gd import chunk_size, sweep
 from ..model import ModelConfig, attention_scale, forward_trace, init_params, param_shapes
 from ..plotting import plot_jena
 from ..protocol import (
@@ -30,6 +30,7 @@ from ..protocol import (
 )
 from ..runtime import check_device
 from ..stats import ProbeRun, estimate, grade, kendall_tau, log_ratio, mean_log_loss, steps_to
+from ..values import positive_int
 from .base import (
     CheckResult,
     ClaimRecord,
@@ -41,7 +42,6 @@ from .base import (
     dtype_of,
     finite_list,
     level_steps,
-    positive_int,
     probe_count,
     protocol_summary,
     rerun_diverged,
@@ -54,92 +54,6 @@ from .base import (
 
 __all__ = ["EXPERIMENT", "JenaTask", "jena_data", "window_count", "linear_ar", "order_blind", "rerun",
            "claim_records", "speed", "persistence_weights", "AGE"]
-
-#: The name of the positional feature: the age of a row in rows, 0 for the latest.
-AGE = "age (rows)"
-
-
-class JenaTask(NamedTuple):
-    """The Jena task: training windows ``X`` ``(N, window, d)``, targets ``Y`` ``(N, 1)``, the same
-    held out; row counts; ``target_std`` (the target's unit); the persistence forecast's MSE
-    (standardized); the feature names; each training target's time (for the inner split)."""
-
-    X: torch.Tensor
-    Y: torch.Tensor
-    X_val: torch.Tensor
-    Y_val: torch.Tensor
-    rows: int
-    train_rows: int
-    val_rows: int
-    target_std: float
-    persistence: dict
-    features: tuple
-    target_times: np.ndarray
-
-
-def _windows(z: np.ndarray, target: np.ndarray, window: int, horizon: int, stride: int):
-    """Windows ``z[i : i + window]`` starting every ``stride`` rows, each with the one target
-    ``target[i + window - 1 + horizon]``: ``horizon`` rows after the window's last row, so the
-    target is never an input of its window. Returns ``(X, Y, target_index)``."""
-    starts = np.arange(0, len(z) - window - horizon + 1, stride)
-    X = np.stack([z[i:i + window] for i in starts])
-    at = starts + window - 1 + horizon
-    return X, target[at][:, None], at
-
-
-def _time_of_day(index) -> np.ndarray:
-    """``(sin, cos)`` of the hour of the day, ``2 pi (hour + minute / 60) / 24``, per row."""
-    hours = (index.hour + index.minute / 60.0) * (2 * math.pi / 24)
-    return np.stack([np.sin(hours), np.cos(hours)], axis=1)
-
-
-def _with_age(X: np.ndarray) -> np.ndarray:
-    """``X`` (windows ``(N, w, d)``) with one more column, the age ``j - (w - 1)`` of row ``j``."""
-    N, w, _ = X.shape
-    age = np.broadcast_to(np.arange(-(w - 1), 1, dtype=np.float64)[None, :, None], (N, w, 1))
-    return np.concatenate([X, age], axis=2)
-
-
-def jena_data(s: dict, data_dir=None, dtype=torch.float64, *, time_of_day: bool | None = None,
-              age: bool | None = None) -> JenaTask:
-    """The :class:`JenaTask`: the rows of ``[start, end]`` at ``freq``, split at ``train_end``, each
-    feature standardized over the training rows; optional hour-of-day and age features; windows
-    every ``stride`` (held out: ``val_stride``) rows, the target ``horizon`` rows after the last."""
-    window, stride, horizon, val_stride = (positive_int(s, k) for k in ("window", "stride", "horizon",
-                                                                        "val_stride"))
-    if s.get("target") not in JENA_FEATURES:
-        raise ValueError(f"setting 'target' must be one of {JENA_FEATURES}, got {s.get('target')!r}.")
-    split = timestamp("setting 'train_end'", s["train_end"])
-    if not timestamp("setting 'start'", s["start"]) < split < timestamp("setting 'end'", s["end"]):
-        raise ValueError(f"setting 'train_end' ({s['train_end']}) must lie strictly between start "
-                         f"({s['start']}) and end ({s['end']}).")
-    time_of_day = bool(s["time_of_day"]) if time_of_day is None else time_of_day
-    age = bool(s["age"]) if age is None else age
-    df = load_jena(s["start"], s["end"], data_dir=data_dir, columns=JENA_FEATURES, freq=s["freq"])
-    train, val = df[df.index <= split], df[df.index > split]
-    need = window + horizon
-    for part, rows in (("training", train), ("held-out", val)):
-        if len(rows) < need:
-            raise DataError(f"{len(rows)} {part} rows, but a window of {window} rows with a target "
-                            f"{horizon} rows after it needs {need}; move 'train_end' or shorten the window.")
-    values = train.to_numpy(dtype=np.float64)
-    z = standardize(values, df.columns, context=f" over the training rows {s['start']} .. {s['train_end']}")
-    mean, std = values.mean(0), values.std(0)
-    zv = (val.to_numpy(dtype=np.float64) - mean) / std
-    t = list(JENA_FEATURES).index(s["target"])
-    features = tuple(JENA_FEATURES)
-    if time_of_day:
-        z, zv = np.hstack([z, _time_of_day(train.index)]), np.hstack([zv, _time_of_day(val.index)])
-        features += ("sin(hour)", "cos(hour)")
-    X, Y, at = _windows(z, z[:, t], window, horizon, stride)
-    Xv, Yv, _ = _windows(zv, zv[:, t], window, horizon, val_stride)
-    persistence = {part: float(np.mean((x[:, -1, t] - y[:, 0]) ** 2))
-                   for part, x, y in (("train", X, Y), ("val", Xv, Yv))}
-    if age:
-        X, Xv, features = _with_age(X), _with_age(Xv), features + (AGE,)
-    as_t = lambda a: torch.tensor(np.ascontiguousarray(a), dtype=dtype)  # noqa: E731
-    return JenaTask(as_t(X), as_t(Y), as_t(Xv), as_t(Yv), len(df), len(train), len(val), float(std[t]),
-                    persistence, features, train.index[at].to_numpy())
 
 
 # --- baselines ---------------------------------------------------------------------------------
@@ -250,19 +164,11 @@ def _init(s: dict, d: int, seed: int, dtype) -> dict:
     return params
 
 
-#: How many configurations of one shape run as one stack (:func:`convres.gd.sweep`'s ``chunk``) while
-#: one configuration's activations ``N n (d + d_QK + m + n)`` are at most :data:`STACK_ENTRIES`, and
-#: one at a time above. Measured with float32 on one busy thread (CPU time per run-step): the book's
-#: windows (N = 503, 136,000 entries) ran about 10% faster in stacks of 5 to 30 than one at a time, no
-#: difference between 5 and 30; every window (N = 3,013, 815,000 entries) ran 1.4 times *slower* in a
-#: stack of 9 (12.4 against 17.0 ms): there the products are large and a stack only adds memory traffic.
+#: Jena's stacks (:func:`convres.gd.chunk_size`'s ``most`` and ``limit``). Measured with float32 on one
+#: busy thread (CPU time per run-step): the book's windows (N = 503, 136,000 entries) ran about 10%
+#: faster in stacks of 5 to 30 than one at a time; every window (N = 3,013, 815,000 entries) ran 1.4
+#: times *slower* in a stack of 9 (12.4 against 17.0 ms): large products, only more memory traffic.
 STACK, STACK_ENTRIES = 16, 200_000
-
-
-def _chunk(cfg: ModelConfig, X, count: int) -> int:
-    """The stack size for ``count`` configurations of ``cfg`` on windows ``X`` (:data:`STACK`)."""
-    N, n, _ = X.shape
-    return min(STACK, count) if N * n * (cfg.d + cfg.d_qk + cfg.m + n) <= STACK_ENTRIES else 1
 
 
 def _runs(s: dict, X, Y, arms, steps: int, *, progress=False, device=None) -> list[dict]:
@@ -272,8 +178,9 @@ def _runs(s: dict, X, Y, arms, steps: int, *, progress=False, device=None) -> li
     if not arms:
         return []
     cfgs = [_config(s, d, b) for b, _, _ in arms]
+    chunk = chunk_size(cfgs[0], X, len(arms), limit=STACK_ENTRIES, most=STACK)
     out = sweep([_init(s, d, sd, X.dtype) for _, sd, _ in arms], X, Y, cfgs, [eta / N for *_, eta in arms],
-                steps, progress=progress, device=device, chunk=_chunk(cfgs[0], X, len(arms)))
+                steps, progress=progress, device=device, chunk=chunk)
     return [{"beta": b, "seed": sd, "eta": eta, "status": h.status, "mse": 2 * h.loss / N, "params": p}
             for (b, sd, eta), (p, h) in zip(arms, out)]
 
@@ -438,17 +345,6 @@ def rerun(s: dict, beta: float, seed: int, eta: float, steps: int, *, data_dir=N
     task = jena_data(s, data_dir, dtype_of(s))
     [r] = _runs(s, task.X, task.Y, [(beta, seed, eta)], steps)
     return finite_list(r["mse"])
-
-
-def window_count(s: dict) -> tuple[int, int]:
-    """``(N, n)``: the number of training windows of the Jena task and their length, counted on the
-    regular time grid of ``start .. train_end`` at ``freq`` (no data loaded), as :func:`jena_data`
-    cuts them."""
-    import pandas as pd
-
-    rows = len(pd.date_range(s["start"], s["train_end"], freq=s["freq"]))
-    w, stride, horizon = (positive_int(s, k) for k in ("window", "stride", "horizon"))
-    return len(range(0, rows - w - horizon + 1, stride)), w
 
 
 def _features(s: dict) -> int:

@@ -1,22 +1,15 @@
 """Simulations: the escape from the rank-one floor against d_QK, and beta in three named regimes.
 
-Book chapter *Simulations* (``book/simulations.md``), protocol v4 (claims S1-S5). Gaussian data;
-for one seed the same initial weights for every beta and step (a paired design). Two parts:
-
-- **three named regimes** (wide: ``N n <= d``; narrow: ``N n = 4 d``; near-uniform attention) and
-  the sweep of beta: speed is the *mean log-loss* (decades), with ``sigma_min(Z_0)`` and the rate
-  over the linear phase (:func:`linear_rate`), the paper's mechanism;
-- **the escape law**: the *escape time* from the rank-one floor, the first step with ``Phi_t <
-  ESCAPE x floor``, against ``d_QK`` at both attention scales; :func:`escape_fit` fits ``T = a + b
-  d_QK^p``, an empirical fit.
-
-Every arm runs at its own tuned step ``mu = eta / (N n)`` (protocol v4, section 2), the regimes also
-at a common step; an arm with a diverged run is rerun at half its step (:data:`HALVINGS` at most).
+Book chapter *Simulations* (``book/simulations.md``), protocol v4 (claims S1-S5); Gaussian data,
+for one seed the same initial weights for every beta and step. Three named regimes with the sweep of
+beta (speed: the mean log-loss; mechanism: ``sigma_min(Z_0)``, :func:`convres.stats.linear_rate`),
+and the escape law: the first step with ``Phi_t < ESCAPE x floor`` against ``d_QK`` (:func:`escape_fit`).
+Every arm runs at its own tuned step ``mu = eta / (N n)``, the regimes also at a common step; an
+arm with a diverged run is rerun at half its step (:data:`HALVINGS` at most).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -24,12 +17,12 @@ import torch
 
 from ..collapse import rank_one_floor
 from ..gd import History, sweep
-from ..instances import simulations_instance
-from ..model import ModelConfig, attention_scale, forward_trace
+from ..instances import qk_reduced, simulations_instance
+from ..model import forward_trace
 from ..plotting import plot_simulations
 from ..protocol import LOG_LOSS_FLOOR, PROBE_HORIZON_MAX, PROBE_SEEDS, RERUN_FACTOR
 from ..rank import extreme_singular_values
-from ..stats import ProbeRun, censored, estimate, kendall_tau, mean_log_loss, steps_to
+from ..stats import ProbeRun, censored, estimate, kendall_tau, linear_rate, mean_log_loss, power_law, steps_to
 from .base import (
     Experiment,
     Result,
@@ -47,7 +40,7 @@ from .base import (
 )
 
 __all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "STOP", "ESCAPE_STOP", "LINEAR_PHASE", "HALVINGS", "speed",
-           "instance", "linear_rate", "escape_law", "escape_fit", "power_fit", "spot_check",
+           "instance", "escape_law", "escape_fit", "spot_check",
            "reruns", "second_pass", "halvings", "claim_records", "stalled", "qk_reduced", "SCALE_TEX"]
 
 #: Sensitivity measures: the steps to these fractions of the initial loss.
@@ -65,26 +58,6 @@ LINEAR_PHASE = (1e-3, 1e-9)
 #: An arm with a diverged evaluation run is rerun at ``RERUN_FACTOR`` (half) its step at most this
 #: many times.
 HALVINGS = 3
-#: The step-size grid grows at most this many times per arm beyond ``eta_grid``.
-EXTEND = 8
-
-
-def linear_rate(loss, mu: float) -> float | None:
-    """The rate of a run over its linear phase, per unit of ``mu t``: ``ln(Phi_a / Phi_b) / (mu (b -
-    a))`` with ``a`` the first step at or below ``LINEAR_PHASE[0] Phi_0`` and ``b`` the first at or
-    below ``LINEAR_PHASE[1] Phi_0`` (the last step if none). A run that never reaches
-    ``LINEAR_PHASE[0]`` gets its average rate over the whole run, ``ln(Phi_0 / Phi_T) / (mu T)``.
-    ``None`` for a run of no step."""
-    v = [float(x) for x in loss]
-    if len(v) < 2:
-        return None
-    a = steps_to(v, LINEAR_PHASE[0])
-    if a is None or a == len(v) - 1:
-        a, b = 0, len(v) - 1
-    else:
-        hit = steps_to(v, LINEAR_PHASE[1])
-        b = len(v) - 1 if hit is None else hit
-    return float(math.log(v[a] / v[b]) / (mu * (b - a)))
 
 
 def speed(loss, floor: float, horizon: int, *, diverged: bool = False) -> dict:
@@ -103,34 +76,16 @@ def _steps(run: dict, key: str) -> tuple[float, bool]:
 
 
 def instance(s: dict, N: int, d_qk: int, scale: str, seed: int):
-    """``(params, X, Y, cfg)`` of ``seed`` in a cell of the experiment with settings ``s`` (``N``
-    sequences, ``d_QK``, attention ``scale``): :func:`convres.instances.simulations_instance`, the
-    same weights for every beta and step (``cfg.beta = 0``; ``cfg.with_residual(b)`` for another)."""
+    """:func:`convres.instances.simulations_instance` of ``seed`` in a cell (``N``, ``d_QK``, ``scale``)
+    of the settings ``s``, ``cfg.beta = 0`` (the same weights for every beta: ``cfg.with_residual``)."""
     return simulations_instance(seed, N=N, n=s["n"], d=s["d"], m=s["m"], d_qk=d_qk, scale=scale,
                                 activation=s["activation"], beta=0.0, dtype=dtype_of(s))
-
-
-def qk_reduced(params: dict, cfg: ModelConfig) -> tuple[dict, ModelConfig]:
-    """The same gradient-descent problem with ``W_Q, W_K`` of ``2 d`` columns instead of ``d_QK >
-    2 d``: exact in exact arithmetic. The logits use ``W_Q W_K^T`` only, and the gradient step
-    is ``[W_Q; W_K] <- (I - mu [[0, M], [M^T, 0]]) [W_Q; W_K]`` with ``M = sum_i X_i^T G_i X_i``
-    (``G_i`` the logits' gradient), so ``W(t) = P_t W(0)`` for a ``2d x 2d`` matrix ``P_t`` and the
-    run depends on ``W(0) = [W_Q; W_K]`` only through ``W(0) W(0)^T``. With ``W(0)^T = Q R`` (QR,
-    ``R`` of ``2d x 2d``), ``W(0)`` is replaced by ``R^T``: the same Gram matrix, the same run. The
-    scale ``s`` stays the number of the original ``d_QK``. Returns ``(params, cfg)`` unchanged when
-    ``d_QK <= 2 d`` or with more than one block."""
-    if cfg.L != 1 or cfg.d_qk <= 2 * cfg.d:
-        return params, cfg
-    W = torch.cat([params["layer1.W_Q"], params["layer1.W_K"]])             # (2d, d_QK)
-    R = torch.linalg.qr(W.T, mode="r").R                                   # W^T = Q R
-    out = dict(params, **{"layer1.W_Q": R.T[:cfg.d].contiguous(), "layer1.W_K": R.T[cfg.d:].contiguous()})
-    return out, dataclasses.replace(cfg, d_qk=2 * cfg.d, scale=attention_scale(cfg))
 
 
 def _runs(s, N, d_qk, scale, jobs, steps, stop, *, device=None) -> list[tuple]:
     """Gradient descent for every ``(beta, eta, seed)`` of ``jobs`` in one sweep, each stopped at
     ``stop`` of its start: ``[(beta, eta, seed, X, Y, params_0, cfg, History)]``. At ``d_QK > 2 d``
-    the runs are those of :func:`qk_reduced` (the same runs, at the cost of ``d_QK = 2 d``)."""
+    the runs are those of :func:`convres.instances.qk_reduced` (the same, at the cost of ``d_QK = 2 d``)."""
     drawn = {}
     for seed in sorted({j[2] for j in jobs}):
         p0, X, Y, cfg = instance(s, N, d_qk, scale, seed)
@@ -144,21 +99,12 @@ def _runs(s, N, d_qk, scale, jobs, steps, stop, *, device=None) -> list[tuple]:
             for (b, eta, k), cfg, (_, h) in zip(jobs, cfgs, out)]
 
 
-def _sigma_min_Z0(params, X, cfg) -> float:
-    """``sigma_min`` of the stacked attention output ``Z = S X W_V + beta X`` at initialization (the
-    smallest of its ``min(N n, d)`` singular values)."""
-    with torch.no_grad():
-        Z = forward_trace(params, X, cfg).Z[0]
-    return float(extreme_singular_values(Z)[0])
-
-
 # --- step sizes ------------------------------------------------------------------------------------
 
 def _probe_runs(s, N, d_qk, scale, pairs, T, measure, device) -> dict:
-    """``{(beta, eta): [ProbeRun or None per probe seed]}`` for the ``(beta, eta)`` of ``pairs``, run
-    ``T`` steps on the probe seeds in one sweep. ``measure`` ``"mean log-loss"``: the score is the
-    mean log-loss over ``T`` steps, reached once the run is at ``LEVELS[0]`` of its start;
-    ``"escape"``: the escape step, ``T`` when censored. ``None``: diverged or ended above its start."""
+    """``{(beta, eta): [ProbeRun or None per probe seed]}`` of ``pairs``, ``T`` steps in one sweep;
+    the score: the mean log-loss (reached at ``LEVELS[0]``), or the escape step (``T`` if censored).
+    ``None``: diverged or ended above its start."""
     stop = STOP if measure == "mean log-loss" else ESCAPE_STOP
     jobs = [(b, e, k) for b, e in pairs for k in s["probe_seeds"]]
     out: dict = {}
@@ -182,7 +128,7 @@ def _tuned(s, N, d_qk, scale, betas, measure, horizon, device) -> dict:
         def probe_runs(pairs, T):
             return _probe_runs(s, N, d_qk, scale, pairs, T, measure, device)
         tuned = tune_arms(betas, s["eta_grid"], probe_runs, horizon=horizon,
-                          max_horizon=PROBE_HORIZON_MAX * horizon, extend=EXTEND)
+                          max_horizon=PROBE_HORIZON_MAX * horizon)
         return [[b, t] for b, t in tuned.items()]
 
     # the same for every pass of a run in pieces: the setting ``halve`` does not enter the tuning
@@ -210,8 +156,11 @@ def _record(beta, eta, seed, X, Y, p0, cfg, h: History, *, N, s, horizon, curve,
     run = dict(beta=beta, eta=eta, seed=seed, status=h.status, diverged=diverged,
                diverged_at=h.diverged_at, **speed(h.loss, floor, horizon, diverged=diverged),
                floor_ratio=floor / float(h.loss[0]), loss0=float(h.loss[0]))
-    if mechanism:
-        run.update(sigma_min_Z0=_sigma_min_Z0(p0, X, cfg), rate=None if diverged else linear_rate(h.loss, mu))
+    if mechanism:       # sigma_min of the stacked Z_0 = S X W_V + beta X: the smallest of min(N n, d)
+        with torch.no_grad():
+            Z = forward_trace(p0, X, cfg).Z[0]
+        run.update(sigma_min_Z0=float(extreme_singular_values(Z)[0]),
+                   rate=None if diverged else linear_rate(h.loss, mu, phase=LINEAR_PHASE))
     if curve:
         run["loss"] = finite_list(h.loss)
     return run
@@ -219,10 +168,9 @@ def _record(beta, eta, seed, X, Y, p0, cfg, h: History, *, N, s, horizon, curve,
 
 def _evaluate(s, where, N, d_qk, scale, arms: dict, horizon, stop, *, follows=None, halve=None,
               mechanism=False, curves=(), device=None) -> dict:
-    """The runs ``{key: records}`` of the ``arms`` ``{key: (beta, eta)}`` of one shape (``where``) on
-    every seed with the reruns of :func:`convres.experiments.base.rerun_diverged` (``follows``: see
-    there); ``halve`` (:func:`halvings`) starts an arm and its followers at a smaller step. Each
-    record keeps its arm's ``tuned_eta`` and ``diverged_before`` (its larger steps that diverged)."""
+    """The runs ``{key: records}`` of ``arms`` ``{key: (beta, eta)}`` of the shape ``where`` on every
+    seed, with the reruns of :func:`convres.experiments.base.rerun_diverged`, started at a smaller step
+    by ``halve`` (:func:`halvings`); each record keeps ``tuned_eta`` and ``diverged_before``."""
     follows, halve = follows or {}, halve or {}
 
     def start(key):
@@ -248,9 +196,8 @@ def _evaluate(s, where, N, d_qk, scale, arms: dict, horizon, stop, *, follows=No
 
 
 def reruns(res: Result) -> list[dict]:
-    """The arms run at a smaller step than their tuned one: ``where``, ``arm`` ``[protocol, beta]``,
-    the tuned ``eta``, the ``diverged_seeds``, the ``rerun_seeds`` and their ``rerun_eta``, and
-    ``every_seed`` (every seed at one smaller step, as the protocol asks; pieces rerun their own)."""
+    """The arms run below their tuned step: ``where``, ``arm`` ``[protocol, beta]``, tuned ``eta``,
+    ``diverged_seeds``, ``rerun_seeds``, ``rerun_eta``, ``every_seed`` (all at one smaller step)."""
     rows = []
     for where, protocols in _places_run(res):
         for protocol, runs in protocols.items():
@@ -273,16 +220,12 @@ def _places_run(res: Result) -> list[tuple[str, dict]]:
         [(_where(c["scale"], c["d_qk"]), c["runs"]) for c in res.data["escape"]]
 
 
-def _places(s: dict) -> list[str]:
-    """The regimes and the escape-law cells, as :func:`reruns` names them."""
-    return [r["name"] for r in s["regimes"]] + [_where(sc, d_qk) for sc in s["scales"] for d_qk in s["d_qks"]]
-
-
 def halvings(s: dict) -> dict:
     """The setting ``halve`` as ``{(where, protocol, beta): times}``: each entry ``[where, protocol,
     beta, times]`` starts that arm and its followers at ``RERUN_FACTOR ** times`` its tuned step, on
     every seed (:func:`second_pass` writes it)."""
-    places, out = _places(s), {}
+    places = [r["name"] for r in s["regimes"]] + [_where(sc, q) for sc in s["scales"] for q in s["d_qks"]]
+    out = {}
     for entry in s.get("halve") or []:
         ok = isinstance(entry, (list, tuple)) and len(entry) == 4
         where, protocol, beta, times = entry if ok else (None,) * 4
@@ -347,9 +290,8 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
 
 
 def spot_check(res: Result, seed: int | None = None) -> tuple[dict, dict]:
-    """``(stored, again)``: the record of the run of ``beta = 0`` at scale ``1/d_QK``, the largest
-    ``d_QK``, its tuned step and ``seed`` (default: the last), and the same run computed again (without
-    its curve): the check of a committed result where the runs are slowest and closest to instability."""
+    """``(stored, again)``: the record of ``beta = 0`` at scale ``1/d_QK``, the largest ``d_QK``, its
+    tuned step and ``seed`` (default: the last), and that run again (no curve): the slowest runs."""
     s = res.settings
     cell = next(c for c in res.data["escape"] if c["scale"] == "1/d_qk" and c["d_qk"] == max(s["d_qks"]))
     seed = s["seeds"][-1] if seed is None else seed
@@ -364,39 +306,6 @@ def spot_check(res: Result, seed: int | None = None) -> tuple[dict, dict]:
 def _escape_time(run: dict) -> float:
     """The escape step of a run, at least 1 (an escape at step 0: the start is below the line)."""
     return max(_steps(run, "escape")[0], 1.0)
-
-
-def power_fit(d, T, *, fine: bool = True) -> dict:
-    """The empirical fit ``T = a + b d^p`` (``a, b >= 0``) to the times ``T[i][j]`` of unit ``i`` at
-    ``d[j]`` (``nan``: left out), by least squares on ``log T`` (the times span decades, and a ratio
-    counts the same above and below). With ``a = rho b d_min^p``, for each ``(p, rho)`` of a grid the
-    best ``log b`` is the mean of ``log T - log(rho d_min^p + d^p)``; a coarse grid, then finer ones
-    around the best (``fine``: 0.001 in ``p``) until the best stays. Returns ``{"a", "b", "p"}``."""
-    x = np.tile(np.asarray(d, dtype=np.float64), (len(T), 1)).ravel()
-    y = np.asarray(T, dtype=np.float64).ravel()
-    keep = np.isfinite(y)
-    x, ly = x[keep], np.log(y[keep])
-    lx = np.log(x)
-
-    def best(ps, rhos):
-        P, R = ps[:, None, None], rhos[None, :, None]
-        g = np.log(R * x.min() ** P + np.exp(P * lx))             # (p, rho, unit)
-        lb = (ly - g).mean(axis=-1)
-        err = ((ly - g - lb[..., None]) ** 2).sum(axis=-1)
-        i, j = np.unravel_index(int(np.argmin(err)), err.shape)
-        return float(ps[i]), float(rhos[j]), float(lb[i, j])
-
-    rhos = np.concatenate([[0.0], np.logspace(-3, 3, 25)])
-    p, rho, lb = best(np.arange(0.0, 3.0001, 0.02), rhos)
-    dp, n_rho = (0.001, 201) if fine else (0.005, 41)
-    for _ in range(8):                                # down the valley where a and p trade off
-        near = rho * np.logspace(-0.5, 0.5, n_rho) if rho > 0 else np.array([0.0, 1e-4, 1e-3])
-        step = best(np.arange(max(p - 0.03, 0.0), min(p + 0.03, 3.0) + dp / 2, dp), near)
-        if step[:2] == (p, rho):
-            break
-        p, rho, lb = step
-    b = math.exp(lb)
-    return {"a": rho * b * float(x.min()) ** p, "b": b, "p": p}
 
 
 def _cells(res: Result, scale: str, protocol: str) -> list[dict]:
@@ -441,35 +350,22 @@ def escape_law(res: Result, scale: str, beta: float = 0.0, protocol: str = "tune
     return out
 
 
-def _finite_estimate(e: np.ndarray):
-    """:func:`convres.stats.estimate` of the finite per-seed values of ``e`` (the others left out)."""
-    return estimate([float(x) for x in e if np.isfinite(x)], min_units=2)
-
-
 def escape_fit(res: Result, *, draws: int = 1000) -> dict:
-    """The fit ``T = a + b d_QK^p`` (:func:`power_fit`, reported, not graded) of the escape time of
-    ``beta = 0`` at scale ``1/d_QK`` in units of ``mu t``, with a bootstrap interval for ``p`` over
-    the seeds; the local slopes ``log(T_hi / T_lo) / log(d_hi / d_lo)`` and per ``d_QK`` ``log2(T(eta
-    / 2) / T(eta))`` (1 when ``T`` scales as ``1 / mu``). Censored and diverged runs are left out."""
+    """The fit ``T = a + b d_QK^p`` (:func:`convres.stats.power_law`, reported, not graded) of the
+    escape time of ``beta = 0`` at scale ``1/d_QK`` in units of ``mu t``, with its local slopes, and
+    per ``d_QK`` ``log2(T(eta / 2) / T(eta))`` (1 when ``T`` scales as ``1 / mu``). Censored and
+    diverged runs are left out."""
     d, T = _times(res, "1/d_qk", 0.0, "tuned", mu_units=True)
-    fit = power_fit(d, T)
-    rng = np.random.default_rng(0)
-    boot = [power_fit(d, T[rng.integers(0, len(T), len(T))], fine=False)["p"] for _ in range(draws)]
-    slopes = []
-    for j in range(len(d) - 1):
-        est = _finite_estimate(np.log(T[:, j + 1] / T[:, j]) / math.log(d[j + 1] / d[j]))
-        slopes.append({"d_lo": d[j], "d_hi": d[j + 1], "slope": est.effect, "ci": [est.lo, est.hi],
-                       "units": est.units, "method": est.method})
+    law = power_law(d, T, draws=draws)
     dh, Th = _times(res, "1/d_qk", 0.0, "half", mu_units=False)
     _, Ts = _times(res, "1/d_qk", 0.0, "tuned", mu_units=False)
     halves = []
     for j, q in enumerate(dh):
-        est = _finite_estimate(np.log2(Th[:, j] / Ts[:, d.index(q)]))
+        v = np.log2(Th[:, j] / Ts[:, d.index(q)])
+        est = estimate([float(x) for x in v if np.isfinite(x)], min_units=2)
         halves.append({"d_qk": q, "log2_ratio": est.effect, "ci": [est.lo, est.hi], "units": est.units})
-    left_out = int(np.isnan(T).sum())
-    return {"p": fit["p"], "p_ci": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))],
-            "a": fit["a"], "b": fit["b"], "units": "mu t", "local_slopes": slopes, "half_step": halves,
-            "left_out": left_out}
+    return {**{k: law[k] for k in ("p", "p_ci", "a", "b")}, "units": "mu t",
+            "local_slopes": law["local_slopes"], "half_step": halves, "left_out": law["left_out"]}
 
 
 def _simulations_numbers(res: Result) -> dict:
@@ -506,9 +402,8 @@ def _simulations_numbers(res: Result) -> dict:
 
 
 def _checks(res: Result) -> list:
-    """The design checks of protocol v4, section 3 (simulations), from the step-size tunings: (a)
-    every arm's tuning resolves; (b) no probe run diverges at the chosen step, at every ``d_QK`` and
-    every regime."""
+    """Protocol v4, section 3, from the step-size tunings: every arm's tuning resolves; no probe run
+    diverges at the chosen step (every ``d_QK`` and regime)."""
     steps = res.data["step_sizes"]
     diverged = sum(t["diverged"][t["grid"].index(t["chosen"])] if t["chosen"] is not None else len(
         res.settings["probe_seeds"]) for t in steps)
@@ -516,15 +411,8 @@ def _checks(res: Result) -> list:
             design_check("simulations probes stable", diverged)]
 
 
-def _tau(x, y) -> float:
-    """Kendall's tau of ``x`` against ``y``, 0 for a constant ``y`` (no trend)."""
-    tau = kendall_tau(x, y)
-    return 0.0 if math.isnan(tau) else tau
-
-
 def _measure(run: dict, measure: str) -> float:
-    """A run's value on ``measure``: ``"mean log-loss"`` (decades), or the steps to a level of
-    :data:`LEVELS` (``"steps to 1e-2"``; censored at the horizon, at least 1)."""
+    """A run's ``"mean log-loss"``, or its steps to a level (``"steps to 1e-2"``; censored, >= 1)."""
     if measure == "mean log-loss":
         return float(run["mean_log_loss"])
     return max(_steps(run, f"{float(measure.removeprefix('steps to ')):g}")[0], 1.0)
@@ -540,7 +428,7 @@ def _s1(res: Result, measure: str, protocol: str) -> list:
     """S1 per seed x regime: minus Kendall's tau of beta against ``measure`` (``None``: a diverged
     run in the unit)."""
     return [None if any(r["diverged"] for r in runs.values()) else
-            -_tau(sorted(runs), [_measure(runs[b], measure) for b in sorted(runs)])
+            -kendall_tau(sorted(runs), [_measure(runs[b], measure) for b in sorted(runs)], tied=0.0)
             for _, _, runs in _regime_units(res, protocol)]
 
 
@@ -560,24 +448,19 @@ def _s2(res: Result, measure: str, protocol: str) -> list:
     return out
 
 
-def _largest(res: Result) -> dict:
-    return max((c for c in res.data["escape"] if c["scale"] == "1/d_qk"), key=lambda c: c["d_qk"])
-
-
 def _s3(res: Result, measure: str, protocol: str) -> list:
     """S3 per seed, at scale 1/d_QK and the largest d_QK: ``log10(T(beta = 0) / T(beta = 1))`` of
     the escape steps (``measure="escape time"``) or the steps to a level."""
-    cell = _largest(res)
+    cell = max((c for c in res.data["escape"] if c["scale"] == "1/d_qk"), key=lambda c: c["d_qk"])
     out: list[float | None] = []
     for k in res.settings["seeds"]:
         a, b = (next(r for r in cell["runs"][protocol] if r["seed"] == k and r["beta"] == beta)
                 for beta in (0, 1))
         if a["diverged"] or b["diverged"]:
             out.append(None)
-        elif measure == "escape time":
-            out.append(math.log10(_escape_time(a) / _escape_time(b)))
         else:
-            out.append(math.log10(_measure(a, measure) / _measure(b, measure)))
+            T = _escape_time if measure == "escape time" else lambda r: _measure(r, measure)
+            out.append(math.log10(T(a) / T(b)))
     return out
 
 
@@ -591,8 +474,8 @@ def _s4(res: Result, protocol: str) -> list:
         if any(r["diverged"] for r in runs):
             out.append(None)
         else:
-            out.append(_tau([c["d_qk"] for c in cells],
-                            [_escape_time(r) * r["eta"] / (c["N"] * c["n"]) for r, c in zip(runs, cells)]))
+            mu_t = [_escape_time(r) * r["eta"] / (c["N"] * c["n"]) for r, c in zip(runs, cells)]
+            out.append(kendall_tau([c["d_qk"] for c in cells], mu_t, tied=0.0))
     return out
 
 

@@ -21,7 +21,7 @@ from ..gd import gradient_descent
 from ..instances import (
     certified_instance,
     ffn_certified_instance,
-    problem,
+    simulations_instance,
     synthetic_regression,
     theorem_instance,
 )
@@ -44,12 +44,12 @@ from ..width import (
     width_condition,
     width_sweep,
 )
-from .base import Experiment, Result, Shape
+from .base import Experiment, Shape, profiles
 from .simulations import EXPERIMENT as SIMULATIONS
 
 __all__ = ["CERTIFIED", "SHARPER", "WIDTH_SWEEP", "WIDTH_CONDITION", "WIDTH_SEEDS", "WIDTH_FIXED",
            "SEPARATION", "FFN_CERTIFIED", "FFN_RUNS", "VARIANTS", "RECORDS", "non_vacuous_steps",
-           "simulations_instance", "scope_certificates"]
+           "scope_certificates"]
 
 #: (A4): a run of ``T`` steps is non-vacuous when ``mu alpha T >= ln(1 / 0.9)``.
 _A4 = math.log(1 / 0.9)
@@ -58,14 +58,6 @@ _A4 = math.log(1 / 0.9)
 def non_vacuous_steps(mu_alpha: float, cap: int) -> int:
     """The smallest ``T`` with ``mu alpha T >= ln(1/0.9)`` (assumption (A4)), at most ``cap``."""
     return int(min(cap, math.ceil(_A4 / mu_alpha))) if mu_alpha > 0 else cap
-
-
-def _none(res: Result) -> dict:
-    return {}
-
-
-def _no_claims(res: Result) -> list:
-    return []
 
 
 # --- the certified instance (thm-main) ------------------------------------------------------------
@@ -88,7 +80,7 @@ CERTIFIED = Experiment(
     "book/certificate.md",
     {p: dict(seed=0, N=1, n=2, d=1024 if p != "smoke" else 256, steps=60 if p != "smoke" else 5)
      for p in ("book", "paper", "smoke")},
-    _run_certified, _none, _no_claims, shapes=_certified_shapes, in_report=False)
+    _run_certified, shapes=_certified_shapes, in_report=False)
 
 
 # --- sharper constants: the eps-certificate on fresh seeds ----------------------------------------
@@ -119,10 +111,9 @@ def _run_sharper(s: dict, **_) -> dict:
 SHARPER = Experiment(
     "theorem_sharper", "Certified instance: the (1 - eps) sigma_0 certificate on fresh seeds",
     "book/certificate.md",
-    {"book": dict(seeds=list(range(10, 15)), N=1, n=2, d=1024, steps=30),
-     "paper": dict(seeds=list(range(10, 30)), N=1, n=2, d=1024, steps=30),
-     "smoke": dict(seeds=[10], N=1, n=2, d=256, steps=3)},
-    _run_sharper, _none, _no_claims, in_report=False)
+    profiles(dict(seeds=list(range(10, 15)), N=1, n=2, d=1024, steps=30),
+             paper=dict(seeds=list(range(10, 30))), smoke=dict(seeds=[10], d=256, steps=3)),
+    _run_sharper, in_report=False)
 
 
 # --- the certificate against the width (measured d*) and at the default initialization -------------
@@ -142,13 +133,13 @@ def _run_width_sweep(s: dict, **_) -> dict:
 WIDTH_SWEEP = Experiment(
     "theorem_width_sweep", "Certified instance: the certificate's ratio against the width d",
     "book/certificate.md",
-    {"book": dict(widths=[128, 256, 512, 1024, 2048, 4096], shapes=[[1, 2], [1, 4], [2, 4], [1, 8]],
+    profiles(dict(widths=[128, 256, 512, 1024, 2048, 4096], shapes=[[1, 2], [1, 4], [2, 4], [1, 8]],
                   seeds=[0, 1, 2], default_widths=[16, 64, 256, 1024]),
-     "paper": dict(widths=[128, 256, 512, 1024, 2048, 4096, 8192],
-                   shapes=[[1, 2], [1, 4], [2, 4], [1, 8], [4, 4], [1, 16]], seeds=list(range(5)),
-                   default_widths=[16, 64, 256, 1024, 2048]),
-     "smoke": dict(widths=[64, 128], shapes=[[1, 2]], seeds=[0], default_widths=[16])},
-    _run_width_sweep, _none, _no_claims, in_report=False)
+             paper=dict(widths=[128, 256, 512, 1024, 2048, 4096, 8192], seeds=list(range(5)),
+                        shapes=[[1, 2], [1, 4], [2, 4], [1, 8], [4, 4], [1, 16]],
+                        default_widths=[16, 64, 256, 1024, 2048]),
+             smoke=dict(widths=[64, 128], shapes=[[1, 2]], seeds=[0], default_widths=[16])),
+    _run_width_sweep, in_report=False)
 
 
 # --- the width theorem: d_min, and instances drawn at d_min -----------------------------------------
@@ -176,7 +167,7 @@ WIDTH_CONDITION = Experiment(
                       {"readout_scale": 0.3}] if p != "smoke" else [{"beta": 2.0}],
              narrow_Nn=[2, 8, 32, 128, 512] if p != "smoke" else [2])
      for p in ("book", "paper", "smoke")},
-    _run_width_condition, _none, _no_claims, in_report=False)
+    _run_width_condition, in_report=False)
 
 
 def _run_width_seeds(s: dict, **_) -> dict:
@@ -196,12 +187,11 @@ def _run_width_seeds(s: dict, **_) -> dict:
 
 WIDTH_SEEDS = Experiment(
     "theorem_width_seeds", "Width theorem: instances drawn at d_min, certified or not", "book/width.md",
-    {"book": dict(delta=0.05, shapes=[[1, 2], [2, 2], [1, 4], [2, 4]], fractions=[1.0, 0.5],
+    profiles(dict(delta=0.05, shapes=[[1, 2], [2, 2], [1, 4], [2, 4]], fractions=[1.0, 0.5],
                   seeds=list(range(10000, 10010))),
-     "paper": dict(delta=0.05, shapes=[[1, 2], [2, 2], [1, 4], [2, 4]], fractions=[1.0, 0.7, 0.5, 0.35],
-                   seeds=list(range(10000, 10050))),
-     "smoke": dict(delta=0.05, shapes=[[1, 1]], fractions=[1.0], seeds=[10000])},
-    _run_width_seeds, _none, _no_claims, in_report=False)
+             paper=dict(fractions=[1.0, 0.7, 0.5, 0.35], seeds=list(range(10000, 10050))),
+             smoke=dict(shapes=[[1, 1]], fractions=[1.0], seeds=[10000])),
+    _run_width_seeds, in_report=False)
 
 
 # --- the width theorem for fixed data (corollary wd-cor-fixed) -------------------------------------
@@ -232,7 +222,7 @@ WIDTH_FIXED = Experiment(
              measured_Nn=[1, 4, 16, 64] if p != "smoke" else [2], seeds=[0, 1, 2] if p != "smoke" else [0],
              widths=[8, 16, 32, 64, 128, 256, 512, 1024] if p != "smoke" else [8, 16])
      for p in ("book", "paper", "smoke")},
-    _run_width_fixed, _none, _no_claims, in_report=False)
+    _run_width_fixed, in_report=False)
 
 
 # --- the separation: a certified plateau without the residual, certified convergence with it -------
@@ -288,9 +278,8 @@ def _run_separation(s: dict, **_) -> dict:
     sims = []
     for d_qk in s["d_qks"]:                             # the simulations' instances (escape law, beta = 0)
         for seed in s["sim_seeds"]:
-            X, Y = synthetic_regression(4, 4, 32, 1, seed=seed)
-            cfg = ModelConfig(d=32, d_qk=d_qk, m=32, c=1, beta=0.0, activation="gelu", scale="1/d_qk")
-            p = init_params(cfg, seed=1000 + seed)
+            p, X, Y, cfg = simulations_instance(seed, N=4, n=4, d=32, m=32, d_qk=d_qk, scale="1/d_qk",
+                                                beta=0.0)
             pl = plateau_certificate(p, X, Y, cfg, s["sim_mu"])
             sims.append(dict(d_qk=d_qk, seed=seed, T_lb=pl.T_lb, escape=escape_step(p, X, Y, cfg, s["sim_mu"],
                                                                                     s["sim_steps"])))
@@ -301,18 +290,16 @@ SEPARATION = Experiment(
     "theorem_separation",
     "Separation: a certified plateau without the residual, certified convergence with it",
     "book/separation.md",
-    {"book": dict(N=1, n=2, d=1024, d_qks=[16, 64, 256, 1024], seeds=[0, 1, 2, 3, 4], mu=0.1, steps=4000,
+    profiles(dict(N=1, n=2, d=1024, d_qks=[16, 64, 256, 1024], seeds=[0, 1, 2, 3, 4], mu=0.1, steps=4000,
                   common_runs=[[16, 0], [64, 0], [256, 0]], sim_seeds=[0, 1, 2, 3, 4], sim_mu=0.002,
                   sim_steps=6000, mu_small=1e-3, control_scale="1/sqrt(d_qk)", check_seeds=[0, 1],
                   escape_mu_runs=[[16, 0], [256, 0]]),
-     "paper": dict(N=1, n=2, d=1024, d_qks=[16, 64, 256, 1024, 4096], seeds=list(range(10)), mu=0.1,
-                   steps=8000, common_runs=[[16, 0], [64, 0], [256, 0], [1024, 0]], sim_seeds=list(range(10)),
-                   sim_mu=0.002, sim_steps=10000, mu_small=1e-3, control_scale="1/sqrt(d_qk)",
-                   check_seeds=[0, 1, 2], escape_mu_runs=[[16, 0], [256, 0], [1024, 0]]),
-     "smoke": dict(N=1, n=2, d=64, d_qks=[16, 64], seeds=[0], mu=0.1, steps=50, common_runs=[[16, 0]],
-                   sim_seeds=[0], sim_mu=0.002, sim_steps=50, mu_small=1e-2, control_scale="1/sqrt(d_qk)",
-                   check_seeds=[0], escape_mu_runs=[[16, 0]])},
-    _run_separation, _none, _no_claims, in_report=False)
+             paper=dict(d_qks=[16, 64, 256, 1024, 4096], seeds=list(range(10)), steps=8000, sim_steps=10000,
+                        common_runs=[[16, 0], [64, 0], [256, 0], [1024, 0]], sim_seeds=list(range(10)),
+                        check_seeds=[0, 1, 2], escape_mu_runs=[[16, 0], [256, 0], [1024, 0]]),
+             smoke=dict(d=64, d_qks=[16, 64], seeds=[0], steps=50, common_runs=[[16, 0]], sim_seeds=[0],
+                        sim_steps=50, mu_small=1e-2, check_seeds=[0], escape_mu_runs=[[16, 0]])),
+    _run_separation, in_report=False)
 
 
 # --- the FFN route certified (thm-ffn), and observed at the default initialization ------------------
@@ -342,14 +329,13 @@ _FFN_INSTANCES = {"per token": dict(N=4, n=4, d=8), "pooled": dict(N=16, n=4, d=
 FFN_CERTIFIED = Experiment(
     "theorem_ffn_certified", "FFN theorem: certified before the run with N n > d, per token and pooled",
     "book/ffn.md",
-    {"book": dict(seed=0, instances=_FFN_INSTANCES, max_steps={"per token": 2000, "pooled": 1000},
+    profiles(dict(seed=0, instances=_FFN_INSTANCES, max_steps={"per token": 2000, "pooled": 1000},
                   seeds=list(range(1, 21)), gains=[30, 100, 300, 1000], widths=[1024, 4096, 16384]),
-     "paper": dict(seed=0, instances=_FFN_INSTANCES, max_steps={"per token": 2000, "pooled": 2500},
-                   seeds=list(range(1, 51)), gains=[30, 100, 300, 1000], widths=[1024, 4096, 16384]),
-     "smoke": dict(seed=0, instances={"per token": dict(N=4, n=4, d=8, m=512),
-                                      "pooled": dict(N=8, n=4, d=8, m=512, pool="mean")},
-                   max_steps={"per token": 5, "pooled": 5}, seeds=[1], gains=[300], widths=[512])},
-    _run_ffn_certified, _none, _no_claims, in_report=False)
+             paper=dict(max_steps={"per token": 2000, "pooled": 2500}, seeds=list(range(1, 51))),
+             smoke=dict(instances={"per token": dict(N=4, n=4, d=8, m=512),
+                                   "pooled": dict(N=8, n=4, d=8, m=512, pool="mean")},
+                        max_steps={"per token": 5, "pooled": 5}, seeds=[1], gains=[300], widths=[512])),
+    _run_ffn_certified, in_report=False)
 
 
 def _run_ffn(s: dict, **_) -> dict:
@@ -368,25 +354,21 @@ def _run_ffn(s: dict, **_) -> dict:
 FFN_RUNS = Experiment(
     "theorem_ffn_runs", "FFN theorem: observed along a per-token and a pooled run (default initialization)",
     "book/ffn.md",
-    {"book": dict(m=256, d=8, steps={"per token": 3000, "pooled": 1500}, record_every=50),
-     "paper": dict(m=256, d=8, steps={"per token": 3000, "pooled": 1500}, record_every=50),
-     "smoke": dict(m=32, d=8, steps={"per token": 10, "pooled": 10}, record_every=5)},
-    _run_ffn, _none, _no_claims, in_report=False)
+    profiles(dict(m=256, d=8, steps={"per token": 3000, "pooled": 1500}, record_every=50),
+             smoke=dict(m=32, steps={"per token": 10, "pooled": 10}, record_every=5)),
+    _run_ffn, in_report=False)
 
 
 # --- the smallest variants of the simulations that are certified ----------------------------------
 
-def simulations_instance(regime: dict, seed: int, variant: dict | None = None, profile: str = "book"):
-    """``(params, X, Y, cfg)`` of a *Simulations* regime as that experiment draws it (``beta = 1``), or
-    with a ``variant``'s ``m``, ``branch_scale``, ``ffn_gain`` and ``readout_scale``."""
-    sim = SIMULATIONS.profiles[profile]
-    v = variant or {}
-    cfg = ModelConfig(d=sim["d"], d_qk=regime["d_qk"], m=v.get("m", sim["m"]), c=1, beta=1.0,
-                      activation=sim["activation"], scale=regime["scale"])
-    params, X, Y = problem(cfg, regime["N"], sim["n"], seed, weight_seed=1000 + seed,
-                           branch_scale=v.get("branch_scale"), readout_scale=v.get("readout_scale", 1.0),
-                           ffn_gain=v.get("ffn_gain", 1.0))
-    return params, X, Y, cfg
+def _draw(regime: dict, seed: int, variant: dict | None = None, profile: str = "book"):
+    """:func:`convres.instances.simulations_instance` of a *Simulations* regime (``beta = 1``), with
+    a ``variant``'s ``m``, ``branch_scale``, ``ffn_gain`` and ``readout_scale``."""
+    sim, v = SIMULATIONS.profiles[profile], variant or {}
+    return simulations_instance(seed, N=regime["N"], n=sim["n"], d=sim["d"], m=v.get("m", sim["m"]),
+                                d_qk=regime["d_qk"], scale=regime["scale"], activation=sim["activation"],
+                                branch_scale=v.get("branch_scale"), readout_scale=v.get("readout_scale", 1.0),
+                                ffn_gain=v.get("ffn_gain", 1.0))
 
 
 def _regimes(s: dict) -> dict[str, dict]:
@@ -418,23 +400,23 @@ def _run_variants(s: dict, **_) -> dict:
     out = {}
     for name, regime in _regimes(s).items():
         v = s["variants"][name]
-        as_is = [_certify_both(*simulations_instance(regime, k, profile=s["simulations_profile"]))
+        as_is = [_certify_both(*_draw(regime, k, profile=s["simulations_profile"]))
                  for k in s["seeds"]]
         seeds = []
         for k in s["seeds"]:
-            cert = ffn_certificate(*simulations_instance(regime, k, v, s["simulations_profile"]))
+            cert = ffn_certificate(*_draw(regime, k, v, s["simulations_profile"]))
             seeds.append({f: cert.to_dict()[f] for f in ("certified", "ratio", "mu_alpha")})
         entry = {"regime": regime, "variant": v, "as_it_stands": as_is, "seeds": seeds}
         if s.get("betas") and name in s["beta_runs"]:   # where the variant stops being certified
             entry["betas"] = [dict(beta=b, seeds=[{f: ffn_certificate(
-                *_with_beta(simulations_instance(regime, k, v, s["simulations_profile"]), b)).to_dict()[f]
+                *_with_beta(_draw(regime, k, v, s["simulations_profile"]), b)).to_dict()[f]
                 for f in ("certified", "ratio")} for k in s["seeds"]]) for b in s["betas"]]
-            params, X, Y, cfg = _with_beta(simulations_instance(regime, s["seeds"][0], profile=
+            params, X, Y, cfg = _with_beta(_draw(regime, s["seeds"][0], profile=
                                                                 s["simulations_profile"]), 0.0)
             _, h = gradient_descent(params, X, Y, cfg, s["as_is_mu"], s["as_is_steps"])
             entry["as_it_stands_beta0"] = {"mu": s["as_is_mu"], "loss": h.loss[::10].tolist()}
         if s["run"].get(name):
-            params, X, Y, cfg = simulations_instance(regime, s["seeds"][0], v, s["simulations_profile"])
+            params, X, Y, cfg = _draw(regime, s["seeds"][0], v, s["simulations_profile"])
             cert = ffn_certificate(params, X, Y, cfg)
             steps = non_vacuous_steps(cert.mu_alpha, s["run"][name])
             entry["run"] = ffn_certified_run(params, X, Y, cfg, steps=steps, cert=cert).to_dict()
@@ -445,7 +427,7 @@ def _run_variants(s: dict, **_) -> dict:
 def _variant_shapes(s: dict) -> list[Shape]:
     shapes = []
     for name, regime in _regimes(s).items():
-        cfg = simulations_instance(regime, s["seeds"][0], s["variants"][name], s["simulations_profile"])[3]
+        cfg = _draw(regime, s["seeds"][0], s["variants"][name], s["simulations_profile"])[3]
         shapes.append(Shape(_variant_label(name), cfg, regime["N"], SIMULATIONS.profiles[
             s["simulations_profile"]]["n"], note="the simulations' shapes and data, rescaled weights"))
     return shapes
@@ -453,21 +435,18 @@ def _variant_shapes(s: dict) -> list[Shape]:
 
 _WIDE = dict(m=1024, branch_scale=0.01, ffn_gain=300.0, readout_scale=1.0)
 _NARROW = dict(m=4096, branch_scale=0.001, ffn_gain=1000.0, readout_scale=4.0)
+_VARIANTS = dict(simulations_profile="book", seeds=[0, 1, 2, 3, 4],
+                 variants={"wide": _WIDE, "uniform attention": _WIDE, "narrow": _NARROW},
+                 run={"wide": 1000, "uniform attention": 1000}, betas=[0.0, 0.1, 0.25, 0.5, 1.0],
+                 beta_runs=["wide", "uniform attention"], as_is_mu=0.002, as_is_steps=2000)
 VARIANTS = Experiment(
     "theorem_certified_variants", "FFN theorem: the smallest variants of the simulations certified a priori",
     "book/ffn.md",
-    {"book": dict(simulations_profile="book", seeds=[0, 1, 2, 3, 4],
-                  variants={"wide": _WIDE, "uniform attention": _WIDE, "narrow": _NARROW},
-                  run={"wide": 1000, "uniform attention": 1000}, betas=[0.0, 0.1, 0.25, 0.5, 1.0],
-                  beta_runs=["wide", "uniform attention"], as_is_mu=0.002, as_is_steps=2000),
-     "paper": dict(simulations_profile="book", seeds=list(range(10)),
-                   variants={"wide": _WIDE, "uniform attention": _WIDE, "narrow": _NARROW},
-                   run={"wide": 1000, "uniform attention": 1000, "narrow": 1000},
-                   betas=[0.0, 0.1, 0.25, 0.5, 1.0], beta_runs=["wide", "uniform attention"],
-                   as_is_mu=0.002, as_is_steps=2000),
+    {"book": _VARIANTS, "paper": dict(_VARIANTS, seeds=list(range(10)),
+                                      run={"wide": 1000, "uniform attention": 1000, "narrow": 1000}),
      "smoke": dict(simulations_profile="smoke", seeds=[0], variants={"wide": dict(_WIDE, m=256)},
                    run={"wide": 3})},
-    _run_variants, _none, _no_claims, shapes=_variant_shapes, in_report=False)
+    _run_variants, shapes=_variant_shapes, in_report=False)
 
 
 def scope_certificates(profile: str = "book") -> list[dict]:
@@ -479,7 +458,7 @@ def scope_certificates(profile: str = "book") -> list[dict]:
     for name, regime in _regimes(s).items():
         label = f"simulations ({name})"
         for key, variant in ((label, None), (_variant_label(name), s["variants"][name])):
-            certs = [_certify_both(*simulations_instance(regime, k, variant, s["simulations_profile"]))
+            certs = [_certify_both(*_draw(regime, k, variant, s["simulations_profile"]))
                      for k in s["seeds"]]
             for route, theorem in (("main", "thm-main"), ("ffn", "thm-ffn")):
                 got = [c[route] for c in certs if route in c]
