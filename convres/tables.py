@@ -28,7 +28,7 @@ __all__ = ["design_checks_table", "place", "step_sizes_table", "reruns_table", "
            "width_shapes_table", "width_seeds_table", "width_delta_table", "width_regimes_table",
            "variants_table", "scope_verdicts_table", "lazy_table", "theorem_chapters",
            "heldout_table", "collapse_runs_table", "separation_table", "width_fixed_table",
-           "sharper_table"]
+           "sharper_table", "logit_steps_table"]
 
 
 # --- the chapters' tables of one experiment's summary ----------------------------------------
@@ -427,3 +427,15 @@ def sharper_table(rows: Sequence[Mapping]):
                    "book: observed / certified": ratio(r["book"]), "$\\varepsilon$": r["sharp"]["eps"],
                    "sharp: $\\mu\\alpha$": r["sharp"]["mu_alpha"],
                    "sharp: observed / certified": ratio(r["sharp"])} for r in rows])
+
+
+def logit_steps_table(dist_uniform: Mapping[int, Sequence[float]],
+                      logit_steps: Mapping[int, Sequence[float]]):
+    """*Rank collapse under gradient descent*: per ``d_QK``, the range of ``||S_i - U||_2`` at
+    ``t = 0`` (``dist_uniform``: one run's rows) and of the first step's logit change times
+    ``d_QK / mu`` over the seeds (``logit_steps``: ``||Delta logits||_F / mu`` per seed)."""
+    return table({"$d_{QK}$": list(dist_uniform),
+                  "$\\|S_i - U\\|_2$ at $t = 0$ (seed 0)": [f"{min(v):.3f} to {max(v):.3f}"
+                                                           for v in dist_uniform.values()],
+                  "logit change $/\\,\\mu \\cdot d_{QK}$ (8 seeds)": [
+                      f"{min(v) * k:.0f} to {max(v) * k:.0f}" for k, v in logit_steps.items()]})
