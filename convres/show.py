@@ -11,10 +11,15 @@ import math
 import numbers
 import re
 import textwrap
+import time
 from collections.abc import Mapping
 
 __all__ = ["source", "Source", "tex", "power_of_ten", "sci", "table", "number", "fixed", "plain",
-           "strip_tags", "html_text", "HTMLBlock", "glues"]
+           "strip_tags", "html_text", "HTMLBlock", "glues", "glue_seconds", "superscript_sci"]
+
+#: When this module was first imported: a chapter imports it in its first cell, so
+#: :func:`glue_seconds` measures the chapter's run.
+_STARTED = time.perf_counter()
 
 
 class Source(str):
@@ -190,3 +195,16 @@ def glues(fmt=str, **values) -> None:
 
     for name, value in values.items():
         glue(name, value if isinstance(value, str) else fmt(value), display=False)
+
+
+def glue_seconds(name: str) -> None:
+    """Glue as ``name`` the whole seconds since this module was first imported in the kernel (a
+    chapter's last cell: how long the chapter took to run)."""
+    glues(**{name: f"{time.perf_counter() - _STARTED:.0f}"})
+
+
+def superscript_sci(x: float) -> str:
+    """``x`` as the explorers write it, with a superscript exponent: ``3.2e-18`` reads
+    ``3.2 × 10⁻¹⁸``."""
+    m, e = f"{x:.1e}".split("e")
+    return f"{m} × 10" + str(int(e)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))

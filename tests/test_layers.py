@@ -17,11 +17,11 @@ LAYERS = [
     ["lemmas", "collapse"],                                            # the lemmas, rank collapse
     ["checks", "certify", "width"],                                    # checks, certified bounds, width
     ["theory", "separation"],                                          # the theorems along runs
-    ["plotting"],                                                      # figures
+    ["plotting", "figures"],                                           # figures
     ["experiments.base", "experiments.simulations", "experiments.jena", "experiments.sst2_baselines",
      "experiments.sst2_arms", "experiments.sst2", "experiments.rank_collapse", "experiments.theorem",
      "experiments", "scope"],                                          # experiments
-    ["explorers", "committed", "report"],                              # pages
+    ["explorers", "committed", "report", "tables"],                    # pages
     ["cli", "__main__", "__init__"],                                   # entry points
 ]
 ORDER = [m for layer in LAYERS for m in layer]

@@ -57,3 +57,43 @@ def test_criteria_and_measurements_are_typeset_from_the_rows_tex():
     page = report.criteria_html([_row(), _row(id="S3", effect=None, ci=None, reason="3 finite units")])
     assert "$" not in page and r"\(\times\)" in page and r"\(10^{-2}\)" in page
     assert r"\(p = 8.8 \times 10^{-5}\)" in page
+
+
+def test_the_chapters_tables_name_places_checks_and_steps():
+    from convres import tables
+
+    assert tables.place("escape, scale 1/d_qk, d_QK = 16") == r"escape, scale $1/d_{QK}$, $d_{QK} = 16$"
+    assert tables.place("wide") == "wide"
+    checks = tables.design_checks_table([{"name": "jena informative", "value": 1.21, "threshold": 1.0,
+                                          "passed": True}]).to_html()
+    assert "&gt; 1" in checks and ">yes<" in checks and ">1.21<" in checks
+    steps = tables.step_sizes_table([{"arm": "wide, beta = 0", "chosen": 0.5, "best": 1, "largest_stable": 1},
+                                     {"arm": "wide, beta = 1", "chosen": 0.25, "best": 0.25,
+                                      "largest_stable": 0.5}]).to_html()
+    assert ">0.5 (1, 1)<" in steps and ">0.25 (0.25, 0.5)<" in steps and steps.count("<tr>") == 2
+
+
+def test_the_sst2_chapters_tables_from_a_tiny_run(tmp_path, tiny_sst2):
+    from convres import tables
+    from convres.experiments import run_experiment
+
+    sst = run_experiment("sst2", "smoke", overrides={**tiny_sst2, "wide": None}, data_dir=tmp_path)
+    k = sst.summary()
+    pages = [tables.init_table(k["init_output_std"]), tables.stable_steps_table(k["step_sizes"]),
+             tables.per_model_table(k), tables.sensitivity_table(sst.claims()),
+             tables.accuracy_table(k["heldout"]), tables.design_checks_table(k["design_checks"])]
+    html = [p.to_html() for p in pages]
+    assert all("<td" in h and "nan" not in h for h in html)
+    assert html[0].count("<tr>") - 1 == len(k["init_output_std"])        # one row per arm and depth
+    assert "sst2 arms alive" in html[-1] and "≤ 1" in html[-1]               # the operator from CHECKS
+
+
+def test_the_build_environment_and_the_theorem_chapters(tmp_path):
+    from convres import tables
+
+    lines = tables.environment().splitlines()
+    assert lines[0].startswith("Python ") and any(x.startswith("torch ") for x in lines)
+    assert lines[-1].startswith("built ") and "torch threads" in lines[-1]
+    (tmp_path / "a.md").write_text("# A\n\n```{prf:theorem} One\n:label: a\n```\n")
+    (tmp_path / "b.md").write_text("# B\n\n```{prf:lemma} Two\n```\n")
+    assert tables.theorem_chapters(tmp_path) == ["a"]

@@ -110,3 +110,14 @@ def test_glues_writes_numbers_by_the_format_and_strings_as_they_are(monkeypatch)
     glues("{:.2f}".format, a=1.234, b="as is")
     glues(c=3)
     assert seen == {"a": ("1.23", False), "b": ("as is", False), "c": ("3", False)}
+
+
+def test_superscript_sci_and_glue_seconds(monkeypatch):
+    from convres import show
+
+    assert show.superscript_sci(3.2e-18) == "3.2 × 10⁻¹⁸" and show.superscript_sci(150) == "1.5 × 10²"
+    glued = {}
+    monkeypatch.setattr("myst_nb.glue", lambda name, value, display: glued.update({name: value}))
+    monkeypatch.setattr(show, "_STARTED", show.time.perf_counter() - 12.4)
+    show.glue_seconds("x_seconds")
+    assert glued == {"x_seconds": "12"}

@@ -134,7 +134,7 @@ API_PAGES: dict[str, list[str]] = {
     "api/experiment_data": ["experiments.jena", "experiments.sst2", "experiments.sst2_arms",
                             "experiments.sst2_baselines"],
     "api/data": ["data", "data.sources", "data.jena", "data.sst2", "data.embeddings"],
-    "api/figures": ["plotting", "explorers", "report", "show"],
+    "api/figures": ["plotting", "figures", "explorers", "report", "tables", "show"],
     "api/tools": ["cache", "runtime", "values", "cli"],
 }
 
