@@ -1,5 +1,5 @@
 """Results too large for the book's build: the ``paper`` profiles (and SST-2's ``book`` profile), run
-in pieces, committed with provenance (:attr:`convres.experiments.Experiment.committed`).
+in pieces, committed with provenance (``Experiment.committed``).
 
 Book chapter *Reproduction report*. ``python -m convres reproduce NAME --profile paper --piece K``
 computes the ``K``-th block of the evaluation seeds, writes ``results/pieces/NAME-paper-K.json``
@@ -217,7 +217,7 @@ def load_paper_result(name: str, folder=None, profile: str = PROFILE) -> tuple[R
 
 def result(name: str, profile: str = "book", **options) -> Result:
     """``name``'s ``profile`` result: the committed file, every piece present, where the profile is
-    committed (:attr:`~convres.experiments.Experiment.committed`), else (or with ``refresh=True``)
+    committed (``Experiment.committed``), else (or with ``refresh=True``)
     :func:`~convres.experiments.run_experiment`'s with ``options``."""
     settings(name, profile)  # an unknown name or profile is an error
     if profile not in EXPERIMENTS[name].committed or options.get("refresh"):

@@ -4,7 +4,7 @@ Book chapter *Jena Climate*. Every value read passes the table :data:`CHECKS` (a
 not the ``-9999`` sentinel, within its column's physical range, :data:`JENA_BOUNDS`); the rows
 selected are in time order, and on a complete grid where one is asked for. An error names the file
 and the column (or the time), and the fix. :func:`jena_data` cuts the rows into the experiment's
-windows (:class:`JenaTask`).
+windows (:class:`~convres.data.jena.JenaTask`).
 """
 
 import datetime
@@ -245,9 +245,10 @@ def _with_age(X: np.ndarray) -> np.ndarray:
 
 def jena_data(s: dict, data_dir=None, dtype=torch.float64, *, time_of_day: bool | None = None,
               age: bool | None = None) -> JenaTask:
-    """The :class:`JenaTask`: the rows of ``[start, end]`` at ``freq``, split at ``train_end``, each
-    feature standardized over the training rows; optional hour-of-day and age features; windows
-    every ``stride`` (held out: ``val_stride``) rows, the target ``horizon`` rows after the last."""
+    """The :class:`~convres.data.jena.JenaTask`: the rows of ``[start, end]`` at ``freq``, split at
+    ``train_end``, each feature standardized over the training rows; optional hour-of-day and age
+    features; windows every ``stride`` (held out: ``val_stride``) rows, the target ``horizon`` rows
+    after the last."""
     window, stride, horizon, val_stride = (positive_int(s, k) for k in ("window", "stride", "horizon",
                                                                         "val_stride"))
     if s.get("target") not in JENA_FEATURES:

@@ -151,9 +151,9 @@ def _neighbours(vocab, vectors, words, k: int = 5) -> dict:
 
 def sst2_data(s: dict, data_dir=None, dtype=torch.float32) -> SST2Task:
     """The book's SST-2 task from the settings ``s``: ``n_train / 2`` sentences of each label (file
-    order) and the validation split, cut to ``n_tokens`` tokens (:func:`sst2_prefixes`); PPMI-SVD
-    vectors of the training text (:func:`~convres.data.ppmi_embeddings`), standardized over the
-    training tokens."""
+    order) and the validation split, cut to ``n_tokens`` tokens
+    (:func:`~convres.data.sst2.sst2_prefixes`); PPMI-SVD vectors of the training text
+    (:func:`~convres.data.ppmi_embeddings`), standardized over the training tokens."""
     n_tokens = as_int("setting 'n_tokens'", s.get("n_tokens"), minimum=1)
     n_train = as_int("setting 'n_train'", s.get("n_train"), minimum=1)
     train, val = load_sst2("train", data_dir=data_dir), load_sst2("validation", data_dir=data_dir)
