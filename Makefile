@@ -82,9 +82,9 @@ unit: $(STAMP)
 
 # The experiments before a build, one process a core (the longest first), into the results cache the
 # chapters read; the strict build executes each chapter once (nb_execution_raise_on_error).
-LONGEST     = theorem_separation jena
+LONGEST     = jena theorem_separation simulations theorem_width_seeds
 RECORDS     = $(shell $(BIN)/python -c "from convres.experiments import EXPERIMENTS; print(*EXPERIMENTS)")
-EXPERIMENTS = $(filter $(LONGEST),$(RECORDS)) $(filter-out $(LONGEST),$(RECORDS))
+EXPERIMENTS = $(filter $(RECORDS),$(LONGEST)) $(filter-out $(LONGEST),$(RECORDS))
 
 experiments: $(STAMP) data
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j $(JOBS) $(addprefix experiment-,$(EXPERIMENTS))
