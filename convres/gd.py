@@ -145,8 +145,8 @@ MAX_STEPS = 10**8
 BLOWUP = 1e6
 
 
-def chunk_size(cfg: ModelConfig, X: torch.Tensor, count: int, *, limit: int = STACK_LIMIT,
-               most: int = STACK_MAX) -> int:
+def chunk_size(cfg: ModelConfig, X: torch.Tensor, count: int, *,
+               limit: int = STACK_LIMIT, most: int = STACK_MAX) -> int:
     """How many of ``count`` configurations of ``cfg`` on data ``X`` to stack at once: all (up to
     ``most``) while one's activations ``N n (d + d_qk + m + n)`` are at most ``limit``, else one."""
     N, n = X.shape[0], X.shape[1]

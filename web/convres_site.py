@@ -133,8 +133,11 @@ API_PAGES: dict[str, list[str]] = {
                             "experiments.rank_collapse", "experiments.theorem"],
     "api/experiment_data": ["experiments.jena", "experiments.sst2", "experiments.sst2_arms",
                             "experiments.sst2_baselines"],
-    "api/data": ["data", "data.sources", "data.jena", "data.sst2", "data.embeddings"],
-    "api/figures": ["plotting", "figures", "explorers", "report", "tables", "show"],
+    "api/data": ["data", "data.sources", "data.embeddings"],
+    "api/data_tasks": ["data.jena", "data.sst2"],
+    "api/figures": ["plotting", "figures"],
+    "api/explorers": ["explorers", "show"],
+    "api/tables": ["report", "tables"],
     "api/tools": ["cache", "runtime", "values", "cli"],
 }
 
