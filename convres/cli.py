@@ -14,7 +14,7 @@ from ._version import __version__
 from .cache import dumps, setting_dir, write_atomic
 from .certify import certified_run, ffn_certificate, ffn_certified_run
 from .collapse import sigma_min_table
-from .committed import pieces, result, run_piece
+from .committed import result, run_piece
 from .data import DATASETS, download
 from .experiments import EXPERIMENTS, PROFILES
 from .experiments.theorem import non_vacuous_steps
@@ -172,13 +172,12 @@ def _reproduce(args):
 
 def _piece(args):
     kept = EXPERIMENTS[args.name].committed if args.name in EXPERIMENTS else ()
-    if args.profile not in kept or args.out or args.refresh or args.download:
-        raise ValueError(f"--piece computes one piece of one experiment's committed profile: give NAME, "
-                         f"--profile {' or '.join(kept) or 'paper'} and --results (not --out, --refresh "
-                         "or --download).")
-    blocks = pieces(args.name, args.profile)
-    if args.piece >= len(blocks):
-        raise ValueError(f"--piece {args.piece}: {args.name!r} has pieces 0 to {len(blocks) - 1}.")
+    if args.profile not in kept:
+        other = " or ".join(f"--profile {p}" for p in kept) or "one experiment that commits a profile"
+        raise ValueError(f"--piece: {args.name!r} --profile {args.profile} is computed whole, not in pieces; "
+                         f"drop --piece, or give {other}.")
+    if args.out or args.refresh or args.download:
+        raise ValueError("--piece writes its piece into --results: drop --out, --refresh and --download.")
     path, merged = run_piece(args.name, args.piece, folder=args.results, device=args.device,
                              progress=not args.json, profile=args.profile)
     return {"piece": str(path), "pieces": merged["pieces"]}
