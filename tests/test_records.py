@@ -13,7 +13,7 @@ import pytest
 
 from convres import experiments as ex
 from convres.cache import dumps, loads
-from convres.committed import load_committed, pieces, run_piece
+from convres.committed import load_paper_result, pieces, run_piece
 from convres.data import DATASETS
 from convres.experiments import simulations as sim
 from convres.protocol import CLAIMS
@@ -107,7 +107,7 @@ def test_the_pieces_merge_into_the_run_of_every_seed(record, tmp_path, monkeypat
     assert blocks == [[s] for s in whole.settings["seeds"]]
     for k in reversed(range(len(blocks))):
         run_piece(record, k, folder=tmp_path, profile="smoke")
-    merged, info = load_committed(record, tmp_path, "smoke")
+    merged, info = load_paper_result(record, tmp_path, "smoke")
     if record == "simulations":   # an arm one piece reran at half its step: the second pass (``halve``)
         halve = [h for h, x in zip(sim.second_pass(merged), sim.reruns(merged)) if not x["every_seed"]]
         if halve:
@@ -117,7 +117,7 @@ def test_the_pieces_merge_into_the_run_of_every_seed(record, tmp_path, monkeypat
             shutil.rmtree(tmp_path)
             for k in range(len(blocks)):
                 run_piece(record, k, folder=tmp_path, profile="smoke")
-            merged, info = load_committed(record, tmp_path, "smoke")
+            merged, info = load_paper_result(record, tmp_path, "smoke")
             whole = ex.run_experiment(record, "smoke")
             expected = whole.claims()
     assert info["pieces"] == {"total": len(blocks), "done": list(range(len(blocks))), "missing": [],
