@@ -24,10 +24,8 @@ class CacheWarning(UserWarning):
 def _plain(x: Any) -> Any:
     if isinstance(x, dict):
         return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if hasattr(x, "tolist"):  # NumPy and PyTorch values
-        return _plain(x.tolist())
+    if isinstance(x, (list, tuple)) or hasattr(x, "tolist"):  # NumPy and PyTorch values too
+        return [_plain(v) for v in x] if isinstance(x, (list, tuple)) else _plain(x.tolist())
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
@@ -104,8 +102,8 @@ def digest(obj: Any) -> str:
 
 def cached_json(name: str, config: Any, compute, *, directory=None, refresh: bool = False) -> Any:
     """``compute()`` as :func:`loads` reads it back, cached as ``<cache>/<name>-<key>.json``, the key
-    :func:`digest` of ``config``, the version and :func:`source_fingerprint`. An entry is served only
-    if it is strict JSON of this ``config`` whose result matches the sha256 stored with it."""
+    :func:`digest` of ``config``, the version and :func:`source_fingerprint`; an entry is served
+    only as written (this ``config``, its result's sha256)."""
     key = digest({"config": config, "convres": __version__, "source": source_fingerprint()})[:16]
     path = cache_dir(directory) / f"{name}-{key}.json"
     if path.is_dir() and not path.is_symlink():  # found before the work, not after it

@@ -141,7 +141,8 @@ def tiny_sst2(tmp_path):
     from convres.experiments import settings
 
     rng = np.random.default_rng(0)
-    words = (["bad", "dull", "poor", "awful", "weak", "cold"], ["good", "great", "fun", "fine", "nice", "warm"])
+    words = (["bad", "dull", "poor", "awful", "weak", "cold"],        # label 0
+             ["good", "great", "fun", "fine", "nice", "warm"])        # label 1
     neutral = ["the", "film", "a", "of", "and", "is", "it", "this"]
     (tmp_path / "sst2").mkdir()
     for split, count in (("train", 24), ("validation", 12)):
@@ -152,8 +153,9 @@ def tiny_sst2(tmp_path):
             sents.append(" ".join(drawn) + " ")
             labels.append(i % 2)
         sents, labels = sents + ["too short "], labels + [1]
-        pq.write_table(pa.table({"sentence": pa.array(sents, pa.string()), "label": pa.array(labels, pa.int64()),
-                                 "idx": pa.array(range(len(labels)), pa.int32())}), tmp_path / "sst2" / f"{split}.parquet")
+        table = pa.table({"sentence": pa.array(sents, pa.string()), "label": pa.array(labels, pa.int64()),
+                          "idx": pa.array(range(len(labels)), pa.int32())})
+        pq.write_table(table, tmp_path / "sst2" / f"{split}.parquet")
     return dict(n_train=16, depths=[1, 2], seeds=[0, 1], probe_seeds=[7], eta_grid=[0.1, 0.2], extend=8,
                 probe_steps=3, steps=6, record_every=3, check_steps=3, vocab_size=20, d=4, d_qk=4, m=4,
                 bow=dict(lambdas=[1.0, 10.0], folds=2, iters=20),
