@@ -245,20 +245,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    flags = [a for a in argv[1:] if a in THEOREM_MODES] if argv[:1] == ["theorem"] else []
+def _book_spelling(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``argv`` with the book's spelling of the theorem's modes (``theorem --certify ...``, ``theorem
+    --json`` for the plain run) as the subcommand it names; two modes are a usage error."""
+    if argv[:1] != ["theorem"] or (argv[1:] or [""])[0] in ("run", "-h", "--help", *THEOREM_MODES.values()):
+        return argv
+    flags = [a for a in argv[1:] if a in THEOREM_MODES]
     if len(flags) > 1:
-        print(f"convres theorem: error: choose one mode of the theorem, got {' and '.join(flags)}",
-              file=sys.stderr)
-        return 2
-    words = ("run", "-h", "--help", *THEOREM_MODES.values())
-    if argv[:1] == ["theorem"] and (argv[1:] or [""])[0] not in words:
-        # the book's spelling of the modes: theorem --certify ..., theorem --json (the plain run)
-        mode = THEOREM_MODES[flags[0]] if flags else "run"
-        argv = ["theorem", mode, *[a for a in argv[1:] if a not in flags]]
+        parser.error(f"choose one mode of the theorem, got {' and '.join(flags)}")
+    mode = THEOREM_MODES[flags[0]] if flags else "run"
+    return ["theorem", mode, *[a for a in argv[1:] if a not in flags]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(_book_spelling(parser, list(sys.argv[1:] if argv is None else argv)))
     except SystemExit as done:  # --help, or a usage error argparse has already printed
         return int(done.code or 0)
     try:
