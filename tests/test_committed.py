@@ -158,23 +158,18 @@ def test_merge_refuses_pieces_that_disagree_outside_their_seeds():
         {"wide": side, "runs": [{"seed": 0, "x": 1.0}, {"seed": 1}]}
 
 
-@pytest.fixture
-def one_seed_pieces(monkeypatch):
-    for name in ("simulations", "jena", "sst2"):
-        monkeypatch.setitem(EXPERIMENTS, name, dataclasses.replace(EXPERIMENTS[name], piece_seeds=1))
-
-
 #: What each experiment computes without its evaluation seeds (so once for all pieces).
 SHARED = {"simulations": ["_probe_runs"], "jena": ["_tune", "_pilots"],
           "sst2": ["_tune", "_precision_check", "_run_sst2_wide"]}
 
 
 @pytest.mark.parametrize("name", list(SHARED))
-def test_the_pieces_of_a_run_tune_and_check_once(name, one_seed_pieces, tmp_path, monkeypatch):
+def test_the_pieces_of_a_run_tune_and_check_once(name, tmp_path, monkeypatch):
     """The step sizes tuned on the probe seeds, and the checks on a probe seed, are the same for
     every piece: the first piece computes them, the second reads them back (and the merged run has
     one set of steps)."""
     monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setitem(EXPERIMENTS, name, dataclasses.replace(EXPERIMENTS[name], piece_seeds=1))
     module = importlib.import_module(f"convres.experiments.{name}")
     calls: list[str] = []
     for f in SHARED[name]:
