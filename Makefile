@@ -10,16 +10,14 @@ VENV        ?= .venv
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.convres-installed
 LOCK        := requirements.lock
-# torch's CPU build: a local wheel, else the PyTorch CPU index (not in the lock, whose PyPI hashes would
-# be the CUDA build's; the lock holds torch's dependencies).
+# torch's CPU build, a local wheel or the CPU index (the lock's PyPI hashes would be the CUDA build's).
 TORCH       := torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 NPM         ?= $(abspath $(BIN))/npm
 ASSETS      := web/node_modules/.convres-installed
 JOBS        ?= 2
 SITE_TESTS  := tests/test_site.py tests/test_links.py tests/test_lines.py
-# The executed chapters are kept by jupyter-cache (_config.yml) while the package, the book and the
-# committed results are unchanged: a change of any (this hash) empties it, so no build shows stale outputs.
+# jupyter-cache (_config.yml) keeps executed chapters; a change of package, book or results empties it.
 EXEC_HASH   := _build/.executed-with
 EXEC_INPUTS := $(shell find convres book results _config.yml -type f \( -name '*.py' -o -name '*.md' \
                -o -name '*.yml' -o -name '*.bib' -o -name '*.json' \) | LC_ALL=C sort)
@@ -43,8 +41,7 @@ $(STAMP): $(LOCK) pyproject.toml
 	$(BIN)/pip check
 	touch $(STAMP)
 
-# One lock for Linux and macOS, Python 3.11 to 3.13 (uv's universal resolution); pins in the lock are
-# kept where they still fit (delete the lock, or a line of it, to move a package on).
+# One lock for Linux and macOS, Python 3.11 to 3.13 (uv's universal resolution); pins kept where they fit.
 lock:
 	$(PYTHON) -m venv .venv-lock && .venv-lock/bin/pip install --quiet uv==0.13.9
 	UV_PYTHON_DOWNLOADS=never .venv-lock/bin/uv pip compile --universal --python-version 3.11 --generate-hashes \
@@ -54,8 +51,7 @@ $(ASSETS): web/package.json web/package-lock.json $(STAMP)
 	cd web && $(NPM) ci --ignore-scripts --no-audit --no-fund --loglevel=error
 	touch $(ASSETS)
 
-# The data sets, downloaded into $CONVRES_DATA_DIR (~/.cache/convres/data) when missing, from the
-# sources HF_ENDPOINT and CONVRES_JENA_URL name.
+# The data sets into $CONVRES_DATA_DIR (~/.cache/convres/data) when missing (HF_ENDPOINT, CONVRES_JENA_URL).
 data: $(STAMP)
 	$(BIN)/python -m convres data
 

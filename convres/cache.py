@@ -8,7 +8,6 @@ import math
 import os
 import tempfile
 import warnings
-from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -101,16 +100,16 @@ def digest(obj: Any) -> str:
     return hashlib.sha256(dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
-def cached_json(name: str, config: Any, compute: Callable[[], Any], *, directory=None,
-                refresh: bool = False) -> Any:
+def cached_json(name: str, config: Any, compute, *, directory=None, refresh: bool = False) -> Any:
     """``compute()`` as :func:`loads` reads it back, cached as ``<cache>/<name>-<key>.json``, the key
-    being :func:`digest` of ``config``, the version and :func:`source_fingerprint`."""
+    :func:`digest` of ``config``, the version and :func:`source_fingerprint`; an entry is served
+    only as written (this ``config``, its result's sha256)."""
     key = digest({"config": config, "convres": __version__, "source": source_fingerprint()})[:16]
     path = cache_dir(directory) / f"{name}-{key}.json"
     if path.is_dir() and not path.is_symlink():  # found before the work, not after it
         raise OSError(f"{CACHE_ENV}: the entry {path} is a directory; remove it.")
     if not refresh and path.exists():
-        try:  # a directory, FIFO or device is not read (a FIFO would block)
+        try:  # a FIFO or device is not read (it could block)
             stored = loads(path.read_bytes(), str(path)) if path.is_file() else None
             if not isinstance(stored, dict) or stored.get("config") != loads(dumps(config), name):
                 raise ValueError("not an entry of this configuration")
@@ -121,6 +120,6 @@ def cached_json(name: str, config: Any, compute: Callable[[], Any], *, directory
             warnings.warn(f"convres cache: ignoring {path} ({err}); recomputing it.", CacheWarning,
                           stacklevel=2)
     result = loads(dumps(compute()), name)
-    entry = {"config": config, "convres": __version__, "result": result, "sha256": digest(result)}
-    write_atomic(path, dumps(entry))
+    write_atomic(path, dumps({"config": config, "convres": __version__, "result": result,
+                              "sha256": digest(result)}))
     return result

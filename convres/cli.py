@@ -14,7 +14,7 @@ from ._version import __version__
 from .cache import dumps, setting_dir, write_atomic
 from .certify import certified_run, ffn_certificate, ffn_certified_run
 from .collapse import sigma_min_table
-from .committed import pieces, result, run_piece
+from .committed import result, run_piece
 from .data import DATASETS, download
 from .experiments import EXPERIMENTS, PROFILES
 from .experiments.theorem import non_vacuous_steps
@@ -172,13 +172,12 @@ def _reproduce(args):
 
 def _piece(args):
     kept = EXPERIMENTS[args.name].committed if args.name in EXPERIMENTS else ()
-    if args.profile not in kept or args.out or args.refresh or args.download:
-        raise ValueError(f"--piece computes one piece of one experiment's committed profile: give NAME, "
-                         f"--profile {' or '.join(kept) or 'paper'} and --results (not --out, --refresh "
-                         "or --download).")
-    blocks = pieces(args.name, args.profile)
-    if args.piece >= len(blocks):
-        raise ValueError(f"--piece {args.piece}: {args.name!r} has pieces 0 to {len(blocks) - 1}.")
+    if args.profile not in kept:
+        other = " or ".join(f"--profile {p}" for p in kept) or "one experiment that commits a profile"
+        raise ValueError(f"--piece: {args.name!r} --profile {args.profile} is computed whole, not in pieces; "
+                         f"drop --piece, or give {other}.")
+    if args.out or args.refresh or args.download:
+        raise ValueError("--piece writes its piece into --results: drop --out, --refresh and --download.")
     path, merged = run_piece(args.name, args.piece, folder=args.results, device=args.device,
                              progress=not args.json, profile=args.profile)
     return {"piece": str(path), "pieces": merged["pieces"]}
@@ -246,20 +245,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    flags = [a for a in argv[1:] if a in THEOREM_MODES] if argv[:1] == ["theorem"] else []
+def _book_spelling(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``argv`` with the book's spelling of the theorem's modes (``theorem --certify ...``, ``theorem
+    --json`` for the plain run) as the subcommand it names; two modes are a usage error."""
+    if argv[:1] != ["theorem"] or (argv[1:] or [""])[0] in ("run", "-h", "--help", *THEOREM_MODES.values()):
+        return argv
+    flags = [a for a in argv[1:] if a in THEOREM_MODES]
     if len(flags) > 1:
-        print(f"convres theorem: error: choose one mode of the theorem, got {' and '.join(flags)}",
-              file=sys.stderr)
-        return 2
-    words = ("run", "-h", "--help", *THEOREM_MODES.values())
-    if argv[:1] == ["theorem"] and (argv[1:] or [""])[0] not in words:
-        # the book's spelling of the modes: theorem --certify ..., theorem --json (the plain run)
-        mode = THEOREM_MODES[flags[0]] if flags else "run"
-        argv = ["theorem", mode, *[a for a in argv[1:] if a not in flags]]
+        parser.error(f"choose one mode of the theorem, got {' and '.join(flags)}")
+    mode = THEOREM_MODES[flags[0]] if flags else "run"
+    return ["theorem", mode, *[a for a in argv[1:] if a not in flags]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(_book_spelling(parser, list(sys.argv[1:] if argv is None else argv)))
     except SystemExit as done:  # --help, or a usage error argparse has already printed
         return int(done.code or 0)
     try:

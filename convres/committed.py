@@ -1,11 +1,10 @@
-"""Results too large for the book's build: the ``paper`` profiles (and SST-2's ``book`` profile), run
-in pieces, committed with provenance (``Experiment.committed``).
+"""Committed results: the profiles too large for the book's build (``Experiment.committed``: the
+``paper`` profiles, SST-2's ``book`` one), run in pieces and committed with provenance.
 
-Book chapter *Reproduction report*. ``python -m convres reproduce NAME --profile paper --piece K``
-computes the ``K``-th block of the evaluation seeds, writes ``results/pieces/NAME-paper-K.json``
-with its provenance and merges the pieces present into ``results/NAME-paper.json`` under a lock
-(pieces may run side by side, one per task of a job array). What is read back passes the checks of
-what is written (:func:`read_record`): a file that fails them is an error naming it and the fix.
+Book chapter *Reproduction report*. ``python -m convres reproduce NAME --profile P --piece K`` computes
+the ``K``-th block of the evaluation seeds into ``results/pieces/NAME-P-K.json`` and merges the pieces
+present into ``results/NAME-P.json`` under a lock (pieces may run side by side, one per task of a job
+array). What is read back passes the checks of what is written (:func:`read_record`).
 """
 
 import contextlib
@@ -27,7 +26,6 @@ from .experiments.base import protocol_stamp
 
 #: The project's source tree, when this package runs from one (:func:`source_checkout`).
 ROOT = Path(__file__).resolve().parent.parent
-PROFILE = "paper"
 #: The schema of a result file: its fields and their types.
 SCHEMA: dict[str, type | tuple[type, ...]] = {"name": str, "profile": str, "settings": dict, "data": dict,
                                               "seconds": (int, float)}
@@ -47,7 +45,7 @@ def results_dir(folder: str | os.PathLike | None = None) -> Path:
     return Path(folder) if folder is not None else ROOT / "results"
 
 
-def pieces(name: str, profile: str = PROFILE) -> list[list[int]]:
+def pieces(name: str, profile: str = "paper") -> list[list[int]]:
     """The evaluation seeds of ``name``'s ``profile`` in blocks of its ``piece_seeds``."""
     seeds = settings(name, profile).get("seeds")
     if not seeds:
@@ -147,16 +145,17 @@ def _locked(folder: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def piece_path(name: str, k: int, folder, profile: str = PROFILE) -> Path:
+def piece_path(name: str, k: int, folder, profile: str = "paper") -> Path:
     return results_dir(folder) / "pieces" / f"{name}-{profile}-{k}.json"
 
 
-def paper_path(name: str, folder=None, profile: str = PROFILE) -> Path:
+def committed_path(name: str, folder=None, profile: str = "paper") -> Path:
+    """The merged file of ``name``'s committed ``profile``: ``results/NAME-PROFILE.json``."""
     return results_dir(folder) / f"{name}-{profile}.json"
 
 
 def run_piece(name: str, k: int, *, folder=None, device=None, progress: bool = False,
-              profile: str = PROFILE) -> tuple[Path, dict]:
+              profile: str = "paper") -> tuple[Path, dict]:
     """Compute piece ``k`` of ``name``, write it with its provenance, merge the pieces present."""
     blocks, path = pieces(name, profile), piece_path(name, k, folder, profile)
     if not 0 <= k < len(blocks):
@@ -179,7 +178,7 @@ def run_piece(name: str, k: int, *, folder=None, device=None, progress: bool = F
     return path, assemble(name, path.parents[1], profile) or {}
 
 
-def assemble(name: str, folder=None, profile: str = PROFILE) -> dict | None:
+def assemble(name: str, folder=None, profile: str = "paper") -> dict | None:
     """Merge the pieces of ``name`` present in ``folder`` into ``NAME-PROFILE.json``, under a lock
     on the folder; return the merged record (``None`` when no piece is there)."""
     blocks, folder, full = pieces(name, profile), results_dir(folder), settings(name, profile)
@@ -199,20 +198,24 @@ def assemble(name: str, folder=None, profile: str = PROFILE) -> dict | None:
                "pieces": {"total": len(blocks), "done": done, "planned_seeds": full["seeds"],
                           "missing": [k for k in range(len(blocks)) if k not in done]},
                "provenance": [{"piece": k, **p.get("provenance", {})} for k, p in zip(done, parts)]}
-        write_atomic(paper_path(name, folder, profile), dumps(out))
+        write_atomic(committed_path(name, folder, profile), dumps(out))
     return out
 
 
-def load_paper_result(name: str, folder=None, profile: str = PROFILE) -> tuple[Result, dict] | None:
+def load_committed(name: str, folder=None, profile: str = "paper") -> tuple[Result, dict] | None:
     """The committed ``profile`` result of ``name`` (checked by :func:`read_record`) and its
     ``pieces`` and ``provenance``; ``None`` when nothing is committed."""
-    path = paper_path(name, folder, profile)
+    path = committed_path(name, folder, profile)
     settings(name, profile)  # an unknown name is an error, not "nothing committed"
     if not (path.exists() or path.is_symlink()):
         return None
     stored = read_record(path, name, profile, None, 0)
     res = Result(EXPERIMENTS[name], stored["profile"], stored["settings"], stored["data"], stored["seconds"])
     return res, {"pieces": stored["pieces"], "provenance": stored.get("provenance", [])}
+
+
+#: The former name of :func:`load_committed` (the chapters call it; committed results are not only ``paper``).
+load_paper_result = load_committed
 
 
 def result(name: str, profile: str = "book", **options) -> Result:
@@ -222,10 +225,10 @@ def result(name: str, profile: str = "book", **options) -> Result:
     settings(name, profile)  # an unknown name or profile is an error
     if profile not in EXPERIMENTS[name].committed or options.get("refresh"):
         return run_experiment(name, profile, **options)
-    loaded = load_paper_result(name, profile=profile)
+    loaded = load_committed(name, profile=profile)
     if loaded is None or loaded[1]["pieces"]["missing"]:
         missing = loaded[1]["pieces"]["missing"] if loaded else list(range(len(pieces(name, profile))))
-        raise ValueError(f"{paper_path(name, profile=profile)} lacks the pieces {missing} of {name!r}'s "
+        raise ValueError(f"{committed_path(name, profile=profile)} lacks the pieces {missing} of {name!r}'s "
                          f"{profile!r} run; compute each: python -m convres reproduce {name} --profile "
                          f"{profile} --piece K")
     return loaded[0]

@@ -5,18 +5,13 @@ than they save. The cost policy (:func:`check_memory`): an entry point that allo
 its arguments refuses, before allocating, more than the device has, naming the estimate and the fix.
 """
 
-from __future__ import annotations
-
 import contextlib
 import os
 from collections.abc import Iterator
 
 import torch
 
-from .values import as_int
-
-__all__ = ["check_device", "torch_threads", "max_threads", "available_memory", "check_memory",
-           "CostRefused"]
+from .values import is_int
 
 
 class CostRefused(ValueError):
@@ -24,20 +19,17 @@ class CostRefused(ValueError):
 
 
 def available_memory(device=None) -> int | None:
-    """Bytes of memory available now on ``device`` (the CPU by default): free CUDA memory, or the
-    available physical memory of the machine; ``None`` where it cannot be told."""
-    dev = torch.device("cpu") if device is None else torch.device(device)
-    if dev.type == "cuda":
+    """Bytes available now on ``device`` (the CPU by default): free CUDA memory, or the machine's
+    available physical memory; ``None`` where it cannot be told."""
+    if device is not None and torch.device(device).type == "cuda":
         try:
-            return int(torch.cuda.mem_get_info(dev)[0])
+            return int(torch.cuda.mem_get_info(torch.device(device))[0])
         except (RuntimeError, AssertionError, ValueError):
             return None
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, ValueError, IndexError, StopIteration):
         pass
     try:
         return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
@@ -46,9 +38,8 @@ def available_memory(device=None) -> int | None:
 
 
 def check_memory(need: int, what: str, change: str, *, device=None) -> None:
-    """Refuse (:class:`CostRefused`) a computation ``what`` estimated to need ``need`` bytes when
-    more than the memory available on ``device`` (:func:`available_memory`); the message gives the
-    estimate, what is available and ``change``, the argument or flag to change."""
+    """Refuse (:class:`CostRefused`) a computation ``what`` estimated to need ``need`` bytes when more
+    than :func:`available_memory` on ``device``; the message gives both and ``change``, what to change."""
     avail = available_memory(device)
     if avail is not None and need > avail:
         raise CostRefused(f"{what} needs about {_gib(need)} of memory, but {_gib(avail)} are "
@@ -72,23 +63,19 @@ def check_device(device) -> torch.device:
     except RuntimeError:
         raise ValueError(f"unknown device {device!r}: use 'cpu', or 'cuda' (or 'cuda:0', ...) on a "
                          "machine with an NVIDIA GPU and a CUDA build of PyTorch.") from None
-    if dev.type == "cuda":
-        if not torch.backends.cuda.is_built():
-            raise ValueError(f"device {device!r}: this PyTorch build ({torch.__version__}) has no CUDA "
-                             "support; use device 'cpu', or install a CUDA build of PyTorch.")
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r}: PyTorch was built with CUDA but no CUDA device is "
-                             "available on this machine (driver or GPU missing); use device 'cpu'.")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) here "
-                             f"(indices 0..{torch.cuda.device_count() - 1}).")
-    elif dev.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise ValueError(f"device {device!r}: Apple's MPS backend is not available here; use 'cpu'.")
-    elif dev.type != "cpu":
-        raise ValueError(f"device {device!r} is not supported by convres; use 'cpu' or 'cuda'.")
-    elif dev.index is not None:  # torch accepts 'cpu:1' and runs on the one CPU device
-        raise ValueError(f"device {device!r}: the CPU has no numbered devices; use 'cpu'.")
+    cuda, count = dev.type == "cuda", torch.cuda.device_count()
+    problems = [  # (is it so, what is wrong and the fix); torch accepts 'cpu:1' as the one CPU device
+        (dev.type not in ("cpu", "cuda", "mps"), "is not supported by convres; use 'cpu' or 'cuda'"),
+        (dev.type == "cpu" and dev.index is not None, "the CPU has no numbered devices; use 'cpu'"),
+        (cuda and not torch.backends.cuda.is_built(), f"this PyTorch build ({torch.__version__}) has no "
+                                                      "CUDA support; use 'cpu', or install a CUDA build"),
+        (cuda and not torch.cuda.is_available(), "PyTorch was built with CUDA but no CUDA device is "
+                                                 "available here (driver or GPU missing); use 'cpu'"),
+        (cuda and (dev.index or 0) >= count > 0, f"only {count} CUDA device(s) here (0..{count - 1})"),
+        (dev.type == "mps" and not torch.backends.mps.is_available(), "MPS is not available here; use 'cpu'")]
+    for bad, what in problems:
+        if bad:
+            raise ValueError(f"device {device!r}: {what}.")
     return dev
 
 
@@ -100,18 +87,15 @@ def max_threads() -> int:
 @contextlib.contextmanager
 def torch_threads(n: int | None) -> Iterator[None]:
     """Run a block with ``n`` PyTorch intra-op threads (1 .. :func:`max_threads`), then restore the
-    previous number. ``None`` leaves the setting alone. The setting is process-wide: do not use this
-    while other Python threads run PyTorch code."""
+    previous number; ``None`` leaves it alone. Process-wide: not while other threads run PyTorch."""
+    if n is not None and not (is_int(n) and 1 <= int(n) <= max_threads()):
+        raise ValueError(f"threads must be an integer in 1 .. {max_threads()} (4 per CPU here) or None, "
+                         f"got {n!r}.")
     if n is None:
         yield
         return
-    try:
-        n = as_int("threads", n, minimum=1, maximum=max_threads())
-    except ValueError:
-        raise ValueError(f"threads must be an integer in 1 .. {max_threads()} (4 per CPU here) or None, "
-                         f"got {n!r}.") from None
     before = torch.get_num_threads()
-    torch.set_num_threads(n)
+    torch.set_num_threads(int(n))
     try:
         yield
     finally:

@@ -5,15 +5,11 @@ values out of range are refused naming the argument, the range and the value (a 
 for what is no number at all, a :class:`ValueError` otherwise).
 """
 
-from __future__ import annotations
-
 import math
 import numbers
 
 import numpy as np
 import torch
-
-__all__ = ["is_int", "is_real", "as_int", "as_real", "as_seed", "positive_int", "json_safe", "MAX_SEED"]
 
 #: Largest seed accepted (``torch.Generator.manual_seed`` takes a 64-bit integer).
 MAX_SEED = 2**63 - 1
@@ -26,9 +22,7 @@ def _scalar(v):
                 or v.layout != torch.strided:
             return v
         return v.item()
-    if isinstance(v, np.ndarray) and v.ndim == 0:
-        return v.item()
-    return v
+    return v.item() if isinstance(v, np.ndarray) and v.ndim == 0 else v
 
 
 def is_int(v) -> bool:
@@ -43,28 +37,18 @@ def is_real(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
 
 
-def _range(minimum, maximum, *, above: bool = False) -> str:
-    if minimum == 0 and maximum is None:
-        return "> 0" if above else ">= 0"
-    if minimum is not None and maximum is not None and not above:
-        return f"in {minimum:g} .. {maximum:g}"
-    lo = "" if minimum is None else (f"> {minimum:g}" if above else f">= {minimum:g}")
-    hi = "" if maximum is None else f"<= {maximum:g}"
-    return " and ".join(p for p in (lo, hi) if p)
+def _range(minimum, maximum, above: bool = False) -> str:
+    low = "" if minimum is None else f" {'>' if above else '>='} {minimum}"
+    return low + ("" if maximum is None else f"{' and' if low else ''} <= {maximum}")
 
 
 def as_int(name: str, v, *, minimum: int | None = None, maximum: int | None = None) -> int:
     """``v`` as an ``int`` in ``[minimum, maximum]``; a ValueError naming ``name`` otherwise."""
     w = _scalar(v)
-    if maximum is None and minimum in (0, 1):
-        what = "a positive integer" if minimum == 1 else "a non-negative integer"
-    else:
-        rng = _range(minimum, maximum)
-        what = f"an integer{' ' + rng if rng else ''}"
     low = minimum is not None and is_int(w) and int(w) < minimum
     high = maximum is not None and is_int(w) and int(w) > maximum
     if not is_int(w) or low or high:
-        raise ValueError(f"{name} must be {what}, got {v!r}.")
+        raise ValueError(f"{name} must be an integer{_range(minimum, maximum)}, got {v!r}.")
     return int(w)
 
 
@@ -73,17 +57,12 @@ def as_real(name: str, v, *, minimum: float | None = None, maximum: float | None
     """``v`` as a ``float``, finite (unless ``finite=False``), ``>= minimum`` (``> minimum`` with
     ``above=True``) and ``<= maximum``; a ValueError naming ``name`` otherwise."""
     w = _scalar(v)
-    rng = _range(minimum, maximum, above=above)
-    finite_ = "finite " if finite else ""
-    what = f"a positive {finite_}number" if rng == "> 0" else f"a {finite_}number{' ' + rng if rng else ''}"
+    what = f"a {'finite ' if finite else ''}number{_range(minimum, maximum, above)}"
     if not is_real(w):
         raise TypeError(f"{name} must be {what}, got {type(v).__name__} {v!r}.")
     w = float(w)
-    if math.isnan(w) or (finite and not math.isfinite(w)):
-        raise ValueError(f"{name} must be {what}, got {v!r}.")
-    if minimum is not None and (w <= minimum if above else w < minimum):
-        raise ValueError(f"{name} must be {what}, got {v!r}.")
-    if maximum is not None and w > maximum:
+    low = minimum is not None and (w <= minimum if above else w < minimum)
+    if math.isnan(w) or (finite and math.isinf(w)) or low or (maximum is not None and w > maximum):
         raise ValueError(f"{name} must be {what}, got {v!r}.")
     return w
 
@@ -95,10 +74,7 @@ def positive_int(s: dict, key: str) -> int:
 
 def as_seed(name: str, v) -> int:
     """A seed: an integer in ``0 .. 2**63 - 1``."""
-    w = _scalar(v)
-    if not is_int(w) or not 0 <= int(w) <= MAX_SEED:
-        raise ValueError(f"{name} must be an integer in 0 .. 2**63 - 1, got {v!r}.")
-    return int(w)
+    return as_int(name, v, minimum=0, maximum=MAX_SEED)
 
 
 def json_safe(x):
@@ -108,10 +84,6 @@ def json_safe(x):
         return {k: json_safe(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [json_safe(v) for v in x]
-    if isinstance(x, np.ndarray):
+    if isinstance(x, (np.ndarray, np.floating, np.integer, np.bool_)):
         return json_safe(x.tolist())
-    if isinstance(x, (np.floating, np.integer, np.bool_)):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
+    return None if isinstance(x, float) and not math.isfinite(x) else x

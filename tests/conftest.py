@@ -130,44 +130,32 @@ def offline():
     return root
 
 
-WORDS_POS = ["good", "great", "fun", "fine", "nice", "warm"]
-WORDS_NEG = ["bad", "dull", "poor", "awful", "weak", "cold"]
-
-
-def write_tiny_sst2(folder, n_train=24, n_val=12, seed=0):
-    """SST-2 parquet files in the Hub layout: sentences of 10-12 tokens drawn from a few sentiment
-    words and neutral ones."""
+@pytest.fixture
+def tiny_sst2(tmp_path):
+    """The smallest SST-2 settings that run every arm, on tiny SST-2 files in the Hub layout written to
+    ``tmp_path``: sentences of 10-12 tokens drawn from a few sentiment words and neutral ones."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rng = np.random.default_rng(seed)
-    neutral = ["the", "film", "a", "of", "and", "is", "it", "this"]
-
-    def sentences(count):
-        out, labels = [], []
-        for i in range(count):
-            label = i % 2
-            words = list(rng.choice(WORDS_POS if label else WORDS_NEG, 4)) + list(rng.choice(neutral, 6 + i % 3))
-            rng.shuffle(words)
-            out.append(" ".join(words) + " ")
-            labels.append(label)
-        return out + ["too short "], labels + [1]
-
-    (folder / "sst2").mkdir(parents=True, exist_ok=True)
-    for split, count in (("train", n_train), ("validation", n_val)):
-        sents, labels = sentences(count)
-        pq.write_table(pa.table({"sentence": pa.array(sents, pa.string()), "label": pa.array(labels, pa.int64()),
-                                 "idx": pa.array(range(len(labels)), pa.int32())}), folder / "sst2" / f"{split}.parquet")
-    return folder
-
-
-@pytest.fixture
-def tiny_sst2(tmp_path):
-    """The smallest SST-2 settings that run every arm, on tiny files written to ``tmp_path``."""
     from convres.experiments import settings
 
-    write_tiny_sst2(tmp_path)
+    rng = np.random.default_rng(0)
+    words = (["bad", "dull", "poor", "awful", "weak", "cold"],        # label 0
+             ["good", "great", "fun", "fine", "nice", "warm"])        # label 1
+    neutral = ["the", "film", "a", "of", "and", "is", "it", "this"]
+    (tmp_path / "sst2").mkdir()
+    for split, count in (("train", 24), ("validation", 12)):
+        sents, labels = [], []
+        for i in range(count):
+            drawn = list(rng.choice(words[i % 2], 4)) + list(rng.choice(neutral, 6 + i % 3))
+            rng.shuffle(drawn)
+            sents.append(" ".join(drawn) + " ")
+            labels.append(i % 2)
+        sents, labels = sents + ["too short "], labels + [1]
+        table = pa.table({"sentence": pa.array(sents, pa.string()), "label": pa.array(labels, pa.int64()),
+                          "idx": pa.array(range(len(labels)), pa.int32())})
+        pq.write_table(table, tmp_path / "sst2" / f"{split}.parquet")
     return dict(n_train=16, depths=[1, 2], seeds=[0, 1], probe_seeds=[7], eta_grid=[0.1, 0.2], extend=8,
                 probe_steps=3, steps=6, record_every=3, check_steps=3, vocab_size=20, d=4, d_qk=4, m=4,
                 bow=dict(lambdas=[1.0, 10.0], folds=2, iters=20),
@@ -216,11 +204,8 @@ def _one_page(request):
     return request.param
 
 
-page = pytest.fixture(name="page")(_one_page)
-chapter = pytest.fixture(name="chapter")(_one_page)
-explorer_page = pytest.fixture(name="explorer_page")(_one_page)
-proof_page = pytest.fixture(name="proof_page")(_one_page)
-phonebreak_page = pytest.fixture(name="phonebreak_page")(_one_page)
+for _kind in KINDS:   # the fixtures page, chapter, explorer_page, ...: one page of that kind
+    globals()[_kind] = pytest.fixture(name=_kind)(_one_page)
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from convres import committed
-from convres.committed import assemble, load_paper_result, merge_data, paper_path, run_piece
+from convres.committed import assemble, committed_path, load_committed, merge_data, run_piece
 from convres.experiments import EXPERIMENTS, Experiment, jena, run_experiment, sst2
 from convres.experiments import settings as settings_of
 from convres.experiments.simulations import spot_check
@@ -57,7 +57,7 @@ def test_pieces_run_side_by_side_all_end_in_the_merged_file(order, delays, toy, 
         t.start()
     for t in threads:
         t.join()
-    stored, info = load_paper_result("toy", toy)
+    stored, info = load_committed("toy", toy)
     assert info["pieces"]["done"] == [0, 1, 2, 3] and stored.settings["seeds"] == [0, 1, 2, 3]
     assert [r["seed"] for r in stored.data["runs"]] == [0, 1, 2, 3] and stored.data["side"] == [{"seed": 99, "v": 1.0}]
 
@@ -87,7 +87,7 @@ def test_what_is_read_back_passes_the_checks_of_what_is_written(which, kind, toy
     toy.mkdir()
     for k in (0, 1):
         run_piece("toy", k, folder=toy)
-    path = paper_path("toy", toy) if which == "merged" else committed.piece_path("toy", 1, toy)
+    path = committed_path("toy", toy) if which == "merged" else committed.piece_path("toy", 1, toy)
     edit = edits(path)[kind]
     if kind == "directory":
         path.unlink()
@@ -100,7 +100,7 @@ def test_what_is_read_back_passes_the_checks_of_what_is_written(which, kind, toy
         d = json.loads(path.read_text())
         edit(d)
         path.write_text(json.dumps(d))
-    read = (lambda: load_paper_result("toy", toy)) if which == "merged" else (lambda: assemble("toy", toy))
+    read = (lambda: load_committed("toy", toy)) if which == "merged" else (lambda: assemble("toy", toy))
     with pytest.raises(ValueError, match=f"{path.name}.*--piece|--piece.*{path.name}|{path.name}"):
         read()
 
@@ -158,23 +158,18 @@ def test_merge_refuses_pieces_that_disagree_outside_their_seeds():
         {"wide": side, "runs": [{"seed": 0, "x": 1.0}, {"seed": 1}]}
 
 
-@pytest.fixture
-def one_seed_pieces(monkeypatch):
-    for name in ("simulations", "jena", "sst2"):
-        monkeypatch.setitem(EXPERIMENTS, name, dataclasses.replace(EXPERIMENTS[name], piece_seeds=1))
-
-
 #: What each experiment computes without its evaluation seeds (so once for all pieces).
 SHARED = {"simulations": ["_probe_runs"], "jena": ["_tune", "_pilots"],
           "sst2": ["_tune", "_precision_check", "_run_sst2_wide"]}
 
 
 @pytest.mark.parametrize("name", list(SHARED))
-def test_the_pieces_of_a_run_tune_and_check_once(name, one_seed_pieces, tmp_path, monkeypatch):
+def test_the_pieces_of_a_run_tune_and_check_once(name, tmp_path, monkeypatch):
     """The step sizes tuned on the probe seeds, and the checks on a probe seed, are the same for
     every piece: the first piece computes them, the second reads them back (and the merged run has
     one set of steps)."""
     monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setitem(EXPERIMENTS, name, dataclasses.replace(EXPERIMENTS[name], piece_seeds=1))
     module = importlib.import_module(f"convres.experiments.{name}")
     calls: list[str] = []
     for f in SHARED[name]:
@@ -184,15 +179,15 @@ def test_the_pieces_of_a_run_tune_and_check_once(name, one_seed_pieces, tmp_path
     first = list(calls)
     run_piece(name, 1, folder=tmp_path, profile="smoke")
     assert sorted(set(first)) == sorted(SHARED[name]) and calls == first
-    merged, _ = load_paper_result(name, tmp_path, "smoke")
+    merged, _ = load_committed(name, tmp_path, "smoke")
     assert merged.data["step_sizes"] == run_experiment(name, "smoke").data["step_sizes"]
 
 
 def test_committed_results_are_their_profile_of_today():
     """Every committed file was assembled from pieces of today's settings of its profile."""
     for name, e in EXPERIMENTS.items():
-        for profile in (p for p in e.committed if paper_path(name, profile=p).is_file()):
-            res, info = load_paper_result(name, profile=profile)
+        for profile in (p for p in e.committed if committed_path(name, profile=p).is_file()):
+            res, info = load_committed(name, profile=profile)
             full = settings_of(name, profile)
             assert {**res.settings, "seeds": full["seeds"]} == full
             assert info["pieces"]["done"] and res.claims()
@@ -221,7 +216,7 @@ def test_a_committed_run_computes_again_to_the_same_numbers():
     d_QK (scale 1/d_QK, beta = 0, its tuned step, the last committed seed), where the runs are
     slowest and closest to instability, computed again here matches the committed record
     (:func:`convres.experiments.simulations.spot_check`)."""
-    loaded = load_paper_result("simulations")
+    loaded = load_committed("simulations")
     if loaded is None:
         pytest.skip("the simulations pieces of protocol v4 are not committed yet")
     res, info = loaded
@@ -251,7 +246,7 @@ def test_an_sst2_run_computed_alone_is_the_run_of_the_experiment():
 def test_a_committed_jena_run_computes_again_to_the_same_numbers():
     """The spot check of the committed Jena pieces: the first 100 steps of one run (beta = 1, the
     first seed, its tuned step; every training window) computed again match the committed curve."""
-    loaded = load_paper_result("jena")
+    loaded = load_committed("jena")
     if loaded is None:
         pytest.skip("the Jena larger run of protocol v4 is not complete (no merged file yet)")
     res = loaded[0]
@@ -270,7 +265,7 @@ def test_a_committed_sst2_run_computes_again_to_the_same_numbers(which, profile)
     20 steps of one run (L = 2 with residuals, the first seed and the last, each of another piece,
     at its tuned step; every training sentence) computed again match the committed curve (recorded
     every ``record_every`` steps) to float32 round-off."""
-    loaded = load_paper_result("sst2", profile=profile)
+    loaded = load_committed("sst2", profile=profile)
     if loaded is None:
         pytest.skip(f"the SST-2 {profile} pieces of protocol v4 are not committed yet")
     res, info = loaded

@@ -2,6 +2,7 @@
 crosses a module. A new module must be placed here; an import that points up fails the test."""
 
 import ast
+import importlib.util
 import re
 from pathlib import Path
 
@@ -28,32 +29,20 @@ ORDER = [m for layer in LAYERS for m in layer]
 
 
 def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__" and len(parts) > 1:
-        parts = parts[:-1]
-    return ".".join(parts)
-
-
-def _package_of(name: str, path: Path) -> list[str]:
-    parts = name.split(".") if name != "__init__" else []
-    return parts if path.name == "__init__.py" else parts[:-1]
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 1 else parts)
 
 
 def _imports(path: Path):
     """``(target module, imported names)`` of every import of a convres module in ``path``,
     in-function imports included."""
-    name = _module_name(path)
-    package = _package_of(name, path)
+    package = ".".join(("convres", *path.relative_to(ROOT).parts[:-1]))  # where a relative import starts
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[:len(package) - node.level + 1] if node.level > 1 else package
-                target = ".".join([*base, *(node.module.split(".") if node.module else [])])
-            elif node.module and node.module.startswith("convres"):
-                target = node.module.removeprefix("convres").lstrip(".")
-            else:
+            full = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+            if not full.startswith("convres"):
                 continue
+            target = full.removeprefix("convres").lstrip(".")
             names = [a.name for a in node.names]
             submodules = [n for n in names if f"{target}.{n}".lstrip(".") in ORDER]
             for n in submodules:

@@ -1,14 +1,9 @@
 """Frozen word vectors for the SST-2 chapter: PPMI-SVD vectors of the unlabelled training text."""
 
-from __future__ import annotations
-
-import numbers
-
+import numpy as np
 import torch
 
-from ..values import as_int, is_int
-
-__all__ = ["ppmi_embeddings", "embed_with"]
+from ..values import as_int, as_real
 
 
 def ppmi_embeddings(sentences, d: int, *, vocab_size: int = 5000, smoothing: float = 0.75,
@@ -19,13 +14,9 @@ def ppmi_embeddings(sentences, d: int, *, vocab_size: int = 5000, smoothing: flo
     counting the ordered pairs of positions of one sentence, the context distribution raised to
     ``smoothing`` (Levy, Goldberg and Dagan 2015); subspace iteration from a Gaussian start drawn
     with ``seed``, each column's largest entry positive. Returns ``(vocab, vectors)``."""
-    import numpy as np
-
     d = as_int("d (the embedding dimension)", d, minimum=1)
-    if not is_int(vocab_size) or vocab_size < 2:
-        raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}.")
-    if isinstance(smoothing, bool) or not isinstance(smoothing, numbers.Real) or not 0 < smoothing <= 1:
-        raise ValueError(f"smoothing must be a number in (0, 1], got {smoothing!r}.")
+    vocab_size = as_int("vocab_size", vocab_size, minimum=2)
+    as_real("smoothing", smoothing, minimum=0, above=True, maximum=1)
     iterations = as_int("iterations", iterations, minimum=1)
     sentences = [list(s) for s in sentences]
     if not sentences or not all(sentences):
@@ -75,8 +66,6 @@ def embed_with(sentences, vocab, vectors, *, mean=None, std=None, dtype=torch.fl
     every coordinate standardized by ``mean`` and ``std`` (default: those of the known tokens of
     ``sentences``; pass the training ones for held-out text); an unknown token gets the mean.
     Returns ``(X, (mean, std), oov)``, ``oov`` the fraction of unknown tokens."""
-    import numpy as np
-
     lengths = {len(s) for s in sentences}
     if not lengths or 0 in lengths:
         raise ValueError("sentences must be a non-empty list of non-empty token lists.")

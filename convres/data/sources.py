@@ -1,9 +1,9 @@
 """Where the data come from: the data folder, the download sources, the fetcher and the checksums.
 
-Book appendix on the data (README, *Data*). The sources are settings, so that a mirror can stand in:
-``HF_ENDPOINT`` for the Hugging Face Hub (SST-2 at :data:`SST2_REVISION`) and ``CONVRES_JENA_URL``
-for the Keras zip of Jena Climate. A download shows a progress bar, resumes its ``.part`` file, and
-its sha256 is recorded in the data folder's ``SHA256SUMS``, against which every read checks it.
+The sources are settings, so that a mirror can stand in (README, *Data*): ``HF_ENDPOINT`` for the
+Hugging Face Hub (SST-2 at :data:`SST2_REVISION`), ``CONVRES_JENA_URL`` for the Keras zip of Jena
+Climate. A download shows a progress bar, resumes its ``.part`` file, and its sha256 is recorded in
+the data folder's ``SHA256SUMS``, against which every read checks it.
 """
 
 import functools
@@ -55,11 +55,8 @@ SOURCES = {"jena_climate/jena_climate_2009_2016.csv.zip": lambda: os.environ.get
 
 @functools.lru_cache(maxsize=64)
 def _sha256(path: str, size: int, mtime_ns: int) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def sha256_file(path: str | os.PathLike) -> str:
