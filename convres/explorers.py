@@ -123,12 +123,12 @@ class Explorer:
     the sliders' ends, the ``charts``, the ``presets`` and per seed a reference step ``mu_hat``."""
 
     def __init__(self, name: str, title: str, family: str, *, seeds: Sequence[int], d_qks: Sequence[int],
-                 start: Mapping, beta_range=(0.0, 2.0), mu_range=(1e-3, 2e-2), horizon: int = 5000,
+                 start: Mapping, mu_range=(1e-3, 2e-2), horizon: int = 5000,
                  charts: Sequence[str] = ("loss", "sigma", "escape"), presets: Sequence[Mapping] = (),
                  alt: str = "", mu_hat: Mapping | None = None):
         self.name, self.title, self.family, self.alt = name, title, family, alt
         self.seeds, self.d_qks, self.horizon, self.charts = list(seeds), list(d_qks), horizon, list(charts)
-        self.beta_range, self.mu_range, self.mu_hat = list(beta_range), list(mu_range), mu_hat
+        self.beta_range, self.mu_range, self.mu_hat = [0.0, 2.0], list(mu_range), mu_hat
         self.start = dict(start)
         self.presets = [dict(p) for p in presets]
         for setting in [self.start, *(p["values"] for p in self.presets)]:

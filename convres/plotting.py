@@ -84,10 +84,10 @@ def thumbnail_png(fig, width: int = 160) -> bytes:
 
 
 def plot_band(ax, curves: Sequence[Sequence[float]], *, x=None, color=None, label=None,
-              log: bool = True, linestyle: str = "-", marker: str | None = None,
-              markevery=None, markerfacecolor=None) -> None:
-    """The median over seeds of ``curves`` with a min-max band; ``None`` (a run that stopped) is
-    left out of that step's band; ``marker`` tells curves apart without colour."""
+              linestyle: str = "-", marker: str | None = None, markevery=None,
+              markerfacecolor=None) -> None:
+    """The median over seeds of ``curves`` with a min-max band, log scale; ``None`` (a run that
+    stopped) is left out of that step's band; ``marker`` tells curves apart without colour."""
     length = max(len(c) for c in curves)
     arr = np.full((len(curves), length), np.nan)
     for i, c in enumerate(curves):
@@ -101,8 +101,7 @@ def plot_band(ax, curves: Sequence[Sequence[float]], *, x=None, color=None, labe
     ax.plot(x, med, color=color, label=label, linestyle=linestyle, marker=marker, markevery=markevery,
             markersize=5, markerfacecolor=markerfacecolor or color, markeredgecolor=color)
     ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
-    if log:
-        ax.set_yscale("log")
+    ax.set_yscale("log")
 
 
 def _relative(curve):

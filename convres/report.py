@@ -213,11 +213,11 @@ def provenance_table(larger: Mapping[str, tuple[Result, dict] | None]):
     return table(rows)
 
 
-def claims_table(rows: list[dict], effect: str = "{:.2f}"):
-    """The claims of one experiment as its chapter shows them: effect (format ``effect``),
-    interval, margin, units, sign test and verdict (with its reason and the alternatives' grades)."""
+def claims_table(rows: list[dict]):
+    """The claims of one experiment as its chapter shows them: effect and interval (two decimals),
+    margin, units, sign test and verdict (with its reason and the alternatives' grades)."""
     def interval(ci):
-        return "" if ci is None else f"{effect.format(ci[0])} to {effect.format(ci[1])}"
+        return "" if ci is None else f"{ci[0]:.2f} to {ci[1]:.2f}"
 
     sign = any("sign_test_p" in r for r in rows)
     sens = any("sensitivity" in r for r in rows)
@@ -229,7 +229,7 @@ def claims_table(rows: list[dict], effect: str = "{:.2f}"):
                    **({"sensitivity": "; ".join(f"{s['tex']} ({s['protocol']}): {s['verdict']}"
                                                 for s in r.get("sensitivity", []))} if sens else {})}
                   for r in rows],
-                 {"effect": effect, "margin": "{:.3g}", **({"sign test p": "{:.2g}"} if sign else {})})
+                 {"effect": "{:.2f}", "margin": "{:.3g}", **({"sign test p": "{:.2g}"} if sign else {})})
 
 
 def hypotheses_table(checks, *, first: str = "instance"):

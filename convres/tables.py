@@ -187,9 +187,9 @@ def stable_steps_table(step_sizes: Sequence[Mapping]):
                  {"largest stable": "{:g}", "chosen": "{:g}"})
 
 
-def per_model_table(summary: Mapping, protocol: str = "tuned"):
+def per_model_table(summary: Mapping):
     """*SST-2*: per depth and arm, final MSE and mean log-loss (median and range)."""
-    ms = sorted((m for m in summary["per_model"] if m["protocol"] == protocol), key=_arm_order)
+    ms = sorted((m for m in summary["per_model"] if m["protocol"] == "tuned"), key=_arm_order)
     return table([{"$L$": m["L"], "arm": m["arm"], "$\\eta$": m["eta"],
                    "final MSE": _spread(m["final_mse"]), "mean log-loss": _spread(m["mean_log_loss"]),
                    "diverged": m["diverged"]} for m in ms], {"$\\eta$": "{:g}"})
@@ -363,8 +363,8 @@ def heldout_table(heldout: Sequence[Mapping], baselines: Mapping):
 
 # --- Rank collapse under gradient descent (experiment rank_collapse_gd) ------------------------
 
-def collapse_runs_table(result: Result, steps: Sequence[int] = (0, 300, 1000, 2000)):
-    """*Rank collapse under gradient descent*: per run, loss over the floor at ``steps`` and
+def collapse_runs_table(result: Result):
+    """*Rank collapse under gradient descent*: per run, loss over the floor at four steps and
     the range of ``sigma_min(Z_t)``."""
     floor = result.data["floor"]
 
@@ -377,7 +377,8 @@ def collapse_runs_table(result: Result, steps: Sequence[int] = (0, 300, 1000, 20
     for r in result.data["runs"]:
         h = History.from_dict(r["history"])
         loss, smin = h.loss, h.sigma_min_Z
-        rows.append({"run": label(r), **{f"loss / floor at $t = {t}$": loss[t] / floor for t in steps},
+        at = {f"loss / floor at $t = {t}$": loss[t] / floor for t in (0, 300, 1000, 2000)}
+        rows.append({"run": label(r), **at,
                      "range of $\\sigma_{\\min}(Z_t)$": f"{sci(smin.min())} to {sci(smin.max())}"})
     return table(rows)
 
