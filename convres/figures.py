@@ -10,7 +10,7 @@ from .gd import History
 from .plotting import figure, legend_on_top
 
 __all__ = ["plot_collapse_sweep", "plot_uniform_bound", "plot_saturated", "plot_weyl", "plot_beta_runs",
-           "plot_contraction", "plot_depth", "plot_ffn_certified", "plot_separation_window",
+           "plot_contraction", "plot_depth", "plot_separation_window",
            "plot_plateaus", "plot_width_growth"]
 
 
@@ -207,30 +207,6 @@ def plot_depth(res: Mapping, sig: Mapping):
     axes[0].set_ylabel(r"$\mathrm{res}(H^{(\ell)})/\|H^{(\ell)}\|_F$")
     axes[1].set_ylabel(r"$\sigma_{Nn}(H^{(\ell)})/\|H^{(\ell)}\|_2$")
     axes[1].set_xlabel(r"block $\ell$")
-    legend_on_top(fig, 3, fontsize=8)
-    return fig
-
-
-def plot_ffn_certified(run: Mapping):
-    """Chapter *FFN*: a run certified by the FFN route: the loss against its envelope, path
-    and distance against ``rho'``, both singular-value ratios against the certified 1/2."""
-    cert = run["certificate"]
-    t = np.arange(len(run["loss"]))
-    fig, (ax1, ax2, ax3) = figure(1, 3, width=5.6, height=2.0)
-    ax1.semilogy(t, run["loss"], "o-", ms=3, markevery=75, label=r"loss $\Phi(\theta_t)$")
-    ax1.semilogy(t, run["envelope"], "k--", label=r"envelope $(1-\mu\alpha')^t\Phi(\theta_0)$")
-    ax1.set_ylabel("loss")
-    ax2.plot(t, run["path"], "^-", ms=3, markevery=75, color="tab:orange", label="path length")
-    ax2.plot(t, run["distance"], "o:", ms=3, markevery=75, color="tab:green", label="distance")
-    ax2.axhline(cert["rho"], color="k", ls="--", lw=1.2, label=r"certified $\rho'$")
-    ax2.set_ylabel("distance")
-    ax3.plot(t, np.array(run["sigma"]) / cert["sigma_M0"], "D-", ms=3, markevery=75,
-             color="tab:purple", label=r"$\sigma_{Nn}(M_t)/\sigma_M$")
-    ax3.plot(t, np.array(run["sigma_U"]) / cert["sigma_U0"], "s:", ms=3, markevery=75,
-             color="tab:brown", label=r"$\sigma_1(W_{U,t})/\sigma_U$")
-    ax3.axhline(0.5, color="0.35", ls="-.", lw=1.4, label="certified 1/2")
-    ax3.set_ylim(0.4, 1.1)
-    ax3.set_xlabel("gradient-descent step $t$")
     legend_on_top(fig, 3, fontsize=8)
     return fig
 

@@ -338,10 +338,19 @@ def plot_rank_collapse_gd(result):
 # --- theory (chapter The theorem: convres.certify, convres.theory) ------------------------------
 
 def plot_certified_run(run: Mapping):
-    """Chapter *The theorem*: a certified run (:meth:`convres.certify.CertifiedRun.to_dict`):
-    the loss against its envelope, the distance and path length against ``rho``, and
-    ``sigma_Nn(H_t) / sigma_0`` against 1/2."""
+    """Chapters *The theorem* and *FFN*: a certified run
+    (:meth:`convres.certify.CertifiedRun.to_dict`): the loss against its envelope, the distance
+    and path length against ``rho``, the singular-value ratios against 1/2: ``sigma_Nn(H_t) /
+    sigma_0``, or on the FFN route (``rho'``, ``alpha'``) ``sigma_Nn(M_t) / sigma_M`` and
+    ``sigma_1(W_U,t) / sigma_U``."""
     c = run["certificate"]
+    ffn = "sigma_M0" in c
+    prime = "'" if ffn else ""
+    if ffn:
+        ratios = [(run["sigma"], c["sigma_M0"], r"$\sigma_{Nn}(M_t)/\sigma_M$", "D-", "tab:purple"),
+                  (run["sigma_U"], c["sigma_U0"], r"$\sigma_1(W_{U,t})/\sigma_U$", "s:", "tab:brown")]
+    else:
+        ratios = [(run["sigma"], c["sigma_0"], r"$\sigma_{Nn}(H_t)/\sigma_0$", "D-", "tab:purple")]
     loss, env = np.asarray(run["loss"]), np.asarray(run["envelope"])
     t = np.arange(len(loss))
     every = max(1, len(t) // 12)
@@ -349,20 +358,20 @@ def plot_certified_run(run: Mapping):
     ax1.semilogy(t, np.maximum(loss, 1e-300), "o-", ms=4, markevery=every, color="tab:blue",
                  label=r"loss $\Phi(\theta_t)$")
     ax1.semilogy(t, env, "s--", ms=4, markevery=every, color="k",
-                 label=r"certified envelope $(1-\mu\alpha)^t\,\Phi(\theta_0)$")
+                 label=rf"certified envelope $(1-\mu\alpha{prime})^t\,\Phi(\theta_0)$")
     ax1.set_ylabel("loss")
     ax2.plot(t, run["path"], "^-", ms=4, markevery=every, color="tab:orange",
              label=r"path length $\sum_{s<t}\mu\|g_s\|$")
     ax2.plot(t, run["distance"], "o:", ms=4, markevery=every, color="tab:green",
              label=r"distance $\|\theta_t-\theta_0\|$")
-    ax2.axhline(c["rho"], color="k", ls="--", lw=1.2, label=r"certified radius $\rho$")
+    ax2.axhline(c["rho"], color="k", ls="--", lw=1.2, label=rf"certified radius $\rho{prime}$")
     ax2.set_ylim(0, 1.15 * c["rho"])
     ax2.set_ylabel("distance")
-    ax3.plot(t, np.asarray(run["sigma"]) / c["sigma_0"], "D-", ms=4, markevery=every, color="tab:purple",
-             label=r"$\sigma_{Nn}(H_t)/\sigma_0$")
+    for sigma, sigma_0, label, style, color in ratios:
+        ax3.plot(t, np.asarray(sigma) / sigma_0, style, ms=4, markevery=every, color=color, label=label)
     ax3.axhline(0.5, color="0.35", ls="-.", lw=1.4, label="certified lower bound 1/2")
     ax3.set_ylim(0.4, 1.1)
-    ax3.set_ylabel(r"$\sigma_{Nn}(H_t)/\sigma_0$")
+    ax3.set_ylabel(ratios[0][2] if len(ratios) == 1 else "singular-value ratio")
     ax3.set_xlabel("gradient-descent step $t$")
     legend_on_top(fig, ncol=2, fontsize=8)
     return fig
