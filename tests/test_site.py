@@ -33,7 +33,6 @@ WIDTH, HEIGHT, PHONE, PRINT_WIDTH = 1400, 900, 390, 718   # PRINT_WIDTH: A4 less
 MAX_SCREENS = 15           # a chapter or an API page at WIDTH px: at most this many screens of HEIGHT px
 LIVE_STEPS, LIVE_MS = 500, 50   # the explorer's budget: 500 steps at the interactive size
 PHONE_VIEW = dict(width=PHONE, height=844, mobile=True)
-HEIGHTS: dict[str, int] = {}
 
 
 def _is_api(page: str) -> bool:
@@ -237,8 +236,7 @@ def _fail(page: str, problems: list[str]) -> None:
 # --------------------------------------------------------------------------- every page
 def test_page(page, site, browser):
     """At 1400 px: formulas typeset, figures drawn with alt text, links alive,
-    nothing to the console; a chapter or a page of the API reference at most MAX_SCREENS screens.
-    Heights go to ``_build/page-heights.json`` (``page-heights-gw<K>.json`` from xdist's process K)."""
+    nothing to the console; a chapter or a page of the API reference at most MAX_SCREENS screens."""
     if _redirect(page):
         target = re.search(r'url=([^"]+)"', (SITE / page).read_text()).group(1)
         assert _check_link(site + target, site) is None, f"{page} forwards to a missing page"
@@ -247,10 +245,6 @@ def test_page(page, site, browser):
         info = view(INSPECT)
         view.shot(page.replace("/", "__").replace(".html", ".png"), WIDTH)
         problems = list(view.problems)
-    HEIGHTS[page] = info["height"]
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    out = SITE.parent / (f"page-heights-{worker}.json" if worker else "page-heights.json")
-    out.write_text(json.dumps(dict(sorted(HEIGHTS.items())), indent=1))
     print(f"\n{page}: {info['height']} px at {WIDTH} px = {info['height'] / HEIGHT:.1f} screens")
     if (ROOT / "book" / page.replace(".html", ".md")).is_file() and info["height"] > MAX_SCREENS * HEIGHT:
         fix = ("split the page: API_PAGES in web/convres_site.py" if _is_api(page)
@@ -309,7 +303,7 @@ def test_cut_math_is_caught(site_pages, site, browser):
     page = next(iter(_with(site_pages, 'class="math')), None)
     if page is None:
         pytest.skip("no page with formulas")
-    with View(browser, site, page, width=PHONE, height=844, mobile=True) as view:
+    with View(browser, site, page, **PHONE_VIEW) as view:
         view(r"""() => { const p = document.createElement('p'); p.id = 'wide-test';
           p.innerHTML = 'x <span class="math">\\(' + Array(40).fill('a_{1} + b^{2}').join(' + ') + '\\)</span>. y';
           document.querySelector('main .bd-article').prepend(p); return MathJax.typesetPromise([p]); }""")
@@ -481,12 +475,6 @@ def _renderer_cpu() -> float:
     return total / 1e9
 
 
-def _agree(js, ref) -> bool:
-    """Equal to 1e-9 relative; below 1e-12 of the start, to 1e-21 of the start (rounding)."""
-    js, ref = np.asarray(js), np.asarray(ref)
-    return js.shape == ref.shape and bool(np.all(np.abs(js - ref) <= 1e-9 * np.maximum(ref, 1e-12 * ref[0])))
-
-
 def test_live_explorer_is_convres(explorer_page, site, browser):
     """The page's gradient descent, 500 steps at two settings per explorer, equals
     convres.gradient_descent on the same instance; and 500 steps at the interactive size (the
@@ -495,6 +483,7 @@ def test_live_explorer_is_convres(explorer_page, site, browser):
     machine)."""
     import convres
     from convres import explorers
+    from test_explorers import agree   # equal to 1e-9 relative (1e-21 of the start at round-off)
     with View(browser, site, explorer_page) as view:
         for eid in _explorer_ids(explorer_page):
             data = view(f"() => window.convresExplorers[{json.dumps(eid)}].data")
@@ -504,7 +493,7 @@ def test_live_explorer_is_convres(explorer_page, site, browser):
                 params, X, Y, cfg = explorers.instance(data["bank"]["family"], v["seed"], v["d_qk"], beta=v["beta"],
                                                        scale=v["scale"])
                 _, h = convres.gradient_descent(params, X, Y, cfg, v["mu"], LIVE_STEPS, rtol=data["rtol"])
-                assert got["status"] == h.status and _agree(got["loss"], h.loss), (eid, v)
+                assert got["status"] == h.status and agree(got["loss"], h.loss), (eid, v)
             # wall time in the page, and the CPU time of the browser's renderer (/proc): on a machine
             # busy with other jobs the wall time counts their turns too, the CPU time does not
             times = []
