@@ -475,6 +475,12 @@ def _renderer_cpu() -> float:
     return total / 1e9
 
 
+def _agree(js, ref) -> bool:
+    """Equal to 1e-9 relative; below 1e-12 of the start, to 1e-21 of the start (rounding)."""
+    js, ref = np.asarray(js), np.asarray(ref)
+    return js.shape == ref.shape and bool(np.all(np.abs(js - ref) <= 1e-9 * np.maximum(ref, 1e-12 * ref[0])))
+
+
 def test_live_explorer_is_convres(explorer_page, site, browser):
     """The page's gradient descent, 500 steps at two settings per explorer, equals
     convres.gradient_descent on the same instance; and 500 steps at the interactive size (the
@@ -483,7 +489,6 @@ def test_live_explorer_is_convres(explorer_page, site, browser):
     machine)."""
     import convres
     from convres import explorers
-    from test_explorers import agree   # equal to 1e-9 relative (1e-21 of the start at round-off)
     with View(browser, site, explorer_page) as view:
         for eid in _explorer_ids(explorer_page):
             data = view(f"() => window.convresExplorers[{json.dumps(eid)}].data")
@@ -493,7 +498,7 @@ def test_live_explorer_is_convres(explorer_page, site, browser):
                 params, X, Y, cfg = explorers.instance(data["bank"]["family"], v["seed"], v["d_qk"], beta=v["beta"],
                                                        scale=v["scale"])
                 _, h = convres.gradient_descent(params, X, Y, cfg, v["mu"], LIVE_STEPS, rtol=data["rtol"])
-                assert got["status"] == h.status and agree(got["loss"], h.loss), (eid, v)
+                assert got["status"] == h.status and _agree(got["loss"], h.loss), (eid, v)
             # wall time in the page, and the CPU time of the browser's renderer (/proc): on a machine
             # busy with other jobs the wall time counts their turns too, the CPU time does not
             times = []
