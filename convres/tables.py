@@ -246,7 +246,7 @@ def environment() -> str:
     rows = [("Python", platform.python_version()), ("torch", torch.__version__),
             ("numpy", numpy.__version__), ("convres", __version__)]
     rows += [(name, md.version(name))
-             for name in ("matplotlib", "ipywidgets", "jupyter-book", "sphinx", "myst-nb")]
+             for name in ("matplotlib", "jupyter-book", "sphinx", "myst-nb")]
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {version}" for name, version in rows) + (
         f"\n\nbuilt {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on "
