@@ -1,12 +1,8 @@
-"""Live explorers: gradient descent run in the reader's browser on instances that convres exports.
-
-Book chapters *Rank collapse under gradient descent* (:func:`rank_collapse_explorer`) and *Explore
-convergence* (:func:`convergence_explorer`, :func:`theorem_explorer`). A page carries a :func:`bank`
-of instances that ``web/model.js`` runs in float64. The attention enters only through ``W_Q W_K^T``
-on the span of the tokens, so the bank holds ``P = A B^T``, ``A A^T``, ``B B^T`` (``A = Q^T W_Q``,
-``B = Q^T W_K``, ``Q`` an orthonormal basis of the rows of ``X``) and ``Q^T W_V``: a step costs the
-same at every ``d_QK``. :func:`run` is the same run by :func:`convres.gradient_descent` (cached).
-"""
+"""Live explorers: gradient descent run in the reader's browser (``web/model.js``, float64) on
+instances that convres exports. The attention enters only through ``W_Q W_K^T`` on the span of the
+tokens, so a :func:`bank` holds ``P = A B^T``, ``A A^T``, ``B B^T`` (``A = Q^T W_Q``,
+``B = Q^T W_K``, ``Q`` a basis of the rows of ``X``) and ``Q^T W_V``: a step costs the same at
+every ``d_QK``. :func:`run` is the same run in convres."""
 
 from __future__ import annotations
 
@@ -33,18 +29,15 @@ from .show import strip_tags
 __all__ = ["FAMILIES", "RTOL", "ESCAPE", "instance", "bank", "run", "escape_step", "Explorer",
            "PresetLink", "rank_collapse_explorer", "convergence_explorer", "theorem_explorer"]
 
-#: The instance families (:func:`convres.instances.problem`): sizes, activation, the seed of the
-#: weights (data seed + ``weight_offset``), the attention scales offered and the ``d_QK`` (``None``:
-#: ``d_QK`` is a control). ``collapse`` is :func:`convres.instances.collapse_instance`,
-#: ``simulations`` the instance of each seed of the chapter *Simulations*, ``theorem``
-#: :func:`convres.instances.theorem_instance`.
+#: The instance families (:func:`convres.instances.problem`): sizes, activation, weight seed
+#: offset; ``collapse`` is :func:`convres.instances.collapse_instance`, ``theorem``
+#: :func:`convres.instances.theorem_instance`, ``simulations`` the chapter's instances.
 FAMILIES: dict[str, dict] = {
-    "collapse": dict(N=4, n=4, d=32, m=32, activation="relu", weight_offset=1, d_qk=None),
-    "simulations": dict(N=4, n=4, d=32, m=32, activation="gelu", weight_offset=1000, d_qk=None),
-    "theorem": dict(N=2, n=4, d=16, m=16, activation="gelu", weight_offset=1, d_qk=16),
+    "collapse": dict(N=4, n=4, d=32, m=32, activation="relu", weight_offset=1),
+    "simulations": dict(N=4, n=4, d=32, m=32, activation="gelu", weight_offset=1000),
+    "theorem": dict(N=2, n=4, d=16, m=16, activation="gelu", weight_offset=1),
 }
-#: A run stops as converged once its loss is below ``RTOL`` times the first: below that the loss
-#: is float64 rounding.
+#: A run converged below ``RTOL`` times its first loss (float64 rounding).
 RTOL = 1e-20
 
 
@@ -63,9 +56,8 @@ def _b64(a) -> str:
 
 
 def bank(family: str, seeds: Sequence[int], d_qks: Sequence[int]) -> dict:
-    """The instances a page runs (base64 of little-endian float64, row-major): per seed ``X``
-    (``N n x d``), ``R = X Q`` (``N n x r``), ``Y`` and the rank-one floor; per seed and ``d_QK``
-    ``V = Q^T W_V``, ``W_1``, ``W_2``, ``W_U`` and ``P``, ``Gq``, ``Gk`` (see the module)."""
+    """The instances a page runs (base64 float64, row-major): per seed ``X``, ``R = X Q``, ``Y`` and
+    the floor; per seed and ``d_QK``, ``Q^T W_V``, ``W_1``, ``W_2``, ``W_U``, ``P``, ``Gq``, ``Gk``."""
     f = FAMILIES[family]
     out: dict = {"family": family, "act": f["activation"], "data": {}, "weights": {},
                  **{k: f[k] for k in ("N", "n", "d", "m")}, "r": f["N"] * f["n"]}
@@ -88,11 +80,8 @@ def bank(family: str, seeds: Sequence[int], d_qks: Sequence[int]) -> dict:
 
 def run(family: str, seed: int, d_qk: int, beta: float, mu: float, *, scale: str = "1/d_qk",
         steps: int = 500, stop_at_escape: bool = False) -> dict:
-    """The run the page computes, by :func:`convres.gradient_descent` (cached): ``{"loss",
-    "status", "floor", "escape", "alpha", "sigma_Z0"}`` with ``escape`` the first step below
-    :data:`ESCAPE` times the rank-one floor (``None``: not within ``steps``), ``alpha`` the theorem's
-    rate ``(sigma_Nn(H_0)/2)^2`` and ``sigma_Z0`` the smallest singular value of the stacked ``Z_0``.
-    With ``stop_at_escape`` the run ends at its escape."""
+    """The page's run by :func:`convres.gradient_descent` (cached): loss, status, floor, the
+    :func:`escape_step`, the rate ``alpha`` and ``sigma_min(Z_0)``; ``stop_at_escape`` ends it there."""
     config = dict(family=family, seed=seed, d_qk=d_qk, beta=beta, mu=mu, scale=scale, steps=steps,
                   stop_at_escape=stop_at_escape, rtol=RTOL)
 
@@ -109,15 +98,14 @@ def run(family: str, seed: int, d_qk: int, beta: float, mu: float, *, scale: str
 
 
 def escape_step(loss, floor: float) -> int | None:
-    """The first step whose loss is below :data:`ESCAPE` times the rank-one ``floor`` (the escape of
-    the chapter *Simulations*), or ``None``."""
+    """The first step whose loss is below :data:`ESCAPE` times ``floor`` (*Simulations*), or None."""
     below = np.flatnonzero(np.asarray(loss) < ESCAPE * floor)
     return int(below[0]) if below.size else None
 
 
 class PresetLink:
-    """A link of the prose to a preset (:meth:`Explorer.link`): on the site a click sets the
-    explorer and scrolls to it (``web/explorer.js``); ``text/plain`` (the PDF) is the text alone."""
+    """A link of the prose that sets an explorer to a preset (``web/explorer.js``); its text
+    alone in ``text/plain`` (the PDF)."""
 
     def __init__(self, element_id: str, preset_id: str, text: str):
         self.element_id, self.preset_id, self.text = element_id, preset_id, text
@@ -131,18 +119,16 @@ class PresetLink:
 
 
 class Explorer:
-    """A live explorer (``web/explorer.js`` draws it from :meth:`payload`): the bank (``family``,
-    ``seeds``, ``d_qks``), the first setting ``start``, the sliders' ends, the steps of a run, the
-    ``charts`` (``"loss"``, ``"envelope"``, ``"sigma"``, ``"escape"``, ``"ratio"``), the ``presets``
-    ``[{"id", "label", "look", "values"}]`` and per seed a reference step ``mu_hat``."""
+    """A live explorer that ``web/explorer.js`` draws from :meth:`payload`: the bank, the start,
+    the sliders' ends, the ``charts``, the ``presets`` and per seed a reference step ``mu_hat``."""
 
     def __init__(self, name: str, title: str, family: str, *, seeds: Sequence[int], d_qks: Sequence[int],
-                 start: Mapping, beta_range=(0.0, 2.0), mu_range=(1e-3, 2e-2), horizon: int = 5000,
+                 start: Mapping, mu_range=(1e-3, 2e-2), horizon: int = 5000,
                  charts: Sequence[str] = ("loss", "sigma", "escape"), presets: Sequence[Mapping] = (),
                  alt: str = "", mu_hat: Mapping | None = None):
         self.name, self.title, self.family, self.alt = name, title, family, alt
         self.seeds, self.d_qks, self.horizon, self.charts = list(seeds), list(d_qks), horizon, list(charts)
-        self.beta_range, self.mu_range, self.mu_hat = list(beta_range), list(mu_range), mu_hat
+        self.beta_range, self.mu_range, self.mu_hat = [0.0, 2.0], list(mu_range), mu_hat
         self.start = dict(start)
         self.presets = [dict(p) for p in presets]
         for setting in [self.start, *(p["values"] for p in self.presets)]:
@@ -193,8 +179,8 @@ class Explorer:
                 f'<script type="application/json" class="cx-data">{data}</script>\n</div>')
 
     def png(self) -> bytes:
-        """The static figure of the starting setting: the loss of both runs and, with the chart
-        ``"escape"``, the escape step against ``d_QK``."""
+        """The static figure of the start: the loss of both runs and, with ``"escape"``, the escape
+        step against ``d_QK``."""
         v = self.start
         runs = {b: run(self.family, v["seed"], v["d_qk"], b, v["mu"], scale=v["scale"],
                        steps=self.horizon) for b in dict.fromkeys([0.0, v["beta"]])}
@@ -239,9 +225,7 @@ def _setting(beta, d_qk, *, mu=0.002, seed=0, scale="1/d_qk") -> dict:
 
 
 def rank_collapse_explorer() -> Explorer:
-    """The explorer of the chapter *Rank collapse under gradient descent*: the figure's instance
-    (:func:`convres.instances.collapse_instance`, ReLU), ``beta = 0`` beside the chosen ``beta``,
-    ``sigma_min(Z_t)`` and the escape step against ``d_QK``."""
+    """The explorer of *Rank collapse under gradient descent* (the figure's instance)."""
     return Explorer(
         "rank-collapse", "Rank-collapse explorer", "collapse", seeds=[0, 1, 2],
         d_qks=[4, 16, 64, 256, 1024, 4096], start=_setting(1.0, 1024),
@@ -266,9 +250,7 @@ def rank_collapse_explorer() -> Explorer:
 
 
 def convergence_explorer() -> Explorer:
-    """The explorer of the chapter *Explore convergence*: the instances of the chapter
-    *Simulations* (GELU), the theorem's envelope ``Phi_0 (1 - mu alpha)^t`` beside the run,
-    ``sigma_min(Z_t)`` and the escape step against ``d_QK``."""
+    """The explorer of *Explore convergence* (the instances of *Simulations*)."""
     return Explorer(
         "convergence", "Convergence explorer", "simulations", seeds=[0, 1, 2],
         d_qks=[4, 16, 64, 256, 1024, 4096], start=_setting(1.0, 256),
@@ -295,10 +277,8 @@ def convergence_explorer() -> Explorer:
 
 
 def theorem_explorer(seeds: Sequence[int] = (0, 1, 2)) -> Explorer:
-    """The theorem's envelope beside a live run, on :func:`convres.instances.theorem_instance`
-    (``N = 2``, ``n = 4``, ``d = d_QK = 16``, GELU, scale ``1/sqrt(d_QK)``): the loss and
-    ``Phi_0 (1 - mu alpha)^t``, and ``Phi_{t+1}/Phi_t`` against ``1 - mu alpha``; ``mu`` starts at
-    the chapter's ``1/(2 L_hat)`` of seed 0 (:func:`convres.lemmas.mu_max`, ``beta = 1``)."""
+    """The theorem's envelope beside a live run on :func:`convres.instances.theorem_instance`,
+    ``mu`` from the chapter's ``1/(2 L_hat)`` (:func:`convres.lemmas.mu_max`)."""
     hat = {}
     for s in seeds:
         p, X, Y, cfg = instance("theorem", s, 16, beta=1.0, scale="1/sqrt(d_qk)")

@@ -1,5 +1,4 @@
-"""The chapters' own figures (matplotlib, on :func:`convres.plotting.figure`): one function per
-figure, from the arrays a chapter computes, so that a chapter's cell is one call."""
+"""The chapters' own figures (on :func:`convres.plotting.figure`), one call per figure."""
 
 from __future__ import annotations
 
@@ -8,10 +7,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from .gd import History
-from .plotting import figure
+from .plotting import figure, legend_on_top
 
 __all__ = ["plot_collapse_sweep", "plot_uniform_bound", "plot_saturated", "plot_weyl", "plot_beta_runs",
-           "plot_contraction", "plot_depth", "plot_ffn_certified", "plot_separation_window",
+           "plot_contraction", "plot_depth", "plot_separation_window",
            "plot_plateaus", "plot_width_growth"]
 
 
@@ -27,9 +26,8 @@ def _median(sweep: Mapping) -> dict:
 
 def plot_collapse_sweep(sweep: Mapping, sweep_sqrt: Mapping):
     """Chapter *Rank collapse*: :func:`convres.collapse.dqk_sweep_seeds` at scale ``1/d_QK``
-    (``sweep``) and ``1/sqrt(d_QK)`` (``sweep_sqrt``) against ``d_QK``, medians over the instances,
-    three panels: singular values of ``Attn(X)`` (10-90 % band; ``d_QK = 1``, far below, marked at
-    the bottom edge) and ``sigma_min(Z)`` per beta; rank measures; the distances to uniform."""
+    (``sweep``) and ``1/sqrt(d_QK)`` (``sweep_sqrt``), medians: singular values, rank measures and
+    the distances to uniform against ``d_QK``."""
     d_qks, betas = list(sweep["d_qk"]), list(sweep["betas"])
     med, sq = _median(sweep), _median(sweep_sqrt)
     smin = sweep["attn_sigma_min"]
@@ -80,8 +78,8 @@ def plot_collapse_sweep(sweep: Mapping, sweep_sqrt: Mapping):
 
 
 def plot_uniform_bound(sweep: Mapping):
-    """Chapter *Rank collapse*: ``sigma_2(Attn(X))`` and its two upper bounds (the lemma on
-    near-uniform attention) against ``d_QK``, medians of :func:`convres.collapse.dqk_sweep_seeds`."""
+    """Chapter *Rank collapse*: ``sigma_2(Attn(X))`` and its two bounds (the lemma on
+    near-uniform attention) against ``d_QK``, medians of the sweep."""
     med = _median(sweep)
     fig, ax = figure(1, width=4.8, height=3.2)
     ax.loglog(sweep["d_qk"], med["attn_sv"][:, 1], "o-", color="tab:orange",
@@ -97,9 +95,8 @@ def plot_uniform_bound(sweep: Mapping):
 
 def plot_saturated(scales: Sequence[float], sweep: Mapping, hot_bound):
     """Chapter *Rank collapse*: :func:`convres.collapse.scale_sweep` on the saturated instance
-    against the attention scale ``s`` (betas 0.1 and 1): smallest singular values; distances of
-    ``S`` to uniform, to ``1 e_0^T`` (with ``hot_bound``) and to identical rows; the effective rank
-    of ``Attn(X)``. Values below ``1e-17`` are drawn at ``1e-17``."""
+    against the scale ``s``: smallest singular values, distances of ``S`` (with ``hot_bound``), the
+    effective rank; values below ``1e-17`` drawn at ``1e-17``."""
     floor = 1e-17
     fig, axes = figure(1, 3, width=4.8, height=2.8)
     ax = axes[0]
@@ -133,9 +130,8 @@ def plot_saturated(scales: Sequence[float], sweep: Mapping, hot_bound):
 
 
 def plot_weyl(betas, sv_Z, bounds, sigma_min_A: float):
-    """Chapter *Rank collapse*: the two smallest singular values of ``Z = Attn(X) + beta X``
-    against ``beta`` (``sv_Z``: increasing order per row), their Weyl lower bounds (``bounds``,
-    :func:`convres.rank.weyl_lower_bounds`, drawn where positive) and ``sigma_min(Attn(X))``."""
+    """Chapter *Rank collapse*: the two smallest singular values of ``Z`` against ``beta``, their
+    Weyl bounds (:func:`convres.rank.weyl_lower_bounds`, where positive) and ``sigma_min(Attn(X))``."""
     fig, ax = figure(1, width=4.8, height=3.4)
     for k, fmt, ls, color in ((0, "^-", "--", "#08306b"), (1, "v-", ":", "#4292c6")):
         label = r"$\sigma_n(Z)=\sigma_{\min}(Z)$" if k == 0 else r"$\sigma_{n-1}(Z)$"
@@ -151,15 +147,9 @@ def plot_weyl(betas, sv_Z, bounds, sigma_min_A: float):
 
 # --- chapters' single runs (The model, Assumptions, The theorem, Multiple layers, FFN) ---------
 
-def _legend_outside(fig, ncol: int, **kwargs) -> None:
-    fig.legend(loc="outside upper center", ncol=ncol, frameon=False, **kwargs)
-
-
 def plot_beta_runs(runs: Mapping[str, History], ratio_ylim=None):
-    """Chapters *The model* and *Assumptions*: gradient-descent runs named by their beta (the
-    first with circles, the next with squares): the loss on a log scale; with ``ratio_ylim``
-    two more panels, ``sigma_min(Z_t)`` and the ratio ``Phi_{t+1} / Phi_t`` of consecutive
-    losses (the steps where the first run's loss rises marked by red crosses)."""
+    """Chapters *The model* and *Assumptions*: the loss of runs named by their beta; with
+    ``ratio_ylim`` also ``sigma_min(Z_t)`` and ``Phi_{t+1} / Phi_t`` (the first run's rises marked)."""
     panels = 1 if ratio_ylim is None else 3
     fig, axes = figure(1, panels, width=5.6, height=3.0 if panels == 1 else 2.2)
     axes = np.atleast_1d(axes)
@@ -179,14 +169,13 @@ def plot_beta_runs(runs: Mapping[str, History], ratio_ylim=None):
         axes[1].set_ylabel(r"$\sigma_{\min}(Z_t)$")
         axes[2].set_ylabel(r"$\Phi(\theta_{t+1})/\Phi(\theta_t)$")
     axes[-1].set_xlabel("gradient-descent step $t$")
-    _legend_outside(fig, 3 if panels == 3 else 2)
+    legend_on_top(fig, 3 if panels == 3 else 2)
     return fig
 
 
 def plot_contraction(run):
-    """Chapter *The theorem*: a :class:`convres.theory.TheoremRun`'s loss against the line
-    ``(1 - mu alpha)^t Phi_0`` (top) and the per-step excess ``Phi_{t+1} / Phi_t - (1 - mu alpha)``
-    of its contraction check (bottom)."""
+    """Chapter *The theorem*: a :class:`convres.theory.TheoremRun`'s loss against
+    ``(1 - mu alpha)^t Phi_0`` and its per-step excess over ``1 - mu alpha``."""
     loss, mu_alpha, excess = run.history.loss, run.mu * run.alpha, run.check.contraction.excess
     t = np.arange(len(loss))
     fig, (ax1, ax2) = figure(1, 2, width=5.6, height=2.1)
@@ -199,14 +188,13 @@ def plot_contraction(run):
     ax2.axhline(0, color="k", lw=0.8)
     ax2.set_xlabel("gradient-descent step $t$")
     ax2.set_ylabel("excess")
-    _legend_outside(fig, 3, fontsize=8)
+    legend_on_top(fig, 3, fontsize=8)
     return fig
 
 
 def plot_depth(res: Mapping, sig: Mapping):
-    """Chapter *Multiple layers*: per block ``l``, the relative distance of ``H^(l)`` to rank one
-    (``res``) and ``sigma_Nn(H^(l)) / ||H^(l)||_2`` (``sig``), one curve per model and weight seed;
-    values below ``1e-18`` (exact zeros in float64) drawn at ``1e-18``."""
+    """Chapter *Multiple layers*: per block, the relative distance of ``H^(l)`` to rank one
+    (``res``) and ``sigma_Nn(H^(l)) / ||H^(l)||_2`` (``sig``), per model and seed (floor ``1e-18``)."""
     fig, axes = figure(1, 2, width=5.6, height=2.5)
     style = {"pure attention": ("tab:red", "v", "pure attention"),
              "attention + FFN": ("tab:orange", "s", "attention + FFN"),
@@ -219,43 +207,15 @@ def plot_depth(res: Mapping, sig: Mapping):
     axes[0].set_ylabel(r"$\mathrm{res}(H^{(\ell)})/\|H^{(\ell)}\|_F$")
     axes[1].set_ylabel(r"$\sigma_{Nn}(H^{(\ell)})/\|H^{(\ell)}\|_2$")
     axes[1].set_xlabel(r"block $\ell$")
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center", ncol=3,
-               frameon=False, fontsize=8)
-    return fig
-
-
-def plot_ffn_certified(run: Mapping):
-    """Chapter *FFN*: a run certified by the FFN route (``run``: loss, envelope, path, distance,
-    ``sigma`` and ``sigma_U`` per step, its ``certificate`` with ``rho``, ``sigma_M0``,
-    ``sigma_U0``): the loss against its envelope; path and distance against ``rho'``; both
-    singular-value ratios against the certified 1/2."""
-    cert = run["certificate"]
-    t = np.arange(len(run["loss"]))
-    fig, (ax1, ax2, ax3) = figure(1, 3, width=5.6, height=2.0)
-    ax1.semilogy(t, run["loss"], "o-", ms=3, markevery=75, label=r"loss $\Phi(\theta_t)$")
-    ax1.semilogy(t, run["envelope"], "k--", label=r"envelope $(1-\mu\alpha')^t\Phi(\theta_0)$")
-    ax1.set_ylabel("loss")
-    ax2.plot(t, run["path"], "^-", ms=3, markevery=75, color="tab:orange", label="path length")
-    ax2.plot(t, run["distance"], "o:", ms=3, markevery=75, color="tab:green", label="distance")
-    ax2.axhline(cert["rho"], color="k", ls="--", lw=1.2, label=r"certified $\rho'$")
-    ax2.set_ylabel("distance")
-    ax3.plot(t, np.array(run["sigma"]) / cert["sigma_M0"], "D-", ms=3, markevery=75,
-             color="tab:purple", label=r"$\sigma_{Nn}(M_t)/\sigma_M$")
-    ax3.plot(t, np.array(run["sigma_U"]) / cert["sigma_U0"], "s:", ms=3, markevery=75,
-             color="tab:brown", label=r"$\sigma_1(W_{U,t})/\sigma_U$")
-    ax3.axhline(0.5, color="0.35", ls="-.", lw=1.4, label="certified 1/2")
-    ax3.set_ylim(0.4, 1.1)
-    ax3.set_xlabel("gradient-descent step $t$")
-    _legend_outside(fig, 3, fontsize=8)
+    legend_on_top(fig, 3, fontsize=8)
     return fig
 
 
 # --- separation and width (chapters Separation, Width) ------------------------------------------
 
 def plot_separation_window(run: Mapping, floor: float):
-    """Chapter *Separation*: the loss of one draw without (``loss``) and with (``residual_loss``)
-    the residual, recorded every ``max(1, T_lb // 200)`` steps, against half the floor, with the
-    certified window from ``steps_to`` to ``T_lb`` shaded."""
+    """Chapter *Separation*: one draw's loss without and with the residual against half
+    the floor, the certified window from ``steps_to`` to ``T_lb`` shaded."""
     every = max(1, run["T_lb"] // 200)
     fig, ax = figure(1, width=5.6, height=3.0)
     ax.semilogy(np.arange(len(run["loss"])) * every, run["loss"], "o-", ms=3, markevery=20,
@@ -268,15 +228,13 @@ def plot_separation_window(run: Mapping, floor: float):
     ax.set_ylim(1e-30, 10)
     ax.set_xlabel("gradient-descent step $t$")
     ax.set_ylabel("loss")
-    _legend_outside(fig, 4, fontsize=8)
+    legend_on_top(fig, 4, fontsize=8)
     return fig
 
 
 def plot_plateaus(family, sims):
-    """Chapter *Separation*: plateau lengths in units of ``mu t`` against ``d_QK`` (median and
-    range per ``d_QK``): ``family`` (a frame with ``d_qk`` and the columns ``lb``, ``lb_small``,
-    ``esc``), ``sims`` (``d_qk``, ``esc``), and a ``sqrt(d_QK)`` line through the family's escape
-    at ``d_QK = 16``."""
+    """Chapter *Separation*: plateau lengths (``mu t``) against ``d_QK``, median and range:
+    the certified ``T_lb`` and the escapes of ``family`` and ``sims``, a ``sqrt(d_QK)`` line."""
     fig, ax = figure(1, width=5.6, height=3.4)
     for data, col, mark, color, label in (
             (family, "lb", "o-", "tab:blue", r"certified $T_{\mathrm{lb}}$, $\mu=0.1$"),
@@ -293,14 +251,13 @@ def plot_plateaus(family, sims):
               label=r"$\propto\sqrt{d_{QK}}$")
     ax.set_xlabel("$d_{QK}$")
     ax.set_ylabel(r"plateau, in units of $\mu t$")
-    _legend_outside(fig, 2, fontsize=8)
+    legend_on_top(fig, 2, fontsize=8)
     return fig
 
 
 def plot_width_growth(growth, d_star):
-    """Chapter *Width*: the proven ``d_min`` against ``N n`` (``growth``: ``Nn``, ``d_min``,
-    ``lower``), the measured crossings ``d_star`` (a series by ``Nn``), the lower bound and a
-    slope-2 line through the last ``d_min``, log-log."""
+    """Chapter *Width*: the proven ``d_min`` and the measured ``d*`` against ``N n`` with the
+    lower bound and a slope-2 line, log-log."""
     fig, ax = figure(1, width=5.6, height=3.4)
     ax.loglog(growth.Nn, growth.d_min, "o-", color="tab:blue", label=r"proven $d_{\min}$")
     ax.loglog(d_star.index, d_star.values, "s", ms=7, color="tab:red", label=r"measured $d^*$")
@@ -309,5 +266,5 @@ def plot_width_growth(growth, d_star):
     ax.loglog(growth.Nn, last.d_min * (growth.Nn / last.Nn) ** 2, "k:", lw=1, label="slope 2")
     ax.set_xlabel("training tokens $Nn$")
     ax.set_ylabel("width $d$")
-    _legend_outside(fig, 2, fontsize=8)
+    legend_on_top(fig, 2, fontsize=8)
     return fig

@@ -17,7 +17,7 @@ __all__ = ["figure", "figure_png", "beta_colors", "plot_band", "plot_simulations
            "plot_escape_law", "plot_mechanism",
            "plot_jena", "plot_sst2", "plot_sst2_summary", "show", "thumbnail_png",
            "plot_speedups", "plot_rank_collapse_gd", "plot_certified_run", "plot_certificate_sweep",
-           "MARKERS"]
+           "MARKERS", "legend_on_top"]
 
 
 def figure(ncols: int = 1, nrows: int = 1, *, width: float = 4.2, height: float = 3.2, **kwargs):
@@ -31,6 +31,22 @@ def figure(ncols: int = 1, nrows: int = 1, *, width: float = 4.2, height: float 
     return fig, (axes[0, 0] if axes.size == 1 else axes.reshape(-1) if min(nrows, ncols) == 1 else axes)
 
 
+def _stacked(rows: int, *, width: float = 5.6, height: float = 2.5):
+    """A :func:`figure` of ``rows`` panels stacked vertically (readable on a phone), as a list."""
+    fig, axes = figure(1, rows, width=width, height=height)
+    return fig, list(np.atleast_1d(axes))
+
+
+def legend_on_top(fig, ncol: int = 3, **kwargs) -> None:
+    """One legend for the whole figure above its axes, each label once (the first handle)."""
+    seen: dict = {}
+    for ax in fig.axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    fig.legend(list(seen.values()), list(seen), loc="outside upper center", ncol=ncol,
+               frameon=False, **kwargs)
+
+
 def figure_png(fig, dpi: float = 120) -> bytes:
     """The PNG bytes of a matplotlib figure (white face), which is then closed."""
     buf = io.BytesIO()
@@ -40,9 +56,7 @@ def figure_png(fig, dpi: float = 120) -> bytes:
 
 
 def beta_colors(betas: Sequence[float]) -> list:
-    """One colour per residual coefficient, from green (smallest beta) to dark purple (largest),
-    spaced evenly by rank (not by value), so that close values such as 0 and 0.1 get distinct
-    colours; the lightest is a mid green that stays visible on white."""
+    """One viridis colour per beta, green (smallest) to dark purple, spaced by rank, not value."""
     cmap = matplotlib.colormaps["viridis"]
     order = sorted(set(betas))
     rank = {b: i for i, b in enumerate(order)}
@@ -51,14 +65,13 @@ def beta_colors(betas: Sequence[float]) -> list:
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
-#: Width (CSS pixels) at which the book shows an experiment figure; :func:`show` saves it at twice
-#: that many pixels (sharp on high-density screens).
+#: Width (CSS pixels) at which the book shows an experiment figure (:func:`show`).
 DISPLAY_WIDTH = 560
 
 
 def show(fig, width: int = DISPLAY_WIDTH):
-    """A notebook image of ``fig`` shown ``width`` CSS pixels wide from a PNG of twice that many
-    pixels (2x resolution); the figure is closed."""
+    """A notebook image of ``fig``, ``width`` CSS pixels wide from a PNG of twice that many pixels
+    (sharp on high-density screens); the figure is closed."""
     from IPython.display import Image
 
     dpi = 2 * width / fig.get_size_inches()[0]
@@ -71,25 +84,15 @@ def thumbnail_png(fig, width: int = 160) -> bytes:
 
 
 def plot_band(ax, curves: Sequence[Sequence[float]], *, x=None, color=None, label=None,
-              log: bool = True, linestyle: str = "-", marker: str | None = None,
-              markevery=None, markerfacecolor=None) -> None:
-    """Median over seeds of several curves with a min-max band (log scale by default).
-
-    ``None`` entries (a run that stopped early, e.g. diverged) are left out of that step's band.
-    ``marker`` (with ``markevery``) draws markers on the median so that curves can be told apart
-    without colour.
-    """
-    if len(curves) == 0 or any(len(c) == 0 for c in curves):
-        raise ValueError(f"curves must be a non-empty list of non-empty curves, got lengths "
-                         f"{[len(c) for c in curves]}.")
+              linestyle: str = "-", marker: str | None = None, markevery=None,
+              markerfacecolor=None) -> None:
+    """The median over seeds of ``curves`` with a min-max band, log scale; ``None`` (a run that
+    stopped) is left out of that step's band; ``marker`` tells curves apart without colour."""
     length = max(len(c) for c in curves)
     arr = np.full((len(curves), length), np.nan)
     for i, c in enumerate(curves):
         arr[i, :len(c)] = [np.nan if v is None else v for v in c]
     x = np.arange(length) if x is None else np.asarray(x)[:length]
-    if len(x) != length:
-        raise ValueError(f"x must have at least as many points as the longest curve ({length}), got "
-                         f"{len(x)}.")
     with warnings.catch_warnings():  # a step at which every run has stopped is left empty
         warnings.simplefilter("ignore", RuntimeWarning)
         med, lo, hi = np.nanmedian(arr, 0), np.nanmin(arr, 0), np.nanmax(arr, 0)
@@ -98,30 +101,7 @@ def plot_band(ax, curves: Sequence[Sequence[float]], *, x=None, color=None, labe
     ax.plot(x, med, color=color, label=label, linestyle=linestyle, marker=marker, markevery=markevery,
             markersize=5, markerfacecolor=markerfacecolor or color, markeredgecolor=color)
     ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
-    if log:
-        ax.set_yscale("log")
-
-
-def _legend_on_top(fig, axes, ncol: int = 3, **kwargs) -> None:
-    """One legend for the whole figure, above the first axes (outside the data)."""
-    handles, labels = axes[0].get_legend_handles_labels()
-    seen = dict(zip(labels, handles))
-    for ax in axes[1:]:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            seen.setdefault(lab, h)
-    fig.legend(list(seen.values()), list(seen.keys()), loc="outside upper center", ncol=ncol,
-               frameon=False, **kwargs)
-
-
-def _stacked(rows: int, *, width: float = 5.6, height: float = 2.5):
-    """A figure of ``rows`` panels stacked vertically (readable on a phone), white face."""
-    fig, axes = plt.subplots(rows, 1, figsize=(width, height * rows), layout="constrained",
-                             facecolor="white", squeeze=False)
-    plt.close(fig)
-    for ax in axes.flat:
-        ax.set_facecolor("white")
-        ax.grid(True, which="major", alpha=0.3)
-    return fig, list(axes[:, 0])
+    ax.set_yscale("log")
 
 
 def _relative(curve):
@@ -130,10 +110,8 @@ def _relative(curve):
 
 
 def plot_simulations(result):
-    """Chapter *Simulations*: the loss relative to its start, ``Phi_t / Phi_0``, per beta (median
-    and min-max band over seeds, each beta at its own tuned step; a run that stopped at convergence
-    kept at its last value) in each named regime, one panel per regime, steps on a log axis
-    (``result``: a :class:`convres.experiments.Result`)."""
+    """Chapter *Simulations*: ``Phi_t / Phi_0`` per beta at its tuned step (median and min-max
+    band over seeds; a converged run kept at its last value), one panel per regime, log steps."""
     s = result.settings
     betas = list(s["betas"])
     cells = result.data["regimes"]
@@ -154,14 +132,13 @@ def plot_simulations(result):
                      f"$d_{{QK}}={cell['d_qk']}$, scale ${scale}$", fontsize=10)
         ax.set_ylabel(r"$\Phi(\theta_t)/\Phi(\theta_0)$")
     axes[-1].set_xlabel("gradient-descent step $t + 1$ (log scale)")
-    _legend_on_top(fig, axes, ncol=3)
+    legend_on_top(fig, ncol=3)
     return fig
 
 
 def plot_escape_law(laws: Sequence[Mapping], fit: Mapping | None = None):
-    """Chapter *Simulations*: the escape time ``mu t`` from the rank-one floor against ``d_QK``
-    (log-log; median and interquartile range), one line per scale, beta and step (``laws``), and the
-    fit ``a + b d_QK^p`` (``fit``) dotted."""
+    """Chapter *Simulations*: the escape time ``mu t`` against ``d_QK`` (median and quartiles),
+    one line per scale, beta and step (``laws``), and the fit ``a + b d_QK^p`` dotted."""
     fig, (ax,) = _stacked(1, height=3.6)
     styles = {("1/d_qk", 0.0): ("tab:red", "o"), ("1/sqrt(d_qk)", 0.0): ("tab:orange", "s"),
               ("1/d_qk", 1.0): ("tab:blue", "^"), ("1/sqrt(d_qk)", 1.0): ("tab:cyan", "v")}
@@ -182,15 +159,13 @@ def plot_escape_law(laws: Sequence[Mapping], fit: Mapping | None = None):
     ax.set_yscale("log")
     ax.set_xlabel(r"$d_{QK}$")
     ax.set_ylabel(r"escape time $\mu t$")
-    _legend_on_top(fig, [ax], ncol=2, fontsize=8)
+    legend_on_top(fig, ncol=2, fontsize=8)
     return fig
 
 
 def plot_mechanism(result):
-    """Chapter *Simulations*: the paper's mechanism, one panel per regime: the rate of each run over
-    its linear phase (per unit of ``mu t``) against ``sigma_min`` of the attention output ``Z`` at
-    initialization, both on log axes, one marker and colour per beta, every run at its tuned step,
-    Spearman's rho of the regime in the title (``result``: a :class:`convres.experiments.Result`)."""
+    """Chapter *Simulations*: each run's rate over its linear phase against ``sigma_min(Z_0)``,
+    log-log, one panel per regime with its Spearman rho."""
     from .stats import spearman_rho
 
     betas = list(result.settings["betas"])
@@ -208,14 +183,13 @@ def plot_mechanism(result):
         ax.set_title(rf"{cell['name']}: Spearman $\rho = {rho:.2f}$", fontsize=10)
         ax.set_ylabel(r"rate per unit $\mu t$")
     axes[-1].set_xlabel(r"$\sigma_{\min}(Z_0)$, the attention output at initialization")
-    _legend_on_top(fig, axes, ncol=5)
+    legend_on_top(fig, ncol=5)
     return fig
 
 
 def plot_jena(result):
-    """Chapter *Jena Climate*: training MSE against the step per beta at its tuned step (median and
-    band over seeds, log-log) with the level and the baselines' MSEs; below, the held-out skill
-    ``1 - MSE / MSE_persistence`` per beta and seed, with the linear AR's."""
+    """Chapter *Jena Climate*: training MSE per beta (median and band over seeds) with the level
+    and the baselines; below, the held-out skill ``1 - MSE / MSE_persistence`` per seed."""
     data = result.data
     runs = [r for r in data["runs"] if r["protocol"] == "tuned"]
     betas = sorted({r["beta"] for r in runs})
@@ -244,11 +218,11 @@ def plot_jena(result):
     ax1.set_ylabel("training MSE")
     ax1.set_xlabel("gradient-descent step $t$")
     ax2.set_ylabel("held-out skill")
-    _legend_on_top(fig, [ax1, ax2], ncol=4)
+    legend_on_top(fig, ncol=4)
     return fig
 
 
-#: The SST-2 arms: (label, colour, line style, marker).
+#: The SST-2 arms: label, colour, line style, marker.
 SST2_ARMS = {"residual": ("residual", "tab:blue", "-", "D"),
              "isometric": ("no residual, isometric init", "tab:red", "--", "o"),
              "norm-preserving": ("no residual, norm-preserving init", "0.45", ":", "s"),
@@ -256,17 +230,14 @@ SST2_ARMS = {"residual": ("residual", "tab:blue", "-", "D"),
 
 
 def plot_sst2(result, protocol: str = "tuned"):
-    """Chapter *SST-2*: the training MSE that gradient descent minimises against the step, one panel
-    per depth (log scale), one curve per arm (:data:`SST2_ARMS`: colour, line style and marker),
-    each arm at its own step (``protocol="tuned"``) or at the common step (``"common"``); median
-    and min-max band over the seeds; dotted black: the floor baseline's training MSE; diverged runs
-    are left out."""
+    """Chapter *SST-2*: training MSE against the step, one panel per depth, one curve per arm
+    (:data:`SST2_ARMS`) at the ``protocol``'s step, with the floor baseline; diverged runs left out."""
     data = result.data
     runs = [r for r in data["runs"] if r["status"] != "diverged" and r["protocol"] == protocol]
     depths = sorted({r["L"] for r in runs})
     every = result.settings["record_every"]
     fig, axes = _stacked(len(depths), height=1.9)
-    for ax, L in zip(np.atleast_1d(axes), depths):
+    for ax, L in zip(axes, depths):
         for kind, (label, color, ls, mk) in SST2_ARMS.items():
             sel = [r["mse"] for r in runs if r["L"] == L and r["arm"] == kind]
             if sel:
@@ -275,16 +246,14 @@ def plot_sst2(result, protocol: str = "tuned"):
                           markerfacecolor="white" if kind != "residual" else None)
         ax.axhline(data["level"], color="k", ls=":", lw=1.0, label="floor baseline")
         ax.set_ylabel(f"training MSE\n$L = {L}$")
-    np.atleast_1d(axes)[-1].set_xlabel("gradient-descent step $t$")
-    _legend_on_top(fig, list(np.atleast_1d(axes)), ncol=2, fontsize=8)
+    axes[-1].set_xlabel("gradient-descent step $t$")
+    legend_on_top(fig, ncol=2, fontsize=8)
     return fig
 
 
 def plot_sst2_summary(result):
-    """Chapter *SST-2*: per depth, the final training MSE of every seed (top, log scale) and its
-    GLUE validation accuracy (bottom), one column of points per arm (:data:`SST2_ARMS`), grey lines
-    joining the arms of a seed (they start from the same Gaussian draws), each arm at its own step;
-    dotted: the floor baseline, dashed: the bag-of-words baseline; diverged runs are left out."""
+    """Chapter *SST-2*: per depth and seed, the final training MSE (top) and the validation
+    accuracy (bottom) of every arm, a seed's arms joined in grey, with the baselines."""
     data = result.data
     runs = [r for r in data["runs"] if r["status"] != "diverged" and r["protocol"] == "tuned"]
     depths = sorted({r["L"] for r in runs})
@@ -316,13 +285,13 @@ def plot_sst2_summary(result):
     ax2.set_ylabel("validation accuracy")
     for ax in (ax1, ax2):
         ax.set_xticks(range(len(depths)), [f"$L = {L}$" for L in depths])
-    _legend_on_top(fig, [ax1, ax2], ncol=2, fontsize=8)
+    legend_on_top(fig, ncol=2, fontsize=8)
     return fig
 
 
 def plot_speedups(result: Mapping):
-    """Appendix *Performance*: grouped bars of the speed of ``convres.sweep`` relative to each
-    other way of the benchmark (warm), per benchmark row (``benchmarks/gd_speed.py``); log scale."""
+    """Appendix *Performance*: the speed of ``convres.sweep`` relative to each other way of
+    ``benchmarks/gd_speed.py`` (warm), grouped bars per row, log scale."""
     rows = result["rows"]
     ways = list(rows[0]["speedup"])
     x, w = np.arange(len(rows)), 0.8 / len(ways)
@@ -342,15 +311,12 @@ def plot_speedups(result: Mapping):
 
 
 def _math_label(name: str) -> str:
-    """A run name such as ``"beta = 0, d_QK = 64"`` with its symbols typeset."""
     return name.replace("beta", r"$\beta$").replace("d_QK", r"$d_{QK}$")
 
 
 def plot_rank_collapse_gd(result):
-    """Chapter *Rank collapse under gradient descent*: loss (top, with the rank-one floor) and
-    ``sigma_min`` of the stacked ``Z_t`` (bottom) of the gradient-descent runs with and without
-    residual connections. Two panels stacked, one legend above them (outside the data), each run
-    with its own colour, line style and marker (readable in grey and on a 390 px screen)."""
+    """Chapter *Rank collapse under gradient descent*: the loss (with the rank-one floor)
+    and ``sigma_min(Z_t)`` of each run, stacked."""
     colors = ["#1b9e77", "#d95f02", "#2c3e9e", "#7570b3", "#c2185b"]
     styles = ["-", "-", "-", "--", ":"]
     fig, (ax1, ax2) = _stacked(2, width=4.8, height=2.3)
@@ -365,18 +331,26 @@ def plot_rank_collapse_gd(result):
     ax1.set_ylabel(r"loss $\Phi(\theta_t)$")
     ax2.set_xlabel("gradient-descent step $t$")
     ax2.set_ylabel(r"$\sigma_{\min}(Z_t)$")
-    _legend_on_top(fig, [ax1, ax2], ncol=2, fontsize=8)
+    legend_on_top(fig, ncol=2, fontsize=8)
     return fig
 
 
 # --- theory (chapter The theorem: convres.certify, convres.theory) ------------------------------
 
 def plot_certified_run(run: Mapping):
-    """Chapter *The theorem*: a run on a certified instance (``run``: the dict of
-    :meth:`convres.certify.CertifiedRun.to_dict`), three panels stacked: the loss against the
-    certified envelope ``(1 - mu alpha)^t Phi_0``; the distance ``||theta_t - theta_0||`` and the
-    path length against the certified radius ``rho``; ``sigma_Nn(H_t) / sigma_0`` against 1/2."""
+    """Chapters *The theorem* and *FFN*: a certified run
+    (:meth:`convres.certify.CertifiedRun.to_dict`): the loss against its envelope, the distance
+    and path length against ``rho``, the singular-value ratios against 1/2: ``sigma_Nn(H_t) /
+    sigma_0``, or on the FFN route (``rho'``, ``alpha'``) ``sigma_Nn(M_t) / sigma_M`` and
+    ``sigma_1(W_U,t) / sigma_U``."""
     c = run["certificate"]
+    ffn = "sigma_M0" in c
+    prime = "'" if ffn else ""
+    if ffn:
+        ratios = [(run["sigma"], c["sigma_M0"], r"$\sigma_{Nn}(M_t)/\sigma_M$", "D-", "tab:purple"),
+                  (run["sigma_U"], c["sigma_U0"], r"$\sigma_1(W_{U,t})/\sigma_U$", "s:", "tab:brown")]
+    else:
+        ratios = [(run["sigma"], c["sigma_0"], r"$\sigma_{Nn}(H_t)/\sigma_0$", "D-", "tab:purple")]
     loss, env = np.asarray(run["loss"]), np.asarray(run["envelope"])
     t = np.arange(len(loss))
     every = max(1, len(t) // 12)
@@ -384,29 +358,28 @@ def plot_certified_run(run: Mapping):
     ax1.semilogy(t, np.maximum(loss, 1e-300), "o-", ms=4, markevery=every, color="tab:blue",
                  label=r"loss $\Phi(\theta_t)$")
     ax1.semilogy(t, env, "s--", ms=4, markevery=every, color="k",
-                 label=r"certified envelope $(1-\mu\alpha)^t\,\Phi(\theta_0)$")
+                 label=rf"certified envelope $(1-\mu\alpha{prime})^t\,\Phi(\theta_0)$")
     ax1.set_ylabel("loss")
     ax2.plot(t, run["path"], "^-", ms=4, markevery=every, color="tab:orange",
              label=r"path length $\sum_{s<t}\mu\|g_s\|$")
     ax2.plot(t, run["distance"], "o:", ms=4, markevery=every, color="tab:green",
              label=r"distance $\|\theta_t-\theta_0\|$")
-    ax2.axhline(c["rho"], color="k", ls="--", lw=1.2, label=r"certified radius $\rho$")
+    ax2.axhline(c["rho"], color="k", ls="--", lw=1.2, label=rf"certified radius $\rho{prime}$")
     ax2.set_ylim(0, 1.15 * c["rho"])
     ax2.set_ylabel("distance")
-    ax3.plot(t, np.asarray(run["sigma"]) / c["sigma_0"], "D-", ms=4, markevery=every, color="tab:purple",
-             label=r"$\sigma_{Nn}(H_t)/\sigma_0$")
+    for sigma, sigma_0, label, style, color in ratios:
+        ax3.plot(t, np.asarray(sigma) / sigma_0, style, ms=4, markevery=every, color=color, label=label)
     ax3.axhline(0.5, color="0.35", ls="-.", lw=1.4, label="certified lower bound 1/2")
     ax3.set_ylim(0.4, 1.1)
-    ax3.set_ylabel(r"$\sigma_{Nn}(H_t)/\sigma_0$")
+    ax3.set_ylabel(ratios[0][2] if len(ratios) == 1 else "singular-value ratio")
     ax3.set_xlabel("gradient-descent step $t$")
-    _legend_on_top(fig, [ax1, ax2, ax3], ncol=2, fontsize=8)
+    legend_on_top(fig, ncol=2, fontsize=8)
     return fig
 
 
 def plot_certificate_sweep(rows: Sequence[Mapping], crossings: Mapping[int, float]):
-    """Chapter *The theorem*: the certificate ratio ``rho / r_sigma_lower`` against the width
-    ``d`` (log-log), per ``N n`` (median and min-max band over seeds, markers), the line ratio = 1
-    below which the instance is certified, and the crossings ``d*`` (``crossings``: ``N n -> d*``)."""
+    """Chapter *The theorem*: the ratio ``rho / r_sigma_lower`` against ``d`` per ``N n``
+    (median and band over seeds), the line 1 below which it is certified, and the crossings ``d*``."""
     fig, ax = figure(1, width=5.6, height=3.4)
     shapes = sorted({r["Nn"] for r in rows})
     colors = ("tab:blue", "tab:red", "tab:green", "tab:purple")

@@ -1,7 +1,5 @@
-"""The reproduction report's tables and badges, from :class:`convres.experiments.Result` objects
-(the ML Reproducibility Checklist: claims, settings, seeds and variance, compute, deviations).
-The TeX of a claim, its criterion and a hypothesis comes with its record (``tex``, ``criterion``).
-"""
+"""The reproduction report's tables and badges from :class:`convres.experiments.Result` objects (the
+ML Reproducibility Checklist); TeX comes with each record (``tex``, ``criterion``)."""
 
 from __future__ import annotations
 
@@ -27,15 +25,13 @@ from .protocol import (
 )
 from .show import fixed, number, power_of_ten, table, tex
 
-__all__ = ["ALL_VERDICTS", "THUMBNAIL", "VERDICT_COLORS", "METHODS", "badge", "verdict_counts",
+__all__ = ["THUMBNAIL", "VERDICT_COLORS", "METHODS", "badge", "verdict_counts",
            "verdict_counts_html", "claim_row", "claims_html", "criteria_html", "scale_html", "claims_table",
            "hypotheses_table", "effect_digits", "interval_text", "effect_text", "evidence_text",
            "settings_table", "spread_table", "compute_table", "deviations_table", "provenance_table",
            "protocol_line", "protocol_claims_table", "protocol_checks_table", "protocol_seeds_table",
            "protocol_deviations_table"]
 
-#: Every verdict a row can carry: protocol v4's grades.
-ALL_VERDICTS = GRADES
 #: The thumbnails' width in the claims table, in CSS pixels (their PNGs have twice as many).
 THUMBNAIL = 160
 #: Badge colours (white text on each, contrast at least 4.5:1), one per verdict.
@@ -44,14 +40,13 @@ VERDICT_COLORS = {"reproduced": "#1b6e32", "partly": "#8a5300", "not reproduced"
 
 
 def _claim(row: dict) -> str:
-    """A row's claim (its ``tex``) as HTML; a formula in parentheses, ``($\\beta = 0.1$)``, is kept on
-    one line with its parentheses."""
+    """A row's ``tex`` as HTML, a ``($formula$)`` kept on one line with its parentheses."""
     return re.sub(r"\((<span class=\"math[^\"]*\">.*?</span>)\)",
                   r'<span style="white-space:nowrap">(\1)</span>', tex(row["tex"]))
 
 
 def claim_row(rows: Sequence[dict], claim_id: str) -> dict:
-    """The row of claim ``claim_id`` (``"S1"`` ... ``"T4"``, ``convres.protocol.CLAIMS``)."""
+    """The row of claim ``claim_id`` (``convres.protocol.CLAIMS``), exactly one."""
     found = [r for r in rows if r.get("id") == claim_id]
     if len(found) != 1:
         raise ValueError(f"{len(found)} rows of claim {claim_id!r}; the rows' ids are "
@@ -60,16 +55,16 @@ def claim_row(rows: Sequence[dict], claim_id: str) -> dict:
 
 
 def badge(verdict: str) -> str:
-    """An HTML badge for ``verdict`` (one of :data:`ALL_VERDICTS`)."""
+    """An HTML badge for ``verdict`` (one of ``convres.protocol.GRADES``)."""
     if verdict not in VERDICT_COLORS:
-        raise ValueError(f"unknown verdict {verdict!r}; expected one of {ALL_VERDICTS}.")
+        raise ValueError(f"unknown verdict {verdict!r}; expected one of {GRADES}.")
     return (f'<span style="background:{VERDICT_COLORS[verdict]};color:#fff;border-radius:0.8em;'
             f'padding:0.1em 0.6em;white-space:nowrap;font-size:0.9em">{html.escape(verdict)}</span>')
 
 
 def verdict_counts(rows: list[dict]) -> dict[str, int]:
-    """The number of rows of each verdict, in the order of :data:`ALL_VERDICTS`."""
-    return {v: sum(r["verdict"] == v for r in rows) for v in ALL_VERDICTS}
+    """The number of rows of each grade, in the order of ``GRADES``."""
+    return {v: sum(r["verdict"] == v for r in rows) for v in GRADES}
 
 
 def verdict_counts_html(rows: list[dict]) -> str:
@@ -79,19 +74,16 @@ def verdict_counts_html(rows: list[dict]) -> str:
 
 
 def _html_table(head: Sequence[str], rows: Sequence[str]) -> str:
-    """A table of the site's style that scrolls sideways on a narrow screen: the header cells
-    ``head`` and the rows ``rows`` (each ``<tr>...</tr>``)."""
+    """A table of the site's style that scrolls sideways on a narrow screen."""
     cells = "".join(f"<th>{h}</th>" for h in head)
     return ('<div style="overflow-x:auto"><table class="table"><thead><tr>' + cells + "</tr></thead><tbody>"
             + "".join(rows) + "</tbody></table></div>")
 
 
 def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None) -> str:
-    """The claims table, one group of rows per experiment (a heading row linking to its chapter):
-    the claim's id and the paper's words, the verdict badge over one line of evidence
-    (:func:`evidence_text`) and a thumbnail (``thumbnails[figure label]``, PNG bytes,
-    :data:`THUMBNAIL` pixels wide, once per figure: a later claim of the same figure links to it by
-    name) linking to the figure in its chapter."""
+    """The claims table, grouped by experiment (a heading row links to its chapter): id and
+    the paper's words, the badge over :func:`evidence_text`, and the figure's thumbnail (once per
+    figure; later claims name it) linking to the figure in its chapter."""
     thumbnails = thumbnails or {}
     head = ("claim (paper)", "verdict and evidence (book)", "figure")
     body, group, shown = [], None, set()
@@ -115,8 +107,7 @@ def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None)
 
 
 def criteria_html(rows: list[dict]) -> str:
-    """The criterion and the full measurement of every row (:func:`evidence_text` with the sign test,
-    the pre-named subsets' grades and the alternatives'), in a collapsed block."""
+    """Every row's criterion and full measurement (:func:`evidence_text`), folded."""
     items = "".join(f"<li><b>{html.escape(r.get('id', ''))} {_claim(r)}</b> "
                     f"({html.escape(r['experiment'])}): {badge(r['verdict'])}<br>"
                     f"criterion: {tex(r['criterion'])}<br>"
@@ -126,7 +117,7 @@ def criteria_html(rows: list[dict]) -> str:
 
 
 def effect_digits(row: dict) -> int:
-    """The decimals of a claim row's numbers: two significant digits of its interval's width, at
+    """The decimals of a row's numbers: two significant digits of its interval's width, at
     least two (``0.37 to 0.57``; ``-0.007 to 0.004``)."""
     lo, hi = row["ci"]
     width = hi - lo
@@ -138,8 +129,7 @@ def _signed(x: float, digits: int) -> str:
 
 
 def interval_text(row: dict, digits: int | None = None) -> str:
-    """A row's 95% interval for the prose, ``0.37 to 0.57`` (minus signs U+2212), with ``digits``
-    decimals (default :func:`effect_digits`)."""
+    """A row's 95% interval for the prose, ``0.37 to 0.57`` (minus signs U+2212)."""
     d = effect_digits(row) if digits is None else digits
     return f"{fixed(row['ci'][0], d)} to {fixed(row['ci'][1], d)}"
 
@@ -150,8 +140,7 @@ METHODS = {"t-interval": "Student's t", "BCa bootstrap": "BCa bootstrap",
 
 
 def effect_text(row: dict) -> str:
-    """A claim row's effect and 95% interval, ``+0.48 (0.37 to 0.57)`` (:func:`effect_digits`
-    decimals, a minus sign U+2212); empty for a row without one."""
+    """A row's effect and interval, ``+0.48 (0.37 to 0.57)``; empty without an effect."""
     if row.get("effect") is None:
         return ""
     d = effect_digits(row)
@@ -159,10 +148,9 @@ def effect_text(row: dict) -> str:
 
 
 def evidence_text(row: dict, *, full: bool = False) -> str:
-    """The evidence of a claim row (:meth:`convres.experiments.base.ClaimRecord.row`), the same for
-    every experiment: ``effect +0.48 (95% interval 0.37 to 0.57; margin 0.4; BCa bootstrap, 30
-    units)``, and the diverged units; ``full`` adds (in TeX) the sign test, each pre-named subset's
-    grade and the alternative measures' grades. A row without an interval gives its reason."""
+    """A claim row's evidence, ``effect +0.48 (95% interval 0.37 to 0.57; margin 0.4; BCa
+    bootstrap, 30 units)`` and the diverged units, or the reason for no interval; ``full`` adds (in
+    TeX) the sign test, the pre-named subsets' grades and the alternative measures' grades."""
     if row.get("effect") is None:
         text = f"no interval: {row.get('reason') or 'too few units'}"
     else:
@@ -187,8 +175,7 @@ def evidence_text(row: dict, *, full: bool = False) -> str:
 
 def scale_html(book: Mapping[str, Result], larger: Mapping[str, tuple[Result, dict] | None]) -> str:
     """Every claim at two scales: the ``book`` result beside the committed larger one
-    (``larger[name]``: a :class:`Result` and its ``pieces``/``provenance``, or ``None`` where
-    nothing is committed): verdict, effect with its 95% interval, and the seeds behind each."""
+    (``larger[name]``: a :class:`Result` and its info, or ``None``): verdict and effect of each."""
     head = ("experiment", "claim (paper)", "book: verdict", "book: effect (95% interval)",
             "larger: verdict", "larger: effect (95% interval)")
     body = []
@@ -205,10 +192,8 @@ def scale_html(book: Mapping[str, Result], larger: Mapping[str, tuple[Result, di
 
 
 def provenance_table(larger: Mapping[str, tuple[Result, dict] | None]):
-    """One row per committed piece: its seeds, wall time, commit, machine, PyTorch version and the
-    protocol it was run under (the stamp its provenance recorded: a piece without one was run before
-    the tag, by the v3 rule); one row per experiment with nothing committed (a ``Styler``,
-    :func:`convres.show.table`)."""
+    """One row per committed piece (seeds, wall time, commit, machine, PyTorch, protocol
+    stamp), and one per experiment with nothing committed."""
     rows = []
     for name, big in larger.items():
         if big is None:
@@ -228,14 +213,11 @@ def provenance_table(larger: Mapping[str, tuple[Result, dict] | None]):
     return table(rows)
 
 
-def claims_table(rows: list[dict], effect: str = "{:.2f}"):
-    """The claims of one experiment as its chapter shows them (a ``Styler``, :func:`convres.show.table`):
-    claim, mean per-unit effect (format ``effect``) with its 95% interval, margin, units (and how many
-    diverged), sign test and verdict (with its reason and the alternative measures' grades beside it).
-    ``rows`` are :meth:`convres.experiments.base.ClaimRecord.row`; a row without an effect leaves those
-    cells empty."""
+def claims_table(rows: list[dict]):
+    """The claims of one experiment as its chapter shows them: effect and interval (two decimals),
+    margin, units, sign test and verdict (with its reason and the alternatives' grades)."""
     def interval(ci):
-        return "" if ci is None else f"{effect.format(ci[0])} to {effect.format(ci[1])}"
+        return "" if ci is None else f"{ci[0]:.2f} to {ci[1]:.2f}"
 
     sign = any("sign_test_p" in r for r in rows)
     sens = any("sensitivity" in r for r in rows)
@@ -247,14 +229,12 @@ def claims_table(rows: list[dict], effect: str = "{:.2f}"):
                    **({"sensitivity": "; ".join(f"{s['tex']} ({s['protocol']}): {s['verdict']}"
                                                 for s in r.get("sensitivity", []))} if sens else {})}
                   for r in rows],
-                 {"effect": effect, "margin": "{:.3g}", **({"sign test p": "{:.2g}"} if sign else {})})
+                 {"effect": "{:.2f}", "margin": "{:.3g}", **({"sign test p": "{:.2g}"} if sign else {})})
 
 
 def hypotheses_table(checks, *, first: str = "instance"):
-    """Checked hypotheses (:class:`convres.checks.Hypothesis` records or their dicts) as a table
-    (a ``Styler``, :func:`convres.show.table`): name, statement in the book's notation, value,
-    threshold and whether it holds. When ``checks`` is a mapping, its keys fill a first column
-    named ``first``."""
+    """Checked hypotheses (:class:`convres.checks.Hypothesis` or their dicts): statement in
+    TeX, value, threshold, holds; a mapping's keys fill a first column named ``first``."""
     items = checks.items() if isinstance(checks, Mapping) else [(None, c) for c in checks]
     rows = []
     for key, c in items:
@@ -264,10 +244,6 @@ def hypotheses_table(checks, *, first: str = "instance"):
         rows.append({**row, "hypothesis": name, "statement": c["tex"], "value": c["value"],
                      "threshold": c["threshold"], "holds": c["holds"]})
     return table(rows, {"value": "{:.4g}", "threshold": "{:.4g}"})
-
-
-def _fmt(x, spec="{:.3g}") -> str:
-    return "" if x is None else spec.format(x)
 
 
 def settings_table(results: Mapping[str, Result]):
@@ -283,7 +259,7 @@ def settings_table(results: Mapping[str, Result]):
 
 
 def spread_table(results: Mapping[str, Result]):
-    """Seeds and spread: the key measurement of every configuration, median with min and max."""
+    """Seeds and spread: each configuration's key measurement, median, min and max."""
     import pandas as pd
 
     rows = []
@@ -291,7 +267,8 @@ def spread_table(results: Mapping[str, Result]):
         for r in res.report()["spread"]:
             fmt = r["format"]
             rows.append({"experiment": name, "configuration": r["configuration"],
-                         "measurement": r["measurement"], "median": _fmt(r["median"], fmt),
+                         "measurement": r["measurement"],
+                         "median": "" if r["median"] is None else fmt.format(r["median"]),
                          "min to max": "" if r["min"] is None else
                          f"{fmt.format(r['min'])} to {fmt.format(r['max'])}",
                          "seeds": "" if r["seeds"] is None else r["seeds"]})
@@ -299,7 +276,7 @@ def spread_table(results: Mapping[str, Result]):
 
 
 def compute_table(results: Mapping[str, Result], machine: str):
-    """Compute: wall time of each experiment's computation, gradient-descent runs, dtype, device."""
+    """Compute: wall time of each experiment, gradient-descent runs, dtype, device."""
     import pandas as pd
 
     return pd.DataFrame([{"experiment": name, "wall time (s)": round(res.seconds),
@@ -329,9 +306,8 @@ def deviations_table(results: Mapping[str, Result]):
 # --- the protocol's statement (protocol v4) -------------------------------------------------------------
 
 def protocol_line(stamp: Mapping | None = None, *, before: bool = False) -> str:
-    """``"protocol: tag protocol-v4, commit X, date Y"`` from ``stamp`` (default: the committed stamp,
-    :func:`convres.experiments.base.protocol_stamp`). Without one: the tag is not made yet, or, with
-    ``before`` (a piece's own record), the piece was run before it, by the v3 rule."""
+    """``"protocol: tag protocol-v4, commit X, date Y"`` from ``stamp`` (default: the committed
+    stamp); without one, the tag is not made yet, or with ``before`` the piece predates it (v3)."""
     s = stamp if stamp is not None or before else protocol_stamp()
     if s is None:
         return f"before {TAG} (v3 rule)" if before else \
@@ -340,8 +316,8 @@ def protocol_line(stamp: Mapping | None = None, *, before: bool = False) -> str:
 
 
 def protocol_claims_table():
-    """The claims of ``convres.protocol.CLAIMS``: words, measure, unit, margin, rule, the
-    pre-named subsets, the alternatives and the design checks each needs (a ``Styler``)."""
+    """``convres.protocol.CLAIMS``: words, measure, unit, margin, rule, subsets,
+    alternatives and design checks."""
     return table([{"id": c.id, "claim (paper)": c.tex, "measure":
                    f"{c.measure}; positive: {c.sign}", "unit": c.unit,
                    "margin": f"{c.margin:.3g} ({c.scale})",
@@ -352,14 +328,13 @@ def protocol_claims_table():
 
 
 def protocol_checks_table():
-    """The design checks of ``convres.protocol.CHECKS`` (a ``Styler``)."""
+    """The design checks of ``convres.protocol.CHECKS``."""
     return table([{"check": c.name, "value": c.tex, "passes if": f"value {c.op} {c.threshold:g}"}
                   for c in CHECKS.values()])
 
 
 def protocol_seeds_table():
-    """The disjoint seeds and the fewest units graded in the book's run and the larger one
-    (a ``Styler``)."""
+    """The disjoint seeds and the fewest units graded per run."""
     run = {"book": "the book's run", "paper": "the larger run"}
     rows = [{"seeds": f"evaluation, {run.get(p, p)}", "values": f"{v[0]} to {v[-1]}",
              "fewest finite units per claim": MIN_UNITS[p]} for p, v in EVALUATION_SEEDS.items()]
@@ -370,6 +345,6 @@ def protocol_seeds_table():
 
 
 def protocol_deviations_table():
-    """``convres.protocol.DEVIATIONS``: what changed, when, why and the claims it touches."""
+    """``convres.protocol.DEVIATIONS``: what changed, when, why, the claims touched."""
     return table([{"what": d.what, "when": d.when, "why": d.why, "touches": ", ".join(d.touches)}
                   for d in DEVIATIONS])

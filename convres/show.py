@@ -47,12 +47,8 @@ def source(*objs) -> Source:
 
 
 def tex(text) -> str:
-    """``text`` as HTML in which every ``$...$`` is inline TeX for the book's MathJax.
-
-    The site typesets only elements marked as math (the rest of a page is left alone, so that a
-    dollar sign in an output stays one); a ``$...$`` segment becomes Sphinx's own markup,
-    ``<span class="math">\\(...\\)</span>``, and the text around it is HTML-escaped.
-    """
+    """``text`` as HTML, each ``$...$`` as Sphinx's inline math markup for MathJax (the site
+    typesets only marked elements, so an output's dollar sign stays one), the rest escaped."""
     parts = str(text).split("$")
     if len(parts) % 2 == 0:
         raise ValueError(f"unbalanced $ in {text!r}: every $ opening TeX needs a closing one.")
@@ -62,8 +58,8 @@ def tex(text) -> str:
 
 
 def power_of_ten(number: str) -> str:
-    """A number in e-notation as TeX: ``"6.4e-10"`` gives ``6.4 \\times 10^{-10}``, ``"1e-10"``
-    gives ``10^{-10}`` and ``"2.2e+00"`` gives ``2.2``; any other string is returned as it is."""
+    """E-notation as TeX: ``"6.4e-10"`` gives ``6.4 \\times 10^{-10}``, ``"1e-10"`` gives
+    ``10^{-10}``, ``"2.2e+00"`` gives ``2.2``; any other string as it is."""
     m = re.fullmatch(r"(-?\d+(?:\.\d+)?)e([+-])0*(\d+)", number)
     if not m:
         return number
@@ -99,8 +95,7 @@ def _cell(value, spec, na: str) -> str:
 
 
 def number(x: float, spec: str = ".2g") -> str:
-    """``x`` formatted by ``spec`` for the prose: a negative number with the minus sign U+2212,
-    never a negative zero."""
+    """``x`` by ``spec`` for the prose: a minus sign U+2212, never a negative zero."""
     out = format(x + 0.0, spec)
     return "\N{MINUS SIGN}" + out[1:] if out.startswith("-") else out
 
@@ -115,9 +110,8 @@ _SPELLED = {"le": "<=", "ge": ">=", "times": "x", "dots": "...", "|": "||", ",":
 
 
 def plain(text: str) -> str:
-    """``text`` for a reader without MathJax (the PDF, a terminal): dollars and ``\\(...\\)``
-    delimiters and ``\\text{}`` dropped, ``\\le``/``\\ge``/``\\times`` spelled out, other TeX commands
-    without their backslash (``$\\sigma_{\\min} \\le 1$`` reads ``sigma_{min} <= 1``)."""
+    """``text`` without MathJax (the PDF, a terminal): delimiters and ``\\text{}`` dropped, ``\\le``,
+    ``\\ge``, ``\\times`` spelled out, other commands without their backslash."""
     text = re.sub(r"\\(?:text|mathrm)\{([^{}]*)\}", r"\1", re.sub(r"\\[()]|\$", "", text))
     return re.sub(r"\\([A-Za-z]+|[|, ])", lambda m: _SPELLED.get(m[1], m[1]), text)
 
@@ -166,9 +160,9 @@ def _table_class():
 
 
 def table(data, formats: Mapping | None = None, *, index: bool = False, na: str = ""):
-    """A pandas ``Styler`` of ``data`` (a ``DataFrame``, row dicts or columns). Names and text cells may
-    hold ``$...$`` TeX (:func:`tex`); ``formats`` maps a column to a format or a function, else integers
-    get separators, numbers three digits, booleans yes/no, missing ``na``."""
+    """A pandas ``Styler`` of ``data`` (a frame, row dicts or columns), ``$...$`` TeX in names and text
+    cells (:func:`tex`); ``formats`` maps a column to a format or function, else integers get
+    separators, numbers three digits, booleans yes/no, missing ``na``."""
     import pandas as pd
 
     frame = data if isinstance(data, pd.DataFrame) else \
@@ -189,8 +183,7 @@ def table(data, formats: Mapping | None = None, *, index: bool = False, na: str 
 
 
 def glues(fmt=str, **values) -> None:
-    """Glue each ``name=value`` for a chapter's prose (``{glue:text}`name```, myst-nb): a string as
-    it is, anything else written by ``fmt`` (e.g. ``"{:.2f}".format``)."""
+    """Glue each ``name=value`` for the prose (myst-nb): a string as it is, else ``fmt(value)``."""
     from myst_nb import glue
 
     for name, value in values.items():
@@ -198,13 +191,11 @@ def glues(fmt=str, **values) -> None:
 
 
 def glue_seconds(name: str) -> None:
-    """Glue as ``name`` the whole seconds since this module was first imported in the kernel (a
-    chapter's last cell: how long the chapter took to run)."""
+    """Glue as ``name`` the whole seconds since this module was imported (a chapter's run)."""
     glues(**{name: f"{time.perf_counter() - _STARTED:.0f}"})
 
 
 def superscript_sci(x: float) -> str:
-    """``x`` as the explorers write it, with a superscript exponent: ``3.2e-18`` reads
-    ``3.2 × 10⁻¹⁸``."""
+    """``x`` as the explorers write it: ``3.2e-18`` reads ``3.2 × 10⁻¹⁸``."""
     m, e = f"{x:.1e}".split("e")
     return f"{m} × 10" + str(int(e)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))

@@ -1,6 +1,5 @@
-"""The chapters' tables of one experiment's results (*Simulations*, *Jena*, *SST-2*, *Width*, *FFN*,
-*The certificate*, *Rank collapse under gradient descent*: a ``Styler`` by
-:func:`convres.show.table`), the reproduction report's thumbnails and the build's versions."""
+"""The chapters' tables of one experiment's results (a ``Styler`` by :func:`convres.show.table`),
+the reproduction report's thumbnails and the build's versions."""
 
 from __future__ import annotations
 
@@ -36,17 +35,24 @@ __all__ = ["design_checks_table", "place", "step_sizes_table", "reruns_table", "
 _OPS = {"<": "<", "<=": "≤", ">=": "≥", ">": ">"}
 
 
+def _etas(values) -> str:
+    return ", ".join(f"{e:g}" for e in values)
+
+
+def _to(pair, spec: str = ".2f") -> str:
+    lo, hi = pair
+    return f"{lo:{spec}} to {hi:{spec}}"
+
+
 def design_checks_table(checks: Sequence[Mapping]):
-    """An experiment's design checks (protocol, section 3): what each counts, its value, the
-    threshold it must meet and whether it passed."""
+    """An experiment's design checks (protocol, section 3): value, threshold, passed."""
     return table([{"check": c["name"], "what it counts": CHECKS[c["name"]].tex, "value": c["value"],
                    "passes if": f"{_OPS[CHECKS[c['name']].op]} {c['threshold']:g}",
                    "passed": bool(c["passed"])} for c in checks], {"value": "{:.4g}"})
 
 
 def place(where: str) -> str:
-    """A run's place in *Simulations* in TeX: ``"escape, scale 1/d_qk, d_QK = 16"`` reads
-    ``escape, scale $1/d_{QK}$, $d_{QK} = 16$``; a regime's name is returned as it is."""
+    """A place of *Simulations* in TeX (``escape, scale 1/d_qk, d_QK = 16``); a regime as it is."""
     if not where.startswith("escape, "):
         return where
     _, scale, d_qk = where.split(", ")
@@ -54,8 +60,7 @@ def place(where: str) -> str:
 
 
 def step_sizes_table(step_sizes: Sequence[Mapping]):
-    """*Simulations*: the chosen step of every arm, one row per place and a column per beta, with
-    the best probe step and the largest stable one in brackets."""
+    """*Simulations*: the chosen step per place and beta (best probe step, largest stable)."""
     cells: dict = {}
     for t in step_sizes:
         where, beta = t["arm"].rsplit(", beta = ", 1)
@@ -65,18 +70,17 @@ def step_sizes_table(step_sizes: Sequence[Mapping]):
 
 
 def reruns_table(reruns: Sequence[Mapping]):
-    """*Simulations*: the arms run again at a smaller step (the protocol's rerun), with the seeds
-    that diverged at the tuned step."""
+    """*Simulations*: the arms rerun at a smaller step, with the seeds that diverged."""
     return table([{"where": place(x["where"]), "arm": f"{x['arm'][0]}, β = {x['beta']:g}",
                    "tuned η": x["eta"],
                    "diverged seeds": ", ".join(map(str, x["diverged_seeds"]))
                    or "none (follows the arm above)",
-                   "rerun at η": ", ".join(f"{e:g}" for e in x["rerun_eta"])} for x in reruns],
+                   "rerun at η": _etas(x["rerun_eta"])} for x in reruns],
                  {"tuned η": "{:g}"})
 
 
 def regime_speeds(per_regime: Sequence[Mapping]) -> list[dict]:
-    """*Simulations*: one row per regime, step protocol and beta with the median speed measures."""
+    """*Simulations*: the median speed measures per regime, step protocol and beta."""
     return [{"regime": r["regime"], "step": protocol, "beta": b["beta"], "eta": b["eta"],
              "mean log-loss": b["median_mean_log_loss"], "steps to 1e-2": b["median_steps_0.01"],
              "steps to 1e-6": b["median_steps_1e-06"], "censored": b["censored"],
@@ -85,7 +89,7 @@ def regime_speeds(per_regime: Sequence[Mapping]) -> list[dict]:
 
 
 def speeds_table(rows: Sequence[Mapping]):
-    """The rows of :func:`regime_speeds` as a table."""
+    """:func:`regime_speeds` as a table."""
     steps = "{:,.0f}"
     return table([{"regime": r["regime"], "step size": "own (tuned)" if r["step"] == "tuned"
                    else r["step"], "$\\beta$": r["beta"], "$\\eta$": r["eta"],
@@ -97,11 +101,11 @@ def speeds_table(rows: Sequence[Mapping]):
 
 
 def escape_law_table(laws: Sequence[Mapping]):
-    """*Simulations*: the escape time of every arm and ``d_QK`` (median, quartiles, ``mu t``)."""
+    """*Simulations*: the escape time per arm and ``d_QK`` (median, quartiles, ``mu t``)."""
     cols = ("d_qk", "eta", "median", "q25", "q75", "median_mu_t", "censored", "diverged")
     return table([{"attention scale": SCALE_TEX[law["scale"]], "$\\beta$": law["beta"],
                    "step": "half" if law["protocol"] == "half" else "own", "$d_{QK}$": q,
-                   "$\\eta$": ", ".join(f"{e:g}" for e in eta), "median escape": m,
+                   "$\\eta$": _etas(eta), "median escape": m,
                    "quartiles": f"{lo:,.0f} to {hi:,.0f}", "median $\\mu t$": mt,
                    "censored": c, "diverged": dv}
                   for law in laws for q, eta, m, lo, hi, mt, c, dv in zip(*(law[col] for col in cols))],
@@ -109,28 +113,28 @@ def escape_law_table(laws: Sequence[Mapping]):
 
 
 def local_slopes_table(fit: Mapping):
-    """*Simulations*: the escape fit's local slopes between neighbouring ``d_QK`` with intervals."""
+    """*Simulations*: the escape fit's local slopes between neighbouring ``d_QK``."""
     return table([{"$d_{QK}$": f"{x['d_lo']:,} to {x['d_hi']:,}", "local slope": x["slope"],
-                   "95% interval": f"{x['ci'][0]:.2f} to {x['ci'][1]:.2f}"}
+                   "95% interval": _to(x["ci"])}
                   for x in fit["local_slopes"]], {"local slope": "{:.2f}"})
 
 
 def half_step_table(fit: Mapping):
-    """*Simulations*: ``log2`` of the escape at half the step over the escape at the tuned step."""
+    """*Simulations*: ``log2`` of the escape at half the step over that at the tuned step."""
     ratio = "$\\log_2 T(\\eta/2) / T(\\eta)$"
     return table([{"$d_{QK}$": f"{x['d_qk']:,}", ratio: x["log2_ratio"],
-                   "95% interval": f"{x['ci'][0]:.2f} to {x['ci'][1]:.2f}"}
+                   "95% interval": _to(x["ci"])}
                   for x in fit["half_step"]], {ratio: "{:.2f}"})
 
 
 def probe_table(step_sizes: Sequence[Mapping]):
-    """*Jena*: every arm's grid of steps, its probe scores, the largest stable and the chosen step."""
+    """*Jena*: every arm's grid of steps, probe scores, largest stable and chosen step."""
     def scores(t):
         return ", ".join("diverged" if v is None or not math.isfinite(v) else f"{v:.3f}"
                          for v in t["scores"])
 
     return table([{"arm": f"$\\beta = {t['beta']:g}$",
-                   "grid of $\\eta$": ", ".join(f"{e:g}" for e in t["grid"]),
+                   "grid of $\\eta$": _etas(t["grid"]),
                    "probe score (mean log-loss)": scores(t), "largest stable": t["largest_stable"],
                    "chosen $\\eta$": t["chosen"], "capped": bool(t["capped"])} for t in step_sizes],
                  {"chosen $\\eta$": "{:g}", "largest stable": "{:g}"})
@@ -138,7 +142,7 @@ def probe_table(step_sizes: Sequence[Mapping]):
 
 def arms_table(per_beta: Sequence[Mapping]):
     """*Jena*: per beta, the medians over the seeds of the speed measures and the final MSE."""
-    return table([{"$\\beta$": f"{r['beta']:g}", "$\\eta$": ", ".join(f"{e:g}" for e in r["eta"]),
+    return table([{"$\\beta$": f"{r['beta']:g}", "$\\eta$": _etas(r["eta"]),
                    "mean log-loss (median)": r["mean_log_loss"]["median"],
                    "training MSE at the end (median)": r["train_mse"]["median"],
                    "steps to the level (median)": r["steps_to_level"]["median"],
@@ -152,7 +156,7 @@ def estimates_table(estimates: Mapping[str, Mapping]):
     """Every claim's estimate under each measure and step protocol, with its grade."""
     return table([{"claim": e["claim"], "measure": e["measure"], "step": e["protocol"],
                    "effect": e["effect"],
-                   "95% interval": "" if e["ci"] is None else f"{e['ci'][0]:.3f} to {e['ci'][1]:.3f}",
+                   "95% interval": "" if e["ci"] is None else _to(e["ci"], ".3f"),
                    "margin": CLAIMS[e["claim"]].margin, "grade": e["verdict"]}
                   for e in estimates.values()], {"effect": "{:.3f}", "margin": "{:g}"})
 
@@ -175,7 +179,7 @@ def init_table(rows: Sequence[Mapping]):
 
 
 def stable_steps_table(step_sizes: Sequence[Mapping]):
-    """*SST-2*: every arm's stable steps on its grid, the largest one and the chosen one."""
+    """*SST-2*: every arm's stable steps, the largest and the chosen one."""
     return table([{"arm": t["arm"],
                    "stable steps": ", ".join(f"{g:g}" for g, ok in zip(t["grid"], t["stable"]) if ok),
                    "largest stable": t["largest_stable"], "chosen": t["chosen"],
@@ -183,16 +187,16 @@ def stable_steps_table(step_sizes: Sequence[Mapping]):
                  {"largest stable": "{:g}", "chosen": "{:g}"})
 
 
-def per_model_table(summary: Mapping, protocol: str = "tuned"):
-    """*SST-2*: per depth and arm, the final MSE and mean log-loss over the seeds (median, range)."""
-    ms = sorted((m for m in summary["per_model"] if m["protocol"] == protocol), key=_arm_order)
+def per_model_table(summary: Mapping):
+    """*SST-2*: per depth and arm, final MSE and mean log-loss (median and range)."""
+    ms = sorted((m for m in summary["per_model"] if m["protocol"] == "tuned"), key=_arm_order)
     return table([{"$L$": m["L"], "arm": m["arm"], "$\\eta$": m["eta"],
                    "final MSE": _spread(m["final_mse"]), "mean log-loss": _spread(m["mean_log_loss"]),
                    "diverged": m["diverged"]} for m in ms], {"$\\eta$": "{:g}"})
 
 
 def sensitivity_table(rows: Sequence[Mapping]):
-    """The claims with their grade at the common step and under the other measure beside it."""
+    """The claims' grades, at the common step and under the other measure beside them."""
     return table([{"": c["id"], "claim (paper)": c["tex"],
                    "effect (95% interval)": f"{c['effect']:+.3f} ({c['ci'][0]:+.3f} to {c['ci'][1]:+.3f})",
                    "margin": c["margin"], "units": c["units"], "grade": c["verdict"],
@@ -204,21 +208,20 @@ def sensitivity_table(rows: Sequence[Mapping]):
 
 
 def accuracy_table(heldout: Sequence[Mapping]):
-    """*SST-2*: held-out accuracy of every model, against the floor and the bag of words (points)."""
+    """*SST-2*: held-out accuracy against the floor and the bag of words (points)."""
     def ci(d):
         lo, hi = (100 * x for x in d["ci"])
         return f"{100 * d['effect']:+.1f} ({lo:+.1f} to {hi:+.1f})"
 
     return table([{"model": h["name"], "accuracy": h["accuracy"]["median"],
                    "min to max": "" if h["accuracy"]["count"] < 2 else
-                   f"{h['accuracy']['min']:.1%} to {h['accuracy']['max']:.1%}",
+                   _to((h["accuracy"]["min"], h["accuracy"]["max"]), ".1%"),
                    "vs floor, points (95%)": ci(h["vs_floor"]), "vs bag of words": ci(h["vs_bow"])}
                   for h in heldout], {"accuracy": "{:.1%}"})
 
 
 def thumbnails(results: Mapping[str, Result]) -> dict[str, bytes]:
-    """The reproduction report's thumbnails: each claim's figure (by its name in the chapter) as a
-    small PNG, from the book's results of *Simulations*, *Jena* and *SST-2*."""
+    """The reproduction report's thumbnails (small PNGs) by figure label, from the book's results."""
     sim, k = results["simulations"], results["simulations"].summary()
     figures = {"fig-sim-regimes": plotting.plot_simulations(sim),
                "fig-sim-escape": plotting.plot_escape_law(k["escape_law"], k["escape_fit"]),
@@ -230,8 +233,7 @@ def thumbnails(results: Mapping[str, Result]) -> dict[str, bytes]:
 
 
 def environment() -> str:
-    """The versions this book was built with (Python, torch, numpy, convres and the book's tools),
-    one ``name  version`` a line, then when and on what it was built."""
+    """The versions this book was built with, one ``name  version`` a line, then when and where."""
     import datetime
     import importlib.metadata as md
     import platform
@@ -244,7 +246,7 @@ def environment() -> str:
     rows = [("Python", platform.python_version()), ("torch", torch.__version__),
             ("numpy", numpy.__version__), ("convres", __version__)]
     rows += [(name, md.version(name))
-             for name in ("matplotlib", "ipywidgets", "jupyter-book", "sphinx", "myst-nb")]
+             for name in ("matplotlib", "jupyter-book", "sphinx", "myst-nb")]
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {version}" for name, version in rows) + (
         f"\n\nbuilt {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on "
@@ -254,8 +256,7 @@ def environment() -> str:
 # --- Width (chapter Width: convres.width, experiments theorem_width_*) -------------------------
 
 def width_shapes_table(shapes: Sequence[Mapping]):
-    """*Width*: per shape ``(N, n)`` the proven ``d_min`` with the certificate ratio there and one
-    below, the worst-case ``sigma_0`` and ``R_0``, the rate and the number of events."""
+    """*Width*: per shape ``(N, n)`` the proven ``d_min`` and its certificate numbers."""
     names = {"N": "$N$", "n": "$n$", "d_min": "$d_{\\min}$", "ratio": "ratio at $d_{\\min}$",
              "ratio_below": "ratio at $d_{\\min} - 1$", "sigma_0": "$\\underline\\sigma_0$",
              "R0": "$\\bar R_0$", "mu_alpha": "$\\mu\\alpha$", "K": "events $K$"}
@@ -264,8 +265,7 @@ def width_shapes_table(shapes: Sequence[Mapping]):
 
 
 def width_seeds_table(rows: Sequence[Mapping]):
-    """*Width*: fresh seeds drawn at a fraction of ``d_min``: how many are certified, and their
-    ratios (median and largest)."""
+    """*Width*: fresh seeds at a fraction of ``d_min``: how many certified, their ratios."""
     return table([{"$N$": r["N"], "$n$": r["n"], "$d/d_{\\min}$": r["fraction"], "$d$": r["d"],
                    "certified / seeds": f"{r['certified']} / {r['seeds']}",
                    "median ratio": float(np.median(r["ratios"])), "largest ratio": max(r["ratios"])}
@@ -299,25 +299,24 @@ def width_regimes_table(regimes: Sequence[Mapping]):
 # --- FFN (chapter FFN: experiments theorem_certified_variants, convres.scope) -----------------
 
 def variants_table(variants: Mapping[str, Mapping]):
-    """*FFN*: per regime, the FFN route's ratio as the experiment stands and the certified
-    variant's seeds, ratios and rates."""
+    """*FFN*: per regime, the FFN ratio as it stands and the certified variant's seeds."""
     rows = []
     for name, e in variants.items():
         as_is = [r["ffn"][1] for r in e["as_it_stands"]]
         ratios, rates = [v["ratio"] for v in e["seeds"]], [v["mu_alpha"] for v in e["seeds"]]
         rows.append({"regime": name, "$Nn/d$": f"{e['regime']['N'] * 4} / 32",
-                     "as it stands: FFN ratio": f"{min(as_is):.3g} to {max(as_is):.3g}"
+                     "as it stands: FFN ratio": _to((min(as_is), max(as_is)), ".3g")
                      if None not in as_is else "none: $m < Nn$",
                      "variant: certified":
                          f"{sum(bool(v['certified']) for v in e['seeds'])} of {len(e['seeds'])} seeds",
-                     "variant: ratio": f"{min(ratios):.2f} to {max(ratios):.2f}",
+                     "variant: ratio": _to((min(ratios), max(ratios))),
                      "variant: $\\mu\\alpha'$": f"{sci(min(rates))} to {sci(max(rates))}"})
     return table(rows)
 
 
 def scope_verdicts_table(scope: Sequence[Mapping]):
-    """The theorems' scope (:func:`convres.scope.certified_scope`): per experiment model (rows, in
-    their order) and theorem, "certified" or the first failing hypothesis."""
+    """:func:`convres.scope.certified_scope` per model and theorem: "certified" or the
+    first failing hypothesis."""
     out: dict = {}
     for r in scope:
         out.setdefault(r["experiment"], {})[THEOREM_NAMES[r["theorem"]]] = \
@@ -327,8 +326,7 @@ def scope_verdicts_table(scope: Sequence[Mapping]):
 
 
 def lazy_table(lazy: Mapping):
-    """A run's lazy-training report (:func:`convres.theory.lazy_report`): per weight block its
-    share of ``lambda_min(K_0)`` and of ``tr K_0`` (the tangent kernel) and how far it moved."""
+    """:func:`convres.theory.lazy_report` per weight block: shares of ``K_0`` and displacement."""
     blocks = lazy["tangent_kernel"]["blocks"]
     return table([{"block": f"${name.split('.')[-1]}$",
                    "share of $\\lambda_{\\min}(K_0)$": blocks[name.split(".")[-1]]["lambda_min_share"],
@@ -339,16 +337,14 @@ def lazy_table(lazy: Mapping):
 
 
 def theorem_chapters(folder) -> list[str]:
-    """The chapters (``*.md`` in ``folder``, by name) that state a numbered theorem: a
-    ``{prf:theorem}`` directive."""
+    """The chapters in ``folder`` that state a ``{prf:theorem}``, by name."""
     return sorted(p.stem for p in Path(folder).glob("*.md")
                   for line in p.read_text(encoding="utf-8").splitlines()
                   if re.fullmatch(r"`{3,}\{prf:theorem\}.*", line))
 
 
 def heldout_table(heldout: Sequence[Mapping], baselines: Mapping):
-    """*Jena*: the held-out week, per beta (medians over the seeds, the per-seed log ratios against
-    persistence and the linear AR) and the baselines."""
+    """*Jena*: the held-out week per beta (medians, log ratios to the baselines) and the baselines."""
     def cmp(c):
         return f"{effect_text(c)}: {c['says']}"
 
@@ -356,7 +352,7 @@ def heldout_table(heldout: Sequence[Mapping], baselines: Mapping):
     mse, skill = "held-out MSE (median)", "skill (median)"
     models = [{"model": f"$\\beta = {r['beta']:g}$", mse: r["val_mse"]["median"],
                skill: r["skill"]["median"],
-               "skill, min to max": f"{r['skill']['min']:.3f} to {r['skill']['max']:.3f}",
+               "skill, min to max": _to((r["skill"]["min"], r["skill"]["max"]), ".3f"),
                "ln(persistence / model)": cmp(r["persistence"]), "ln(AR / model)": cmp(r["linear AR"])}
               for r in heldout]
     others = [{"model": "persistence", mse: pers["val_mse"], skill: 0.0},
@@ -367,9 +363,9 @@ def heldout_table(heldout: Sequence[Mapping], baselines: Mapping):
 
 # --- Rank collapse under gradient descent (experiment rank_collapse_gd) ------------------------
 
-def collapse_runs_table(result: Result, steps: Sequence[int] = (0, 300, 1000, 2000)):
-    """*Rank collapse under gradient descent*: per run, the loss over the rank-one floor at
-    ``steps`` and the range of ``sigma_min(Z_t)``."""
+def collapse_runs_table(result: Result):
+    """*Rank collapse under gradient descent*: per run, loss over the floor at four steps and
+    the range of ``sigma_min(Z_t)``."""
     floor = result.data["floor"]
 
     def label(r):
@@ -381,7 +377,8 @@ def collapse_runs_table(result: Result, steps: Sequence[int] = (0, 300, 1000, 20
     for r in result.data["runs"]:
         h = History.from_dict(r["history"])
         loss, smin = h.loss, h.sigma_min_Z
-        rows.append({"run": label(r), **{f"loss / floor at $t = {t}$": loss[t] / floor for t in steps},
+        at = {f"loss / floor at $t = {t}$": loss[t] / floor for t in (0, 300, 1000, 2000)}
+        rows.append({"run": label(r), **at,
                      "range of $\\sigma_{\\min}(Z_t)$": f"{sci(smin.min())} to {sci(smin.max())}"})
     return table(rows)
 
@@ -389,9 +386,8 @@ def collapse_runs_table(result: Result, steps: Sequence[int] = (0, 300, 1000, 20
 # --- Separation (experiment theorem_separation) -------------------------------------------------
 
 def separation_table(rows):
-    """*Separation*: per ``d_QK`` (``rows``: a frame of the draws), the certified plateau
-    ``T_lb``, the measured escape and their ratio, how many draws have both parts certified, and
-    the control at scale ``1/sqrt(d_QK)``: median (min-max) over the seeds."""
+    """*Separation*: per ``d_QK``, ``T_lb``, escape, their ratio, both certified, and the
+    ``1/sqrt(d_QK)`` control, median (min-max)."""
     def med_range(v, f="{:.0f}"):
         return f"{f.format(v.median())} ({f.format(v.min())}-{f.format(v.max())})"
 
@@ -405,9 +401,7 @@ def separation_table(rows):
 
 
 def width_fixed_table(proven, y: float):
-    """*Width*, data of fixed norm: per ``N n`` the limit ``R_inf`` for unit targets and for
-    ``||Y||_F = y``, the proven ``d_min`` (at ``y``), the measured ``d*`` and the parameters at
-    ``d_min`` (``proven``: a frame with those columns)."""
+    """*Width*, data of fixed norm ``||Y||_F = y``: limits, ``d_min``, ``d*``, parameters."""
     at_y = f"$\\lVert Y\\rVert_F={y:g}$"
     names = {"Nn": "$Nn$", "limit_unit": "$\\mathcal R_\\infty$, unit targets",
              "limit": f"$\\mathcal R_\\infty$, {at_y}", "d_min": f"$d_{{\\min}}$, {at_y}",
@@ -418,8 +412,7 @@ def width_fixed_table(proven, y: float):
 
 
 def sharper_table(rows: Sequence[Mapping]):
-    """*The certificate*: per seed, the book's and the sharper certificate's rate ``mu alpha`` and
-    the observed per-step decrease over it (experiment ``theorem_sharper``)."""
+    """*The certificate*: per seed, the book's and the sharper rate and observed / certified."""
     def ratio(run):
         return run["observed_decrease"] / run["mu_alpha"]
 
@@ -431,11 +424,10 @@ def sharper_table(rows: Sequence[Mapping]):
 
 def logit_steps_table(dist_uniform: Mapping[int, Sequence[float]],
                       logit_steps: Mapping[int, Sequence[float]]):
-    """*Rank collapse under gradient descent*: per ``d_QK``, the range of ``||S_i - U||_2`` at
-    ``t = 0`` (``dist_uniform``: one run's rows) and of the first step's logit change times
-    ``d_QK / mu`` over the seeds (``logit_steps``: ``||Delta logits||_F / mu`` per seed)."""
+    """*Rank collapse under gradient descent*: per ``d_QK``, ``||S_i - U||_2`` at ``t = 0`` and
+    the first logit change times ``d_QK / mu``."""
     return table({"$d_{QK}$": list(dist_uniform),
-                  "$\\|S_i - U\\|_2$ at $t = 0$ (seed 0)": [f"{min(v):.3f} to {max(v):.3f}"
+                  "$\\|S_i - U\\|_2$ at $t = 0$ (seed 0)": [_to((min(v), max(v)), ".3f")
                                                            for v in dist_uniform.values()],
                   "logit change $/\\,\\mu \\cdot d_{QK}$ (8 seeds)": [
                       f"{min(v) * k:.0f} to {max(v) * k:.0f}" for k, v in logit_steps.items()]})

@@ -1,22 +1,7 @@
-"""Every link out of the book points where it should: at the one configured repository or at a
-known host.
-
-The repository's address is one setting, ``repository.url`` in ``_config.yml``. Jupyter Book 1
-makes the site's repository, issue and Binder buttons from it, and ``web/convres_site.py`` writes
-it wherever a page says ``{{ repository_url }}`` (the intro's ``git clone``). These tests check:
-
-- every external link (``href``) of every page of the built site goes to that repository or to a
-  host in ``KNOWN_HOSTS`` (a new host is added here on purpose, not by accident);
-- every Binder link opens ``<path_to_book>/<chapter>.md`` of that repository at the configured
-  branch, for a chapter that exists in ``book/`` and is a page of the site, and a chapter's Binder
-  button opens that chapter;
-- the README links the same repository (its Binder badge included) and no placeholder such as
-  ``git clone <this repository>`` is left in the README or the book's sources.
-
-The site checks need a built site (``_build/html`` or ``CONVRES_SITE_DIR``) and are skipped without
-one, unless ``CONVRES_SITE_REQUIRED=1`` (set by ``make browser``). Whether the whole-book PDF is
-linked is tests/test_site.py's.
-"""
+"""Every link out of the book goes to the one configured repository (``repository.url`` in
+``_config.yml``) or to a host in ``KNOWN_HOSTS``; Binder links open an existing chapter of it at
+the configured branch; the README links the same repository and no placeholder is left. The site
+checks are skipped without a built site, unless ``CONVRES_SITE_REQUIRED=1``."""
 
 from __future__ import annotations
 

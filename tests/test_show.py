@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from convres.report import claims_table, hypotheses_table
-from convres.show import glues, html_text, number, plain, sci, strip_tags, table, tex
+from convres.show import HTMLBlock, glues, html_text, number, plain, sci, strip_tags, table, tex
 
 MATH = '<span class="math notranslate nohighlight">'
 
@@ -81,8 +81,6 @@ def test_every_ffn_hypothesis_carries_its_tex():
 
 def test_a_table_reads_as_text_where_html_is_not_shown():
     """The PDF shows a cell's text/plain: a table's cells, never an object's address."""
-    from convres.show import HTMLBlock, table
-
     text = repr(table([{r"$\beta$": 0.1, "holds": True, "regime": r"$d_{QK} = 4$"}]))
     assert "Styler" not in text and "beta" in text and "yes" in text and "d_{QK} = 4" in text
     assert "$" not in text and "\\" not in text
@@ -92,12 +90,9 @@ def test_a_table_reads_as_text_where_html_is_not_shown():
     assert repr(block).splitlines() == ["claim | verdict", "a & b | partly"]
 
 
-def test_strip_tags_keeps_the_text_and_decodes_entities():
+def test_strip_tags_and_html_text_keep_the_text():
     assert strip_tags('x<sub>1</sub> &lt; 2 <a href="#f">here</a>') == "x1 < 2 here"
     assert strip_tags("no tags") == "no tags"
-
-
-def test_html_text_reads_a_table_row_by_row():
     markup = "<table><tr><th>a</th><th>b</th></tr><tr><td>1 &amp; 2</td><td>$x$</td></tr></table>"
     assert html_text(markup) == "a | b\n1 & 2 | x"
 

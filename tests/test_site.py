@@ -33,7 +33,6 @@ WIDTH, HEIGHT, PHONE, PRINT_WIDTH = 1400, 900, 390, 718   # PRINT_WIDTH: A4 less
 MAX_SCREENS = 15           # a chapter or an API page at WIDTH px: at most this many screens of HEIGHT px
 LIVE_STEPS, LIVE_MS = 500, 50   # the explorer's budget: 500 steps at the interactive size
 PHONE_VIEW = dict(width=PHONE, height=844, mobile=True)
-HEIGHTS: dict[str, int] = {}
 
 
 def _is_api(page: str) -> bool:
@@ -121,20 +120,15 @@ SETTLE = r"""async () => {
   return document.documentElement.scrollHeight;
 }"""
 
-# What a page reports about itself once MathJax and the widget manager are done.
-INSPECT = r"""async () => {
-  const sleep = ms => new Promise(r => setTimeout(r, ms));
-  const views = [...document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]')];
-  const rendered = v => { const a = v.previousElementSibling;
-    return !!a && a.classList.contains('widget-subarea') && a.childElementCount > 0 && a.getBoundingClientRect().height > 0; };
-  for (let t = 0; t < 100 && views.some(v => !rendered(v)); t++) await sleep(100);
+# What a page reports about itself once it is drawn (SETTLE).
+INSPECT = r"""() => {
   const main = document.querySelector('main') || document.body;
-  const skip = 'pre, code, script, style, textarea, mjx-container, .highlight, .widget-subarea, .sig';
+  const skip = 'pre, code, script, style, textarea, mjx-container, .highlight, .sig';
   const tex = [], walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
   const rawTex = /\$\$|\\\[|\\\(|\\begin\{|\$[^$\n]*[\\^_][^$\n]*\$/;
   for (let n; (n = walker.nextNode()); )
     if (!n.parentElement.closest(skip) && rawTex.test(n.textContent)) tex.push(n.textContent.trim().slice(0, 120));
-  const figures = [...main.querySelectorAll('img')].filter(i => !i.closest('.widget-subarea, .sidebar-primary-items__start'));
+  const figures = [...main.querySelectorAll('img')].filter(i => !i.closest('.sidebar-primary-items__start'));
   const transparent = figures.filter(i => {
     if (!/\.png($|\?)/i.test(i.getAttribute('src') || '') || !i.naturalWidth) return false;
     const c = document.createElement('canvas'); c.width = i.naturalWidth; c.height = i.naturalHeight;
@@ -157,8 +151,6 @@ INSPECT = r"""async () => {
     doubled: [...main.querySelectorAll('.cell')].flatMap(c => {
       const s = [...c.querySelectorAll('.cell_output img')].filter(i => !i.closest('a')).map(i => i.getAttribute('src'));
       return s.filter((x, k) => s.indexOf(x) !== k); }),
-    widgets: {total: views.length, blank: views.filter(v => !rendered(v)).length,
-              errors: main.querySelectorAll('.jupyter-widgets-error-widget').length},
     links: [...document.querySelectorAll('a[href]')].map(a => a.href),
   };
 }"""
@@ -243,9 +235,8 @@ def _fail(page: str, problems: list[str]) -> None:
 
 # --------------------------------------------------------------------------- every page
 def test_page(page, site, browser):
-    """At 1400 px: formulas typeset, figures drawn with alt text, widgets rendered, links alive,
-    nothing to the console; a chapter or a page of the API reference at most MAX_SCREENS screens.
-    Heights go to ``_build/page-heights.json`` (``page-heights-gw<K>.json`` from xdist's process K)."""
+    """At 1400 px: formulas typeset, figures drawn with alt text, links alive,
+    nothing to the console; a chapter or a page of the API reference at most MAX_SCREENS screens."""
     if _redirect(page):
         target = re.search(r'url=([^"]+)"', (SITE / page).read_text()).group(1)
         assert _check_link(site + target, site) is None, f"{page} forwards to a missing page"
@@ -254,10 +245,6 @@ def test_page(page, site, browser):
         info = view(INSPECT)
         view.shot(page.replace("/", "__").replace(".html", ".png"), WIDTH)
         problems = list(view.problems)
-    HEIGHTS[page] = info["height"]
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    out = SITE.parent / (f"page-heights-{worker}.json" if worker else "page-heights.json")
-    out.write_text(json.dumps(dict(sorted(HEIGHTS.items())), indent=1))
     print(f"\n{page}: {info['height']} px at {WIDTH} px = {info['height'] / HEIGHT:.1f} screens")
     if (ROOT / "book" / page.replace(".html", ".md")).is_file() and info["height"] > MAX_SCREENS * HEIGHT:
         fix = ("split the page: API_PAGES in web/convres_site.py" if _is_api(page)
@@ -272,9 +259,6 @@ def test_page(page, site, browser):
                       ("tracebacks", "Python traceback"), ("textFigures", "figure printed as text"),
                       ("doubled", "figure shown twice in one cell")]:
         problems += [f"{what}: {x}" for x in info[key]]
-    w = info["widgets"]
-    if w["blank"] or w["errors"]:
-        problems.append(f"widgets: {w['blank']} of {w['total']} blank, {w['errors']} errors")
     problems += [p for link in info["links"] if link.startswith(site) for p in [_check_link(link, site)] if p]
     _fail(page, problems)
 
@@ -319,7 +303,7 @@ def test_cut_math_is_caught(site_pages, site, browser):
     page = next(iter(_with(site_pages, 'class="math')), None)
     if page is None:
         pytest.skip("no page with formulas")
-    with View(browser, site, page, width=PHONE, height=844, mobile=True) as view:
+    with View(browser, site, page, **PHONE_VIEW) as view:
         view(r"""() => { const p = document.createElement('p'); p.id = 'wide-test';
           p.innerHTML = 'x <span class="math">\\(' + Array(40).fill('a_{1} + b^{2}').join(' + ') + '\\)</span>. y';
           document.querySelector('main .bd-article').prepend(p); return MathJax.typesetPromise([p]); }""")
@@ -718,42 +702,3 @@ def _invert(px: float, dom, rng, kind: str) -> float:
     f = {"lin": lambda v: v, "log1p": lambda v: math.log10(1 + v)}[kind]
     v = f(dom[0]) + (px - rng[0]) / (rng[1] - rng[0]) * (f(dom[1]) - f(dom[0]))
     return v if kind == "lin" else 10 ** v - 1
-
-
-# --------------------------------------------------------------------------- saved widgets and MathJax 3
-def _widget_page(with_shim: bool) -> str:
-    """A page as Jupyter Book writes one with a saved widget (MathJax 3 of the site, require.js,
-    the embed manager; with or without the MathJax 2 shim): one HTMLMath widget with TeX."""
-    ipywidgets = pytest.importorskip("ipywidgets")
-    from ipywidgets.embed import embed_data
-    data = embed_data(views=[ipywidgets.HTMLMath(value=r"\(x^2 + \beta\)", description=r"\(\mu\)")])
-    shim = '<script src="_static/convres/mathjax2-shim.js"></script>' if with_shim else ""
-    return f"""<!DOCTYPE html><html><head><meta charset="utf-8"><link rel="icon" href="_static/favicon.svg">
-<script>window.MathJax = {{"options": {{"processHtmlClass": "tex2jax_process|mathjax_process|math|output_area"}}}}</script>
-<script defer src="_static/vendor/mathjax/tex-mml-chtml.js"></script>
-<script type="application/vnd.jupyter.widget-state+json">{json.dumps(data["manager_state"])}</script>{shim}
-<script>var require = {{paths: {{'@jupyter-widgets/html-manager/dist': new URL('_static/vendor/html-manager', document.baseURI).href}}}};</script>
-<script src="_static/vendor/require.js"></script><script src="_static/vendor/html-manager/embed-amd.js"></script>
-</head><body><main><script type="application/vnd.jupyter.widget-view+json">{json.dumps(data["view_specs"][0])}</script>
-</main></body></html>"""
-
-
-def test_saved_widgets_with_mathjax3(site, browser):
-    """With the site's MathJax 3 and the shim a page with a saved widget throws nothing and its TeX
-    is typeset; without the shim the same page throws (so the check can fail)."""
-    results = {}
-    for with_shim in (True, False):
-        name = f"__widget_check_{int(with_shim)}.html"
-        (SITE / name).write_text(_widget_page(with_shim))
-        try:
-            with View(browser, site, name) as view:
-                results[with_shim] = (view("""async () => {
-                  const sleep = ms => new Promise(r => setTimeout(r, ms));
-                  for (let t = 0; t < 100 && !document.querySelector('.widget-htmlmath'); t++) await sleep(50);
-                  await sleep(300); const w = document.querySelector('.widget-htmlmath');
-                  return w ? w.querySelectorAll('mjx-container').length : -1; }"""), view.problems)
-        finally:
-            (SITE / name).unlink()
-    (typeset, problems), (_, bad) = results[True], results[False]
-    assert typeset >= 2 and not problems, results[True]
-    assert any("Queue" in p for p in bad), f"without the shim the page should throw: {bad}"

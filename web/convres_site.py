@@ -2,21 +2,19 @@ r"""Sphinx extension of the convres book (loaded through ``sphinx.local_extensio
 
 Jobs for the published site:
 
-1. **No CDN.** MathJax, require.js and the ipywidgets embed manager are installed
-   from the npm registry at exact versions (``web/package.json`` and its lock file, ``make
-   assets``) into ``web/node_modules/`` (git-ignored). This extension copies the files the pages
-   need straight into the output, ``_build/html/_static/vendor/``, where ``mathjax_path`` and
-   ``nb_ipywidgets_js`` in ``_config.yml`` point (Sphinx resolves those relative to ``_static``).
-   The site's own scripts (``web/model.js``, ``web/explorer.js``, ``web/explorer.css``,
-   ``web/mathjax2-shim.js``, ``web/site.js``, ``web/site.css``) go
+1. **No CDN.** MathJax is installed from the npm registry at an exact version
+   (``web/package.json`` and its lock file, ``make assets``) into ``web/node_modules/``
+   (git-ignored). This extension copies the files the pages need straight into the output,
+   ``_build/html/_static/vendor/``, where ``mathjax_path`` in ``_config.yml`` points (Sphinx
+   resolves it relative to ``_static``). The site's own scripts (``web/model.js``,
+   ``web/explorer.js``, ``web/explorer.css``, ``web/site.js``, ``web/site.css``) go
    to ``_build/html/_static/convres/``. None of them is put in a *source* static folder
    (``book/_static``): Jupyter Book 1 would inject every ``.js``/``.css`` found there into every
    page.
 2. **Explorers.** A page that holds an explorer (``convres.explorers``: an element of class
    ``convres-explorer``) loads ``model.js`` (the model and gradient descent, run in the page),
    ``explorer.js`` and ``explorer.css`` (the controls and the charts); other pages load none of
-   them. Pages with saved ipywidgets load ``mathjax2-shim.js`` first (``nb_ipywidgets_js``), which
-   gives the embed manager the MathJax 2 call it makes.
+   them.
 3. **API reference.** One page per group of modules, ``book/api/<page>.md`` (``API_PAGES``
    below), each filled at build time with one ``automodule`` section per module of its group, so
    that no page is too long to read; ``book/api.md`` gets the list of pages with what each module
@@ -99,18 +97,12 @@ ASSETS = [
     ("mathjax/es5/a11y", "mathjax/a11y"),       # accessibility (explorer, speech)
     ("mathjax/es5/sre", "mathjax/sre"),
     ("mathjax/LICENSE", "mathjax/LICENSE"),
-    ("requirejs/require.js", "require.js"),
     ("mathjax/package.json", "mathjax/package.json"),  # version and license of each copy
-    ("requirejs/package.json", "requirejs-package.json"),
-    ("@jupyter-widgets/html-manager/dist", "html-manager"),
-    ("@jupyter-widgets/html-manager/package.json", "html-manager/package.json"),
 ]
 WEB = Path(__file__).resolve().parent
 OWN = "_static/convres"  # folder of the output that holds the site's own scripts
-OWN_FILES = ["model.js", "explorer.js", "explorer.css", "mathjax2-shim.js", "site.css", "site.js"]
+OWN_FILES = ["model.js", "explorer.js", "explorer.css", "site.css", "site.js"]
 EXPLORER_MARK = 'class="convres-explorer'  # what convres.explorers.Explorer.html() writes
-# Files of html-manager/dist the pages never load (source maps, the non-AMD bundles).
-_SKIP = shutil.ignore_patterns("*.map", "embed.js", "embed.js.LICENSE.txt", "libembed-amd.js")
 
 # The API reference: one page per group of modules (book/api/<page>.md, listed under book/api.md
 # in _toc.yml), each short enough to read: at most 15 screens at 1400 px, like a chapter
@@ -174,7 +166,7 @@ def _check_assets(app) -> None:
         source, target = NODE_MODULES / src, out / dst
         target.parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir():
-            shutil.copytree(source, target, ignore=_SKIP, dirs_exist_ok=True)
+            shutil.copytree(source, target, dirs_exist_ok=True)
         else:
             shutil.copy2(source, target)
     own = Path(app.outdir) / OWN
@@ -361,13 +353,6 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
         app.add_css_file(f"{OWN.removeprefix('_static/')}/explorer.css")
         app.add_js_file(f"{OWN.removeprefix('_static/')}/model.js", defer="defer")
         app.add_js_file(f"{OWN.removeprefix('_static/')}/explorer.js", defer="defer")
-    # The widget manager loads its fonts from the folder require.js reports for it, which is the
-    # page's folder unless require.js is told (a global `require` before require.js is its config).
-    if any(str(getattr(js, "filename", "") or "").endswith("embed-amd.js") for js in unique):
-        app.add_js_file(None, priority=499, body=(
-            "var require = {paths: {'@jupyter-widgets/html-manager/dist': new URL("
-            "(document.documentElement.dataset.content_root || './') + "
-            f"'{VENDOR}/html-manager', document.baseURI).href}}}};"))
 
 
 def _api_always_outdated(app, env, added, changed, removed) -> list[str]:
