@@ -53,8 +53,6 @@ def censored(t: int | None, horizon: int) -> tuple[float, bool]:
 def mean_log_loss(loss: Sequence[float | None], horizon: int) -> float | None:
     """``(1/T) sum_{t=1}^{T} log10(max(Phi_t / Phi_0, 1e-12))``, ``T = horizon`` (a run stopped
     early counts -12 for its missing steps); ``None`` for a diverged run (a non-finite ``Phi_t``)."""
-    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
-        raise ValueError(f"horizon must be an integer >= 1 (the steps T of the runs), got {horizon!r}.")
     v = np.asarray([math.nan if x is None else x for x in loss], dtype=np.float64)
     if not 1 <= v.size <= horizon + 1:
         raise ValueError(f"loss must hold Phi_0 .. Phi_t, t <= horizon = {horizon}; got {v.size} values.")
@@ -183,14 +181,6 @@ def estimate(effects: Sequence, *, min_units: int, strata: Sequence | None = Non
     ``"spearman"``: pairs ``(x, y)``, the mean over ``strata`` of Spearman's rho, BCa at every ``n``;
     ``min_units`` then applies per stratum. Too few units: no interval, a reason. ``bound``: the
     interval cut to ``[-bound, bound]``."""
-    if isinstance(min_units, bool) or not isinstance(min_units, (int, np.integer)) or min_units < 2:
-        raise ValueError(f"min_units must be an integer >= 2 (a t-interval needs two units), "
-                         f"got {min_units!r}.")
-    if statistic not in ("mean", "spearman"):
-        raise ValueError(f"statistic must be 'mean' or 'spearman', got {statistic!r}.")
-    effects = effects.tolist() if isinstance(effects, np.ndarray) else effects
-    if isinstance(effects, (str, bytes)) or not isinstance(effects, Sequence):
-        raise ValueError(f"effects must be a list of numbers (None for a diverged unit), got {effects!r}.")
     labels = ["all"] * len(effects) if strata is None else [str(s) for s in strata]
     if len(labels) != len(effects):
         raise ValueError(f"strata must give one label per effect: {len(labels)} labels, "

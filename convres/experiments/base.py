@@ -39,7 +39,7 @@ RESULT_FORMAT = 5
 #: The fields every :meth:`Result.summary` starts with (``None`` where one does not apply).
 SUMMARY_KEYS = ("n_train", "n_val", "rows", "regimes", "seeds", "steps", "wall_seconds", "dtype", "device")
 #: Settings that must be non-empty lists.
-LIST_SETTINGS = ("betas", "seeds", "depths", "eta_grid", "sizes", "d_qks", "regimes")
+LIST_SETTINGS = ("betas", "seeds", "depths", "eta_grid", "d_qks", "regimes")
 
 
 @dataclasses.dataclass(frozen=True)
