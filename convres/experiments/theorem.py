@@ -35,6 +35,7 @@ from ..separation import (
     separation_instance,
     separation_report,
 )
+from ..stats import steps_to
 from ..theory import ffn_theorem_run, lazy_report, sampled_estimates
 from ..width import (
     fixed_data,
@@ -226,11 +227,6 @@ WIDTH_FIXED = Experiment(
 
 # --- the separation: a certified plateau without the residual, certified convergence with it -------
 
-def _first_below(loss, level: float) -> int | None:
-    hit = np.nonzero(np.asarray(loss) < level)[0]
-    return int(hit[0]) if len(hit) else None
-
-
 CHECKED = ("r", "r_a", "R", "CF", "dCF", "steps")   # what path_check compares, and the steps it checked
 
 
@@ -241,11 +237,12 @@ def _run_separation(s: dict, **_) -> dict:
         for seed in s["seeds"]:
             X, Y, p, cfg = separation_instance(d_qk, seed, **size)
             pl = plateau_certificate(p, X, Y, cfg, s["mu"])
-            _, h = gradient_descent(p, X, Y, cfg, s["mu"], s["steps"], tol=np.nextafter(0.5 * pl.floor, 0))
+            below = np.nextafter(0.5 * pl.floor, 0)       # the largest loss < floor / 2
+            _, h = gradient_descent(p, X, Y, cfg, s["mu"], s["steps"], tol=below)
             pc = perp_centre(p, X, Y, cfg)                # the hypotheses of sep-prop-exponent
             ctrl = cfg.replace(scale=s["control_scale"])  # the same draw, attention far from uniform
             rows.append(dict(d_qk=d_qk, seed=seed, T_lb=pl.T_lb, certified=pl.certified, floor=pl.floor,
-                             escape=_first_below(h.loss, 0.5 * pl.floor),
+                             escape=steps_to(h.loss, below, relative=False),
                              min_ratio=float(np.min(h.loss[:pl.T_lb + 1]) / (0.5 * pl.floor)),
                              eps_scaled=float(pc.eps_i.max()) * d_qk ** 0.5,
                              sk_scaled=float(np.max(pc.c.k_i + pc.c.q_i)) * pc.c.s * d_qk ** 0.5, par=pc.par,
