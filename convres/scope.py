@@ -50,8 +50,8 @@ def scope_rows(label: str, cfg: ModelConfig, N: int, n: int, note: str = "") -> 
 
 
 def _shapes(profile: str) -> list:
-    """The models of the report's experiments and of ``rank_collapse_gd`` under ``profile``."""
-    return [sh for name, e in EXPERIMENTS.items() if e.in_report or name == "rank_collapse_gd"
+    """The models of the records in the report or ``in_scope`` under ``profile``."""
+    return [sh for name, e in EXPERIMENTS.items() if e.in_report or e.in_scope
             for sh in e.shapes(settings(name, profile))]
 
 

@@ -67,8 +67,9 @@ def _no_report(result: Result) -> dict:
 class Experiment:
     """One experiment: settings per profile and hooks ``run(settings, progress=, data_dir=, device=)
     -> data`` (JSON-able), ``key_numbers``, ``claims`` (the report's rows), ``plot``, ``shapes`` (scope
-    table) and ``report`` (``{"settings", "spread", "runs", "deviations"}``); ``piece_seeds``: seeds
-    per piece of the ``committed`` profiles (:mod:`convres.committed`; ``None``: one piece)."""
+    table) and ``report`` (``{"settings", "spread", "runs", "deviations"}``); ``in_scope``: its shapes
+    in the scope table without claims in the report; ``piece_seeds``: seeds per piece of the ``committed``
+    profiles (:mod:`convres.committed`; ``None``: one piece)."""
 
     name: str
     title: str
@@ -82,6 +83,7 @@ class Experiment:
     report: Callable[[Result], dict] = _no_report
     paper: str = ""
     in_report: bool = True
+    in_scope: bool = False
     piece_seeds: int | None = None
     committed: tuple[str, ...] = ("paper",)
 

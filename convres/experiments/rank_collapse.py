@@ -59,4 +59,4 @@ EXPERIMENT = Experiment(
     "book/rank_collapse_gd.md",
     profiles(_RC, smoke=dict(steps=10, stat_seeds=[0], runs=_RC["runs"][1:3])),
     _run_rank_collapse_gd, _rank_collapse_numbers, plot=plot_rank_collapse_gd, shapes=_shapes,
-    in_report=False)
+    in_report=False, in_scope=True)
