@@ -1,10 +1,6 @@
-"""Which experiment lies inside which theorem: the shape hypotheses of the book's two theorems,
-and which configuration is certified before the run.
-
-:func:`scope_table` decides from each experiment's shapes alone what the shapes decide (widths,
-smoothness, readout, ``p >= outputs``); :func:`certified_scope` adds whether the certificate of
-:mod:`convres.certify` establishes the rest before the run.
-"""
+"""Which experiment lies inside which theorem: :func:`scope_table` decides the shape hypotheses
+(widths, smoothness, readout, ``p >= outputs``) from the settings alone; :func:`certified_scope` adds
+whether a certificate (:mod:`convres.certify`) establishes the rest before the run."""
 
 from __future__ import annotations
 
@@ -24,9 +20,8 @@ THEOREM_NAMES = {"thm-main": "theorem through $W_U$", "thm-ffn": "theorem throug
 
 
 def scope_rows(label: str, cfg: ModelConfig, N: int, n: int, note: str = "") -> list[dict]:
-    """The hypotheses of both theorems that the shapes of one model decide, for a model ``cfg``
-    trained on ``N`` sequences of ``n`` tokens: dicts with ``experiment``, ``theorem``,
-    ``hypothesis``, ``holds``, ``value``, ``threshold`` and ``note``."""
+    """The hypotheses of both theorems that the shapes of ``cfg`` on ``N`` sequences of ``n`` tokens
+    decide: ``experiment``, ``theorem``, ``hypothesis``, ``holds``, ``value``, ``threshold``, ``note``."""
     pooled = cfg.pool == "mean"
     rows_out = N if pooled else N * n
     p = parameter_count(cfg)
@@ -54,18 +49,15 @@ def scope_rows(label: str, cfg: ModelConfig, N: int, n: int, note: str = "") -> 
     ]
 
 
-def scope_table(profile: str = "book", experiments=None) -> list[dict]:
-    """:func:`scope_rows` of every model of every experiment of the report (or of the names in
-    ``experiments``) under ``profile``."""
-    names = [n for n, e in EXPERIMENTS.items() if e.in_report or n == "rank_collapse_gd"] \
-        if experiments is None else ([experiments] if isinstance(experiments, str) else list(experiments))
-    rows = []
-    for name in names:
-        if name not in EXPERIMENTS:
-            raise ValueError(f"unknown experiment {name!r}; choose among {sorted(EXPERIMENTS)}.")
-        for shape in EXPERIMENTS[name].shapes(settings(name, profile)):
-            rows += scope_rows(shape.label, shape.cfg, shape.N, shape.n, shape.note)
-    return rows
+def _shapes(profile: str) -> list:
+    """The models of the records in the report or ``in_scope`` under ``profile``."""
+    return [sh for name, e in EXPERIMENTS.items() if e.in_report or e.in_scope
+            for sh in e.shapes(settings(name, profile))]
+
+
+def scope_table(profile: str = "book") -> list[dict]:
+    """:func:`scope_rows` of every model of :func:`_shapes` under ``profile``."""
+    return [row for sh in _shapes(profile) for row in scope_rows(sh.label, sh.cfg, sh.N, sh.n, sh.note)]
 
 
 def covered(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
@@ -79,30 +71,29 @@ def covered(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
 
 
 def scope_summary(rows: list[dict]):
-    """The scope table folded to one row per experiment model and theorem (a ``DataFrame``):
-    covered (every shape hypothesis holds) or the hypotheses that fail, each with its value and
-    threshold in words (a boolean hypothesis such as the smooth activation says what it is)."""
+    """The scope table folded to one row per experiment model and theorem (a ``DataFrame``): "all
+    hold" or the failing hypotheses with their values."""
     import pandas as pd
-
-    def failing(r):
-        if r["hypothesis"] in _FAILING:
-            return _FAILING[r["hypothesis"]].format(v=r["value"], t=r["threshold"], note=r["note"])
-        return f"{r['hypothesis']} ({r['value']:g} vs {r['threshold']:g})"
 
     return pd.DataFrame([{"experiment": e, "theorem": THEOREM_NAMES.get(th, th),
                           "shape hypotheses": "all hold" if not bad else
-                          "fail: " + "; ".join(failing(r) for r in bad)}
+                          "fail: " + "; ".join(_failing(r) for r in bad)}
                          for (e, th), bad in covered(rows).items()])
 
 
-#: How :func:`certified_scope` words a failing shape hypothesis (``{v}``: value, ``{t}``: threshold), in
-#: TeX (:func:`convres.show.tex`).
+#: A failing shape hypothesis in words (``{v}``: value, ``{t}``: threshold), TeX (:func:`convres.show.tex`).
 _FAILING = {"per-token readout": "per-token readout (this model pools)",
             "(A1) width N n <= d": "(A1) width: $Nn = {v:g} > d = {t:g}$",
             "(A2) smooth activation": "(A2) smooth activation: {note}",
             "(F1) width m >= rows": r"(F1) width: $m = {v:g} < \text{{rows}} = {t:g}$",
             "(F2) outputs c <= d": "(F2) outputs: $c = {v:g} > d = {t:g}$",
             "any PL: parameters p >= outputs": "any PL inequality: parameters $p = {v:g}$ < outputs {t:g}"}
+
+
+def _failing(r: dict) -> str:
+    if r["hypothesis"] in _FAILING:
+        return _FAILING[r["hypothesis"]].format(v=r["value"], t=r["threshold"], note=r["note"])
+    return f"{r['hypothesis']} ({r['value']:g} vs {r['threshold']:g})"
 
 
 def _configuration(cfg: ModelConfig, N: int, n: int, note: str) -> str:
@@ -114,17 +105,14 @@ def _configuration(cfg: ModelConfig, N: int, n: int, note: str) -> str:
 def certified_scope(profile: str = "book") -> list[dict]:
     """One row per experiment model (and certified variant) and theorem: ``experiment``,
     ``configuration``, ``theorem``, ``certified``, ``failing_hypothesis`` and the largest certificate
-    ``ratio`` over the seeds (``None`` where none was computed); what ``theorem scope`` prints."""
-    names = [n for n, e in EXPERIMENTS.items() if e.in_report or n == "rank_collapse_gd"]
-    shapes = [sh for name in names for sh in EXPERIMENTS[name].shapes(settings(name, profile))]
-    shapes += VARIANTS.shapes(settings(VARIANTS.name, profile))
+    ``ratio`` over the seeds (``None``: none computed); what ``theorem scope`` prints."""
+    shapes = _shapes(profile) + VARIANTS.shapes(settings(VARIANTS.name, profile))
     certs = {(c["experiment"], c["theorem"]): c for c in scope_certificates(profile)}
     out = []
     for sh in shapes:
         bad = covered(scope_rows(sh.label, sh.cfg, sh.N, sh.n, sh.note))
         for theorem in THEOREMS:
-            failing = [_FAILING[r["hypothesis"]].format(v=r["value"], t=r["threshold"], note=r["note"])
-                       for r in bad[(sh.label, theorem)]]
+            failing = [_failing(r) for r in bad[(sh.label, theorem)]]
             cert, certified, ratio = certs.get((sh.label, theorem)), False, None
             if not failing and sh.cfg.L != 1:
                 failing = [f"certified bounds: one block ($L = 1$), this model has $L = {sh.cfg.L}$"]

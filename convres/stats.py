@@ -1,8 +1,6 @@
-"""Statistics of the reproduction report (plain numpy): speed measures, the 95% interval of a claim's
-effect with its sign test, the verdict rule of protocol v4 (:func:`grade`) and tuned steps. A diverged
-unit is ``None`` (counted apart); a NaN or an effect beyond :data:`convres.protocol.EFFECT_BOUND` is a
-``ValueError``; too few finite units give no interval but a reason (*inconclusive*).
-"""
+"""Statistics of protocol v4 (plain numpy): speed measures, a claim's 95% interval and sign test,
+the verdict rule (:func:`grade`) and tuned steps. A diverged unit is ``None``; a NaN or an effect
+beyond :data:`convres.protocol.EFFECT_BOUND` is a ``ValueError``."""
 
 from __future__ import annotations
 
@@ -35,9 +33,8 @@ _N = NormalDist()
 
 
 def steps_to(loss: Sequence[float], level: float, *, relative: bool = True) -> int | None:
-    """The first step ``t`` with ``Phi_t <= level * Phi_0`` (``relative``) or ``Phi_t <= level``;
-    ``None`` when the run never gets there (censored at its horizon ``len(loss) - 1``). A
-    non-finite value ends the search (a diverged run never arrives)."""
+    """The first ``t`` with ``Phi_t <= level Phi_0`` (``relative``) or ``<= level``; ``None`` when
+    never (censored), or after a non-finite value (diverged)."""
     v = np.asarray([math.nan if x is None else x for x in loss], dtype=np.float64)
     target = level * v[0] if relative else level
     for t, x in enumerate(v):
@@ -49,18 +46,13 @@ def steps_to(loss: Sequence[float], level: float, *, relative: bool = True) -> i
 
 
 def censored(t: int | None, horizon: int) -> tuple[float, bool]:
-    """``(steps, is_censored)``: a time that was never reached counts as the horizon, a lower
-    bound of the true time (so an effect computed from it is conservative for the slower arm)."""
+    """``(steps, is_censored)``: a time never reached counts as the horizon (a lower bound)."""
     return (float(horizon), True) if t is None else (float(t), False)
 
 
 def mean_log_loss(loss: Sequence[float | None], horizon: int) -> float | None:
-    """The level-free speed measure, in decades: ``(1/T) sum_{t=1}^{T} log10(max(Phi_t / Phi_0,
-    1e-12))``, ``T = horizon``, ``loss = [Phi_0, Phi_1, ...]`` one value per step; a run recorded to
-    ``t < T`` (stopped at convergence) counts ``log10(1e-12) = -12`` for its remaining steps.
-    ``None`` for a diverged run (a missing or non-finite ``Phi_t``): not a unit."""
-    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
-        raise ValueError(f"horizon must be an integer >= 1 (the steps T of the runs), got {horizon!r}.")
+    """``(1/T) sum_{t=1}^{T} log10(max(Phi_t / Phi_0, 1e-12))``, ``T = horizon`` (a run stopped
+    early counts -12 for its missing steps); ``None`` for a diverged run (a non-finite ``Phi_t``)."""
     v = np.asarray([math.nan if x is None else x for x in loss], dtype=np.float64)
     if not 1 <= v.size <= horizon + 1:
         raise ValueError(f"loss must hold Phi_0 .. Phi_t, t <= horizon = {horizon}; got {v.size} values.")
@@ -73,10 +65,9 @@ def mean_log_loss(loss: Sequence[float | None], horizon: int) -> float | None:
 
 
 def linear_rate(loss, mu: float, *, phase: tuple[float, float]) -> float | None:
-    """The rate of a run over its linear phase, per unit of ``mu t``: ``ln(Phi_a / Phi_b) / (mu (b -
-    a))`` with ``a`` the first step at or below ``phase[0] Phi_0`` and ``b`` the first at or below
-    ``phase[1] Phi_0`` (the last step if none). A run that never reaches ``phase[0]`` gets its
-    average rate over the whole run, ``ln(Phi_0 / Phi_T) / (mu T)``. ``None`` for a run of no step."""
+    """``ln(Phi_a / Phi_b) / (mu (b - a))``, ``a`` and ``b`` the first steps at or below ``phase[0]
+    Phi_0`` and ``phase[1] Phi_0`` (``b``: the last step if never); the whole run if ``phase[0]`` is
+    never reached; ``None`` for a run of no step."""
     v = [float(x) for x in loss]
     if len(v) < 2:
         return None
@@ -90,8 +81,7 @@ def linear_rate(loss, mu: float, *, phase: tuple[float, float]) -> float | None:
 
 
 def log_ratio(a: float | None, b: float | None, *, base: float = math.e) -> float | None:
-    """``log_base(a / b)`` of two positive numbers (steps, losses): the symmetric effect scale;
-    ``None`` when either is ``None`` or ``+inf`` (a diverged arm: not a unit)."""
+    """``log_base(a / b)``; ``None`` when either is ``None`` or ``+inf`` (a diverged arm)."""
     if a is None or b is None or math.inf in (a, b):
         return None
     if not (math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0):
@@ -101,9 +91,8 @@ def log_ratio(a: float | None, b: float | None, *, base: float = math.e) -> floa
 
 
 def _centred_ranks(v: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """Row by row, the rank of each entry of ``v`` (``(k, m)``) that ``keep`` marks among that row's
-    marked entries, ties at their mean rank (``(first + last) / 2 + 1`` of their sorted positions),
-    less the mean rank ``(#marked + 1) / 2``; 0 where unmarked."""
+    """Per row of ``v`` (``(k, m)``), the ranks among the entries ``keep`` marks (ties at their mean
+    rank) less their mean ``(#marked + 1) / 2``; 0 where unmarked."""
     v = np.where(keep, v, np.inf)
     order = np.argsort(v, axis=-1, kind="stable")
     s, pos = np.take_along_axis(v, order, -1), np.arange(v.shape[-1])
@@ -119,23 +108,21 @@ def _centred_ranks(v: np.ndarray, keep: np.ndarray) -> np.ndarray:
 
 
 def _spearman_rows(x: np.ndarray, y: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """Spearman's rho of each row of ``x`` and ``y`` (``(k, m)``) over the entries ``keep`` marks:
-    ``sum r_x r_y / sqrt(sum r_x^2 sum r_y^2)`` of the centred ranks; ``nan`` where either is constant."""
+    """Per row, ``sum r_x r_y / sqrt(sum r_x^2 sum r_y^2)`` of the centred ranks; ``nan`` if constant."""
     rx, ry = _centred_ranks(x, keep), _centred_ranks(y, keep)
     den = np.sqrt((rx * rx).sum(-1) * (ry * ry).sum(-1))
     return np.divide((rx * ry).sum(-1), den, out=np.full(den.shape, np.nan), where=den > 0)
 
 
 def spearman_rho(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman's rho: the correlation of the ranks of ``x`` and ``y`` (ties at their mean rank);
-    ``nan`` when either is constant."""
+    """Spearman's rho of ``x`` and ``y`` (ties at their mean rank); ``nan`` when either is constant."""
     xs, ys = (np.asarray(v, dtype=np.float64)[None] for v in (x, y))
     return float(_spearman_rows(xs, ys, np.ones(xs.shape, dtype=bool))[0])
 
 
 def sign_test(effects: Sequence[float]) -> float:
-    """The exact two-sided sign test: of the ``n`` non-zero effects, ``k`` positive, ``p = min(1,
-    2 P(B <= min(k, n - k)))`` with ``B ~ Binomial(n, 1/2)``; 1 when every effect is 0."""
+    """The exact sign test ``p = min(1, 2 P(B <= min(k, n - k)))``, ``B ~ Bin(n, 1/2)``, over the
+    ``n`` non-zero effects, ``k`` positive."""
     signs = [e > 0 for e in effects if e != 0]
     n, k = len(signs), sum(signs)
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2**n)
@@ -143,8 +130,8 @@ def sign_test(effects: Sequence[float]) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Estimate:
-    """A claim's ``effect`` and 95% interval ``[lo, hi]`` by ``method``, on ``units`` finite units,
-    ``diverged`` units left out, ``sign_test_p``; with too few units ``None``s and a ``reason``."""
+    """A claim's ``effect`` and 95% interval ``[lo, hi]`` by ``method``; too few units: ``None``s and
+    a ``reason``."""
 
     effect: float | None
     lo: float | None
@@ -157,10 +144,9 @@ class Estimate:
 
 
 def _bca(stat: Callable[[np.ndarray], np.ndarray], strata: np.ndarray, draws: int) -> tuple[float, float]:
-    """The BCa bootstrap interval of ``stat`` (index arrays ``(k, n)`` -> ``k`` values), resampling
-    within each stratum (generator seed 0): the quantiles ``Phi(z0 + w / (1 - a w))``, ``w = z0 + z``,
-    ``z = z_{0.025}, z_{0.975}``, of the resampled values; ``z0`` the normal quantile of the share of
-    them below the estimate (ties half), ``a = sum d^3 / (6 (sum d^2)^1.5)`` from the jackknife."""
+    """The BCa interval of ``stat`` (index arrays ``(k, n)`` -> ``k`` values), resampled within each
+    stratum (seed 0): quantiles ``Phi(z0 + w / (1 - a w))``, ``w = z0 + z_{0.025}, z0 + z_{0.975}``;
+    ``z0`` from the share below the estimate, ``a = sum d^3 / (6 (sum d^2)^1.5)`` (jackknife)."""
     n, rng = strata.size, np.random.default_rng(0)
     idx = np.empty((draws, n), dtype=np.intp)
     for s in np.unique(strata):
@@ -189,23 +175,12 @@ def _number(x) -> bool:
 
 def estimate(effects: Sequence, *, min_units: int, strata: Sequence | None = None,
              statistic: str = "mean", draws: int = BOOTSTRAP_DRAWS, bound: float | None = None) -> Estimate:
-    """The effect of a claim and its 95% interval from one effect per unit (``None``: a diverged
-    unit, left out and counted). ``statistic="mean"``: the mean ``e`` of the ``n`` finite effects;
-    for ``n < 20`` the t-interval ``e +- t_{0.975, n-1} s / sqrt(n)`` (``s = 0`` gives the point
-    ``[e, e]``), for ``n >= 20`` the BCa bootstrap stratified by ``strata``; the sign test beside it.
-    ``statistic="spearman"``: each effect a pair ``(x, y)``, the effect the mean over ``strata`` of
-    Spearman's rho within each, the BCa interval at every ``n``, no sign test; ``min_units`` then
-    applies to every stratum. Fewer than ``min_units`` finite units: no interval, a reason. With
-    ``bound``, an effect that cannot leave ``[-bound, bound]`` (Kendall's tau: 1), the interval is cut
-    to that range (a t-interval can pass it)."""
-    if isinstance(min_units, bool) or not isinstance(min_units, (int, np.integer)) or min_units < 2:
-        raise ValueError(f"min_units must be an integer >= 2 (a t-interval needs two units), "
-                         f"got {min_units!r}.")
-    if statistic not in ("mean", "spearman"):
-        raise ValueError(f"statistic must be 'mean' or 'spearman', got {statistic!r}.")
-    effects = effects.tolist() if isinstance(effects, np.ndarray) else effects
-    if isinstance(effects, (str, bytes)) or not isinstance(effects, Sequence):
-        raise ValueError(f"effects must be a list of numbers (None for a diverged unit), got {effects!r}.")
+    """A claim's effect and 95% interval (protocol v4, section 1) from one effect per unit (``None``:
+    diverged, counted apart). ``"mean"``: for ``n < 20`` the t-interval ``e +- t_{0.975, n-1} s /
+    sqrt(n)``, else the BCa bootstrap stratified by ``strata``; the sign test beside it.
+    ``"spearman"``: pairs ``(x, y)``, the mean over ``strata`` of Spearman's rho, BCa at every ``n``;
+    ``min_units`` then applies per stratum. Too few units: no interval, a reason. ``bound``: the
+    interval cut to ``[-bound, bound]``."""
     labels = ["all"] * len(effects) if strata is None else [str(s) for s in strata]
     if len(labels) != len(effects):
         raise ValueError(f"strata must give one label per effect: {len(labels)} labels, "
@@ -256,8 +231,7 @@ def estimate(effects: Sequence, *, min_units: int, strata: Sequence | None = Non
 
 @dataclasses.dataclass(frozen=True)
 class Grade:
-    """A verdict of :data:`GRADES`, its ``reason`` (inconclusive, not testable) and the pre-named
-    ``subset`` where the claim is reproduced."""
+    """A verdict of :data:`GRADES`, its ``reason`` and the pre-named ``subset`` where reproduced."""
 
     verdict: str
     reason: str = ""
@@ -267,12 +241,10 @@ class Grade:
 def grade(est: Estimate, margin: float, *, rule: str = "superiority",
           failed: Sequence[str] = (), subsets: Mapping[str, Estimate] | None = None,
           every: bool = False) -> Grade:
-    """The verdict of protocol v4, section 1, decided in this order: *not testable* (a design check
-    ``failed``), *reversed* (hi < 0), *reproduced* (lo > margin; with ``every``, in every subset too),
-    *partly* (lo > 0, or reproduced in a pre-named subset), *not reproduced* (hi < margin),
-    *inconclusive* (the interval holds 0 and the margin, or too few units). The ``non-inferiority``
-    rule (a margin <= 0, T3): *reproduced* iff lo > margin, *reversed* iff hi < margin, else
-    *inconclusive*."""
+    """The verdict of protocol v4, section 1, in this order: *not testable* (``failed``), *reversed*
+    (hi < 0), *reproduced* (lo > margin; with ``every``, in every subset), *partly* (lo > 0, or a
+    subset reproduced), *not reproduced* (hi < margin), else *inconclusive*. ``non-inferiority``
+    (margin <= 0): *reproduced* iff lo > margin, *reversed* iff hi < margin, else *inconclusive*."""
     if rule not in ("superiority", "non-inferiority") or not math.isfinite(margin) \
             or (margin > 0) != (rule == "superiority"):
         raise ValueError(f"rule {rule!r} with margin {margin!r}: 'superiority' takes a "
@@ -303,8 +275,7 @@ def grade(est: Estimate, margin: float, *, rule: str = "superiority",
 
 
 def kendall_tau(x: Sequence[float], y: Sequence[float], *, tied: float = math.nan) -> float:
-    """Kendall's tau-b of the pairs ``(x_i, y_i)``: (concordant - discordant) over the square root
-    of the pairs untied in x times those untied in y; ``tied`` (``nan``) when either is constant."""
+    """Kendall's tau-b, ``(concordant - discordant) / sqrt(untied_x untied_y)``; ``tied`` if constant."""
     a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     i, j = np.triu_indices(len(a), k=1)
     sx, sy = np.sign(a[i] - a[j]), np.sign(b[i] - b[j])
@@ -313,9 +284,8 @@ def kendall_tau(x: Sequence[float], y: Sequence[float], *, tied: float = math.na
 
 
 class ProbeRun(NamedTuple):
-    """One probe run of a step-size tuning (:func:`tune_step`): its ``score`` on the measure the arm
-    is tuned for (lower is better; a censored run scores its censored value, e.g. the horizon) and
-    whether it ``reached`` that measure's target within the probe horizon (``False``: censored)."""
+    """A probe run of :func:`tune_step`: its ``score`` (lower is better; censored: e.g. the horizon)
+    and whether it ``reached`` the target (``False``: censored)."""
 
     score: float
     reached: bool
@@ -324,31 +294,16 @@ class ProbeRun(NamedTuple):
 def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | None]]],
               grid: Sequence[float], *, horizon: int, max_horizon: int | None = None,
               factor: float = GRID_FACTOR, stable_fraction: float = STABLE_FRACTION, extend: int = 8) -> dict:
-    """The step of one arm by the rule of protocol v4, section 2, on a factor-``factor`` grid.
-
-    ``probe(etas, T)`` runs every probe seed (never an evaluation seed) at each step of ``etas`` for
-    ``T`` steps and returns, per step, one :class:`ProbeRun` per seed, ``None`` for a run that
-    diverged or ended above its start. A step is *stable* when no probe run of it is ``None``, and
-    *resolved* when it is stable and at least one of its probe runs ``reached`` the target (its
-    score is not made of censored values alone); its score is the mean over the probe seeds.
-
-    - The grid (``grid`` at first) grows by one step of ratio ``factor`` at a time, at most
-      ``extend`` times in all: above the largest step while that one is stable (the largest stable
-      step must be known), below the smallest while no step is stable, while no stable step is at
-      most ``stable_fraction`` times the largest stable one, or while the best resolved step is the
-      smallest.
-    - When no step is resolved, the probe horizon doubles (every stable step is probed again; a
-      diverged probe run stays diverged), up to ``max_horizon`` (protocol: 4x the evaluation
-      horizon, ``convres.protocol.PROBE_HORIZON_MAX``; default ``horizon``, no doubling); a
-      tuning that stays so is *unresolved*.
-    - ``chosen`` is the best resolved step (lowest mean score, the larger step on a tie), capped at
-      ``stable_fraction`` (1/2) of the largest stable step: above the cap, the largest stable step
-      at most the cap. ``bracketed``: the best resolved step is interior to the grid.
-
-    Returns a JSON-ready dict: per step ``grid``, ``scores`` (``inf``: unstable), ``stable``,
-    ``diverged``, ``resolved``; the probe ``horizon``, ``best``, ``largest_stable``, ``cap``, ``chosen``
-    (``None``: no stable step), ``bracketed``, ``unresolved``, ``capped`` (``chosen`` below ``best``).
-    """
+    """The step of one arm by protocol v4, section 2. ``probe(etas, T)`` gives per step one
+    :class:`ProbeRun` per probe seed (``None``: diverged or ended above its start). A step is *stable*
+    when no run is ``None``, *resolved* when stable and one run ``reached``; its score is the mean.
+    The grid grows by ``factor``, at most ``extend`` times: above while the largest step is stable,
+    below while no stable step is at most ``stable_fraction`` of the largest stable one or the best
+    is the smallest. With nothing resolved the horizon doubles up to ``max_horizon``. ``chosen``:
+    the best resolved step (the larger on a tie), capped at ``stable_fraction`` of the largest
+    stable step. Returns a JSON-ready dict: per step ``grid``, ``scores``, ``stable``, ``diverged``,
+    ``resolved``; ``horizon``, ``best``, ``largest_stable``, ``cap``, ``chosen``, ``bracketed``,
+    ``unresolved``, ``capped``."""
     etas = sorted({float(g) for g in grid})
     if len(etas) < 2 or not all(math.isfinite(e) and e > 0 for e in etas):
         raise ValueError(f"tune_step needs a grid of at least two finite steps > 0, got {list(grid)}.")
@@ -389,8 +344,7 @@ def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | N
         ok = [e for e in etas if stable(e)]
         return stable_fraction * ok[-1] * (1 + 1e-9) if ok else None
 
-    def wanted() -> float | None:
-        """The next step the rule needs, or ``None``."""
+    def wanted() -> float | None:       # the next step the rule needs
         ok = [e for e in etas if stable(e)]
         b, c = best(), cap()
         if c is None or not any(e <= c for e in ok) or (b is not None and b == etas[0]):
@@ -422,11 +376,10 @@ def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | N
 
 
 def power_fit(d, T, *, fine: bool = True) -> dict:
-    """The empirical fit ``T = a + b d^p`` (``a, b >= 0``) to the times ``T[i][j]`` of unit ``i`` at
-    ``d[j]`` (``nan``: left out), by least squares on ``log T`` (the times span decades, and a ratio
-    counts the same above and below). With ``a = rho b d_min^p``, for each ``(p, rho)`` of a grid the
-    best ``log b`` is the mean of ``log T - log(rho d_min^p + d^p)``; a coarse grid, then finer ones
-    around the best (``fine``: 0.001 in ``p``) until the best stays. Returns ``{"a", "b", "p"}``."""
+    """The fit ``T = a + b d^p`` (``a, b >= 0``) to the times ``T[i][j]`` of unit ``i`` at ``d[j]``
+    (``nan``: left out), least squares on ``log T``: with ``a = rho b d_min^p``, on a grid of ``(p,
+    rho)``, ``log b`` the mean of ``log T - log(rho d_min^p + d^p)``; then finer grids (``fine``:
+    0.001 in ``p``) until the best stays. Returns ``{"a", "b", "p"}``."""
     x = np.tile(np.asarray(d, dtype=np.float64), (len(T), 1)).ravel()
     y = np.asarray(T, dtype=np.float64).ravel()
     keep = np.isfinite(y)
@@ -455,10 +408,9 @@ def power_fit(d, T, *, fine: bool = True) -> dict:
 
 
 def power_law(d, T, *, draws: int = 1000) -> dict:
-    """:func:`power_fit` of the times ``T[i][j]`` (``nan``: left out) with a bootstrap interval
-    ``p_ci`` for ``p`` over the units ``i`` (``draws`` resamples, generator seed 0, the coarser
-    grid), the ``local_slopes`` ``log(T_hi / T_lo) / log(d_hi / d_lo)`` between neighbours of ``d``
-    (:func:`estimate` over the units), and how many times were ``left_out``."""
+    """:func:`power_fit` with a bootstrap ``p_ci`` over the units (``draws``, seed 0, coarse grid),
+    the ``local_slopes`` ``log(T_hi / T_lo) / log(d_hi / d_lo)`` between neighbours of ``d``
+    (:func:`estimate`), and the count of times ``left_out``."""
     T = np.asarray(T, dtype=np.float64)
     fit = power_fit(d, T)
     rng = np.random.default_rng(0)

@@ -36,18 +36,16 @@ VERDICTS = GRADES
 PROFILES = ("book", "paper", "smoke")
 #: Version of the layout of the results; part of the cache key (bump it when a runner changes).
 RESULT_FORMAT = 5
-#: The fields every :meth:`Result.summary` starts with (``None`` where one does not apply):
-#: training and validation sequences, raw data rows, the simulation regimes, seeds, steps, the
-#: wall time of the computation, dtype and device.
+#: The fields every :meth:`Result.summary` starts with (``None`` where one does not apply).
 SUMMARY_KEYS = ("n_train", "n_val", "rows", "regimes", "seeds", "steps", "wall_seconds", "dtype", "device")
 #: Settings that must be non-empty lists.
-LIST_SETTINGS = ("betas", "seeds", "depths", "eta_grid", "sizes", "d_qks", "regimes")
+LIST_SETTINGS = ("betas", "seeds", "depths", "eta_grid", "d_qks", "regimes")
 
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-    """One model of an experiment as the theory's scope sees it: a label, the model and the data
-    shape ``N`` sequences of ``n`` tokens (no data loaded, nothing trained)."""
+    """One model of an experiment as :mod:`convres.scope` sees it: ``cfg`` on ``N`` sequences of
+    ``n`` tokens."""
 
     label: str
     cfg: ModelConfig
@@ -67,13 +65,11 @@ def _no_report(result: Result) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-    """One experiment: its names, settings per profile (:data:`PROFILES`) and hooks ``run(settings,
-    progress=, data_dir=, device=) -> data`` (JSON-able), ``key_numbers``, ``claims`` (the report's
-    rows), ``plot``, ``shapes`` (for the scope table) and ``report`` (``{"settings", "spread",
-    "runs", "deviations"}``); ``paper``: what the paper says of the setting; ``piece_seeds``:
-    evaluation seeds per piece of a committed profile (``None``: one piece); ``committed``: the
-    profiles run in pieces and committed with their provenance (:mod:`convres.committed`) rather
-    than computed by the book's build."""
+    """One experiment: settings per profile and hooks ``run(settings, progress=, data_dir=, device=)
+    -> data`` (JSON-able), ``key_numbers``, ``claims`` (the report's rows), ``plot``, ``shapes`` (scope
+    table) and ``report`` (``{"settings", "spread", "runs", "deviations"}``); ``in_scope``: its shapes
+    in the scope table without claims in the report; ``piece_seeds``: seeds per piece of the ``committed``
+    profiles (:mod:`convres.committed`; ``None``: one piece)."""
 
     name: str
     title: str
@@ -87,6 +83,7 @@ class Experiment:
     report: Callable[[Result], dict] = _no_report
     paper: str = ""
     in_report: bool = True
+    in_scope: bool = False
     piece_seeds: int | None = None
     committed: tuple[str, ...] = ("paper",)
 
@@ -108,7 +105,7 @@ class Result:
     _memo: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     def _once(self, what: str, compute):
-        """``compute()``, computed once per result (the data do not change); a copy each call."""
+        """``compute()`` once per result; a copy each call."""
         if what not in self._memo:
             self._memo[what] = compute()
         return copy.deepcopy(self._memo[what])
@@ -118,8 +115,7 @@ class Result:
         return self.experiment.name
 
     def summary(self) -> dict:
-        """The fields of :data:`SUMMARY_KEYS`, then the key numbers, JSON-ready (a non-finite
-        number becomes ``None``)."""
+        """The fields of :data:`SUMMARY_KEYS`, then the key numbers, JSON-ready (non-finite: ``None``)."""
         return self._once("summary", self._summary)
 
     def _summary(self) -> dict:
@@ -172,9 +168,7 @@ def check_settings(name: str, s: dict) -> None:
 
 
 def output_rows(cfg: ModelConfig, X: torch.Tensor) -> int:
-    """``R``, the number of output rows the loss sums over: sequences for a pooled readout,
-    sequences x tokens per token. Step sizes are written ``mu = eta / R``: ``eta`` is the step on
-    the loss averaged over the rows, so a grid of ``eta`` means the same at every size."""
+    """``R``, the output rows the loss sums over (``N`` pooled, ``N n`` per token): ``mu = eta / R``."""
     return X.shape[0] if cfg.pool == "mean" else X.shape[0] * X.shape[1]
 
 
@@ -205,8 +199,7 @@ def spread(values) -> dict:
 
 
 def level_steps(r: dict, horizon: int) -> float | None:
-    """A run's steps to the level, the horizon when never reached (censored), at least 1 (for a log
-    ratio); ``None`` for a diverged run."""
+    """A run's steps to the level (censored at ``horizon``), at least 1; ``None`` if diverged."""
     return None if r["status"] == "diverged" else max(1.0, censored(r["steps_to_level"], horizon)[0])
 
 
@@ -216,11 +209,10 @@ def _diverged(record: dict) -> bool:
 
 def rerun_diverged(steps: Mapping, run: Callable, times: int, *, follows: Mapping | None = None,
                    diverged: Callable[[dict], bool] = _diverged) -> tuple[dict, dict]:
-    """The evaluation runs with reruns (protocol v4, section 1): ``run({arm: eta})`` gives ``{arm:
-    records}``, one record per evaluation seed; an arm with a ``diverged`` record runs again, every
-    seed, at ``RERUN_FACTOR`` (half) its step, at most ``times`` times, the arms of a rerun in sorted
-    order; an arm of ``follows`` ``{arm: other}`` runs again with ``other``, at half its step.
-    Returns ``{arm: its last records}`` and ``{arm: [(eta, its diverged records) per rerun]}``."""
+    """The evaluation runs with reruns (protocol v4, section 1): ``run({arm: eta}) -> {arm: records}``;
+    an arm with a ``diverged`` record reruns every seed at ``RERUN_FACTOR`` its step, at most ``times``
+    times (arms sorted), an arm of ``follows`` ``{arm: other}`` with ``other``. Returns ``{arm: last
+    records}`` and ``{arm: [(eta, diverged records) per rerun]}``."""
     out: dict = {}
     failed: dict = {arm: [] for arm in steps}
     pending = dict(steps)
@@ -243,9 +235,8 @@ def rerun_diverged(steps: Mapping, run: Callable, times: int, *, follows: Mappin
 
 def tune_arms(arms: Sequence, grid: Sequence[float], probe_runs: Callable[[list, int], Mapping], *,
               horizon: int, max_horizon: int, extend: int = 8) -> dict:
-    """``{arm: tune_step(...)}`` (protocol v4, section 2) from ``probe_runs(pairs, T)`` ``{(arm, eta):
-    [ProbeRun or None per probe seed]}``: the grid of every arm in one call at ``horizon``, then each
-    arm's growth of the grid and of the horizon on demand, no pair probed twice at one horizon."""
+    """``{arm: tune_step(...)}`` from ``probe_runs(pairs, T) -> {(arm, eta): [ProbeRun | None]}``:
+    every arm's grid in one call, then each arm's growth on demand, no pair probed twice."""
     table: dict = {}
 
     def fill(pairs: list, T: int) -> None:
@@ -266,15 +257,14 @@ def tune_arms(arms: Sequence, grid: Sequence[float], probe_runs: Callable[[list,
 
 
 def spread_row(configuration: str, measurement: str, values, fmt: str) -> dict:
-    """A row of the report's spread table: the :func:`spread` of ``values`` (a list, or a spread
-    already made) over the seeds."""
+    """A row of the report's spread table: the :func:`spread` of ``values`` (or a spread made)."""
     v = values if isinstance(values, dict) else spread(values)
     return {"configuration": configuration, "measurement": measurement, "median": v["median"],
             "min": v["min"], "max": v["max"], "seeds": v["count"], "format": fmt}
 
 
 def probe_count(s: dict, step_sizes: list[dict]) -> int:
-    """The probe runs of the step tunings ``step_sizes``: a run per step of a grid and probe seed."""
+    """The probe runs of the tunings ``step_sizes``: one per step of a grid and probe seed."""
     return sum(len(t["grid"]) for t in step_sizes) * len(s["probe_seeds"])
 
 
@@ -283,15 +273,13 @@ def step_table(step_sizes: list[dict], keys: Sequence[str]) -> list[dict]:
     return [{k: t.get(k) for k in keys} for t in step_sizes]
 
 
-#: The experiment in progress (set by ``run_experiment``): the fingerprint of its data files, and
-#: the shared computations it used (``what``, cache key, SHA-256 of the value), for provenance.
+#: The run in progress (``run_experiment``): its data files' fingerprint and the shared parts used.
 RUN_CONTEXT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("run_context", default=None)
 
 
 def shared_by_pieces(what: str, s: dict, device, compute: Callable[[], Any], **context: Any) -> Any:
-    """``compute()``, a part that uses no evaluation seed, cached on ``s`` less ``seeds``, the
-    ``device``, the data files and ``context``: the first piece of a run computes it, the others
-    read it back; the run records it in ``data["shared"]``."""
+    """``compute()``, a part that uses no evaluation seed, cached on ``s`` less ``seeds``, ``device``,
+    the data files and ``context`` (the first piece computes it); recorded in ``data["shared"]``."""
     run = RUN_CONTEXT.get() or {"data": {}, "shared": []}
     config = {"settings": {k: v for k, v in s.items() if k != "seeds"}, **context, "device": str(device),
               "data": run["data"]}
@@ -348,9 +336,8 @@ def design_check(name: str, value: float) -> CheckResult:
 
 @dataclasses.dataclass(frozen=True)
 class ClaimRecord:
-    """A graded claim: its :class:`convres.protocol.Claim`, the :class:`convres.stats.Estimate`, the
-    verdict with its ``reason`` and ``subset``, every pre-named subset's verdict (``subsets``) and the
-    ``sensitivity`` grades ``[{"measure", "tex", "protocol", "verdict"}]``."""
+    """A graded :class:`convres.protocol.Claim`: its estimate, verdict, ``reason``, ``subset``, each
+    pre-named subset's verdict and the ``sensitivity`` grades."""
 
     claim: Claim
     estimate: Estimate
@@ -384,8 +371,7 @@ class ClaimRecord:
                           **({"reason": self.reason} if self.reason else {})})
 
     def row(self, **extra: Any) -> dict:
-        """The row of the report's claims tables: the JSON, ``claim`` (the words), ``tex`` and ``extra``
-        (``figure``, ``criterion`` in TeX, ``measurement``, ``evidence``)."""
+        """The report's row: the JSON, ``claim``, ``tex`` and ``extra`` (``figure``, ``criterion``, ...)."""
         return {"claim": self.text, "tex": self.tex, **self.to_json(), **extra}
 
 
@@ -394,8 +380,7 @@ def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequ
                  sensitivity: Mapping[tuple[str, str], Sequence] | None = None,
                  draws: int = BOOTSTRAP_DRAWS) -> ClaimRecord:
     """Claim ``claim_id`` graded by protocol v4 from one effect per unit (``None``: diverged), the
-    units' ``strata`` (required when the claim names subsets), the design ``checks`` it needs and
-    ``sensitivity``: the effects under each alternative ``(measure, protocol)``."""
+    units' ``strata``, the design ``checks`` and ``sensitivity`` ``{(measure, protocol): effects}``."""
     if claim_id not in CLAIMS:
         raise ValueError(f"unknown claim {claim_id!r}; the protocol's are {list(CLAIMS)}.")
     if profile not in MIN_UNITS:
@@ -429,7 +414,6 @@ def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequ
 
 
 def protocol_summary(checks: Sequence[CheckResult]) -> dict:
-    """``{"design_checks": [...], "protocol": {"tag", "commit", "date"}}`` for an experiment's summary
-    (``commit`` and ``date`` ``None`` until the tag's stamp is committed)."""
+    """``{"design_checks", "protocol"}`` for a summary (``commit``, ``date``: ``None`` before the stamp)."""
     s = protocol_stamp() or {"tag": TAG, "commit": None, "date": None}
     return {"design_checks": [ch.to_json() for ch in checks], "protocol": s}

@@ -1,9 +1,6 @@
-"""Rank collapse under gradient descent: with and without residuals at d_QK = 64 and 1024.
-
-Book chapter *Rank collapse under gradient descent* (``book/rank_collapse_gd.md``): gradient
-descent on :func:`convres.instances.collapse_instance` (nearly uniform attention at
-initialization for a large ``d_QK``), against the rank-one floor of the targets.
-"""
+"""Rank collapse under gradient descent (``book/rank_collapse_gd.md``): runs on
+:func:`convres.instances.collapse_instance` with and without residuals at d_QK = 64 and 1024,
+against the rank-one floor of the targets."""
 
 from __future__ import annotations
 
@@ -15,7 +12,7 @@ from ..collapse import gd_attention_stats, rank_one_floor
 from ..gd import sweep
 from ..instances import collapse_instance
 from ..plotting import plot_rank_collapse_gd
-from .base import Experiment, Result, Shape
+from .base import Experiment, Result, Shape, profiles
 
 __all__ = ["EXPERIMENT"]
 
@@ -60,6 +57,6 @@ _RC: dict[str, Any] = dict(mu=0.002, steps=2000, record_every=10, N=4, n=4, d=32
 EXPERIMENT = Experiment(
     "rank_collapse_gd", "Rank collapse: gradient descent with and without residuals at d_QK = 64, 1024",
     "book/rank_collapse_gd.md",
-    {"book": _RC, "paper": _RC, "smoke": dict(_RC, steps=10, stat_seeds=[0], runs=_RC["runs"][1:3])},
-    _run_rank_collapse_gd, _rank_collapse_numbers, lambda res: [], plot_rank_collapse_gd,
-    shapes=_shapes, in_report=False)
+    profiles(_RC, smoke=dict(steps=10, stat_seeds=[0], runs=_RC["runs"][1:3])),
+    _run_rank_collapse_gd, _rank_collapse_numbers, plot=plot_rank_collapse_gd, shapes=_shapes,
+    in_report=False, in_scope=True)

@@ -1,5 +1,5 @@
-"""The theorem chapters' computations (certificate, separation, width, ffn), registered like every
-other experiment (cached, listed); :data:`RECORDS` lists them in the chapters' order."""
+"""The theorem chapters' computations (certificate, separation, width, ffn) as cached records;
+:data:`RECORDS` in the chapters' order."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from ..separation import (
     separation_instance,
     separation_report,
 )
+from ..stats import steps_to
 from ..theory import ffn_theorem_run, lazy_report, sampled_estimates
 from ..width import (
     fixed_data,
@@ -53,11 +54,19 @@ __all__ = ["CERTIFIED", "SHARPER", "WIDTH_SWEEP", "WIDTH_CONDITION", "WIDTH_SEED
 
 #: (A4): a run of ``T`` steps is non-vacuous when ``mu alpha T >= ln(1 / 0.9)``.
 _A4 = math.log(1 / 0.9)
+#: The fields of a certificate the records keep per seed.
+_CERT = ("certified", "ratio", "mu_alpha")
 
 
 def non_vacuous_steps(mu_alpha: float, cap: int) -> int:
     """The smallest ``T`` with ``mu alpha T >= ln(1/0.9)`` (assumption (A4)), at most ``cap``."""
     return int(min(cap, math.ceil(_A4 / mu_alpha))) if mu_alpha > 0 else cap
+
+
+def _fields(cert, *keys: str) -> dict:
+    """The fields ``keys`` of a certificate's JSON."""
+    d = cert.to_dict()
+    return {k: d[k] for k in keys}
 
 
 # --- the certified instance (thm-main) ------------------------------------------------------------
@@ -70,24 +79,17 @@ def _run_certified(s: dict, **_) -> dict:
     return {"run": run.to_dict(), "estimates": sampled_estimates(params, X, Y, cfg, cert), "lazy": lazy}
 
 
-def _certified_shapes(s: dict) -> list[Shape]:
-    cfg = certified_instance(s["seed"], N=1, n=1, d=s["d"])[3]
-    return [Shape(f"theorem certified instance (d={s['d']})", cfg, s["N"], s["n"])]
-
-
 CERTIFIED = Experiment(
     "theorem_certified", "Certified instance: certificate, certified run, tightness, lazy regime",
     "book/certificate.md",
-    {p: dict(seed=0, N=1, n=2, d=1024 if p != "smoke" else 256, steps=60 if p != "smoke" else 5)
-     for p in ("book", "paper", "smoke")},
-    _run_certified, shapes=_certified_shapes, in_report=False)
+    profiles(dict(seed=0, N=1, n=2, d=1024, steps=60), smoke=dict(d=256, steps=5)),
+    _run_certified, in_report=False)
 
 
 # --- sharper constants: the eps-certificate on fresh seeds ----------------------------------------
 
 def _worst_decrease(loss) -> float:
-    """``1 - max_t Phi_{t+1} / Phi_t`` over the steps above the float floor: the smallest observed
-    per-step decrease of the loss."""
+    """``1 - max_t Phi_{t+1} / Phi_t`` over the steps above the float floor."""
     loss = np.asarray(loss, dtype=np.float64)
     live = loss[:-1] > 1e-20 * loss[0]
     return float(1 - np.max(loss[1:][live] / loss[:-1][live])) if live.any() else math.nan
@@ -161,12 +163,11 @@ def _run_width_condition(s: dict, **_) -> dict:
 _POW2 = [2 ** k for k in range(13)]
 WIDTH_CONDITION = Experiment(
     "theorem_width_condition", "Width theorem: the proven threshold d_min(N, n, delta)", "book/width.md",
-    {p: dict(delta=0.05, Nn=_POW2 if p != "smoke" else [1, 2], shapes=[[1, 2], [2, 2], [1, 4], [2, 4]],
-             deltas=[0.5, 0.1, 0.05, 0.01, 1e-3, 1e-6] if p != "smoke" else [0.05],
-             regimes=[{"targets": "gaussian"}, {"beta": 2.0}, {"beta": 0.5}, {"branch_scale": 0.001},
-                      {"readout_scale": 0.3}] if p != "smoke" else [{"beta": 2.0}],
-             narrow_Nn=[2, 8, 32, 128, 512] if p != "smoke" else [2])
-     for p in ("book", "paper", "smoke")},
+    profiles(dict(delta=0.05, Nn=_POW2, shapes=[[1, 2], [2, 2], [1, 4], [2, 4]],
+                  deltas=[0.5, 0.1, 0.05, 0.01, 1e-3, 1e-6],
+                  regimes=[{"targets": "gaussian"}, {"beta": 2.0}, {"beta": 0.5}, {"branch_scale": 0.001},
+                           {"readout_scale": 0.3}], narrow_Nn=[2, 8, 32, 128, 512]),
+             smoke=dict(Nn=[1, 2], deltas=[0.05], regimes=[{"beta": 2.0}], narrow_Nn=[2])),
     _run_width_condition, in_report=False)
 
 
@@ -218,35 +219,31 @@ def _run_width_fixed(s: dict, **_) -> dict:
 WIDTH_FIXED = Experiment(
     "theorem_width_fixed", "Width theorem for fixed data: orthonormal tokens padded to width d",
     "book/width.md",
-    {p: dict(delta=0.05, y=0.05, Nn=[1, 2, 4, 8, 16, 32, 64] if p != "smoke" else [1, 2],
-             measured_Nn=[1, 4, 16, 64] if p != "smoke" else [2], seeds=[0, 1, 2] if p != "smoke" else [0],
-             widths=[8, 16, 32, 64, 128, 256, 512, 1024] if p != "smoke" else [8, 16])
-     for p in ("book", "paper", "smoke")},
+    profiles(dict(delta=0.05, y=0.05, Nn=[1, 2, 4, 8, 16, 32, 64], measured_Nn=[1, 4, 16, 64],
+                  seeds=[0, 1, 2], widths=[8, 16, 32, 64, 128, 256, 512, 1024]),
+             smoke=dict(Nn=[1, 2], measured_Nn=[2], seeds=[0], widths=[8, 16])),
     _run_width_fixed, in_report=False)
 
 
 # --- the separation: a certified plateau without the residual, certified convergence with it -------
 
-def _first_below(loss, level: float) -> int | None:
-    hit = np.nonzero(np.asarray(loss) < level)[0]
-    return int(hit[0]) if len(hit) else None
-
-
 CHECKED = ("r", "r_a", "R", "CF", "dCF", "steps")   # what path_check compares, and the steps it checked
 
 
 def _run_separation(s: dict, **_) -> dict:
-    rows, common, checks, mu_escape = [], [], [], []
+    rows, common, checks, mu_escape, reports = [], [], [], [], {}
     size = dict(N=s["N"], n=s["n"], d=s["d"])
     for d_qk in s["d_qks"]:
         for seed in s["seeds"]:
             X, Y, p, cfg = separation_instance(d_qk, seed, **size)
             pl = plateau_certificate(p, X, Y, cfg, s["mu"])
-            _, h = gradient_descent(p, X, Y, cfg, s["mu"], s["steps"], tol=np.nextafter(0.5 * pl.floor, 0))
+            below = np.nextafter(0.5 * pl.floor, 0)       # the largest loss < floor / 2
+            _, h = gradient_descent(p, X, Y, cfg, s["mu"], s["steps"], tol=below)
             pc = perp_centre(p, X, Y, cfg)                # the hypotheses of sep-prop-exponent
             ctrl = cfg.replace(scale=s["control_scale"])  # the same draw, attention far from uniform
+            reports[(d_qk, seed)] = separation_report(d_qk, seed, **size)
             rows.append(dict(d_qk=d_qk, seed=seed, T_lb=pl.T_lb, certified=pl.certified, floor=pl.floor,
-                             escape=_first_below(h.loss, 0.5 * pl.floor),
+                             escape=steps_to(list(h.loss), below, relative=False),
                              min_ratio=float(np.min(h.loss[:pl.T_lb + 1]) / (0.5 * pl.floor)),
                              eps_scaled=float(pc.eps_i.max()) * d_qk ** 0.5,
                              sk_scaled=float(np.max(pc.c.k_i + pc.c.q_i)) * pc.c.s * d_qk ** 0.5, par=pc.par,
@@ -254,7 +251,7 @@ def _run_separation(s: dict, **_) -> dict:
                              control_eps=float(perp_centre(p, X, Y, ctrl).eps_i.max()),
                              control_T_lb=plateau_certificate(p, X, Y, ctrl, s["mu"]).T_lb,
                              control_escape=escape_step(p, X, Y, ctrl, s["mu"], s["steps"]),
-                             report=separation_report(d_qk, seed, **size)))
+                             report=reports[(d_qk, seed)]))
             if seed in s["check_seeds"]:                # the lemmas' bounds along the run (mu = 0.1)
                 chk = path_check(p, X, Y, cfg, s["mu"])
                 checks.append(dict(d_qk=d_qk, seed=seed, mu=s["mu"], **{k: chk[k] for k in CHECKED}))
@@ -265,7 +262,7 @@ def _run_separation(s: dict, **_) -> dict:
                               escape=escape_step(p, X, Y, cfg, mu, 10 * s["steps"])))
     for d_qk, seed in s["common_runs"]:                 # the plateau at the residual arm's step
         X, Y, p, cfg = separation_instance(d_qk, seed, **size)
-        rep = separation_report(d_qk, seed, **size)
+        rep = reports.get((d_qk, seed)) or separation_report(d_qk, seed, **size)   # a row's, if one
         T, mu = rep["plateau"]["T_lb"], rep["plateau"]["mu"]
         chk = path_check(p, X, Y, cfg, mu, T)
         _, h1 = gradient_descent(p, X, Y, cfg.with_residual(1.0), mu, T)
@@ -315,12 +312,10 @@ def _run_ffn_certified(s: dict, **_) -> dict:
         if name == "per token":
             out[name]["lazy"] = lazy_report(params, X, Y, cfg, mu=cert.mu, steps=steps, block="layer1.W_2")
     per_token = s["instances"]["per token"]
-    out["seeds"] = [dict(seed=k, **{f: v for f, v in ffn_certificate(*ffn_certified_instance(k, **per_token))
-                                    .to_dict().items() if f in ("certified", "ratio", "mu_alpha")})
+    out["seeds"] = [dict(seed=k, **_fields(ffn_certificate(*ffn_certified_instance(k, **per_token)), *_CERT))
                     for k in s["seeds"]]
-    out["grid"] = [dict(ffn_gain=a, m=m, **{f: v for f, v in ffn_certificate(*ffn_certified_instance(
-                        s["seed"], **{**per_token, "ffn_gain": a, "m": m})).to_dict().items()
-                        if f in ("certified", "ratio", "mu_alpha")})
+    out["grid"] = [dict(ffn_gain=a, m=m, **_fields(ffn_certificate(*ffn_certified_instance(
+                        s["seed"], **{**per_token, "ffn_gain": a, "m": m})), *_CERT))
                    for a in s["gains"] for m in s["widths"]]
     return out
 
@@ -361,14 +356,16 @@ FFN_RUNS = Experiment(
 
 # --- the smallest variants of the simulations that are certified ----------------------------------
 
-def _draw(regime: dict, seed: int, variant: dict | None = None, profile: str = "book"):
-    """:func:`convres.instances.simulations_instance` of a *Simulations* regime (``beta = 1``), with
-    a ``variant``'s ``m``, ``branch_scale``, ``ffn_gain`` and ``readout_scale``."""
-    sim, v = SIMULATIONS.profiles[profile], variant or {}
-    return simulations_instance(seed, N=regime["N"], n=sim["n"], d=sim["d"], m=v.get("m", sim["m"]),
-                                d_qk=regime["d_qk"], scale=regime["scale"], activation=sim["activation"],
-                                branch_scale=v.get("branch_scale"), readout_scale=v.get("readout_scale", 1.0),
-                                ffn_gain=v.get("ffn_gain", 1.0))
+def _draw(s: dict, regime: dict, seed: int, variant: dict | None = None, beta: float | None = None):
+    """:func:`convres.instances.simulations_instance` of a *Simulations* regime (``beta = 1``, or
+    ``beta``) under ``s["simulations_profile"]``, with a ``variant``'s ``m``, ``branch_scale``,
+    ``ffn_gain`` and ``readout_scale``."""
+    sim, v = SIMULATIONS.profiles[s["simulations_profile"]], variant or {}
+    params, X, Y, cfg = simulations_instance(
+        seed, N=regime["N"], n=sim["n"], d=sim["d"], m=v.get("m", sim["m"]), d_qk=regime["d_qk"],
+        scale=regime["scale"], activation=sim["activation"], branch_scale=v.get("branch_scale"),
+        readout_scale=v.get("readout_scale", 1.0), ffn_gain=v.get("ffn_gain", 1.0))
+    return params, X, Y, cfg if beta is None else cfg.with_residual(beta)
 
 
 def _regimes(s: dict) -> dict[str, dict]:
@@ -391,32 +388,22 @@ def _certify_both(params, X, Y, cfg) -> dict:
     return out
 
 
-def _with_beta(instance, beta: float):
-    params, X, Y, cfg = instance
-    return params, X, Y, cfg.with_residual(beta)
-
-
 def _run_variants(s: dict, **_) -> dict:
     out = {}
     for name, regime in _regimes(s).items():
         v = s["variants"][name]
-        as_is = [_certify_both(*_draw(regime, k, profile=s["simulations_profile"]))
-                 for k in s["seeds"]]
-        seeds = []
-        for k in s["seeds"]:
-            cert = ffn_certificate(*_draw(regime, k, v, s["simulations_profile"]))
-            seeds.append({f: cert.to_dict()[f] for f in ("certified", "ratio", "mu_alpha")})
-        entry = {"regime": regime, "variant": v, "as_it_stands": as_is, "seeds": seeds}
+        entry = {"regime": regime, "variant": v,
+                 "as_it_stands": [_certify_both(*_draw(s, regime, k)) for k in s["seeds"]],
+                 "seeds": [_fields(ffn_certificate(*_draw(s, regime, k, v)), *_CERT) for k in s["seeds"]]}
         if s.get("betas") and name in s["beta_runs"]:   # where the variant stops being certified
-            entry["betas"] = [dict(beta=b, seeds=[{f: ffn_certificate(
-                *_with_beta(_draw(regime, k, v, s["simulations_profile"]), b)).to_dict()[f]
-                for f in ("certified", "ratio")} for k in s["seeds"]]) for b in s["betas"]]
-            params, X, Y, cfg = _with_beta(_draw(regime, s["seeds"][0], profile=
-                                                                s["simulations_profile"]), 0.0)
+            entry["betas"] = [dict(beta=b, seeds=[_fields(ffn_certificate(*_draw(s, regime, k, v, b)),
+                                                          "certified", "ratio") for k in s["seeds"]])
+                              for b in s["betas"]]
+            params, X, Y, cfg = _draw(s, regime, s["seeds"][0], beta=0.0)
             _, h = gradient_descent(params, X, Y, cfg, s["as_is_mu"], s["as_is_steps"])
             entry["as_it_stands_beta0"] = {"mu": s["as_is_mu"], "loss": h.loss[::10].tolist()}
         if s["run"].get(name):
-            params, X, Y, cfg = _draw(regime, s["seeds"][0], v, s["simulations_profile"])
+            params, X, Y, cfg = _draw(s, regime, s["seeds"][0], v)
             cert = ffn_certificate(params, X, Y, cfg)
             steps = non_vacuous_steps(cert.mu_alpha, s["run"][name])
             entry["run"] = ffn_certified_run(params, X, Y, cfg, steps=steps, cert=cert).to_dict()
@@ -427,7 +414,7 @@ def _run_variants(s: dict, **_) -> dict:
 def _variant_shapes(s: dict) -> list[Shape]:
     shapes = []
     for name, regime in _regimes(s).items():
-        cfg = _draw(regime, s["seeds"][0], s["variants"][name], s["simulations_profile"])[3]
+        cfg = _draw(s, regime, s["seeds"][0], s["variants"][name])[3]
         shapes.append(Shape(_variant_label(name), cfg, regime["N"], SIMULATIONS.profiles[
             s["simulations_profile"]]["n"], note="the simulations' shapes and data, rescaled weights"))
     return shapes
@@ -458,8 +445,7 @@ def scope_certificates(profile: str = "book") -> list[dict]:
     for name, regime in _regimes(s).items():
         label = f"simulations ({name})"
         for key, variant in ((label, None), (_variant_label(name), s["variants"][name])):
-            certs = [_certify_both(*_draw(regime, k, variant, s["simulations_profile"]))
-                     for k in s["seeds"]]
+            certs = [_certify_both(*_draw(s, regime, k, variant)) for k in s["seeds"]]
             for route, theorem in (("main", "thm-main"), ("ffn", "thm-ffn")):
                 got = [c[route] for c in certs if route in c]
                 if not got:

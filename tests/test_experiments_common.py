@@ -1,5 +1,6 @@
 """The common suite: every experiment record of :data:`convres.experiments.EXPERIMENTS`, at its
-``smoke`` settings, behaves alike. It runs and its summary is strict JSON; it reads back from the
+``smoke`` settings, behaves alike. Its settings are copies, and a setting that would run nothing is
+refused by name; it runs and its summary is strict JSON (finite or ``None``); it reads back from the
 cache and from JSON to the same result; its claims are the protocol's, each with its id and a
 verdict; its figure is labelled; its pieces merge into the run of every seed at once; computed
 again it gives the same numbers."""
@@ -16,6 +17,7 @@ from convres.cache import dumps, loads
 from convres.committed import load_paper_result, pieces, run_piece
 from convres.data import DATASETS
 from convres.experiments import simulations as sim
+from convres.experiments.base import LIST_SETTINGS
 from convres.protocol import CLAIMS
 from convres.show import tex
 
@@ -48,6 +50,30 @@ def record(request):
     if name in DATASETS:
         request.getfixturevalue("offline")
     return name
+
+
+def test_the_settings_are_copies_and_a_setting_that_would_run_nothing_is_refused_by_name(record):
+    """Refused before anything runs: an empty list, a negative or repeated seed, a zero step, a
+    repeated beta, a probe seed among the evaluation seeds."""
+    before = json.dumps(ex.EXPERIMENTS[record].profiles["smoke"])
+    s = ex.settings(record, "smoke")
+    for v in s.values():
+        if isinstance(v, (list, dict)):
+            v.clear()
+    assert json.dumps(ex.settings(record, "smoke")) == before
+    s = ex.settings(record, "smoke")
+    bad = [(k, []) for k in LIST_SETTINGS if k in s]
+    if s.get("seeds"):
+        bad += [("seeds", [-1]), ("seeds", s["seeds"][:1] * 2)]
+    if "betas" in s:
+        bad.append(("betas", s["betas"][:1] * 2))
+    if "eta_grid" in s:
+        bad.append(("eta_grid", [*s["eta_grid"], 0.0]))
+    if "probe_seeds" in s:
+        bad.append(("probe_seeds", s["seeds"][:1]))
+    for key, value in bad:
+        with pytest.raises(ValueError, match=f"'{key}' of '{record}'"):
+            ex.run_experiment(record, "smoke", overrides={key: value}, data_dir="/nonexistent")
 
 
 def test_a_smoke_run_gives_a_summary_in_strict_json(record):
