@@ -433,7 +433,7 @@ def _simulations_numbers(res: Result) -> dict:
     laws = [escape_law(res, sc, b, p) for sc in s["scales"] for b in (0.0, 1.0) for p in ("tuned", "half")
             if any(p in c["runs"] and c["scale"] == sc for c in res.data["escape"])
             and not (p == "half" and b == 1.0)]
-    runs_all = [r for _, runs in _places_run(res) for v in runs.values() for r in v]
+    runs_all = _all_runs(res)
     steps = res.data["step_sizes"]
     return {"regimes": [r["name"] for r in s["regimes"]], "per_regime": per_regime, "escape_law": laws,
             "escape_fit": escape_fit(res),
@@ -446,22 +446,24 @@ def _simulations_numbers(res: Result) -> dict:
             "diverged_runs": sum(r["diverged"] for r in runs_all), "runs": len(runs_all)}
 
 
+def _all_runs(res: Result) -> list[dict]:
+    return [r for _, runs in _places_run(res) for v in runs.values() for r in v]
+
+
 def _checks(res: Result) -> list:
     """Protocol v4, section 3: every arm's tuning resolves; no evaluation run is still diverged at the
     step it is graded at, after the reruns (a deviation: on the probe runs it could not fail)."""
-    steps = res.data["step_sizes"]
-    runs = [r for _, runs in _places_run(res) for v in runs.values() for r in v]
-    return [design_check("simulations tuning resolves", sum(bool(t["unresolved"]) for t in steps)),
-            design_check("simulations runs stable", sum(r["diverged"] for r in runs))]
+    unresolved = sum(bool(t["unresolved"]) for t in res.data["step_sizes"])
+    return [design_check("simulations tuning resolves", unresolved),
+            design_check("simulations runs stable", sum(r["diverged"] for r in _all_runs(res)))]
 
 
 def diverged_at_tuned(res: Result) -> int:
     """The evaluation runs that diverged at their tuned step, with those of an earlier pass that the
     setting ``halve`` records (:func:`halvings`)."""
-    runs = [r for _, runs in _places_run(res) for v in runs.values() for r in v]
     now = sum(r["tuned_eta"] in r["diverged_before"] or (r["diverged"] and r["eta"] == r["tuned_eta"])
-              for r in runs)
-    return now + sum(len(seeds) for h in _history(res.settings).values() for eta, seeds in h[:1])
+              for r in _all_runs(res))
+    return now + sum(len(h[0][1]) for h in _history(res.settings).values() if h)
 
 
 def _measure(run: dict, measure: str) -> float:
@@ -517,9 +519,11 @@ def _s3(res: Result, measure: str, protocol: str) -> list:
     return out
 
 
-def _s4(res: Result, protocol: str) -> list:
+def _s4(res: Result, measure: str, protocol: str) -> list:
     """S4 per seed: Kendall's tau of d_QK against the escape time of beta = 0 at scale 1/d_QK, in
-    units of ``mu t`` (the step differs between d_QK; a censored time counts as the horizon)."""
+    units of ``mu t`` (the step differs between d_QK; a censored time counts as the horizon), at the
+    tuned step or ``"half step"``."""
+    protocol = "half" if protocol == "half step" else protocol
     cells = sorted((c for c in res.data["escape"] if c["scale"] == "1/d_qk"), key=lambda c: c["d_qk"])
     out: list[float | None] = []
     for k in res.settings["seeds"]:
@@ -576,22 +580,15 @@ def stalled(res: Result) -> int:
 
 
 def claim_records(res: Result) -> list:
-    """The claims S1-S5 graded by protocol v4 (:func:`convres.experiments.base.claim_record`)."""
-    checks, profile = _checks(res), res.profile
-    regimes = [c["name"] for c in res.data["regimes"] for _ in res.settings["seeds"]]
-    speed_alt = (("steps to 1e-2", "tuned"), ("steps to 1e-6", "tuned"), ("mean log-loss", "common"))
-    return [
-        claim_record("S1", _s1(res, "mean log-loss", "tuned"), profile=profile, checks=checks, strata=regimes,
-                     sensitivity={k: _s1(res, *k) for k in speed_alt}),
-        claim_record("S2", _s2(res, "mean log-loss", "tuned"), profile=profile, checks=checks, strata=regimes,
-                     sensitivity={k: _s2(res, *k) for k in speed_alt}),
-        claim_record("S3", _s3(res, "escape time", "tuned"), profile=profile, checks=checks,
-                     sensitivity={("steps to 1e-2", "tuned"): _s3(res, "steps to 1e-2", "tuned"),
-                                  ("escape time", "common"): _s3(res, "escape time", "common")}),
-        claim_record("S4", _s4(res, "tuned"), profile=profile, checks=checks,
-                     sensitivity={("escape time", "half step"): _s4(res, "half")}),
-        _s5_record(res, checks),
-    ]
+    """The claims S1-S5 graded by protocol v4 (:func:`convres.experiments.base.claim_record`), each
+    with the alternatives its protocol entry names."""
+    checks, regimes = _checks(res), [c["name"] for c in res.data["regimes"] for _ in res.settings["seeds"]]
+    mll, esc = ("mean log-loss", "tuned"), ("escape time", "tuned")
+    units = {"S1": (_s1, mll, regimes), "S2": (_s2, mll, regimes), "S3": (_s3, esc, None),
+             "S4": (_s4, esc, None)}
+    return [claim_record(c, f(res, *primary), profile=res.profile, checks=checks, strata=strata,
+                         sensitivity={k: f(res, *k) for k in CLAIMS[c].alternatives})
+            for c, (f, primary, strata) in units.items()] + [_s5_record(res, checks)]
 
 
 def _s5_record(res: Result, checks: list) -> ClaimRecord:
@@ -652,7 +649,7 @@ def _report(res: Result) -> dict:
                      "why": "one regime where the output layer alone can fit, two where a plateau can "
                             "happen, and the escape time against $d_{QK}$"},
         "spread": spread_rows,
-        "runs": sum(len(v) for _, runs in _places_run(res) for v in runs.values()),
+        "runs": len(_all_runs(res)),
         "deviations": [{"what": "simulation regimes", "paper": "not stated",
                         "book": ", ".join(r["name"] for r in s["regimes"]) + "; attention scale "
                                 "$1/d_{QK}$ in the near-uniform one",
