@@ -104,8 +104,8 @@ def linear_ar(X, Y, X_val, Y_val, inner: np.ndarray, ridge_grid) -> dict:
 
 
 def order_blind(X, Y, X_val, Y_val, inner: np.ndarray, ridge_grid) -> dict:
-    """The order-blind baseline of the *informative* check: a ridge on the mean, standard deviation,
-    minimum and maximum of every feature over the window's rows (:func:`_symmetric`)."""
+    """The order-blind baseline: a ridge on the mean, standard deviation, minimum and maximum of
+    every feature over the window's rows (:func:`_symmetric`)."""
     return _ridge_baseline(_symmetric(X), Y, _symmetric(X_val), Y_val, inner, ridge_grid)
 
 
@@ -267,13 +267,12 @@ def _heldout(s: dict, runs: list[dict], X_val, Y_val) -> list[float | None]:
     """The held-out MSE of each run's final weights (``None`` for a diverged run)."""
     out: list[float | None] = []
     for r in runs:
-        if r["status"] == "diverged":
-            out.append(None)
-            continue
-        with torch.no_grad():
-            p = {k: v.to(X_val.device) for k, v in r["params"].items()}
-            F = forward_trace(p, X_val, _config(s, X_val.shape[-1], r["beta"])).F
-        v = float((F - Y_val).pow(2).mean())
+        v = math.nan
+        if r["status"] != "diverged":
+            with torch.no_grad():
+                p = {k: w.to(X_val.device) for k, w in r["params"].items()}
+                F = forward_trace(p, X_val, _config(s, X_val.shape[-1], r["beta"])).F
+            v = float((F - Y_val).pow(2).mean())
         out.append(v if math.isfinite(v) else None)
     return out
 
@@ -297,7 +296,8 @@ def _evaluate(s: dict, X, Y, steps_of: dict, protocol: str, done: dict, *, progr
 
 
 def _design_part(s: dict, task: JenaTask, *, progress=False, device=None) -> dict:
-    """Everything before the evaluation runs: baselines, tuned steps, pilots, level, design checks."""
+    """Everything before the evaluation runs: baselines, tuned steps, pilots and level (the design
+    checks are computed from them, ``_checks``)."""
     X, Y, Xv, Yv = task.X, task.Y, task.X_val, task.Y_val
     inner = task.target_times <= np.datetime64(timestamp("setting 'inner_end'", s["inner_end"]))
     ar = linear_ar(X, Y, Xv, Yv, inner, s["ridge_grid"])

@@ -592,7 +592,7 @@ def claim_records(res: Result) -> list:
 
 
 def _s5_record(res: Result, checks: list) -> ClaimRecord:
-    """S5 graded by protocol v4 (:func:`convres.stats.grade`) on :func:`_s5`, ``-mean log-loss``
+    """S5 graded by protocol v4 (:func:`convres.stats.grade`) on ``_s5``, ``-mean log-loss``
     beside it."""
     c = CLAIMS["S5"]
     failed = [ch.name for ch in checks if ch.name in c.checks and not ch.passed]
