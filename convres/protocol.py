@@ -126,9 +126,10 @@ REGIMES = ("wide", "narrow", "uniform attention")
 DEPTHS = ("L=2", "L=6", "L=10")
 _SPEED = (("steps to 1e-2", "tuned"), ("steps to 1e-6", "tuned"), ("mean log-loss", "common"))
 _LEVEL = (("steps to the level", "tuned"), ("mean log-loss", "common"))
-_SIM = ("simulations tuning resolves", "simulations probes stable")
+_SIM = ("simulations tuning resolves", "simulations runs stable")
 _SST = ("sst2 arms alive", "sst2 within-sentence share", "sst2 pooled sigma ratio")
-_JENA = ("jena informative", "jena reachable", "jena equal start")
+#: Jena's claims need (b), (c) and order-awareness; (a) gates only the steps to the level (a deviation).
+_JENA = ("jena reachable", "jena equal start", "jena order-aware")
 #: The alternative measures by the name the runners grade them under, and their TeX where it differs.
 ALTERNATIVES = {"steps to 1e-2": r"steps to $10^{-2}$", "steps to 1e-6": r"steps to $10^{-6}$",
                 "unmatched L = 2": r"unmatched $L = 2$", "ln MSE ratio": r"$\ln$ MSE ratio",
@@ -152,8 +153,9 @@ CLAIMS = {c.id: c for c in [
           r"$T_{\text{escape}}(\beta = 0)$, scale $1/d_{QK}$", "seed", _TAU,
           r"later escape at larger $d_{QK}$", 0.4, _SIM, (("escape time", "half step"),)),
     Claim("S5", r"The rate is set by $\sigma_{\min}$ of the attention output (the paper's mechanism).",
-          r"Spearman $\rho$ of $\sigma_{\min}(Z_0)$ against the rate (slope of $-\ln \Phi_t$ over its "
-          "linear phase) within each regime, mean over regimes", "seed in a regime", r"$\rho$",
+          r"Spearman $\rho$ over the seeds of $\sigma_{\min}(Z_0)$ against the rate (slope of $-\ln \Phi_t$ "
+          r"over its linear phase) within each regime $\times$ $\beta$, mean over them", "seed in a regime",
+          r"$\rho$",
           r"larger $\sigma_{\min}$, faster", 0.3, _SIM, (("-mean log-loss", "tuned"),), REGIMES,
           statistic="spearman"),
     Claim("J1", r"Larger $\beta$ converges faster.", rf"$-\tau$ (Kendall) of $\beta$ against the {_LL}",
@@ -178,10 +180,13 @@ CLAIMS = {c.id: c for c in [
 
 CHECKS = {c.name: c for c in [
     Check("simulations tuning resolves", "simulations", "arms whose step tuning stays unresolved", "<=", 0),
-    Check("simulations probes stable", "simulations",
-          r"probe runs that diverge at the chosen step (every $d_{QK}$ and regime)", "<=", 0),
-    Check("jena informative", "jena", "training MSE of the best order-blind predictor (ridge on the mean, "
-          "std, min, max of each feature) over the speed level", ">", 1.0),
+    Check("simulations runs stable", "simulations", r"evaluation runs still diverged at the step they are "
+          r"graded at, after the reruns at half the step (every $d_{QK}$ and regime)", "<=", 0),
+    Check("jena informative", "jena", "training MSE of the best order-blind predictor (least squares on the "
+          "mean, std, min, max of each feature; the model without the age on the pilot seeds) over the speed "
+          "level", ">", 1.0),
+    Check("jena order-aware", "jena", "pilot runs with the age that do not end below the best end of the "
+          "model without it (pilot seeds)", "<=", 0),
     Check("jena reachable", "jena", r"pilot runs (every $\beta$, 2 pilot seeds) that do not reach the level "
           "within half the horizon", "<=", 0),
     Check("jena equal start", "jena", r"largest relative difference of the initial loss between the values "
@@ -216,4 +221,24 @@ DEVIATIONS = (
               "section 4 names the alternative measures but not their margins", tuple(CLAIMS)),
     Deviation(r"S3 is measured at the largest $d_{QK}$ of the escape runs; T4 against the non-collapsed arm",
               _BEFORE, r"section 4 leaves the $d_{QK}$ of S3 and the arm of T4 unnamed", ("S3", "T4")),
+    Deviation("Jena check (a) is judged on the least-squares fit of the window statistics and the model "
+              "without the age (it fails in both profiles) and gates only the steps to the level, "
+              "which become not testable; the mean log-loss stays graded, order-awareness shown by "
+              "persistence_weights and by the new check that every pilot with the age ends below the "
+              "model without it", "2026-12-06, after the v4 runs; regraded from the stored runs "
+              "(the design checks are computed from them at load)", "the ridge with its lambda chosen out of "
+              "sample is not the best order-blind fit of the training windows, which a training-MSE "
+              "level measures (review8 M5)", ("J1", "J2")),
+    Deviation(r"S5 is the mean over the regime $\times$ $\beta$ strata of Spearman's $\rho$ across the "
+              "seeds, its BCa bootstrap resampling seeds (a seed's runs share their weights); it replaces "
+              r"deviation 2's $\rho$ over every run of a regime",
+              "2026-12-06, after the v4 runs; regraded from the stored runs",
+              r"within a regime $\sigma_{\min}(Z_0)$ is almost a function of $\beta$, so "
+              r"the pooled $\rho$ restated S1 (review8 M4, m7)", ("S5",)),
+    Deviation(r"simulations check (b) is judged on the evaluation runs: it counts those still diverged at "
+              "the step they are graded at after the reruns; the runs that diverged at their tuned step "
+              "are counted beside it (first passes included)", "2026-12-06, after the v4 runs; regraded "
+              "from the stored runs", "on the probe runs it could not fail (the chosen step is stable on "
+              "every probe seed), and a divergence at the tuned step is what section 1's rerun rule "
+              "handles (review8 m1)", ("S1", "S2", "S3", "S4", "S5")),
 )

@@ -157,34 +157,47 @@ def _pilot(beta, seed, curve, status="max_steps"):
             "mean_log_loss": None}
 
 
+def _checks(s, pilots, level, least_squares):
+    no_age = [_pilot(b, sd, [1.0, 0.3]) for sd in (200, 201) for b in (0.0, 1.0)]
+    data = {"pilots": {**pilots, "order_blind_model": no_age}, "level": level,
+            "order_blind": {"train_least_squares": least_squares}}
+    return {c.name: c for c in jena._checks(s, data)}
+
+
 def test_the_level_and_the_design_checks_come_from_the_pilots():
     """The level: the smallest factor of the ladder (x persistence's training MSE) that every pilot
-    run reaches within half the horizon; the checks: informative (order-blind over level > 1),
-    reachable (no pilot misses it), equal start (< 1%)."""
+    run reaches within half the horizon; the checks: informative (the best order-blind fit over the
+    level > 1), reachable (no pilot misses it), equal start (< 1%), order-aware (every pilot with the
+    age ends below the model without it)."""
     s = {**ex.settings("jena"), "steps": 10, "betas": [0.0, 1.0], "pilot_seeds": [200, 201]}
     fast = [1.0] + [0.05] * 10
     slow = [1.0, 0.5, 0.3, 0.2, 0.13, 0.12, 0.1, 0.1, 0.1, 0.1, 0.1]     # 0.12 at step 5 = T / 2
     pilots = {"runs": [_pilot(b, sd, fast if b == 0 else slow) for sd in (200, 201) for b in (0.0, 1.0)]}
     level = jena._level(s, pilots, 0.1)
     assert level["found"] and level["factor"] == pytest.approx(1.2) and level["level"] == pytest.approx(0.12)
-    checks = {c["name"]: c for c in jena._checks(s, pilots, level, 0.15)}
-    assert checks["jena informative"]["value"] == pytest.approx(1.25) and checks["jena informative"]["passed"]
-    assert checks["jena reachable"]["value"] == 0 and checks["jena equal start"]["value"] == 0.0
-    assert not {c["name"]: c for c in jena._checks(s, pilots, level, 0.11)}["jena informative"]["passed"]
+    checks = _checks(s, pilots, level, 0.15)
+    assert checks["jena informative"].value == pytest.approx(1.25) and checks["jena informative"].passed
+    assert checks["jena reachable"].value == 0 and checks["jena equal start"].value == 0.0
+    assert checks["jena order-aware"].value == 0 and checks["jena order-aware"].passed
+    assert not _checks(s, pilots, level, 0.11)["jena informative"].passed
+    # the model without the age below the level fails "informative" too
+    blind = _checks(s, pilots, {**level, "level": 0.35}, 0.5)["jena informative"]
+    assert blind.value == pytest.approx(0.3 / 0.35)
     # a diverged pilot, or one that is too slow for every level of the ladder, fails "reachable"
     pilots["runs"][1] = _pilot(1.0, 200, slow[:4], "diverged")
     level = jena._level(s, pilots, 0.1)
     assert not level["found"] and level["factor"] == s["level_factor_max"]
-    assert {c["name"]: c for c in jena._checks(s, pilots, level, 0.2)}["jena reachable"]["value"] == 1
+    checks = _checks(s, pilots, level, 0.2)
+    assert checks["jena reachable"].value == checks["jena order-aware"].value == 1
     # a different start between the betas of a seed fails "equal start"
     pilots["runs"][1] = _pilot(1.0, 200, [1.02] + slow[1:])
-    assert not {c["name"]: c for c in jena._checks(s, pilots, jena._level(s, pilots, 0.1), 0.2)}[
-        "jena equal start"]["passed"]
+    assert not _checks(s, pilots, jena._level(s, pilots, 0.1), 0.2)["jena equal start"].passed
 
 
-def _fake(mll, *, status=None, steps_to_level=None, horizon=100, checks=(1.5, 0, 0.0)):
+def _fake(mll, *, status=None, steps_to_level=None, horizon=100, least_squares=0.18, start=1.0):
     """A Jena result with the given mean log-loss per (beta index, seed), the same numbers under
-    both protocols."""
+    both protocols; pilots that pass every design check but *informative* (least-squares training
+    MSE ``least_squares`` over the level 0.12) and *equal start* (``start``, one pilot's start)."""
     betas = [0.0, 0.1, 1.0]
     runs = []
     for protocol in ("tuned", "common"):
@@ -197,9 +210,12 @@ def _fake(mll, *, status=None, steps_to_level=None, horizon=100, checks=(1.5, 0,
                              "mean_log_loss": None if bad else v,
                              "steps_to_level": None if bad else (steps_to_level or {}).get(b, 10),
                              "val_mse": None if bad else 0.02})
-    names = ("jena informative", "jena reachable", "jena equal start")
-    s = {**ex.settings("jena"), "steps": horizon, "betas": betas, "seeds": list(range(len(mll)))}
-    data = {"runs": runs, "design_checks": [{"name": n, "value": v} for n, v in zip(names, checks)],
+    s = {**ex.settings("jena"), "steps": horizon, "betas": betas, "seeds": list(range(len(mll))),
+         "pilot_seeds": [200]}
+    pilots = {"runs": [_pilot(b, 200, [start if b == 1.0 else 1.0, 0.1]) for b in betas],
+              "order_blind_model": [_pilot(b, 200, [1.0, 0.2]) for b in (0.0, 1.0)]}
+    data = {"runs": runs, "pilots": pilots, "level": {"half": 1, "level": 0.12},
+            "order_blind": {"train_least_squares": least_squares},
             "persistence": {"val": 0.0125, "train": 0.025}, "linear_ar": {"val": 0.009, "train": 0.02}}
     return ex.Result(ex.EXPERIMENTS["jena"], "book", s, data, 0.0)
 
@@ -217,8 +233,14 @@ def test_the_claims_are_graded_on_the_mean_log_loss():
     small = [[-1.0, -1.02 + 0.001 * rng.normal(), -1.5] for _ in range(10)]
     assert jena.claim_records(_fake(small))[1].verdict == "partly"
     # a failed design check: not testable, whatever the numbers
-    rec = jena.claim_records(_fake(faster, checks=(0.9, 0, 0.0)))
-    assert [r.verdict for r in rec] == ["not testable"] * 2 and "jena informative" in rec[0].reason
+    rec = jena.claim_records(_fake(faster, start=1.5))
+    assert [r.verdict for r in rec] == ["not testable"] * 2 and "jena equal start" in rec[0].reason
+    # a failed "informative" check makes only the steps to the level not testable (a deviation)
+    rec = jena.claim_records(_fake(faster, least_squares=0.108))
+    assert [r.verdict for r in rec] == ["reproduced"] * 2
+    assert {x["measure"]: x["verdict"] for x in rec[0].sensitivity}["steps to the level"] == "not testable"
+    assert jena._estimates(_fake(faster, least_squares=0.108))["J1|steps to the level|tuned"]["verdict"] \
+        == "not testable"
     # a diverged run is not a unit: 9 units in the book profile are too few (protocol: 10)
     rec = jena.claim_records(_fake(faster, status=lambda b, k: b == 1.0 and k == 0))
     assert rec[0].estimate.diverged == 1 and rec[0].verdict == "inconclusive" and rec[1].estimate.units == 10
@@ -257,12 +279,11 @@ def test_jena_smoke_run_and_its_pieces_of_data(offline):
                if x["status"] != "diverged")
     for sd in s["seeds"]:                     # the same start for every beta of a seed
         assert len({x["train_mse"][0] for x in d["runs"] if x["seed"] == sd}) == 1
-    names = ["jena informative", "jena reachable", "jena equal start"]
-    assert [c["name"] for c in d["design_checks"]] == names
     assert {x["seed"] for x in d["pilots"]["runs"]} == set(s["pilot_seeds"])
     k = r.summary()
     assert k["rows"] == d["rows"] and k["n_train"] == d["N"] and k["seeds"] == 2
-    assert [c["name"] for c in k["design_checks"]] == [c["name"] for c in d["design_checks"]]
+    assert [c["name"] for c in k["design_checks"]] == ["jena informative", "jena reachable",
+                                                       "jena equal start", "jena order-aware"]
     assert set(k["baselines"]) == {"persistence", "linear_ar", "order_blind"}
     again = jena.rerun(s, 1.0, s["seeds"][0], tuned[1.0]["chosen"], s["steps"])
     stored = next(x for x in d["runs"] if x["beta"] == 1.0 and x["seed"] == s["seeds"][0]

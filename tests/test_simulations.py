@@ -82,7 +82,7 @@ def test_a_small_run_tunes_every_arm_at_every_d_qk():
     k = r.summary()
     assert k["regimes"] == ["wide", "uniform attention"] and k["seeds"] == 2 and k["steps"] == 20
     assert [c["name"] for c in k["design_checks"]] == ["simulations tuning resolves",
-                                                       "simulations probes stable"]
+                                                       "simulations runs stable"]
     assert {"d_qk", "beta", "median", "censored", "diverged"} <= set(k["escape_law"][0])
     assert all({"arm", "grid", "chosen"} <= set(t) for t in k["step_sizes"])
     assert {"p", "p_ci", "local_slopes"} <= set(k["escape_fit"])
@@ -115,9 +115,10 @@ def test_the_second_pass_is_a_setting_checked_at_the_entry_point():
     s = ex.settings("simulations", "paper")
     cell = "escape, scale 1/d_qk, d_QK = 64"
     assert sim.halvings(s) == {(cell, "tuned", 0.0): 2, (cell, "half", 0.0): 2}
-    for bad in ([cell, "tuned", 0.0], [cell + "0", "tuned", 0.0, 1], [cell, "best", 0.0, 1],
-                [cell, "tuned", 0.0, 0], [cell, "tuned", 0.0, 1.0], [cell, "tuned", "0", 1]):
-        with pytest.raises(ValueError, match=r"each entry is \[where, protocol, beta, times\]"):
+    for bad in ([cell, "tuned", 0.0, 1], [cell + "0", "tuned", 0.0, 1, []], [cell, "best", 0.0, 1, []],
+                [cell, "tuned", 0.0, 0, []], [cell, "tuned", 0.0, 1.0, []], [cell, "tuned", "0", 1, []],
+                [cell, "tuned", 0.0, 1, [[0.1]]]):
+        with pytest.raises(ValueError, match=r"each entry is \[where, protocol, beta, times, history\]"):
             sim.halvings({**s, "halve": [bad]})
     with pytest.raises(ValueError, match="setting 'halve'"):
         ex.run_experiment("simulations", "smoke", overrides={"halve": [["wide", "tuned", 0.0]]})
@@ -136,8 +137,15 @@ def test_reruns_are_listed_per_arm():
     runs[0]["eta"] = 0.064                                   # one seed at the tuned step: pieces
     assert not sim.reruns(res)[0]["every_seed"]
     next(r for r in runs if r["beta"] == 0.0 and r["eta"] == 0.032)["eta"] = 0.016   # halved twice
-    assert sim.second_pass(res) == [["escape, scale 1/d_qk, d_QK = 16", "tuned", 0.0, 2]]
-    assert res.summary()["diverged_before_rerun"] == 2
+    assert sim.second_pass(res) == [["escape, scale 1/d_qk, d_QK = 16", "tuned", 0.0, 2, [[0.064, [3, 5]]]]]
+    k = res.summary()
+    assert k["diverged_before_rerun"] == k["diverged_at_tuned"] == 2
+    # the second pass: its runs diverge no more, the setting halve keeps the first pass's seeds
+    halve = sim.second_pass(res)
+    for r in runs:
+        r["diverged_before"] = []
+    res = ex.Result(res.experiment, res.profile, {**res.settings, "halve": halve}, res.data, 0.0)
+    assert sim.reruns(res)[0]["diverged_at"] == [[0.064, [3, 5]]] and res.summary()["diverged_at_tuned"] == 2
 
 
 def test_the_seeds_and_sizes_are_the_protocols():
@@ -170,8 +178,8 @@ def _run(beta, seed, eta, *, mll, t2, t6, esc, rate=1.0, sigma=1.0, horizon=1000
 
 
 def _constructed(speed, escape, seeds=range(10), *, noise=0.0):
-    """A simulations result: every regime's beta ``b`` has mean log-loss ``speed(b)`` (and rate
-    ``-speed(b)``, ``sigma_min(Z_0) = 1 + b``); the escape of beta = 0 at scale 1/d_QK is
+    """A simulations result: every regime's beta ``b`` has mean log-loss ``v = speed(b)`` plus noise
+    (rate ``10^(-v/4)``, ``sigma_min(Z_0) = (1 + b)(1 - v/100)``); the escape of beta = 0 at scale 1/d_QK is
     ``escape(d_QK)`` steps, beta = 1 escapes at step 2."""
     seeds = list(seeds)
     betas = [0.0, 0.1, 0.5, 1.0]
@@ -184,7 +192,7 @@ def _constructed(speed, escape, seeds=range(10), *, noise=0.0):
             for b in betas:
                 v = speed(b) + noise * rng.standard_normal()
                 runs.append(_run(b, k, 0.064, mll=v, t2=int(100 * 2 ** (v / 4)), t6=int(300 * 2 ** (v / 4)),
-                                 esc=None, rate=10 ** (-v / 4), sigma=1 + b))
+                                 esc=None, rate=10 ** (-v / 4), sigma=(1 + b) * (1 - v / 100)))
         regimes.append(dict(name=name, N=4, n=4, d=32, d_qk=32, scale="1/sqrt(d_qk)",
                             runs={"tuned": runs, "common": runs}))
     esc = []
@@ -218,13 +226,30 @@ def test_the_verdicts_follow_the_numbers():
     assert g["S1"] == g["S2"] == "reversed" and g["S3"] != "reproduced" and g["S4"] != "reproduced"
 
 
+def test_s5_is_graded_within_each_beta_over_seeds():
+    """sigma_min(Z_0) a function of beta alone: the pooled correlation is 1, S5 has none to grade."""
+    res = _constructed(lambda b: -2.0 - 4 * b, lambda q: 5 * q, noise=0.05)
+    for c in res.data["regimes"]:
+        for r in c["runs"]["tuned"]:
+            r["sigma_min_Z0"] = 1 + r["beta"]
+    s5 = next(r for r in res.claims() if r["id"] == "S5")
+    assert s5["verdict"] == "inconclusive" and "no rank correlation" in s5["reason"]
+    assert s5["interval"] == "none" and s5["units"] == 10
+
+
 def test_a_failed_design_check_makes_every_claim_not_testable():
     res = _constructed(lambda b: -2.0 - 4 * b, lambda q: 5 * q, noise=0.05)
     res.data["step_sizes"][0].update(unresolved=True, best=None)
     assert set(_grades(res).values()) == {"not testable"}
     checks = {c["name"]: c for c in res.summary()["design_checks"]}
     assert not checks["simulations tuning resolves"]["passed"]
-    assert checks["simulations probes stable"]["passed"]
+    assert checks["simulations runs stable"]["passed"]
+    # an evaluation run still diverged after the reruns fails check (b)
+    res = _constructed(lambda b: -2.0 - 4 * b, lambda q: 5 * q, noise=0.05)
+    res.data["regimes"][0]["runs"]["tuned"][0].update(diverged=True, mean_log_loss=None, rate=None)
+    assert set(_grades(res).values()) == {"not testable"}
+    stable = {c["name"]: c for c in res.summary()["design_checks"]}["simulations runs stable"]
+    assert stable["value"] == 2            # the constructed regimes' tuned and common runs are one list
 
 
 def test_a_diverged_run_is_not_a_unit_and_no_run_stalled():

@@ -9,6 +9,7 @@ log-loss ``(1/T) sum_t log10(max(Phi_t / Phi_0, 1e-12))`` (protocol v4, section 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -20,7 +21,6 @@ from ..gd import chunk_size, sweep
 from ..model import ModelConfig, attention_scale, forward_trace, init_params, param_shapes
 from ..plotting import plot_jena
 from ..protocol import (
-    CHECKS,
     CLAIMS,
     EVALUATION_SEEDS,
     MIN_UNITS,
@@ -104,8 +104,8 @@ def linear_ar(X, Y, X_val, Y_val, inner: np.ndarray, ridge_grid) -> dict:
 
 
 def order_blind(X, Y, X_val, Y_val, inner: np.ndarray, ridge_grid) -> dict:
-    """The order-blind baseline of the *informative* check: a ridge on the mean, standard deviation,
-    minimum and maximum of every feature over the window's rows (:func:`_symmetric`)."""
+    """The order-blind baseline: a ridge on the mean, standard deviation, minimum and maximum of
+    every feature over the window's rows (:func:`_symmetric`)."""
     return _ridge_baseline(_symmetric(X), Y, _symmetric(X_val), Y_val, inner, ridge_grid)
 
 
@@ -240,8 +240,12 @@ def _level(s: dict, pilots: dict, persistence_train: float) -> dict:
             "slowest_at_half": None if math.isinf(worst) else worst, "half": half}
 
 
-def _checks(s: dict, pilots: dict, level: dict, ceiling: float) -> list[dict]:
-    """Protocol v4, section 3, for Jena: *informative*, *reachable* and *equal start*."""
+def _checks(s: dict, data: dict) -> list[CheckResult]:
+    """Protocol v4, section 3, for Jena, from the stored pilots, level and order-blind fit: (a)
+    *informative*, the best order-blind training MSE (least squares on the window statistics, the
+    model without the age) over the level, > 1; (b) *reachable*; (c) *equal start*; and
+    *order-aware*, every pilot with the age ending below the model without it (the deviations)."""
+    pilots, level = data["pilots"], data["level"]
     half, lev = level["half"], level["level"]
     late = sum(r["status"] == "diverged" or steps_to(r["train_mse"][:half + 1], lev, relative=False) is None
                for r in pilots["runs"])
@@ -249,22 +253,26 @@ def _checks(s: dict, pilots: dict, level: dict, ceiling: float) -> list[dict]:
     for sd in s["pilot_seeds"]:
         start = [r["train_mse"][0] for r in pilots["runs"] if r["seed"] == sd]
         spread_0.append((max(start) - min(start)) / min(start))
-    values = {"jena informative": ceiling / lev, "jena reachable": late, "jena equal start": max(spread_0)}
-    return [{"name": n, "value": v, "threshold": CHECKS[n].threshold, "op": CHECKS[n].op,
-             "passed": CHECKS[n].passes(v)} for n, v in values.items()]
+    no_age = [v for r in pilots["order_blind_model"] for v in r["train_mse"] if v is not None]
+    blind = min([data["order_blind"]["train_least_squares"], *no_age])
+    ends = min((r["train_mse"][-1] for r in pilots["order_blind_model"] if r["status"] != "diverged"),
+               default=-math.inf)
+    above = sum(r["status"] == "diverged" or not r["train_mse"][-1] < ends for r in pilots["runs"])
+    values = {"jena informative": blind / lev, "jena reachable": late, "jena equal start": max(spread_0),
+              "jena order-aware": above}
+    return [design_check(n, v) for n, v in values.items()]
 
 
 def _heldout(s: dict, runs: list[dict], X_val, Y_val) -> list[float | None]:
     """The held-out MSE of each run's final weights (``None`` for a diverged run)."""
     out: list[float | None] = []
     for r in runs:
-        if r["status"] == "diverged":
-            out.append(None)
-            continue
-        with torch.no_grad():
-            p = {k: v.to(X_val.device) for k, v in r["params"].items()}
-            F = forward_trace(p, X_val, _config(s, X_val.shape[-1], r["beta"])).F
-        v = float((F - Y_val).pow(2).mean())
+        v = math.nan
+        if r["status"] != "diverged":
+            with torch.no_grad():
+                p = {k: w.to(X_val.device) for k, w in r["params"].items()}
+                F = forward_trace(p, X_val, _config(s, X_val.shape[-1], r["beta"])).F
+            v = float((F - Y_val).pow(2).mean())
         out.append(v if math.isfinite(v) else None)
     return out
 
@@ -288,7 +296,8 @@ def _evaluate(s: dict, X, Y, steps_of: dict, protocol: str, done: dict, *, progr
 
 
 def _design_part(s: dict, task: JenaTask, *, progress=False, device=None) -> dict:
-    """Everything before the evaluation runs: baselines, tuned steps, pilots, level, design checks."""
+    """Everything before the evaluation runs: baselines, tuned steps, pilots and level (the design
+    checks are computed from them, ``_checks``)."""
     X, Y, Xv, Yv = task.X, task.Y, task.X_val, task.Y_val
     inner = task.target_times <= np.datetime64(timestamp("setting 'inner_end'", s["inner_end"]))
     ar = linear_ar(X, Y, Xv, Yv, inner, s["ridge_grid"])
@@ -305,8 +314,7 @@ def _design_part(s: dict, task: JenaTask, *, progress=False, device=None) -> dic
                               lambda: _pilots(s, X, Y, X_noage, tuned, device=device))
     level = _level(s, pilots, task.persistence["train"])
     return {"inner_windows": int(inner.sum()), "linear_ar": ar, "order_blind": blind,
-            "step_sizes": tuned_steps, "common_eta": min(tuned.values()), "pilots": pilots, "level": level,
-            "design_checks": _checks(s, pilots, level, blind["train"])}
+            "step_sizes": tuned_steps, "common_eta": min(tuned.values()), "pilots": pilots, "level": level}
 
 
 def _run_jena(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
@@ -405,31 +413,39 @@ def _effects(res: Result, claim: str, measure: str, protocol: str) -> list[float
     return out
 
 
-def _checks_of(res: Result) -> list[CheckResult]:
-    return [design_check(c["name"], c["value"]) for c in res.data["design_checks"]]
+def _level_gated(verdict: str, measure: str, checks: list[CheckResult]) -> str:
+    """*not testable* for the steps to the level when check (a) failed (a deviation: (a) gates only
+    the level-based measure), else ``verdict``."""
+    informative = next(c for c in checks if c.name == "jena informative")
+    return "not testable" if measure == "steps to the level" and not informative.passed else verdict
 
 
 def claim_records(res: Result) -> list[ClaimRecord]:
     """J1 and J2 graded by protocol v4 (:func:`convres.experiments.base.claim_record`): the mean
     log-loss at each beta's tuned step, with the steps to the level (tuned) and the mean log-loss
     at the common step as the sensitivity measures."""
-    checks = _checks_of(res)
-    return [claim_record(c, _effects(res, c, "mean log-loss", "tuned"), profile=res.profile, checks=checks,
-                         sensitivity={(m, p): _effects(res, c, m, p) for m, p in CLAIMS[c].alternatives})
-            for c in ("J1", "J2")]
+    checks = _checks(res.settings, res.data)
+    out = []
+    for c in ("J1", "J2"):
+        rec = claim_record(c, _effects(res, c, "mean log-loss", "tuned"), profile=res.profile, checks=checks,
+                           sensitivity={(m, p): _effects(res, c, m, p) for m, p in CLAIMS[c].alternatives})
+        sens = tuple({**x, "verdict": _level_gated(x["verdict"], x["measure"], checks)}
+                     for x in rec.sensitivity)
+        out.append(dataclasses.replace(rec, sensitivity=sens))
+    return out
 
 
 def _estimates(res: Result) -> dict:
     """Every claim's effect and interval under the primary and each alternative measure (for the
     chapter's sensitivity table; the grades are :func:`claim_records`')."""
-    out = {}
+    out, checks = {}, _checks(res.settings, res.data)
     for c in ("J1", "J2"):
         for m, p in (("mean log-loss", "tuned"), *CLAIMS[c].alternatives):
             e = estimate(_effects(res, c, m, p), min_units=MIN_UNITS[res.profile])
             out[f"{c}|{m}|{p}"] = {"claim": c, "measure": m, "protocol": p, "effect": e.effect,
                                    "ci": None if e.lo is None else [e.lo, e.hi], "units": e.units,
                                    "diverged": e.diverged, "sign_test_p": e.sign_test_p,
-                                   "verdict": grade(e, CLAIMS[c].margin).verdict}
+                                   "verdict": _level_gated(grade(e, CLAIMS[c].margin).verdict, m, checks)}
     return out
 
 
@@ -495,7 +511,7 @@ def _jena_numbers(res: Result) -> dict:
             "estimates": _estimates(res),
             "diverged_runs": sum(r["status"] == "diverged" for r in data["runs"]),
             "reruns": sorted({(r["beta"], r["protocol"], r["eta"]) for r in data["runs"] if r["rerun"]}),
-            **protocol_summary(_checks_of(res))}
+            **protocol_summary(_checks(res.settings, data))}
 
 
 _FIGURE = "fig-jena-loss"

@@ -20,10 +20,33 @@ from ..gd import History, sweep
 from ..instances import qk_reduced, simulations_instance
 from ..model import forward_trace
 from ..plotting import plot_simulations
-from ..protocol import LOG_LOSS_FLOOR, PROBE_HORIZON_MAX, PROBE_SEEDS, RERUN_FACTOR
+from ..protocol import (
+    ALTERNATIVES,
+    BOOTSTRAP_DRAWS,
+    CLAIMS,
+    LOG_LOSS_FLOOR,
+    MIN_UNITS,
+    PROBE_HORIZON_MAX,
+    PROBE_SEEDS,
+    RERUN_FACTOR,
+)
 from ..rank import extreme_singular_values
-from ..stats import ProbeRun, censored, estimate, kendall_tau, linear_rate, mean_log_loss, power_law, steps_to
+from ..stats import (
+    Estimate,
+    ProbeRun,
+    _bca,
+    _spearman_rows,
+    censored,
+    estimate,
+    grade,
+    kendall_tau,
+    linear_rate,
+    mean_log_loss,
+    power_law,
+    steps_to,
+)
 from .base import (
+    ClaimRecord,
     Experiment,
     Result,
     Shape,
@@ -41,7 +64,8 @@ from .base import (
 
 __all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "STOP", "ESCAPE_STOP", "LINEAR_PHASE", "HALVINGS", "speed",
            "instance", "escape_law", "escape_fit", "spot_check",
-           "reruns", "second_pass", "halvings", "claim_records", "stalled", "qk_reduced", "SCALE_TEX"]
+           "reruns", "second_pass", "halvings", "claim_records", "stalled", "diverged_at_tuned", "qk_reduced",
+           "SCALE_TEX"]
 
 #: Sensitivity measures: the steps to these fractions of the initial loss.
 LEVELS = (1e-2, 1e-6)
@@ -197,17 +221,21 @@ def _evaluate(s, where, N, d_qk, scale, arms: dict, horizon, stop, *, follows=No
 
 def reruns(res: Result) -> list[dict]:
     """The arms run below their tuned step: ``where``, ``arm`` ``[protocol, beta]``, tuned ``eta``,
-    ``diverged_seeds``, ``rerun_seeds``, ``rerun_eta``, ``every_seed`` (all at one smaller step)."""
-    rows = []
+    ``diverged_seeds``, ``diverged_at`` ``[[eta, seeds], ...]`` (an earlier pass's where the setting
+    ``halve`` records one, :func:`halvings`), ``rerun_seeds``, ``rerun_eta``, ``every_seed``."""
+    rows, history = [], _history(res.settings)
     for where, protocols in _places_run(res):
         for protocol, runs in protocols.items():
             for b in sorted({r["beta"] for r in runs}):
                 mine = [r for r in runs if r["beta"] == b]
                 moved = [r for r in mine if r["eta"] != r["tuned_eta"]]
                 if moved:
+                    etas = sorted({e for r in mine for e in r["diverged_before"]}, reverse=True)
+                    now = [[e, sorted(r["seed"] for r in mine if e in r["diverged_before"])] for e in etas]
+                    at = history.get((where, protocol, b)) or now
                     rows.append(dict(where=where, arm=[protocol, b], beta=b, eta=mine[0]["tuned_eta"],
-                                     diverged_seeds=sorted(r["seed"] for r in mine if r["diverged_before"]),
-                                     rerun_seeds=sorted(r["seed"] for r in moved),
+                                     diverged_seeds=sorted({k for _, seeds in at for k in seeds}),
+                                     diverged_at=at, rerun_seeds=sorted(r["seed"] for r in moved),
                                      rerun_eta=sorted({r["eta"] for r in moved}),
                                      every_seed=len(moved) == len(mine)
                                      and len({r["eta"] for r in mine}) == 1))
@@ -222,28 +250,43 @@ def _places_run(res: Result) -> list[tuple[str, dict]]:
 
 def halvings(s: dict) -> dict:
     """The setting ``halve`` as ``{(where, protocol, beta): times}``: each entry ``[where, protocol,
-    beta, times]`` starts that arm and its followers at ``RERUN_FACTOR ** times`` its tuned step, on
-    every seed (:func:`second_pass` writes it)."""
+    beta, times, history]`` starts that arm and its followers at ``RERUN_FACTOR ** times`` its tuned
+    step, on every seed; ``history`` ``[[eta, [seeds]], ...]``: the seeds that diverged at each step
+    of the earlier pass, from the tuned step down (:func:`second_pass` writes it)."""
+    return {key: times for key, (times, _) in _halve_entries(s).items()}
+
+
+def _history(s: dict) -> dict:
+    """``{(where, protocol, beta): [[eta, [seeds]], ...]}``: the earlier pass of the setting ``halve``."""
+    return {key: history for key, (_, history) in _halve_entries(s).items()}
+
+
+def _halve_entries(s: dict) -> dict:
     places = [r["name"] for r in s["regimes"]] + [_where(sc, q) for sc in s["scales"] for q in s["d_qks"]]
     out = {}
     for entry in s.get("halve") or []:
-        ok = isinstance(entry, (list, tuple)) and len(entry) == 4
-        where, protocol, beta, times = entry if ok else (None,) * 4
+        ok = isinstance(entry, (list, tuple)) and len(entry) == 5
+        where, protocol, beta, times, history = entry if ok else (None,) * 5
         if not (ok and where in places and protocol in ("tuned", "common", "half")
                 and isinstance(beta, (int, float)) and not isinstance(beta, bool)
-                and isinstance(times, int) and not isinstance(times, bool) and times >= 1):
-            raise ValueError(f"setting 'halve': each entry is [where, protocol, beta, times], where one "
-                             f"of {places}, protocol 'tuned', 'common' or 'half', beta a number and times "
-                             "how many times the arm's tuned step is halved (an integer >= 1), as "
+                and isinstance(times, int) and not isinstance(times, bool) and times >= 1
+                and isinstance(history, list) and all(
+                    isinstance(h, list) and len(h) == 2 and isinstance(h[1], list) for h in history)):
+            raise ValueError(f"setting 'halve': each entry is [where, protocol, beta, times, history], where "
+                             f"one of {places}, protocol 'tuned', 'common' or 'half', beta a number, times "
+                             "how many times the arm's tuned step is halved (an integer >= 1) and history "
+                             "[[eta, [seeds]], ...] the seeds that diverged at each step, as "
                              f"simulations.second_pass(result) writes them; got {entry!r}.")
-        out[(where, protocol, float(beta))] = times
+        out[(where, protocol, float(beta))] = (times, history)
     return out
 
 
 def second_pass(res: Result) -> list[list]:
     """The setting ``halve`` that runs every seed of each arm of :func:`reruns` at the smallest step
-    any of its seeds ran at; run every piece again with it until every arm has ``every_seed``."""
-    return [[x["where"], *x["arm"], round(math.log2(x["eta"] / min(x["rerun_eta"])))] for x in reruns(res)]
+    any of its seeds ran at, with the seeds that diverged at each step; run every piece again with it
+    until every arm has ``every_seed``."""
+    return [[x["where"], *x["arm"], round(math.log2(x["eta"] / min(x["rerun_eta"]))), x["diverged_at"]]
+            for x in reruns(res)]
 
 
 def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
@@ -390,25 +433,37 @@ def _simulations_numbers(res: Result) -> dict:
     laws = [escape_law(res, sc, b, p) for sc in s["scales"] for b in (0.0, 1.0) for p in ("tuned", "half")
             if any(p in c["runs"] and c["scale"] == sc for c in res.data["escape"])
             and not (p == "half" and b == 1.0)]
-    runs_all = [r for _, runs in _places_run(res) for v in runs.values() for r in v]
+    runs_all = _all_runs(res)
     steps = res.data["step_sizes"]
     return {"regimes": [r["name"] for r in s["regimes"]], "per_regime": per_regime, "escape_law": laws,
             "escape_fit": escape_fit(res),
             "step_sizes": step_table(steps, ("arm", "grid", "chosen", "best", "largest_stable", "horizon",
                                              "bracketed", "unresolved", "capped")),
             **protocol_summary(_checks(res)), "reruns": reruns(res), "stalled": stalled(res),
-            "diverged_before_rerun": sum(len(r["diverged_before"]) for r in runs_all),
+            "diverged_before_rerun": sum(len(r["diverged_before"]) for r in runs_all)
+            + sum(len(seeds) for h in _history(s).values() for _, seeds in h),
+            "diverged_at_tuned": diverged_at_tuned(res),
             "diverged_runs": sum(r["diverged"] for r in runs_all), "runs": len(runs_all)}
 
 
+def _all_runs(res: Result) -> list[dict]:
+    return [r for _, runs in _places_run(res) for v in runs.values() for r in v]
+
+
 def _checks(res: Result) -> list:
-    """Protocol v4, section 3, from the step-size tunings: every arm's tuning resolves; no probe run
-    diverges at the chosen step (every ``d_QK`` and regime)."""
-    steps = res.data["step_sizes"]
-    diverged = sum(t["diverged"][t["grid"].index(t["chosen"])] if t["chosen"] is not None else len(
-        res.settings["probe_seeds"]) for t in steps)
-    return [design_check("simulations tuning resolves", sum(bool(t["unresolved"]) for t in steps)),
-            design_check("simulations probes stable", diverged)]
+    """Protocol v4, section 3: every arm's tuning resolves; no evaluation run is still diverged at the
+    step it is graded at, after the reruns (a deviation: on the probe runs it could not fail)."""
+    unresolved = sum(bool(t["unresolved"]) for t in res.data["step_sizes"])
+    return [design_check("simulations tuning resolves", unresolved),
+            design_check("simulations runs stable", sum(r["diverged"] for r in _all_runs(res)))]
+
+
+def diverged_at_tuned(res: Result) -> int:
+    """The evaluation runs that diverged at their tuned step, with those of an earlier pass that the
+    setting ``halve`` records (:func:`halvings`)."""
+    now = sum(r["tuned_eta"] in r["diverged_before"] or (r["diverged"] and r["eta"] == r["tuned_eta"])
+              for r in _all_runs(res))
+    return now + sum(len(h[0][1]) for h in _history(res.settings).values() if h)
 
 
 def _measure(run: dict, measure: str) -> float:
@@ -464,9 +519,11 @@ def _s3(res: Result, measure: str, protocol: str) -> list:
     return out
 
 
-def _s4(res: Result, protocol: str) -> list:
+def _s4(res: Result, measure: str, protocol: str) -> list:
     """S4 per seed: Kendall's tau of d_QK against the escape time of beta = 0 at scale 1/d_QK, in
-    units of ``mu t`` (the step differs between d_QK; a censored time counts as the horizon)."""
+    units of ``mu t`` (the step differs between d_QK; a censored time counts as the horizon), at the
+    tuned step or ``"half step"``."""
+    protocol = "half" if protocol == "half step" else protocol
     cells = sorted((c for c in res.data["escape"] if c["scale"] == "1/d_qk"), key=lambda c: c["d_qk"])
     out: list[float | None] = []
     for k in res.settings["seeds"]:
@@ -479,16 +536,40 @@ def _s4(res: Result, protocol: str) -> list:
     return out
 
 
-def _s5(res: Result, measure: str) -> tuple[list, list]:
-    """S5: the pairs ``(sigma_min(Z_0), rate)`` (or ``-mean log-loss``) of every run at its tuned
-    step, and their regimes (``None``: a diverged run)."""
-    pairs, strata = [], []
+def _s5(res: Result, measure: str) -> tuple[Estimate, dict]:
+    """S5 (a deviation): the mean over the regime x beta strata of Spearman's rho, across the seeds, of
+    ``sigma_min(Z_0)`` against the rate (or ``-mean log-loss``) at the tuned step; its BCa interval
+    resamples seeds (a seed's runs share their weights). With the same per regime (its subsets)."""
+    seeds, betas = res.settings["seeds"], res.settings["betas"]
+    x, y, keep, names = [], [], [], []
     for c in res.data["regimes"]:
-        for r in c["runs"]["tuned"]:
-            y = r["rate"] if measure == "rate" else -r["mean_log_loss"] if not r["diverged"] else None
-            pairs.append(None if r["diverged"] or y is None else (r["sigma_min_Z0"], y))
-            strata.append(c["name"])
-    return pairs, strata
+        for b in betas:
+            runs = {r["seed"]: r for r in c["runs"]["tuned"] if r["beta"] == b}
+            v = [None if runs[k]["diverged"] else runs[k]["rate" if measure == "rate" else "mean_log_loss"]
+                 for k in seeds]
+            x.append([runs[k]["sigma_min_Z0"] for k in seeds])
+            y.append([np.nan if u is None else u if measure == "rate" else -u for u in v])
+            keep.append([u is not None for u in v])
+            names.append(c["name"])
+    X, Y, K, lab = np.asarray(x), np.asarray(y), np.asarray(keep), np.asarray(names)
+    least = MIN_UNITS[res.profile]
+
+    def est(rows: np.ndarray) -> Estimate:
+        n, out, fewest = len(seeds), int((~K[rows]).sum()), int(K[rows].sum(1).min())
+        if fewest < least:
+            return Estimate(None, None, None, "none", n, out, None, f"{fewest} finite runs in a stratum "
+                            f"({out} diverged), fewer than the {least} the protocol needs: rerun the "
+                            "diverged arms at half their step")
+
+        def rho(idx):   # per row of idx (seeds): the mean over the strata of rho
+            return np.mean([_spearman_rows(X[j][idx], Y[j][idx], K[j][idx]) for j in rows], axis=0)
+        effect = float(rho(np.arange(n)[None])[0])
+        if not math.isfinite(effect):
+            return Estimate(None, None, None, "none", n, out, None, "no rank correlation: x or y is constant "
+                            "within a stratum")
+        return Estimate(effect, *_bca(rho, np.zeros(n), BOOTSTRAP_DRAWS), "BCa bootstrap over seeds", n, out,
+                        None)
+    return est(np.arange(len(lab))), {r: est(np.flatnonzero(lab == r)) for r in dict.fromkeys(names)}
 
 
 def stalled(res: Result) -> int:
@@ -499,24 +580,29 @@ def stalled(res: Result) -> int:
 
 
 def claim_records(res: Result) -> list:
-    """The claims S1-S5 graded by protocol v4 (:func:`convres.experiments.base.claim_record`)."""
-    checks, profile = _checks(res), res.profile
-    regimes = [c["name"] for c in res.data["regimes"] for _ in res.settings["seeds"]]
-    speed_alt = (("steps to 1e-2", "tuned"), ("steps to 1e-6", "tuned"), ("mean log-loss", "common"))
-    s5, s5_strata = _s5(res, "rate")
-    return [
-        claim_record("S1", _s1(res, "mean log-loss", "tuned"), profile=profile, checks=checks, strata=regimes,
-                     sensitivity={k: _s1(res, *k) for k in speed_alt}),
-        claim_record("S2", _s2(res, "mean log-loss", "tuned"), profile=profile, checks=checks, strata=regimes,
-                     sensitivity={k: _s2(res, *k) for k in speed_alt}),
-        claim_record("S3", _s3(res, "escape time", "tuned"), profile=profile, checks=checks,
-                     sensitivity={("steps to 1e-2", "tuned"): _s3(res, "steps to 1e-2", "tuned"),
-                                  ("escape time", "common"): _s3(res, "escape time", "common")}),
-        claim_record("S4", _s4(res, "tuned"), profile=profile, checks=checks,
-                     sensitivity={("escape time", "half step"): _s4(res, "half")}),
-        claim_record("S5", s5, profile=profile, checks=checks, strata=s5_strata,
-                     sensitivity={("-mean log-loss", "tuned"): _s5(res, "-mean log-loss")[0]}),
-    ]
+    """The claims S1-S5 graded by protocol v4 (:func:`convres.experiments.base.claim_record`), each
+    with the alternatives its protocol entry names."""
+    checks, regimes = _checks(res), [c["name"] for c in res.data["regimes"] for _ in res.settings["seeds"]]
+    mll, esc = ("mean log-loss", "tuned"), ("escape time", "tuned")
+    units = {"S1": (_s1, mll, regimes), "S2": (_s2, mll, regimes), "S3": (_s3, esc, None),
+             "S4": (_s4, esc, None)}
+    return [claim_record(c, f(res, *primary), profile=res.profile, checks=checks, strata=strata,
+                         sensitivity={k: f(res, *k) for k in CLAIMS[c].alternatives})
+            for c, (f, primary, strata) in units.items()] + [_s5_record(res, checks)]
+
+
+def _s5_record(res: Result, checks: list) -> ClaimRecord:
+    """S5 graded by protocol v4 (:func:`convres.stats.grade`) on ``_s5``, ``-mean log-loss``
+    beside it."""
+    c = CLAIMS["S5"]
+    failed = [ch.name for ch in checks if ch.name in c.checks and not ch.passed]
+    (est, subs), (alt, alt_subs) = _s5(res, "rate"), _s5(res, "-mean log-loss")
+    g = grade(est, c.margin, failed=failed, subsets=subs)
+    (m, p), = c.alternatives
+    sens = ({"measure": m, "tex": ALTERNATIVES.get(m, m), "protocol": p,
+             "verdict": grade(alt, c.margin, failed=failed, subsets=alt_subs).verdict},)
+    return ClaimRecord(c, est, g.verdict, g.reason, g.subset,
+                       {k: grade(e, c.margin, failed=failed).verdict for k, e in subs.items()}, sens)
 
 
 _FIGURES = {"S1": "fig-sim-regimes", "S2": "fig-sim-regimes", "S3": "fig-sim-escape", "S4": "fig-sim-escape",
@@ -563,7 +649,7 @@ def _report(res: Result) -> dict:
                      "why": "one regime where the output layer alone can fit, two where a plateau can "
                             "happen, and the escape time against $d_{QK}$"},
         "spread": spread_rows,
-        "runs": sum(len(v) for _, runs in _places_run(res) for v in runs.values()),
+        "runs": len(_all_runs(res)),
         "deviations": [{"what": "simulation regimes", "paper": "not stated",
                         "book": ", ".join(r["name"] for r in s["regimes"]) + "; attention scale "
                                 "$1/d_{QK}$ in the near-uniform one",
@@ -578,11 +664,13 @@ _SIM = dict(N=4, n=4, d=32, m=32, activation="gelu", betas=[0.0, 0.1, 0.25, 0.5,
             regimes=[_WIDE_REGIME, dict(name="narrow", N=32, d_qk=32, scale="1/sqrt(d_qk)"),
                      dict(name="uniform attention", N=4, d_qk=1024, scale="1/d_qk")])
 
-#: The second pass of the paper profile (:func:`second_pass` of the first, commit fc94993): there
-#: the arm d_QK = 64, beta = 0 at scale 1/d_QK diverged at its tuned step on 5 of 20 seeds and was
-#: halved, once or twice, only within the pieces that held them; here every seed runs at a quarter
-#: of the tuned step, and the half-step arm at a quarter of its own.
-_PAPER_HALVE = [["escape, scale 1/d_qk, d_QK = 64", protocol, 0.0, 2] for protocol in ("tuned", "half")]
+#: The second pass of the paper profile (:func:`second_pass` of the first, commit fc94993, whose
+#: pieces halved the arm only within the pieces that held a divergence): every seed of the arm
+#: d_QK = 64, beta = 0 at scale 1/d_QK at a quarter of its tuned step, the half-step arm at a quarter
+#: of its own; the seeds that diverged in the first pass, read from its committed records.
+_AT_64 = "escape, scale 1/d_qk, d_QK = 64"
+_PAPER_HALVE = [[_AT_64, "tuned", 0.0, 2, [[0.256, [1, 2, 9, 15, 17]], [0.128, [2]]]],
+                [_AT_64, "half", 0.0, 2, [[0.128, [2]]]]]
 
 EXPERIMENT = Experiment(
     "simulations", "Simulations: the escape from the rank-one floor against d_QK, and beta in three regimes",
