@@ -184,7 +184,6 @@ BAD_INPUTS = {   # what is wrong -> (the call, a name its error must say)
     "a zero d_qk in a sweep": (lambda: dqk_sweep([1, 0]), "d_qks[1]"),
     "no seeds": (lambda: sigma_min_table(1.0, seeds=0), "seeds"),
     "a negative residual": (lambda: ModelConfig(d=4, d_qk=4, m=4).with_residual((1.0, -1.0)), "beta_ffn"),
-    "an empty matrix": (lambda: singular_value_measures(torch.zeros(0)), "singular values"),
 }
 
 
