@@ -160,7 +160,9 @@ class Chain:
 
 
 def chain(c: Centre, r: float, steps: int = RIEMANN_STEPS) -> Chain:
-    """Lemma ``thm-lem-chain``: block-Jacobian bounds on ``B_r`` from the centre norms ``c``. At radius ``rho``, with ``Kbar_i = k_i + x_i rho`` (``Qbar_i``, ``Vbar_i`` likewise) and
+    """Lemma ``thm-lem-chain``: block-Jacobian bounds on ``B_r`` from the centre norms ``c``.
+
+    At radius ``rho``, with ``Kbar_i = k_i + x_i rho`` (``Qbar_i``, ``Vbar_i`` likewise) and
     ``W1bar = w1 + rho``, ...::
 
         dS_i(rho) = min(sqrt(2 n), rho s x_i sqrt(Kbar_i^2 + Qbar_i^2) / 2)  >= ||S_i - S_i^0||_F
@@ -347,7 +349,8 @@ def sharpest_certificate_of(c: Centre, grid=EPS_GRID) -> Certificate:
 
 @dataclasses.dataclass(frozen=True)
 class FFNCentre:
-    """The chain's :class:`Centre`, ``sigma_M0 = sigma_rows(M~_0)``, ``norm_M0``, ``sigma_U0 = sigma_c(W_U)``."""
+    """The chain's :class:`Centre`, ``sigma_M0 = sigma_rows(M~_0)``, ``norm_M0``, ``sigma_U0 = sigma_c(W_U)``
+    (``M~`` per token, or its mean per sequence)."""
 
     chain: Centre
     sigma_M0: float

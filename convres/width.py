@@ -187,8 +187,8 @@ class WorstCase:
 
 def worst_case(N: int, n: int, d: int, delta: float = 0.05, data: FixedData | None = None,
                **regime) -> WorstCase:
-    """Definition wd-def-worst at width ``d`` (``regime`` overrides :data:`convres.instances.CERTIFIED_REGIME`),
-    one event a line (lemma wd-lem-below); fixed ``data``: its exact norms."""
+    """Definition wd-def-worst at width ``d`` (``regime``: changes to the certified regime), one event
+    a line (lemma wd-lem-below); fixed ``data``: its exact norms."""
     N, n, d = as_int("N", N, minimum=1), as_int("n", n, minimum=1), as_int("d", d, minimum=1)
     delta = as_real("delta", delta, minimum=0.0, above=True, maximum=1.0)
     if delta >= 1:

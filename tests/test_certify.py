@@ -269,11 +269,6 @@ def test_cli_certify_json(args, expect, capsys):
         assert out["violations"] is None and out["observed_violations"] == 0
 
 
-def test_cli_certify_refuses_what_it_cannot_certify(capsys):
-    assert main(["theorem", "--certify", "--layers", "2"]) == 2
-    assert "--layers" in capsys.readouterr().err
-
-
 P16, X16, Y16, CFG16 = certified_instance(0, d=16)
 PF, XF, YF, CFGF = ffn_certified_instance(0, m=64)
 BAD_INPUTS = {   # what is wrong -> (the call, a name its error must say)
