@@ -42,6 +42,8 @@ DELTA_SPLIT = {"X": 0.45, "QK": 0.05, "V": 0.01, "FFN": 0.07, "U": 0.42, "Y": 0.
 #: The relative margin ``eta`` that covers the bisection of
 #: :func:`convres.certify.radius_within` (lemma wd-lem-compare: any ``eta >= 2^-39`` does).
 BISECTION_MARGIN = 2.0 ** -30
+#: The widest ``d`` that :func:`width_condition` tries.
+D_MAX = 2 ** 40
 
 
 def _check_regime(regime: dict) -> dict:
@@ -284,7 +286,7 @@ def worst_ratio(N: int, n: int, d: int, delta: float = 0.05, data: FixedData | N
 @dataclasses.dataclass(frozen=True)
 class WidthCondition:
     """Theorem wd-thm-width: ``d_min``, the least ``d >= d_lo`` with ``R(d) < 1`` (``None`` if
-    ``R(d_max) >= 1``), ``R`` at ``d_min`` and ``d_min - 1`` and the worst case at ``d_min``."""
+    ``R(D_MAX) >= 1``), ``R`` at ``d_min`` and ``d_min - 1`` and the worst case at ``d_min``."""
 
     N: int
     n: int
@@ -310,13 +312,12 @@ class WidthCondition:
         return finite_fields({**dataclasses.asdict(self), "Nn": self.N * self.n})
 
 
-def width_condition(N: int, n: int, delta: float = 0.05, *, d_max: int = 2 ** 40,
-                    data: FixedData | None = None, **regime) -> WidthCondition:
+def width_condition(N: int, n: int, delta: float = 0.05, *, data: FixedData | None = None,
+                    **regime) -> WidthCondition:
     """:class:`WidthCondition` by doubling and bisection on :func:`worst_ratio` (``R(d_min) < 1 <=
     R(d_min - 1)`` checked)."""
     t0 = time.perf_counter()
     N, n = as_int("N", N, minimum=1), as_int("n", n, minimum=1)
-    d_max = as_int("d_max", d_max, minimum=2)
     r = _check_regime(regime)
     d_lo = max(N * n + 1, math.ceil(1.5 / r["ffn_ratio"]), data.d0 if data is not None else 1)
 
@@ -325,7 +326,7 @@ def width_condition(N: int, n: int, delta: float = 0.05, *, d_max: int = 2 ** 40
 
     wc = worst_case(N, n, d_lo, delta, data, **regime)    # its events and fluctuations: every d's
     K, t = wc.K, wc.t
-    limit = R(d_max)                                       # R is non-increasing in d (part (i))
+    limit = R(D_MAX)                                       # R is non-increasing in d (part (i))
     if limit >= 1:
         return WidthCondition(N, n, delta, dict(regime), None, d_lo, None, None, None, None, None, None,
                               None, None, K, t, time.perf_counter() - t0, limit)
