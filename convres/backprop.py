@@ -16,7 +16,7 @@ import torch
 
 __all__ = ["Trace", "linear", "attention_logits", "attention", "softmax_rows", "coefficient", "plus_product",
            "block_rows", "forward_rows", "sequence_mask", "per_sequence", "WHOLE_ROWS", "phi_and_grad_rows",
-           "trace_fields", "transposes", "backward_rows"]
+           "trace_fields", "trace_of", "transposes", "backward_rows"]
 
 
 class Trace(NamedTuple):
@@ -170,6 +170,12 @@ def trace_fields(outs, W_V, lead: tuple, N: int, n: int) -> list[list[torch.Tens
     attention = ([per_sequence(out[i], N, n).reshape(*lead, N, n, n) for out in outs] for i in (0, 1))
     rows = (A, *([out[i] for out in outs] for i in (2, 3, 4)))
     return [*attention, *([t.reshape(*lead, N, n, -1) for t in field] for field in rows)]
+
+
+def trace_of(blocks, layers, F, lead: tuple, N: int, n: int, pooled: bool) -> Trace:
+    """The :class:`Trace` of :func:`forward_rows`'s ``blocks`` and ``F`` (``lead``: ``(B,)`` or ``()``)."""
+    fields = trace_fields([out for _, out in blocks], [W["W_V"] for W in layers], lead, N, n)
+    return Trace._make([*fields, F.reshape(*lead, N, *(() if pooled else (n,)), -1)])
 
 
 def transposes(layers) -> list[dict[str, torch.Tensor]]:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .backprop import backward_rows, forward_rows, trace_fields, transposes
+from .backprop import backward_rows, forward_rows, trace_of, transposes
 from .model import ModelConfig, Trace, check_cost, check_inputs, memory_estimate, phi_and_grad, rows_of
 from .rank import extreme_singular_values
 from .runtime import check_device
@@ -373,9 +373,8 @@ class _Loop:
 
     def _trace(self, blocks, F) -> Trace:
         """The :class:`~convres.model.Trace` of a forward pass of the stack."""
-        (B, N, n, _), pooled = self.X.shape, self.cfg.pool == "mean"
-        fields = trace_fields([out for _, out in blocks], [W["W_V"] for W in self.args[0]], (B,), N, n)
-        return Trace._make([*fields, F.reshape(B, N, *(() if pooled else (n,)), -1)])
+        B, N, n, _ = self.X.shape
+        return trace_of(blocks, self.args[0], F, (B,), N, n, self.cfg.pool == "mean")
 
     def _losses(self, k: int, last: bool) -> tuple[np.ndarray, np.ndarray]:
         """``Phi = 1/2 ||R||^2`` and ``||G||`` of the block's ``k`` iterates, ``(k, B)`` each (NaN

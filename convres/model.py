@@ -280,8 +280,7 @@ def _passes(params, X, cfg, residual, Y=None, trace=True):
         grads = {k: grads[k] for k in params}
     if trace:
         lead, (N, n) = (() if B is None else (B,)), X.shape[-3:-1]
-        fields = backprop.trace_fields([out for _, out in blocks], [W["W_V"] for W in args[0]], lead, N, n)
-        tr = Trace._make([*fields, F.reshape(*lead, N, *(() if cfg.pool == "mean" else (n,)), -1)])
+        tr = backprop.trace_of(blocks, args[0], F, lead, N, n, cfg.pool == "mean")
     return phi, grads, tr
 
 
