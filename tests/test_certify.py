@@ -1,10 +1,6 @@
-"""The certified bounds (convres.certify): try to break them on random instances.
-
-Every bound of lemmas thm-lem-chain, thm-lem-rlo and thm-lem-lup (book chapter *Certified
-constants and a certified instance*) is an inequality that must hold at every point of the ball; these tests sample points
-(random, concentrated on one block, and found by an adversarial ascent), measure the bounded
-quantity exactly and compare. The mutant tests show that the checks can fail: a bound with a
-term removed is caught.
+"""The certified bounds (convres.certify; lemmas thm-lem-chain, thm-lem-rlo, thm-lem-lup) at sampled
+points of the ball (random, in one block, or found by adversarial ascent), measured exactly; mutant
+bounds with a term removed are caught.
 """
 
 import json
