@@ -16,12 +16,12 @@ import torch
 
 __all__ = ["Trace", "linear", "attention_logits", "attention", "softmax_rows", "coefficient", "plus_product",
            "block_rows", "forward_rows", "sequence_mask", "per_sequence", "WHOLE_ROWS", "phi_and_grad_rows",
-           "trace_fields", "transposes", "backward_rows"]
+           "trace_fields", "trace_of", "transposes", "backward_rows"]
 
 
 class Trace(NamedTuple):
-    """Every intermediate of a forward pass: per block the ``logits``, ``S``, ``A``, ``Z``, ``M``
-    and ``H`` (lists of length ``L``) and the output ``F``."""
+    """A forward pass: per block (lists of length ``L``) ``logits``, ``S``, ``A``, ``Z``, ``M``, ``H``;
+    the output ``F``."""
 
     logits: list
     S: list
@@ -42,8 +42,7 @@ class Trace(NamedTuple):
 
 def softmax_rows(logits):
     """``softmax_rows(G)_ij = exp(G_ij - c_i) / sum_k exp(G_ik - c_i)``, ``c_i = max_k G_ik`` (book
-    equation (1); ``c`` cancels, so autograd holds it constant): ``torch.softmax(G, -1)``, written
-    out because that kernel is several times slower on a CPU for rows as short as the book's."""
+    equation (1)); written out: ``torch.softmax`` is several times slower on short rows on a CPU."""
     c = logits.amax(-1, keepdim=True)
     e = (logits - (c.detach() if c.requires_grad else c)).exp_()
     return e / e.sum(-1, keepdim=True)
@@ -77,9 +76,8 @@ def coefficient(beta):
 
 def plus_product(beta, C: torch.Tensor, A: torch.Tensor, B: torch.Tensor, view=None,
                  overwrite: bool = False) -> torch.Tensor:
-    """``beta C + A B`` (batched; ``C`` of rows ``(B, rows, q)`` seen as ``view``, the shape of
-    ``A B``), ``beta`` from :func:`coefficient`: one ``torch.baddbmm``, in place into ``beta C``
-    when that is a new tensor or ``C`` may be ``overwrite``-n; ``A B`` alone when ``beta`` is 0."""
+    """``beta C + A B`` by one ``torch.baddbmm`` (``C`` seen as ``view``), in place when ``beta C`` is
+    new or ``overwrite``; ``A B`` alone when ``beta`` is 0."""
     if isinstance(beta, torch.Tensor):
         C, beta, overwrite = beta * C, 1.0, True            # a new tensor: add A B to it
     if beta == 0:
@@ -88,10 +86,8 @@ def plus_product(beta, C: torch.Tensor, A: torch.Tensor, B: torch.Tensor, view=N
     return C.baddbmm_(A, B, beta=beta) if overwrite else torch.baddbmm(C, A, B, beta=beta)
 
 
-#: Up to this many rows ``N n`` per configuration, the attention of the ``N`` sequences is one
-#: ``(N n, N n)`` matrix, exactly zero between sequences (:func:`sequence_mask`): faster than ``N``
-#: tiny ``n x n`` products (one core, 8 configurations, d = 16: 1.19 times as fast at N = 2, n = 4;
-#: 0.82-1.03 times at 16 to 64 rows).
+#: Up to this many rows ``N n``, attention is one masked ``(N n, N n)`` matrix (:func:`sequence_mask`):
+#: 1.19 times as fast as ``N`` tiny products at N = 2, n = 4 (0.82-1.03 times at 16 to 64 rows).
 WHOLE_ROWS = 8
 
 
@@ -174,6 +170,12 @@ def trace_fields(outs, W_V, lead: tuple, N: int, n: int) -> list[list[torch.Tens
     attention = ([per_sequence(out[i], N, n).reshape(*lead, N, n, n) for out in outs] for i in (0, 1))
     rows = (A, *([out[i] for out in outs] for i in (2, 3, 4)))
     return [*attention, *([t.reshape(*lead, N, n, -1) for t in field] for field in rows)]
+
+
+def trace_of(blocks, layers, F, lead: tuple, N: int, n: int, pooled: bool) -> Trace:
+    """The :class:`Trace` of :func:`forward_rows`'s ``blocks`` and ``F`` (``lead``: ``(B,)`` or ``()``)."""
+    fields = trace_fields([out for _, out in blocks], [W["W_V"] for W in layers], lead, N, n)
+    return Trace._make([*fields, F.reshape(*lead, N, *(() if pooled else (n,)), -1)])
 
 
 def transposes(layers) -> list[dict[str, torch.Tensor]]:

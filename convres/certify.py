@@ -44,8 +44,7 @@ EPS_BOOK = 0.5
 #: The ``eps`` that :func:`sharpest_certificate_of` tries (fixed in advance; corollary sc-cor-eps).
 EPS_GRID = tuple(round(0.02 * k, 2) for k in range(1, 26))
 
-#: The ball of part (b): ``r = min(r_lower, BALL_MARGIN * rho)`` (any ``r`` in ``(rho, r_lower]``
-#: is admissible; a smaller one gives a larger step).
+#: The ball of part (b): ``r = min(r_lower, BALL_MARGIN * rho)`` (any ``r`` in ``(rho, r_lower]`` works).
 BALL_MARGIN = 1.01
 
 #: Number of radii in the upper Riemann sums of :func:`chain`.
@@ -89,8 +88,8 @@ class Centre:
 
 
 def check_certifiable(params, X, Y, cfg, route: str = "main") -> None:
-    """Raise a clear error unless the bounds apply: valid inputs, one block, a smooth activation, one
-    configuration, and a per-token readout for ``route="main"``."""
+    """A clear error unless the bounds apply: one block, smooth activation, one configuration, per
+    token for ``route="main"``."""
     if route not in ROUTES:
         raise ValueError(f"route must be one of {ROUTES}, got {route!r}.")
     check_inputs(params, X, Y, cfg)
@@ -206,8 +205,8 @@ _INCREMENTS = {"Z": "delta_Z", "M": "delta_M", "H": "delta_H"}
 
 
 def radius_within(c: Centre, which: str, target: float, iters: int = 40) -> float:
-    """``sup{r : delta_G(r) <= target}`` (``G`` = ``"Z"``, ``"M"`` or ``"H"``) by doubling and bisection,
-    from below: ``delta_G(lo) <= target`` and ``r* - lo <= 2^-iters max(1, r*)`` (lemma wd-lem-compare)."""
+    """``sup{r : delta_G(r) <= target}`` (``G`` in Z, M, H) from below, by doubling and bisection to
+    ``2^-iters max(1, r*)`` (lemma wd-lem-compare)."""
     if which not in _INCREMENTS:
         raise ValueError(f"which must be one of {sorted(_INCREMENTS)}, got {which!r}.")
     field = _INCREMENTS[which]
@@ -240,9 +239,8 @@ def _sym(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def second_order(c: Centre, ch: Chain, c2: float = SOFTMAX_C2) -> float:
-    """Lemma ``thm-lem-lup``: ``M_2 >= sup ||D^2 F[w, w]||_F`` on ``B_r`` over unit ``w``, the top
-    eigenvalue of a non-negative ``6 x 6`` ``Q_F`` with ``||D^2 F[w, w]|| <= e^T Q_F e`` (``e``: the
-    block norms of ``w``; ``c2``: the constant of thm-lem-softmax)."""
+    """Lemma ``thm-lem-lup``: ``M_2 >= sup ||D^2 F[w, w]||_F`` on ``B_r`` (unit ``w``), the top eigenvalue
+    of the ``6 x 6`` ``Q_F`` with ``||D^2 F[w, w]|| <= e^T Q_F e``, ``e`` the block norms of ``w``."""
     r, s, x_i = ch.r, c.s, c.x_i
     K, Q, V = c.k_i + x_i * r, c.q_i + x_i * r, c.v_i + x_i * r
     W1, W2, U = c.w1 + r, c.w2 + r, c.u + r
@@ -260,8 +258,8 @@ def second_order(c: Centre, ch: Chain, c2: float = SOFTMAX_C2) -> float:
 
 
 def smoothness_bounds(c: Centre, r: float, readout: float = 1.0) -> tuple[float, float, float]:
-    """``(L_upper, J_upper, M2)`` on ``B_r``; ``readout``: ``||P||_2`` of a linear map on the output
-    (``n^-1/2`` pooled, lemma ffn-lem-lup-pooled), which multiplies ``J_upper`` and ``M2``."""
+    """``(L_upper, J_upper, M2)`` on ``B_r``; ``readout`` (``n^-1/2`` pooled, lemma ffn-lem-lup-pooled)
+    multiplies ``J_upper`` and ``M2``."""
     ch = chain(c, r)
     J = readout * float(np.linalg.norm(ch.dF))
     M2 = readout * second_order(c, ch)
@@ -280,10 +278,9 @@ def smoothness_upper(c: Centre, r: float) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Certificate:
-    """Part (b) of ``thm-main`` bounded before the run (corollary ``sc-cor-eps``; ``eps = 1/2`` is
-    ``thm-cor-cert``). ``certified``: ``ratio = rho / r_sigma_lower < 1``; ``radius``: the ball of
-    ``L_upper``, ``J_upper``, ``M2`` (``min(r_sigma_lower, 1.01 rho)`` when certified); ``mu = 1 /
-    L_upper``; ``alpha = ((1 - eps) sigma_0)^2``; ``sigma_max_H0 = ||H_0||``."""
+    """Part (b) of ``thm-main`` bounded before the run (corollary ``sc-cor-eps``): ``certified`` iff
+    ``ratio = rho / r_sigma_lower < 1``; ``radius`` of the bounds; ``mu = 1 / L_upper``; ``alpha =
+    ((1 - eps) sigma_0)^2``."""
 
     certified: bool
     ratio: float
@@ -352,8 +349,8 @@ def sharpest_certificate_of(c: Centre, grid=EPS_GRID) -> Certificate:
 
 @dataclasses.dataclass(frozen=True)
 class FFNCentre:
-    """The FFN certificate's centre: the chain's :class:`Centre`, ``sigma_M0 = sigma_rows(M~_0)``
-    (``M~`` per token, or its mean per sequence), ``norm_M0 = ||M~_0||``, ``sigma_U0 = sigma_c(W_U)``."""
+    """The chain's :class:`Centre`, ``sigma_M0 = sigma_rows(M~_0)``, ``norm_M0``, ``sigma_U0 = sigma_c(W_U)``
+    (``M~`` per token, or its mean per sequence)."""
 
     chain: Centre
     sigma_M0: float
@@ -374,10 +371,9 @@ def ffn_centre(params, X, Y, cfg) -> FFNCentre:
 
 @dataclasses.dataclass(frozen=True)
 class FFNCertificate:
-    """Part (b) of ``thm-ffn`` bounded before the run (corollary ``ffn-cor-cert``). ``certified``:
-    ``ratio = rho' / r'_lo < 1`` with ``rho' = 8 sqrt(2 Phi_0) / (sigma_M0 sigma_U0)`` and ``r'_lo =
-    min(r_M, sigma_U0 / 2)``, ``r_M = sup{r : delta_M(r) <= nu sigma_M0 / 2}`` (``nu = 1`` per token,
-    ``sqrt(n)`` pooled); ``alpha' = (sigma_M0 sigma_U0 / 4)^2``, ``mu = 1 / L_upper``."""
+    """Part (b) of ``thm-ffn`` bounded before the run (corollary ``ffn-cor-cert``): ``certified`` iff
+    ``rho' / r'_lo < 1``, ``rho' = 8 sqrt(2 Phi_0) / (sigma_M0 sigma_U0)``, ``r'_lo = min(r_M,
+    sigma_U0 / 2)``, ``r_M = sup{r : delta_M(r) <= nu sigma_M0 / 2}`` (``nu = sqrt(n)`` pooled)."""
 
     certified: bool
     ratio: float
@@ -443,10 +439,9 @@ def ffn_certificate_of(f: FFNCentre) -> FFNCertificate:
 
 @dataclasses.dataclass
 class CertifiedRun:
-    """Gradient descent with ``mu = 1 / L_upper``, every certified claim checked at every step:
-    ``loss``, ``envelope = (1 - mu alpha)^t Phi_0``, ``distance`` and ``path`` (``<= rho``),
-    ``sigma`` (``sigma_Nn(H_t)`` or ``sigma_rows(M~_t)``), ``sigma_U`` (ffn), ``ratio = Phi_{t+1} /
-    Phi_t``; ``violations``: steps where a claim fails beyond round-off."""
+    """A run with ``mu = 1 / L_upper``, each certified claim checked every step: ``envelope = (1 - mu
+    alpha)^t Phi_0``, ``distance`` and ``path`` ``<= rho``, ``sigma`` (and ``sigma_U``) above their
+    floors; ``violations``: steps where one fails beyond round-off."""
 
     certificate: Certificate | FFNCertificate
     loss: np.ndarray
@@ -541,8 +536,7 @@ def _checked_run(params, X, Y, cfg, cert, steps: int,
 
 
 def certified_run(params, X, Y, cfg, *, steps: int = 100, cert: Certificate | None = None) -> CertifiedRun:
-    """Certify for ``thm-main`` (or take ``cert``), run ``steps`` steps with ``mu = 1 / L_upper`` and
-    check every claim at every step (:class:`CertifiedRun`)."""
+    """The :class:`CertifiedRun` of ``thm-main`` (certified here unless ``cert`` is given)."""
     check_certifiable(params, X, Y, cfg)
     steps = as_int("steps", steps, minimum=1)
     cert = certificate_of(centre(params, X, Y, cfg)) if cert is None else cert
@@ -555,8 +549,7 @@ def certified_run(params, X, Y, cfg, *, steps: int = 100, cert: Certificate | No
 
 def ffn_certified_run(params, X, Y, cfg, *, steps: int = 100,
                       cert: FFNCertificate | None = None) -> CertifiedRun:
-    """:func:`certified_run` for ``thm-ffn`` (its singular values: ``sigma_rows(M~_t) >= sigma_M0 /
-    2``, ``sigma_c(W_U,t) >= sigma_U0 / 2``)."""
+    """:func:`certified_run` for ``thm-ffn`` (floors ``sigma_M0 / 2`` and ``sigma_U0 / 2``)."""
     check_certifiable(params, X, Y, cfg, route="ffn")
     steps = as_int("steps", steps, minimum=1)
     cert = ffn_certificate_of(ffn_centre(params, X, Y, cfg)) if cert is None else cert

@@ -80,7 +80,6 @@ def attention_output(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, W_V:
 def collapse_measures(M: torch.Tensor) -> dict[str, float | np.ndarray]:
     """The collapse measures of ``M`` (``n x k`` or a batch): those of
     :func:`convres.rank.singular_value_measures` and ``min_x ||M - 1 x^T||_F / ||M||_F``."""
-    _check_matrix("M", M, ndim=tuple(range(2, 8)))
     measures = singular_value_measures(singular_values(M, "M"))
     measures["rank_one_residual"] = rank_one_residual(M, relative=True)
     out: dict[str, Any] = {k: v.detach().cpu().numpy() for k, v in measures.items()}
@@ -108,10 +107,6 @@ def gaussian_instance(n: int, d: int, d_qk: int, seed: int = 0) -> dict[str, tor
 def logit_margins(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, token: int) -> torch.Tensor:
     """``L_{i,token} - max_{j != token} L_{ij}`` per row of ``L = X W_Q W_K^T X^T``: all positive means
     every row's largest weight is on ``token`` at every scale ``s > 0``."""
-    _check_matrix("X", X, ndim=(2,))
-    n = X.shape[0]
-    if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < n:
-        raise ValueError(f"token must be an index in [0, n) = [0, {n}), got {token!r}.")
     L = (X @ W_Q) @ (X @ W_K).T
     others = torch.cat([L[:, :token], L[:, token + 1:]], dim=1)
     return L[:, token] - others.max(dim=1).values
@@ -119,10 +114,9 @@ def logit_margins(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, token: 
 
 def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float = 6.0,
                     token: int = 0) -> dict[str, torch.Tensor]:
-    """The saturated counterexample: a :func:`gaussian_instance` with a constant feature 0, a marker
-    feature 1 on ``token``, and query/key column 0 set to ``strength e_0``, ``strength e_1``, so that
-    column adds ``s strength^2`` to ``token``'s logit in every row. Raises ``ValueError`` unless
-    every row's largest logit is on ``token``; returns ``X, W_Q, W_K, W_V, margins``."""
+    """The saturated counterexample: a :func:`gaussian_instance` with feature 0 constant, feature 1
+    marking ``token`` and query/key column 0 ``strength e_0``, ``strength e_1`` (``+ s strength^2``
+    on ``token``'s logit); a ValueError unless every row's largest logit is on ``token``."""
     if d < 3:
         raise ValueError("spiked_instance needs d >= 3 (two structured features and "
                          f"Gaussian ones), got d={d}.")
@@ -143,11 +137,8 @@ def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float
     if not bool((margins > 0).all()):
         bad = [int(i) for i in torch.nonzero(margins <= 0).flatten()]
         raise ValueError(
-            f"spiked_instance(n={n}, d={d}, d_qk={d_qk}, seed={seed}, "
-            f"strength={strength}): "
-            f"rows {bad} do not put their largest logit on token {token} (the Gaussian "
-            f"columns outweigh the spike strength^2 = {strength ** 2:g}); use a larger "
-            "strength or another seed.")
+            f"spiked_instance(n={n}, d={d}, d_qk={d_qk}, seed={seed}, strength={strength}): rows {bad} "
+            f"do not put their largest logit on token {token}; use a larger strength or another seed.")
     return {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": inst["W_V"], "margins": margins}
 
 
@@ -193,10 +184,8 @@ def _sweep(inst_at, points: Sequence, betas: Sequence[float]) -> dict[str, np.nd
 def dqk_sweep(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *, n: int = 8, d: int = 16,
               seed: int = 0, scale: str = "1/d_qk") -> dict[str, np.ndarray]:
     """The collapse measures of ``Attn(X)`` and ``Z = Attn(X) + beta X`` as ``d_qk`` grows (the first
-    ``d_qk`` query/key columns of one :func:`gaussian_instance`): arrays ``d_qk``, ``attn_<measure>``,
-    ``Z_<measure>`` (per ``d_qk`` and beta), ``attn_sv``, ``Z_sv``, ``dist_uniform = ||S - U||_2``,
-    ``S_rank_one_residual``, ``dist_one_hot``, ``sigma_min_X``, ``sigma_max_X``, the bounds of lemma
-    rc-lem-uniform on ``sigma_2(Attn(X))`` (``uniform_bound``, ``logit_bound``) and ``betas``."""
+    ``d_qk`` query/key columns of one :func:`gaussian_instance`), ``dist_uniform = ||S - U||_2``, and
+    the bounds of lemma rc-lem-uniform on ``sigma_2(Attn(X))`` (``uniform_bound``, ``logit_bound``)."""
     if not isinstance(d_qks, Sequence) or len(d_qks) == 0:
         raise ValueError(f"d_qks must be a non-empty list of positive integers, got {d_qks!r}.")
     for i, v in enumerate(d_qks):
@@ -260,16 +249,14 @@ def value_counterexample(n: int = 6, d: int = 8, *, beta: float = 1.0, seed: int
 
 
 def rank_one_floor(Y: torch.Tensor) -> float:
-    """``1/2 sum_i ||Y_i - 1 ybar_i^T||_F^2`` (``ybar_i`` the mean row of ``Y_i``): the smallest loss
-    (book equation (5)) of any output with identical rows within each sequence."""
-    _check_matrix("Y", Y, ndim=(3,))
+    """``1/2 sum_i ||Y_i - 1 ybar_i^T||_F^2``: the least loss (5) of an output whose rows are equal
+    within each sequence."""
     return 0.5 * float(rank_one_residual(Y).pow(2).sum())
 
 
 def gd_attention_stats(beta=0.0, *, mu: float = 0.002, **instance) -> dict[str, np.ndarray | float]:
-    """On :func:`convres.instances.collapse_instance` with residual ``beta``: ``dist_uniform``
-    (``||S_i - U||_2`` per sequence at ``theta_0``) and ``logit_step`` (the change of the scaled logits
-    after one step, over ``mu``; it carries ``s`` twice, so ``1/d_qk`` at scale ``1/d_qk``)."""
+    """On :func:`convres.instances.collapse_instance` with residual ``beta``: ``||S_i - U||_2`` per
+    sequence at ``theta_0`` and ``logit_step``, the change of the logits in one step over ``mu``."""
     mu = as_real("mu (the step size)", mu, minimum=0.0, above=True)
     params, X, Y, cfg = collapse_instance(**instance)
     cfg = cfg.with_residual(beta)
@@ -281,8 +268,7 @@ def gd_attention_stats(beta=0.0, *, mu: float = 0.002, **instance) -> dict[str, 
     return {"dist_uniform": dist.numpy(), "logit_step": float(step)}
 
 
-#: The ``d_qk`` values of the ``rank-collapse`` command: from 16 on, where the uniform-rows collapse
-#: dominates (at ``d_qk = 1`` the logit matrix has rank one, a different degeneracy, see the chapter).
+#: The ``d_qk`` values of the ``rank-collapse`` command (from 16 on, uniform rows dominate).
 TABLE_D_QKS = (16, 64, 256, 1024, 4096, 16384)
 
 

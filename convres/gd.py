@@ -1,11 +1,8 @@
-"""Exact full-batch gradient descent with a fixed step size: the one loop of the package.
+"""Full-batch gradient descent ``theta_{t+1} = theta_t - mu grad Phi(theta_t)`` (book equation (6)).
 
-Book chapter *The model* (``book/model.md``, equation (6)): ``theta_{t+1} = theta_t - mu grad
-Phi(theta_t)`` with ``Phi`` the loss of :func:`convres.model.loss`; no momentum, no adaptive steps,
-no mini-batches. :func:`gradient_descent` runs one configuration, :func:`sweep` a list of them, as
-*stacks* of the configurations that share the model's sizes (cut into chunks by problem size,
-:func:`chunk_size`); each stops on its own, with the results of the configurations run one by one.
-Book appendix *Performance*: how fast, and why.
+:func:`gradient_descent` runs one configuration, :func:`sweep` a list, stacked by shared sizes
+(:func:`chunk_size`); each stops on its own, with the results of one-by-one runs (appendix
+*Performance*).
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .backprop import backward_rows, forward_rows, trace_fields, transposes
+from .backprop import backward_rows, forward_rows, trace_of, transposes
 from .model import ModelConfig, Trace, check_cost, check_inputs, memory_estimate, phi_and_grad, rows_of
 from .rank import extreme_singular_values
 from .runtime import check_device
@@ -30,25 +27,10 @@ __all__ = ["History", "Run", "Step", "gradient_descent", "sweep", "loss_and_grad
 
 @dataclasses.dataclass
 class History:
-    """What one gradient-descent run records. Whatever the status, ``len(loss) == steps + 1`` and
-    ``len(grad_norm) == steps``.
-
-    Attributes:
-        loss: ``Phi(theta_t)`` for ``t = 0 .. steps``, every iterate the run kept.
-        grad_norm: ``||grad Phi(theta_t)||`` (Euclidean norm over all weights) for the steps taken,
-            ``t = 0 .. steps-1``.
-        record_steps: the steps ``t`` at which singular values were recorded (every
-            ``record_every`` steps and the last iterate; none unless ``record_every`` was given).
-        sigma_min_Z, sigma_max_Z: extreme singular values of the stacked first-block attention
-            output ``Z`` (with its residual), at ``record_steps``; ``sigma_min`` is the smallest of
-            the ``min(N n, d)`` singular values (``sigma_Nn`` when ``N n <= d``).
-        sigma_min_H, sigma_max_H: the same for the last hidden matrix ``H`` (the input of ``W_U``).
-        status: ``"converged"`` (loss reached ``tol``), ``"max_steps"`` or ``"diverged"``.
-        message: a sentence that explains the status.
-        mu: the step size.
-        diverged_at: the step whose loss or gradient was not finite or blew up (``None`` unless
-            the run diverged); the history ends at the iterate before it.
-    """
+    """One run: ``loss`` ``Phi(theta_t)``, ``t = 0 .. steps``; ``grad_norm`` ``||grad Phi(theta_t)||``,
+    ``t < steps``; at ``record_steps`` the extreme singular values of the stacked ``Z_1`` and ``H_L``;
+    ``status`` ``"converged"``, ``"max_steps"`` or ``"diverged"`` with its ``message``; ``mu``;
+    ``diverged_at``: the step whose loss or gradient blew up (the history ends before it)."""
 
     loss: np.ndarray
     grad_norm: np.ndarray
@@ -103,13 +85,9 @@ class Run(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """What a ``callback`` sees at iterate ``t`` of configuration ``index`` (its position in the
-    sweep): the weights ``theta_t`` and their gradient (``grads`` is ``None`` at the last
-    iterate), ``Phi(theta_t)`` and the detached :class:`~convres.model.Trace` of the forward pass
-    (``trace.F``, ``trace.Z[0]``, ``trace.H[-1]``, ...). They are views of the run's own copy of
-    the weights: the caller's weights are never touched, and a callback that edits any of them in
-    place is refused (RuntimeError) before the run goes on with changed values; copy them
-    (``step.params[k].clone()``) to keep or change them."""
+    """What a ``callback`` sees at iterate ``t`` of configuration ``index``: ``theta_t``, its gradient
+    (``None`` at the last iterate), ``Phi(theta_t)`` and the detached :class:`~convres.model.Trace`.
+    Editing them in place is refused (RuntimeError); clone them to keep them."""
 
     t: int
     index: int
@@ -121,9 +99,7 @@ class Step:
 
 def loss_and_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,
                   cfg: ModelConfig, *, residual=None):
-    """``(Phi(theta), grad Phi(theta), trace)`` in one forward and one backward pass
-    (:func:`convres.model.phi_and_grad`); ``trace`` is the detached :class:`convres.model.Trace`
-    of the forward pass. Checks its inputs (:func:`convres.model.check_inputs`)."""
+    """``(Phi(theta), grad Phi(theta), trace)``: :func:`convres.model.phi_and_grad`, inputs checked."""
     B = check_inputs(params, X, Y, cfg, residual=residual, finite=False)
     check_cost(cfg, X.shape[0], X.shape[1], configs=B or 1, dtype=X.dtype, device=X.device)
     check_inputs(params, X, Y, cfg, residual=residual)
@@ -131,15 +107,13 @@ def loss_and_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.
         return phi_and_grad(params, X, Y, cfg, residual=residual)
 
 
-#: Stack configurations only while one configuration's activations of a block, ``N n (d + d_qk +
-#: m + n)`` entries, stay below this many; beyond it, running them one by one is as fast or faster
-#: on a CPU (measured with this engine on one core, sweeps of 8 configurations: stacked 1.1-1.9
-#: times faster from 5,000 to 17,500 entries, 0.9 times at 29,000 and 33,000, 0.66-0.77 at the
-#: Jena sizes, 280,000-700,000; the *Performance* appendix).
+#: Stack configurations only while one's block activations, ``N n (d + d_qk + m + n)`` entries,
+#: stay below this (one CPU core, 8 configurations: stacked 1.1-1.9 times faster up to 17,500,
+#: 0.66-0.9 times above 29,000; appendix *Performance*).
 STACK_LIMIT = 20_000
 #: At most this many configurations in one stack.
 STACK_MAX = 64
-#: The most steps one call accepts (the cost policy: a larger count is a typo, not a plan).
+#: The most steps one call accepts (a larger count is a typo, not a plan).
 MAX_STEPS = 10**8
 #: A run diverges when its loss exceeds this many times its initial value (the default ``blowup``).
 BLOWUP = 1e6
@@ -147,8 +121,8 @@ BLOWUP = 1e6
 
 def chunk_size(cfg: ModelConfig, X: torch.Tensor, count: int, *,
                limit: int = STACK_LIMIT, most: int = STACK_MAX) -> int:
-    """How many of ``count`` configurations of ``cfg`` on data ``X`` to stack at once: all (up to
-    ``most``) while one's activations ``N n (d + d_qk + m + n)`` are at most ``limit``, else one."""
+    """Configurations to stack: all ``count`` (up to ``most``) while ``N n (d + d_qk + m + n) <=
+    limit``, else one."""
     N, n = X.shape[0], X.shape[1]
     small = N * n * (cfg.d + cfg.d_qk + cfg.m + n) <= limit
     return max(1, min(count, most)) if small else 1
@@ -156,10 +130,9 @@ def chunk_size(cfg: ModelConfig, X: torch.Tensor, count: int, *,
 
 def stopping_rule(t: int, phi: float, phi_0: float, *, tol: float, blowup: float, steps: int,
                   mu: float, rtol: float = 0.0) -> tuple[str, str] | None:
-    """The status of a run whose iterate ``t`` has loss ``phi`` (``phi_0`` at ``t = 0``), as
-    ``(status, message)``, or ``None`` while it goes on. Divergence: a non-finite loss, or one
-    above ``blowup * phi_0``; convergence: ``phi <= tol`` or ``phi <= rtol * phi_0``; the end:
-    ``t == steps``."""
+    """``(status, message)`` at iterate ``t`` with loss ``phi``, or ``None`` while the run goes on:
+    diverged (non-finite, or ``> blowup phi_0``), converged (``<= tol`` or ``<= rtol phi_0``), or
+    ``max_steps`` at ``t == steps``."""
     if not np.isfinite(phi):
         if t == 0:
             return "diverged", ("the initial loss is not finite: no step was taken; check the scale "
@@ -179,10 +152,8 @@ def stopping_rule(t: int, phi: float, phi_0: float, *, tol: float, blowup: float
 
 def gradient_descent(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,
                      cfg: ModelConfig, mu: float, steps: int, **options) -> Run:
-    """At most ``steps`` steps of full-batch gradient descent from ``params`` (not modified) with
-    step size ``mu``: a :class:`Run`, stopped by :func:`stopping_rule` (a diverged run ends at its
-    last finite iterate: no NaN is ever returned; a non-finite gradient also diverges). The options
-    are those of :func:`sweep`; for a list of configurations use :func:`sweep`."""
+    """At most ``steps`` steps with step size ``mu`` from ``params`` (not modified), stopped by
+    :func:`stopping_rule`: a :class:`Run`, ending at the last finite iterate. Options: :func:`sweep`'s."""
     if not isinstance(params, Mapping):
         raise TypeError(f"gradient_descent runs one configuration (a dict of weights); for a list "
                         f"of them use convres.sweep(...), got {type(params).__name__}.")
@@ -242,32 +213,10 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
           record_every: int | None = None, tol: float = 0.0, rtol: float = 0.0, blowup: float = BLOWUP,
           progress: bool = False, callback: Callable[[Step], None] | None = None, device=None,
           chunk: int | None = None) -> list[Run]:
-    """Gradient descent for a list of configurations, in the order given; see
-    :func:`gradient_descent` for the stopping rules. The data may be shared (one ``X``, ``Y``) or
-    one pair per configuration (lists ``X``, ``Y``: e.g. the seeds of an experiment, each with its
-    own data); configurations whose data have the same shape are stacked together either way.
-
-    Args:
-        params: the initial weights of each configuration (e.g. :func:`convres.init_params`); not
-            modified.
-        X: inputs ``(N, n, d)``, or a list of them (one per configuration); Y: targets
-            ``(N, n, c)`` (``(N, c)`` with ``pool="mean"``), or a list of them.
-        cfg: the model configuration, or one per configuration.
-        mu: the step size (> 0), or one per configuration.
-        steps: the largest number of steps.
-        record_every: if given, the extreme singular values of ``Z_1`` and ``H_L`` are recorded every
-            ``record_every`` steps (``t = 0`` included) and at the last iterate; each record costs
-            an SVD, so by default nothing is recorded (``record_every=steps``: the start and the end).
-        tol: stop when the loss falls to this value (0: run all steps).
-        rtol: stop when the loss falls to this fraction of its initial value (0: never).
-        blowup: divergence threshold relative to the initial loss.
-        progress: show a progress bar (tqdm).
-        callback: ``callback(step)`` with a :class:`Step`, called at every iterate kept in the
-            history, for every configuration; its return value is ignored.
-        device: where to run (e.g. ``"cuda"``); ``None`` keeps the device of the weights. The
-            returned weights live there.
-        chunk: how many configurations to stack at once; ``None`` chooses by problem size
-            (:func:`chunk_size`).
+    """:func:`gradient_descent` for a list of ``params``; ``X``, ``Y``, ``cfg``, ``mu`` are shared or
+    one per configuration. ``record_every``: singular values every so many steps and at the end (an
+    SVD each); ``tol``, ``rtol``, ``blowup``: :func:`stopping_rule`; ``callback(step)`` at every
+    kept iterate (:class:`Step`); ``device``: where to run; ``chunk``: stack size (:func:`chunk_size`).
     """
     params_list, cfgs, mus = _as_lists(params, cfg, mu)
     Xs, Ys = _data_lists(X, Y, len(params_list))
@@ -317,8 +266,7 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
 
 
 def _check_cost(params_list, Xs, cfgs, dev, chunk) -> None:
-    """The cost policy (:func:`convres.model.check_cost`) before anything is allocated, for the
-    configuration whose stack needs the most memory on the device it runs on."""
+    """:func:`convres.model.check_cost` for the stack that needs the most memory."""
     count = [min(len(Xs), chunk or STACK_MAX) if chunk_size(c, X, len(Xs)) > 1 else 1
              for X, c in zip(Xs, cfgs)]
     need = [memory_estimate(c, *X.shape[:2], configs=k, dtype=X.dtype) for X, c, k in zip(Xs, cfgs, count)]
@@ -352,25 +300,17 @@ class _Record:
             status=self.status, message=self.message, mu=float(self.mu), diverged_at=self.diverged_at))
 
 
-#: A block of steps keeps its gradients (to compute the norms and replay the iterate a run stopped
-#: at) in at most this many bytes, and has at most :data:`BLOCK_MAX` steps.
+#: A block of steps keeps its gradients in at most this many bytes, and at most BLOCK_MAX steps.
 BLOCK_BYTES = 2**25
 BLOCK_MAX = 64
 
 
 class _Loop:
-    """The loop for one chunk of configurations sharing ``_shared(cfg)``. The weights of those
-    still running (``active``, ``B`` of them) are one flat tensor ``theta``, weight by weight: the
-    ``(B, p, q)`` stack of each weight (``W``: those views), so that the backward pass writes each
-    gradient in place into a buffer of the same layout and the update is one operation,
-    ``theta -= mu grad`` (``mu`` repeated over each configuration's entries). Steps run in
-    *blocks*: the gradients and residuals ``R = F - Y`` of the block's steps are kept, and the
-    losses ``Phi = 1/2 ||R||^2`` and gradient norms computed from them once the block ends, read
-    back at once and the stopping rules applied to every step; a configuration that stopped inside
-    the block takes the iterate it stopped at by replaying the block's updates from the block's
-    start (the same operations on the same numbers: the same iterate) and leaves the stack. A block
-    is one step while a ``callback`` watches, else doubles up to :data:`BLOCK_MAX` steps: steps
-    computed past a stop cost time, never a result."""
+    """One chunk of configurations sharing ``_shared(cfg)``. The active weights are one flat tensor
+    ``theta`` (views ``W``, ``(B, p, q)`` each), updated by ``theta -= mu grad`` in one operation.
+    Steps run in blocks (one step under a ``callback``, else doubling up to BLOCK_MAX): losses and
+    norms are read back once a block ends; a configuration that stopped inside it replays the
+    block's updates to its iterate (the same numbers) and leaves the stack."""
 
     def __init__(self, params_list, X, Y, cfgs, mus, dev, record_every, index, callback):
         dev = dev or params_list[0]["W_U"].device
@@ -394,10 +334,8 @@ class _Loop:
         self._stack()
 
     def _stack(self):
-        """What the steps use, set again when the stack changes: the weights ``W``, the arguments
-        of :func:`convres.backprop.phi_and_grad_rows` (:func:`convres.model.rows_of`), ``mu`` at
-        every entry of ``theta``, and the buffers of a block's gradients ``G`` (``grads``: their
-        views, by weight) and residuals ``R``."""
+        """Set when the stack changes: ``W``, the rows' arguments, ``mu`` per entry of ``theta``,
+        the block's gradient buffers ``G`` (views ``grads``) and residuals ``R``."""
         self.W = self._weights(self.theta)
         self.args = rows_of(self.W, self.X, self.Y, self.cfg, residual=self.residual)
         self.layers_T = transposes(self.args[0])
@@ -422,10 +360,8 @@ class _Loop:
         return {k: v[j] for k, v in self._weights(flat).items()}
 
     def _step(self, a: int, last: bool, trace: bool) -> Trace | None:
-        """Iterate ``a`` of the block: the forward pass, ``R = F - Y`` into ``R[a]`` and, unless
-        it is the ``last`` iterate, the gradient into ``G[a]`` and the update. Returns the
-        :class:`~convres.model.Trace` of the forward pass if ``trace``, else ``None`` (so that
-        its intermediates are freed before the next step allocates its own)."""
+        """Iterate ``a``: ``R[a] = F - Y`` and, unless ``last``, ``G[a]`` and the update; the
+        :class:`~convres.model.Trace` if ``trace``, else ``None`` (freed before the next step)."""
         layers, W_U, X, Y, s, act, beta_attn, beta_ffn, N, pooled = self.args
         blocks, H, F = forward_rows(layers, W_U, X, s, act, beta_attn, beta_ffn, N, pooled)
         R = torch.sub(F, Y, out=self.R_rows[a])
@@ -436,15 +372,13 @@ class _Loop:
         return self._trace(blocks, F) if trace else None
 
     def _trace(self, blocks, F) -> Trace:
-        """The :class:`~convres.model.Trace` of a forward pass of the stack (as
-        :func:`convres.model.phi_and_grad` gives it)."""
-        (B, N, n, _), pooled = self.X.shape, self.cfg.pool == "mean"
-        fields = trace_fields([out for _, out in blocks], [W["W_V"] for W in self.args[0]], (B,), N, n)
-        return Trace._make([*fields, F.reshape(B, N, *(() if pooled else (n,)), -1)])
+        """The :class:`~convres.model.Trace` of a forward pass of the stack."""
+        B, N, n, _ = self.X.shape
+        return trace_of(blocks, self.args[0], F, (B,), N, n, self.cfg.pool == "mean")
 
     def _losses(self, k: int, last: bool) -> tuple[np.ndarray, np.ndarray]:
-        """The losses ``Phi = 1/2 ||R||^2`` and gradient norms ``||G||`` of the block's ``k``
-        iterates, ``(k, B)`` each (the ``last`` iterate takes no step: its norm is NaN)."""
+        """``Phi = 1/2 ||R||^2`` and ``||G||`` of the block's ``k`` iterates, ``(k, B)`` each (NaN
+        norm at the ``last``)."""
         phis = 0.5 * self.R[:k].pow(2).sum((2, 3))
         B = len(self.active)
         parts = self._split(self.G[:k], dim=1)
@@ -457,9 +391,8 @@ class _Loop:
         return phis.double().cpu().numpy(), norms.double().cpu().numpy()
 
     def _iterates(self, prev, start, end, k: int) -> Callable[[int], torch.Tensor]:
-        """``at(x)``: the stack's iterate before the block (``x = 0``: ``prev``) or at its step
-        ``x - 1`` (``x = 1``: ``start``, ``x = k``: ``end``), the others by replaying the block's
-        updates from ``start``."""
+        """``at(x)``: the iterate before the block (``x = 0``) or at its step ``x - 1``, by replaying
+        the block's updates from ``start``."""
         known = {0: prev, 1: start, k: end}
 
         def at(x: int) -> torch.Tensor:
@@ -521,9 +454,8 @@ class _Loop:
         return [r.run() for r in self.records]
 
     def _record(self, block, j, i, first, losses, norms, at, spectra, step, rules) -> bool:
-        """Record configuration ``i`` (row ``j``) at the iterates of ``block`` (``at``: the
-        iterates, :meth:`_iterates`), with the stopping rules applied from the ``first`` iterate
-        that may stop it. True: it goes on."""
+        """Record configuration ``i`` (row ``j``) over ``block``, the stopping rules applied from
+        its ``first`` candidate iterate; True while it goes on."""
         r = self.records[i]
         r.losses += losses[:first].tolist()
         r.gnorms += norms[:first].tolist()
@@ -584,8 +516,7 @@ class _Loop:
 
 
 def _spectra(tr: Trace) -> torch.Tensor:
-    """``(sigma_min(Z_1), sigma_max(Z_1), sigma_min(H_L), sigma_max(H_L))`` of every configuration
-    of a stacked trace, ``(B, 4)`` (one batched SVD each)."""
+    """``(sigma_min, sigma_max)`` of ``Z_1`` and of ``H_L`` per configuration, ``(B, 4)``."""
     return torch.cat([extreme_singular_values(tr.Z[0]), extreme_singular_values(tr.H[-1])], dim=1)
 
 

@@ -1,8 +1,5 @@
-"""The book's random instances: synthetic data and one builder of ``(params, X, Y)``.
-
-Gaussian data from :func:`synthetic_regression` (seed ``seed``) and the initialization
-:func:`convres.model.init_params` (seed ``seed + 1`` unless ``weight_seed`` is given):
-:func:`problem` is the one builder, the named instances below are its settings.
+"""The book's random instances: :func:`problem` builds ``(params, X, Y)`` (data from ``seed``,
+weights from ``seed + 1`` unless ``weight_seed``); the named instances are its settings.
 """
 
 from __future__ import annotations
@@ -38,9 +35,8 @@ def synthetic_regression(N: int, n: int, d: int, c: int = 1, *, seed: int | torc
 
 def regression_data(cfg: ModelConfig, N: int, n: int, seed: int = 0, *, targets: str = "gaussian",
                     dtype=torch.float64):
-    """The data of :func:`problem`: :func:`synthetic_regression` ``(N, n, cfg.d)`` with ``cfg.c``
-    targets per token (per sequence with ``pool="mean"``) from ``seed``, the targets replaced by
-    their signs with ``targets="sign"`` (then ``||Y||_F^2`` is exactly the number of targets)."""
+    """:func:`synthetic_regression` for ``cfg`` (targets per sequence if pooled) from ``seed``; with
+    ``targets="sign"`` the targets' signs (``||Y||_F^2`` = their number)."""
     if targets not in TARGETS:
         raise ValueError(f"targets must be one of {TARGETS}, got {targets!r}.")
     X, Y = synthetic_regression(N, n, cfg.d, cfg.c, seed=seed, dtype=dtype, pooled=cfg.pool == "mean")
@@ -52,10 +48,9 @@ def regression_data(cfg: ModelConfig, N: int, n: int, seed: int = 0, *, targets:
 def problem(cfg: ModelConfig, N: int, n: int, seed: int = 0, *, weight_seed: int | None = None,
             branch_scale: float | None = None, readout_scale: float = 1.0, ffn_gain: float = 1.0,
             targets: str = "gaussian", dtype=torch.float64):
-    """``(params, X, Y)``: the data of :func:`regression_data` (from ``seed``) and
-    :func:`convres.model.init_params` weights from ``weight_seed`` (default ``seed + 1``) with
-    ``branch_scale`` on ``W_V, W_2``, the readout ``W_U`` multiplied by ``readout_scale`` and every
-    block's ``W_1`` by ``ffn_gain`` (its entries are then ``N(0, ffn_gain^2 / d)``)."""
+    """``(params, X, Y)``: :func:`regression_data` from ``seed`` and :func:`convres.model.init_params`
+    from ``weight_seed`` (default ``seed + 1``), ``W_U`` times ``readout_scale``, ``W_1`` times
+    ``ffn_gain``."""
     readout_scale = as_real("readout_scale", readout_scale, minimum=0.0, above=True)
     ffn_gain = as_real("ffn_gain", ffn_gain, minimum=0.0, above=True)
     X, Y = regression_data(cfg, N, n, seed, targets=targets, dtype=dtype)
@@ -87,10 +82,8 @@ SIMULATIONS_WEIGHT_SEED = 1000
 def simulations_instance(seed: int, *, N: int, n: int, d: int, m: int, d_qk: int, scale: str | float,
                          activation: str = "gelu", beta: float = 1.0, branch_scale: float | None = None,
                          readout_scale: float = 1.0, ffn_gain: float = 1.0, dtype=torch.float64):
-    """The instance of one seed of the chapter *Simulations* (the theorem chapters certify variants
-    of it): ``(params, X, Y, cfg)``, one block, Gaussian data and targets (one per token) from ``seed``,
-    weights from ``SIMULATIONS_WEIGHT_SEED + seed`` (the same for every ``beta``), rescaled as in
-    :func:`problem`."""
+    """One seed of chapter *Simulations*: ``(params, X, Y, cfg)``, one block, data from ``seed``,
+    weights from ``SIMULATIONS_WEIGHT_SEED + seed`` (the same for every ``beta``)."""
     cfg = ModelConfig(d=d, d_qk=d_qk, m=m, c=1, beta=beta, activation=activation, scale=scale)
     return (*problem(cfg, N, n, seed, weight_seed=SIMULATIONS_WEIGHT_SEED + as_int("seed", seed, minimum=0),
                      branch_scale=branch_scale, readout_scale=readout_scale, ffn_gain=ffn_gain, dtype=dtype),
@@ -98,14 +91,10 @@ def simulations_instance(seed: int, *, N: int, n: int, d: int, m: int, d_qk: int
 
 
 def qk_reduced(params: dict, cfg: ModelConfig) -> tuple[dict, ModelConfig]:
-    """The same gradient-descent problem with ``W_Q, W_K`` of ``2 d`` columns instead of ``d_QK >
-    2 d``: exact in exact arithmetic. The logits use ``W_Q W_K^T`` only, and the gradient step
-    is ``[W_Q; W_K] <- (I - mu [[0, M], [M^T, 0]]) [W_Q; W_K]`` with ``M = sum_i X_i^T G_i X_i``
-    (``G_i`` the logits' gradient), so ``W(t) = P_t W(0)`` for a ``2d x 2d`` matrix ``P_t`` and the
-    run depends on ``W(0) = [W_Q; W_K]`` only through ``W(0) W(0)^T``. With ``W(0)^T = Q R`` (QR,
-    ``R`` of ``2d x 2d``), ``W(0)`` is replaced by ``R^T``: the same Gram matrix, the same run. The
-    scale ``s`` stays the number of the original ``d_QK``. Returns ``(params, cfg)`` unchanged when
-    ``d_QK <= 2 d`` or with more than one block."""
+    """The same run with ``W_Q, W_K`` of ``2 d`` columns when ``d_QK > 2 d`` (one block), exact in
+    exact arithmetic: the step is ``[W_Q; W_K] <- (I - mu [[0, M], [M^T, 0]]) [W_Q; W_K]``, so the
+    run depends on ``W = [W_Q; W_K]`` only through ``W W^T``; ``W^T = Q R`` gives ``W -> R^T``
+    (``s`` kept at the original ``d_QK``'s)."""
     if cfg.L != 1 or cfg.d_qk <= 2 * cfg.d:
         return params, cfg
     W = torch.cat([params["layer1.W_Q"], params["layer1.W_K"]])             # (2d, d_QK)
@@ -116,9 +105,8 @@ def qk_reduced(params: dict, cfg: ModelConfig) -> tuple[dict, ModelConfig]:
 
 def collapse_instance(*, N: int = 4, n: int = 4, d: int = 32, m: int = 32, d_qk: int = 1024,
                       scale: str | float = "1/d_qk", seed: int = 0):
-    """The gradient-descent instance of the chapter *Rank collapse under gradient descent*:
-    ``(params, X, Y, cfg)``, ReLU, one target per token, attention scale ``1/d_qk`` by default
-    (nearly uniform attention at initialization), ``cfg.beta = 1``."""
+    """The instance of chapter *Rank collapse under gradient descent*: ``(params, X, Y, cfg)``, ReLU,
+    scale ``1/d_qk`` (nearly uniform attention at ``theta_0``)."""
     cfg = ModelConfig(d=d, d_qk=d_qk, m=m, c=1, beta=1.0, scale=scale)
     return (*problem(cfg, N, n, seed), cfg)
 
@@ -138,9 +126,8 @@ def regime_settings(regime: dict, defaults: dict, what: str) -> dict:
 
 
 def certified_instance(seed: int = 0, *, N: int = 1, n: int = 2, d: int = 1024, **regime):
-    """An instance of the certified regime: ``(params, X, Y, cfg)``, with ``d_QK = d``, FFN width
-    ``m = max(1, round(ffn_ratio d))`` and the settings of :data:`CERTIFIED_REGIME` (``regime``
-    overrides them)."""
+    """``(params, X, Y, cfg)`` of :data:`CERTIFIED_REGIME` (``regime`` overrides it), ``d_QK = d``,
+    ``m = max(1, round(ffn_ratio d))``."""
     r = regime_settings(regime, CERTIFIED_REGIME, "certified regime")
     ratio = as_real("ffn_ratio", r["ffn_ratio"], minimum=0.0, above=True)
     cfg = ModelConfig(d=d, d_qk=d, m=max(1, round(ratio * d)), c=1, beta=r["beta"],
@@ -158,9 +145,8 @@ FFN_CERTIFIED_REGIME = dict(m=4096, branch_scale=0.001, readout_scale=4.0, ffn_g
 
 def ffn_certified_instance(seed: int = 0, *, N: int = 4, n: int = 4, d: int = 8, d_qk: int | None = None,
                            **regime):
-    """An instance of :data:`FFN_CERTIFIED_REGIME`: ``(params, X, Y, cfg)``, one block, one output,
-    ``d_QK = d`` unless given; ``regime`` overrides the settings (``pool="mean"`` for the pooled
-    readout, one target per sequence). The default sizes have ``N n = 16 > d = 8``."""
+    """``(params, X, Y, cfg)`` of :data:`FFN_CERTIFIED_REGIME` (``regime`` overrides it), one block,
+    one output, ``d_QK = d`` unless given; the default sizes have ``N n = 16 > d = 8``."""
     r = regime_settings(regime, FFN_CERTIFIED_REGIME, "FFN certified regime")
     cfg = ModelConfig(d=d, d_qk=d if d_qk is None else d_qk, m=r["m"], c=1, beta=r["beta"],
                       activation=r["activation"], scale=r["scale"], pool=r["pool"])

@@ -26,8 +26,7 @@ def alpha(sigma_0: float) -> float:
 
 
 def path_radius(phi_0: float, sigma_0: float) -> float:
-    """``rho = 4 sqrt(2 Phi_0) / sigma_0 = 2 sqrt(2 Phi_0 / alpha)``, the left side of part (b) of
-    ``thm-main``: a bound on the path length of the run (``inf`` when ``sigma_0 = 0``)."""
+    """``rho = 4 sqrt(2 Phi_0) / sigma_0``, the path-length bound of part (b) of ``thm-main``."""
     return 4 * math.sqrt(2 * phi_0) / sigma_0 if sigma_0 > 0 else math.inf
 
 
@@ -54,8 +53,7 @@ def random_point(params, radius: float, gen: torch.Generator) -> dict:
 
 
 def hessian_norm(params, X, Y, cfg, *, iters: int = 20, seed: int = 0) -> float:
-    """An *estimate* (from below, not a bound) of ``||nabla^2 Phi(theta)||_2`` by power iteration
-    on exact Hessian-vector products (``inf`` when one overflows)."""
+    """An estimate from below of ``||nabla^2 Phi(theta)||_2``: power iteration on Hessian-vector products."""
     iters = as_int("iters", iters, minimum=1)
     names = list(params)
 
@@ -173,8 +171,7 @@ def ffn_rows(cfg: ModelConfig, N: int, n: int) -> int:
 
 
 def activation_rows(M: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
-    """``M~``: the last block's activations ``M = act(Z_L W_1)`` (``(N, n, m)``) stacked
-    (``N n x m``), or their mean over the tokens of each sequence (``N x m``, ``pool="mean"``)."""
+    """``M~``: the last activations ``M`` stacked (``N n x m``), or per-sequence means if pooled."""
     return M.mean(dim=-2) if cfg.pool == "mean" else stacked(M)
 
 

@@ -9,12 +9,10 @@ Book chapter *The model* (``book/model.md``), equations (1)-(4). One block::
     H    = M W_2 + beta_ffn Z                       (3)
     F    = H W_U                                    (4)
 
-``L`` blocks are stacked (``H`` of one block is ``X`` of the next); ``pool="mean"`` averages the
-rows of the last ``H`` before ``W_U``. The weights are a ``dict``: ``"layer{l}.W_Q"``, ...,
-``"layer{l}.W_2"`` (``l`` from 1) and ``"W_U"``, each with an optional leading axis of ``B``
-configurations. :func:`forward_trace`, :func:`phi` and :func:`phi_and_grad` are pure and unchecked
-(the arithmetic is :mod:`convres.backprop`); :func:`forward` and :func:`loss` are the checked
-entry points (:func:`check_inputs`, :func:`check_cost`).
+``L`` blocks are stacked; ``pool="mean"`` averages the rows of the last ``H``. Weights: a dict
+``"layer{l}.W_Q"``, ..., ``"W_U"``, optionally with a leading axis of ``B`` configurations.
+:func:`forward_trace`, :func:`phi`, :func:`phi_and_grad` are pure (:mod:`convres.backprop`);
+:func:`forward` and :func:`loss` are the checked entry points (:func:`check_inputs`).
 """
 
 from __future__ import annotations
@@ -41,16 +39,9 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class Activation:
-    """An FFN activation and the constants the theory needs (book chapter *Assumptions*).
-
-    Attributes:
-        fn: the function, applied entrywise.
-        smooth: whether ``fn'`` is Lipschitz (the descent lemma needs a smooth loss).
-        gain: ``sup_x |fn(x)| / |x|`` (``inf`` when ``fn(0) != 0``), the FFN lemma's constant.
-        lip: ``sup_x |fn'(x)|``, the Lipschitz constant of ``fn``.
-        lip2: ``sup_x |fn''(x)|`` (``inf`` for ReLU), the Lipschitz constant of ``fn'``.
-        grad: ``grad(P, M, dM) = fn'(P) * dM`` given ``M = fn(P)`` (autograd's when ``None``).
-    """
+    """An FFN activation ``fn`` (entrywise) and its constants (chapter *Assumptions*): ``smooth``
+    (``fn'`` Lipschitz), ``gain = sup|fn(x)|/|x|``, ``lip = sup|fn'|``, ``lip2 = sup|fn''|``;
+    ``grad(P, M, dM) = fn'(P) * dM`` for ``M = fn(P)`` (autograd's when ``None``)."""
 
     fn: Callable[[torch.Tensor], torch.Tensor]
     smooth: bool
@@ -96,18 +87,10 @@ RESIDUAL_NAMES = ("beta_attn", "beta_ffn")
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Sizes and options of the model (everything but the weights).
-
-    Attributes:
-        d, d_qk, m, c: the sizes: ``X`` is ``n x d``, ``W_Q, W_K`` are ``d x d_qk``, ``W_1`` is
-            ``d x m``, ``W_U`` is ``d x c``.
-        L: number of stacked blocks (``L = 1`` is the paper's single-layer model).
-        beta: residual coefficient of both connections (1 = the paper's model, 0 = none).
-        beta_attn, beta_ffn: separate coefficients; ``None`` means ``beta`` (:attr:`residual`).
-        activation: name of the FFN activation, one of :data:`ACTIVATIONS`.
-        scale: attention scale ``s``: one of :data:`SCALES` or a positive number.
-        pool: ``None`` (one output row per token) or ``"mean"`` (one output per sequence).
-    """
+    """The model but its weights: ``X`` is ``n x d``, ``W_Q, W_K`` ``d x d_qk``, ``W_1`` ``d x m``,
+    ``W_U`` ``d x c``; ``L`` blocks; residual ``beta`` (1: the paper's model, 0: none), or
+    ``beta_attn``/``beta_ffn`` apart; ``activation`` in :data:`ACTIVATIONS`; ``scale`` in
+    :data:`SCALES` or a number; ``pool`` ``None`` (per token) or ``"mean"`` (per sequence)."""
 
     d: int
     d_qk: int
@@ -190,9 +173,8 @@ def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
 
 def memory_estimate(cfg: ModelConfig, N: int, n: int, *, configs: int = 1, dtype=torch.float64,
                     training: bool = True) -> int:
-    """Bytes that ``configs`` configurations need on ``N`` sequences of ``n`` tokens, roughly: 4
-    copies of the weights and twice the activations kept for the backward pass (``training``), or
-    each once (a forward pass)."""
+    """Rough bytes for ``configs`` configurations on ``N x n`` tokens: 4 copies of the weights and
+    2 of the activations when ``training``, else one of each."""
     weights = sum(a * b for a, b in param_shapes(cfg).values())
     activations = N * n * (cfg.d + cfg.L * (2 * n + 2 * cfg.d_qk + 4 * cfg.d + 2 * cfg.m))
     copies = (4, 2) if training else (1, 1)
@@ -202,8 +184,7 @@ def memory_estimate(cfg: ModelConfig, N: int, n: int, *, configs: int = 1, dtype
 def check_cost(cfg: ModelConfig, N: int = 0, n: int = 0, *, configs: int = 1, dtype=torch.float64,
                device=None, training: bool = True) -> None:
     """Refuse (:class:`convres.runtime.CostRefused`) before allocating when :func:`memory_estimate`
-    exceeds the memory of ``device``: the cost policy of :func:`init_params` (``N = 0``),
-    :func:`forward`, :func:`loss` and gradient descent."""
+    exceeds ``device``'s memory (the weights alone when ``N = 0``)."""
     task = "gradient descent" if training else "the forward pass" if N else "the weights"
     on = f" on X of shape (N={N}, n={n}, d={cfg.d})" if N else ""
     what = f"{task}{on} of a model with d={cfg.d}, d_qk={cfg.d_qk}, m={cfg.m}, c={cfg.c}, L={cfg.L}"
@@ -217,8 +198,7 @@ def check_cost(cfg: ModelConfig, N: int = 0, n: int = 0, *, configs: int = 1, dt
 
 
 def generator(seed: int | torch.Generator) -> torch.Generator:
-    """A ``torch.Generator`` seeded with ``seed`` (an integer in ``0 .. 2**63 - 1``), or ``seed``
-    itself when it already is a generator."""
+    """A ``torch.Generator`` seeded with ``seed`` (``0 .. 2**63 - 1``), or ``seed`` if it is one."""
     if isinstance(seed, torch.Generator):
         return seed
     return torch.Generator().manual_seed(as_seed("seed", seed))
@@ -226,14 +206,9 @@ def generator(seed: int | torch.Generator) -> torch.Generator:
 
 def init_params(cfg: ModelConfig, seed: int | torch.Generator = 0, *, dtype=torch.float64,
                 device=None, branch_scale: float | None = None) -> dict[str, torch.Tensor]:
-    """Gaussian initialization (the book's assumption "Gaussian initialization").
-
-    Every entry is drawn independently from ``N(0, std^2)`` with ``std = 1/sqrt(fan_in)``:
-    ``1/sqrt(d)`` for ``W_Q, W_K, W_V, W_1, W_U``, ``1/sqrt(m)`` for ``W_2``; the residual branches
-    ``W_V`` and ``W_2`` are multiplied by ``branch_scale`` (default ``1/sqrt(L)``). Drawn in
-    float64 from ``seed`` (an integer or a ``torch.Generator``: the same seed gives bit-identical
-    weights), then converted to ``dtype`` on ``device``.
-    """
+    """Gaussian initialization (assumption "Gaussian initialization"): entries ``N(0, 1/fan_in)``,
+    ``W_V`` and ``W_2`` times ``branch_scale`` (default ``1/sqrt(L)``); drawn in float64 from
+    ``seed``, then converted to ``dtype`` on ``device``."""
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}.")
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
@@ -305,8 +280,7 @@ def _passes(params, X, cfg, residual, Y=None, trace=True):
         grads = {k: grads[k] for k in params}
     if trace:
         lead, (N, n) = (() if B is None else (B,)), X.shape[-3:-1]
-        fields = backprop.trace_fields([out for _, out in blocks], [W["W_V"] for W in args[0]], lead, N, n)
-        tr = Trace._make([*fields, F.reshape(*lead, N, *(() if cfg.pool == "mean" else (n,)), -1)])
+        tr = backprop.trace_of(blocks, args[0], F, lead, N, n, cfg.pool == "mean")
     return phi, grads, tr
 
 
@@ -375,14 +349,9 @@ def loss(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, c
 
 def check_inputs(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor | None,
                  cfg: ModelConfig, *, residual=None, finite: bool = True) -> int | None:
-    """Raise a clear error unless ``cfg``, ``params``, ``X`` (and ``Y``) fit together; return the
-    number ``B`` of stacked configurations (``None`` for plain weights).
-
-    ``params``: exactly the weights of ``cfg`` (all with a leading axis ``B``, or none); every
-    tensor dense, real floating-point, not from inference mode, of one dtype and device; ``X``
-    ``(N, n, d)``, ``Y`` ``(N, n, c)`` or ``(N, c)`` pooled; ``residual`` a pair of numbers ``>= 0``
-    or ``(B,)`` tensors; with ``finite`` every value finite (not inside ``torch.func.vmap``).
-    """
+    """Raise a clear error unless ``cfg``, ``params`` (all stacked ``B`` deep or none), ``X``
+    ``(N, n, d)``, ``Y`` ``(N, n, c)`` (``(N, c)`` pooled) and ``residual`` fit together: dense real
+    tensors of one dtype and device, finite values if ``finite``. Returns ``B`` (``None``: unstacked)."""
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}; "
                         "create one with convres.ModelConfig(d=..., d_qk=..., m=...).")
@@ -448,14 +417,8 @@ def _check_params(params, cfg, finite) -> int | None:
     kinds = set()
     for name, shape in expected.items():
         w = params[name]
-        label = f"params[{name!r}]"
-        if not isinstance(w, torch.Tensor):
-            raise TypeError(f"{label} must be a torch.Tensor, got {type(w).__name__}.")
-        if tuple(w.shape) != lead + shape:
-            raise ValueError(f"{label} has shape {tuple(w.shape)}, expected {lead + shape} "
-                             f"(d={cfg.d}, d_qk={cfg.d_qk}, m={cfg.m}, c={cfg.c}"
-                             + (f", {B} stacked configurations" if B else "") + ").")
-        _check_tensor(label, w, lead + shape, str(lead + shape), finite)
+        sizes = f"d={cfg.d}, d_qk={cfg.d_qk}, m={cfg.m}, c={cfg.c}" + (f", B={B}" if B else "")
+        _check_tensor(f"params[{name!r}]", w, lead + shape, f"{lead + shape} ({sizes})", finite)
         kinds.add((w.dtype, w.device))
     if len({k[0] for k in kinds}) > 1:
         raise TypeError(f"the weights mix dtypes {sorted(str(k[0]) for k in kinds)}; convert them to "

@@ -1,15 +1,9 @@
-"""Protocol v4: what every claim of the paper is measured by and graded against, fixed before the v4
-runs (the commit tagged ``protocol-v4`` holds this module).
+"""Protocol v4 (the commit tagged ``protocol-v4``): how each claim of the paper is measured and graded.
 
-A claim (:class:`Claim`) is turned into one effect per paired *unit* (a seed, or a seed in one
-pre-named regime or depth; the arms of a unit start from the same weights), signed so that a
-positive effect is the paper's direction, on a symmetric scale (a log ratio, a difference of mean
-log-losses in decades, a rank correlation); its ``margin`` is the smallest effect the paper's words
-claim, on the same scale. :func:`convres.stats.grade` decides the verdict; a failed design check
-(:class:`Check`, section 3) makes a claim *not testable*. The alternative measures of a claim are
-graded the same way, with the primary's margin (a speed alternative is the log10 ratio of steps, in
-decades like the primary), and shown beside the verdict; only the primary grade counts. Changes made
-after the tag are :data:`DEVIATIONS`.
+A :class:`Claim` gives one effect per paired *unit* (a seed, or a seed in a pre-named regime or
+depth), positive in the paper's direction, with a ``margin`` on the same scale;
+:func:`convres.stats.grade` decides the verdict, a failed design :class:`Check` makes it *not
+testable*; alternatives are graded alike but only the primary counts. Later changes: :data:`DEVIATIONS`.
 """
 
 from __future__ import annotations
@@ -56,13 +50,10 @@ PROTOCOLS = ("tuned", "common")
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """One claim: its ``id``, the paper's words (``tex``: symbols as ``$...$`` TeX, :func:`convres.show.tex`;
-    ``text`` for a terminal), the primary ``measure`` per ``unit`` on its ``scale`` (TeX too), what a
-    positive effect means (``sign``), the ``margin``, the ``rule`` ("superiority"; "non-inferiority" for
-    T3), the pre-named ``subsets`` (strata of the units), ``every`` (reproduced only if reproduced in
-    every subset), the ``alternatives`` ``(measure, protocol)`` (their TeX in :data:`ALTERNATIVES`), the
-    design ``checks`` it needs and the ``statistic`` ("mean" of unit effects, or "spearman" within each
-    stratum)."""
+    """One claim: ``id``, the paper's words (``tex``), the primary ``measure`` per ``unit`` on its
+    ``scale``, the ``sign`` of a positive effect, ``margin``, ``rule`` (non-inferiority for T3), the
+    strata ``subsets`` (``every``: reproduced in each), ``alternatives`` ``(measure, protocol)``, the
+    design ``checks`` and the ``statistic`` ("mean" of unit effects, or "spearman" per stratum)."""
 
     id: str
     tex: str
@@ -94,8 +85,7 @@ class Claim:
 
 @dataclasses.dataclass(frozen=True)
 class Check:
-    """A design check of section 3: it passes iff its value ``<op> threshold`` (``op`` one of ``<``,
-    ``<=``, ``>=``, ``>``); run before the evaluation runs. ``tex``: what the value counts, in TeX."""
+    """A design check of section 3, run before the evaluation: passes iff ``value <op> threshold``."""
 
     name: str
     experiment: str

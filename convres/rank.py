@@ -1,6 +1,5 @@
-"""Singular values and measures of (near) rank collapse (definition ``rc-def-measures``), for one
-matrix ``(n, k)`` or a batch ``(..., n, k)``. Every SVD goes through :func:`singular_values`, which
-refuses a non-finite matrix with :class:`NonFiniteError` (LAPACK would return garbage).
+"""Singular values and the measures of rank collapse (definition ``rc-def-measures``), for a matrix
+``(n, k)`` or a batch ``(..., n, k)``; a non-finite matrix is refused (:class:`NonFiniteError`).
 """
 
 from __future__ import annotations
@@ -24,70 +23,64 @@ def stacked(M: torch.Tensor) -> torch.Tensor:
     return M.reshape(*M.shape[:-3], -1, M.shape[-1]) if M.dim() >= 3 else M
 
 
-def singular_values(M: torch.Tensor, name: str = "the matrix") -> torch.Tensor:
-    """Singular values ``sigma_1 >= ... >= sigma_r`` of ``M`` (of each matrix of a batch)."""
-    if not isinstance(M, torch.Tensor) or M.dim() < 2:
-        raise ValueError(f"expected a matrix or a batch of matrices, got {getattr(M, 'shape', type(M))}.")
+def _finite(M: torch.Tensor, name: str) -> torch.Tensor:
+    """``M`` detached; a :class:`NonFiniteError` if it has NaN or infinite entries."""
     M = M.detach()
     if not bool(torch.isfinite(M).all()):
         raise NonFiniteError(f"{name} has NaN or infinite entries, so it has no singular values; the "
                              "computation that produced it overflowed (check beta, the step size and "
                              "the scale of the data).")
-    return torch.linalg.svdvals(M)
+    return M
+
+
+def singular_values(M: torch.Tensor, name: str = "the matrix") -> torch.Tensor:
+    """Singular values ``sigma_1 >= ... >= sigma_r`` of ``M`` (of each matrix of a batch)."""
+    if not isinstance(M, torch.Tensor) or M.dim() < 2:
+        raise ValueError(f"expected a matrix or a batch of matrices, got {getattr(M, 'shape', type(M))}.")
+    return torch.linalg.svdvals(_finite(M, name))
 
 
 def extreme_singular_values(M: torch.Tensor) -> torch.Tensor:
-    """``(sigma_min, sigma_max)`` of the stacked matrix of ``M`` (``(N, n, k)``, or ``(B, N, n, k)``
-    for ``B`` configurations): a tensor of shape ``(2,)`` or ``(B, 2)``. ``sigma_min`` is the
-    smallest of the ``min(N n, k)`` singular values (``sigma_Nn`` when ``N n <= k``)."""
+    """``(sigma_min, sigma_max)`` of the stacked ``M`` (``(N, n, k)``, or ``(B, N, n, k)``: ``(B, 2)``);
+    ``sigma_min`` is the smallest of the ``min(N n, k)`` singular values."""
     s = singular_values(stacked(M))
     return torch.stack([s[..., -1], s[..., 0]], dim=-1)
 
 
 def sigma_nn(M: torch.Tensor) -> float:
-    """``sigma_{Nn}``, the ``N n``-th largest singular value of the stacked ``M`` (``(N, n, d)`` or
-    ``(N n, d)``): 0 when ``N n > d`` (a left null space; the PL lemma gives nothing)."""
-    if not isinstance(M, torch.Tensor) or M.dim() not in (2, 3):
-        raise ValueError("M must be a tensor of shape (N, n, d) or (N n, d), got "
-                         f"{getattr(M, 'shape', M)!r}.")
+    """``sigma_{Nn}`` of the stacked ``M`` (``(N, n, d)`` or ``(N n, d)``); 0 when ``N n > d``."""
     A = stacked(M)
     rows, cols = A.shape
     return 0.0 if rows > cols else float(singular_values(A)[rows - 1])
 
 
 def sigma_k(M: torch.Tensor, k: int | None = None) -> float:
-    """``sigma_k(M)`` in float64 (``k`` = the number of rows by default; 0 when ``k`` exceeds the
-    smaller side), for a wide matrix with many rows from the ``rows x rows`` Gram matrix."""
+    """``sigma_k(M)`` in float64 (``k``: the number of rows by default; 0 past the smaller side); a
+    wide matrix with many rows from its ``rows x rows`` Gram matrix."""
     M = M.detach().to(torch.float64)
     rows, cols = M.shape
     k = rows if k is None else k
     if k > min(rows, cols):
         return 0.0
+    M = _finite(M, "the matrix")
     if rows <= 256 or 4 * rows > 3 * cols or k != rows:
-        return float(singular_values(M)[k - 1])
-    if not bool(torch.isfinite(M).all()):
-        raise NonFiniteError("the matrix has NaN or infinite entries, so it has no singular values.")
+        return float(torch.linalg.svdvals(M)[k - 1])
     return math.sqrt(max(float(torch.linalg.eigvalsh(M @ M.T)[0]), 0.0))
 
 
 def spectral_norm(W: torch.Tensor) -> float:
     """``||W||_2`` in float64: an SVD for small matrices, else from the smaller Gram matrix."""
-    W = W.detach().to(torch.float64)
+    W = _finite(W, "the matrix").to(torch.float64)
     if min(W.shape) <= 128:
-        return float(singular_values(W)[0])
-    if not bool(torch.isfinite(W).all()):
-        raise NonFiniteError("the matrix has NaN or infinite entries, so it has no spectral norm.")
+        return float(torch.linalg.svdvals(W)[0])
     G = W.T @ W if W.shape[1] <= W.shape[0] else W @ W.T
     return math.sqrt(max(float(torch.linalg.eigvalsh(G)[-1]), 0.0))
 
 
 def singular_value_measures(sv: torch.Tensor) -> dict[str, torch.Tensor]:
-    """From decreasing singular values ``sv``: ``sigma_min``, ``sigma_max``, the condition number
-    ``sigma_max / sigma_min``, the effective rank ``exp(H(p))``, ``p_i = sigma_i / sum_j sigma_j``
-    (Roy & Vetterli 2007), and the stable rank ``sum_i sigma_i^2 / sigma_max^2``."""
-    if not isinstance(sv, torch.Tensor) or sv.dim() < 1 or sv.shape[-1] == 0:
-        raise ValueError("sv must be a non-empty tensor of singular values (last dimension), got "
-                         f"{getattr(sv, 'shape', type(sv).__name__)}; compute it with singular_values(M).")
+    """From decreasing singular values: ``sigma_min``, ``sigma_max``, ``condition``, the effective
+    rank ``exp(H(p))``, ``p_i = sigma_i / sum_j sigma_j`` (Roy & Vetterli 2007), and the stable
+    rank ``sum_i sigma_i^2 / sigma_max^2``."""
     s_max, s_min = sv[..., 0], sv[..., -1]
     p = sv / sv.sum(-1, keepdim=True)
     entropy = -(torch.where(p > 0, p * torch.log(p), torch.zeros_like(p))).sum(-1)
@@ -103,17 +96,11 @@ def singular_value_measures(sv: torch.Tensor) -> dict[str, torch.Tensor]:
 def weyl_lower_bounds(X: torch.Tensor, A: torch.Tensor, beta: float) -> torch.Tensor:
     """``b_k = beta sigma_min(X) - sigma_{k+1}(A)``, ``k = 0 .. r-1``: by Weyl's inequality
     ``sigma_{r-k}(A + beta X) >= b_k`` (lemma ``thm-lem-residual``); informative only when positive."""
-    tensors = isinstance(X, torch.Tensor) and isinstance(A, torch.Tensor)
-    if not tensors or X.dim() != 2 or X.shape != A.shape:
-        raise ValueError(f"X and A must be matrices of the same shape, got {getattr(X, 'shape', X)} and "
-                         f"{getattr(A, 'shape', A)}.")
     return beta * singular_values(X, "X")[-1] - singular_values(A, "A")
 
 
 def rank_one_residual(M: torch.Tensor, *, relative: bool = False) -> torch.Tensor:
     """``min_x ||M - 1 x^T||_F = ||M - mean row||_F``: ``res(M)`` of Dong, Cordonnier & Loukas (2021)
     in the Frobenius norm; divided by ``||M||_F`` with ``relative=True``."""
-    if not isinstance(M, torch.Tensor) or M.dim() < 2:
-        raise ValueError(f"expected a matrix or a batch of matrices, got {getattr(M, 'shape', type(M))}.")
     res = torch.linalg.matrix_norm(M - M.mean(dim=-2, keepdim=True))
     return res / torch.linalg.matrix_norm(M) if relative else res

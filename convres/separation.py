@@ -61,10 +61,8 @@ def centred(G: torch.Tensor) -> torch.Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class PerpCentre:
-    """The within-sequence quantities at ``theta_0`` (exact up to float64): ``eps_i = ||S_i - 1
-    1^T/n||_F`` per sequence; ``ux = ||U X||_2`` (stacked, ``U X_i = 1 xbar_i^T``); ``cZ, cM, cH``:
-    ``||C(.)||_2`` of the stacked ``Z_0, M_0, H_0``; ``cF = ||C(F_0)||_F``; ``par = ||(I - C)(F_0 -
-    Y)||_F``; ``CY = ||C(Y)||_F``; the chain's :class:`~convres.certify.Centre` ``c``."""
+    """At ``theta_0``: ``eps_i = ||S_i - 1 1^T/n||_F``, ``ux = ||U X||_2``, ``cZ, cM, cH = ||C(.)||_2``
+    of ``Z_0, M_0, H_0``, ``cF = ||C(F_0)||_F``, ``par = ||(I - C)(F_0 - Y)||_F``, ``CY = ||C(Y)||_F``."""
 
     c: Centre
     eps_i: np.ndarray
@@ -106,11 +104,9 @@ def perp_centre(params, X, Y, cfg) -> PerpCentre:
 
 
 def perp_chain(pc: PerpCentre, ra: float, rw: float, steps: int = 48) -> tuple[float, float, float]:
-    """Lemma sep-lem-chain (equation sep-chain of the chapter) on ``B(ra, rw) = {||(W_Q, W_K) - a_0||
-    <= ra, ||(W_V, W_1, W_2, W_U) - w_0|| <= rw}``: ``(delta_perp, Jp_a, Jp_w)`` with ``||C(F)||_F <=
-    ||C(F_0)||_F + delta_perp`` there, ``Jp_a, Jp_w`` bounding the attention and the other blocks'
-    parts of the Jacobian of ``C(F)`` (``Jp_a`` also that of ``F``); upper Riemann sums on ``steps``
-    pieces, ``p_i = min(1/2, 1/n + eps_i)`` bounding the softmax Jacobian."""
+    """Lemma sep-lem-chain (equation sep-chain) on ``B(ra, rw)`` (attention weights within ``ra``, the
+    rest within ``rw``): ``(delta_perp, Jp_a, Jp_w)``, ``||C(F)||_F <= ||C(F_0)||_F + delta_perp``,
+    by upper Riemann sums on ``steps`` pieces."""
     c, h = pc.c, 1.0 / steps
     x, s, n = c.x_i, c.s, c.n
     eps, cZ, cM, cH, Zb, delta = pc.eps_i.astype(float), pc.cZ, pc.cM, pc.cH, c.z0, 0.0
@@ -138,11 +134,9 @@ def perp_chain(pc: PerpCentre, ra: float, rw: float, steps: int = 48) -> tuple[f
 
 
 def path_radii(pc: PerpCentre, mu: float, max_steps: int = 10 ** 7, radii=RADII):
-    """Lemma sep-lem-path (equation sep-path): ``[(r_a,t, r_t, R_t)]``, ``t = 0, 1, ...``, with
-    ``||(W_Q, W_K)_t - a_0|| <= r_a,t``, ``||theta_t - theta_0|| <= r_t`` and ``||(I - C)(F_t - Y)|| <=
-    R_t`` for gradient descent with step ``mu``, until ``r_t`` leaves ``radii`` or ``C(F)`` may pass
-    the threshold; bounds (:func:`convres.certify.smoothness_bounds`, :func:`perp_chain`) tabulated on
-    ``radii``, read just above ``r_t``. The last index is ``T_path`` of theorem sep-thm."""
+    """Lemma sep-lem-path (equation sep-path): ``[(r_a,t, r_t, R_t)]`` bounding the attention's and all
+    weights' distance and ``||(I - C)(F_t - Y)||`` under step ``mu``, until ``r_t`` leaves ``radii`` or
+    ``C(F)`` may pass the threshold (the last index is ``T_path``); bounds tabulated on ``radii``."""
     chains = np.array([perp_chain(pc, r, r, steps=24) for r in radii])
     floor_dp = np.array([perp_chain(pc, 0.0, r, steps=24)[0] for r in radii])   # delta_perp(0, r)
     bounds = np.array([smoothness_bounds(pc.c, r) for r in radii])
@@ -169,9 +163,8 @@ def path_radii(pc: PerpCentre, mu: float, max_steps: int = 10 ** 7, radii=RADII)
 
 @dataclasses.dataclass(frozen=True)
 class Plateau:
-    """Theorem sep-thm (a) on one instance without the residual: ``Phi_t >= floor / 2`` for every
-    ``t <= T_lb`` of gradient descent with step ``mu``. ``certified``: ``T_lb >= 1``. ``radius``,
-    ``radius_attention``: the path bounds at ``T_lb``; ``room``: ``TAU ||C(Y)|| - ||C(F_0)||``."""
+    """Theorem sep-thm (a): ``Phi_t >= floor / 2`` for ``t <= T_lb`` under step ``mu`` (``certified``:
+    ``T_lb >= 1``), with the path bounds at ``T_lb``."""
 
     certified: bool
     T_lb: int
@@ -187,8 +180,7 @@ class Plateau:
 
 def plateau_certificate(params, X, Y, cfg, mu: float) -> Plateau:
     """Theorem sep-thm (a): the largest ``T <= T_path`` with ``||C(F_0)|| + delta_perp(r_a,T, r_T) <=
-    TAU ||C(Y)||`` (:func:`perp_chain` at the radii of :func:`path_radii`, whose last index is
-    ``T_path``), by bisection; ``T_lb = 0`` when ``||C(F_0)||`` is already above the threshold."""
+    TAU ||C(Y)||``, by bisection (0 when already above)."""
     mu = as_real("mu (the step size)", mu, minimum=0.0, above=True)
     pc = perp_centre(params, X, Y, cfg)
     path = path_radii(pc, mu) if pc.room > 0 else [(0.0, 0.0, pc.par)]
@@ -210,11 +202,8 @@ def escape_step(params, X, Y, cfg, mu: float, steps: int) -> int | None:
 
 
 def path_check(params, X, Y, cfg, mu: float, steps: int | None = None) -> dict:
-    """Lemmas sep-lem-path and sep-lem-chain against one run with step ``mu`` (no residual), ``t = 1 ..
-    min(steps, T_path - 1)``: the largest observed/bound ratio of ``||theta_t - theta_0|| / r_t``
-    (``"r"``), ``||a_t - a_0|| / r_a,t`` (``"r_a"``), ``||(I - C)(F_t - Y)|| / R_t`` (``"R"``),
-    ``||C(F_t)|| / (||C(F_0)|| + delta_perp)`` (``"CF"``), ``(||C(F_t)|| - ||C(F_0)||) / delta_perp``
-    (``"dCF"``), above 1 a refutation; ``"steps"`` and the run's ``"loss"``."""
+    """Lemmas sep-lem-path and sep-lem-chain against one run (no residual), ``t < T_path``: the largest
+    observed/bound ratio of each bound (``r``, ``r_a``, ``R``, ``CF``, ``dCF``; above 1 refutes)."""
     mu = as_real("mu (the step size)", mu, minimum=0.0, above=True)
     pc = perp_centre(params, X, Y, cfg)
     path = path_radii(pc, mu)
@@ -245,10 +234,9 @@ def path_check(params, X, Y, cfg, mu: float, steps: int | None = None) -> dict:
 
 def separation_report(d_qk: int, seed: int = 0, *, mu: float | None = None, N: int = 1, n: int = 2,
                       d: int = 1024) -> dict:
-    """Theorem sep-thm on :func:`separation_instance` (what ``theorem separation --json`` prints):
-    ``with_residual``, the sharpest certificate at ``beta = 1`` (``rate = mu alpha``, ``steps_to``
-    ``1e-2 Phi_0``; ``None`` when ``mu`` exceeds the certified ``mu_res``, the ``*_at_mu_res`` always
-    given); ``plateau`` at ``mu`` (default ``mu_res``); ``separation``: ``steps_to <= T_lb``."""
+    """Theorem sep-thm on :func:`separation_instance`: the sharpest certificate at ``beta = 1``
+    (``steps_to`` ``1e-2 Phi_0``), the ``plateau`` at ``mu`` (default ``mu_res``) and ``separation``:
+    ``steps_to <= T_lb``."""
     X, Y, params, cfg = separation_instance(d_qk, seed, N=N, n=n, d=d)
     res = sharpest_certificate_of(centre(params, X, Y, cfg.with_residual(1.0)))
     mu = res.mu if mu is None else as_real("mu", mu, minimum=0.0, above=True)

@@ -68,9 +68,8 @@ def _part_b(params, X, Y, cfg, phi: float, sigma_0: float, grad_norm: float) -> 
 
 
 def part_b_check(params, X, Y, cfg) -> dict:
-    """Can part (b) apply? ``fails``: ``rho = 4 sqrt(2 Phi_0) / sigma_0 >= r_sigma_upper`` (no ball
-    exists); ``holds``: certified (:func:`convres.certify.certificate`) for the step ``mu_certified``;
-    ``None`` when undecided. Also ``J0 = ||grad Phi_0|| / sqrt(2 Phi_0) <= J_B``, ``radius_lower_A5``."""
+    """Part (b): ``fails`` if ``rho = 4 sqrt(2 Phi_0) / sigma_0 >= r_sigma_upper``; ``holds`` if
+    certified (step ``mu_certified``), else ``None``; ``J0 = ||grad Phi_0|| / sqrt(2 Phi_0) <= J_B``."""
     _check_per_token(params, X, Y, cfg)
     phi, grads, tr = loss_and_grad(params, X, Y, cfg)
     return _part_b(params, X, Y, cfg, float(phi), sigma_nn(tr.H[-1]), flat_norm(grads.values()))
@@ -118,10 +117,9 @@ def check_assumptions(params, X, Y, cfg, *, mu: float | None = None,
 
 @dataclasses.dataclass
 class RunCheck:
-    """Every inequality of the proof at every step of one run: ``contraction``; ``pl_margin =
-    ||grad_{W_U}||^2 / (2 Phi_t) - sigma_Nn(H_t)^2``; ``descent_margin`` (estimated ``L``);
-    ``half_margin = Phi_t - mu/2 ||g_t||^2 - Phi_{t+1}``; ``sigma_ratio = sigma_Nn(H_t) / sigma_0``;
-    ``observed``: steps with ``half_margin >= 0`` and ``sigma_ratio >= 1/2``; ``max_distance``."""
+    """The proof's inequalities at every step: ``contraction``; ``pl_margin = ||grad_{W_U}||^2 /
+    (2 Phi_t) - sigma_Nn(H_t)^2``; ``descent_margin``; ``half_margin = Phi_t - mu/2 ||g_t||^2 -
+    Phi_{t+1}``; ``sigma_ratio = sigma_Nn(H_t) / sigma_0``; ``observed``: both margins fine."""
 
     contraction: Contraction
     pl_margin: np.ndarray
@@ -200,9 +198,8 @@ class TheoremRun:
         return self.history.status
 
     def summary(self) -> dict:
-        """The scalar fields, JSON-ready (``theorem --json``); ``violations``, ``max_excess``: ``None``
-        if the run diverged or nothing was checked; ``part_b_holds``: ``False`` if certified to fail,
-        ``True`` if certified for this run's step (``mu <= mu_certified``), else ``None``."""
+        """The scalar fields, JSON-ready; ``violations`` ``None`` unless verified; ``part_b_holds``:
+        ``False`` if it fails, ``True`` if certified for this step, else ``None``."""
         verified = self.status != "diverged" and self.check.checked_steps > 0
         h, b = self.history, self.part_b
         mu_cert = b["mu_certified"]
@@ -262,10 +259,9 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
 
 @dataclasses.dataclass
 class FFNTheoremRun:
-    """Gradient descent checked against ``thm-ffn`` (observed): ``alpha_ffn = (sigma_M0 sigma_U0 /
-    4)^2``; the :class:`~convres.checks.Hypothesis` records; per step ``contraction``, ``pl_margin``,
-    ``descent_margin``; at the recorded steps ``sigma_M``, ``sigma_U``, ``lemma_margin`` (the PL
-    lemma); ``observed``: recorded steps where every hypothesis of part (a) held."""
+    """A run checked against ``thm-ffn`` (observed), ``alpha_ffn = (sigma_M0 sigma_U0 / 4)^2``: the
+    hypotheses; per step the contraction, PL and descent margins; at recorded steps ``sigma_M``,
+    ``sigma_U``, ``lemma_margin``; ``observed``: recorded steps where part (a) held."""
 
     alpha_ffn: float
     sigma_M0: float
@@ -321,9 +317,8 @@ class FFNTheoremRun:
 
 def ffn_theorem_run(params, X, Y, cfg, *, mu: float, steps: int, record_every: int = 1,
                     seed: int = 0, smoothness_iters: int = 10) -> FFNTheoremRun:
-    """Gradient descent checked against ``thm-ffn`` (any depth, per token or pooled): the bound, the
-    PL and the descent inequality at every step, ``sigma_rows(M~_t)`` and ``sigma_c(W_U)`` every
-    ``record_every``; ``mu <= 1/L_B`` compared with an estimate ``L_hat_0 <= L_B`` (observed)."""
+    """Gradient descent checked against ``thm-ffn`` (any depth, per token or pooled): the bound, PL and
+    descent every step, ``sigma_rows(M~_t)``, ``sigma_c(W_U)`` every ``record_every``; ``mu L_hat_0 <= 1``."""
     check_inputs(params, X, Y, cfg)
     mu = as_real("mu", mu, minimum=0.0, above=True)
     steps = as_int("steps", steps, minimum=1)
@@ -413,9 +408,8 @@ def _jacobian_rows(params, X, cfg) -> tuple[list[str], list[list[torch.Tensor]]]
 
 
 def tangent_kernel_blocks(params, X, cfg) -> dict:
-    """The tangent kernel ``K = J_0 J_0^T = sum_b K_b``, ``K_b = J_b J_b^T`` per weight block ``b``
-    (``J_0`` the Jacobian of ``vec F``): ``lambda_min``, ``trace`` and per block ``lambda_min``,
-    ``lambda_min_share = lambda_min(K_b) / lambda_min(K)`` and ``trace_share``."""
+    """The tangent kernel ``K = J_0 J_0^T = sum_b K_b`` (``K_b`` per weight block): ``lambda_min``,
+    ``trace`` and per block ``lambda_min``, its share of ``lambda_min(K)`` and ``trace_share``."""
     names, rows = _jacobian_rows(params, X, cfg)
     parts: dict[str, torch.Tensor] = {}
     for j, name in enumerate(names):
@@ -449,10 +443,9 @@ def _one_block_descent(params, X, Y, cfg, block: str, mu: float, steps: int) -> 
 
 
 def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U") -> dict:
-    """How lazy a run is (observed; Chizat, Oyallon & Bach 2019): ``tangent_kernel``
-    (:func:`tangent_kernel_blocks`), ``displacement`` (``_share``) per weight, ``H0_minus_X``,
-    ``max_S_minus_uniform``, ``sigma_Nn_H0``, ``sigma_Nn_X``, the losses of full and of ``block``-only
-    descent (``one_block_gap`` at ``t = 1, 10, 30, T``) and the ``linearization_error`` of ``F`` at ``T``."""
+    """How lazy a run is (observed; Chizat, Oyallon & Bach 2019): the tangent kernel, each weight's
+    displacement, ``||H_0 - X||``, ``max |S - U|``, full against ``block``-only descent
+    (``one_block_gap``) and the ``linearization_error`` of ``F`` at ``T``."""
     check_inputs(params, X, Y, cfg)
     mu = as_real("mu", mu, minimum=0.0, above=True)
     steps = as_int("steps", steps, minimum=1)
@@ -492,8 +485,8 @@ def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U")
 
 # --- how tight the bounds are ---------------------------------------------------------------------------
 
-def _ascend_delta_H(theta0, X, cfg, r, start, steps) -> float:
-    """The largest ``||H(theta) - H_0||_2`` that projected gradient ascent finds on ``B_r``."""
+def _ascend_delta_H(theta0, X, cfg, r, start, steps: int = 10) -> float:
+    """The largest ``||H(theta) - H_0||_2`` that ``steps`` of projected gradient ascent find on ``B_r``."""
     H0 = stacked(trace_no_grad(theta0, X, cfg).H[0])
 
     def value(p):
@@ -514,25 +507,23 @@ def _ascend_delta_H(theta0, X, cfg, r, start, steps) -> float:
     return best
 
 
-def sampled_estimates(params, X, Y, cfg, cert: Certificate, *, samples: int = 1, iters: int = 8,
-                      ascent_steps: int = 10, seed: int = 0) -> dict:
-    """Lower estimates of what the certified bounds bound: ``L_hat`` (at ``theta_0`` and ``samples``
-    points of the ball), ``L_lower = ||H_0||^2 <= L_B``, ``J_0``, ``J_hat``, ``delta_H_hat`` (projected
-    ascent) against ``delta_H_bound``, and ``r_sigma_upper`` (lemma thm-lem-rsigma)."""
+def sampled_estimates(params, X, Y, cfg, cert: Certificate) -> dict:
+    """Lower estimates of what the certificate bounds: ``L_hat`` (at ``theta_0`` and one point of the
+    ball), ``L_lower = ||H_0||^2``, ``J_0``, ``J_hat``, ``delta_H_hat`` (10 steps of projected ascent;
+    ``delta_H_bound``) and ``r_sigma_upper``."""
     check_certifiable(params, X, Y, cfg)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(0)
     theta0 = {k: v.detach() for k, v in params.items()}
 
     def jac_norm(p):
         G = torch.stack([torch.cat(row) for row in _jacobian_rows(p, X, cfg)[1]])
         return math.sqrt(max(float(torch.linalg.eigvalsh(G @ G.T)[-1]), 0.0))
 
-    pts = [random_point(theta0, cert.radius, gen) for _ in range(samples)]
-    L_hat = max(hessian_norm(p, X, Y, cfg, iters=iters, seed=seed) for p in [theta0] + pts)
+    pts = [random_point(theta0, cert.radius, gen)]
+    L_hat = max(hessian_norm(p, X, Y, cfg, iters=8) for p in [theta0] + pts)
     J_0 = jac_norm(theta0)
     J_hat = max([J_0] + [jac_norm(p) for p in pts])
-    dH = _ascend_delta_H(theta0, X, cfg, cert.r_sigma_lower, random_point(theta0, cert.r_sigma_lower, gen),
-                         ascent_steps)
+    dH = _ascend_delta_H(theta0, X, cfg, cert.r_sigma_lower, random_point(theta0, cert.r_sigma_lower, gen))
     c = centre(params, X, Y, cfg)
     return {"L_hat": L_hat, "L_lower": c.h0 ** 2, "J_0": J_0, "J_hat": J_hat, "delta_H_hat": dH,
             "delta_H_bound": chain(c, cert.r_sigma_lower).delta_H,

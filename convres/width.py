@@ -1,10 +1,6 @@
-"""The width theorem: a width ``d_min(N, n, delta)`` above which the certificate holds with
-probability at least ``1 - delta`` over the data and the initialization.
-
-Theorem ``wd-thm-width`` on :func:`convres.instances.certified_instance` (corollary ``wd-cor-fixed``
-for :class:`FixedData`): :func:`worst_case` bounds every input of the certificate's
-:class:`convres.certify.Centre` with probability ``>= 1 - delta`` (``wd-lem-below``);
-:func:`width_condition` finds the smallest width where the worst-case ratio is below 1.
+"""Theorem ``wd-thm-width``: above ``d_min(N, n, delta)`` the certificate holds with probability
+``>= 1 - delta`` (corollary ``wd-cor-fixed`` for :class:`FixedData`). :func:`worst_case` bounds the
+certificate's centre (``wd-lem-below``); :func:`width_condition` finds ``d_min``.
 """
 
 from __future__ import annotations
@@ -40,13 +36,14 @@ __all__ = ["EVENT_GROUPS", "DELTA_SPLIT", "BISECTION_MARGIN", "events", "gelu_se
 #: weight, the FFN, the readout, and (Gaussian targets only) the targets.
 EVENT_GROUPS = ("X", "QK", "V", "FFN", "U", "Y")
 
-#: The split of ``delta`` among the groups (renormalised over the groups that have events). Any
-#: split fixed before the instance is drawn is valid; this one was chosen once, on the bound alone.
+#: The split of ``delta`` among the groups with events (any split fixed in advance is valid).
 DELTA_SPLIT = {"X": 0.45, "QK": 0.05, "V": 0.01, "FFN": 0.07, "U": 0.42, "Y": 0.1}
 
 #: The relative margin ``eta`` that covers the bisection of
 #: :func:`convres.certify.radius_within` (lemma wd-lem-compare: any ``eta >= 2^-39`` does).
 BISECTION_MARGIN = 2.0 ** -30
+#: The widest ``d`` that :func:`width_condition` tries.
+D_MAX = 2 ** 40
 
 
 def _check_regime(regime: dict) -> dict:
@@ -98,10 +95,8 @@ def gelu_second_moment(sigma: float) -> tuple[float, float]:
 
 @dataclasses.dataclass(frozen=True)
 class FixedData:
-    """Fixed data (corollary wd-cor-fixed), zero-padded to any width ``d >= d0``: ``N, n``, ``d0``
-    and the exact norms ``x = ||X||_2``, ``sigma_X = sigma_Nn(X)``, ``x_i = max_i ||X_i||_2``,
-    ``X_F = ||X||_F``, ``ux = ||[1 xbar_1^T; ...]||_2`` (the uniform-attention rows) and ``y =
-    ||Y||_F``. Padding changes none of them."""
+    """Fixed data (corollary wd-cor-fixed): the exact norms ``x = ||X||_2``, ``sigma_X``, ``x_i =
+    max_i ||X_i||_2``, ``X_F``, ``ux = ||[1 xbar_i^T]_i||_2``, ``y = ||Y||_F`` (padding keeps them)."""
 
     N: int
     n: int
@@ -140,8 +135,7 @@ def padded(X: torch.Tensor, d: int) -> torch.Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class WorstCase:
-    """The worst-case centre of definition wd-def-worst at width ``d`` (the chapter's table, under
-    the same names), with the sizes (``m = round(f d)``), ``delta``, ``K`` events and the
+    """Definition wd-def-worst at width ``d`` (the chapter's table's names), with ``K`` events and the
     fluctuation ``t`` of each group."""
 
     N: int
@@ -195,9 +189,8 @@ class WorstCase:
 
 def worst_case(N: int, n: int, d: int, delta: float = 0.05, data: FixedData | None = None,
                **regime) -> WorstCase:
-    """Definition wd-def-worst: the worst-case centre at width ``d`` (``regime``: settings of
-    :data:`convres.instances.CERTIFIED_REGIME` that differ), one event of the chapter's table a
-    line (lemma wd-lem-below); with fixed ``data`` (corollary wd-cor-fixed) its exact norms."""
+    """Definition wd-def-worst at width ``d`` (``regime``: changes to the certified regime), one event
+    a line (lemma wd-lem-below); fixed ``data``: its exact norms."""
     N, n, d = as_int("N", N, minimum=1), as_int("n", n, minimum=1), as_int("d", d, minimum=1)
     delta = as_real("delta", delta, minimum=0.0, above=True, maximum=1.0)
     if delta >= 1:
@@ -292,10 +285,8 @@ def worst_ratio(N: int, n: int, d: int, delta: float = 0.05, data: FixedData | N
 
 @dataclasses.dataclass(frozen=True)
 class WidthCondition:
-    """Theorem wd-thm-width for one ``(N, n, delta)`` and regime: ``d_min``, the smallest ``d >= d_lo``
-    with ``R(d) < 1`` (``None`` if ``ratio_limit = R(d_max) >= 1``); ``ratio`` and ``ratio_below`` at
-    ``d_min`` and ``d_min - 1``; the worst-case ``rho``, ``r_sigma_lower``, ``sigma_0``, ``R0`` and the
-    certified rate's lower bound ``mu_alpha`` at ``d_min``; ``K`` events, fluctuations ``t``."""
+    """Theorem wd-thm-width: ``d_min``, the least ``d >= d_lo`` with ``R(d) < 1`` (``None`` if
+    ``R(D_MAX) >= 1``), ``R`` at ``d_min`` and ``d_min - 1`` and the worst case at ``d_min``."""
 
     N: int
     n: int
@@ -321,14 +312,12 @@ class WidthCondition:
         return finite_fields({**dataclasses.asdict(self), "Nn": self.N * self.n})
 
 
-def width_condition(N: int, n: int, delta: float = 0.05, *, d_max: int = 2 ** 40,
-                    data: FixedData | None = None, **regime) -> WidthCondition:
-    """Theorem wd-thm-width (corollary wd-cor-fixed with fixed ``data``): ``d_min(N, n, delta)``,
-    found by doubling and integer bisection on :func:`worst_ratio` (``R(d_min) < 1 <= R(d_min - 1)``
-    is checked on the result); ``d_min = None`` when ``R(d_max) >= 1``."""
+def width_condition(N: int, n: int, delta: float = 0.05, *, data: FixedData | None = None,
+                    **regime) -> WidthCondition:
+    """:class:`WidthCondition` by doubling and bisection on :func:`worst_ratio` (``R(d_min) < 1 <=
+    R(d_min - 1)`` checked)."""
     t0 = time.perf_counter()
     N, n = as_int("N", N, minimum=1), as_int("n", n, minimum=1)
-    d_max = as_int("d_max", d_max, minimum=2)
     r = _check_regime(regime)
     d_lo = max(N * n + 1, math.ceil(1.5 / r["ffn_ratio"]), data.d0 if data is not None else 1)
 
@@ -337,7 +326,7 @@ def width_condition(N: int, n: int, delta: float = 0.05, *, d_max: int = 2 ** 40
 
     wc = worst_case(N, n, d_lo, delta, data, **regime)    # its events and fluctuations: every d's
     K, t = wc.K, wc.t
-    limit = R(d_max)                                       # R is non-increasing in d (part (i))
+    limit = R(D_MAX)                                       # R is non-increasing in d (part (i))
     if limit >= 1:
         return WidthCondition(N, n, delta, dict(regime), None, d_lo, None, None, None, None, None, None,
                               None, None, K, t, time.perf_counter() - t0, limit)
@@ -367,9 +356,8 @@ def quadratic_lower_bound(N: int, n: int, beta: float = 1.0, ffn_ratio: float = 
 # --- the measured side: the certificate against the width ------------------------------------------
 
 def width_sweep(widths, shapes, seeds, **regime) -> list[dict]:
-    """The certificate ratio against the width: one row (``d, N, n, Nn, seed, ratio, rho,
-    r_sigma_lower, sigma_0, initial_loss, L_upper, mu_alpha, certified``) per width, shape and seed
-    of :func:`convres.instances.certified_instance` (weights drawn once per width and seed)."""
+    """The certificate against the width: one row per width, shape and seed of
+    :func:`convres.instances.certified_instance` (weights drawn once per width and seed)."""
     r = {**CERTIFIED_REGIME, **regime}
     rows = []
     for d in widths:

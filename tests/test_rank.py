@@ -7,6 +7,7 @@ from convres.rank import (
     NonFiniteError,
     extreme_singular_values,
     rank_one_residual,
+    sigma_k,
     sigma_nn,
     singular_value_measures,
     singular_values,
@@ -57,6 +58,6 @@ def test_batches_and_bad_input(clear_error):
     B = torch.randn(7, 4, 3, dtype=torch.float64)
     assert measures(B)["effective_rank"].shape == (7,)
     clear_error(lambda: singular_values(torch.ones(3), "Z"), "matrix")   # (it does not name Z)
-    clear_error(lambda: sigma_nn(torch.zeros(3)), "shape")
+    clear_error(lambda: sigma_k(torch.full((300, 500), float("nan"))), "NaN")    # the Gram route too
     assert isinstance(clear_error(lambda: singular_values(torch.full((3, 3), float("inf")), "Z"), "Z"),
                       NonFiniteError)
