@@ -255,19 +255,28 @@ def test_a_diverged_arm_is_rerun_at_half_its_step(tmp_path, tiny_sst2, monkeypat
     assert t1["diverged"] == sum(x["status"] == "diverged" for x in runs)
 
 
-def test_the_checks_use_the_pilot_seeds_and_halvings_carry_a_rerun_across_pieces(tmp_path, tiny_sst2):
+def test_the_checks_use_the_pilot_seeds_and_halvings_carry_a_rerun_across_pieces(tmp_path, tiny_sst2, monkeypatch):
     base = {**tiny_sst2, "wide": None, "adam": None}
     one = ex.run_experiment("sst2", "smoke", overrides={**base, "seeds": [0]}, data_dir=tmp_path).data
+    calls = []
+    original = sst2._tune
+    monkeypatch.setattr(sst2, "_tune", lambda *a, **k: calls.append(a[3]) or original(*a, **k))
     two = ex.run_experiment("sst2", "smoke", overrides={**base, "seeds": [1],
-                                                       "halvings": {"L=1, residual": 2}}, data_dir=tmp_path).data
+                                                       "halvings": {"L=1, residual": [[0], [0, 1]]}},
+                            data_dir=tmp_path).data
+    assert calls == []                                                  # a halving pass re-tunes nothing
     assert one["design_checks"] == two["design_checks"]                 # measured on the pilot seeds
     assert {r["seed"] for r in one["init_pilot"]} == {200, 201} and {r["seed"] for r in one["init"]} == {0}
-    eta = {e["arm"]: e["eta"] for e in one["eta"]}
-    assert {e["arm"]: e["eta"] for e in two["eta"]}["L=1, residual"] == eta["L=1, residual"] / 4
-    assert two["reruns"][0] == {"arm": "L=1, residual", "L": 1, "kind": "residual", "from": eta["L=1, residual"],
-                                "to": eta["L=1, residual"] / 4, "diverged": None}
-    with pytest.raises(ValueError, match="'halvings'"):
-        ex.run_experiment("sst2", "smoke", overrides={**base, "halvings": {"L=7, residual": 1}}, data_dir=tmp_path)
+    eta = {e["arm"]: e["eta"] for e in one["eta"]}["L=1, residual"]
+    assert {e["arm"]: e["eta"] for e in two["eta"]}["L=1, residual"] == eta / 4
+    first = {"arm": "L=1, residual", "L": 1, "kind": "residual"}
+    assert two["reruns"] == [{**first, "from": eta, "to": eta / 2, "diverged": 1, "diverged_seeds": [0], "pass": 1},
+                             {**first, "from": eta / 2, "to": eta / 4, "diverged": 2, "diverged_seeds": [0, 1],
+                              "pass": 2}]
+    for bad in ({"L=7, residual": [[0]]}, {"L=1, residual": 1}, {"L=1, residual": [[]]},
+                {"L=1, residual": [["0"]]}):
+        with pytest.raises(ValueError, match="'halvings'"):
+            ex.run_experiment("sst2", "smoke", overrides={**base, "halvings": bad}, data_dir=tmp_path)
 
 
 def test_a_shared_part_prepared_alone_is_read_back_by_the_run(offline, monkeypatch):

@@ -24,7 +24,7 @@ from ..plotting import plot_sst2
 from ..runtime import check_device, torch_threads
 from ..stats import ProbeRun, estimate, log_ratio, mean_log_loss, steps_to, tune_step
 from ..theory import ffn_theorem_run
-from ..values import json_safe
+from ..values import is_int, json_safe
 from .base import (
     RUN_CONTEXT,
     CheckResult,
@@ -134,24 +134,25 @@ def _shared_parts(s: dict, task: SST2Task, Yt: torch.Tensor, dtype, device) -> d
     """The parts of a run that use no evaluation seed, name -> a function that returns the part,
     cached for every piece (:func:`convres.experiments.base.shared_by_pieces`)."""
     X = task.X
+    s0 = {k: v for k, v in s.items() if k != "halvings"}   # a halving pass shares the parts
 
     def tune(a: Arm) -> Callable[[], Any]:
-        return lambda: shared_by_pieces("tune-sst2", s, device, lambda: _tune(s, X, Yt, a, dtype, device),
+        return lambda: shared_by_pieces("tune-sst2", s0, device, lambda: _tune(s, X, Yt, a, dtype, device),
                                         arm=list(a))
 
     parts: dict[str, Callable[[], Any]] = {f"tune {a.name}": tune(a) for a in arms_of(s)}
-    parts["checks"] = lambda: shared_by_pieces("checks-sst2", s, device,
+    parts["checks"] = lambda: shared_by_pieces("checks-sst2", s0, device,
                                                lambda: init_diagnostics(s, X, Yt, s["pilot_seeds"]))
     parts["adam"] = lambda: shared_by_pieces(
-        "adam-sst2", s, device, lambda: [adam_reference(s, task, k, device) for k in s["adam"]["seeds"]])
+        "adam-sst2", s0, device, lambda: [adam_reference(s, task, k, device) for k in s["adam"]["seeds"]])
 
     def precision():
         chosen = {a: parts[f"tune {a.name}"]()["chosen"] for a in arms_of(s)}   # the same in every piece
-        return shared_by_pieces("precision-sst2", s, device,
+        return shared_by_pieces("precision-sst2", s0, device,
                                 lambda: _precision_check(s, X, Yt, chosen, device))
 
     parts["precision"] = precision
-    parts["wide"] = lambda: shared_by_pieces("wide-sst2", s, device, lambda: _run_sst2_wide(s, task, device))
+    parts["wide"] = lambda: shared_by_pieces("wide-sst2", s0, device, lambda: _run_sst2_wide(s, task, device))
     return parts
 
 
@@ -198,14 +199,18 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
         raise ValueError(f"no stable step for the arms {none} on the grid {s['eta_grid']}: widen 'eta_grid' "
                          "downwards or raise 'extend'.")
     reruns = []
-    for name, times in (s.get("halvings") or {}).items():   # reruns decided on another piece's seeds
+    for name, passes in (s.get("halvings") or {}).items():   # reruns decided on the seeds of every piece
         a = next((a for a in arms if a.name == name), None)
-        if a is None or not isinstance(times, int) or times < 1:
-            raise ValueError(f"setting 'halvings' maps an arm's name ({[a.name for a in arms]}) to how many "
-                             f"times its tuned step was halved (an integer >= 1), got {name!r}: {times!r}.")
-        reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": eta[a], "to": eta[a] / 2 ** times,
-                       "diverged": None})
-        eta[a] /= 2 ** times
+        if a is None or not isinstance(passes, list) or not passes or \
+                not all(isinstance(p, list) and p and all(is_int(k) for k in p) for p in passes):
+            raise ValueError(f"setting 'halvings' maps an arm's name ({[a.name for a in arms]}) to its "
+                             "earlier passes, each the evaluation seeds that diverged at that pass's step (a "
+                             f"non-empty list of non-empty lists), got {name!r}: {passes!r}.")
+        for i, bad in enumerate(passes):
+            reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": eta[a] / 2 ** i,
+                           "to": eta[a] / 2 ** (i + 1), "diverged": len(bad), "diverged_seeds": sorted(bad),
+                           "pass": i + 1})
+        eta[a] /= 2 ** len(passes)
     # 4. every arm at its tuned step on the evaluation seeds, with the reruns at half the step
     def run(pending: dict) -> dict:
         plan = [(a, k, e) for a, e in pending.items() for k in s["seeds"]]
@@ -217,7 +222,8 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
         for a in sorted(a for a in arms if len(failed[a]) > i):
             e, bad = failed[a][i]
             reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": e, "to": e / 2,
-                           "diverged": len(bad)})
+                           "diverged": len(bad), "diverged_seeds": sorted(r["seed"] for r in bad),
+                           "pass": None})
     eta = {a: last[a][0]["eta"] for a in arms}
     # the runs as the reruns left them: the arms never rerun, then those of each rerun in turn
     order = sorted(arms, key=lambda a: (len(failed[a]), a if failed[a] else arms[0]))
@@ -574,9 +580,8 @@ _SST2 = dict(n_tokens=10, n_val=None, embedding="ppmi", vocab_size=5000, emb_see
 EXPERIMENT = Experiment(
     "sst2", "SST-2: depth L = 2, 6, 10 with and without residual connections, GLUE validation accuracy",
     "book/sst2.md",
-    {"book": dict(_SST2, n_train=2048, seeds=list(range(10)), probe_steps=50, steps=200, wide=_WIDE,
-                  halvings={"L=6, isometric": 2}),   # diverged at its tuned step and at half of it
-     "paper": dict(_SST2, n_train=16384, seeds=list(range(20)), probe_steps=60, steps=250,
+    {"book": dict(_SST2, n_train=2048, seeds=list(range(10)), probe_steps=200, steps=200, wide=_WIDE),
+     "paper": dict(_SST2, n_train=16384, seeds=list(range(20)), probe_steps=250, steps=250,
                    wide=dict(_WIDE, n_train=1024, m=2048, steps=200)),
      "smoke": dict(_SST2, n_train=16, depths=[1, 2], seeds=[0, 1], probe_seeds=[100], eta_grid=[0.1, 0.2],
                    extend=8, probe_steps=3, steps=10, record_every=5, check_steps=3, vocab_size=300,
