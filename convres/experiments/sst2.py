@@ -8,6 +8,7 @@ report's rows.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -62,7 +63,8 @@ from .sst2_arms import (
 )
 from .sst2_baselines import adam_reference, correct, heldout_baselines
 
-__all__ = ["EXPERIMENT", "token_targets", "claim_records", "heldout_table", "rerun", "prepare"]
+__all__ = ["EXPERIMENT", "token_targets", "claim_records", "shallow_trains", "heldout_table", "rerun",
+           "prepare"]
 
 #: The arms that run at the common step too (the secondary protocol of the claims' sensitivity).
 COMMON_KINDS = ("residual", "isometric", "matched")
@@ -325,8 +327,9 @@ def _runs_by(runs, protocol: str) -> dict:
 def _effects(res: Result) -> dict:
     """The per-unit effects of T1-T4 and their alternatives, positive in the paper's direction,
     ``None`` for a diverged unit: T1 ``ln(MSE_iso / MSE_res)`` per (depth, seed); T2
-    ``ln(MSE_matched / MSE_res,Lmax)``; T3 ``ln(MSE_iso,Lmax / MSE_iso,Lmin)``; T4 the mean log-loss
-    of the isometric arm minus the residual's (decades)."""
+    ``ln(MSE_matched / MSE_res,Lmax)``; T3 ``ln(MSE_iso,Lmax / MSE_iso,Lmin)``; T4 the mean over ``t``
+    of ``log10(Phi_t / Phi_ref)`` of the isometric arm minus the residual's, one ``Phi_ref`` per unit
+    (decades; the starts cancel: a deviation, review8 M1)."""
     runs, horizon = res.data["runs"], res.settings["steps"]
     tuned, common = _runs_by(runs, "tuned"), _runs_by(runs, "common")
     depths, seeds = sorted(res.settings["depths"]), sorted(res.settings["seeds"])
@@ -337,10 +340,12 @@ def _effects(res: Result) -> dict:
         return None if x is None or y is None else log_ratio(x[field], y[field], base=base)
 
     def diff(by, a, b, k):
+        """``mean_log_loss`` is relative to the run's own ``Phi_0``; adding ``log10 Phi_0`` makes it
+        absolute (exact while no run falls 12 decades below its start: none on SST-2 does)."""
         x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
         if x is None or y is None or x["mean_log_loss"] is None or y["mean_log_loss"] is None:
             return None
-        return x["mean_log_loss"] - y["mean_log_loss"]
+        return x["mean_log_loss"] - y["mean_log_loss"] + math.log10(x["mse"][0] / y["mse"][0])
 
     def steps(by, a, b, k):
         x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
@@ -375,11 +380,32 @@ def _checks(data: dict) -> list[CheckResult]:
     return [CheckResult(c["name"], c["value"], c["threshold"], c["passed"]) for c in data["design_checks"]]
 
 
+def shallow_trains(res: Result) -> CheckResult:
+    """T3's precondition (a deviation, review8 M2): the shallowest non-collapsed arm without residuals
+    trains, its median final training MSE over the seeds below the floor's (``data["level"]``); the
+    value is their ratio (passes if < 1). Else "depth does not help" compares two arms that do not learn."""
+    lo = min(res.settings["depths"])
+    v = [r["final_mse"] for r in res.data["runs"] if r["final_mse"] is not None
+         and (r["L"], r["arm"], r["protocol"]) == (lo, "isometric", "tuned")]
+    value = float(np.median(v)) / res.data["level"] if v else math.inf
+    return CheckResult("sst2 shallow arm trains", value, 1.0, value < 1.0)
+
+
 def claim_records(res: Result) -> list:
     """T1-T4 graded by protocol v4 (:func:`convres.experiments.base.claim_record`), with the design
-    checks measured at initialization."""
+    checks measured at initialization; T3 *not testable* when :func:`shallow_trains` fails."""
     e, profile, checks = _effects(res), _profile(res), _checks(res.data)
     strata = e["strata"]
+    t3 = claim_record("T3", e["T3"], profile=profile, checks=checks,
+                      sensitivity={("collapsed arm", "tuned"): e["T3 collapsed"],
+                                   ("ln MSE ratio", "common"): e["T3 common"]})
+    pre = shallow_trains(res)
+    if not pre.passed and t3.verdict != "not testable":
+        t3 = dataclasses.replace(
+            t3, verdict="not testable", subset=(), subsets=dict.fromkeys(t3.subsets, "not testable"),
+            reason=f"precondition failed: the L = {min(e['depths'])} isometric arm ends at {pre.value:.3f}x "
+                   "the floor's training MSE (it must end below it)",
+            sensitivity=tuple({**x, "verdict": "not testable"} for x in t3.sensitivity))
     return [
         claim_record("T1", e["T1"], profile=profile, checks=checks, strata=strata,
                      sensitivity={("norm-preserving arm", "tuned"): e["T1 norm-preserving"],
@@ -387,9 +413,7 @@ def claim_records(res: Result) -> list:
         claim_record("T2", e["T2"], profile=profile, checks=checks,
                      sensitivity={("unmatched L = 2", "tuned"): e["T2 unmatched"],
                                   ("ln MSE ratio", "common"): e["T2 common"]}),
-        claim_record("T3", e["T3"], profile=profile, checks=checks,
-                     sensitivity={("collapsed arm", "tuned"): e["T3 collapsed"],
-                                  ("ln MSE ratio", "common"): e["T3 common"]}),
+        t3,
         claim_record("T4", e["T4"], profile=profile, checks=checks, strata=strata,
                      sensitivity={("steps to the level", "tuned"): e["T4 steps"],
                                   ("mean log-loss", "common"): e["T4 common"]})]
@@ -405,30 +429,39 @@ def _per_depth_text(e: dict, key: str, scale) -> str:
 
 
 def _sst2_claims(res: Result) -> list[dict]:
-    e = _effects(res)
+    e, T = _effects(res), res.settings["steps"]
     pct = lambda v: f"{100 * math.expm1(v):+.0f}%"  # noqa: E731
     dec = lambda v: f"{v:+.3f} decades"  # noqa: E731
     ln = lambda a, b: rf"$\ln(\mathrm{{MSE}}_{{{a}}}/\mathrm{{MSE}}_{{{b}}})$"  # noqa: E731
     lo, hi = e["depths"][0], e["depths"][-1]
+    budget = f"training MSE after {T} full-batch steps"   # review8 M3: a fixed budget, not convergence
+    records = claim_records(res)
+    unmatched = next(x["verdict"] for x in records[1].sensitivity if x["measure"] == "unmatched L = 2")
+    means = {k: np.mean([v for v in e[k] if v is not None] or [math.nan]) for k in ("T2", "T2 unmatched")}
     extra = {
         "T1": dict(figure="fig-sst2-final",
-                   criterion="per (depth, seed): " + ln(r"\text{none}", r"\text{res}") + ", final training "
-                   "MSE, the isometric arm; reproduced only if reproduced at every depth",
+                   criterion="per (depth, seed): " + ln(r"\text{none}", r"\text{res}") + f", {budget}, the "
+                   "isometric arm; reproduced only if reproduced at every depth",
                    evidence=_per_depth_text(e, "T1", pct)),
         "T2": dict(figure="fig-sst2-final", criterion="per seed: " + ln(rf"L = {lo},\ \text{{matched}}",
                                                                         f"L = {hi}") +
-                   ", residual arms, final training MSE"),
+                   f", residual arms, {budget}; the unmatched $L = {lo}$ beside it",
+                   evidence=f"against the matched L = {lo}: mean {pct(means['T2'])}; against the unmatched "
+                            f"L = {lo}: mean {pct(means['T2 unmatched'])} ({unmatched})"),
         "T3": dict(figure="fig-sst2-final", criterion="per seed: " + ln(f"L = {hi}", f"L = {lo}") +
-                   r", isometric arm; reproduced iff the interval's lower end $> -\ln 1.1$"),
-        "T4": dict(figure="fig-sst2-loss", criterion="per (depth, seed): mean log-loss without minus with "
-                   "residuals (isometric arm), in decades", evidence=_per_depth_text(e, "T4", dec))}
+                   rf", isometric arm, {budget}; reproduced iff the interval's lower end $> -\ln 1.1$; "
+                   rf"not testable unless the $L = {lo}$ arm ends below the floor's training MSE"),
+        "T4": dict(figure="fig-sst2-loss", criterion=f"per (depth, seed): mean over the {T} steps of "
+                   r"$\log_{10}(\Phi_t/\Phi_{\text{ref}})$ without minus with residuals (isometric arm), one "
+                   r"$\Phi_{\text{ref}}$ per unit, in decades", evidence=_per_depth_text(e, "T4", dec))}
     rows = []
-    for rec in claim_records(res):
+    for rec in records:
         est = rec.estimate
         measurement = "no interval: " + est.reason if est.effect is None else (
             f"{est.effect:+.3f} [{est.lo:+.3f}, {est.hi:+.3f}], {est.units} units, sign test p = "
             f"{est.sign_test_p:.2g}")
-        rows.append(rec.row(**{"measurement": measurement, "evidence": measurement, **extra[rec.id]}))
+        rows.append(rec.row(**{"measurement": measurement, "evidence": measurement,
+                               "measure": f"{rec.to_json()['measure']} ({budget})", **extra[rec.id]}))
     return rows
 
 
@@ -497,7 +530,7 @@ def _sst2_numbers(res: Result) -> dict:
     return {"n_train": data["N"], "n_val": data["N_val"], "d": res.settings["d"], "readout": "per token",
             "level": data["level"], "matched_m": data["matched_m"],
             "init_output_std": init_table(res.settings, data["init"]),
-            **protocol_summary(_checks(data)),
+            **protocol_summary(_checks(data)), "t3_precondition": shallow_trains(res).to_json(),
             "step_sizes": step_table(data["step_sizes"], _STEP_KEYS),
             "eta": data["eta"], "common_eta": data["common_eta"], "reruns": data["reruns"],
             "per_model": per_model, "heldout": heldout_table(data),
