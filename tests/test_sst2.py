@@ -285,18 +285,3 @@ def test_the_checks_use_the_pilot_seeds_and_halvings_carry_a_rerun_across_pieces
                 {"L=1, residual": [["0"]]}):
         with pytest.raises(ValueError, match="'halvings'"):
             ex.run_experiment("sst2", "smoke", overrides={**base, "halvings": bad}, data_dir=tmp_path)
-
-
-def test_a_shared_part_prepared_alone_is_read_back_by_the_run(offline, monkeypatch):
-    calls = []
-    original = sst2._tune
-    monkeypatch.setattr(sst2, "_tune", lambda *a, **k: calls.append(a[3]) or original(*a, **k))
-    t = sst2.prepare("smoke", "tune L=2, isometric")
-    assert calls == [Arm(2, "isometric")] and t["arm"] == "L=2, isometric" and t["chosen"] is not None
-    r = ex.run_experiment("sst2", "smoke")
-    assert calls.count(Arm(2, "isometric")) == 1 and len(calls) == len(arms_of(r.settings))
-    assert next(x for x in r.data["step_sizes"] if x["arm"] == "L=2, isometric") == t
-    with pytest.raises(ValueError, match="unknown shared part"):
-        sst2.prepare("smoke", "tune L=7, residual")
-    with pytest.raises(ValueError, match="profile must be one of"):
-        sst2.prepare("huge", "checks")

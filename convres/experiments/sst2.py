@@ -16,18 +16,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..data import fingerprint
 from ..data.sst2 import SST2Task, sst2_data
 from ..gd import gradient_descent, sweep
 from ..lemmas import hessian_norm
 from ..model import forward, forward_trace, init_params
 from ..plotting import plot_sst2
-from ..runtime import check_device, torch_threads
 from ..stats import ProbeRun, estimate, log_ratio, mean_log_loss, steps_to, tune_step
 from ..theory import ffn_theorem_run
 from ..values import is_int, json_safe
 from .base import (
-    RUN_CONTEXT,
     CheckResult,
     Experiment,
     Result,
@@ -63,8 +60,7 @@ from .sst2_arms import (
 )
 from .sst2_baselines import adam_reference, correct, heldout_baselines
 
-__all__ = ["EXPERIMENT", "token_targets", "claim_records", "shallow_trains", "heldout_table", "rerun",
-           "prepare"]
+__all__ = ["EXPERIMENT", "token_targets", "claim_records", "shallow_trains", "heldout_table", "rerun"]
 
 #: The arms that run at the common step too (the secondary protocol of the claims' sensitivity).
 COMMON_KINDS = ("residual", "isometric", "matched")
@@ -156,25 +152,6 @@ def _shared_parts(s: dict, task: SST2Task, Yt: torch.Tensor, dtype, device) -> d
     parts["precision"] = precision
     parts["wide"] = lambda: shared_by_pieces("wide-sst2", s0, device, lambda: _run_sst2_wide(s, task, device))
     return parts
-
-
-def prepare(profile: str, part: str, *, data_dir=None, device=None) -> dict | list | None:
-    """Compute (or read back) one shared part of ``profile``'s run (:func:`_shared_parts`, e.g.
-    ``"tune L=10, isometric"``) before its pieces, which read it from the cache."""
-    if profile not in EXPERIMENT.profiles:
-        raise ValueError(f"profile must be one of {sorted(EXPERIMENT.profiles)}, got {profile!r}.")
-    s = dict(EXPERIMENT.profiles[profile])
-    dtype = dtype_of(s)
-    task = sst2_data(s, data_dir, dtype)
-    parts = _shared_parts(s, task, token_targets(task.Y, task.X.shape[1]), dtype, check_device(device))
-    if part not in parts:
-        raise ValueError(f"unknown shared part {part!r}; choose one of {sorted(parts)}.")
-    token = RUN_CONTEXT.set({"data": fingerprint(data_dir), "shared": []})  # the run's cache keys
-    try:
-        with torch_threads(1):
-            return parts[part]()
-    finally:
-        RUN_CONTEXT.reset(token)
 
 
 def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
