@@ -58,7 +58,7 @@ from .sst2_arms import (
     wide_config,
     within,
 )
-from .sst2_baselines import adam_reference, correct, heldout_baselines
+from .sst2_baselines import adam_reference, correct, heldout_baselines, without_correct
 
 __all__ = ["EXPERIMENT", "token_targets", "claim_records", "shallow_trains", "heldout_table", "rerun"]
 
@@ -67,10 +67,8 @@ COMMON_KINDS = ("residual", "isometric", "matched")
 
 
 def token_targets(Y: torch.Tensor, n: int) -> torch.Tensor:
-    """The per-token targets ``(N, n, 1)``: the sentence's target ``+-1`` at each of its ``n``
-    tokens. The loss (5) over these rows is ``n`` times the pooled loss of the mean output plus the
-    spread of the outputs within each sentence: ``sum_t (F_t - y)^2 = n (Fbar - y)^2 +
-    sum_t (F_t - Fbar)^2``."""
+    """The per-token targets ``(N, n, 1)``: the sentence's ``+-1`` at each of its ``n`` tokens; the
+    loss (5) per sentence is ``sum_t (F_t - y)^2 = n (Fbar - y)^2 + sum_t (F_t - Fbar)^2``."""
     return Y[:, None, :].expand(-1, n, -1).contiguous()
 
 
@@ -478,13 +476,6 @@ def heldout_table(data: dict, seeds=None) -> list[dict]:
     return rows
 
 
-def _without_correct(v):
-    """A baseline's record without its per-sentence ``val_correct`` (the summary keeps the numbers)."""
-    if isinstance(v, dict):
-        return {k: x for k, x in v.items() if k != "val_correct"}
-    return [_without_correct(x) for x in v] if isinstance(v, list) else v
-
-
 _MODEL_FIELDS = ("final_mse", "mean_log_loss", "train_error", "within_sentence", "pooled_sigma_ratio")
 _STEP_KEYS = ("arm", "L", "kind", "grid", "scores", "stable", "horizon", "best", "largest_stable", "chosen",
               "bracketed", "unresolved", "capped")
@@ -511,7 +502,7 @@ def _sst2_numbers(res: Result) -> dict:
             "step_sizes": step_table(data["step_sizes"], _STEP_KEYS),
             "eta": data["eta"], "common_eta": data["common_eta"], "reruns": data["reruns"],
             "per_model": per_model, "heldout": heldout_table(data),
-            "baselines": {k: _without_correct(v) for k, v in data["baselines"].items()},
+            "baselines": without_correct(data["baselines"]),
             "float64_check": data["float64_check"],
             "wide": None if wide is None else {"N": wide["N"], "m": wide["m"], "L": wide["L"],
                                                "runs": [{k: r[k] for k in ("seed", "mu", "train_error",

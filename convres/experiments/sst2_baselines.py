@@ -11,7 +11,8 @@ import torch
 from ..data.sst2 import SST2Task, sst2_data
 from ..model import ModelConfig, forward, forward_trace, init_params
 
-__all__ = ["correct", "pooled_baseline", "bow_logistic", "adam_reference", "heldout_baselines"]
+__all__ = ["correct", "pooled_baseline", "bow_logistic", "adam_reference", "heldout_baselines",
+           "without_correct"]
 
 
 def correct(pred: np.ndarray, labels: np.ndarray) -> str:
@@ -138,3 +139,10 @@ def heldout_baselines(s: dict, task: SST2Task, data_dir, dtype, adam: Callable[[
                             lambdas=bow["lambdas"], folds=bow["folds"], iters=bow["iters"]) if bow else None,
         "adam": adam() if s.get("adam") else None,
         "majority_val_accuracy": float(max(task.labels_val.mean(), 1 - task.labels_val.mean()))}
+
+
+def without_correct(v):
+    """The baselines' records without their per-sentence ``val_correct`` (a summary keeps the numbers)."""
+    if isinstance(v, dict):
+        return {k: without_correct(x) for k, x in v.items() if k != "val_correct"}
+    return [without_correct(x) for x in v] if isinstance(v, list) else v
