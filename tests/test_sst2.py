@@ -285,3 +285,16 @@ def test_the_checks_use_the_pilot_seeds_and_halvings_carry_a_rerun_across_pieces
                 {"L=1, residual": [["0"]]}):
         with pytest.raises(ValueError, match="'halvings'"):
             ex.run_experiment("sst2", "smoke", overrides={**base, "halvings": bad}, data_dir=tmp_path)
+
+
+def test_unique_prefixes_keep_one_row_per_prefix_of_one_label_outside_the_validation_split():
+    from convres.data import DataError
+    from convres.data.sst2 import unique_prefixes
+
+    tokens = [["a"], ["b"], ["a"], ["c"], ["b"], ["d"], ["e"], ["f"], ["g"]]
+    labels = [0, 1, 0, 1, 0, 0, 1, 1, 0]                # "a" twice with one label, "b" with both
+    got, y, counts = unique_prefixes(tokens, labels, 4, exclude=[["d"], ["z"]])
+    assert got == [["a"], ["c"], ["e"], ["g"]] and y.tolist() == [0, 1, 1, 0]   # file order, 2 per label
+    assert counts == {"rows": 9, "prefixes": 7, "conflicting": 1, "conflicting_rows": 2, "in_validation": 1}
+    with pytest.raises(DataError, match="label 0"):
+        unique_prefixes(tokens, labels, 6, exclude=[["d"]])

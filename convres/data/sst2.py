@@ -127,23 +127,18 @@ def unique_prefixes(tokens: list, labels, size: int, exclude=()) -> tuple[list, 
         seen.setdefault(tuple(t), set()).add(int(y))
     conflicting = {k for k, ys in seen.items() if len(ys) > 1}
     held_out = {tuple(t) for t in exclude} & seen.keys()
-    kept = [(k, min(ys)) for k, ys in seen.items() if k not in conflicting | held_out]
-    half = size // 2
-    for label in (0, 1):
-        found = sum(y == label for _, y in kept)
-        if found < half:
-            raise DataError(f"only {found} distinct prefixes with label {label} (one label, not in the "
-                            f"validation split); need {half}: lower 'n_train'.")
-    rank = {0: 0, 1: 0}
-    chosen = []
-    for k, y in kept:
-        rank[y] += 1
-        if rank[y] <= half:
-            chosen.append((k, y))
+    label = {k: min(ys) for k, ys in seen.items() if k not in conflicting and k not in held_out}
+    chosen = [[k for k, y in label.items() if y == c][:size // 2] for c in (0, 1)]
+    for c, found in enumerate(chosen):
+        if len(found) < size // 2:
+            raise DataError(f"only {len(found)} distinct prefixes with label {c} (one label, not in the "
+                            f"validation split); need {size // 2}: lower 'n_train'.")
+    picked = set(chosen[0] + chosen[1])
+    rows = [k for k in label if k in picked]   # in file order
     counts = {"rows": len(tokens), "prefixes": len(seen), "conflicting": len(conflicting),
               "conflicting_rows": sum(tuple(t) in conflicting for t in tokens),
               "in_validation": len(held_out)}
-    return [list(k) for k, _ in chosen], np.array([y for _, y in chosen], dtype=np.int64), counts
+    return [list(k) for k in rows], np.array([label[k] for k in rows], dtype=np.int64), counts
 
 
 #: Words whose nearest neighbours the SST-2 chapter shows (a look at what the embeddings carry).
