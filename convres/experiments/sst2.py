@@ -21,6 +21,8 @@ from ..gd import gradient_descent, sweep
 from ..lemmas import hessian_norm
 from ..model import forward, forward_trace, init_params
 from ..plotting import plot_sst2
+from ..protocol import CLAIMS
+from ..show import plain
 from ..stats import ProbeRun, estimate, log_ratio, mean_log_loss, steps_to, tune_step
 from ..theory import ffn_theorem_run
 from ..values import is_int, json_safe
@@ -429,6 +431,9 @@ def _sst2_claims(res: Result) -> list[dict]:
         "T4": dict(figure="fig-sst2-loss", criterion=f"per (depth, seed): mean over the {T} steps of "
                    r"$\log_{10}(\Phi_t/\Phi_{\text{ref}})$ without minus with residuals (isometric arm), one "
                    r"$\Phi_{\text{ref}}$ per unit, in decades", evidence=_per_depth_text(e, "T4", dec))}
+    measure = {c: f"{CLAIMS[c].measure.replace(' at the horizon', '')}, {budget}" for c in ("T1", "T2", "T3")}
+    measure["T4"] = (r"mean over $t$ of $\log_{10}(\Phi_t/\Phi_{\text{ref}})$, one $\Phi_{\text{ref}}$ per "
+                     f"unit, of none minus residual, the non-collapsed arm without residuals, {T} steps")
     rows = []
     for rec in records:
         est = rec.estimate
@@ -436,7 +441,7 @@ def _sst2_claims(res: Result) -> list[dict]:
             f"{est.effect:+.3f} [{est.lo:+.3f}, {est.hi:+.3f}], {est.units} units, sign test p = "
             f"{est.sign_test_p:.2g}")
         rows.append(rec.row(**{"measurement": measurement, "evidence": measurement,
-                               "measure": f"{rec.to_json()['measure']} ({budget})", **extra[rec.id]}))
+                               "measure": plain(measure[rec.id]), **extra[rec.id]}))
     return rows
 
 
