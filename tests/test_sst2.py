@@ -298,3 +298,18 @@ def test_unique_prefixes_keep_one_row_per_prefix_of_one_label_outside_the_valida
     assert counts == {"rows": 9, "prefixes": 7, "conflicting": 1, "conflicting_rows": 2, "in_validation": 1}
     with pytest.raises(DataError, match="label 0"):
         unique_prefixes(tokens, labels, 6, exclude=[["d"]])
+
+
+def test_a_shared_part_prepared_alone_is_read_back_by_the_run(offline, monkeypatch):
+    calls = []
+    original = sst2._tune
+    monkeypatch.setattr(sst2, "_tune", lambda *a, **k: calls.append(a[3]) or original(*a, **k))
+    t = sst2.prepare("smoke", "tune L=2, isometric")
+    assert calls == [Arm(2, "isometric")] and t["arm"] == "L=2, isometric" and t["chosen"] is not None
+    r = ex.run_experiment("sst2", "smoke")
+    assert calls.count(Arm(2, "isometric")) == 1 and len(calls) == len(arms_of(r.settings))
+    assert next(x for x in r.data["step_sizes"] if x["arm"] == "L=2, isometric") == t
+    with pytest.raises(ValueError, match="unknown shared part"):
+        sst2.prepare("smoke", "tune L=7, residual")
+    with pytest.raises(ValueError, match="profile must be one of"):
+        sst2.prepare("huge", "checks")

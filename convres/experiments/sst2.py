@@ -16,17 +16,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..data import fingerprint
 from ..data.sst2 import SST2Task, sst2_data
 from ..gd import gradient_descent, sweep
 from ..lemmas import hessian_norm
 from ..model import forward, forward_trace, init_params
 from ..plotting import plot_sst2
 from ..protocol import CLAIMS
+from ..runtime import check_device, torch_threads
 from ..show import plain
-from ..stats import ProbeRun, estimate, log_ratio, mean_log_loss, steps_to, tune_step
+from ..stats import ProbeRun, log_ratio, mean_log_loss, steps_to, tune_step
 from ..theory import ffn_theorem_run
 from ..values import is_int, json_safe
 from .base import (
+    RUN_CONTEXT,
     CheckResult,
     Experiment,
     Result,
@@ -60,9 +63,10 @@ from .sst2_arms import (
     wide_config,
     within,
 )
-from .sst2_baselines import adam_reference, correct, heldout_baselines, without_correct
+from .sst2_baselines import adam_reference, correct, heldout_baselines, heldout_rows, without_correct
 
-__all__ = ["EXPERIMENT", "token_targets", "claim_records", "shallow_trains", "heldout_table", "rerun"]
+__all__ = ["EXPERIMENT", "token_targets", "claim_records", "shallow_trains", "heldout_table", "rerun",
+           "prepare"]
 
 #: The arms that run at the common step too (the secondary protocol of the claims' sensitivity).
 COMMON_KINDS = ("residual", "isometric", "matched")
@@ -152,6 +156,25 @@ def _shared_parts(s: dict, task: SST2Task, Yt: torch.Tensor, dtype, device) -> d
     parts["precision"] = precision
     parts["wide"] = lambda: shared_by_pieces("wide-sst2", s0, device, lambda: _run_sst2_wide(s, task, device))
     return parts
+
+
+def prepare(profile: str, part: str, *, data_dir=None, device=None) -> dict | list | None:
+    """Compute (or read back) one shared part of ``profile``'s run (:func:`_shared_parts`, e.g.
+    ``"tune L=10, isometric"``) before its pieces, which read it from the cache."""
+    if profile not in EXPERIMENT.profiles:
+        raise ValueError(f"profile must be one of {sorted(EXPERIMENT.profiles)}, got {profile!r}.")
+    s = dict(EXPERIMENT.profiles[profile])
+    dtype = dtype_of(s)
+    task = sst2_data(s, data_dir, dtype)
+    parts = _shared_parts(s, task, token_targets(task.Y, task.X.shape[1]), dtype, check_device(device))
+    if part not in parts:
+        raise ValueError(f"unknown shared part {part!r}; choose one of {sorted(parts)}.")
+    token = RUN_CONTEXT.set({"data": fingerprint(data_dir), "shared": []})  # the run's cache keys
+    try:
+        with torch_threads(1):
+            return parts[part]()
+    finally:
+        RUN_CONTEXT.reset(token)
 
 
 def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
@@ -447,38 +470,9 @@ def _sst2_claims(res: Result) -> list[dict]:
 
 # --- the numbers of the chapter --------------------------------------------------------------------
 
-def heldout_table(data: dict, seeds=None) -> list[dict]:
-    """Held-out accuracy on the validation split (not a claim of the paper): per arm and baseline,
-    the accuracy's spread over seeds and its difference from the floor and bag-of-words baselines
-    over the sentences, with a 95% interval (:func:`convres.stats.estimate`)."""
-    b = data["baselines"]
-    ref = {"floor": b["floor"]["val_correct"], **({"bow": b["bow"]["val_correct"]} if b.get("bow") else {})}
-    rows: list[dict] = []
-
-    def add(name, kind, L, corrects):
-        hits = np.array([[c == "1" for c in v] for v in corrects], dtype=np.float64)
-        acc = hits.mean(axis=1)
-        row = {"name": name, "kind": kind, "L": L, "accuracy": spread(acc.tolist())}
-        for key, r in ref.items():
-            d = hits.mean(axis=0) - np.array([c == "1" for c in r], dtype=np.float64)
-            est = estimate(d.tolist(), min_units=2, draws=2000)
-            row[f"vs_{key}"] = {"effect": est.effect, "ci": [est.lo, est.hi]}
-        row["beats_floor"] = row["vs_floor"]["ci"][0] > 0
-        rows.append(row)
-
-    by: dict = {}
-    for r in data["runs"]:
-        if r["protocol"] == "tuned" and r["status"] != "diverged":
-            by.setdefault((r["L"], r["arm"]), []).append(r["val_correct"])
-    for (L, kind), v in sorted(by.items(), key=lambda kv: (kv[0][0], ARM_KINDS.index(kv[0][1]))):
-        add(f"L={L}, {kind}", "arm", L, v)
-    add("floor (least squares, mean vector)", "baseline", None, [b["floor"]["val_correct"]])
-    add("floor with twice the dimension", "baseline", None, [b["floor_2d"]["val_correct"]])
-    if b.get("bow"):
-        add("bag of words, logistic regression", "baseline", None, [b["bow"]["val_correct"]])
-    if b.get("adam"):
-        add("reference Transformer (Adam)", "baseline", None, [r["val_correct"] for r in b["adam"]])
-    return rows
+def heldout_table(data: dict) -> list[dict]:
+    """Held-out accuracy per arm and baseline (:func:`convres.experiments.sst2_baselines.heldout_rows`)."""
+    return heldout_rows(data, ARM_KINDS)
 
 
 _MODEL_FIELDS = ("final_mse", "mean_log_loss", "train_error", "within_sentence", "pooled_sigma_ratio")
