@@ -192,6 +192,7 @@ CHECKS = {c.name: c for c in [
 ]}
 
 _BEFORE = "in the protocol-v4 commit, before any v4 run"
+_SST2_RERUN = "2026-12-06, after the v4 book run of SST-2 (745520a); that run recomputed"
 DEVIATIONS = (
     Deviation(r"an interval of Kendall's $\tau$ is cut to $[-1, 1]$, the range of $\tau$",
               "2026-12-06, after the v4 runs; no verdict changes (a grade compares an end with 0 or a margin "
@@ -231,4 +232,26 @@ DEVIATIONS = (
               "from the stored runs", "on the probe runs it could not fail (the chosen step is stable on "
               "every probe seed), and a divergence at the tuned step is what section 1's rerun rule "
               "handles (review8 m1)", ("S1", "S2", "S3", "S4", "S5")),
+    Deviation("SST-2 trains on distinct 10-token prefixes: one row per prefix, prefixes whose rows carry "
+              "both labels and those of the validation split dropped, then n_train/2 of each label",
+              _SST2_RERUN, "issue 33 asks for deduplicated sentences; 17% of the paper profile's prefixes "
+              "repeated and 195 groups carried both labels (review8 M7)", ("T1", "T2", "T3", "T4")),
+    Deviation("SST-2 probes the step sizes at the evaluation horizon (200 steps book, 250 paper), not 50/60",
+              _SST2_RERUN, "a step stable for 50 steps diverged within 200 on 3 of 10 seeds (L = 6 "
+              "isometric, halved twice; review8 M6)", ("T1", "T2", "T3", "T4")),
+    Deviation("an SST-2 arm rerun at half its step after another piece's seed diverged records every pass: "
+              "the seeds that diverged and the step of each (setting 'halvings')", _SST2_RERUN,
+              "one-seed pieces decide a rerun across pieces; section 1 asks that diverged runs be counted "
+              "and reported (review8 M6)", ("T1", "T2", "T3", "T4")),
+    Deviation(r"T4 is the mean over $t$ of $\log_{10}(\Phi_t/\Phi_{\text{ref}})$, one $\Phi_{\text{ref}}$ "
+              r"per unit: the arms' absolute mean log-losses, not each relative to its own $\Phi_0$",
+              _SST2_RERUN, "the residual stacks start 1.7-1.9x higher, which made about 90% of T4's effect "
+              "(review8 M1)", ("T4",)),
+    Deviation("T3 is not testable unless the shallowest non-collapsed arm trains: its median final training "
+              "MSE below the floor's (least squares on the mean vector)", _SST2_RERUN,
+              "an equivalence of two arms that stopped learning says nothing of depth (review8 M2)", ("T3",)),
+    Deviation("T1-T3 name their budget: training MSE after T full-batch steps (200 book, 250 paper), not "
+              "at convergence; T2 states the unmatched shallow arm's effect and grade beside the matched",
+              _SST2_RERUN, "no arm has converged at the horizon, and the matched arm trains worse than the "
+              "unmatched one (review8 M3, m6)", ("T1", "T2", "T3")),
 )

@@ -131,30 +131,31 @@ def test_bag_of_words_finds_the_sentiment_words_and_chooses_its_penalty_by_cross
     assert out["val_correct"] == "1" * 10
 
 
-def _runs(mse, *, seeds=(0, 1, 2), diverged=()):
+def _runs(mse, *, seeds=(0, 1, 2), diverged=(), start=None):
     """Fake runs: arm (L, kind) of seed k ends at ``mse[(L, kind)] * (1 + 0.01 k)``, its mean log-loss
-    ``log10`` of that over its start 1; steps to the level 10 (residual) or 50."""
+    ``log10`` of that over its start (1, or ``start[kind]``); steps to the level 10 (residual) or 50."""
     out = []
     for protocol in ("tuned", "common"):
         for (L, kind), m in mse.items():
             if protocol == "common" and kind == "norm-preserving":
                 continue
             for k in seeds:
-                v = m * (1 + 0.01 * k)
+                v, v0 = m * (1 + 0.01 * k), (start or {}).get(kind, 1.0)
                 div = (L, kind, k) in diverged and protocol == "tuned"
                 out.append({"L": L, "arm": kind, "seed": k, "protocol": protocol, "eta": 0.1,
-                            "status": "diverged" if div else "max_steps", "mse": [1.0, v],
-                            "final_mse": None if div else v, "mean_log_loss": None if div else math.log10(v),
+                            "status": "diverged" if div else "max_steps", "mse": [v0, v],
+                            "final_mse": None if div else v, "mean_log_loss": None if div else math.log10(v / v0),
                             "steps_to_level": 10 if kind in ("residual", "matched") else 50,
                             "val_correct": "1100"})
     return out
 
 
-def _result(mse, checks_pass=True, **kw):
+def _result(mse, checks_pass=True, level=0.9, **kw):
     s = {"steps": 100, "depths": [2, 6, 10], "seeds": [0, 1, 2], "record_every": 1}
-    checks = [{"name": n, "value": 1.0, "threshold": CHECKS[n].threshold, "passed": checks_pass or n != "sst2 arms alive"}
-              for n in CHECKS if n.startswith("sst2")]
-    return ex.Result(ex.EXPERIMENTS["sst2"], "smoke", s, {"runs": _runs(mse, **kw), "design_checks": checks}, 0.0)
+    checks = [{"name": n, "value": 1.0, "threshold": CHECKS[n].threshold,
+               "passed": checks_pass or n != "sst2 arms alive"} for n in CHECKS if n.startswith("sst2")]
+    data = {"runs": _runs(mse, **kw), "design_checks": checks, "level": level}
+    return ex.Result(ex.EXPERIMENTS["sst2"], "smoke", s, data, 0.0)
 
 
 DEPTHS = (2, 6, 10)
@@ -181,6 +182,13 @@ def test_the_claims_effects_and_grades():
     assert t1.verdict == "partly" and t1.subset == ("L=6", "L=10") and t1.subsets["L=2"] == "reversed"
     failed = sst2.claim_records(_result(GOOD, checks_pass=False))
     assert {r.verdict for r in failed} == {"not testable"}
+    higher = {r.id: r for r in sst2.claim_records(_result(GOOD, start={"residual": 3.0, "matched": 3.0}))}
+    assert np.isclose(higher["T4"].estimate.effect, recs["T4"].estimate.effect)   # absolute: the start cancels
+    stuck = {r.id: r for r in sst2.claim_records(_result(GOOD, level=0.75))}     # L = 2 isometric ends at 0.8+
+    assert stuck["T3"].verdict == "not testable" and "precondition" in stuck["T3"].reason
+    assert {x["verdict"] for x in stuck["T3"].sensitivity} == {"not testable"}
+    assert stuck["T1"].verdict == "reproduced" and not sst2.shallow_trains(_result(GOOD, level=0.75)).passed
+    assert np.isclose(sst2.shallow_trains(_result(GOOD)).value, 0.808 / 0.9)     # the median seed over the floor
     gone = {r.id: r for r in sst2.claim_records(_result(GOOD, diverged={(10, "isometric", 0)}))}
     assert gone["T1"].estimate.diverged == 1 and gone["T3"].estimate.diverged == 1
     assert gone["T2"].estimate.diverged == 0 and gone["T1"].estimate.units == 8
@@ -255,19 +263,41 @@ def test_a_diverged_arm_is_rerun_at_half_its_step(tmp_path, tiny_sst2, monkeypat
     assert t1["diverged"] == sum(x["status"] == "diverged" for x in runs)
 
 
-def test_the_checks_use_the_pilot_seeds_and_halvings_carry_a_rerun_across_pieces(tmp_path, tiny_sst2):
+def test_the_checks_use_the_pilot_seeds_and_halvings_carry_a_rerun_across_pieces(tmp_path, tiny_sst2, monkeypatch):
     base = {**tiny_sst2, "wide": None, "adam": None}
     one = ex.run_experiment("sst2", "smoke", overrides={**base, "seeds": [0]}, data_dir=tmp_path).data
+    calls = []
+    original = sst2._tune
+    monkeypatch.setattr(sst2, "_tune", lambda *a, **k: calls.append(a[3]) or original(*a, **k))
     two = ex.run_experiment("sst2", "smoke", overrides={**base, "seeds": [1],
-                                                       "halvings": {"L=1, residual": 2}}, data_dir=tmp_path).data
+                                                       "halvings": {"L=1, residual": [[0], [0, 1]]}},
+                            data_dir=tmp_path).data
+    assert calls == []                                                  # a halving pass re-tunes nothing
     assert one["design_checks"] == two["design_checks"]                 # measured on the pilot seeds
     assert {r["seed"] for r in one["init_pilot"]} == {200, 201} and {r["seed"] for r in one["init"]} == {0}
-    eta = {e["arm"]: e["eta"] for e in one["eta"]}
-    assert {e["arm"]: e["eta"] for e in two["eta"]}["L=1, residual"] == eta["L=1, residual"] / 4
-    assert two["reruns"][0] == {"arm": "L=1, residual", "L": 1, "kind": "residual", "from": eta["L=1, residual"],
-                                "to": eta["L=1, residual"] / 4, "diverged": None}
-    with pytest.raises(ValueError, match="'halvings'"):
-        ex.run_experiment("sst2", "smoke", overrides={**base, "halvings": {"L=7, residual": 1}}, data_dir=tmp_path)
+    eta = {e["arm"]: e["eta"] for e in one["eta"]}["L=1, residual"]
+    assert {e["arm"]: e["eta"] for e in two["eta"]}["L=1, residual"] == eta / 4
+    first = {"arm": "L=1, residual", "L": 1, "kind": "residual"}
+    assert two["reruns"] == [{**first, "from": eta, "to": eta / 2, "diverged": 1, "diverged_seeds": [0], "pass": 1},
+                             {**first, "from": eta / 2, "to": eta / 4, "diverged": 2, "diverged_seeds": [0, 1],
+                              "pass": 2}]
+    for bad in ({"L=7, residual": [[0]]}, {"L=1, residual": 1}, {"L=1, residual": [[]]},
+                {"L=1, residual": [["0"]]}):
+        with pytest.raises(ValueError, match="'halvings'"):
+            ex.run_experiment("sst2", "smoke", overrides={**base, "halvings": bad}, data_dir=tmp_path)
+
+
+def test_unique_prefixes_keep_one_row_per_prefix_of_one_label_outside_the_validation_split():
+    from convres.data import DataError
+    from convres.data.sst2 import unique_prefixes
+
+    tokens = [["a"], ["b"], ["a"], ["c"], ["b"], ["d"], ["e"], ["f"], ["g"]]
+    labels = [0, 1, 0, 1, 0, 0, 1, 1, 0]                # "a" twice with one label, "b" with both
+    got, y, counts = unique_prefixes(tokens, labels, 4, exclude=[["d"], ["z"]])
+    assert got == [["a"], ["c"], ["e"], ["g"]] and y.tolist() == [0, 1, 1, 0]   # file order, 2 per label
+    assert counts == {"rows": 9, "prefixes": 7, "conflicting": 1, "conflicting_rows": 2, "in_validation": 1}
+    with pytest.raises(DataError, match="label 0"):
+        unique_prefixes(tokens, labels, 6, exclude=[["d"]])
 
 
 def test_a_shared_part_prepared_alone_is_read_back_by_the_run(offline, monkeypatch):

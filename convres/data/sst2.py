@@ -117,6 +117,30 @@ def sst2_prefixes(df, n_tokens: int, size: int | None = None):
     return [tokens[i][:n_tokens] for i in rows], labels[rows], rows
 
 
+def unique_prefixes(tokens: list, labels, size: int, exclude=()) -> tuple[list, np.ndarray, dict]:
+    """The training set of chapter *SST-2* from the prefixes ``tokens`` (file order) and their labels:
+    one row per prefix (its first), the prefixes whose rows carry both labels and those in ``exclude``
+    (the validation split's) dropped, then the first ``size / 2`` of each label. Returns ``(tokens,
+    labels, counts)``, ``counts`` the rows and prefixes each step dropped."""
+    seen: dict[tuple, set] = {}   # in the order of the first rows
+    for t, y in zip(tokens, labels):
+        seen.setdefault(tuple(t), set()).add(int(y))
+    conflicting = {k for k, ys in seen.items() if len(ys) > 1}
+    held_out = {tuple(t) for t in exclude} & seen.keys()
+    label = {k: min(ys) for k, ys in seen.items() if k not in conflicting and k not in held_out}
+    chosen = [[k for k, y in label.items() if y == c][:size // 2] for c in (0, 1)]
+    for c, found in enumerate(chosen):
+        if len(found) < size // 2:
+            raise DataError(f"only {len(found)} distinct prefixes with label {c} (one label, not in the "
+                            f"validation split); need {size // 2}: lower 'n_train'.")
+    picked = set(chosen[0] + chosen[1])
+    rows = [k for k in label if k in picked]   # in file order
+    counts = {"rows": len(tokens), "prefixes": len(seen), "conflicting": len(conflicting),
+              "conflicting_rows": sum(tuple(t) in conflicting for t in tokens),
+              "in_validation": len(held_out)}
+    return [list(k) for k in rows], np.array([label[k] for k in rows], dtype=np.int64), counts
+
+
 #: Words whose nearest neighbours the SST-2 chapter shows (a look at what the embeddings carry).
 SST2_PROBE_WORDS = ("good", "bad", "funny", "boring")
 
@@ -150,15 +174,18 @@ def _neighbours(vocab, vectors, words, k: int = 5) -> dict:
 
 
 def sst2_data(s: dict, data_dir=None, dtype=torch.float32) -> SST2Task:
-    """The book's SST-2 task from the settings ``s``: ``n_train / 2`` sentences of each label (file
-    order) and the validation split, cut to ``n_tokens`` tokens
+    """The book's SST-2 task from the settings ``s``: ``n_train / 2`` distinct prefixes of each label
+    (:func:`unique_prefixes`) and the validation split, cut to ``n_tokens`` tokens
     (:func:`~convres.data.sst2.sst2_prefixes`); PPMI-SVD vectors of the training text
     (:func:`~convres.data.ppmi_embeddings`), standardized over the training tokens."""
     n_tokens = as_int("setting 'n_tokens'", s.get("n_tokens"), minimum=1)
     n_train = as_int("setting 'n_train'", s.get("n_train"), minimum=1)
     train, val = load_sst2("train", data_dir=data_dir), load_sst2("validation", data_dir=data_dir)
-    tokens, labels, _ = sst2_prefixes(train, n_tokens, n_train)
+    if n_train % 2:
+        raise ValueError(f"setting 'n_train' must be even (half of each label), got {n_train}.")
     tokens_val, labels_val, _ = sst2_prefixes(val, n_tokens, s.get("n_val"))
+    every, every_label, _ = sst2_prefixes(train, n_tokens)
+    tokens, labels, counts = unique_prefixes(every, every_label, n_train, tokens_val)
     if s.get("embedding", "ppmi") != "ppmi":
         raise ValueError(f"setting 'embedding' must be 'ppmi', got {s.get('embedding')!r}.")
     vocab, vectors = ppmi_embeddings(train["sentence"].str.split().tolist(), s["d"],
@@ -169,6 +196,7 @@ def sst2_data(s: dict, data_dir=None, dtype=torch.float32) -> SST2Task:
     info = {"vocab_size": len(vocab), "oov_train": oov, "oov_val": oov_val,
             "neighbours": _neighbours(vocab, vectors, SST2_PROBE_WORDS),
             "examples": [{"label": int(y), "tokens": t} for t, y in zip(tokens[:4], labels[:4])],
-            "train_sentences": int(len(train)), "val_sentences": int(len(val))}
+            "train_sentences": int(len(train)), "val_sentences": int(len(val)),
+            "deduplication": counts}
     return SST2Task(X, target(labels), labels, Xv, target(labels_val), labels_val, tokens, tokens_val,
                     list(vocab), info)

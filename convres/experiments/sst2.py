@@ -8,6 +8,7 @@ report's rows.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -21,10 +22,12 @@ from ..gd import gradient_descent, sweep
 from ..lemmas import hessian_norm
 from ..model import forward, forward_trace, init_params
 from ..plotting import plot_sst2
+from ..protocol import CLAIMS
 from ..runtime import check_device, torch_threads
-from ..stats import ProbeRun, estimate, log_ratio, mean_log_loss, steps_to, tune_step
+from ..show import plain
+from ..stats import ProbeRun, log_ratio, mean_log_loss, steps_to, tune_step
 from ..theory import ffn_theorem_run
-from ..values import json_safe
+from ..values import is_int, json_safe
 from .base import (
     RUN_CONTEXT,
     CheckResult,
@@ -60,19 +63,18 @@ from .sst2_arms import (
     wide_config,
     within,
 )
-from .sst2_baselines import adam_reference, correct, heldout_baselines
+from .sst2_baselines import adam_reference, correct, heldout_baselines, heldout_rows, without_correct
 
-__all__ = ["EXPERIMENT", "token_targets", "claim_records", "heldout_table", "rerun", "prepare"]
+__all__ = ["EXPERIMENT", "token_targets", "claim_records", "shallow_trains", "heldout_table", "rerun",
+           "prepare"]
 
 #: The arms that run at the common step too (the secondary protocol of the claims' sensitivity).
 COMMON_KINDS = ("residual", "isometric", "matched")
 
 
 def token_targets(Y: torch.Tensor, n: int) -> torch.Tensor:
-    """The per-token targets ``(N, n, 1)``: the sentence's target ``+-1`` at each of its ``n``
-    tokens. The loss (5) over these rows is ``n`` times the pooled loss of the mean output plus the
-    spread of the outputs within each sentence: ``sum_t (F_t - y)^2 = n (Fbar - y)^2 +
-    sum_t (F_t - Fbar)^2``."""
+    """The per-token targets ``(N, n, 1)``: the sentence's ``+-1`` at each of its ``n`` tokens; the
+    loss (5) per sentence is ``sum_t (F_t - y)^2 = n (Fbar - y)^2 + sum_t (F_t - Fbar)^2``."""
     return Y[:, None, :].expand(-1, n, -1).contiguous()
 
 
@@ -134,24 +136,25 @@ def _shared_parts(s: dict, task: SST2Task, Yt: torch.Tensor, dtype, device) -> d
     """The parts of a run that use no evaluation seed, name -> a function that returns the part,
     cached for every piece (:func:`convres.experiments.base.shared_by_pieces`)."""
     X = task.X
+    s0 = {k: v for k, v in s.items() if k != "halvings"}   # a halving pass shares the parts
 
     def tune(a: Arm) -> Callable[[], Any]:
-        return lambda: shared_by_pieces("tune-sst2", s, device, lambda: _tune(s, X, Yt, a, dtype, device),
+        return lambda: shared_by_pieces("tune-sst2", s0, device, lambda: _tune(s, X, Yt, a, dtype, device),
                                         arm=list(a))
 
     parts: dict[str, Callable[[], Any]] = {f"tune {a.name}": tune(a) for a in arms_of(s)}
-    parts["checks"] = lambda: shared_by_pieces("checks-sst2", s, device,
+    parts["checks"] = lambda: shared_by_pieces("checks-sst2", s0, device,
                                                lambda: init_diagnostics(s, X, Yt, s["pilot_seeds"]))
     parts["adam"] = lambda: shared_by_pieces(
-        "adam-sst2", s, device, lambda: [adam_reference(s, task, k, device) for k in s["adam"]["seeds"]])
+        "adam-sst2", s0, device, lambda: [adam_reference(s, task, k, device) for k in s["adam"]["seeds"]])
 
     def precision():
         chosen = {a: parts[f"tune {a.name}"]()["chosen"] for a in arms_of(s)}   # the same in every piece
-        return shared_by_pieces("precision-sst2", s, device,
+        return shared_by_pieces("precision-sst2", s0, device,
                                 lambda: _precision_check(s, X, Yt, chosen, device))
 
     parts["precision"] = precision
-    parts["wide"] = lambda: shared_by_pieces("wide-sst2", s, device, lambda: _run_sst2_wide(s, task, device))
+    parts["wide"] = lambda: shared_by_pieces("wide-sst2", s0, device, lambda: _run_sst2_wide(s, task, device))
     return parts
 
 
@@ -198,14 +201,18 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
         raise ValueError(f"no stable step for the arms {none} on the grid {s['eta_grid']}: widen 'eta_grid' "
                          "downwards or raise 'extend'.")
     reruns = []
-    for name, times in (s.get("halvings") or {}).items():   # reruns decided on another piece's seeds
+    for name, passes in (s.get("halvings") or {}).items():   # reruns decided on the seeds of every piece
         a = next((a for a in arms if a.name == name), None)
-        if a is None or not isinstance(times, int) or times < 1:
-            raise ValueError(f"setting 'halvings' maps an arm's name ({[a.name for a in arms]}) to how many "
-                             f"times its tuned step was halved (an integer >= 1), got {name!r}: {times!r}.")
-        reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": eta[a], "to": eta[a] / 2 ** times,
-                       "diverged": None})
-        eta[a] /= 2 ** times
+        if a is None or not isinstance(passes, list) or not passes or \
+                not all(isinstance(p, list) and p and all(is_int(k) for k in p) for p in passes):
+            raise ValueError(f"setting 'halvings' maps an arm's name ({[a.name for a in arms]}) to its "
+                             "earlier passes, each the evaluation seeds that diverged at that pass's step (a "
+                             f"non-empty list of non-empty lists), got {name!r}: {passes!r}.")
+        for i, bad in enumerate(passes):
+            reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": eta[a] / 2 ** i,
+                           "to": eta[a] / 2 ** (i + 1), "diverged": len(bad), "diverged_seeds": sorted(bad),
+                           "pass": i + 1})
+        eta[a] /= 2 ** len(passes)
     # 4. every arm at its tuned step on the evaluation seeds, with the reruns at half the step
     def run(pending: dict) -> dict:
         plan = [(a, k, e) for a, e in pending.items() for k in s["seeds"]]
@@ -217,7 +224,8 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
         for a in sorted(a for a in arms if len(failed[a]) > i):
             e, bad = failed[a][i]
             reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": e, "to": e / 2,
-                           "diverged": len(bad)})
+                           "diverged": len(bad), "diverged_seeds": sorted(r["seed"] for r in bad),
+                           "pass": None})
     eta = {a: last[a][0]["eta"] for a in arms}
     # the runs as the reruns left them: the arms never rerun, then those of each rerun in turn
     order = sorted(arms, key=lambda a: (len(failed[a]), a if failed[a] else arms[0]))
@@ -319,8 +327,9 @@ def _runs_by(runs, protocol: str) -> dict:
 def _effects(res: Result) -> dict:
     """The per-unit effects of T1-T4 and their alternatives, positive in the paper's direction,
     ``None`` for a diverged unit: T1 ``ln(MSE_iso / MSE_res)`` per (depth, seed); T2
-    ``ln(MSE_matched / MSE_res,Lmax)``; T3 ``ln(MSE_iso,Lmax / MSE_iso,Lmin)``; T4 the mean log-loss
-    of the isometric arm minus the residual's (decades)."""
+    ``ln(MSE_matched / MSE_res,Lmax)``; T3 ``ln(MSE_iso,Lmax / MSE_iso,Lmin)``; T4 the mean over ``t``
+    of ``log10(Phi_t / Phi_ref)`` of the isometric arm minus the residual's, one ``Phi_ref`` per unit
+    (decades; the starts cancel: a deviation, review8 M1)."""
     runs, horizon = res.data["runs"], res.settings["steps"]
     tuned, common = _runs_by(runs, "tuned"), _runs_by(runs, "common")
     depths, seeds = sorted(res.settings["depths"]), sorted(res.settings["seeds"])
@@ -331,10 +340,12 @@ def _effects(res: Result) -> dict:
         return None if x is None or y is None else log_ratio(x[field], y[field], base=base)
 
     def diff(by, a, b, k):
+        """``mean_log_loss`` is relative to the run's own ``Phi_0``; adding ``log10 Phi_0`` makes it
+        absolute (exact while no run falls 12 decades below its start: none on SST-2 does)."""
         x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
         if x is None or y is None or x["mean_log_loss"] is None or y["mean_log_loss"] is None:
             return None
-        return x["mean_log_loss"] - y["mean_log_loss"]
+        return x["mean_log_loss"] - y["mean_log_loss"] + math.log10(x["mse"][0] / y["mse"][0])
 
     def steps(by, a, b, k):
         x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
@@ -369,11 +380,32 @@ def _checks(data: dict) -> list[CheckResult]:
     return [CheckResult(c["name"], c["value"], c["threshold"], c["passed"]) for c in data["design_checks"]]
 
 
+def shallow_trains(res: Result) -> CheckResult:
+    """T3's precondition (a deviation, review8 M2): the shallowest non-collapsed arm without residuals
+    trains, its median final training MSE over the seeds below the floor's (``data["level"]``); the
+    value is their ratio (passes if < 1). Else "depth does not help" compares two arms that do not learn."""
+    lo = min(res.settings["depths"])
+    v = [r["final_mse"] for r in res.data["runs"] if r["final_mse"] is not None
+         and (r["L"], r["arm"], r["protocol"]) == (lo, "isometric", "tuned")]
+    value = float(np.median(v)) / res.data["level"] if v else math.inf
+    return CheckResult("sst2 shallow arm trains", value, 1.0, value < 1.0)
+
+
 def claim_records(res: Result) -> list:
     """T1-T4 graded by protocol v4 (:func:`convres.experiments.base.claim_record`), with the design
-    checks measured at initialization."""
+    checks measured at initialization; T3 *not testable* when :func:`shallow_trains` fails."""
     e, profile, checks = _effects(res), _profile(res), _checks(res.data)
     strata = e["strata"]
+    t3 = claim_record("T3", e["T3"], profile=profile, checks=checks,
+                      sensitivity={("collapsed arm", "tuned"): e["T3 collapsed"],
+                                   ("ln MSE ratio", "common"): e["T3 common"]})
+    pre = shallow_trains(res)
+    if not pre.passed and t3.verdict != "not testable":
+        t3 = dataclasses.replace(
+            t3, verdict="not testable", subset=(), subsets=dict.fromkeys(t3.subsets, "not testable"),
+            reason=f"precondition failed: the L = {min(e['depths'])} isometric arm ends at {pre.value:.3f}x "
+                   "the floor's training MSE (it must end below it)",
+            sensitivity=tuple({**x, "verdict": "not testable"} for x in t3.sensitivity))
     return [
         claim_record("T1", e["T1"], profile=profile, checks=checks, strata=strata,
                      sensitivity={("norm-preserving arm", "tuned"): e["T1 norm-preserving"],
@@ -381,9 +413,7 @@ def claim_records(res: Result) -> list:
         claim_record("T2", e["T2"], profile=profile, checks=checks,
                      sensitivity={("unmatched L = 2", "tuned"): e["T2 unmatched"],
                                   ("ln MSE ratio", "common"): e["T2 common"]}),
-        claim_record("T3", e["T3"], profile=profile, checks=checks,
-                     sensitivity={("collapsed arm", "tuned"): e["T3 collapsed"],
-                                  ("ln MSE ratio", "common"): e["T3 common"]}),
+        t3,
         claim_record("T4", e["T4"], profile=profile, checks=checks, strata=strata,
                      sensitivity={("steps to the level", "tuned"): e["T4 steps"],
                                   ("mean log-loss", "common"): e["T4 common"]})]
@@ -399,74 +429,50 @@ def _per_depth_text(e: dict, key: str, scale) -> str:
 
 
 def _sst2_claims(res: Result) -> list[dict]:
-    e = _effects(res)
+    e, T = _effects(res), res.settings["steps"]
     pct = lambda v: f"{100 * math.expm1(v):+.0f}%"  # noqa: E731
     dec = lambda v: f"{v:+.3f} decades"  # noqa: E731
     ln = lambda a, b: rf"$\ln(\mathrm{{MSE}}_{{{a}}}/\mathrm{{MSE}}_{{{b}}})$"  # noqa: E731
     lo, hi = e["depths"][0], e["depths"][-1]
+    budget = f"training MSE after {T} full-batch steps"   # review8 M3: a fixed budget, not convergence
+    records = claim_records(res)
+    unmatched = next(x["verdict"] for x in records[1].sensitivity if x["measure"] == "unmatched L = 2")
+    means = {k: np.mean([v for v in e[k] if v is not None] or [math.nan]) for k in ("T2", "T2 unmatched")}
     extra = {
         "T1": dict(figure="fig-sst2-final",
-                   criterion="per (depth, seed): " + ln(r"\text{none}", r"\text{res}") + ", final training "
-                   "MSE, the isometric arm; reproduced only if reproduced at every depth",
+                   criterion="per (depth, seed): " + ln(r"\text{none}", r"\text{res}") + f", {budget}, the "
+                   "isometric arm; reproduced only if reproduced at every depth",
                    evidence=_per_depth_text(e, "T1", pct)),
         "T2": dict(figure="fig-sst2-final", criterion="per seed: " + ln(rf"L = {lo},\ \text{{matched}}",
                                                                         f"L = {hi}") +
-                   ", residual arms, final training MSE"),
+                   f", residual arms, {budget}; the unmatched $L = {lo}$ beside it",
+                   evidence=f"against the matched L = {lo}: mean {pct(means['T2'])}; against the unmatched "
+                            f"L = {lo}: mean {pct(means['T2 unmatched'])} ({unmatched})"),
         "T3": dict(figure="fig-sst2-final", criterion="per seed: " + ln(f"L = {hi}", f"L = {lo}") +
-                   r", isometric arm; reproduced iff the interval's lower end $> -\ln 1.1$"),
-        "T4": dict(figure="fig-sst2-loss", criterion="per (depth, seed): mean log-loss without minus with "
-                   "residuals (isometric arm), in decades", evidence=_per_depth_text(e, "T4", dec))}
+                   rf", isometric arm, {budget}; reproduced iff the interval's lower end $> -\ln 1.1$; "
+                   rf"not testable unless the $L = {lo}$ arm ends below the floor's training MSE"),
+        "T4": dict(figure="fig-sst2-loss", criterion=f"per (depth, seed): mean over the {T} steps of "
+                   r"$\log_{10}(\Phi_t/\Phi_{\text{ref}})$ without minus with residuals (isometric arm), one "
+                   r"$\Phi_{\text{ref}}$ per unit, in decades", evidence=_per_depth_text(e, "T4", dec))}
+    measure = {c: f"{CLAIMS[c].measure.replace(' at the horizon', '')}, {budget}" for c in ("T1", "T2", "T3")}
+    measure["T4"] = (r"mean over $t$ of $\log_{10}(\Phi_t/\Phi_{\text{ref}})$, one $\Phi_{\text{ref}}$ per "
+                     f"unit, of none minus residual, the non-collapsed arm without residuals, {T} steps")
     rows = []
-    for rec in claim_records(res):
+    for rec in records:
         est = rec.estimate
         measurement = "no interval: " + est.reason if est.effect is None else (
             f"{est.effect:+.3f} [{est.lo:+.3f}, {est.hi:+.3f}], {est.units} units, sign test p = "
             f"{est.sign_test_p:.2g}")
-        rows.append(rec.row(**{"measurement": measurement, "evidence": measurement, **extra[rec.id]}))
+        rows.append(rec.row(**{"measurement": measurement, "evidence": measurement,
+                               "measure": plain(measure[rec.id]), **extra[rec.id]}))
     return rows
 
 
 # --- the numbers of the chapter --------------------------------------------------------------------
 
-def heldout_table(data: dict, seeds=None) -> list[dict]:
-    """Held-out accuracy on the validation split (not a claim of the paper): per arm and baseline,
-    the accuracy's spread over seeds and its difference from the floor and bag-of-words baselines
-    over the sentences, with a 95% interval (:func:`convres.stats.estimate`)."""
-    b = data["baselines"]
-    ref = {"floor": b["floor"]["val_correct"], **({"bow": b["bow"]["val_correct"]} if b.get("bow") else {})}
-    rows: list[dict] = []
-
-    def add(name, kind, L, corrects):
-        hits = np.array([[c == "1" for c in v] for v in corrects], dtype=np.float64)
-        acc = hits.mean(axis=1)
-        row = {"name": name, "kind": kind, "L": L, "accuracy": spread(acc.tolist())}
-        for key, r in ref.items():
-            d = hits.mean(axis=0) - np.array([c == "1" for c in r], dtype=np.float64)
-            est = estimate(d.tolist(), min_units=2, draws=2000)
-            row[f"vs_{key}"] = {"effect": est.effect, "ci": [est.lo, est.hi]}
-        row["beats_floor"] = row["vs_floor"]["ci"][0] > 0
-        rows.append(row)
-
-    by: dict = {}
-    for r in data["runs"]:
-        if r["protocol"] == "tuned" and r["status"] != "diverged":
-            by.setdefault((r["L"], r["arm"]), []).append(r["val_correct"])
-    for (L, kind), v in sorted(by.items(), key=lambda kv: (kv[0][0], ARM_KINDS.index(kv[0][1]))):
-        add(f"L={L}, {kind}", "arm", L, v)
-    add("floor (least squares, mean vector)", "baseline", None, [b["floor"]["val_correct"]])
-    add("floor with twice the dimension", "baseline", None, [b["floor_2d"]["val_correct"]])
-    if b.get("bow"):
-        add("bag of words, logistic regression", "baseline", None, [b["bow"]["val_correct"]])
-    if b.get("adam"):
-        add("reference Transformer (Adam)", "baseline", None, [r["val_correct"] for r in b["adam"]])
-    return rows
-
-
-def _without_correct(v):
-    """A baseline's record without its per-sentence ``val_correct`` (the summary keeps the numbers)."""
-    if isinstance(v, dict):
-        return {k: x for k, x in v.items() if k != "val_correct"}
-    return [_without_correct(x) for x in v] if isinstance(v, list) else v
+def heldout_table(data: dict) -> list[dict]:
+    """Held-out accuracy per arm and baseline (:func:`convres.experiments.sst2_baselines.heldout_rows`)."""
+    return heldout_rows(data, ARM_KINDS)
 
 
 _MODEL_FIELDS = ("final_mse", "mean_log_loss", "train_error", "within_sentence", "pooled_sigma_ratio")
@@ -491,11 +497,11 @@ def _sst2_numbers(res: Result) -> dict:
     return {"n_train": data["N"], "n_val": data["N_val"], "d": res.settings["d"], "readout": "per token",
             "level": data["level"], "matched_m": data["matched_m"],
             "init_output_std": init_table(res.settings, data["init"]),
-            **protocol_summary(_checks(data)),
+            **protocol_summary(_checks(data)), "t3_precondition": shallow_trains(res).to_json(),
             "step_sizes": step_table(data["step_sizes"], _STEP_KEYS),
             "eta": data["eta"], "common_eta": data["common_eta"], "reruns": data["reruns"],
             "per_model": per_model, "heldout": heldout_table(data),
-            "baselines": {k: _without_correct(v) for k, v in data["baselines"].items()},
+            "baselines": without_correct(data["baselines"]),
             "float64_check": data["float64_check"],
             "wide": None if wide is None else {"N": wide["N"], "m": wide["m"], "L": wide["L"],
                                                "runs": [{k: r[k] for k in ("seed", "mu", "train_error",
@@ -574,9 +580,8 @@ _SST2 = dict(n_tokens=10, n_val=None, embedding="ppmi", vocab_size=5000, emb_see
 EXPERIMENT = Experiment(
     "sst2", "SST-2: depth L = 2, 6, 10 with and without residual connections, GLUE validation accuracy",
     "book/sst2.md",
-    {"book": dict(_SST2, n_train=2048, seeds=list(range(10)), probe_steps=50, steps=200, wide=_WIDE,
-                  halvings={"L=6, isometric": 2}),   # diverged at its tuned step and at half of it
-     "paper": dict(_SST2, n_train=16384, seeds=list(range(20)), probe_steps=60, steps=250,
+    {"book": dict(_SST2, n_train=2048, seeds=list(range(10)), probe_steps=200, steps=200, wide=_WIDE),
+     "paper": dict(_SST2, n_train=16384, seeds=list(range(20)), probe_steps=250, steps=250,
                    wide=dict(_WIDE, n_train=1024, m=2048, steps=200)),
      "smoke": dict(_SST2, n_train=16, depths=[1, 2], seeds=[0, 1], probe_seeds=[100], eta_grid=[0.1, 0.2],
                    extend=8, probe_steps=3, steps=10, record_every=5, check_steps=3, vocab_size=300,

@@ -10,8 +10,11 @@ import torch
 
 from ..data.sst2 import SST2Task, sst2_data
 from ..model import ModelConfig, forward, forward_trace, init_params
+from ..stats import estimate
+from .base import spread
 
-__all__ = ["correct", "pooled_baseline", "bow_logistic", "adam_reference", "heldout_baselines"]
+__all__ = ["correct", "pooled_baseline", "bow_logistic", "adam_reference", "heldout_baselines",
+           "heldout_rows", "without_correct"]
 
 
 def correct(pred: np.ndarray, labels: np.ndarray) -> str:
@@ -138,3 +141,45 @@ def heldout_baselines(s: dict, task: SST2Task, data_dir, dtype, adam: Callable[[
                             lambdas=bow["lambdas"], folds=bow["folds"], iters=bow["iters"]) if bow else None,
         "adam": adam() if s.get("adam") else None,
         "majority_val_accuracy": float(max(task.labels_val.mean(), 1 - task.labels_val.mean()))}
+
+
+def without_correct(v):
+    """The baselines' records without their per-sentence ``val_correct`` (a summary keeps the numbers)."""
+    if isinstance(v, dict):
+        return {k: without_correct(x) for k, x in v.items() if k != "val_correct"}
+    return [without_correct(x) for x in v] if isinstance(v, list) else v
+
+
+def heldout_rows(data: dict, kinds) -> list[dict]:
+    """Held-out accuracy on the validation split (not a claim of the paper): per arm and baseline,
+    the accuracy's spread over seeds and its difference from the floor and bag-of-words baselines
+    over the sentences, with a 95% interval (:func:`convres.stats.estimate`); the arms by depth, then
+    in the order of ``kinds``."""
+    b = data["baselines"]
+    ref = {"floor": b["floor"]["val_correct"], **({"bow": b["bow"]["val_correct"]} if b.get("bow") else {})}
+    rows: list[dict] = []
+
+    def add(name, kind, L, corrects):
+        hits = np.array([[c == "1" for c in v] for v in corrects], dtype=np.float64)
+        acc = hits.mean(axis=1)
+        row = {"name": name, "kind": kind, "L": L, "accuracy": spread(acc.tolist())}
+        for key, r in ref.items():
+            d = hits.mean(axis=0) - np.array([c == "1" for c in r], dtype=np.float64)
+            est = estimate(d.tolist(), min_units=2, draws=2000)
+            row[f"vs_{key}"] = {"effect": est.effect, "ci": [est.lo, est.hi]}
+        row["beats_floor"] = row["vs_floor"]["ci"][0] > 0
+        rows.append(row)
+
+    by: dict = {}
+    for r in data["runs"]:
+        if r["protocol"] == "tuned" and r["status"] != "diverged":
+            by.setdefault((r["L"], r["arm"]), []).append(r["val_correct"])
+    for (L, kind), v in sorted(by.items(), key=lambda kv: (kv[0][0], kinds.index(kv[0][1]))):
+        add(f"L={L}, {kind}", "arm", L, v)
+    add("floor (least squares, mean vector)", "baseline", None, [b["floor"]["val_correct"]])
+    add("floor with twice the dimension", "baseline", None, [b["floor_2d"]["val_correct"]])
+    if b.get("bow"):
+        add("bag of words, logistic regression", "baseline", None, [b["bow"]["val_correct"]])
+    if b.get("adam"):
+        add("reference Transformer (Adam)", "baseline", None, [r["val_correct"] for r in b["adam"]])
+    return rows
