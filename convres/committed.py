@@ -214,9 +214,6 @@ def load_committed(name: str, folder=None, profile: str = "paper") -> tuple[Resu
     return res, {"pieces": stored["pieces"], "provenance": stored.get("provenance", [])}
 
 
-#: The former name of :func:`load_committed` (the chapters call it; committed results are not only ``paper``).
-load_paper_result = load_committed
-
 
 def result(name: str, profile: str = "book", **options) -> Result:
     """``name``'s ``profile`` result: the committed file, every piece present, where the profile is

@@ -14,7 +14,7 @@ import pytest
 
 from convres import experiments as ex
 from convres.cache import dumps, loads
-from convres.committed import load_paper_result, pieces, run_piece
+from convres.committed import load_committed, pieces, run_piece
 from convres.data import DATASETS
 from convres.experiments import simulations as sim
 from convres.experiments.base import LIST_SETTINGS
@@ -133,7 +133,7 @@ def test_the_pieces_merge_into_the_run_of_every_seed(record, tmp_path, monkeypat
     assert blocks == [[s] for s in whole.settings["seeds"]]
     for k in reversed(range(len(blocks))):
         run_piece(record, k, folder=tmp_path, profile="smoke")
-    merged, info = load_paper_result(record, tmp_path, "smoke")
+    merged, info = load_committed(record, tmp_path, "smoke")
     if record == "simulations":   # an arm one piece reran at half its step: the second pass (``halve``)
         halve = [h for h, x in zip(sim.second_pass(merged), sim.reruns(merged)) if not x["every_seed"]]
         if halve:
@@ -143,7 +143,7 @@ def test_the_pieces_merge_into_the_run_of_every_seed(record, tmp_path, monkeypat
             shutil.rmtree(tmp_path)
             for k in range(len(blocks)):
                 run_piece(record, k, folder=tmp_path, profile="smoke")
-            merged, info = load_paper_result(record, tmp_path, "smoke")
+            merged, info = load_committed(record, tmp_path, "smoke")
             whole = ex.run_experiment(record, "smoke")
             expected = whole.claims()
     assert info["pieces"] == {"total": len(blocks), "done": list(range(len(blocks))), "missing": [],
