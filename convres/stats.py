@@ -229,6 +229,26 @@ def estimate(effects: Sequence, *, min_units: int, strata: Sequence | None = Non
     return Estimate(mean, lo, hi, method, n, out, p)
 
 
+def seed_spearman(x: np.ndarray, y: np.ndarray, keep: np.ndarray, *, min_units: int,
+                  draws: int = BOOTSTRAP_DRAWS) -> Estimate:
+    """The mean over strata (rows) of Spearman's rho of ``x`` against ``y`` across the seeds (columns;
+    ``keep`` false: a diverged run, left out), with the BCa interval resampling whole seeds (a seed's
+    runs share their weights); fewer than ``min_units`` kept runs in a stratum: no estimate."""
+    n, out, fewest = x.shape[1], int((~keep).sum()), int(keep.sum(1).min())
+    if fewest < min_units:
+        return Estimate(None, None, None, "none", n, out, None, f"{fewest} finite runs in a stratum "
+                        f"({out} diverged), fewer than the {min_units} the protocol needs: rerun the "
+                        "diverged arms at half their step")
+
+    def rho(idx):   # per row of idx (seeds): the mean over the strata of rho
+        return np.mean([_spearman_rows(x[j][idx], y[j][idx], keep[j][idx]) for j in range(len(x))], axis=0)
+    effect = float(rho(np.arange(n)[None])[0])
+    if not math.isfinite(effect):
+        return Estimate(None, None, None, "none", n, out, None, "no rank correlation: x or y is constant "
+                        "within a stratum")
+    return Estimate(effect, *_bca(rho, np.zeros(n), draws), "BCa bootstrap over seeds", n, out, None)
+
+
 @dataclasses.dataclass(frozen=True)
 class Grade:
     """A verdict of :data:`GRADES`, its ``reason`` and the pre-named ``subset`` where reproduced."""

@@ -19,7 +19,7 @@ LAYERS = [
     ["checks", "certify", "width"],                                    # checks, certified bounds, width
     ["theory", "separation"],                                          # the theorems along runs
     ["plotting", "figures"],                                           # figures
-    ["experiments.base", "experiments.simulations", "experiments.jena", "experiments.sst2_baselines",
+    ["experiments.base", "experiments.sim_reruns", "experiments.simulations", "experiments.jena", "experiments.sst2_baselines",
      "experiments.sst2_arms", "experiments.sst2", "experiments.rank_collapse", "experiments.theorem",
      "experiments", "scope"],                                          # experiments
     ["explorers", "committed", "report", "tables"],                    # pages

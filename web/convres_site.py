@@ -121,7 +121,7 @@ API_PAGES: dict[str, list[str]] = {
     "api/width": ["width"],
     "api/experiments": ["experiments", "committed"],
     "api/protocol": ["protocol", "stats"],
-    "api/experiment_runs": ["experiments.base", "experiments.simulations",
+    "api/experiment_runs": ["experiments.base", "experiments.simulations", "experiments.sim_reruns",
                             "experiments.rank_collapse", "experiments.theorem"],
     "api/experiment_data": ["experiments.jena", "experiments.sst2", "experiments.sst2_arms",
                             "experiments.sst2_baselines"],

@@ -22,7 +22,6 @@ from ..model import forward_trace
 from ..plotting import plot_simulations
 from ..protocol import (
     ALTERNATIVES,
-    BOOTSTRAP_DRAWS,
     CLAIMS,
     LOG_LOSS_FLOOR,
     MIN_UNITS,
@@ -34,8 +33,6 @@ from ..rank import extreme_singular_values
 from ..stats import (
     Estimate,
     ProbeRun,
-    _bca,
-    _spearman_rows,
     censored,
     estimate,
     grade,
@@ -43,6 +40,7 @@ from ..stats import (
     linear_rate,
     mean_log_loss,
     power_law,
+    seed_spearman,
     steps_to,
 )
 from .base import (
@@ -61,6 +59,7 @@ from .base import (
     step_table,
     tune_arms,
 )
+from .sim_reruns import cell_name, first_pass, halvings, places_run, reruns, second_pass
 
 __all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "STOP", "ESCAPE_STOP", "LINEAR_PHASE", "HALVINGS", "speed",
            "instance", "escape_law", "escape_fit", "spot_check",
@@ -168,11 +167,6 @@ def _step_rows(tuned: dict, label: str) -> list[dict]:
 
 # --- evaluation runs with reruns at half the step ------------------------------------------------
 
-def _where(scale: str, d_qk: int) -> str:
-    """The name of an escape-law cell, as :func:`reruns` and the setting ``halve`` name it."""
-    return f"escape, scale {scale}, d_QK = {d_qk}"
-
-
 def _record(beta, eta, seed, X, Y, p0, cfg, h: History, *, N, s, horizon, curve, mechanism) -> dict:
     floor = rank_one_floor(Y.double())
     mu = eta / (N * s["n"])
@@ -194,7 +188,7 @@ def _evaluate(s, where, N, d_qk, scale, arms: dict, horizon, stop, *, follows=No
               mechanism=False, curves=(), device=None) -> dict:
     """The runs ``{key: records}`` of ``arms`` ``{key: (beta, eta)}`` of the shape ``where`` on every
     seed, with the reruns of :func:`convres.experiments.base.rerun_diverged`, started at a smaller step
-    by ``halve`` (:func:`halvings`); each record keeps ``tuned_eta`` and ``diverged_before``."""
+    by ``halve`` (:func:`~convres.experiments.sim_reruns.halvings`); each record keeps ``tuned_eta`` and ``diverged_before``."""
     follows, halve = follows or {}, halve or {}
 
     def start(key):
@@ -219,76 +213,6 @@ def _evaluate(s, where, N, d_qk, scale, arms: dict, horizon, stop, *, follows=No
     return out
 
 
-def reruns(res: Result) -> list[dict]:
-    """The arms run below their tuned step: ``where``, ``arm`` ``[protocol, beta]``, tuned ``eta``,
-    ``diverged_seeds``, ``diverged_at`` ``[[eta, seeds], ...]`` (an earlier pass's where the setting
-    ``halve`` records one, :func:`halvings`), ``rerun_seeds``, ``rerun_eta``, ``every_seed``."""
-    rows, history = [], _history(res.settings)
-    for where, protocols in _places_run(res):
-        for protocol, runs in protocols.items():
-            for b in sorted({r["beta"] for r in runs}):
-                mine = [r for r in runs if r["beta"] == b]
-                moved = [r for r in mine if r["eta"] != r["tuned_eta"]]
-                if moved:
-                    etas = sorted({e for r in mine for e in r["diverged_before"]}, reverse=True)
-                    now = [[e, sorted(r["seed"] for r in mine if e in r["diverged_before"])] for e in etas]
-                    at = history.get((where, protocol, b)) or now
-                    rows.append(dict(where=where, arm=[protocol, b], beta=b, eta=mine[0]["tuned_eta"],
-                                     diverged_seeds=sorted({k for _, seeds in at for k in seeds}),
-                                     diverged_at=at, rerun_seeds=sorted(r["seed"] for r in moved),
-                                     rerun_eta=sorted({r["eta"] for r in moved}),
-                                     every_seed=len(moved) == len(mine)
-                                     and len({r["eta"] for r in mine}) == 1))
-    return rows
-
-
-def _places_run(res: Result) -> list[tuple[str, dict]]:
-    """``(where, {protocol: records})`` of every regime and escape-law cell of a result."""
-    return [(c["name"], c["runs"]) for c in res.data["regimes"]] + \
-        [(_where(c["scale"], c["d_qk"]), c["runs"]) for c in res.data["escape"]]
-
-
-def halvings(s: dict) -> dict:
-    """The setting ``halve`` as ``{(where, protocol, beta): times}``: each entry ``[where, protocol,
-    beta, times, history]`` starts that arm and its followers at ``RERUN_FACTOR ** times`` its tuned
-    step, on every seed; ``history`` ``[[eta, [seeds]], ...]``: the seeds that diverged at each step
-    of the earlier pass, from the tuned step down (:func:`second_pass` writes it)."""
-    return {key: times for key, (times, _) in _halve_entries(s).items()}
-
-
-def _history(s: dict) -> dict:
-    """``{(where, protocol, beta): [[eta, [seeds]], ...]}``: the earlier pass of the setting ``halve``."""
-    return {key: history for key, (_, history) in _halve_entries(s).items()}
-
-
-def _halve_entries(s: dict) -> dict:
-    places = [r["name"] for r in s["regimes"]] + [_where(sc, q) for sc in s["scales"] for q in s["d_qks"]]
-    out = {}
-    for entry in s.get("halve") or []:
-        ok = isinstance(entry, (list, tuple)) and len(entry) == 5
-        where, protocol, beta, times, history = entry if ok else (None,) * 5
-        if not (ok and where in places and protocol in ("tuned", "common", "half")
-                and isinstance(beta, (int, float)) and not isinstance(beta, bool)
-                and isinstance(times, int) and not isinstance(times, bool) and times >= 1
-                and isinstance(history, list) and all(
-                    isinstance(h, list) and len(h) == 2 and isinstance(h[1], list) for h in history)):
-            raise ValueError(f"setting 'halve': each entry is [where, protocol, beta, times, history], where "
-                             f"one of {places}, protocol 'tuned', 'common' or 'half', beta a number, times "
-                             "how many times the arm's tuned step is halved (an integer >= 1) and history "
-                             "[[eta, [seeds]], ...] the seeds that diverged at each step, as "
-                             f"simulations.second_pass(result) writes them; got {entry!r}.")
-        out[(where, protocol, float(beta))] = (times, history)
-    return out
-
-
-def second_pass(res: Result) -> list[list]:
-    """The setting ``halve`` that runs every seed of each arm of :func:`reruns` at the smallest step
-    any of its seeds ran at, with the seeds that diverged at each step; run every piece again with it
-    until every arm has ``every_seed``."""
-    return [[x["where"], *x["arm"], round(math.log2(x["eta"] / min(x["rerun_eta"]))), x["diverged_at"]]
-            for x in reruns(res)]
-
-
 def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     for r in s["regimes"]:
         if not {"name", "N", "d_qk", "scale"} <= set(r):
@@ -311,7 +235,7 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
     for scale in s["scales"]:
         for d_qk in s["d_qks"]:
             tuned = _tuned(s, s["N"], d_qk, scale, [0.0, 1.0], "escape", s["escape_steps"], device)
-            step_sizes += _step_rows(tuned, _where(scale, d_qk))
+            step_sizes += _step_rows(tuned, cell_name(scale, d_qk))
             arms = {("tuned", b): (b, tuned[b]["chosen"]) for b in (0.0, 1.0)}
             follows = {}
             if scale == "1/d_qk":
@@ -321,7 +245,7 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
                     common = min(t["chosen"] for t in tuned.values())
                     arms.update({("common", b): (b, common) for b in (0.0, 1.0)})
             curves = s["curve_seeds"] if d_qk == max(s["d_qks"]) else ()
-            runs = _evaluate(s, _where(scale, d_qk), s["N"], d_qk, scale, arms,
+            runs = _evaluate(s, cell_name(scale, d_qk), s["N"], d_qk, scale, arms,
                              s["escape_steps"], ESCAPE_STOP, follows=follows, halve=halve, curves=curves,
                              device=device)
             protocols = sorted({p for p, _ in arms})
@@ -441,13 +365,13 @@ def _simulations_numbers(res: Result) -> dict:
                                              "bracketed", "unresolved", "capped")),
             **protocol_summary(_checks(res)), "reruns": reruns(res), "stalled": stalled(res),
             "diverged_before_rerun": sum(len(r["diverged_before"]) for r in runs_all)
-            + sum(len(seeds) for h in _history(s).values() for _, seeds in h),
+            + sum(len(seeds) for h in first_pass(s).values() for _, seeds in h),
             "diverged_at_tuned": diverged_at_tuned(res),
             "diverged_runs": sum(r["diverged"] for r in runs_all), "runs": len(runs_all)}
 
 
 def _all_runs(res: Result) -> list[dict]:
-    return [r for _, runs in _places_run(res) for v in runs.values() for r in v]
+    return [r for _, runs in places_run(res) for v in runs.values() for r in v]
 
 
 def _checks(res: Result) -> list:
@@ -460,10 +384,10 @@ def _checks(res: Result) -> list:
 
 def diverged_at_tuned(res: Result) -> int:
     """The evaluation runs that diverged at their tuned step, with those of an earlier pass that the
-    setting ``halve`` records (:func:`halvings`)."""
+    setting ``halve`` records (:func:`~convres.experiments.sim_reruns.halvings`)."""
     now = sum(r["tuned_eta"] in r["diverged_before"] or (r["diverged"] and r["eta"] == r["tuned_eta"])
               for r in _all_runs(res))
-    return now + sum(len(h[0][1]) for h in _history(res.settings).values() if h)
+    return now + sum(len(h[0][1]) for h in first_pass(res.settings).values() if h)
 
 
 def _measure(run: dict, measure: str) -> float:
@@ -552,23 +476,9 @@ def _s5(res: Result, measure: str) -> tuple[Estimate, dict]:
             keep.append([u is not None for u in v])
             names.append(c["name"])
     X, Y, K, lab = np.asarray(x), np.asarray(y), np.asarray(keep), np.asarray(names)
-    least = MIN_UNITS[res.profile]
 
     def est(rows: np.ndarray) -> Estimate:
-        n, out, fewest = len(seeds), int((~K[rows]).sum()), int(K[rows].sum(1).min())
-        if fewest < least:
-            return Estimate(None, None, None, "none", n, out, None, f"{fewest} finite runs in a stratum "
-                            f"({out} diverged), fewer than the {least} the protocol needs: rerun the "
-                            "diverged arms at half their step")
-
-        def rho(idx):   # per row of idx (seeds): the mean over the strata of rho
-            return np.mean([_spearman_rows(X[j][idx], Y[j][idx], K[j][idx]) for j in rows], axis=0)
-        effect = float(rho(np.arange(n)[None])[0])
-        if not math.isfinite(effect):
-            return Estimate(None, None, None, "none", n, out, None, "no rank correlation: x or y is constant "
-                            "within a stratum")
-        return Estimate(effect, *_bca(rho, np.zeros(n), BOOTSTRAP_DRAWS), "BCa bootstrap over seeds", n, out,
-                        None)
+        return seed_spearman(X[rows], Y[rows], K[rows], min_units=MIN_UNITS[res.profile])
     return est(np.arange(len(lab))), {r: est(np.flatnonzero(lab == r)) for r in dict.fromkeys(names)}
 
 
@@ -664,7 +574,7 @@ _SIM = dict(N=4, n=4, d=32, m=32, activation="gelu", betas=[0.0, 0.1, 0.25, 0.5,
             regimes=[_WIDE_REGIME, dict(name="narrow", N=32, d_qk=32, scale="1/sqrt(d_qk)"),
                      dict(name="uniform attention", N=4, d_qk=1024, scale="1/d_qk")])
 
-#: The second pass of the paper profile (:func:`second_pass` of the first, commit fc94993, whose
+#: The second pass of the paper profile (:func:`~convres.experiments.sim_reruns.second_pass` of the first, commit fc94993, whose
 #: pieces halved the arm only within the pieces that held a divergence): every seed of the arm
 #: d_QK = 64, beta = 0 at scale 1/d_QK at a quarter of its tuned step, the half-step arm at a quarter
 #: of its own; the seeds that diverged in the first pass, read from its committed records.
