@@ -188,7 +188,8 @@ def _evaluate(s, where, N, d_qk, scale, arms: dict, horizon, stop, *, follows=No
               mechanism=False, curves=(), device=None) -> dict:
     """The runs ``{key: records}`` of ``arms`` ``{key: (beta, eta)}`` of the shape ``where`` on every
     seed, with the reruns of :func:`convres.experiments.base.rerun_diverged`, started at a smaller step
-    by ``halve`` (:func:`~convres.experiments.sim_reruns.halvings`); each record keeps ``tuned_eta`` and ``diverged_before``."""
+    by ``halve`` (:func:`~convres.experiments.sim_reruns.halvings`); each record keeps ``tuned_eta`` and
+    ``diverged_before``."""
     follows, halve = follows or {}, halve or {}
 
     def start(key):
@@ -574,10 +575,10 @@ _SIM = dict(N=4, n=4, d=32, m=32, activation="gelu", betas=[0.0, 0.1, 0.25, 0.5,
             regimes=[_WIDE_REGIME, dict(name="narrow", N=32, d_qk=32, scale="1/sqrt(d_qk)"),
                      dict(name="uniform attention", N=4, d_qk=1024, scale="1/d_qk")])
 
-#: The second pass of the paper profile (:func:`~convres.experiments.sim_reruns.second_pass` of the first, commit fc94993, whose
-#: pieces halved the arm only within the pieces that held a divergence): every seed of the arm
-#: d_QK = 64, beta = 0 at scale 1/d_QK at a quarter of its tuned step, the half-step arm at a quarter
-#: of its own; the seeds that diverged in the first pass, read from its committed records.
+#: The second pass of the paper profile (``second_pass`` of the first, commit fc94993, whose pieces
+#: halved the arm only within the pieces that held a divergence): every seed of the arm d_QK = 64,
+#: beta = 0 at scale 1/d_QK at a quarter of its tuned step, the half-step arm at a quarter of its own;
+#: the seeds that diverged in the first pass, read from its committed records.
 _AT_64 = "escape, scale 1/d_qk, d_QK = 64"
 _PAPER_HALVE = [[_AT_64, "tuned", 0.0, 2, [[0.256, [1, 2, 9, 15, 17]], [0.128, [2]]]],
                 [_AT_64, "half", 0.0, 2, [[0.128, [2]]]]]
