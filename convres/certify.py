@@ -479,7 +479,7 @@ class CertifiedRun:
         return float(self.sigma.min() / c.sigma_0) if c.sigma_0 > 0 else None
 
     def summary(self) -> dict:
-        """What ``theorem --certify --json`` prints (``observed_violations`` when not certified)."""
+        """What ``theorem certify --json`` prints (``observed_violations`` when not certified)."""
         c = self.certificate
         if isinstance(c, FFNCertificate):
             r_lower, sigma_0 = c.r_lower, c.sigma_M0 * c.sigma_U0

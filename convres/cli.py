@@ -29,10 +29,6 @@ from .show import plain
 from .theory import theorem_run
 from .width import fixed_data, orthonormal_data, width_condition
 
-#: The flag spellings of the theorem's modes, as the book writes them (``theorem --certify``).
-THEOREM_MODES = {"--certify": "certify", "--width-condition": "width", "--scope": "scope",
-                 "--separation": "separation"}
-
 
 def number(kind: type, lo: float, hi: float | None = None, *, above: bool = False):
     """An argparse type: ``kind`` (int or float) in ``lo .. hi`` (``> lo`` with ``above``), finite."""
@@ -210,9 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
             layers=size(1000, 1), N=size(10**6, 4), n=size(10**4, 4), d=size(10**5, 16),
             mu={"type": number(float, 0, above=True), "default": 0.005, "help": "step size"},
             steps=size(10**7, 500), activation={"choices": sorted(ACTIVATIONS), "default": "relu"})
-    theorem = commands.add_parser("theorem", allow_abbrev=False, help="the theorem's checks: run (default), "
-                                  "certify, width, scope (or --certify, --width-condition, --scope)")
-    modes = theorem.add_subparsers(dest="mode", metavar="MODE", required=True)
+    theorem = commands.add_parser("theorem", allow_abbrev=False, help="the theorem's checks: run, certify, "
+                                  "width, scope, separation")
+    modes = theorem.add_subparsers(required=True)
     command(modes, "run", _theorem_run, "GD at the theorem's step size, its contraction checked each step",
             seed=SEED, beta=BETA, layers=size(20, 1), steps={**STEPS, "default": 300})
     command(modes, "certify", _theorem_certify, "certify an instance, then run GD at mu = 1/L_upper",
@@ -245,22 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _book_spelling(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
-    """``argv`` with the book's spelling of the theorem's modes (``theorem --certify ...``, ``theorem
-    --json`` for the plain run) as the subcommand it names; two modes are a usage error."""
-    if argv[:1] != ["theorem"] or (argv[1:] or [""])[0] in ("run", "-h", "--help", *THEOREM_MODES.values()):
-        return argv
-    flags = [a for a in argv[1:] if a in THEOREM_MODES]
-    if len(flags) > 1:
-        parser.error(f"choose one mode of the theorem, got {' and '.join(flags)}")
-    mode = THEOREM_MODES[flags[0]] if flags else "run"
-    return ["theorem", mode, *[a for a in argv[1:] if a not in flags]]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(_book_spelling(parser, list(sys.argv[1:] if argv is None else argv)))
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as done:  # --help, or a usage error argparse has already printed
         return int(done.code or 0)
     try:

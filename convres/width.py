@@ -308,7 +308,7 @@ class WidthCondition:
     ratio_limit: float | None = None
 
     def to_dict(self) -> dict:
-        """JSON-ready (what ``python -m convres theorem --width-condition --json`` prints)."""
+        """JSON-ready (what ``python -m convres theorem width --json`` prints)."""
         return finite_fields({**dataclasses.asdict(self), "Nn": self.N * self.n})
 
 

@@ -253,7 +253,7 @@ def test_cli_certify_json(args, expect, capsys):
     """``theorem --certify --json``: a certified instance (ratio < 1) has no violation and ends within
     its envelope; one that is not certified is a result, not an error: nothing is certified and its
     checks are observations."""
-    assert main(["theorem", "--certify", *args.split(), "--json"]) == 0
+    assert main(["theorem", "certify", *args.split(), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {k: out[k] for k in expect} == expect
     assert {"ratio", "r_sigma_lower", "L_upper", "mu", "alpha", "initial_loss", "final_loss", "status"} <= set(out)

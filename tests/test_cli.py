@@ -41,8 +41,7 @@ def test_gd_and_theorem_modes_print_strict_json(capsys):
     code, out, _ = run_main(capsys, "gd", "--steps", "20", "--json")
     result = json.loads(out, parse_constant=pytest.fail)
     assert code == 0 and result["steps"] == 20 and result["final_loss"] < result["initial_loss"]
-    for mode in (["theorem", "--json", "--steps", "3"], ["theorem", "run", "--json", "--steps", "3"],
-                 ["theorem", "--width-condition", "--json"], ["theorem", "width", "--json"]):
+    for mode in (["theorem", "run", "--json", "--steps", "3"], ["theorem", "width", "--json"]):
         code, out, _ = run_main(capsys, *mode)
         assert code == 0 and isinstance(json.loads(out, parse_constant=pytest.fail), dict), mode
 
@@ -58,10 +57,10 @@ def test_gd_and_theorem_modes_print_strict_json(capsys):
     (("reproduce", "simulations", "--piece", "0"), ("--profile book", "--profile paper")),
     (("reproduce", "simulations", "--profile", "paper", "--piece", "0", "--out", "x"), ("--out",)),
     (("reproduce", "simulations", "--profile", "paper", "--piece", "99"), ("pieces 0 to 9",)),
-    (("theorem", "--certify", "--d", "1"), ("N n <= d",)),
-    (("theorem", "--width-condition", "--delta", "2"), ("delta",)),
-    (("theorem", "--scope", "--width-condition"), ("--scope", "--width-condition")),
-    (("theorem", "--certify", "--beta", "1"), ("--beta",)),     # a flag of another mode: refused
+    (("theorem", "certify", "--d", "1"), ("N n <= d",)),
+    (("theorem", "width", "--delta", "2"), ("delta",)),
+    (("theorem", "--certify"), ("certify", "width", "scope")),    # a mode is a subcommand, not a flag
+    (("theorem", "certify", "--beta", "1"), ("--beta",)),       # a flag of another mode: refused
     (("theorem", "width", "--out", "x"), ("--out",)),
     (("gd", "--certify"), ("--certify",)),
     (("rank-collapse", "--steps", "2"), ("--steps",)),

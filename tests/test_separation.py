@@ -136,7 +136,7 @@ def test_the_floor_lemma():
 
 
 def test_the_report_and_its_rebuild():
-    """The JSON of `theorem --separation` has its fields, and `rebuild` rebuilds the arm
+    """The JSON of `theorem separation` has its fields, and `rebuild` rebuilds the arm
     without the residual."""
     rep = separation_report(64, 7, d=128)
     assert {"certified", "T_lb", "floor", "mu"} <= set(rep["plateau"])
@@ -162,7 +162,7 @@ def test_the_report_at_a_step_above_the_certified_one():
 
 
 def test_the_command_line(capsys):
-    assert main(["theorem", "--separation", "--d-qk", "16", "--seed", "1", "--d", "64", "--json"]) == 0
+    assert main(["theorem", "separation", "--d-qk", "16", "--seed", "1", "--d", "64", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["instance"]["d_qk"] == 16 and isinstance(out["plateau"]["T_lb"], int)
 

@@ -221,7 +221,7 @@ def test_cli_theorem_json(beta, vacuous, capsys):
     """The default instance: the bound holds at every step; the checked assumptions of part (a) hold
     but part (b)'s condition is certified to fail. Without the residual the bound is true but
     promises less than 10% in 300 steps ((A4) fails)."""
-    assert main(["theorem", "--beta", beta, "--json"]) == 0
+    assert main(["theorem", "run", "--beta", beta, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {"status", "alpha", "mu", "mu_max", "violations", "initial_loss", "final_loss", "steps",
             "sigma_nn_H0", "mu_max_is_estimate", "part_b_holds", "assumptions_hold"} <= set(out)
@@ -356,7 +356,7 @@ def test_certified_scope_names_what_fails_and_what_is_certified(capsys):
     """theorem --scope: one row per experiment model and theorem; none of the experiments'
     configurations as they stand is certified, each with its failing hypothesis; the certified
     variants of the simulations are (through the FFN)."""
-    assert main(["theorem", "--scope", "--json"]) == 0
+    assert main(["theorem", "scope", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     for r in rows:
         assert set(r) == {"experiment", "configuration", "theorem", "certified", "failing_hypothesis", "ratio"}
@@ -371,7 +371,7 @@ def test_certified_scope_names_what_fails_and_what_is_certified(capsys):
     assert wide["thm-ffn"]["ratio"] > 1 and "proper initialization" in wide["thm-ffn"]["failing_hypothesis"]
     sst = [r for r in own if r["experiment"].startswith("sst2 wide FFN") and r["theorem"] == "thm-ffn"]
     assert sst and "one block" in sst[0]["failing_hypothesis"]
-    assert main(["theorem", "--scope"]) == 0
+    assert main(["theorem", "scope"]) == 0
     assert "certified" in capsys.readouterr().out
 
 

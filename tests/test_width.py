@@ -182,12 +182,12 @@ def test_events_are_counted():
 def test_instances_drawn_at_d_min_are_certified_by_the_command_line(capsys, N, n, seeds):
     """The theorem's claim on fresh seeds: at d = d_min, theorem --certify certifies at least a
     1 - delta fraction of the instances (the chapter's seed study has 20 seeds per shape)."""
-    assert main(["theorem", "--width-condition", "--N", str(N), "--n", str(n), "--json"]) == 0
+    assert main(["theorem", "width", "--N", str(N), "--n", str(n), "--json"]) == 0
     w = json.loads(capsys.readouterr().out)
     assert {"d_min", "delta", "N", "n", "ratio", "mu_alpha"} <= set(w) and w["delta"] == 0.05
     certified = 0
     for seed in seeds:
-        assert main(["theorem", "--certify", "--N", str(N), "--n", str(n), "--d", str(w["d_min"]),
+        assert main(["theorem", "certify", "--N", str(N), "--n", str(n), "--d", str(w["d_min"]),
                      "--seed", str(seed), "--steps", "2", "--json"]) == 0
         out = json.loads(capsys.readouterr().out)
         certified += out["certified"]
@@ -240,6 +240,6 @@ def test_fixed_data_the_ratio_falls_to_a_limit_linear_in_the_targets():
 
 
 def test_fixed_data_command_line(capsys):
-    assert main(["theorem", "--width-condition", "--data", "fixed", "--N", "1", "--n", "4", "--json"]) == 0
+    assert main(["theorem", "width", "--data", "fixed", "--N", "1", "--n", "4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["d_min"] is not None and out["ratio_limit"] < 1
