@@ -30,7 +30,7 @@ __all__ = ["THUMBNAIL", "VERDICT_COLORS", "METHODS", "badge", "verdict_counts",
            "hypotheses_table", "effect_digits", "interval_text", "effect_text", "evidence_text",
            "settings_table", "spread_table", "compute_table", "deviations_table", "provenance_table",
            "protocol_line", "protocol_claims_table", "protocol_checks_table", "protocol_seeds_table",
-           "protocol_deviations_table"]
+           "protocol_deviations_table", "late_deviations"]
 
 #: The thumbnails' width in the claims table, in CSS pixels (their PNGs have twice as many).
 THUMBNAIL = 160
