@@ -30,7 +30,7 @@ __all__ = ["THUMBNAIL", "VERDICT_COLORS", "METHODS", "badge", "verdict_counts",
            "hypotheses_table", "effect_digits", "interval_text", "effect_text", "evidence_text",
            "settings_table", "spread_table", "compute_table", "deviations_table", "provenance_table",
            "protocol_line", "protocol_claims_table", "protocol_checks_table", "protocol_seeds_table",
-           "protocol_deviations_table"]
+           "protocol_deviations_table", "late_deviations"]
 
 #: The thumbnails' width in the claims table, in CSS pixels (their PNGs have twice as many).
 THUMBNAIL = 160
@@ -315,16 +315,26 @@ def protocol_line(stamp: Mapping | None = None, *, before: bool = False) -> str:
     return f"protocol: tag {s['tag']}, commit {s['commit'][:10]}, date {s['date'][:10]}"
 
 
+def late_deviations() -> dict[int, tuple[str, ...]]:
+    """The deviations made after the v4 runs had been seen (their ``when`` says so), numbered from 1 as
+    in :func:`protocol_deviations_table`, each with the claims it touches."""
+    return {i: d.touches for i, d in enumerate(DEVIATIONS, 1) if "after the v4" in d.when}
+
+
 def protocol_claims_table():
-    """``convres.protocol.CLAIMS``: words, measure, unit, margin, rule, subsets,
-    alternatives and design checks."""
+    """``convres.protocol.CLAIMS``: words, measure, unit, margin, rule, subsets, alternatives, design
+    checks, and the deviations made after the v4 runs that touch the claim (the rows print the
+    protocol as amended, not the tagged text)."""
+    late = late_deviations()
     return table([{"id": c.id, "claim (paper)": c.tex, "measure":
                    f"{c.measure}; positive: {c.sign}", "unit": c.unit,
                    "margin": f"{c.margin:.3g} ({c.scale})",
                    "rule": c.rule + (", every subset" if c.every else ""),
                    "pre-named subsets": ", ".join(c.subsets) or "none",
                    "alternatives": "; ".join(f"{m} ({p})" for m, p in c.alternatives),
-                   "design checks": ", ".join(c.checks)} for c in CLAIMS.values()])
+                   "design checks": ", ".join(c.checks),
+                   "deviations after the runs": ", ".join(str(i) for i, on in late.items() if c.id in on)
+                   or "none"} for c in CLAIMS.values()])
 
 
 def protocol_checks_table():
@@ -346,5 +356,5 @@ def protocol_seeds_table():
 
 def protocol_deviations_table():
     """``convres.protocol.DEVIATIONS``: what changed, when, why, the claims touched."""
-    return table([{"what": d.what, "when": d.when, "why": d.why, "touches": ", ".join(d.touches)}
-                  for d in DEVIATIONS])
+    return table([{"#": i, "what": d.what, "when": d.when, "why": d.why, "touches": ", ".join(d.touches)}
+                  for i, d in enumerate(DEVIATIONS, 1)])

@@ -97,3 +97,17 @@ def test_the_build_environment_and_the_theorem_chapters(tmp_path):
     (tmp_path / "a.md").write_text("# A\n\n```{prf:theorem} One\n:label: a\n```\n")
     (tmp_path / "b.md").write_text("# B\n\n```{prf:lemma} Two\n```\n")
     assert tables.theorem_chapters(tmp_path) == ["a"]
+
+
+def test_the_deviations_after_the_runs_are_numbered_and_marked_in_the_claims_table():
+    from convres import protocol
+    late = report.late_deviations()
+    assert late and all("after the v4" in protocol.DEVIATIONS[i - 1].when for i in late)
+    assert all(protocol.DEVIATIONS[i - 1].when == "in the protocol-v4 commit, before any v4 run"
+               for i in range(1, len(protocol.DEVIATIONS) + 1) if i not in late)
+    claims = report.protocol_claims_table().data
+    marked = dict(zip(claims["id"], (v.split(", ") for v in claims["deviations after the runs"])))
+    assert all(str(i) in marked[c] for i, on in late.items() for c in on)
+    assert all(v == ["none"] for c, v in marked.items() if not any(c in on for on in late.values()))
+    numbers = list(report.protocol_deviations_table().data["#"])
+    assert numbers == list(range(1, len(protocol.DEVIATIONS) + 1))
