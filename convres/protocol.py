@@ -237,8 +237,9 @@ DEVIATIONS = (
               _SST2_RERUN, "issue 33 asks for deduplicated sentences; 17% of the paper profile's prefixes "
               "repeated and 195 groups carried both labels (review8 M7)", ("T1", "T2", "T3", "T4")),
     Deviation("SST-2 probes the step sizes at the evaluation horizon (200 steps book, 250 paper), not 50/60",
-              _SST2_RERUN, "a step stable for 50 steps diverged within 200 on 3 of 10 seeds (L = 6 "
-              "isometric, halved twice; review8 M6)", ("T1", "T2", "T3", "T4")),
+              _SST2_RERUN, "a step stable for 50 steps diverged within 200 (L = 6 isometric: 2 of 10 "
+              "seeds at the tuned step, a third at half of it; halved twice; review8 M6)",
+              ("T1", "T2", "T3", "T4")),
     Deviation("an SST-2 arm rerun at half its step after another piece's seed diverged records every pass: "
               "the seeds that diverged and the step of each (setting 'halvings')", _SST2_RERUN,
               "one-seed pieces decide a rerun across pieces; section 1 asks that diverged runs be counted "
