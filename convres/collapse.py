@@ -137,8 +137,9 @@ def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float
     if not bool((margins > 0).all()):
         bad = [int(i) for i in torch.nonzero(margins <= 0).flatten()]
         raise ValueError(
-            f"spiked_instance(n={n}, d={d}, d_qk={d_qk}, seed={seed}, strength={strength}): rows {bad} "
-            f"do not put their largest logit on token {token}; use a larger strength or another seed.")
+            f"spiked_instance(n={n}, d={d}, d_qk={d_qk}, seed={seed}, "
+            f"strength={strength}): rows {bad} do not put their largest logit on token "
+            f"{token}; use a larger strength or another seed.")
     return {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": inst["W_V"], "margins": margins}
 
 

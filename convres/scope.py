@@ -1,6 +1,7 @@
 """Which experiment lies inside which theorem: :func:`scope_table` decides the shape hypotheses
-(widths, smoothness, readout, ``p >= outputs``) from the settings alone; :func:`certified_scope` adds
-whether a certificate (:mod:`convres.certify`) establishes the rest before the run."""
+(widths, smoothness, readout, at least as many parameters as outputs) from the settings alone;
+:func:`certified_scope` adds whether a certificate (:mod:`convres.certify`) establishes the rest
+before the run."""
 
 from __future__ import annotations
 

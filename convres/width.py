@@ -1,5 +1,5 @@
-"""Theorem ``wd-thm-width``: above ``d_min(N, n, delta)`` the certificate holds with probability
-``>= 1 - delta`` (corollary ``wd-cor-fixed`` for :class:`FixedData`). :func:`worst_case` bounds the
+"""Theorem ``wd-thm-width``: above ``d_min(N, n, delta)`` the certificate holds with probability at
+least ``1 - delta`` (corollary ``wd-cor-fixed`` for :class:`FixedData`). :func:`worst_case` bounds the
 certificate's centre (``wd-lem-below``); :func:`width_condition` finds ``d_min``.
 """
 
