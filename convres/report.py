@@ -316,9 +316,9 @@ def protocol_line(stamp: Mapping | None = None, *, before: bool = False) -> str:
 
 
 def late_deviations() -> dict[int, tuple[str, ...]]:
-    """The deviations made after the v4 runs had been seen (their ``when`` says so), numbered from 1 as
-    in :func:`protocol_deviations_table`, each with the claims it touches."""
-    return {i: d.touches for i, d in enumerate(DEVIATIONS, 1) if "after the v4" in d.when}
+    """The deviations made after the v4 runs had been seen (``Deviation.after_runs``), numbered from 1
+    as in :func:`protocol_deviations_table`, each with the claims it touches."""
+    return {i: d.touches for i, d in enumerate(DEVIATIONS, 1) if d.after_runs}
 
 
 def protocol_claims_table():
