@@ -10,7 +10,6 @@ import base64
 import html
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -24,10 +23,7 @@ from .lemmas import mu_max, rate_alpha
 from .model import SCALES, ModelConfig, forward_trace
 from .plotting import figure, figure_png
 from .rank import sigma_nn
-from .show import strip_tags
-
-__all__ = ["FAMILIES", "RTOL", "ESCAPE", "instance", "bank", "run", "escape_step", "Explorer",
-           "PresetLink", "rank_collapse_explorer", "convergence_explorer", "theorem_explorer"]
+from .show import HTMLBlock
 
 #: The instance families (:func:`convres.instances.problem`): sizes, activation, weight seed
 #: offset; ``collapse`` is :func:`convres.instances.collapse_instance`, ``theorem``
@@ -61,8 +57,6 @@ def bank(family: str, seeds: Sequence[int], d_qks: Sequence[int]) -> dict:
     f = FAMILIES[family]
     out: dict = {"family": family, "act": f["activation"], "data": {}, "weights": {},
                  **{k: f[k] for k in ("N", "n", "d", "m")}, "r": f["N"] * f["n"]}
-    if out["r"] > f["d"] or any(v % 4 for v in (out["r"], f["d"], f["m"])):
-        raise ValueError(f"family {family!r}: web/model.js needs N n <= d and N n, d, m multiples of 4.")
     for seed in seeds:
         for d_qk in d_qks:
             p, X, Y, _ = instance(family, seed, d_qk)
@@ -103,21 +97,6 @@ def escape_step(loss, floor: float) -> int | None:
     return int(below[0]) if below.size else None
 
 
-class PresetLink:
-    """A link of the prose that sets an explorer to a preset (``web/explorer.js``); its text
-    alone in ``text/plain`` (the PDF)."""
-
-    def __init__(self, element_id: str, preset_id: str, text: str):
-        self.element_id, self.preset_id, self.text = element_id, preset_id, text
-
-    def html(self) -> str:
-        return (f'<a class="cx-preset-link" href="#{self.element_id}" data-cx-preset="{self.preset_id}" '
-                f'title="set the explorer to this setting">{self.text}</a>')
-
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        return {"text/html": self.html(), "text/plain": strip_tags(self.text.replace("<sub>", "_"))}
-
-
 class Explorer:
     """A live explorer that ``web/explorer.js`` draws from :meth:`payload`: the bank, the start,
     the sliders' ends, the ``charts``, the ``presets`` and per seed a reference step ``mu_hat``."""
@@ -131,17 +110,6 @@ class Explorer:
         self.beta_range, self.mu_range, self.mu_hat = [0.0, 2.0], list(mu_range), mu_hat
         self.start = dict(start)
         self.presets = [dict(p) for p in presets]
-        for setting in [self.start, *(p["values"] for p in self.presets)]:
-            self._check(setting)
-
-    def _check(self, v: Mapping) -> None:
-        if set(v) != {"beta", "mu", "d_qk", "seed", "scale"}:
-            raise ValueError(f"a setting needs beta, mu, d_qk, seed and scale, got {sorted(v)}.")
-        if not (self.beta_range[0] <= v["beta"] <= self.beta_range[1]
-                and self.mu_range[0] <= v["mu"] <= self.mu_range[1]):
-            raise ValueError(f"{dict(v)}: beta or mu outside the sliders {self.beta_range}, {self.mu_range}.")
-        if v["d_qk"] not in self.d_qks or v["seed"] not in self.seeds or v["scale"] not in SCALES[:2]:
-            raise ValueError(f"{dict(v)}: d_qk, seed or scale not offered ({self.d_qks}, {self.seeds}).")
 
     def preset(self, preset_id: str) -> dict:
         for p in self.presets:
@@ -150,10 +118,12 @@ class Explorer:
         raise ValueError(f"explorer {self.name!r} has no preset {preset_id!r}; it has "
                          f"{[p['id'] for p in self.presets]}.")
 
-    def link(self, preset_id: str, text: str | None = None) -> PresetLink:
-        """A link for the prose (glue it): it sets the explorer to the preset ``preset_id``."""
-        p = self.preset(preset_id)
-        return PresetLink(f"cx-{self.name}", preset_id, p["label"] if text is None else text)
+    def link(self, preset_id: str) -> HTMLBlock:
+        """A link for the prose (glue it) that sets the explorer to the preset ``preset_id``
+        (``web/explorer.js``); its text alone where HTML is not shown (the PDF)."""
+        text = self.preset(preset_id)["label"]
+        return HTMLBlock(f'<a class="cx-preset-link" href="#cx-{self.name}" data-cx-preset="{preset_id}" '
+                         f'title="set the explorer to this setting">{text}</a>')
 
     def payload(self) -> dict:
         """What the page embeds (JSON): the settings, the presets and the bank."""
@@ -212,8 +182,6 @@ class Explorer:
 
 
 def _preset(preset_id: str, label: str, look: str, **values) -> dict:
-    if not re.fullmatch(r"[a-z0-9-]+", preset_id):
-        raise ValueError(f"a preset id is lower-case letters, digits and '-', got {preset_id!r}.")
     return {"id": preset_id, "label": label, "look": look, "values": values}
 
 

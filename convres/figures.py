@@ -9,11 +9,6 @@ import numpy as np
 from .gd import History
 from .plotting import figure, legend_on_top
 
-__all__ = ["plot_collapse_sweep", "plot_uniform_bound", "plot_saturated", "plot_weyl", "plot_beta_runs",
-           "plot_contraction", "plot_depth", "plot_separation_window",
-           "plot_plateaus", "plot_width_growth"]
-
-
 # --- rank collapse (chapter Rank collapse: convres.collapse) -------------------------------------
 
 def _legend_above(ax) -> None:

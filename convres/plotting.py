@@ -13,12 +13,6 @@ import numpy as np
 
 from .gd import History
 
-__all__ = ["figure", "figure_png", "beta_colors", "plot_band", "plot_simulations",
-           "plot_escape_law", "plot_mechanism",
-           "plot_jena", "plot_sst2", "plot_sst2_summary", "show", "thumbnail_png",
-           "plot_speedups", "plot_rank_collapse_gd", "plot_certified_run", "plot_certificate_sweep",
-           "MARKERS", "legend_on_top"]
-
 
 def figure(ncols: int = 1, nrows: int = 1, *, width: float = 4.2, height: float = 3.2, **kwargs):
     """A figure with an opaque white face and ``nrows x ncols`` axes (constrained layout)."""

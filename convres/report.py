@@ -9,6 +9,8 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
+import pandas as pd
+
 from .committed import pieces
 from .experiments import EXPERIMENTS, Result
 from .experiments.base import protocol_stamp
@@ -24,13 +26,6 @@ from .protocol import (
     TAG,
 )
 from .show import fixed, number, power_of_ten, table, tex
-
-__all__ = ["THUMBNAIL", "VERDICT_COLORS", "METHODS", "badge", "verdict_counts",
-           "verdict_counts_html", "claim_row", "claims_html", "criteria_html", "scale_html", "claims_table",
-           "hypotheses_table", "effect_digits", "interval_text", "effect_text", "evidence_text",
-           "settings_table", "spread_table", "compute_table", "deviations_table", "provenance_table",
-           "protocol_line", "protocol_claims_table", "protocol_checks_table", "protocol_seeds_table",
-           "protocol_deviations_table", "late_deviations"]
 
 #: The thumbnails' width in the claims table, in CSS pixels (their PNGs have twice as many).
 THUMBNAIL = 160
@@ -62,14 +57,9 @@ def badge(verdict: str) -> str:
             f'padding:0.1em 0.6em;white-space:nowrap;font-size:0.9em">{html.escape(verdict)}</span>')
 
 
-def verdict_counts(rows: list[dict]) -> dict[str, int]:
-    """The number of rows of each grade, in the order of ``GRADES``."""
-    return {v: sum(r["verdict"] == v for r in rows) for v in GRADES}
-
-
 def verdict_counts_html(rows: list[dict]) -> str:
-    """One line of badges with the number of rows of each verdict that occurs."""
-    counts = verdict_counts(rows)
+    """One line of badges with the number of rows of each verdict that occurs (in ``GRADES``' order)."""
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in GRADES}
     return "<p>" + " ".join(f"{badge(v)}&nbsp;{n}" for v, n in counts.items() if n) + "</p>"
 
 
@@ -248,8 +238,6 @@ def hypotheses_table(checks, *, first: str = "instance"):
 
 def settings_table(results: Mapping[str, Result]):
     """Settings per experiment: the paper's (as far as known), the book's, and why."""
-    import pandas as pd
-
     rows = []
     for name, res in results.items():
         row = res.report()["settings"]
@@ -260,8 +248,6 @@ def settings_table(results: Mapping[str, Result]):
 
 def spread_table(results: Mapping[str, Result]):
     """Seeds and spread: each configuration's key measurement, median, min and max."""
-    import pandas as pd
-
     rows = []
     for name, res in results.items():
         for r in res.report()["spread"]:
@@ -277,8 +263,6 @@ def spread_table(results: Mapping[str, Result]):
 
 def compute_table(results: Mapping[str, Result], machine: str):
     """Compute: wall time of each experiment, gradient-descent runs, dtype, device."""
-    import pandas as pd
-
     return pd.DataFrame([{"experiment": name, "wall time (s)": round(res.seconds),
                           "gradient-descent runs": res.report()["runs"],
                           "steps per run": res.settings["steps"],
@@ -289,8 +273,6 @@ def compute_table(results: Mapping[str, Result], machine: str):
 
 def deviations_table(results: Mapping[str, Result]):
     """What the book does differently from (or without knowing) the paper, and why."""
-    import pandas as pd
-
     rows = [
         {"what": "settings", "paper": "sizes, step sizes, steps and seeds not known to us",
          "book": "its own, stated in each chapter", "why": "only the abstract and a summary are available"},

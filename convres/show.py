@@ -14,9 +14,6 @@ import textwrap
 import time
 from collections.abc import Mapping
 
-__all__ = ["source", "Source", "tex", "power_of_ten", "sci", "table", "number", "fixed", "plain",
-           "strip_tags", "html_text", "HTMLBlock", "glues", "glue_seconds", "superscript_sci"]
-
 #: When this module was first imported: a chapter imports it in its first cell, so
 #: :func:`glue_seconds` measures the chapter's run.
 _STARTED = time.perf_counter()
@@ -121,16 +118,9 @@ def strip_tags(markup: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", markup))
 
 
-def html_text(markup: str) -> str:
-    """The text of an HTML table or list, one row or item per line, cells separated by ``|``."""
-    markup = re.sub(r"(?i)</t[dh]>", " | ", markup)
-    markup = re.sub(r"(?i)</tr>|<br\s*/?>|</li>|</p>|</summary>", "\n", markup)
-    lines = (strip_tags(line).strip(" |") for line in markup.splitlines())
-    return plain("\n".join(line for line in lines if line))
-
-
 class HTMLBlock:
-    """HTML for the site, and its text (:func:`html_text`) where HTML is not shown (the PDF)."""
+    """HTML for the site (a table, a list, a link), and its text where HTML is not shown (the PDF):
+    one row or item per line, cells separated by ``|``, ``d<sub>QK</sub>`` read ``d_QK``."""
 
     def __init__(self, markup: str):
         self.markup = markup
@@ -139,7 +129,10 @@ class HTMLBlock:
         return self.markup
 
     def __repr__(self) -> str:
-        return html_text(self.markup)
+        markup = re.sub(r"(?i)</t[dh]>", " | ", self.markup.replace("<sub>", "_"))
+        markup = re.sub(r"(?i)</tr>|<br\s*/?>|</li>|</p>|</summary>", "\n", markup)
+        lines = (strip_tags(line).strip(" |") for line in markup.splitlines())
+        return plain("\n".join(line for line in lines if line))
 
 
 @functools.lru_cache(maxsize=1)

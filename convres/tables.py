@@ -20,16 +20,6 @@ from .report import effect_text
 from .scope import THEOREM_NAMES
 from .show import sci, table
 
-__all__ = ["design_checks_table", "place", "step_sizes_table", "reruns_table", "regime_speeds",
-           "speeds_table", "escape_law_table", "local_slopes_table", "half_step_table",
-           "probe_table", "arms_table", "estimates_table", "init_table", "stable_steps_table",
-           "per_model_table", "sensitivity_table", "accuracy_table", "thumbnails", "environment",
-           "width_shapes_table", "width_seeds_table", "width_delta_table", "width_regimes_table",
-           "variants_table", "scope_verdicts_table", "lazy_table", "theorem_chapters",
-           "heldout_table", "collapse_runs_table", "separation_table", "width_fixed_table",
-           "sharper_table", "logit_steps_table"]
-
-
 # --- the chapters' tables of one experiment's summary ----------------------------------------
 
 _OPS = {"<": "<", "<=": "≤", ">=": "≥", ">": ">"}

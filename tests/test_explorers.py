@@ -147,55 +147,44 @@ def test_run_and_escape():
         ex.instance("bogus", 0, 4)
 
 
-def small_explorer(presets=None) -> ex.Explorer:
-    setting = dict(beta=1.0, mu=0.002, d_qk=16, seed=0, scale="1/d_qk")
-    return ex.Explorer("test", "Test explorer", "collapse", seeds=[0], d_qks=[4, 16], start=setting,
-                       horizon=40, presets=presets or [ex._preset("one", "one", "look", **setting)],
-                       alt="Alt text.")
-
-
-def embedded(explorer) -> dict:
-    raw = re.search(r'<script type="application/json" class="cx-data">(.*?)</script>', explorer.html(), re.S)
-    return json.loads(raw.group(1).replace("<\\/", "</"))
-
-
 def test_page_element_and_static_figure():
-    explorer = small_explorer()
+    setting = dict(beta=1.0, mu=0.002, d_qk=16, seed=0, scale="1/d_qk")
+    explorer = ex.Explorer("test", "Test explorer", "collapse", seeds=[0], d_qks=[4, 16], start=setting,
+                           horizon=40, presets=[ex._preset("one", "one", "look", **setting)], alt="Alt text.")
     bundle = explorer._repr_mimebundle_()
     assert set(bundle) == {"text/html", "image/png", "text/plain"}
     html = bundle["text/html"]
     assert 'id="cx-test"' in html and html.count("<script") == 1 and "<input" not in html
-    data = embedded(explorer)
+    raw = re.search(r'<script type="application/json" class="cx-data">(.*?)</script>', html, re.S)
+    data = json.loads(raw.group(1).replace("<\\/", "</"))
     assert data["start"]["d_qk"] == 16 and set(data["bank"]["weights"]) == {"0/4", "0/16"}
     assert data["escape"] == ex.ESCAPE and data["scales"] == ["1/sqrt(d_qk)", "1/d_qk"]
     png = base64.b64decode(bundle["image/png"])
     width, height = struct.unpack(">II", png[16:24])
     assert png.startswith(PNG) and width > 1.5 * height     # two panels side by side
-    link = explorer.link("one")._repr_mimebundle_()
-    assert 'href="#cx-test"' in link["text/html"] and 'data-cx-preset="one"' in link["text/html"]
-    assert link["text/plain"] == "one"
-
-
-def test_settings_are_checked():
-    with pytest.raises(ValueError, match="not offered"):
-        small_explorer(presets=[ex._preset("x", "x", "", beta=1.0, mu=0.002, d_qk=8, seed=0, scale="1/d_qk")])
-    with pytest.raises(ValueError, match="outside the sliders"):
-        small_explorer(presets=[ex._preset("x", "x", "", beta=3.0, mu=0.002, d_qk=4, seed=0, scale="1/d_qk")])
-    with pytest.raises(ValueError, match="needs beta"):
-        small_explorer(presets=[ex._preset("x", "x", "", beta=1.0, d_qk=4, seed=0, scale="1/d_qk")])
-    with pytest.raises(ValueError, match="lower-case"):
-        ex._preset("Bad id", "x", "")
+    link = explorer.link("one")
+    assert 'href="#cx-test"' in link._repr_html_() and 'data-cx-preset="one"' in link._repr_html_()
+    assert repr(link) == "one"
     with pytest.raises(ValueError, match="no preset"):
-        small_explorer().link("nowhere")
+        explorer.link("nowhere")
 
 
 def test_the_book_explorers():
-    """The chapters' explorers: their presets lie on their controls, and the theorem explorer starts
+    """The chapters' explorers: every setting lies on its controls, a preset id is an HTML id, the
+    family fits web/model.js (N n <= d; N n, d, m multiples of 4), and the theorem explorer starts
     at the theorem chapter's step (convres.theory.theorem_run, seed 0)."""
-    rc, cv = ex.rank_collapse_explorer(), ex.convergence_explorer()
+    rc, cv, th = ex.rank_collapse_explorer(), ex.convergence_explorer(), ex.theorem_explorer(seeds=[0])
+    for e in (rc, cv, th):
+        f = ex.FAMILIES[e.family]
+        assert f["N"] * f["n"] <= f["d"] and not any(v % 4 for v in (f["N"] * f["n"], f["d"], f["m"]))
+        assert all(re.fullmatch(r"[a-z0-9-]+", p["id"]) for p in e.presets)
+        for v in [e.start, *(p["values"] for p in e.presets)]:
+            assert set(v) == {"beta", "mu", "d_qk", "seed", "scale"}
+            assert e.beta_range[0] <= v["beta"] <= e.beta_range[1]
+            assert e.mu_range[0] <= v["mu"] <= e.mu_range[1]
+            assert v["d_qk"] in e.d_qks and v["seed"] in e.seeds and v["scale"] in convres.SCALES[:2]
     assert rc.start == rc.preset("figure")["values"] and cv.start == cv.preset("linear")["values"]
     assert rc.family == "collapse" and cv.family == "simulations"
-    th = ex.theorem_explorer(seeds=[0])
     params, X, Y, cfg = convres.instances.theorem_instance(0)
     assert th.start["mu"] == convres.theory.theorem_run(params, X, Y, cfg, steps=1, seed=0).mu
     assert torch.equal(ex.instance("theorem", 0, 16, beta=1.0, scale="1/sqrt(d_qk)")[0]["W_U"], params["W_U"])

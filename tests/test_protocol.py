@@ -215,7 +215,6 @@ def test_the_report_states_the_protocol():
              "evidence": "", "criterion": "", "measurement": "", "figure": "fig-sim-regimes"}]
     page = report.claims_html(rows)
     assert r"\(\beta\)" in page and report.VERDICT_COLORS["reversed"] in page
-    assert report.verdict_counts(rows) == {g: int(g == "reversed") for g in P.GRADES}
     claims = report.protocol_claims_table().to_html()
     assert all(f">{cid}<" in claims for cid in P.CLAIMS) and "$" not in claims
     checks = report.protocol_checks_table().to_html()

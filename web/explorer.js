@@ -13,7 +13,7 @@
  * which does not widen the axes); the pointer over a chart, or a tap on it, reads the values at
  * that step; a click in the escape panel sets d_QK. The readout gives each run's last loss also
  * relative to its start, as the prose does.
- * Links of the prose (<a class="cx-preset-link">, convres.explorers.PresetLink) set a preset and
+ * Links of the prose (<a class="cx-preset-link">, convres.explorers.Explorer.link) set a preset and
  * scroll to the explorer (on a phone, up to 36rem, to its readout and first chart: the controls
  * above them are taller than the screen).
  *
