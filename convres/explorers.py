@@ -247,10 +247,8 @@ def convergence_explorer() -> Explorer:
 def theorem_explorer(seeds: Sequence[int] = (0, 1, 2)) -> Explorer:
     """The theorem's envelope beside a live run on :func:`convres.instances.theorem_instance`,
     ``mu`` from the chapter's ``1/(2 L_hat)`` (:func:`convres.lemmas.mu_max`)."""
-    hat = {}
-    for s in seeds:
-        p, X, Y, cfg = instance("theorem", s, 16, beta=1.0, scale="1/sqrt(d_qk)")
-        hat[str(s)] = mu_max(p, X, Y, cfg, seed=s)
+    hat = {str(s): mu_max(*instance("theorem", s, 16, beta=1.0, scale="1/sqrt(d_qk)"), seed=s)
+           for s in seeds}
     start = _setting(1.0, 16, mu=hat["0"], seed=seeds[0], scale="1/sqrt(d_qk)")
     lo = 10 ** math.floor(math.log10(min(hat.values()) / 10))
     hi = 10 ** math.ceil(math.log10(max(hat.values()) * 20))

@@ -68,12 +68,11 @@ def show(fig, width: int = DISPLAY_WIDTH):
     (sharp on high-density screens); the figure is closed."""
     from IPython.display import Image
 
-    dpi = 2 * width / fig.get_size_inches()[0]
-    return Image(figure_png(fig, dpi=dpi), width=width)
+    return Image(thumbnail_png(fig, width), width=width)
 
 
 def thumbnail_png(fig, width: int = 160) -> bytes:
-    """A small PNG of ``fig``, ``2 x width`` pixels wide (for the reproduction report's rows)."""
+    """A PNG of ``fig``, ``2 x width`` pixels wide (the reproduction report's rows, :func:`show`)."""
     return figure_png(fig, dpi=2 * width / fig.get_size_inches()[0])
 
 
@@ -130,7 +129,7 @@ def plot_simulations(result):
     return fig
 
 
-def plot_escape_law(laws: Sequence[Mapping], fit: Mapping | None = None):
+def plot_escape_law(laws: Sequence[Mapping], fit: Mapping):
     """Chapter *Simulations*: the escape time ``mu t`` against ``d_QK`` (median and quartiles),
     one line per scale, beta and step (``laws``), and the fit ``a + b d_QK^p`` dotted."""
     fig, (ax,) = _stacked(1, height=3.6)
@@ -145,10 +144,9 @@ def plot_escape_law(laws: Sequence[Mapping], fit: Mapping | None = None):
         label = rf"$\beta={law['beta']:g}$, scale ${scale}$" + (", half the step" if half else "")
         ax.errorbar(x, med, yerr=err, color=color, marker=marker, linestyle="--" if half else "-", capsize=3,
                     label=label, markerfacecolor="white" if half else color)
-    if fit is not None:
-        d = np.geomspace(min(min(law["d_qk"]) for law in laws), max(max(law["d_qk"]) for law in laws), 100)
-        ax.plot(d, fit["a"] + fit["b"] * d ** fit["p"], color="k", ls=":", lw=1.5,
-                label=rf"fit $a + b\,d_{{QK}}^{{\,p}}$, $p = {fit['p']:.2f}$")
+    d = np.geomspace(min(min(law["d_qk"]) for law in laws), max(max(law["d_qk"]) for law in laws), 100)
+    ax.plot(d, fit["a"] + fit["b"] * d ** fit["p"], color="k", ls=":", lw=1.5,
+            label=rf"fit $a + b\,d_{{QK}}^{{\,p}}$, $p = {fit['p']:.2f}$")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(r"$d_{QK}$")
@@ -304,10 +302,6 @@ def plot_speedups(result: Mapping):
     return fig
 
 
-def _math_label(name: str) -> str:
-    return name.replace("beta", r"$\beta$").replace("d_QK", r"$d_{QK}$")
-
-
 def plot_rank_collapse_gd(result):
     """Chapter *Rank collapse under gradient descent*: the loss (with the rank-one floor)
     and ``sigma_min(Z_t)`` of each run, stacked."""
@@ -316,11 +310,10 @@ def plot_rank_collapse_gd(result):
     fig, (ax1, ax2) = _stacked(2, width=4.8, height=2.3)
     for r, c, ls, mk in zip(result.data["runs"], colors, styles, MARKERS):
         h = History.from_dict(r["history"])
-        t = np.arange(len(h.loss))
-        ax1.semilogy(t, h.loss, color=c, ls=ls, marker=mk, ms=4, markevery=max(1, len(t) // 6),
-                     label=_math_label(r["name"]))
-        ax2.semilogy(h.record_steps, h.sigma_min_Z, color=c, ls=ls, marker=mk, ms=4,
-                     markevery=max(1, len(h.record_steps) // 6), label=_math_label(r["name"]))
+        label = r["name"].replace("beta", r"$\beta$").replace("d_QK", r"$d_{QK}$")
+        for ax, x, y in ((ax1, np.arange(len(h.loss)), h.loss), (ax2, h.record_steps, h.sigma_min_Z)):
+            ax.semilogy(x, y, color=c, ls=ls, marker=mk, ms=4, markevery=max(1, len(x) // 6),
+                        label=label)
     ax1.axhline(result.data["floor"], color="k", ls=(0, (1, 1)), lw=1.2, label="rank-one floor")
     ax1.set_ylabel(r"loss $\Phi(\theta_t)$")
     ax2.set_xlabel("gradient-descent step $t$")

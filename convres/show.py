@@ -113,11 +113,6 @@ def plain(text: str) -> str:
     return re.sub(r"\\([A-Za-z]+|[|, ])", lambda m: _SPELLED.get(m[1], m[1]), text)
 
 
-def strip_tags(markup: str) -> str:
-    """``markup`` without its HTML tags, entities decoded (``x<sub>1</sub> &lt; 2`` reads ``x1 < 2``)."""
-    return html.unescape(re.sub(r"<[^>]+>", "", markup))
-
-
 class HTMLBlock:
     """HTML for the site (a table, a list, a link), and its text where HTML is not shown (the PDF):
     one row or item per line, cells separated by ``|``, ``d<sub>QK</sub>`` read ``d_QK``."""
@@ -131,8 +126,8 @@ class HTMLBlock:
     def __repr__(self) -> str:
         markup = re.sub(r"(?i)</t[dh]>", " | ", self.markup.replace("<sub>", "_"))
         markup = re.sub(r"(?i)</tr>|<br\s*/?>|</li>|</p>|</summary>", "\n", markup)
-        lines = (strip_tags(line).strip(" |") for line in markup.splitlines())
-        return plain("\n".join(line for line in lines if line))
+        text = html.unescape(re.sub(r"<[^>]+>", "", markup))        # tags dropped, entities decoded
+        return plain("\n".join(line.strip(" |") for line in text.splitlines() if line.strip(" |")))
 
 
 @functools.lru_cache(maxsize=1)

@@ -3,14 +3,19 @@ the reproduction report's thumbnails and the build's versions."""
 
 from __future__ import annotations
 
+import datetime
+import importlib.metadata as md
 import math
+import platform
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from . import plotting
+from ._version import __version__
 from .experiments import Result
 from .experiments.simulations import SCALE_TEX
 from .experiments.sst2_arms import ARM_KINDS
@@ -224,17 +229,8 @@ def thumbnails(results: Mapping[str, Result]) -> dict[str, bytes]:
 
 def environment() -> str:
     """The versions this book was built with, one ``name  version`` a line, then when and where."""
-    import datetime
-    import importlib.metadata as md
-    import platform
-
-    import numpy
-    import torch
-
-    from ._version import __version__
-
     rows = [("Python", platform.python_version()), ("torch", torch.__version__),
-            ("numpy", numpy.__version__), ("convres", __version__)]
+            ("numpy", np.__version__), ("convres", __version__)]
     rows += [(name, md.version(name))
              for name in ("matplotlib", "jupyter-book", "sphinx", "myst-nb")]
     width = max(len(name) for name, _ in rows)
