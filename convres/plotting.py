@@ -53,9 +53,8 @@ def beta_colors(betas: Sequence[float]) -> list:
     """One viridis colour per beta, green (smallest) to dark purple, spaced by rank, not value."""
     cmap = matplotlib.colormaps["viridis"]
     order = sorted(set(betas))
-    rank = {b: i for i, b in enumerate(order)}
     k = len(order)
-    return [cmap(0.8 * (1 - rank[b] / (k - 1)) if k > 1 else 0.3) for b in betas]
+    return [cmap(0.8 * (1 - order.index(b) / (k - 1)) if k > 1 else 0.3) for b in betas]
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")

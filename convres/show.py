@@ -30,11 +30,8 @@ def _without_docstring(obj) -> str:
     code = textwrap.dedent(inspect.getsource(obj))
     body = ast.parse(code).body[0]
     lines = code.splitlines()
-    inner = getattr(body, "body", None)
-    first = inner[0] if inner else None
-    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
-            and isinstance(first.value.value, str):
-        del lines[first.lineno - 1:first.end_lineno]
+    if ast.get_docstring(body, clean=False) is not None:   # body: the function or class
+        del lines[body.body[0].lineno - 1:body.body[0].end_lineno]
     return "\n".join(lines)
 
 

@@ -1,7 +1,6 @@
 """The reproduction report's evidence, badges and thumbnails (convres.report), on hand-made claim rows."""
 
 from convres import report
-from convres.show import fixed
 
 MINUS = "\N{MINUS SIGN}"
 
@@ -15,10 +14,6 @@ def _row(**kw):
            "sensitivity": [{"measure": "steps to 1e-2", "tex": r"steps to $10^{-2}$", "protocol": "tuned",
                             "verdict": "partly"}]}
     return {**row, **kw}
-
-
-def test_fixed_writes_a_minus_sign_and_no_negative_zero():
-    assert fixed(-0.214) == f"{MINUS}0.21" and fixed(-0.004) == "0.00" and fixed(0.5, 3) == "0.500"
 
 
 def test_one_evidence_format_for_every_interval_method():
