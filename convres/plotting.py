@@ -58,13 +58,11 @@ def beta_colors(betas: Sequence[float]) -> list:
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
-#: Width (CSS pixels) at which the book shows an experiment figure (:func:`show`).
-DISPLAY_WIDTH = 560
 
 
-def show(fig, width: int = DISPLAY_WIDTH):
-    """A notebook image of ``fig``, ``width`` CSS pixels wide from a PNG of twice that many pixels
-    (sharp on high-density screens); the figure is closed."""
+def show(fig, width: int = 560):
+    """A notebook image of ``fig``, ``width`` CSS pixels wide (the book's figures: 560) from a PNG of
+    twice that many pixels (sharp on high-density screens); the figure is closed."""
     from IPython.display import Image
 
     return Image(thumbnail_png(fig, width), width=width)
