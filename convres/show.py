@@ -28,10 +28,10 @@ class Source(str):
 
 def _without_docstring(obj) -> str:
     code = textwrap.dedent(inspect.getsource(obj))
-    body = ast.parse(code).body[0]
+    node = ast.parse(code).body[0]
     lines = code.splitlines()
-    if ast.get_docstring(body, clean=False) is not None:   # body: the function or class
-        del lines[body.body[0].lineno - 1:body.body[0].end_lineno]
+    if isinstance(node, ast.FunctionDef | ast.ClassDef) and ast.get_docstring(node) is not None:
+        del lines[node.body[0].lineno - 1:node.body[0].end_lineno]
     return "\n".join(lines)
 
 
