@@ -238,12 +238,9 @@ def hypotheses_table(checks, *, first: str = "instance"):
 
 def settings_table(results: Mapping[str, Result]):
     """Settings per experiment: the paper's (as far as known), the book's, and why."""
-    rows = []
-    for name, res in results.items():
-        row = res.report()["settings"]
-        if row is not None:
-            rows.append({"experiment": name, "paper": res.experiment.paper, **row})
-    return pd.DataFrame(rows)
+    rows = {name: res.report()["settings"] for name, res in results.items()}
+    return pd.DataFrame([{"experiment": name, "paper": results[name].experiment.paper, **row}
+                         for name, row in rows.items() if row is not None])
 
 
 def spread_table(results: Mapping[str, Result]):
@@ -280,9 +277,7 @@ def deviations_table(results: Mapping[str, Result]):
          "book": "the mean effect over paired units with its 95% interval, against a margin stated "
                  "per claim (the protocol)", "why": "a verdict needs a test"},
     ]
-    for res in results.values():
-        rows += res.report()["deviations"]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows + [d for res in results.values() for d in res.report()["deviations"]])
 
 
 # --- the protocol's statement (protocol v4) -------------------------------------------------------------
