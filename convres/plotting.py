@@ -14,10 +14,10 @@ import numpy as np
 from .gd import History
 
 
-def figure(ncols: int = 1, nrows: int = 1, *, width: float = 4.2, height: float = 3.2, **kwargs):
+def figure(ncols: int = 1, nrows: int = 1, *, width: float = 4.2, height: float = 3.2):
     """A figure with an opaque white face and ``nrows x ncols`` axes (constrained layout)."""
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows),
-                             layout="constrained", facecolor="white", squeeze=False, **kwargs)
+                             layout="constrained", facecolor="white", squeeze=False)
     plt.close(fig)  # shown where the cell returns it, never a second time by the inline backend
     for ax in axes.flat:
         ax.set_facecolor("white")
