@@ -7,6 +7,7 @@ import torch
 
 from convres import experiments as ex
 from convres.data import JENA_FEATURES, DataError
+from convres.data.jena import AGE
 from convres.experiments import jena
 from convres.model import forward
 from convres.protocol import EVALUATION_SEEDS, PILOT_SEEDS, PROBE_SEEDS
@@ -47,12 +48,12 @@ def test_jena_data_splits_standardizes_on_training_rows_and_looks_only_at_the_pa
     assert abs(float(flat.mean())) < 0.1 and abs(float(flat.std()) - 1) < 0.1
     persistence = float(((task.X_val[:, -1, t] - task.Y_val[:, 0]) ** 2).mean())
     assert task.persistence["val"] == pytest.approx(persistence)
-    tod = ex.jena_data(s, time_of_day=True)
+    tod = ex.jena_data({**s, "time_of_day": True})
     assert torch.equal(tod.X[..., :11], task.X) and tod.features[-2:] == ("sin(hour)", "cos(hour)")
     assert np.allclose(tod.X[..., 11] ** 2 + tod.X[..., 12] ** 2, 1.0)
     # the age: one more column, 0 for the latest row, -(w - 1) for the oldest, nothing else changed
     aged = ex.jena_data({**s, "age": True})
-    assert aged.features == (*JENA_FEATURES, jena.AGE) and torch.equal(aged.X[..., :11], task.X)
+    assert aged.features == (*JENA_FEATURES, AGE) and torch.equal(aged.X[..., :11], task.X)
     assert torch.equal(aged.X[0, :, -1], torch.arange(-(w - 1), 1, dtype=aged.X.dtype))
     assert (aged.X[..., -1] == aged.X[:1, :, -1]).all() and aged.persistence == task.persistence
 
@@ -80,7 +81,7 @@ def test_the_model_can_represent_persistence_at_every_beta(offline):
     persistence forecast (the latest row's temperature) to round-off, at every beta of the sweep."""
     s = ex.settings("jena", "book")
     task = ex.jena_data(s, dtype=torch.float64)
-    t, a = task.features.index(s["target"]), task.features.index(jena.AGE)
+    t, a = task.features.index(s["target"]), task.features.index(AGE)
     for b in s["betas"]:
         cfg = jena._config(s, task.X.shape[-1], b)
         F = forward(jena.persistence_weights(cfg, s["window"], t, a), task.X, cfg)

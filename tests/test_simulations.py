@@ -9,6 +9,7 @@ import pytest
 
 from convres import experiments as ex
 from convres.experiments import simulations as sim
+from convres.experiments.sim_reruns import second_pass
 from convres.stats import linear_rate, power_fit
 
 TINY = dict(betas=[0.0, 1.0], seeds=[0, 1], curve_seeds=[0], steps=20, d_qks=[16, 64], escape_steps=20,
@@ -137,11 +138,11 @@ def test_reruns_are_listed_per_arm():
     runs[0]["eta"] = 0.064                                   # one seed at the tuned step: pieces
     assert not sim.reruns(res)[0]["every_seed"]
     next(r for r in runs if r["beta"] == 0.0 and r["eta"] == 0.032)["eta"] = 0.016   # halved twice
-    assert sim.second_pass(res) == [["escape, scale 1/d_qk, d_QK = 16", "tuned", 0.0, 2, [[0.064, [3, 5]]]]]
+    assert second_pass(res) == [["escape, scale 1/d_qk, d_QK = 16", "tuned", 0.0, 2, [[0.064, [3, 5]]]]]
     k = res.summary()
     assert k["diverged_before_rerun"] == k["diverged_at_tuned"] == 2
     # the second pass: its runs diverge no more, the setting halve keeps the first pass's seeds
-    halve = sim.second_pass(res)
+    halve = second_pass(res)
     for r in runs:
         r["diverged_before"] = []
     res = ex.Result(res.experiment, res.profile, {**res.settings, "halve": halve}, res.data, 0.0)

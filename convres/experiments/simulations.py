@@ -59,12 +59,7 @@ from .base import (
     step_table,
     tune_arms,
 )
-from .sim_reruns import cell_name, first_pass, halvings, places_run, reruns, second_pass
-
-__all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "STOP", "ESCAPE_STOP", "LINEAR_PHASE", "HALVINGS", "speed",
-           "instance", "escape_law", "escape_fit", "spot_check",
-           "reruns", "second_pass", "halvings", "claim_records", "stalled", "diverged_at_tuned", "qk_reduced",
-           "SCALE_TEX"]
+from .sim_reruns import cell_name, first_pass, halvings, places_run, reruns
 
 #: Sensitivity measures: the steps to these fractions of the initial loss.
 LEVELS = (1e-2, 1e-6)
@@ -299,7 +294,8 @@ def escape_law(res: Result, scale: str, beta: float = 0.0, protocol: str = "tune
     """The escape times of ``beta`` against ``d_QK`` at ``scale`` and step ``protocol``: per ``d_QK``
     the steps ``eta``, median and quartiles in steps and in ``mu t``, the censored and diverged runs."""
     cells = _cells(res, scale, protocol)
-    keys = ("median", "q25", "q75", "median_mu_t", "q25_mu_t", "q75_mu_t")
+    Q = {"median": 50, "q25": 25, "q75": 75}
+    keys = [k + tail for tail in ("", "_mu_t") for k in Q]
     out: dict = {"scale": scale, "beta": beta, "protocol": protocol, "d_qk": [c["d_qk"] for c in cells],
                  "eta": [], **{k: [] for k in keys}, "censored": [], "diverged": [],
                  "runs": len(res.settings["seeds"])}
@@ -311,8 +307,7 @@ def escape_law(res: Result, scale: str, beta: float = 0.0, protocol: str = "tune
         out["eta"].append(sorted({r["eta"] for r in runs}))
         for k in keys:
             v = mu_t if k.endswith("mu_t") else T
-            q = {"median": 50, "q25": 25, "q75": 75}[k.removesuffix("_mu_t")]
-            out[k].append(float(np.percentile(v, q)) if v.size else None)
+            out[k].append(float(np.percentile(v, Q[k.removesuffix("_mu_t")])) if v.size else None)
         out["censored"].append(sum(r["escape"] is None for r in ok))
         out["diverged"].append(len(runs) - len(ok))
     return out
@@ -416,32 +411,23 @@ def _s2(res: Result, measure: str, protocol: str) -> list:
     """S2 per seed x regime, in decades: the mean log-loss of beta = 0 minus that of beta = 0.1, or
     ``log10`` of the ratio of their steps to a level."""
     small = min(b for b in res.settings["betas"] if b > 0)
-    out: list[float | None] = []
-    for _, _, runs in _regime_units(res, protocol):
-        a, b = runs[0.0], runs[small]
-        if a["diverged"] or b["diverged"]:
-            out.append(None)
-        elif measure == "mean log-loss":
-            out.append(_measure(a, measure) - _measure(b, measure))
-        else:
-            out.append(math.log10(_measure(a, measure) / _measure(b, measure)))
-    return out
+
+    def effect(a: dict, b: dict) -> float:
+        if measure == "mean log-loss":
+            return _measure(a, measure) - _measure(b, measure)
+        return math.log10(_measure(a, measure) / _measure(b, measure))
+    return [None if runs[0.0]["diverged"] or runs[small]["diverged"] else effect(runs[0.0], runs[small])
+            for _, _, runs in _regime_units(res, protocol)]
 
 
 def _s3(res: Result, measure: str, protocol: str) -> list:
     """S3 per seed, at scale 1/d_QK and the largest d_QK: ``log10(T(beta = 0) / T(beta = 1))`` of
     the escape steps (``measure="escape time"``) or the steps to a level."""
     cell = max((c for c in res.data["escape"] if c["scale"] == "1/d_qk"), key=lambda c: c["d_qk"])
-    out: list[float | None] = []
-    for k in res.settings["seeds"]:
-        a, b = (next(r for r in cell["runs"][protocol] if r["seed"] == k and r["beta"] == beta)
-                for beta in (0, 1))
-        if a["diverged"] or b["diverged"]:
-            out.append(None)
-        else:
-            T = _escape_time if measure == "escape time" else lambda r: _measure(r, measure)
-            out.append(math.log10(T(a) / T(b)))
-    return out
+    T = _escape_time if measure == "escape time" else lambda r: _measure(r, measure)
+    run = {(r["seed"], r["beta"]): r for r in cell["runs"][protocol]}
+    pairs = [(run[(k, 0.0)], run[(k, 1.0)]) for k in res.settings["seeds"]]
+    return [None if a["diverged"] or b["diverged"] else math.log10(T(a) / T(b)) for a, b in pairs]
 
 
 def _s4(res: Result, measure: str, protocol: str) -> list:
@@ -449,15 +435,13 @@ def _s4(res: Result, measure: str, protocol: str) -> list:
     units of ``mu t`` (the step differs between d_QK; a censored time counts as the horizon), at the
     tuned step or ``"half step"``."""
     protocol = "half" if protocol == "half step" else protocol
-    cells = sorted((c for c in res.data["escape"] if c["scale"] == "1/d_qk"), key=lambda c: c["d_qk"])
+    cells = _cells(res, "1/d_qk", protocol)
+    run = [{r["seed"]: r for r in c["runs"][protocol] if r["beta"] == 0} for c in cells]
     out: list[float | None] = []
-    for k in res.settings["seeds"]:
-        runs = [next(r for r in c["runs"][protocol] if r["seed"] == k and r["beta"] == 0) for c in cells]
-        if any(r["diverged"] for r in runs):
-            out.append(None)
-        else:
-            mu_t = [_escape_time(r) * r["eta"] / (c["N"] * c["n"]) for r, c in zip(runs, cells)]
-            out.append(kendall_tau([c["d_qk"] for c in cells], mu_t, tied=0.0))
+    for runs in ([x[k] for x in run] for k in res.settings["seeds"]):
+        mu_t = [_escape_time(r) * r["eta"] / (c["N"] * c["n"]) for r, c in zip(runs, cells)]
+        out.append(None if any(r["diverged"] for r in runs) else
+                   kendall_tau([c["d_qk"] for c in cells], mu_t, tied=0.0))
     return out
 
 
