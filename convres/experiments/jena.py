@@ -312,15 +312,14 @@ def _run_jena(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     (N, n, d), T = X.shape, positive_int(s, "steps")
     design = _design_part(s, task, progress=progress, device=device)
     tuned = {t["beta"]: t["chosen"] for t in design["step_sizes"]}
-    runs: list[dict] = []
     protocols = (("tuned", tuned), ("common", dict.fromkeys(s["betas"], design["common_eta"])))
     # the first runs of both protocols as one sweep (a run both need is made once); reruns follow
     first = list(dict.fromkeys((b, sd, of[b]) for _, of in protocols
                                for sd in s["seeds"] for b in s["betas"]))
     done = {(r["beta"], r["seed"], r["eta"]): r
             for r in _runs(s, X, Y, first, T, progress=progress, device=device)}
-    for protocol, steps_of in protocols:
-        runs += _evaluate(s, X, Y, steps_of, protocol, done, progress=progress, device=device)
+    runs = [r for protocol, steps_of in protocols
+            for r in _evaluate(s, X, Y, steps_of, protocol, done, progress=progress, device=device)]
     dev = check_device(device)
     val = _heldout(s, runs, Xv.to(dev), Yv.to(dev))
     level = design["level"]["level"]
@@ -491,9 +490,6 @@ def _jena_numbers(res: Result) -> dict:
             **protocol_summary(_checks(res.settings, data))}
 
 
-_FIGURE = "fig-jena-loss"
-
-
 def _jena_claims(res: Result) -> list[dict]:
     st, data = res.settings, res.data
     where = (f"on the offline slice: {data['rows']:,} rows every {_every(st['freq'])} from {st['start']} to "
@@ -507,7 +503,7 @@ def _jena_claims(res: Result) -> list[dict]:
         measurement = ("too few units" if e.effect is None else
                        f"{e.effect:.3g}, 95% CI [{e.lo:.3g}, {e.hi:.3g}] ({e.method}, {e.units} seeds, "
                        f"{e.diverged} diverged)")
-        rows.append(rec.row(figure=_FIGURE, criterion=where + rec.claim.measure,
+        rows.append(rec.row(figure="fig-jena-loss", criterion=where + rec.claim.measure,
                             measurement=measurement, evidence=measurement))
     return rows
 
@@ -535,9 +531,7 @@ def _report(res: Result) -> dict:
                              f"{s['train_end'][:10]}, rest held out; past-only windows of {s['window']} "
                              f"rows, target {s['horizon']} rows after the last; $N = {d['N']}$; "
                              f"$d_{{QK}} = {s['d_qk']}$, $m = {s['m']}$, mean-pooled readout, $W_U$ at 0; "
-                             "$\\eta$ per $\\beta$ "
-                             f"({etas}); "
-                             f"{s['steps']} steps; {len(_seeds(res))} seeds",
+                             f"$\\eta$ per $\\beta$ ({etas}); {s['steps']} steps; {len(_seeds(res))} seeds",
                      "why": "every row of the offline slice; the age makes persistence representable; a "
                             "held-out week, persistence and a linear AR make the errors readable"},
         "spread": spread_rows,

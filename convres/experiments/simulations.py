@@ -164,7 +164,6 @@ def _step_rows(tuned: dict, label: str) -> list[dict]:
 
 def _record(beta, eta, seed, X, Y, p0, cfg, h: History, *, N, s, horizon, curve, mechanism) -> dict:
     floor = rank_one_floor(Y.double())
-    mu = eta / (N * s["n"])
     diverged = h.status == "diverged"
     run = dict(beta=beta, eta=eta, seed=seed, status=h.status, diverged=diverged,
                diverged_at=h.diverged_at, **speed(h.loss, floor, horizon, diverged=diverged),
@@ -173,7 +172,7 @@ def _record(beta, eta, seed, X, Y, p0, cfg, h: History, *, N, s, horizon, curve,
         with torch.no_grad():
             Z = forward_trace(p0, X, cfg).Z[0]
         run.update(sigma_min_Z0=float(extreme_singular_values(Z)[0]),
-                   rate=None if diverged else linear_rate(h.loss, mu, phase=LINEAR_PHASE))
+                   rate=None if diverged else linear_rate(h.loss, eta / (N * s["n"]), phase=LINEAR_PHASE))
     if curve:
         run["loss"] = finite_list(h.loss)
     return run
@@ -252,12 +251,11 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
     return {"regimes": regimes, "escape": escape, "step_sizes": step_sizes}
 
 
-def spot_check(res: Result, seed: int | None = None) -> tuple[dict, dict]:
+def spot_check(res: Result) -> tuple[dict, dict]:
     """``(stored, again)``: the record of ``beta = 0`` at scale ``1/d_QK``, the largest ``d_QK``, its
-    tuned step and ``seed`` (default: the last), and that run again (no curve): the slowest runs."""
-    s = res.settings
+    tuned step and the last seed, and that run again (no curve): the slowest runs."""
+    s, seed = res.settings, res.settings["seeds"][-1]
     cell = next(c for c in res.data["escape"] if c["scale"] == "1/d_qk" and c["d_qk"] == max(s["d_qks"]))
-    seed = s["seeds"][-1] if seed is None else seed
     stored = next(r for r in cell["runs"]["tuned"] if r["beta"] == 0.0 and r["seed"] == seed)
     (job,) = _runs(s, s["N"], cell["d_qk"], "1/d_qk", [(0.0, float(stored["eta"]), seed)], s["escape_steps"],
                    ESCAPE_STOP)
@@ -266,9 +264,13 @@ def spot_check(res: Result, seed: int | None = None) -> tuple[dict, dict]:
 
 # --- what the runs say ---------------------------------------------------------------------------
 
-def _escape_time(run: dict) -> float:
-    """The escape step of a run, at least 1 (an escape at step 0: the start is below the line)."""
-    return max(_steps(run, "escape")[0], 1.0)
+def _measure(run: dict, measure: str) -> float:
+    """A run's ``"mean log-loss"``, or its steps (censored, at least 1: a start below the line counts
+    as step 1) to escape (``"escape time"``) or to a level (``"steps to 1e-2"``)."""
+    if measure == "mean log-loss":
+        return float(run["mean_log_loss"])
+    key = "escape" if measure == "escape time" else f"{float(measure.removeprefix('steps to ')):g}"
+    return max(_steps(run, key)[0], 1.0)
 
 
 def _cells(res: Result, scale: str, protocol: str) -> list[dict]:
@@ -286,7 +288,7 @@ def _times(res: Result, scale: str, beta: float, protocol: str, *, mu_units: boo
         for r in c["runs"][protocol]:
             if r["beta"] == beta and not r["diverged"] and r["escape"] is not None:
                 mu = r["eta"] / (c["N"] * c["n"]) if mu_units else 1.0
-                T[res.settings["seeds"].index(r["seed"]), j] = _escape_time(r) * mu
+                T[res.settings["seeds"].index(r["seed"]), j] = _measure(r, "escape time") * mu
     return [c["d_qk"] for c in cells], T
 
 
@@ -302,7 +304,7 @@ def escape_law(res: Result, scale: str, beta: float = 0.0, protocol: str = "tune
     for c in cells:
         runs = [r for r in c["runs"][protocol] if r["beta"] == beta]
         ok = [r for r in runs if not r["diverged"]]
-        T = np.array([_escape_time(r) for r in ok])
+        T = np.array([_measure(r, "escape time") for r in ok])
         mu_t = T * np.array([r["eta"] / (c["N"] * c["n"]) for r in ok])
         out["eta"].append(sorted({r["eta"] for r in runs}))
         for k in keys:
@@ -386,13 +388,6 @@ def diverged_at_tuned(res: Result) -> int:
     return now + sum(len(h[0][1]) for h in first_pass(res.settings).values() if h)
 
 
-def _measure(run: dict, measure: str) -> float:
-    """A run's ``"mean log-loss"``, or its steps to a level (``"steps to 1e-2"``; censored, >= 1)."""
-    if measure == "mean log-loss":
-        return float(run["mean_log_loss"])
-    return max(_steps(run, f"{float(measure.removeprefix('steps to ')):g}")[0], 1.0)
-
-
 def _regime_units(res: Result, protocol: str) -> list[tuple[str, int, dict]]:
     """``(regime, seed, {beta: run})`` for every seed of every regime at step ``protocol``."""
     return [(c["name"], k, {r["beta"]: r for r in c["runs"][protocol] if r["seed"] == k})
@@ -424,10 +419,10 @@ def _s3(res: Result, measure: str, protocol: str) -> list:
     """S3 per seed, at scale 1/d_QK and the largest d_QK: ``log10(T(beta = 0) / T(beta = 1))`` of
     the escape steps (``measure="escape time"``) or the steps to a level."""
     cell = max((c for c in res.data["escape"] if c["scale"] == "1/d_qk"), key=lambda c: c["d_qk"])
-    T = _escape_time if measure == "escape time" else lambda r: _measure(r, measure)
     run = {(r["seed"], r["beta"]): r for r in cell["runs"][protocol]}
     pairs = [(run[(k, 0.0)], run[(k, 1.0)]) for k in res.settings["seeds"]]
-    return [None if a["diverged"] or b["diverged"] else math.log10(T(a) / T(b)) for a, b in pairs]
+    return [None if a["diverged"] or b["diverged"] else
+            math.log10(_measure(a, measure) / _measure(b, measure)) for a, b in pairs]
 
 
 def _s4(res: Result, measure: str, protocol: str) -> list:
@@ -439,7 +434,7 @@ def _s4(res: Result, measure: str, protocol: str) -> list:
     run = [{r["seed"]: r for r in c["runs"][protocol] if r["beta"] == 0} for c in cells]
     out: list[float | None] = []
     for runs in ([x[k] for x in run] for k in res.settings["seeds"]):
-        mu_t = [_escape_time(r) * r["eta"] / (c["N"] * c["n"]) for r, c in zip(runs, cells)]
+        mu_t = [_measure(r, "escape time") * r["eta"] / (c["N"] * c["n"]) for r, c in zip(runs, cells)]
         out.append(None if any(r["diverged"] for r in runs) else
                    kendall_tau([c["d_qk"] for c in cells], mu_t, tied=0.0))
     return out
@@ -539,8 +534,7 @@ def _report(res: Result) -> dict:
                              f"{s['activation']}; {regimes}; $\\beta$ in {s['betas']}; each arm at its own "
                              f"tuned step (the smallest tuned step second); {s['steps']} steps; escape law "
                              f"over $d_{{QK}}$ in {s['d_qks']}, {s['escape_steps']} steps, a step tuned "
-                             "at every $d_{QK}$; "
-                             f"{len(s['seeds'])} seeds",
+                             f"at every $d_{{QK}}$; {len(s['seeds'])} seeds",
                      "why": "one regime where the output layer alone can fit, two where a plateau can "
                             "happen, and the escape time against $d_{QK}$"},
         "spread": spread_rows,
