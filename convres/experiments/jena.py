@@ -201,16 +201,12 @@ def _tune(s: dict, X, Y, *, progress=False, device=None) -> list[dict]:
 
 def _pilots(s: dict, X, Y, X_blind, tuned: dict, *, device=None) -> dict:
     """The pilot runs of the final design, and the order-blind model (no age) at the end betas."""
-    T = positive_int(s, "steps")
-    arms = [(b, sd, tuned[b]) for sd in s["pilot_seeds"] for b in s["betas"]]
-    runs = _runs(s, X, Y, arms, T, device=device)
-    ends = (min(s["betas"]), max(s["betas"]))
-    blind = _runs(s, X_blind, Y, [(b, sd, tuned[b]) for sd in s["pilot_seeds"] for b in ends], T,
-                  device=device)
-    keep = ("beta", "seed", "eta", "status")
+    T, ends = positive_int(s, "steps"), (min(s["betas"]), max(s["betas"]))
+    runs, blind = (_runs(s, x, Y, [(b, sd, tuned[b]) for sd in s["pilot_seeds"] for b in betas], T,
+                         device=device) for x, betas in ((X, s["betas"]), (X_blind, ends)))
 
     def record(r):
-        return {**{k: r[k] for k in keep}, "train_mse": finite_list(r["mse"]),
+        return {**{k: r[k] for k in ("beta", "seed", "eta", "status")}, "train_mse": finite_list(r["mse"]),
                 "mean_log_loss": speed(r["mse"], r["status"], T)}
     return {"runs": [record(r) for r in runs], "order_blind_model": [record(r) for r in blind]}
 
@@ -429,8 +425,7 @@ def _heldout_table(res: Result, protocol: str = "tuned") -> list[dict]:
     """Per beta: held-out MSE (median over seeds), skill ``1 - MSE / MSE_persistence`` and, against
     persistence and the linear AR, the per-seed ``ln(MSE_baseline / MSE_model)`` (positive: the
     model is better) with its interval (:func:`convres.stats.estimate`) and what it says."""
-    d = res.data
-    base = {"persistence": d["persistence"]["val"], "linear AR": d["linear_ar"]["val"]}
+    base = {"persistence": res.data["persistence"]["val"], "linear AR": res.data["linear_ar"]["val"]}
     runs = _by(res, protocol)
     out = []
     for b in sorted(res.settings["betas"]):
