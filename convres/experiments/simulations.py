@@ -60,6 +60,7 @@ from .base import (
     tune_arms,
 )
 from .sim_reruns import cell_name, first_pass, halvings, places_run, reruns
+from .sim_reruns import second_pass as second_pass  # re-exported
 
 #: Sensitivity measures: the steps to these fractions of the initial loss.
 LEVELS = (1e-2, 1e-6)
