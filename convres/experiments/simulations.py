@@ -524,12 +524,10 @@ def _report(res: Result) -> dict:
     s = res.settings
     regimes = "; ".join(f"{r['name']}: $N = {r['N']}$, $d_{{QK}} = {r['d_qk']}$, "
                         f"scale {SCALE_TEX[r['scale']]}" for r in s["regimes"])
-    spread_rows = []
-    for c in res.data["regimes"]:
-        for b in (0.0, max(s["betas"])):
-            v = [r["mean_log_loss"] for r in c["runs"]["tuned"] if r["beta"] == b and not r["diverged"]]
-            spread_rows.append(spread_row(f"{c['name']}, $\\beta = {b:g}$",
-                                          "mean log-loss (decades, tuned step)", v, "{:.2f}"))
+    spread_rows = [spread_row(f"{c['name']}, $\\beta = {b:g}$", "mean log-loss (decades, tuned step)",
+                              [r["mean_log_loss"] for r in c["runs"]["tuned"] if r["beta"] == b
+                               and not r["diverged"]], "{:.2f}")
+                   for c in res.data["regimes"] for b in (0.0, max(s["betas"]))]
     return {
         "settings": {"book": f"Gaussian $X$, $Y$; $n = {s['n']}$, $d = {s['d']}$, $m = {s['m']}$, "
                              f"{s['activation']}; {regimes}; $\\beta$ in {s['betas']}; each arm at its own "
