@@ -7,6 +7,7 @@ import torch
 
 from convres import experiments as ex
 from convres.data import JENA_FEATURES, DataError
+from convres.data.jena import AGE
 from convres.experiments import jena
 from convres.model import forward
 from convres.protocol import EVALUATION_SEEDS, PILOT_SEEDS, PROBE_SEEDS
@@ -24,8 +25,6 @@ def test_the_settings_use_the_protocols_seeds_and_the_whole_slice():
         assert all(b == 2 * a for a, b in zip(grid, grid[1:]))           # a factor-2 grid
     book, paper = ex.settings("jena", "book"), ex.settings("jena", "paper")
     assert (book["stride"], paper["stride"]) == (6, 1)                    # the paper profile: every window
-    assert book["freq"] == "10min"
-    assert (book["start"], book["end"]) == ("2009-01-01 00:10", "2009-01-28 18:40")
 
 
 def test_jena_data_splits_standardizes_on_training_rows_and_looks_only_at_the_past(offline):
@@ -47,12 +46,12 @@ def test_jena_data_splits_standardizes_on_training_rows_and_looks_only_at_the_pa
     assert abs(float(flat.mean())) < 0.1 and abs(float(flat.std()) - 1) < 0.1
     persistence = float(((task.X_val[:, -1, t] - task.Y_val[:, 0]) ** 2).mean())
     assert task.persistence["val"] == pytest.approx(persistence)
-    tod = ex.jena_data(s, time_of_day=True)
+    tod = ex.jena_data({**s, "time_of_day": True})
     assert torch.equal(tod.X[..., :11], task.X) and tod.features[-2:] == ("sin(hour)", "cos(hour)")
     assert np.allclose(tod.X[..., 11] ** 2 + tod.X[..., 12] ** 2, 1.0)
     # the age: one more column, 0 for the latest row, -(w - 1) for the oldest, nothing else changed
     aged = ex.jena_data({**s, "age": True})
-    assert aged.features == (*JENA_FEATURES, jena.AGE) and torch.equal(aged.X[..., :11], task.X)
+    assert aged.features == (*JENA_FEATURES, AGE) and torch.equal(aged.X[..., :11], task.X)
     assert torch.equal(aged.X[0, :, -1], torch.arange(-(w - 1), 1, dtype=aged.X.dtype))
     assert (aged.X[..., -1] == aged.X[:1, :, -1]).all() and aged.persistence == task.persistence
 
@@ -80,7 +79,7 @@ def test_the_model_can_represent_persistence_at_every_beta(offline):
     persistence forecast (the latest row's temperature) to round-off, at every beta of the sweep."""
     s = ex.settings("jena", "book")
     task = ex.jena_data(s, dtype=torch.float64)
-    t, a = task.features.index(s["target"]), task.features.index(jena.AGE)
+    t, a = task.features.index(s["target"]), task.features.index(AGE)
     for b in s["betas"]:
         cfg = jena._config(s, task.X.shape[-1], b)
         F = forward(jena.persistence_weights(cfg, s["window"], t, a), task.X, cfg)
@@ -137,18 +136,13 @@ def test_the_order_blind_baseline_does_not_see_the_order():
     assert blind["train_least_squares"] <= blind["train"] + 1e-12    # least squares: the smallest fit
 
 
-def test_bad_jena_settings_give_clear_errors():
-    for key, bad in (("window", 0), ("stride", 1.5), ("horizon", 0), ("target", "wind")):
-        s = {**ex.settings("jena"), key: bad}
-        with pytest.raises(ValueError, match=f"setting '{key}'"):
-            ex.jena_data(s)
-
-
-def test_jena_split_outside_the_window_or_too_short_is_refused(offline):
+def test_bad_jena_settings_give_clear_errors(offline):
     s = ex.settings("jena")
-    with pytest.raises(ValueError, match="'train_end'.*strictly between"):
-        ex.jena_data({**s, "train_end": "2009-02-01 00:00"})
-    with pytest.raises(DataError, match="held-out rows, but a window of 6 rows"):
+    for key, bad in (("window", 0), ("stride", 1.5), ("horizon", 0), ("target", "wind"),
+                     ("train_end", "2009-02-01 00:00")):           # train_end after end
+        with pytest.raises(ValueError, match=f"setting '{key}'"):
+            ex.jena_data({**s, key: bad})
+    with pytest.raises(DataError, match="held-out rows"):           # too few rows after train_end
         ex.jena_data({**s, "train_end": "2009-01-28 17:00"})
 
 
@@ -277,14 +271,8 @@ def test_jena_smoke_run_and_its_pieces_of_data(offline):
         assert all(x["eta"] == x["tuned_eta"] * 0.5 ** x["rerun"] for x in runs)
     assert all(len(x["train_mse"]) == s["steps"] + 1 and isinstance(x["val_mse"], float) for x in d["runs"]
                if x["status"] != "diverged")
-    for sd in s["seeds"]:                     # the same start for every beta of a seed
-        assert len({x["train_mse"][0] for x in d["runs"] if x["seed"] == sd}) == 1
     assert {x["seed"] for x in d["pilots"]["runs"]} == set(s["pilot_seeds"])
-    k = r.summary()
-    assert k["rows"] == d["rows"] and k["n_train"] == d["N"] and k["seeds"] == 2
-    assert [c["name"] for c in k["design_checks"]] == ["jena informative", "jena reachable",
-                                                       "jena equal start", "jena order-aware"]
-    assert set(k["baselines"]) == {"persistence", "linear_ar", "order_blind"}
+    assert set(r.summary()["baselines"]) == {"persistence", "linear_ar", "order_blind"}
     again = jena.rerun(s, 1.0, s["seeds"][0], tuned[1.0]["chosen"], s["steps"])
     stored = next(x for x in d["runs"] if x["beta"] == 1.0 and x["seed"] == s["seeds"][0]
                   and x["protocol"] == "tuned")

@@ -70,10 +70,8 @@ def check_keras_zip(path: Path) -> str:
     """Read the CSV of a Keras zip once (checking its CRC-32) and compare it with :data:`JENA_CSV`:
     ``"verified"``, or ``"differs"`` with a :class:`DataWarning`."""
     with zipfile.ZipFile(path) as archive, archive.open(zip_member(archive, path)) as f:
-        h = hashlib.sha256()
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-        got = (f.tell(), h.hexdigest())
+        sha256 = hashlib.file_digest(f, "sha256").hexdigest()  # type: ignore[arg-type]
+        got = (f.tell(), sha256)
     if got == JENA_CSV:
         return "verified"
     warnings.warn(f"{path}: its CSV has {got[0]:,} bytes and sha256 {got[1]}, not those of a third-party "
@@ -124,25 +122,20 @@ def read_jena(path: str | os.PathLike, columns=JENA_FEATURES) -> pd.DataFrame:
     return values
 
 
+def _parsed(kind, value, types):
+    """``kind(value)`` when ``value`` is one of ``types`` and parses, else ``pd.NaT``."""
+    try:
+        return kind(value) if isinstance(value, types) else pd.NaT
+    except (ValueError, TypeError, OverflowError):
+        return pd.NaT
+
+
 def timestamp(name: str, value) -> pd.Timestamp:
     """``value`` (``"2009-01-01 01:00"``, a ``datetime``) as a time-zone-naive ``pandas.Timestamp``."""
-    try:
-        ts = pd.Timestamp(value) if isinstance(value, (str, datetime.date, np.datetime64)) else pd.NaT
-    except (ValueError, TypeError, OverflowError):
-        ts = pd.NaT
+    ts = _parsed(pd.Timestamp, value, (str, datetime.date, np.datetime64))
     if ts is pd.NaT or ts.tzinfo is not None:
         raise ValueError(f"{name} {value!r} is not a timestamp (without a zone) such as '2009-01-01 01:00'.")
     return ts
-
-
-def _period(freq) -> pd.Timedelta:
-    try:
-        step = pd.Timedelta(freq) if isinstance(freq, (str, datetime.timedelta)) else pd.NaT
-    except (ValueError, TypeError, OverflowError):
-        step = pd.NaT
-    if step is pd.NaT or step <= pd.Timedelta(0):
-        raise ValueError(f"freq {freq!r} is not a positive duration; use e.g. '10min', '1h' or '1D'.")
-    return step
 
 
 def load_jena(start=None, end=None, *, data_dir=None, columns=JENA_FEATURES, freq=None, download=False):
@@ -150,7 +143,9 @@ def load_jena(start=None, end=None, *, data_dir=None, columns=JENA_FEATURES, fre
     by row number; with ``freq="1h"``, the rows of that grid, which must be complete. The file is
     checked against its recorded sha256 and by :func:`read_jena`."""
     lo, hi = (None if t is None else timestamp(n, t) for n, t in (("start", start), ("end", end)))
-    step = None if freq is None else _period(freq)
+    step = None if freq is None else _parsed(pd.Timedelta, freq, (str, datetime.timedelta))
+    if step is pd.NaT or (step is not None and step <= pd.Timedelta(0)):
+        raise ValueError(f"freq {freq!r} is not a positive duration; use e.g. '10min', '1h' or '1D'.")
     path = jena_path(data_dir, download=download)
     verify_file(path, path.parents[1])
     df = read_jena(path, columns)
@@ -243,8 +238,7 @@ def _with_age(X: np.ndarray) -> np.ndarray:
     return np.concatenate([X, age], axis=2)
 
 
-def jena_data(s: dict, data_dir=None, dtype=torch.float64, *, time_of_day: bool | None = None,
-              age: bool | None = None) -> JenaTask:
+def jena_data(s: dict, data_dir=None, dtype=torch.float64) -> JenaTask:
     """The :class:`~convres.data.jena.JenaTask`: the rows of ``[start, end]`` at ``freq``, split at
     ``train_end``, each feature standardized over the training rows; optional hour-of-day and age
     features; windows every ``stride`` (held out: ``val_stride``) rows, the target ``horizon`` rows
@@ -257,8 +251,6 @@ def jena_data(s: dict, data_dir=None, dtype=torch.float64, *, time_of_day: bool 
     if not timestamp("setting 'start'", s["start"]) < split < timestamp("setting 'end'", s["end"]):
         raise ValueError(f"setting 'train_end' ({s['train_end']}) must lie strictly between start "
                          f"({s['start']}) and end ({s['end']}).")
-    time_of_day = bool(s["time_of_day"]) if time_of_day is None else time_of_day
-    age = bool(s["age"]) if age is None else age
     df = load_jena(s["start"], s["end"], data_dir=data_dir, columns=JENA_FEATURES, freq=s["freq"])
     train, val = df[df.index <= split], df[df.index > split]
     need = window + horizon
@@ -272,14 +264,14 @@ def jena_data(s: dict, data_dir=None, dtype=torch.float64, *, time_of_day: bool 
     zv = (val.to_numpy(dtype=np.float64) - mean) / std
     t = list(JENA_FEATURES).index(s["target"])
     features = tuple(JENA_FEATURES)
-    if time_of_day:
+    if s["time_of_day"]:
         z, zv = np.hstack([z, _time_of_day(train.index)]), np.hstack([zv, _time_of_day(val.index)])
         features += ("sin(hour)", "cos(hour)")
     X, Y, at = _windows(z, z[:, t], window, horizon, stride)
     Xv, Yv, _ = _windows(zv, zv[:, t], window, horizon, val_stride)
     persistence = {part: float(np.mean((x[:, -1, t] - y[:, 0]) ** 2))
                    for part, x, y in (("train", X, Y), ("val", Xv, Yv))}
-    if age:
+    if s["age"]:
         X, Xv, features = _with_age(X), _with_age(Xv), features + (AGE,)
     as_t = lambda a: torch.tensor(np.ascontiguousarray(a), dtype=dtype)  # noqa: E731
     return JenaTask(as_t(X), as_t(Y), as_t(Xv), as_t(Yv), len(df), len(train), len(val), float(std[t]),

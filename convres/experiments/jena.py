@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..data import JENA_ALL_FEATURES, JENA_FEATURES, timestamp
-from ..data.jena import AGE, JenaTask, jena_data, window_count
+from ..data.jena import JenaTask, jena_data, window_count
 from ..gd import chunk_size, sweep
 from ..model import ModelConfig, attention_scale, forward_trace, init_params, param_shapes
 from ..plotting import plot_jena
@@ -51,9 +51,6 @@ from .base import (
     step_table,
     tune_arms,
 )
-
-__all__ = ["EXPERIMENT", "JenaTask", "jena_data", "window_count", "linear_ar", "order_blind", "rerun",
-           "claim_records", "speed", "persistence_weights", "AGE"]
 
 
 # --- baselines ---------------------------------------------------------------------------------
@@ -202,38 +199,28 @@ def _tune(s: dict, X, Y, *, progress=False, device=None) -> list[dict]:
     return [{"arm": f"beta={b:g}", "beta": b, **t} for b, t in tuned.items()]
 
 
-def _ladder(s: dict) -> list[float]:
-    """The candidate speed levels, as factors of persistence's training MSE: 1, 1 + step, ...,
-    ``level_factor_max``."""
-    step, top = float(s["level_factor_step"]), float(s["level_factor_max"])
-    return [round(1.0 + k * step, 10) for k in range(int(round((top - 1.0) / step)) + 1)]
-
-
 def _pilots(s: dict, X, Y, X_blind, tuned: dict, *, device=None) -> dict:
     """The pilot runs of the final design, and the order-blind model (no age) at the end betas."""
-    T = positive_int(s, "steps")
-    arms = [(b, sd, tuned[b]) for sd in s["pilot_seeds"] for b in s["betas"]]
-    runs = _runs(s, X, Y, arms, T, device=device)
-    ends = (min(s["betas"]), max(s["betas"]))
-    blind = _runs(s, X_blind, Y, [(b, sd, tuned[b]) for sd in s["pilot_seeds"] for b in ends], T,
-                  device=device)
-    keep = ("beta", "seed", "eta", "status")
+    T, ends = positive_int(s, "steps"), (min(s["betas"]), max(s["betas"]))
+    runs, blind = (_runs(s, x, Y, [(b, sd, tuned[b]) for sd in s["pilot_seeds"] for b in betas], T,
+                         device=device) for x, betas in ((X, s["betas"]), (X_blind, ends)))
 
     def record(r):
-        return {**{k: r[k] for k in keep}, "train_mse": finite_list(r["mse"]),
+        return {**{k: r[k] for k in ("beta", "seed", "eta", "status")}, "train_mse": finite_list(r["mse"]),
                 "mean_log_loss": speed(r["mse"], r["status"], T)}
     return {"runs": [record(r) for r in runs], "order_blind_model": [record(r) for r in blind]}
 
 
 def _level(s: dict, pilots: dict, persistence_train: float) -> dict:
     """The speed level, set on the pilots before the evaluation runs: the smallest factor ``f`` of the
-    ladder (:func:`_ladder`) such that every pilot run reaches ``f`` x persistence's training MSE
-    within half the horizon (``None`` when none does; then the largest is used and the *reachable*
-    check fails). A diverged pilot reaches no level."""
+    ladder 1, 1 + ``level_factor_step``, ..., ``level_factor_max`` such that every pilot run reaches
+    ``f`` x persistence's training MSE within half the horizon (``None`` when none does; then the
+    largest is used and the *reachable* check fails). A diverged pilot reaches no level."""
     half = positive_int(s, "steps") // 2
     worst = max(math.inf if r["status"] == "diverged" or len(r["train_mse"]) <= half
                 or r["train_mse"][half] is None else min(r["train_mse"][:half + 1]) for r in pilots["runs"])
-    ladder = _ladder(s)
+    step, top = float(s["level_factor_step"]), float(s["level_factor_max"])
+    ladder = [round(1.0 + k * step, 10) for k in range(int(round((top - 1.0) / step)) + 1)]
     factor = next((f for f in ladder if f * persistence_train >= worst), None)
     used = ladder[-1] if factor is None else factor
     return {"factor": used, "found": factor is not None, "level": used * persistence_train,
@@ -249,16 +236,14 @@ def _checks(s: dict, data: dict) -> list[CheckResult]:
     half, lev = level["half"], level["level"]
     late = sum(r["status"] == "diverged" or steps_to(r["train_mse"][:half + 1], lev, relative=False) is None
                for r in pilots["runs"])
-    spread_0 = []
-    for sd in s["pilot_seeds"]:
-        start = [r["train_mse"][0] for r in pilots["runs"] if r["seed"] == sd]
-        spread_0.append((max(start) - min(start)) / min(start))
+    starts = [[r["train_mse"][0] for r in pilots["runs"] if r["seed"] == sd] for sd in s["pilot_seeds"]]
+    spread_0 = max((max(v) - min(v)) / min(v) for v in starts)
     no_age = [v for r in pilots["order_blind_model"] for v in r["train_mse"] if v is not None]
     blind = min([data["order_blind"]["train_least_squares"], *no_age])
     ends = min((r["train_mse"][-1] for r in pilots["order_blind_model"] if r["status"] != "diverged"),
                default=-math.inf)
     above = sum(r["status"] == "diverged" or not r["train_mse"][-1] < ends for r in pilots["runs"])
-    values = {"jena informative": blind / lev, "jena reachable": late, "jena equal start": max(spread_0),
+    values = {"jena informative": blind / lev, "jena reachable": late, "jena equal start": spread_0,
               "jena order-aware": above}
     return [design_check(n, v) for n, v in values.items()]
 
@@ -323,15 +308,14 @@ def _run_jena(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     (N, n, d), T = X.shape, positive_int(s, "steps")
     design = _design_part(s, task, progress=progress, device=device)
     tuned = {t["beta"]: t["chosen"] for t in design["step_sizes"]}
-    runs: list[dict] = []
     protocols = (("tuned", tuned), ("common", dict.fromkeys(s["betas"], design["common_eta"])))
     # the first runs of both protocols as one sweep (a run both need is made once); reruns follow
     first = list(dict.fromkeys((b, sd, of[b]) for _, of in protocols
                                for sd in s["seeds"] for b in s["betas"]))
     done = {(r["beta"], r["seed"], r["eta"]): r
             for r in _runs(s, X, Y, first, T, progress=progress, device=device)}
-    for protocol, steps_of in protocols:
-        runs += _evaluate(s, X, Y, steps_of, protocol, done, progress=progress, device=device)
+    runs = [r for protocol, steps_of in protocols
+            for r in _evaluate(s, X, Y, steps_of, protocol, done, progress=progress, device=device)]
     dev = check_device(device)
     val = _heldout(s, runs, Xv.to(dev), Yv.to(dev))
     level = design["level"]["level"]
@@ -355,13 +339,10 @@ def rerun(s: dict, beta: float, seed: int, eta: float, steps: int, *, data_dir=N
     return finite_list(r["mse"])
 
 
-def _features(s: dict) -> int:
-    return len(JENA_FEATURES) + (2 if s["time_of_day"] else 0) + (1 if s["age"] else 0)
-
-
 def _shapes(s: dict) -> list[Shape]:
     N, n = window_count(s)
-    return [Shape("jena", _config(s, _features(s), 1.0), N, n,
+    d = len(JENA_FEATURES) + 2 * bool(s["time_of_day"]) + bool(s["age"])     # the features of jena_data
+    return [Shape("jena", _config(s, d, 1.0), N, n,
                   f"{N} training windows of {n} rows, counted on the {s['freq']} grid "
                   f"{s['start']} .. {s['train_end']} (no data loaded)")]
 
@@ -384,15 +365,6 @@ def _seeds(res: Result) -> list[int]:
     return sorted({r["seed"] for r in res.data["runs"]})
 
 
-def _neg_tau(betas, values) -> float | None:
-    """``-tau`` (Kendall) of beta against ``values`` (positive: larger beta, lower value); ``None`` if
-    a value is missing (a diverged run); 0 when every value is tied."""
-    if any(v is None for v in values):
-        return None
-    t = kendall_tau(betas, values)
-    return 0.0 if math.isnan(t) else -t
-
-
 def _effects(res: Result, claim: str, measure: str, protocol: str) -> list[float | None]:
     """The per-seed effects of claim ``"J1"`` or ``"J2"`` on ``measure`` (``"mean log-loss"`` or
     ``"steps to the level"``) under ``protocol``: J1 ``-tau`` of beta against the measure; J2 the mean
@@ -402,10 +374,10 @@ def _effects(res: Result, claim: str, measure: str, protocol: str) -> list[float
     small = min(b for b in betas if b > 0)
     out: list[float | None] = []
     for sd in _seeds(res):
-        v = {b: value(runs[(b, sd)]) for b in betas}
+        v: dict = {b: value(runs[(b, sd)]) for b in betas}
         none, low = v[0.0], v[small]
-        if claim == "J1":
-            out.append(_neg_tau(betas, [v[b] for b in betas]))
+        if claim == "J1":  # minus Kendall's tau, 0 where every value is tied
+            out.append(None if None in v.values() else -kendall_tau(betas, [v[b] for b in betas], tied=-0.0))
         elif none is None or low is None:
             out.append(None)
         else:
@@ -453,8 +425,7 @@ def _heldout_table(res: Result, protocol: str = "tuned") -> list[dict]:
     """Per beta: held-out MSE (median over seeds), skill ``1 - MSE / MSE_persistence`` and, against
     persistence and the linear AR, the per-seed ``ln(MSE_baseline / MSE_model)`` (positive: the
     model is better) with its interval (:func:`convres.stats.estimate`) and what it says."""
-    d = res.data
-    base = {"persistence": d["persistence"]["val"], "linear AR": d["linear_ar"]["val"]}
+    base = {"persistence": res.data["persistence"]["val"], "linear AR": res.data["linear_ar"]["val"]}
     runs = _by(res, protocol)
     out = []
     for b in sorted(res.settings["betas"]):
@@ -514,9 +485,6 @@ def _jena_numbers(res: Result) -> dict:
             **protocol_summary(_checks(res.settings, data))}
 
 
-_FIGURE = "fig-jena-loss"
-
-
 def _jena_claims(res: Result) -> list[dict]:
     st, data = res.settings, res.data
     where = (f"on the offline slice: {data['rows']:,} rows every {_every(st['freq'])} from {st['start']} to "
@@ -530,7 +498,7 @@ def _jena_claims(res: Result) -> list[dict]:
         measurement = ("too few units" if e.effect is None else
                        f"{e.effect:.3g}, 95% CI [{e.lo:.3g}, {e.hi:.3g}] ({e.method}, {e.units} seeds, "
                        f"{e.diverged} diverged)")
-        rows.append(rec.row(figure=_FIGURE, criterion=where + rec.claim.measure,
+        rows.append(rec.row(figure="fig-jena-loss", criterion=where + rec.claim.measure,
                             measurement=measurement, evidence=measurement))
     return rows
 
@@ -558,9 +526,7 @@ def _report(res: Result) -> dict:
                              f"{s['train_end'][:10]}, rest held out; past-only windows of {s['window']} "
                              f"rows, target {s['horizon']} rows after the last; $N = {d['N']}$; "
                              f"$d_{{QK}} = {s['d_qk']}$, $m = {s['m']}$, mean-pooled readout, $W_U$ at 0; "
-                             "$\\eta$ per $\\beta$ "
-                             f"({etas}); "
-                             f"{s['steps']} steps; {len(_seeds(res))} seeds",
+                             f"$\\eta$ per $\\beta$ ({etas}); {s['steps']} steps; {len(_seeds(res))} seeds",
                      "why": "every row of the offline slice; the age makes persistence representable; a "
                             "held-out week, persistence and a linear AR make the errors readable"},
         "spread": spread_rows,

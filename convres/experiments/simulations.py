@@ -59,12 +59,8 @@ from .base import (
     step_table,
     tune_arms,
 )
-from .sim_reruns import cell_name, first_pass, halvings, places_run, reruns, second_pass
-
-__all__ = ["EXPERIMENT", "LEVELS", "ESCAPE", "STOP", "ESCAPE_STOP", "LINEAR_PHASE", "HALVINGS", "speed",
-           "instance", "escape_law", "escape_fit", "spot_check",
-           "reruns", "second_pass", "halvings", "claim_records", "stalled", "diverged_at_tuned", "qk_reduced",
-           "SCALE_TEX"]
+from .sim_reruns import cell_name, first_pass, halvings, places_run, reruns
+from .sim_reruns import second_pass as second_pass  # re-exported
 
 #: Sensitivity measures: the steps to these fractions of the initial loss.
 LEVELS = (1e-2, 1e-6)
@@ -169,7 +165,6 @@ def _step_rows(tuned: dict, label: str) -> list[dict]:
 
 def _record(beta, eta, seed, X, Y, p0, cfg, h: History, *, N, s, horizon, curve, mechanism) -> dict:
     floor = rank_one_floor(Y.double())
-    mu = eta / (N * s["n"])
     diverged = h.status == "diverged"
     run = dict(beta=beta, eta=eta, seed=seed, status=h.status, diverged=diverged,
                diverged_at=h.diverged_at, **speed(h.loss, floor, horizon, diverged=diverged),
@@ -178,7 +173,7 @@ def _record(beta, eta, seed, X, Y, p0, cfg, h: History, *, N, s, horizon, curve,
         with torch.no_grad():
             Z = forward_trace(p0, X, cfg).Z[0]
         run.update(sigma_min_Z0=float(extreme_singular_values(Z)[0]),
-                   rate=None if diverged else linear_rate(h.loss, mu, phase=LINEAR_PHASE))
+                   rate=None if diverged else linear_rate(h.loss, eta / (N * s["n"]), phase=LINEAR_PHASE))
     if curve:
         run["loss"] = finite_list(h.loss)
     return run
@@ -257,12 +252,11 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
     return {"regimes": regimes, "escape": escape, "step_sizes": step_sizes}
 
 
-def spot_check(res: Result, seed: int | None = None) -> tuple[dict, dict]:
+def spot_check(res: Result) -> tuple[dict, dict]:
     """``(stored, again)``: the record of ``beta = 0`` at scale ``1/d_QK``, the largest ``d_QK``, its
-    tuned step and ``seed`` (default: the last), and that run again (no curve): the slowest runs."""
-    s = res.settings
+    tuned step and the last seed, and that run again (no curve): the slowest runs."""
+    s, seed = res.settings, res.settings["seeds"][-1]
     cell = next(c for c in res.data["escape"] if c["scale"] == "1/d_qk" and c["d_qk"] == max(s["d_qks"]))
-    seed = s["seeds"][-1] if seed is None else seed
     stored = next(r for r in cell["runs"]["tuned"] if r["beta"] == 0.0 and r["seed"] == seed)
     (job,) = _runs(s, s["N"], cell["d_qk"], "1/d_qk", [(0.0, float(stored["eta"]), seed)], s["escape_steps"],
                    ESCAPE_STOP)
@@ -271,9 +265,13 @@ def spot_check(res: Result, seed: int | None = None) -> tuple[dict, dict]:
 
 # --- what the runs say ---------------------------------------------------------------------------
 
-def _escape_time(run: dict) -> float:
-    """The escape step of a run, at least 1 (an escape at step 0: the start is below the line)."""
-    return max(_steps(run, "escape")[0], 1.0)
+def _measure(run: dict, measure: str) -> float:
+    """A run's ``"mean log-loss"``, or its steps (censored, at least 1: a start below the line counts
+    as step 1) to escape (``"escape time"``) or to a level (``"steps to 1e-2"``)."""
+    if measure == "mean log-loss":
+        return float(run["mean_log_loss"])
+    key = "escape" if measure == "escape time" else f"{float(measure.removeprefix('steps to ')):g}"
+    return max(_steps(run, key)[0], 1.0)
 
 
 def _cells(res: Result, scale: str, protocol: str) -> list[dict]:
@@ -291,7 +289,7 @@ def _times(res: Result, scale: str, beta: float, protocol: str, *, mu_units: boo
         for r in c["runs"][protocol]:
             if r["beta"] == beta and not r["diverged"] and r["escape"] is not None:
                 mu = r["eta"] / (c["N"] * c["n"]) if mu_units else 1.0
-                T[res.settings["seeds"].index(r["seed"]), j] = _escape_time(r) * mu
+                T[res.settings["seeds"].index(r["seed"]), j] = _measure(r, "escape time") * mu
     return [c["d_qk"] for c in cells], T
 
 
@@ -299,20 +297,20 @@ def escape_law(res: Result, scale: str, beta: float = 0.0, protocol: str = "tune
     """The escape times of ``beta`` against ``d_QK`` at ``scale`` and step ``protocol``: per ``d_QK``
     the steps ``eta``, median and quartiles in steps and in ``mu t``, the censored and diverged runs."""
     cells = _cells(res, scale, protocol)
-    keys = ("median", "q25", "q75", "median_mu_t", "q25_mu_t", "q75_mu_t")
+    Q = {"median": 50, "q25": 25, "q75": 75}
+    keys = [k + tail for tail in ("", "_mu_t") for k in Q]
     out: dict = {"scale": scale, "beta": beta, "protocol": protocol, "d_qk": [c["d_qk"] for c in cells],
                  "eta": [], **{k: [] for k in keys}, "censored": [], "diverged": [],
                  "runs": len(res.settings["seeds"])}
     for c in cells:
         runs = [r for r in c["runs"][protocol] if r["beta"] == beta]
         ok = [r for r in runs if not r["diverged"]]
-        T = np.array([_escape_time(r) for r in ok])
+        T = np.array([_measure(r, "escape time") for r in ok])
         mu_t = T * np.array([r["eta"] / (c["N"] * c["n"]) for r in ok])
         out["eta"].append(sorted({r["eta"] for r in runs}))
         for k in keys:
             v = mu_t if k.endswith("mu_t") else T
-            q = {"median": 50, "q25": 25, "q75": 75}[k.removesuffix("_mu_t")]
-            out[k].append(float(np.percentile(v, q)) if v.size else None)
+            out[k].append(float(np.percentile(v, Q[k.removesuffix("_mu_t")])) if v.size else None)
         out["censored"].append(sum(r["escape"] is None for r in ok))
         out["diverged"].append(len(runs) - len(ok))
     return out
@@ -391,13 +389,6 @@ def diverged_at_tuned(res: Result) -> int:
     return now + sum(len(h[0][1]) for h in first_pass(res.settings).values() if h)
 
 
-def _measure(run: dict, measure: str) -> float:
-    """A run's ``"mean log-loss"``, or its steps to a level (``"steps to 1e-2"``; censored, >= 1)."""
-    if measure == "mean log-loss":
-        return float(run["mean_log_loss"])
-    return max(_steps(run, f"{float(measure.removeprefix('steps to ')):g}")[0], 1.0)
-
-
 def _regime_units(res: Result, protocol: str) -> list[tuple[str, int, dict]]:
     """``(regime, seed, {beta: run})`` for every seed of every regime at step ``protocol``."""
     return [(c["name"], k, {r["beta"]: r for r in c["runs"][protocol] if r["seed"] == k})
@@ -416,32 +407,23 @@ def _s2(res: Result, measure: str, protocol: str) -> list:
     """S2 per seed x regime, in decades: the mean log-loss of beta = 0 minus that of beta = 0.1, or
     ``log10`` of the ratio of their steps to a level."""
     small = min(b for b in res.settings["betas"] if b > 0)
-    out: list[float | None] = []
-    for _, _, runs in _regime_units(res, protocol):
-        a, b = runs[0.0], runs[small]
-        if a["diverged"] or b["diverged"]:
-            out.append(None)
-        elif measure == "mean log-loss":
-            out.append(_measure(a, measure) - _measure(b, measure))
-        else:
-            out.append(math.log10(_measure(a, measure) / _measure(b, measure)))
-    return out
+
+    def effect(a: dict, b: dict) -> float:
+        if measure == "mean log-loss":
+            return _measure(a, measure) - _measure(b, measure)
+        return math.log10(_measure(a, measure) / _measure(b, measure))
+    return [None if runs[0.0]["diverged"] or runs[small]["diverged"] else effect(runs[0.0], runs[small])
+            for _, _, runs in _regime_units(res, protocol)]
 
 
 def _s3(res: Result, measure: str, protocol: str) -> list:
     """S3 per seed, at scale 1/d_QK and the largest d_QK: ``log10(T(beta = 0) / T(beta = 1))`` of
     the escape steps (``measure="escape time"``) or the steps to a level."""
     cell = max((c for c in res.data["escape"] if c["scale"] == "1/d_qk"), key=lambda c: c["d_qk"])
-    out: list[float | None] = []
-    for k in res.settings["seeds"]:
-        a, b = (next(r for r in cell["runs"][protocol] if r["seed"] == k and r["beta"] == beta)
-                for beta in (0, 1))
-        if a["diverged"] or b["diverged"]:
-            out.append(None)
-        else:
-            T = _escape_time if measure == "escape time" else lambda r: _measure(r, measure)
-            out.append(math.log10(T(a) / T(b)))
-    return out
+    run = {(r["seed"], r["beta"]): r for r in cell["runs"][protocol]}
+    pairs = [(run[(k, 0.0)], run[(k, 1.0)]) for k in res.settings["seeds"]]
+    return [None if a["diverged"] or b["diverged"] else
+            math.log10(_measure(a, measure) / _measure(b, measure)) for a, b in pairs]
 
 
 def _s4(res: Result, measure: str, protocol: str) -> list:
@@ -449,15 +431,13 @@ def _s4(res: Result, measure: str, protocol: str) -> list:
     units of ``mu t`` (the step differs between d_QK; a censored time counts as the horizon), at the
     tuned step or ``"half step"``."""
     protocol = "half" if protocol == "half step" else protocol
-    cells = sorted((c for c in res.data["escape"] if c["scale"] == "1/d_qk"), key=lambda c: c["d_qk"])
+    cells = _cells(res, "1/d_qk", protocol)
+    run = [{r["seed"]: r for r in c["runs"][protocol] if r["beta"] == 0} for c in cells]
     out: list[float | None] = []
-    for k in res.settings["seeds"]:
-        runs = [next(r for r in c["runs"][protocol] if r["seed"] == k and r["beta"] == 0) for c in cells]
-        if any(r["diverged"] for r in runs):
-            out.append(None)
-        else:
-            mu_t = [_escape_time(r) * r["eta"] / (c["N"] * c["n"]) for r, c in zip(runs, cells)]
-            out.append(kendall_tau([c["d_qk"] for c in cells], mu_t, tied=0.0))
+    for runs in ([x[k] for x in run] for k in res.settings["seeds"]):
+        mu_t = [_measure(r, "escape time") * r["eta"] / (c["N"] * c["n"]) for r, c in zip(runs, cells)]
+        out.append(None if any(r["diverged"] for r in runs) else
+                   kendall_tau([c["d_qk"] for c in cells], mu_t, tied=0.0))
     return out
 
 
@@ -544,19 +524,16 @@ def _report(res: Result) -> dict:
     s = res.settings
     regimes = "; ".join(f"{r['name']}: $N = {r['N']}$, $d_{{QK}} = {r['d_qk']}$, "
                         f"scale {SCALE_TEX[r['scale']]}" for r in s["regimes"])
-    spread_rows = []
-    for c in res.data["regimes"]:
-        for b in (0.0, max(s["betas"])):
-            v = [r["mean_log_loss"] for r in c["runs"]["tuned"] if r["beta"] == b and not r["diverged"]]
-            spread_rows.append(spread_row(f"{c['name']}, $\\beta = {b:g}$",
-                                          "mean log-loss (decades, tuned step)", v, "{:.2f}"))
+    spread_rows = [spread_row(f"{c['name']}, $\\beta = {b:g}$", "mean log-loss (decades, tuned step)",
+                              [r["mean_log_loss"] for r in c["runs"]["tuned"] if r["beta"] == b
+                               and not r["diverged"]], "{:.2f}")
+                   for c in res.data["regimes"] for b in (0.0, max(s["betas"]))]
     return {
         "settings": {"book": f"Gaussian $X$, $Y$; $n = {s['n']}$, $d = {s['d']}$, $m = {s['m']}$, "
                              f"{s['activation']}; {regimes}; $\\beta$ in {s['betas']}; each arm at its own "
                              f"tuned step (the smallest tuned step second); {s['steps']} steps; escape law "
                              f"over $d_{{QK}}$ in {s['d_qks']}, {s['escape_steps']} steps, a step tuned "
-                             "at every $d_{QK}$; "
-                             f"{len(s['seeds'])} seeds",
+                             f"at every $d_{{QK}}$; {len(s['seeds'])} seeds",
                      "why": "one regime where the output layer alone can fit, two where a plateau can "
                             "happen, and the escape time against $d_{QK}$"},
         "spread": spread_rows,
