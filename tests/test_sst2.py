@@ -309,6 +309,7 @@ def test_a_shared_part_prepared_alone_is_read_back_by_the_run(offline, monkeypat
     r = ex.run_experiment("sst2", "smoke")
     assert calls.count(Arm(2, "isometric")) == 1 and len(calls) == len(arms_of(r.settings))
     assert next(x for x in r.data["step_sizes"] if x["arm"] == "L=2, isometric") == t
+    assert all(x["cpu_seconds"] is not None for x in r.data["shared"])   # kept beside the cached part
     with pytest.raises(ValueError, match="unknown shared part"):
         sst2.prepare("smoke", "tune L=7, residual")
     with pytest.raises(ValueError, match="profile must be one of"):
