@@ -11,7 +11,7 @@ from convres import experiments as ex
 from convres.experiments import sst2
 from convres.experiments.sst2_arms import ARM_KINDS, Arm, arm_config, arm_params, arms_of, isometric_init
 from convres.experiments.sst2_arms import matched_width, norm_preserving_init
-from convres.experiments.sst2_baselines import bow_logistic, pooled_baseline
+from convres.experiments.sst2_baselines import bow_logistic, heldout_rows, pooled_baseline
 from convres.lemmas import parameter_count
 from convres.model import ModelConfig, forward_trace, init_params
 from convres.protocol import CHECKS, EVALUATION_SEEDS, GRADES, PROBE_SEEDS
@@ -200,7 +200,7 @@ def test_the_heldout_table_pairs_the_arms_with_the_baselines_on_the_same_sentenc
             "baselines": {"floor": {"val_correct": "1" * 20 + "0" * 20},
                           "floor_2d": {"val_correct": "1" * 20 + "0" * 20},
                           "bow": {"val_correct": "1" * 30 + "0" * 10}, "adam": None}}
-    rows = {r["name"]: r for r in sst2.heldout_table(data)}
+    rows = {r["name"]: r for r in heldout_rows(data, ARM_KINDS)}
     arm = rows["L=2, residual"]
     assert arm["accuracy"]["median"] == 0.75 and np.isclose(arm["vs_floor"]["effect"], 0.25)
     assert arm["vs_floor"]["ci"][0] > 0 and arm["beats_floor"]

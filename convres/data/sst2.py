@@ -165,12 +165,8 @@ class SST2Task(NamedTuple):
 def _neighbours(vocab, vectors, words, k: int = 5) -> dict:
     index = {t: i for i, t in enumerate(vocab)}
     unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-300)
-    out = {}
-    for w in words:
-        if w in index:
-            sim = unit @ unit[index[w]]
-            out[w] = [vocab[j] for j in np.argsort(-sim, kind="stable") if j != index[w]][:k]
-    return out
+    return {w: [vocab[j] for j in np.argsort(-(unit @ unit[index[w]]), kind="stable") if j != index[w]][:k]
+            for w in words if w in index}
 
 
 def sst2_data(s: dict, data_dir=None, dtype=torch.float32) -> SST2Task:

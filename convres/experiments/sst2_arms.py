@@ -37,13 +37,8 @@ class Arm(NamedTuple):
         return self.kind in ("residual", "matched")
 
 
-
 def _rms(t: torch.Tensor) -> float:
     return float(t.double().pow(2).mean().sqrt())
-
-
-def _gain(p: dict, key: str, factor: float) -> None:
-    p[key] = p[key] * factor
 
 
 def _block_by_block(cfg: ModelConfig, X: torch.Tensor, seed: int, dtype, name: str, adjust) -> dict:
@@ -73,7 +68,7 @@ def norm_preserving_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *,
     """
     def adjust(p, l, H, out):
         for name, k in (("W_V", 2), ("W_2", 5)):
-            _gain(p, f"layer{l}.{name}", _rms(H) / _rms(out()[k]))
+            p[f"layer{l}.{name}"] *= _rms(H) / _rms(out()[k])
     return _block_by_block(cfg, X, seed, dtype, "norm_preserving_init", adjust)
 
 
@@ -100,9 +95,9 @@ def isometric_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *, identity
             p[key(w)] = p[key(w)] + identity_gain * torch.eye(cfg.d, cfg.d_qk, dtype=dtype, device=H.device)
         for w in ("W_V", "W_1", "W_2"):
             p[key(w)] = _polar(p[key(w)])
-        _gain(p, key("W_V"), math.sqrt(preactivation) * _rms(H) / _rms(out()[2]))
-        _gain(p, key("W_1"), preactivation / _rms(out()[3] @ p[key("W_1")]))
-        _gain(p, key("W_2"), _rms(H) / _rms(out()[5]))
+        p[key("W_V")] *= math.sqrt(preactivation) * _rms(H) / _rms(out()[2])
+        p[key("W_1")] *= preactivation / _rms(out()[3] @ p[key("W_1")])
+        p[key("W_2")] *= _rms(H) / _rms(out()[5])
     return _block_by_block(cfg, X, seed, dtype, "isometric_init", adjust)
 
 
