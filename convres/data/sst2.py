@@ -72,8 +72,8 @@ def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, ve
         table = _table(path, max_bytes)
     except (pa.ArrowException, OSError) as err:
         raise DataError(f"cannot read {path} as parquet ({err}); delete it and download it again.") from None
-    lengths = (pc.max(pc.binary_length(c.dictionary)).as_py() or 0 for c in table["sentence"].chunks)
-    longest = max(lengths, default=0)
+    longest = max((pc.max(pc.binary_length(c.dictionary)).as_py() or 0 for c in table["sentence"].chunks),
+                  default=0)
     if longest > max_bytes:
         raise DataError(f"{path} holds a sentence of {longest:,} bytes, more than {max_tokens} tokens take; "
                         "drop it (or pass a larger max_tokens=...).")

@@ -22,7 +22,7 @@ from ..gd import gradient_descent, sweep
 from ..lemmas import hessian_norm
 from ..model import forward, forward_trace, init_params
 from ..plotting import plot_sst2
-from ..protocol import CLAIMS
+from ..protocol import CLAIMS, RERUN_FACTOR
 from ..runtime import check_device, torch_threads
 from ..show import plain
 from ..stats import ProbeRun, log_ratio, mean_log_loss, steps_to, tune_step
@@ -199,7 +199,12 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
         none = [a.name for a, v in eta.items() if v is None]
         raise ValueError(f"no stable step for the arms {none} on the grid {s['eta_grid']}: widen 'eta_grid' "
                          "downwards or raise 'extend'.")
-    reruns = []
+    reruns: list[dict] = []
+
+    def note(a: Arm, e: float, seeds, at: int | None) -> None:   # a pass at step e, and its diverged seeds
+        reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": e, "to": e * RERUN_FACTOR,
+                       "diverged": len(seeds), "diverged_seeds": sorted(seeds), "pass": at})
+
     for name, passes in (s.get("halvings") or {}).items():   # reruns decided on the seeds of every piece
         a = next((a for a in arms if a.name == name), None)
         if a is None or not isinstance(passes, list) or not passes or \
@@ -208,10 +213,8 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
                              "earlier passes, each the evaluation seeds that diverged at that pass's step (a "
                              f"non-empty list of non-empty lists), got {name!r}: {passes!r}.")
         for i, bad in enumerate(passes):
-            reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": eta[a] / 2 ** i,
-                           "to": eta[a] / 2 ** (i + 1), "diverged": len(bad), "diverged_seeds": sorted(bad),
-                           "pass": i + 1})
-        eta[a] /= 2 ** len(passes)
+            note(a, eta[a] * RERUN_FACTOR ** i, bad, i + 1)
+        eta[a] *= RERUN_FACTOR ** len(passes)
     # 4. every arm at its tuned step on the evaluation seeds, with the reruns at half the step
     def run(pending: dict) -> dict:
         plan = [(a, k, e) for a, e in pending.items() for k in s["seeds"]]
@@ -222,9 +225,7 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     for i in range(positive_int(s, "max_reruns")):
         for a in sorted(a for a in arms if len(failed[a]) > i):
             e, bad = failed[a][i]
-            reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": e, "to": e / 2,
-                           "diverged": len(bad), "diverged_seeds": sorted(r["seed"] for r in bad),
-                           "pass": None})
+            note(a, e, [r["seed"] for r in bad], None)
     eta = {a: last[a][0]["eta"] for a in arms}
     # the runs as the reruns left them: the arms never rerun, then those of each rerun in turn
     order = sorted(arms, key=lambda a: (len(failed[a]), a if failed[a] else arms[0]))
@@ -330,9 +331,9 @@ def _effects(res: Result) -> dict:
     depths, seeds = sorted(res.settings["depths"]), sorted(res.settings["seeds"])
     lo, hi = depths[0], depths[-1]
 
-    def ratio(by, a, b, k, field="final_mse", base=math.e):
+    def ratio(by, a, b, k):
         x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
-        return None if x is None or y is None else log_ratio(x[field], y[field], base=base)
+        return None if x is None or y is None else log_ratio(x["final_mse"], y["final_mse"])
 
     def diff(by, a, b, k):
         """``mean_log_loss`` is relative to the run's own ``Phi_0``; adding ``log10 Phi_0`` makes it
@@ -342,11 +343,9 @@ def _effects(res: Result) -> dict:
             return None
         return x["mean_log_loss"] - y["mean_log_loss"] + math.log10(x["mse"][0] / y["mse"][0])
 
-    def steps(by, a, b, k):
+    def steps(by, a, b, k):   # None where either is missing (log_ratio's None)
         x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
-        if x is None or y is None:
-            return log_ratio(None, None, base=10.0)
-        return log_ratio(level_steps(x, horizon), level_steps(y, horizon), base=10.0)
+        return log_ratio(*(None if r is None else level_steps(r, horizon) for r in (x, y)), base=10.0)
 
     units = [(L, k) for L in depths for k in seeds]
     strata = [f"L={L}" for L, _ in units]
