@@ -314,3 +314,19 @@ def test_a_shared_part_prepared_alone_is_read_back_by_the_run(offline, monkeypat
         sst2.prepare("smoke", "tune L=7, residual")
     with pytest.raises(ValueError, match="profile must be one of"):
         sst2.prepare("huge", "checks")
+
+
+def test_a_cached_shared_part_keeps_the_commit_and_cpu_seconds_of_its_computation():
+    from convres.experiments.base import RUN_CONTEXT, shared_by_pieces
+
+    records = []
+    for commit in ("first", "later"):                     # computed under the first, read back under the later
+        context = {"data": {}, "shared": [], "commit": commit}
+        token = RUN_CONTEXT.set(context)
+        try:
+            assert shared_by_pieces("toy-part", {"a": 1}, "cpu", lambda: [1, 2]) == [1, 2]
+        finally:
+            RUN_CONTEXT.reset(token)
+        records += context["shared"]
+    assert [r["commit"] for r in records] == ["first", "first"] and records[0] == records[1]
+    assert isinstance(records[0]["cpu_seconds"], float) and records[0]["key"] and records[0]["sha256"]
