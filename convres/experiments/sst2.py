@@ -118,7 +118,7 @@ def _run_record(s, task, arm: Arm, seed: int, eta: float, protocol: str, p, h, l
             "mean_log_loss": None if diverged else mean_log_loss(list(h.loss), T),
             "steps_to_level": steps_to(list(mse), level, relative=False),
             "train_error": float((torch.sign(F) != task.Y[:, 0].to(F)).double().mean()),
-            "within_sentence": within(tr.H[-1]), "pooled_sigma_ratio": pooled_sigma(tr.H[-1])[1],
+            "within_sentence": within(tr.H[-1]), "pooled_sigma_ratio": pooled_sigma(tr.H[-1]),
             "val_correct": correct(Fv.double().cpu().numpy(), task.labels_val)}
 
 

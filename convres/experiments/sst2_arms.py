@@ -156,11 +156,11 @@ def arm_params(s: dict, arm: Arm, seed: int, X: torch.Tensor, *,
     return norm_preserving_init(cfg, X, seed, dtype=dtype)
 
 
-def pooled_sigma(H: torch.Tensor) -> tuple[float, float]:
-    """``(sigma_min, sigma_min / sigma_max)`` of the pooled features: the ``N x d`` matrix of the
-    sentences' mean rows of the last ``H``."""
+def pooled_sigma(H: torch.Tensor) -> float:
+    """``sigma_min / sigma_max`` of the pooled features: the ``N x d`` matrix of the sentences' mean
+    rows of the last ``H``."""
     sv = torch.linalg.svdvals(H.double().mean(-2))
-    return float(sv[-1]), float(sv[-1] / sv[0])
+    return float(sv[-1] / sv[0])
 
 
 def within(H: torch.Tensor) -> float:
@@ -182,7 +182,7 @@ def init_diagnostics(s: dict, X: torch.Tensor, Yt: torch.Tensor, seeds) -> list[
             phi, g, tr = loss_and_grad(arm_params(s, arm, seed, X), X, Yt, cfg)
             H, R = tr.H[-1], output_rows(cfg, X)
             grad = math.sqrt(sum(float(v.pow(2).sum()) for v in g.values())) / R
-            vals = [float(tr.F.std()), _rms(H), grad, within(H), pooled_sigma(H)[1], 2 * float(phi) / R]
+            vals = [float(tr.F.std()), _rms(H), grad, within(H), pooled_sigma(H), 2 * float(phi) / R]
             rows.append({"L": arm.L, "arm": arm.kind, "seed": seed, **dict(zip(_INIT_FIELDS, vals))})
     return rows
 
