@@ -22,7 +22,7 @@ import torch
 from .cache import dumps, loads, write_atomic
 from .data import fingerprint
 from .experiments import EXPERIMENTS, Result, run_experiment, settings
-from .experiments.base import protocol_stamp
+from .experiments.base import RUN_CONTEXT, protocol_stamp
 
 #: The project's source tree, when this package runs from one (:func:`source_checkout`).
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,7 +167,11 @@ def run_piece(name: str, k: int, *, folder=None, device=None, progress: bool = F
     if not path.parent.resolve().is_relative_to(path.parents[1].resolve()):
         raise ValueError(f"{path.parent} is a link out of {path.parents[1]}; make it a folder of its own.")
     commit = git_commit()  # the code that runs is the clone's now
-    res = run_experiment(name, profile, overrides={"seeds": blocks[k]}, progress=progress, device=device)
+    token = RUN_CONTEXT.set({"commit": commit})  # the shared parts computed here record it
+    try:
+        res = run_experiment(name, profile, overrides={"seeds": blocks[k]}, progress=progress, device=device)
+    finally:
+        RUN_CONTEXT.reset(token)
     command = f"python -m convres reproduce {name} --profile {profile} --piece {k}" + \
         ("" if device in (None, "cpu") else f" --device {device}")
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"

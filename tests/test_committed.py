@@ -260,20 +260,22 @@ def test_a_committed_jena_run_computes_again_to_the_same_numbers():
 
 @pytest.mark.parametrize("profile", ["book", "paper"])
 @pytest.mark.parametrize("which", [0, -1])
-def test_a_committed_sst2_run_computes_again_to_the_same_numbers(which, profile):
+@pytest.mark.parametrize("arm", [(2, "residual"), (10, "isometric")])
+def test_a_committed_sst2_run_computes_again_to_the_same_numbers(arm, which, profile):
     """The spot check of the committed SST-2 pieces (the book's run and the larger one): the first
-    20 steps of one run (L = 2 with residuals, the first seed and the last, each of another piece,
-    at its tuned step; every training sentence) computed again match the committed curve (recorded
-    every ``record_every`` steps) to float32 round-off."""
+    20 steps of one run (L = 2 with residuals and L = 10 isometric, the float32-sensitive arm; the
+    first seed and the last, each of another piece, at its tuned step; every training sentence)
+    computed again match the committed curve (recorded every ``record_every`` steps) to float32
+    round-off."""
     loaded = load_committed("sst2", profile=profile)
     if loaded is None:
         pytest.skip(f"the SST-2 {profile} pieces of protocol v4 are not committed yet")
     res, info = loaded
     s = res.settings
     seed = s["seeds"][which]
-    stored = next(r for r in res.data["runs"] if r["L"] == 2 and r["arm"] == "residual"
-                  and r["seed"] == seed and r["protocol"] == "tuned")
+    stored = next(r for r in res.data["runs"]
+                  if (r["L"], r["arm"], r["seed"], r["protocol"]) == (*arm, seed, "tuned"))
     steps = 2 * s["record_every"]
-    again = sst2.rerun(s, 2, "residual", seed, stored["eta"], steps)
+    again = sst2.rerun(s, *arm, seed, stored["eta"], steps)
     assert again[::s["record_every"]] == pytest.approx(stored["mse"][:3], rel=1e-5)
     assert info["provenance"][which]["commit"]

@@ -11,7 +11,7 @@ from convres import experiments as ex
 from convres.experiments import sst2
 from convres.experiments.sst2_arms import ARM_KINDS, Arm, arm_config, arm_params, arms_of, isometric_init
 from convres.experiments.sst2_arms import matched_width, norm_preserving_init
-from convres.experiments.sst2_baselines import bow_logistic, pooled_baseline
+from convres.experiments.sst2_baselines import bow_logistic, heldout_rows, pooled_baseline
 from convres.lemmas import parameter_count
 from convres.model import ModelConfig, forward_trace, init_params
 from convres.protocol import CHECKS, EVALUATION_SEEDS, GRADES, PROBE_SEEDS
@@ -200,7 +200,7 @@ def test_the_heldout_table_pairs_the_arms_with_the_baselines_on_the_same_sentenc
             "baselines": {"floor": {"val_correct": "1" * 20 + "0" * 20},
                           "floor_2d": {"val_correct": "1" * 20 + "0" * 20},
                           "bow": {"val_correct": "1" * 30 + "0" * 10}, "adam": None}}
-    rows = {r["name"]: r for r in sst2.heldout_table(data)}
+    rows = {r["name"]: r for r in heldout_rows(data, ARM_KINDS)}
     arm = rows["L=2, residual"]
     assert arm["accuracy"]["median"] == 0.75 and np.isclose(arm["vs_floor"]["effect"], 0.25)
     assert arm["vs_floor"]["ci"][0] > 0 and arm["beats_floor"]
@@ -309,7 +309,24 @@ def test_a_shared_part_prepared_alone_is_read_back_by_the_run(offline, monkeypat
     r = ex.run_experiment("sst2", "smoke")
     assert calls.count(Arm(2, "isometric")) == 1 and len(calls) == len(arms_of(r.settings))
     assert next(x for x in r.data["step_sizes"] if x["arm"] == "L=2, isometric") == t
+    assert all(x["cpu_seconds"] is not None for x in r.data["shared"])   # kept beside the cached part
     with pytest.raises(ValueError, match="unknown shared part"):
         sst2.prepare("smoke", "tune L=7, residual")
     with pytest.raises(ValueError, match="profile must be one of"):
         sst2.prepare("huge", "checks")
+
+
+def test_a_cached_shared_part_keeps_the_commit_and_cpu_seconds_of_its_computation():
+    from convres.experiments.base import RUN_CONTEXT, shared_by_pieces
+
+    records = []
+    for commit in ("first", "later"):                     # computed under the first, read back under the later
+        context = {"data": {}, "shared": [], "commit": commit}
+        token = RUN_CONTEXT.set(context)
+        try:
+            assert shared_by_pieces("toy-part", {"a": 1}, "cpu", lambda: [1, 2]) == [1, 2]
+        finally:
+            RUN_CONTEXT.reset(token)
+        records += context["shared"]
+    assert [r["commit"] for r in records] == ["first", "first"] and records[0] == records[1]
+    assert isinstance(records[0]["cpu_seconds"], float) and records[0]["key"] and records[0]["sha256"]

@@ -72,8 +72,8 @@ def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, ve
         table = _table(path, max_bytes)
     except (pa.ArrowException, OSError) as err:
         raise DataError(f"cannot read {path} as parquet ({err}); delete it and download it again.") from None
-    lengths = (pc.max(pc.binary_length(c.dictionary)).as_py() or 0 for c in table["sentence"].chunks)
-    longest = max(lengths, default=0)
+    longest = max((pc.max(pc.binary_length(c.dictionary)).as_py() or 0 for c in table["sentence"].chunks),
+                  default=0)
     if longest > max_bytes:
         raise DataError(f"{path} holds a sentence of {longest:,} bytes, more than {max_tokens} tokens take; "
                         "drop it (or pass a larger max_tokens=...).")
@@ -165,12 +165,8 @@ class SST2Task(NamedTuple):
 def _neighbours(vocab, vectors, words, k: int = 5) -> dict:
     index = {t: i for i, t in enumerate(vocab)}
     unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-300)
-    out = {}
-    for w in words:
-        if w in index:
-            sim = unit @ unit[index[w]]
-            out[w] = [vocab[j] for j in np.argsort(-sim, kind="stable") if j != index[w]][:k]
-    return out
+    return {w: [vocab[j] for j in np.argsort(-(unit @ unit[index[w]]), kind="stable") if j != index[w]][:k]
+            for w in words if w in index}
 
 
 def sst2_data(s: dict, data_dir=None, dtype=torch.float32) -> SST2Task:

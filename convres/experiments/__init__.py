@@ -69,7 +69,7 @@ def run_experiment(name: str, profile: str = "book", *, progress: bool = False, 
 
     def compute():
         t0 = time.perf_counter()
-        context: dict = {"data": files, "shared": []}
+        context: dict = {"data": files, "shared": [], "commit": (RUN_CONTEXT.get() or {}).get("commit")}
         token = RUN_CONTEXT.set(context)
         try:
             with torch_threads(1):  # small models: one thread is fastest (appendix Performance)

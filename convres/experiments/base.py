@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -273,18 +274,32 @@ def step_table(step_sizes: list[dict], keys: Sequence[str]) -> list[dict]:
     return [{k: t.get(k) for k in keys} for t in step_sizes]
 
 
-#: The run in progress (``run_experiment``): its data files' fingerprint and the shared parts used.
+#: The run in progress (``run_experiment``): its data files' fingerprint, the shared parts used and
+#: the commit of the code (set by ``convres.committed.run_piece``; ``None`` elsewhere).
 RUN_CONTEXT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("run_context", default=None)
 
 
 def shared_by_pieces(what: str, s: dict, device, compute: Callable[[], Any], **context: Any) -> Any:
     """``compute()``, a part that uses no evaluation seed, cached on ``s`` less ``seeds``, ``device``,
-    the data files and ``context`` (the first piece computes it); recorded in ``data["shared"]``."""
+    the data files and ``context`` (the first piece computes it); recorded in ``data["shared"]`` with
+    the commit and CPU seconds of the computation that made it (kept beside it in the cache; ``None``
+    for a part cached before they were kept)."""
     run = RUN_CONTEXT.get() or {"data": {}, "shared": []}
     config = {"settings": {k: v for k, v in s.items() if k != "seeds"}, **context, "device": str(device),
               "data": run["data"]}
-    value = cached_json(what, config, compute)
-    run["shared"].append({"what": what, "key": digest(config)[:16], "sha256": digest(value)})
+    made = dict.fromkeys(("commit", "cpu_seconds"))
+
+    def timed() -> Any:
+        t0 = time.process_time()
+        out = compute()
+        made.update(commit=run.get("commit"), cpu_seconds=round(time.process_time() - t0, 1))
+        return out
+
+    value = cached_json(what, config, timed)
+    key, sha = digest(config)[:16], digest(value)
+    made = cached_json(f"{what}-made", {"key": key, "sha256": sha}, lambda: made,
+                       refresh=made["cpu_seconds"] is not None)
+    run["shared"].append({"what": what, "key": key, "sha256": sha, **made})
     return value
 
 

@@ -22,7 +22,7 @@ from ..gd import gradient_descent, sweep
 from ..lemmas import hessian_norm
 from ..model import forward, forward_trace, init_params
 from ..plotting import plot_sst2
-from ..protocol import CLAIMS
+from ..protocol import CLAIMS, RERUN_FACTOR
 from ..runtime import check_device, torch_threads
 from ..show import plain
 from ..stats import ProbeRun, log_ratio, mean_log_loss, steps_to, tune_step
@@ -65,8 +65,7 @@ from .sst2_arms import (
 )
 from .sst2_baselines import adam_reference, correct, heldout_baselines, heldout_rows, without_correct
 
-__all__ = ["EXPERIMENT", "token_targets", "claim_records", "shallow_trains", "heldout_table", "rerun",
-           "prepare"]
+__all__ = ["EXPERIMENT", "token_targets", "claim_records", "shallow_trains", "rerun", "prepare"]
 
 #: The arms that run at the common step too (the secondary protocol of the claims' sensitivity).
 COMMON_KINDS = ("residual", "isometric", "matched")
@@ -119,7 +118,7 @@ def _run_record(s, task, arm: Arm, seed: int, eta: float, protocol: str, p, h, l
             "mean_log_loss": None if diverged else mean_log_loss(list(h.loss), T),
             "steps_to_level": steps_to(list(mse), level, relative=False),
             "train_error": float((torch.sign(F) != task.Y[:, 0].to(F)).double().mean()),
-            "within_sentence": within(tr.H[-1]), "pooled_sigma_ratio": pooled_sigma(tr.H[-1])[1],
+            "within_sentence": within(tr.H[-1]), "pooled_sigma_ratio": pooled_sigma(tr.H[-1]),
             "val_correct": correct(Fv.double().cpu().numpy(), task.labels_val)}
 
 
@@ -200,7 +199,12 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
         none = [a.name for a, v in eta.items() if v is None]
         raise ValueError(f"no stable step for the arms {none} on the grid {s['eta_grid']}: widen 'eta_grid' "
                          "downwards or raise 'extend'.")
-    reruns = []
+    reruns: list[dict] = []
+
+    def note(a: Arm, e: float, seeds, at: int | None) -> None:   # a pass at step e, and its diverged seeds
+        reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": e, "to": e * RERUN_FACTOR,
+                       "diverged": len(seeds), "diverged_seeds": sorted(seeds), "pass": at})
+
     for name, passes in (s.get("halvings") or {}).items():   # reruns decided on the seeds of every piece
         a = next((a for a in arms if a.name == name), None)
         if a is None or not isinstance(passes, list) or not passes or \
@@ -209,10 +213,8 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
                              "earlier passes, each the evaluation seeds that diverged at that pass's step (a "
                              f"non-empty list of non-empty lists), got {name!r}: {passes!r}.")
         for i, bad in enumerate(passes):
-            reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": eta[a] / 2 ** i,
-                           "to": eta[a] / 2 ** (i + 1), "diverged": len(bad), "diverged_seeds": sorted(bad),
-                           "pass": i + 1})
-        eta[a] /= 2 ** len(passes)
+            note(a, eta[a] * RERUN_FACTOR ** i, bad, i + 1)
+        eta[a] *= RERUN_FACTOR ** len(passes)
     # 4. every arm at its tuned step on the evaluation seeds, with the reruns at half the step
     def run(pending: dict) -> dict:
         plan = [(a, k, e) for a, e in pending.items() for k in s["seeds"]]
@@ -223,9 +225,7 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     for i in range(positive_int(s, "max_reruns")):
         for a in sorted(a for a in arms if len(failed[a]) > i):
             e, bad = failed[a][i]
-            reruns.append({"arm": a.name, "L": a.L, "kind": a.kind, "from": e, "to": e / 2,
-                           "diverged": len(bad), "diverged_seeds": sorted(r["seed"] for r in bad),
-                           "pass": None})
+            note(a, e, [r["seed"] for r in bad], None)
     eta = {a: last[a][0]["eta"] for a in arms}
     # the runs as the reruns left them: the arms never rerun, then those of each rerun in turn
     order = sorted(arms, key=lambda a: (len(failed[a]), a if failed[a] else arms[0]))
@@ -270,13 +270,9 @@ def _precision_check(s: dict, X, Yt, eta: dict, device) -> list[dict] | None:
     for arm in [a for a in arms_of(s) if deepest == a.L]:
         cfg = arm_config(s, arm)
         p32 = arm_params(s, arm, s["probe_seeds"][0], X, dtype=torch.float32)  # the same in every piece
-        curves = {}
-        for name, dt in (("float32", torch.float32), ("float64", torch.float64)):
-            p = {k: v.to(dt) for k, v in p32.items()}
-            mu = eta[arm] / output_rows(cfg, X)
-            _, h = gradient_descent(p, X.to(dt), Yt.to(dt), cfg, mu, s["check_steps"], device=device)
-            curves[name] = h.loss
-        a, b64 = curves["float32"], curves["float64"]
+        mu, T = eta[arm] / output_rows(cfg, X), s["check_steps"]
+        a, b64 = (gradient_descent({k: v.to(dt) for k, v in p32.items()}, X.to(dt), Yt.to(dt), cfg, mu, T,
+                                   device=device)[1].loss for dt in (torch.float32, torch.float64))
         k = min(len(a), len(b64))
         out.append({"L": arm.L, "arm": arm.kind, "eta": eta[arm], "steps": s["check_steps"],
                     "max_rel_diff": float(np.max(np.abs(a[:k] - b64[:k]) / np.abs(b64[:k])))})
@@ -335,9 +331,9 @@ def _effects(res: Result) -> dict:
     depths, seeds = sorted(res.settings["depths"]), sorted(res.settings["seeds"])
     lo, hi = depths[0], depths[-1]
 
-    def ratio(by, a, b, k, field="final_mse", base=math.e):
+    def ratio(by, a, b, k):
         x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
-        return None if x is None or y is None else log_ratio(x[field], y[field], base=base)
+        return None if x is None or y is None else log_ratio(x["final_mse"], y["final_mse"])
 
     def diff(by, a, b, k):
         """``mean_log_loss`` is relative to the run's own ``Phi_0``; adding ``log10 Phi_0`` makes it
@@ -347,11 +343,9 @@ def _effects(res: Result) -> dict:
             return None
         return x["mean_log_loss"] - y["mean_log_loss"] + math.log10(x["mse"][0] / y["mse"][0])
 
-    def steps(by, a, b, k):
+    def steps(by, a, b, k):   # None where either is missing (log_ratio's None)
         x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
-        if x is None or y is None:
-            return log_ratio(None, None, base=10.0)
-        return log_ratio(level_steps(x, horizon), level_steps(y, horizon), base=10.0)
+        return log_ratio(*(None if r is None else level_steps(r, horizon) for r in (x, y)), base=10.0)
 
     units = [(L, k) for L in depths for k in seeds]
     strata = [f"L={L}" for L, _ in units]
@@ -372,10 +366,6 @@ def _effects(res: Result) -> dict:
         "T4 common": [diff(common, (L, iso), (L, res_), k) for L, k in units]}
 
 
-def _profile(res: Result) -> str:
-    return res.profile if res.profile in ("book", "paper", "smoke") else "smoke"
-
-
 def _checks(data: dict) -> list[CheckResult]:
     return [CheckResult(c["name"], c["value"], c["threshold"], c["passed"]) for c in data["design_checks"]]
 
@@ -394,7 +384,8 @@ def shallow_trains(res: Result) -> CheckResult:
 def claim_records(res: Result) -> list:
     """T1-T4 graded by protocol v4 (:func:`convres.experiments.base.claim_record`), with the design
     checks measured at initialization; T3 *not testable* when :func:`shallow_trains` fails."""
-    e, profile, checks = _effects(res), _profile(res), _checks(res.data)
+    e, checks = _effects(res), _checks(res.data)
+    profile = res.profile if res.profile in ("book", "paper", "smoke") else "smoke"
     strata = e["strata"]
     t3 = claim_record("T3", e["T3"], profile=profile, checks=checks,
                       sensitivity={("collapsed arm", "tuned"): e["T3 collapsed"],
@@ -438,6 +429,9 @@ def _sst2_claims(res: Result) -> list[dict]:
     records = claim_records(res)
     unmatched = next(x["verdict"] for x in records[1].sensitivity if x["measure"] == "unmatched L = 2")
     means = {k: np.mean([v for v in e[k] if v is not None] or [math.nan]) for k in ("T2", "T2 unmatched")}
+    matched = [r["final_mse"] for r in _runs_by(res.data["runs"], "tuned").get((lo, "matched"), {}).values()
+               if r["final_mse"] is not None]
+    floor = float(np.median(matched)) / res.data["level"] if matched else math.nan   # review9 N3
     extra = {
         "T1": dict(figure="fig-sst2-final",
                    criterion="per (depth, seed): " + ln(r"\text{none}", r"\text{res}") + f", {budget}, the "
@@ -447,10 +441,15 @@ def _sst2_claims(res: Result) -> list[dict]:
                                                                         f"L = {hi}") +
                    f", residual arms, {budget}; the unmatched $L = {lo}$ beside it",
                    evidence=f"against the matched L = {lo}: mean {pct(means['T2'])}; against the unmatched "
-                            f"L = {lo}: mean {pct(means['T2 unmatched'])} ({unmatched})"),
+                            f"L = {lo}: mean {pct(means['T2 unmatched'])} ({unmatched}); the matched "
+                            f"reference ends {'above' if floor > 1 else 'below'} the floor ({floor:.2f}x its "
+                            "training MSE)"),
         "T3": dict(figure="fig-sst2-final", criterion="per seed: " + ln(f"L = {hi}", f"L = {lo}") +
                    rf", isometric arm, {budget}; reproduced iff the interval's lower end $> -\ln 1.1$; "
-                   rf"not testable unless the $L = {lo}$ arm ends below the floor's training MSE"),
+                   rf"not testable unless the $L = {lo}$ arm ends below the floor's training MSE; said "
+                   "before the paper run: with this arm T3 is not testable in either profile (on the "
+                   "pilot seeds the shallow arm ends above the floor at every identity gain tried, "
+                   "results/sst2-pilot.json)"),
         "T4": dict(figure="fig-sst2-loss", criterion=f"per (depth, seed): mean over the {T} steps of "
                    r"$\log_{10}(\Phi_t/\Phi_{\text{ref}})$ without minus with residuals (isometric arm), one "
                    r"$\Phi_{\text{ref}}$ per unit, in decades", evidence=_per_depth_text(e, "T4", dec))}
@@ -469,11 +468,6 @@ def _sst2_claims(res: Result) -> list[dict]:
 
 
 # --- the numbers of the chapter --------------------------------------------------------------------
-
-def heldout_table(data: dict) -> list[dict]:
-    """Held-out accuracy per arm and baseline (:func:`convres.experiments.sst2_baselines.heldout_rows`)."""
-    return heldout_rows(data, ARM_KINDS)
-
 
 _MODEL_FIELDS = ("final_mse", "mean_log_loss", "train_error", "within_sentence", "pooled_sigma_ratio")
 _STEP_KEYS = ("arm", "L", "kind", "grid", "scores", "stable", "horizon", "best", "largest_stable", "chosen",
@@ -500,13 +494,12 @@ def _sst2_numbers(res: Result) -> dict:
             **protocol_summary(_checks(data)), "t3_precondition": shallow_trains(res).to_json(),
             "step_sizes": step_table(data["step_sizes"], _STEP_KEYS),
             "eta": data["eta"], "common_eta": data["common_eta"], "reruns": data["reruns"],
-            "per_model": per_model, "heldout": heldout_table(data),
+            "per_model": per_model, "heldout": heldout_rows(data, ARM_KINDS),
             "baselines": without_correct(data["baselines"]),
             "float64_check": data["float64_check"],
-            "wide": None if wide is None else {"N": wide["N"], "m": wide["m"], "L": wide["L"],
-                                               "runs": [{k: r[k] for k in ("seed", "mu", "train_error",
-                                                                          "val_accuracy", "summary")}
-                                                        for r in wide["runs"]]}}
+            "wide": None if wide is None else {"N": wide["N"], "m": wide["m"], "L": wide["L"], "runs": [
+                {k: r[k] for k in ("seed", "mu", "train_error", "val_accuracy", "summary")}
+                for r in wide["runs"]]}}
 
 
 def _shapes(s: dict) -> list[Shape]:
@@ -514,21 +507,17 @@ def _shapes(s: dict) -> list[Shape]:
                  "per-token outputs (the sentence's target at every token)") for a in arms_of(s)
            if a.kind in ("residual", "matched")]
     w = s.get("wide")
-    if w:
-        out.append(Shape(f"sst2 wide FFN (L={w['L']}, m={w['m']})",
-                         wide_config(s),
-                         w["n_train"], s["n_tokens"], "the wide-FFN configuration, pooled readout"))
-    return out
+    return out + ([Shape(f"sst2 wide FFN (L={w['L']}, m={w['m']})", wide_config(s), w["n_train"],
+                         s["n_tokens"], "the wide-FFN configuration, pooled readout")] if w else [])
 
 
 def _report(res: Result) -> dict:
     s, d, k = res.settings, res.data, res.summary()
-    spread_rows = []
-    for m in sorted((m for m in k["per_model"] if m["protocol"] == "tuned"),
-                    key=lambda m: (m["L"], ARM_KINDS.index(m["arm"]))):
-        for field, label in (("final_mse", "final training MSE"),
-                             ("mean_log_loss", "mean log-loss (decades)")):
-            spread_rows.append(spread_row(f"$L = {m['L']}$, {m['arm']}, own step", label, m[field], "{:.3f}"))
+    spread_rows = [spread_row(f"$L = {m['L']}$, {m['arm']}, own step", label, m[field], "{:.3f}")
+                   for m in sorted((m for m in k["per_model"] if m["protocol"] == "tuned"),
+                                   key=lambda m: (m["L"], ARM_KINDS.index(m["arm"])))
+                   for field, label in (("final_mse", "final training MSE"),
+                                        ("mean_log_loss", "mean log-loss (decades)"))]
     w = d.get("wide")
     deviations = [
         {"what": "SST-2 inputs", "paper": "not stated",

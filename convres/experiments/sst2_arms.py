@@ -37,13 +37,8 @@ class Arm(NamedTuple):
         return self.kind in ("residual", "matched")
 
 
-
 def _rms(t: torch.Tensor) -> float:
     return float(t.double().pow(2).mean().sqrt())
-
-
-def _gain(p: dict, key: str, factor: float) -> None:
-    p[key] = p[key] * factor
 
 
 def _block_by_block(cfg: ModelConfig, X: torch.Tensor, seed: int, dtype, name: str, adjust) -> dict:
@@ -73,7 +68,7 @@ def norm_preserving_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *,
     """
     def adjust(p, l, H, out):
         for name, k in (("W_V", 2), ("W_2", 5)):
-            _gain(p, f"layer{l}.{name}", _rms(H) / _rms(out()[k]))
+            p[f"layer{l}.{name}"] *= _rms(H) / _rms(out()[k])
     return _block_by_block(cfg, X, seed, dtype, "norm_preserving_init", adjust)
 
 
@@ -100,9 +95,9 @@ def isometric_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *, identity
             p[key(w)] = p[key(w)] + identity_gain * torch.eye(cfg.d, cfg.d_qk, dtype=dtype, device=H.device)
         for w in ("W_V", "W_1", "W_2"):
             p[key(w)] = _polar(p[key(w)])
-        _gain(p, key("W_V"), math.sqrt(preactivation) * _rms(H) / _rms(out()[2]))
-        _gain(p, key("W_1"), preactivation / _rms(out()[3] @ p[key("W_1")]))
-        _gain(p, key("W_2"), _rms(H) / _rms(out()[5]))
+        p[key("W_V")] *= math.sqrt(preactivation) * _rms(H) / _rms(out()[2])
+        p[key("W_1")] *= preactivation / _rms(out()[3] @ p[key("W_1")])
+        p[key("W_2")] *= _rms(H) / _rms(out()[5])
     return _block_by_block(cfg, X, seed, dtype, "isometric_init", adjust)
 
 
@@ -161,11 +156,11 @@ def arm_params(s: dict, arm: Arm, seed: int, X: torch.Tensor, *,
     return norm_preserving_init(cfg, X, seed, dtype=dtype)
 
 
-def pooled_sigma(H: torch.Tensor) -> tuple[float, float]:
-    """``(sigma_min, sigma_min / sigma_max)`` of the pooled features: the ``N x d`` matrix of the
-    sentences' mean rows of the last ``H``."""
+def pooled_sigma(H: torch.Tensor) -> float:
+    """``sigma_min / sigma_max`` of the pooled features: the ``N x d`` matrix of the sentences' mean
+    rows of the last ``H``."""
     sv = torch.linalg.svdvals(H.double().mean(-2))
-    return float(sv[-1]), float(sv[-1] / sv[0])
+    return float(sv[-1] / sv[0])
 
 
 def within(H: torch.Tensor) -> float:
@@ -187,7 +182,7 @@ def init_diagnostics(s: dict, X: torch.Tensor, Yt: torch.Tensor, seeds) -> list[
             phi, g, tr = loss_and_grad(arm_params(s, arm, seed, X), X, Yt, cfg)
             H, R = tr.H[-1], output_rows(cfg, X)
             grad = math.sqrt(sum(float(v.pow(2).sum()) for v in g.values())) / R
-            vals = [float(tr.F.std()), _rms(H), grad, within(H), pooled_sigma(H)[1], 2 * float(phi) / R]
+            vals = [float(tr.F.std()), _rms(H), grad, within(H), pooled_sigma(H), 2 * float(phi) / R]
             rows.append({"L": arm.L, "arm": arm.kind, "seed": seed, **dict(zip(_INIT_FIELDS, vals))})
     return rows
 
