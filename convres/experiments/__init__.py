@@ -13,18 +13,10 @@ from collections.abc import Mapping
 from ..cache import cached_json
 from ..data import fingerprint
 from ..data.sst2 import sst2_data
+from ..protocol import GRADES as VERDICTS  # the verdicts a claim can get, in the report's order
 from ..runtime import check_device, torch_threads
 from . import jena, rank_collapse, simulations, sst2, theorem
-from .base import (
-    PROFILES,
-    RESULT_FORMAT,
-    RUN_CONTEXT,
-    SUMMARY_KEYS,
-    VERDICTS,
-    Experiment,
-    Result,
-    check_settings,
-)
+from .base import PROFILES, RESULT_FORMAT, RUN_CONTEXT, SUMMARY_KEYS, Experiment, Result, check_settings
 from .jena import jena_data
 
 __all__ = ["Experiment", "Result", "EXPERIMENTS", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "settings",

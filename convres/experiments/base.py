@@ -20,18 +20,9 @@ from ..cache import cached_json, digest
 from ..model import ModelConfig
 from ..protocol import ALTERNATIVES, BOOTSTRAP_DRAWS, CHECKS, CLAIMS, MIN_UNITS, RERUN_FACTOR, TAG, Claim
 from ..show import plain
-from ..stats import GRADES, Estimate, censored, estimate, grade, tune_step
-from ..values import as_int, json_safe, positive_int
-
-__all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
-           "RESULT_FORMAT", "profiles", "check_settings", "finite_list", "dtype_of", "stable",
-           "spread", "level_steps", "positive_int", "output_rows", "shared_by_pieces", "RUN_CONTEXT",
-           "rerun_diverged", "tune_arms", "spread_row", "probe_count", "step_table",
-           "CheckResult", "design_check", "ClaimRecord", "claim_record", "protocol_stamp", "protocol_summary",
-           "STAMP_FILE"]
-
-#: The verdicts a claim can get (protocol v4, :data:`convres.protocol.GRADES`), in the report's order.
-VERDICTS = GRADES
+from ..stats import Estimate, censored, estimate, grade, tune_step
+from ..values import as_int, json_safe
+from ..values import positive_int as positive_int  # the runners' import
 
 PROFILES = ("book", "paper", "smoke")
 #: Version of the layout of the results; part of the cache key (bump it when a runner changes).
@@ -91,6 +82,13 @@ class Experiment:
     def page(self) -> str:
         """The chapter's page name, e.g. ``"simulations"`` for ``book/simulations.md``."""
         return self.chapter.removeprefix("book/").removesuffix(".md")
+
+
+def computation(name: str, title: str, chapter: str, settings: Mapping[str, dict],
+                **hooks: Any) -> Callable[[Callable[..., dict]], Experiment]:
+    """A decorator: ``run(settings, **_) -> data`` as the :class:`Experiment` ``name`` of no claims
+    (out of the report), ``settings`` per profile, ``hooks`` its other fields (``shapes``)."""
+    return lambda run: Experiment(name, title, chapter, settings, run, in_report=False, **hooks)
 
 
 @dataclasses.dataclass
@@ -351,15 +349,6 @@ class ClaimRecord:
     def id(self) -> str:
         return self.claim.id
 
-    @property
-    def text(self) -> str:
-        return self.claim.text
-
-    @property
-    def tex(self) -> str:
-        """The claim in the paper's words, symbols as ``$...$`` TeX (:func:`convres.show.tex`)."""
-        return self.claim.tex
-
     def to_json(self) -> dict:
         e = self.estimate
         return json_safe({"id": self.id, "measure": plain(self.claim.measure), "effect": e.effect,
@@ -372,7 +361,7 @@ class ClaimRecord:
 
     def row(self, **extra: Any) -> dict:
         """The report's row: the JSON, ``claim``, ``tex`` and ``extra`` (``figure``, ``criterion``, ...)."""
-        return {"claim": self.text, "tex": self.tex, **self.to_json(), **extra}
+        return {"claim": self.claim.text, "tex": self.claim.tex, **self.to_json(), **extra}
 
 
 def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequence[CheckResult],
@@ -400,8 +389,7 @@ def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequ
     failed = [n for n in c.checks if not ran[n].passed]
 
     def graded(eff):
-        kw: dict[str, Any] = dict(min_units=MIN_UNITS[profile], statistic=c.statistic, draws=draws,
-                                  bound=c.bound)
+        kw: dict[str, Any] = dict(min_units=MIN_UNITS[profile], draws=draws, bound=c.bound)
         est = estimate(eff, strata=strata, **kw)
         labels = [str(s) for s in strata] if strata is not None else []
         subs = {s: estimate([e for e, k in zip(eff, labels) if k == s], **kw) for s in c.subsets}
