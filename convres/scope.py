@@ -10,10 +10,7 @@ from .experiments.theorem import VARIANTS, scope_certificates
 from .lemmas import parameter_count
 from .model import ModelConfig
 
-#: The theorems of the book that :func:`scope_table` evaluates: label -> short name.
-THEOREMS = {"thm-main": "through W_U (per token; ml-thm for L > 1)",
-            "thm-ffn": "through the last W_2 (per token or pooled)"}
-#: How the chapters name the two theorems.
+#: The theorems of the book that :func:`scope_table` evaluates, as the chapters name them.
 THEOREM_NAMES = {"thm-main": "theorem through $W_U$", "thm-ffn": "theorem through the FFN"}
 
 
@@ -105,7 +102,7 @@ def certified_scope(profile: str = "book") -> list[dict]:
         bad, c = covered(scope_rows(sh.label, sh.cfg, sh.N, sh.n, sh.note)), sh.cfg
         config = (f"N={sh.N}, n={sh.n}, d={c.d}, m={c.m}, d_QK={c.d_qk}, L={c.L}, {c.activation}, "
                   f"scale {c.scale}, {'pooled' if c.pool == 'mean' else 'per token'}")
-        for theorem in THEOREMS:
+        for theorem in THEOREM_NAMES:
             failing = [_failing(r) for r in bad[(sh.label, theorem)]]
             cert, certified, ratio = certs.get((sh.label, theorem)), False, None
             if not failing and c.L != 1:

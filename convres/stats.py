@@ -4,7 +4,6 @@ beyond :data:`convres.protocol.EFFECT_BOUND` is a ``ValueError``."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from statistics import NormalDist
@@ -85,18 +84,15 @@ def log_ratio(a: float | None, b: float | None, *, base: float = math.e) -> floa
     return (math.log(a) - math.log(b)) / math.log(base)
 
 
-def _centred_ranks(v: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """Per row of ``v`` (``(k, m)``), the ranks among the entries ``keep`` marks (ties at their mean
-    rank) less their mean ``(#marked + 1) / 2``; 0 where unmarked."""
-    below = (v[..., None, :] < v[..., :, None]) & keep[..., None, :]    # [j < i] over the marked j
-    tied = (v[..., None, :] == v[..., :, None]) & keep[..., None, :]
-    ranks = below.sum(-1) + (tied.sum(-1) + 1) / 2
-    return np.where(keep, ranks - (keep.sum(-1, keepdims=True) + 1) / 2, 0.0)
-
-
 def _spearman_rows(x: np.ndarray, y: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """Per row, ``sum r_x r_y / sqrt(sum r_x^2 sum r_y^2)`` of the centred ranks; ``nan`` if constant."""
-    rx, ry = _centred_ranks(x, keep), _centred_ranks(y, keep)
+    """Per row, ``sum r_x r_y / sqrt(sum r_x^2 sum r_y^2)`` over the entries ``keep`` marks, ``r`` the
+    rank among them (``1 + #smaller + (#equal - 1) / 2``) less its mean; ``nan`` if constant."""
+    def centred(v: np.ndarray) -> np.ndarray:
+        below = (v[..., None, :] < v[..., :, None]) & keep[..., None, :]    # [v_j < v_i], j marked
+        tied = (v[..., None, :] == v[..., :, None]) & keep[..., None, :]
+        ranks = below.sum(-1) + (tied.sum(-1) + 1) / 2
+        return np.where(keep, ranks - (keep.sum(-1, keepdims=True) + 1) / 2, 0.0)
+    rx, ry = centred(x), centred(y)
     den = np.sqrt((rx * rx).sum(-1) * (ry * ry).sum(-1))
     return np.divide((rx * ry).sum(-1), den, out=np.full(den.shape, np.nan), where=den > 0)
 
@@ -115,8 +111,7 @@ def sign_test(effects: Sequence[float]) -> float:
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2**n)
 
 
-@dataclasses.dataclass(frozen=True)
-class Estimate:
+class Estimate(NamedTuple):
     """A claim's ``effect`` and 95% interval ``[lo, hi]`` by ``method``; too few units: ``None``s and
     a ``reason``."""
 
@@ -214,8 +209,7 @@ def seed_spearman(x: np.ndarray, y: np.ndarray, keep: np.ndarray, *, min_units: 
     return Estimate(effect, *_bca(rho, np.zeros(n), draws), "BCa bootstrap over seeds", n, out, None)
 
 
-@dataclasses.dataclass(frozen=True)
-class Grade:
+class Grade(NamedTuple):
     """A verdict of :data:`GRADES`, its ``reason`` and the pre-named ``subset`` where reproduced."""
 
     verdict: str
@@ -246,8 +240,7 @@ def grade(est: Estimate, margin: float, *, rule: str = "superiority",
         if hi < margin:
             return Grade("reversed")
         return Grade("inconclusive", f"{holds} the margin {margin:.3g}")
-    won = tuple(k for k, s in subsets.items()
-                if grade(s, margin).verdict == "reproduced")
+    won = tuple(k for k, s in subsets.items() if grade(s, margin).verdict == "reproduced")
     if hi < 0:
         return Grade("reversed")
     if lo > margin and (not every or len(won) == len(subsets)):

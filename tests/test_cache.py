@@ -27,7 +27,7 @@ trees = st.recursive(leaves, lambda kids: st.one_of(st.lists(kids, max_size=4),
 @given(tree=trees)
 def test_every_document_is_strict_json_and_non_finite_numbers_are_null(tree):
     text = cache.dumps(tree)
-    assert cache.loads(text, "it") == json_safe(tree)   # the other walker of the package
+    assert cache.loads(text, "it") == json_safe(tree)
     json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in {text}"))
 
 

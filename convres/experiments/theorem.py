@@ -48,15 +48,13 @@ from ..width import (
 from .base import Shape, computation, profiles
 from .simulations import EXPERIMENT as SIMULATIONS
 
-#: (A4): a run of ``T`` steps is non-vacuous when ``mu alpha T >= ln(1 / 0.9)``.
-_A4 = math.log(1 / 0.9)
 #: The fields of a certificate the records keep per seed.
 _CERT = ("certified", "ratio", "mu_alpha")
 
 
 def non_vacuous_steps(mu_alpha: float, cap: int) -> int:
     """The smallest ``T`` with ``mu alpha T >= ln(1/0.9)`` (assumption (A4)), at most ``cap``."""
-    return int(min(cap, math.ceil(_A4 / mu_alpha))) if mu_alpha > 0 else cap
+    return int(min(cap, math.ceil(math.log(1 / 0.9) / mu_alpha))) if mu_alpha > 0 else cap
 
 
 def _fields(cert, *keys: str) -> dict:
@@ -133,12 +131,9 @@ def WIDTH_SWEEP(s: dict, **_) -> dict:
 
 # --- the width theorem: d_min, and instances drawn at d_min -----------------------------------------
 
-_POW2 = [2 ** k for k in range(13)]
-
-
 @computation(
     "theorem_width_condition", "Width theorem: the proven threshold d_min(N, n, delta)", "book/width.md",
-    profiles(dict(delta=0.05, Nn=_POW2, shapes=[[1, 2], [2, 2], [1, 4], [2, 4]],
+    profiles(dict(delta=0.05, Nn=[2 ** k for k in range(13)], shapes=[[1, 2], [2, 2], [1, 4], [2, 4]],
                   deltas=[0.5, 0.1, 0.05, 0.01, 1e-3, 1e-6],
                   regimes=[{"targets": "gaussian"}, {"beta": 2.0}, {"beta": 0.5}, {"branch_scale": 0.001},
                            {"readout_scale": 0.3}], narrow_Nn=[2, 8, 32, 128, 512]),
@@ -169,10 +164,7 @@ def WIDTH_SEEDS(s: dict, **_) -> dict:
         d_min = width_condition(N, n, s["delta"]).d_min
         for frac in s["fractions"]:
             d = int(round(frac * d_min))
-            ratios = []
-            for seed in s["seeds"]:
-                params, X, Y, cfg = certified_instance(seed, N=N, n=n, d=d)
-                ratios.append(certificate(params, X, Y, cfg).ratio)
+            ratios = [certificate(*certified_instance(seed, N=N, n=n, d=d)).ratio for seed in s["seeds"]]
             rows.append(dict(N=N, n=n, d=d, d_min=d_min, fraction=frac, seeds=len(ratios),
                              certified=int(sum(r < 1 for r in ratios)), ratios=ratios))
     return {"rows": rows}
@@ -278,13 +270,12 @@ def SEPARATION(s: dict, **_) -> dict:
 
 # --- the FFN route certified (thm-ffn), and observed at the default initialization ------------------
 
-_FFN_INSTANCES = {"per token": dict(N=4, n=4, d=8), "pooled": dict(N=16, n=4, d=8, pool="mean")}
-
-
 @computation(
     "theorem_ffn_certified", "FFN theorem: certified before the run with N n > d, per token and pooled",
     "book/ffn.md",
-    profiles(dict(seed=0, instances=_FFN_INSTANCES, max_steps={"per token": 2000, "pooled": 1000},
+    profiles(dict(seed=0, instances={"per token": dict(N=4, n=4, d=8),
+                                     "pooled": dict(N=16, n=4, d=8, pool="mean")},
+                  max_steps={"per token": 2000, "pooled": 1000},
                   seeds=list(range(1, 21)), gains=[30, 100, 300, 1000], widths=[1024, 4096, 16384]),
              paper=dict(max_steps={"per token": 2000, "pooled": 2500}, seeds=list(range(1, 51))),
              smoke=dict(instances={"per token": dict(N=4, n=4, d=8, m=512),
@@ -362,12 +353,10 @@ def _certify_both(params, X, Y, cfg) -> dict:
 
 
 def _variant_shapes(s: dict) -> list[Shape]:
-    shapes = []
-    for name, regime in _regimes(s).items():
-        cfg = _draw(s, regime, s["seeds"][0], s["variants"][name])[3]
-        shapes.append(Shape(_variant_label(name), cfg, regime["N"], SIMULATIONS.profiles[
-            s["simulations_profile"]]["n"], note="the simulations' shapes and data, rescaled weights"))
-    return shapes
+    n = SIMULATIONS.profiles[s["simulations_profile"]]["n"]
+    return [Shape(_variant_label(name), _draw(s, regime, s["seeds"][0], s["variants"][name])[3],
+                  regime["N"], n, note="the simulations' shapes and data, rescaled weights")
+            for name, regime in _regimes(s).items()]
 
 
 _WIDE = dict(m=1024, branch_scale=0.01, ffn_gain=300.0, readout_scale=1.0)
