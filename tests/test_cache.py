@@ -80,8 +80,6 @@ def test_an_experiment_key_holds_the_data_files_and_the_device_as_asked(tmp_path
     (data / "sst2" / "train.parquet").write_bytes(b"two")
     assert run() == 2
     assert run_experiment("rank_collapse_gd", "smoke", data_dir=tmp_path / "no-such-folder").data["n"] == 3
-    with pytest.raises(ValueError, match="cpu:1"):
-        run_experiment("rank_collapse_gd", "smoke", device="cpu:1")
 
 
 ENTRY_EDITS = {
