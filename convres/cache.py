@@ -4,7 +4,6 @@ or censored value, never a measurement)."""
 
 import hashlib
 import json
-import math
 import os
 import tempfile
 import warnings
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ._version import __version__
+from .values import json_safe
 
 CACHE_ENV = "CONVRES_CACHE_DIR"
 
@@ -21,18 +21,10 @@ class CacheWarning(UserWarning):
     """A cache entry was not served (the message names it and why) and is recomputed."""
 
 
-def _plain(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)) or hasattr(x, "tolist"):  # NumPy and PyTorch values too
-        return [_plain(v) for v in x] if isinstance(x, (list, tuple)) else _plain(x.tolist())
-    return None if isinstance(x, float) and not math.isfinite(x) else x
-
-
 def dumps(obj: Any, **options: Any) -> str:
     """``obj`` as strict JSON, compact unless ``options`` (of ``json.dumps``) give an ``indent``."""
     options.setdefault("separators", None if "indent" in options else (",", ":"))
-    return json.dumps(_plain(obj), allow_nan=False, **options)
+    return json.dumps(json_safe(obj), allow_nan=False, **options)
 
 
 def loads(text: str | bytes, where: str) -> Any:

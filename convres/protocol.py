@@ -13,11 +13,6 @@ import math
 
 from .show import plain
 
-__all__ = ["TAG", "GRADES", "LEVEL", "T_INTERVAL_BELOW", "BOOTSTRAP_DRAWS", "EFFECT_BOUND", "LOG_LOSS_FLOOR",
-           "EVALUATION_SEEDS", "PROBE_SEEDS", "PILOT_SEEDS", "MIN_UNITS", "GRID_FACTOR", "PROBE_HORIZON_MAX",
-           "STABLE_FRACTION", "RERUN_FACTOR", "PROTOCOLS", "REGIMES", "DEPTHS", "Claim", "Check", "Deviation",
-           "ALTERNATIVES", "CLAIMS", "CHECKS", "DEVIATIONS"]
-
 TAG = "protocol-v4"
 #: The grades, in the order :func:`convres.stats.grade` tries them (after *not testable*).
 GRADES = ("reproduced", "partly", "not reproduced", "reversed", "inconclusive", "not testable")
@@ -52,8 +47,8 @@ PROTOCOLS = ("tuned", "common")
 class Claim:
     """One claim: ``id``, the paper's words (``tex``), the primary ``measure`` per ``unit`` on its
     ``scale``, the ``sign`` of a positive effect, ``margin``, ``rule`` (non-inferiority for T3), the
-    strata ``subsets`` (``every``: reproduced in each), ``alternatives`` ``(measure, protocol)``, the
-    design ``checks`` and the ``statistic`` ("mean" of unit effects, or "spearman" per stratum)."""
+    strata ``subsets`` (``every``: reproduced in each), ``alternatives`` ``(measure, protocol)`` and
+    the design ``checks``; S5 is a mean of Spearman's rho (:func:`convres.stats.seed_spearman`)."""
 
     id: str
     tex: str
@@ -67,7 +62,6 @@ class Claim:
     subsets: tuple[str, ...] = ()
     every: bool = False
     rule: str = "superiority"
-    statistic: str = "mean"
 
     @property
     def text(self) -> str:
@@ -147,8 +141,7 @@ CLAIMS = {c.id: c for c in [
           r"Spearman $\rho$ over the seeds of $\sigma_{\min}(Z_0)$ against the rate (slope of $-\ln \Phi_t$ "
           r"over its linear phase) within each regime $\times$ $\beta$, mean over them", "seed in a regime",
           r"$\rho$",
-          r"larger $\sigma_{\min}$, faster", 0.3, _SIM, (("-mean log-loss", "tuned"),), REGIMES,
-          statistic="spearman"),
+          r"larger $\sigma_{\min}$, faster", 0.3, _SIM, (("-mean log-loss", "tuned"),), REGIMES),
     Claim("J1", r"Larger $\beta$ converges faster.", rf"$-\tau$ (Kendall) of $\beta$ against the {_LL}",
           "seed", _TAU, r"larger $\beta$, lower", 0.4, _JENA, _LEVEL),
     Claim("J2", r"Even a small $\beta$ (0.1) beats $\beta = 0$.", f"{_LL} of {_B01}", "seed", "decades",

@@ -20,7 +20,7 @@ class CostRefused(ValueError):
 
 def available_memory(device=None) -> int | None:
     """Bytes available now on ``device`` (the CPU by default): free CUDA memory, or the machine's
-    available physical memory; ``None`` where it cannot be told."""
+    available physical memory (``/proc/meminfo``); ``None`` where it cannot be told."""
     if device is not None and torch.device(device).type == "cuda":
         try:
             return int(torch.cuda.mem_get_info(torch.device(device))[0])
@@ -29,11 +29,7 @@ def available_memory(device=None) -> int | None:
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
-    except (OSError, ValueError, IndexError, StopIteration):
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
+    except (OSError, ValueError, IndexError, StopIteration):  # no /proc (macOS): not told
         return None
 
 
@@ -91,11 +87,8 @@ def torch_threads(n: int | None) -> Iterator[None]:
     if n is not None and not (is_int(n) and 1 <= int(n) <= max_threads()):
         raise ValueError(f"threads must be an integer in 1 .. {max_threads()} (4 per CPU here) or None, "
                          f"got {n!r}.")
-    if n is None:
-        yield
-        return
     before = torch.get_num_threads()
-    torch.set_num_threads(int(n))
+    torch.set_num_threads(before if n is None else int(n))
     try:
         yield
     finally:

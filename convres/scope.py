@@ -10,13 +10,7 @@ from .experiments.theorem import VARIANTS, scope_certificates
 from .lemmas import parameter_count
 from .model import ModelConfig
 
-__all__ = ["THEOREMS", "THEOREM_NAMES", "scope_rows", "scope_table", "scope_summary", "covered",
-           "certified_scope"]
-
-#: The theorems of the book that :func:`scope_table` evaluates: label -> short name.
-THEOREMS = {"thm-main": "through W_U (per token; ml-thm for L > 1)",
-            "thm-ffn": "through the last W_2 (per token or pooled)"}
-#: How the chapters name the two theorems.
+#: The theorems of the book that :func:`scope_table` evaluates, as the chapters name them.
 THEOREM_NAMES = {"thm-main": "theorem through $W_U$", "thm-ffn": "theorem through the FFN"}
 
 
@@ -97,12 +91,6 @@ def _failing(r: dict) -> str:
     return f"{r['hypothesis']} ({r['value']:g} vs {r['threshold']:g})"
 
 
-def _configuration(cfg: ModelConfig, N: int, n: int, note: str) -> str:
-    text = (f"N={N}, n={n}, d={cfg.d}, m={cfg.m}, d_QK={cfg.d_qk}, L={cfg.L}, {cfg.activation}, "
-            f"scale {cfg.scale}, {'pooled' if cfg.pool == 'mean' else 'per token'}")
-    return f"{text}; {note}" if note else text
-
-
 def certified_scope(profile: str = "book") -> list[dict]:
     """One row per experiment model (and certified variant) and theorem: ``experiment``,
     ``configuration``, ``theorem``, ``certified``, ``failing_hypothesis`` and the largest certificate
@@ -111,12 +99,14 @@ def certified_scope(profile: str = "book") -> list[dict]:
     certs = {(c["experiment"], c["theorem"]): c for c in scope_certificates(profile)}
     out = []
     for sh in shapes:
-        bad = covered(scope_rows(sh.label, sh.cfg, sh.N, sh.n, sh.note))
-        for theorem in THEOREMS:
+        bad, c = covered(scope_rows(sh.label, sh.cfg, sh.N, sh.n, sh.note)), sh.cfg
+        config = (f"N={sh.N}, n={sh.n}, d={c.d}, m={c.m}, d_QK={c.d_qk}, L={c.L}, {c.activation}, "
+                  f"scale {c.scale}, {'pooled' if c.pool == 'mean' else 'per token'}")
+        for theorem in THEOREM_NAMES:
             failing = [_failing(r) for r in bad[(sh.label, theorem)]]
             cert, certified, ratio = certs.get((sh.label, theorem)), False, None
-            if not failing and sh.cfg.L != 1:
-                failing = [f"certified bounds: one block ($L = 1$), this model has $L = {sh.cfg.L}$"]
+            if not failing and c.L != 1:
+                failing = [f"certified bounds: one block ($L = 1$), this model has $L = {c.L}$"]
             elif not failing and cert is None:
                 failing = ["not certified: no certificate is computed for this configuration"]
             elif not failing and cert is not None:
@@ -124,7 +114,7 @@ def certified_scope(profile: str = "book") -> list[dict]:
                 if not certified:
                     failing = [rf"(b) proper initialization: certificate ratio {ratio:.3g} $\ge 1$ "
                                f"({cert['certified_seeds']} of {cert['seeds']} seeds certified)"]
-            out.append({"experiment": sh.label, "configuration": _configuration(sh.cfg, sh.N, sh.n, sh.note),
+            out.append({"experiment": sh.label, "configuration": config + (f"; {sh.note}" if sh.note else ""),
                         "theorem": theorem, "certified": certified,
                         "failing_hypothesis": "; ".join(failing) if failing else None, "ratio": ratio})
     return out

@@ -4,7 +4,6 @@ beyond :data:`convres.protocol.EFFECT_BOUND` is a ``ValueError``."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from statistics import NormalDist
@@ -15,16 +14,11 @@ import numpy as np
 from .protocol import (
     BOOTSTRAP_DRAWS,
     EFFECT_BOUND,
-    GRADES,
     GRID_FACTOR,
     LOG_LOSS_FLOOR,
     STABLE_FRACTION,
     T_INTERVAL_BELOW,
 )
-
-__all__ = ["GRADES", "T975", "Estimate", "Grade", "steps_to", "censored", "mean_log_loss", "linear_rate",
-           "log_ratio", "kendall_tau", "spearman_rho", "sign_test", "estimate", "grade", "ProbeRun",
-           "tune_step", "power_fit", "power_law"]
 
 #: t_{0.975, df}, the two-sided 95% quantile of Student's t, for df = 1 .. 18 (n = 2 .. 19 units).
 T975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004, 2.262157,
@@ -90,26 +84,15 @@ def log_ratio(a: float | None, b: float | None, *, base: float = math.e) -> floa
     return (math.log(a) - math.log(b)) / math.log(base)
 
 
-def _centred_ranks(v: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """Per row of ``v`` (``(k, m)``), the ranks among the entries ``keep`` marks (ties at their mean
-    rank) less their mean ``(#marked + 1) / 2``; 0 where unmarked."""
-    v = np.where(keep, v, np.inf)
-    order = np.argsort(v, axis=-1, kind="stable")
-    s, pos = np.take_along_axis(v, order, -1), np.arange(v.shape[-1])
-    starts = np.ones(s.shape, dtype=bool)
-    starts[:, 1:] = s[:, 1:] != s[:, :-1]                   # the first of a run of equal values
-    ends = np.roll(starts, -1, axis=-1)
-    ends[:, -1] = True                                       # the last of a run
-    first = np.maximum.accumulate(np.where(starts, pos, 0), axis=-1)
-    last = np.minimum.accumulate(np.where(ends, pos, pos[-1])[:, ::-1], axis=-1)[:, ::-1]
-    ranks = np.empty(s.shape)
-    np.put_along_axis(ranks, order, (first + last) / 2 + 1, -1)
-    return np.where(keep, ranks - (keep.sum(-1, keepdims=True) + 1) / 2, 0.0)
-
-
 def _spearman_rows(x: np.ndarray, y: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """Per row, ``sum r_x r_y / sqrt(sum r_x^2 sum r_y^2)`` of the centred ranks; ``nan`` if constant."""
-    rx, ry = _centred_ranks(x, keep), _centred_ranks(y, keep)
+    """Per row, ``sum r_x r_y / sqrt(sum r_x^2 sum r_y^2)`` over the entries ``keep`` marks, ``r`` the
+    rank among them (``1 + #smaller + (#equal - 1) / 2``) less its mean; ``nan`` if constant."""
+    def centred(v: np.ndarray) -> np.ndarray:
+        below = (v[..., None, :] < v[..., :, None]) & keep[..., None, :]    # [v_j < v_i], j marked
+        tied = (v[..., None, :] == v[..., :, None]) & keep[..., None, :]
+        ranks = below.sum(-1) + (tied.sum(-1) + 1) / 2
+        return np.where(keep, ranks - (keep.sum(-1, keepdims=True) + 1) / 2, 0.0)
+    rx, ry = centred(x), centred(y)
     den = np.sqrt((rx * rx).sum(-1) * (ry * ry).sum(-1))
     return np.divide((rx * ry).sum(-1), den, out=np.full(den.shape, np.nan), where=den > 0)
 
@@ -128,8 +111,7 @@ def sign_test(effects: Sequence[float]) -> float:
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2**n)
 
 
-@dataclasses.dataclass(frozen=True)
-class Estimate:
+class Estimate(NamedTuple):
     """A claim's ``effect`` and 95% interval ``[lo, hi]`` by ``method``; too few units: ``None``s and
     a ``reason``."""
 
@@ -174,48 +156,26 @@ def _number(x) -> bool:
 
 
 def estimate(effects: Sequence, *, min_units: int, strata: Sequence | None = None,
-             statistic: str = "mean", draws: int = BOOTSTRAP_DRAWS, bound: float | None = None) -> Estimate:
+             draws: int = BOOTSTRAP_DRAWS, bound: float | None = None) -> Estimate:
     """A claim's effect and 95% interval (protocol v4, section 1) from one effect per unit (``None``:
-    diverged, counted apart). ``"mean"``: for ``n < 20`` the t-interval ``e +- t_{0.975, n-1} s /
-    sqrt(n)``, else the BCa bootstrap stratified by ``strata``; the sign test beside it.
-    ``"spearman"``: pairs ``(x, y)``, the mean over ``strata`` of Spearman's rho, BCa at every ``n``;
-    ``min_units`` then applies per stratum. Too few units: no interval, a reason. ``bound``: the
-    interval cut to ``[-bound, bound]``."""
+    diverged, counted apart): for ``n < 20`` the t-interval ``e +- t_{0.975, n-1} s / sqrt(n)``, else
+    the BCa bootstrap stratified by ``strata``; the sign test beside it. Too few units: no interval, a
+    reason. ``bound``: the interval cut to ``[-bound, bound]``."""
     labels = ["all"] * len(effects) if strata is None else [str(s) for s in strata]
     if len(labels) != len(effects):
         raise ValueError(f"strata must give one label per effect: {len(labels)} labels, "
                          f"{len(effects)} effects.")
-    pairs = statistic == "spearman"
-
-    def valid(e) -> bool:
-        if pairs:
-            return isinstance(e, (tuple, list)) and len(e) == 2 and all(map(_number, e))
-        return _number(e)
-    bad = [i for i, e in enumerate(effects) if e is not None and not valid(e)]
+    bad = [i for i, e in enumerate(effects) if e is not None and not _number(e)]
     if bad:
-        what = "a pair of finite numbers" if pairs else "a finite number"
-        raise ValueError(f"effects[{bad[0]}] = {effects[bad[0]]!r} is not {what} within +-{EFFECT_BOUND:g} "
-                         "(a log ratio or a rank correlation): pass a diverged unit as None; decide a tau "
-                         "of tied values before grading.")
+        raise ValueError(f"effects[{bad[0]}] = {effects[bad[0]]!r} is not a finite number within "
+                         f"+-{EFFECT_BOUND:g} (a log ratio or a rank correlation): pass a diverged unit as "
+                         "None; decide a tau of tied values before grading.")
     keep = [i for i, e in enumerate(effects) if e is not None]
     lab, n, out = np.asarray([labels[i] for i in keep]), len(keep), len(effects) - len(keep)
-    fewest = min([int((lab == s).sum()) for s in set(labels)] if pairs else [n], default=0)
-    if fewest < min_units:
+    if n < min_units:
         fix = "rerun the diverged arms at half their step" if out else "run more seeds"
-        return Estimate(None, None, None, "none", n, out, None, f"{fewest} finite units"
-                        f"{' in a stratum' if pairs else ''} ({out} diverged), fewer than the {min_units} "
-                        f"the protocol needs: {fix}")
-    if pairs:
-        x, y = (np.asarray([effects[i][j] for i in keep], dtype=np.float64) for j in (0, 1))
-        groups = [lab == s for s in np.unique(lab)]
-
-        def rho(idx):   # per row of idx: the mean over the strata of rho on the row's units in each
-            return np.mean([_spearman_rows(x[idx], y[idx], g[idx]) for g in groups], axis=0)
-        effect = float(rho(np.arange(n)[None])[0])
-        if not math.isfinite(effect):
-            return Estimate(None, None, None, "none", n, out, None, "no rank correlation: x or y is "
-                            "constant within a stratum")
-        return Estimate(effect, *_bca(rho, lab, draws), "BCa bootstrap", n, out, None)
+        return Estimate(None, None, None, "none", n, out, None, f"{n} finite units ({out} diverged), "
+                        f"fewer than the {min_units} the protocol needs: {fix}")
     e = np.asarray([effects[i] for i in keep], dtype=np.float64)
     mean, p = float(e.mean()), sign_test(e.tolist())
     if n < T_INTERVAL_BELOW:
@@ -249,8 +209,7 @@ def seed_spearman(x: np.ndarray, y: np.ndarray, keep: np.ndarray, *, min_units: 
     return Estimate(effect, *_bca(rho, np.zeros(n), draws), "BCa bootstrap over seeds", n, out, None)
 
 
-@dataclasses.dataclass(frozen=True)
-class Grade:
+class Grade(NamedTuple):
     """A verdict of :data:`GRADES`, its ``reason`` and the pre-named ``subset`` where reproduced."""
 
     verdict: str
@@ -281,8 +240,7 @@ def grade(est: Estimate, margin: float, *, rule: str = "superiority",
         if hi < margin:
             return Grade("reversed")
         return Grade("inconclusive", f"{holds} the margin {margin:.3g}")
-    won = tuple(k for k, s in subsets.items()
-                if grade(s, margin).verdict == "reproduced")
+    won = tuple(k for k, s in subsets.items() if grade(s, margin).verdict == "reproduced")
     if hi < 0:
         return Grade("reversed")
     if lo > margin and (not every or len(won) == len(subsets)):

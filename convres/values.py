@@ -78,12 +78,12 @@ def as_seed(name: str, v) -> int:
 
 
 def json_safe(x):
-    """``x`` with NumPy scalars and arrays turned into Python numbers and lists and every
-    non-finite float into ``None``: what JSON (and the book's tables) can hold."""
+    """``x`` with NumPy and PyTorch scalars and arrays turned into Python numbers and lists, keys into
+    strings and every non-finite float into ``None``: what JSON (and the book's tables) can hold."""
     if isinstance(x, dict):
-        return {k: json_safe(v) for k, v in x.items()}
+        return {str(k): json_safe(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [json_safe(v) for v in x]
-    if isinstance(x, (np.ndarray, np.floating, np.integer, np.bool_)):
+    if hasattr(x, "tolist"):
         return json_safe(x.tolist())
     return None if isinstance(x, float) and not math.isfinite(x) else x

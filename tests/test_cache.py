@@ -27,7 +27,7 @@ trees = st.recursive(leaves, lambda kids: st.one_of(st.lists(kids, max_size=4),
 @given(tree=trees)
 def test_every_document_is_strict_json_and_non_finite_numbers_are_null(tree):
     text = cache.dumps(tree)
-    assert cache.loads(text, "it") == json_safe(tree)   # the other walker of the package
+    assert cache.loads(text, "it") == json_safe(tree)
     json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in {text}"))
 
 
@@ -80,8 +80,6 @@ def test_an_experiment_key_holds_the_data_files_and_the_device_as_asked(tmp_path
     (data / "sst2" / "train.parquet").write_bytes(b"two")
     assert run() == 2
     assert run_experiment("rank_collapse_gd", "smoke", data_dir=tmp_path / "no-such-folder").data["n"] == 3
-    with pytest.raises(ValueError, match="cpu:1"):
-        run_experiment("rank_collapse_gd", "smoke", device="cpu:1")
 
 
 ENTRY_EDITS = {

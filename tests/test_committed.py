@@ -190,7 +190,7 @@ def test_committed_results_are_their_profile_of_today():
             res, info = load_committed(name, profile=profile)
             full = settings_of(name, profile)
             assert {**res.settings, "seeds": full["seeds"]} == full
-            assert info["pieces"]["done"] and res.claims()
+            assert info["pieces"]["done"]   # its claims: the report chapter grades them
 
 
 def test_a_committed_profile_is_read_whole_or_is_a_clear_error(toy, monkeypatch):

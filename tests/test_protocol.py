@@ -81,9 +81,6 @@ def test_design_checks_pass_and_fail_at_their_thresholds(clear_error):
 def _units(claim, n, rng):
     strata = [s for s in claim.subsets for _ in range(n)] if claim.subsets else None
     size = len(strata) if strata else n
-    if claim.statistic == "spearman":
-        x = [float(i) for i in range(size)]
-        return [(a, a + rng.normal()) for a in x], strata
     return [0.6 + 0.1 * rng.normal() for _ in range(size)], strata
 
 
@@ -101,7 +98,7 @@ def test_a_claim_record_holds_its_estimate_and_verdict_in_strict_json(cid):
             "diverged", "subset"} <= set(doc)
     assert doc["id"] == cid == rec.id and doc["verdict"] in P.GRADES and doc["margin"] == c.margin
     assert [(s["measure"], s["protocol"]) for s in doc["sensitivity"]] == list(c.alternatives)
-    assert rec.tex == c.tex and rec.text == plain(c.tex) and rec.row(figure="f")["figure"] == "f"
+    assert rec.row(figure="f") == {"claim": plain(c.tex), "tex": c.tex, **rec.to_json(), "figure": "f"}
     assert doc["measure"] == plain(c.measure) and all(tex(s["tex"]) for s in doc["sensitivity"])
     assert report.claim_row([rec.row(experiment=c.experiment)], cid)["verdict"] == doc["verdict"]
     failed = claim_record(cid, effects, profile="book", strata=strata, sensitivity=sens, draws=300,
@@ -153,8 +150,7 @@ def test_every_claim_record_is_strict_json_with_a_grade(cid, n, shift, spread, d
     c = P.CLAIMS[cid]
     rng = np.random.default_rng(n)
     effects, strata = _units(c, n, rng)
-    effects = [None if i in diverged else
-               (e if c.statistic == "spearman" else shift + spread * (e - 0.6)) for i, e in enumerate(effects)]
+    effects = [None if i in diverged else shift + spread * (e - 0.6) for i, e in enumerate(effects)]
     checks = _checks(c.experiment, failed=[c.checks[-1]] if fail else [])
     rec = claim_record(cid, effects, profile="book", checks=checks, strata=strata,
                        sensitivity={a: effects for a in c.alternatives}, draws=200)

@@ -27,6 +27,7 @@ from convres.stats import (
     kendall_tau,
     log_ratio,
     mean_log_loss,
+    seed_spearman,
     sign_test,
     spearman_rho,
     steps_to,
@@ -144,12 +145,10 @@ def test_spearman_with_ties():
     assert math.isnan(spearman_rho([1, 1, 1], [1, 2, 3]))
 
 
-@settings(max_examples=100)          # each example computes a stratified BCa interval
-@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), min_size=2, max_size=30),
-       st.lists(st.integers(0, 2), min_size=30, max_size=30))
-def test_spearman_is_the_correlation_of_mean_ranks(pairs, labels):
-    """The (batched) ranks against their definition: 1 + #smaller + (#equal - 1) / 2, and the
-    stratified effect against the mean of each stratum's rho."""
+@settings(max_examples=100)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), min_size=2, max_size=30))
+def test_spearman_is_the_correlation_of_mean_ranks(pairs):
+    """The (batched) ranks against their definition: 1 + #smaller + (#equal - 1) / 2."""
     def ranks(v):
         return [1 + sum(w < u for w in v) + (sum(w == u for w in v) - 1) / 2 for u in v]
     x, y = ([p[j] for p in pairs] for j in (0, 1))
@@ -157,24 +156,22 @@ def test_spearman_is_the_correlation_of_mean_ranks(pairs, labels):
     den = math.sqrt((rx @ rx) * (ry @ ry))
     rho = spearman_rho(x, y)
     assert math.isnan(rho) if den == 0 else rho == pytest.approx((rx @ ry) / den, abs=1e-12)
-    strata = labels[:len(pairs)]
-    per = [spearman_rho(*zip(*[p for p, s in zip(pairs, strata) if s == k])) for k in sorted(set(strata))
-           if strata.count(k) >= 2]
-    if len(per) == len(set(strata)) and all(map(math.isfinite, per)):
-        e = estimate(list(pairs), min_units=2, strata=strata, statistic="spearman", draws=200)
-        assert e.effect == pytest.approx(sum(per) / len(per), abs=1e-12)
 
 
-def test_a_rank_correlation_within_strata():
+def test_seed_spearman_is_the_mean_over_strata_of_rho_across_the_seeds():
     rng = np.random.default_rng(0)
-    x = rng.normal(size=30)
-    pairs = list(zip(x.tolist(), (x + 0.3 * rng.normal(size=30)).tolist()))
-    e = estimate(pairs, min_units=10, strata=[s for s in "abc" for _ in range(10)], statistic="spearman",
-                 draws=DRAWS)
-    assert e.method == "BCa bootstrap" and e.sign_test_p is None and 0.6 < e.lo <= e.effect <= e.hi <= 1
-    few = estimate(pairs[:12], min_units=10, strata=["a"] * 9 + ["b"] * 3, statistic="spearman")
+    x = rng.normal(size=(3, 12))
+    y = x + 0.3 * rng.normal(size=(3, 12))
+    keep = np.ones(x.shape, dtype=bool)
+    keep[1, 4], y[1, 4] = False, np.nan                          # a diverged run, left out of its stratum
+    e = seed_spearman(x, y, keep, min_units=10, draws=DRAWS)
+    per = [spearman_rho(x[j][keep[j]], y[j][keep[j]]) for j in range(3)]
+    assert e.effect == pytest.approx(np.mean(per), abs=1e-12) and (e.units, e.diverged) == (12, 1)
+    assert e.method == "BCa bootstrap over seeds" and e.sign_test_p is None
+    assert 0.6 < e.lo <= e.effect <= e.hi <= 1
+    few = seed_spearman(x, y, keep, min_units=12)
     assert few.effect is None and "in a stratum" in few.reason
-    flat = estimate([(1.0, float(i)) for i in range(10)], min_units=2, statistic="spearman")
+    flat = seed_spearman(np.ones((1, 10)), y[:1, :10], np.ones((1, 10), dtype=bool), min_units=2)
     assert flat.effect is None and "constant" in flat.reason
 
 
@@ -272,10 +269,10 @@ def test_estimate_and_grade_on_any_input(own_error, effects, min_units, stratify
 
 @pytest.mark.parametrize("bad", [
     dict(effects="0.1 0.2"), dict(strata=["a"]), dict(effects=[True, 1.0]), dict(effects=[(1.0, 2.0)]),
-    dict(effects=[1.0, (1.0, 2.0, 3.0)], statistic="spearman"),
 ])
 def test_estimate_names_the_bad_argument(bad, clear_error):
     clear_error(lambda: estimate(**(dict(effects=[0.1, 0.2], min_units=2) | bad)), *bad)
+
 
 def test_every_unit_diverged_or_none_given():
     e = estimate([None] * 10, min_units=10)
@@ -285,7 +282,6 @@ def test_every_unit_diverged_or_none_given():
     one = estimate([0.7], min_units=2)
     assert grade(one, 0.4) == grade(one, 0.4) and grade(one, 0.4).verdict == "inconclusive"
     assert estimate(np.array([0.5, 0.6, 0.7]), min_units=2).units == 3
-
 
 
 @PROPS

@@ -1,5 +1,7 @@
 """Frozen word vectors for the SST-2 chapter: PPMI-SVD vectors of the unlabelled training text."""
 
+import collections
+
 import numpy as np
 import torch
 
@@ -21,10 +23,7 @@ def ppmi_embeddings(sentences, d: int, *, vocab_size: int = 5000, smoothing: flo
     sentences = [list(s) for s in sentences]
     if not sentences or not all(sentences):
         raise ValueError("sentences must be a non-empty list of non-empty token lists.")
-    counts: dict[str, int] = {}
-    for s in sentences:
-        for t in s:
-            counts[t] = counts.get(t, 0) + 1
+    counts = collections.Counter(t for s in sentences for t in s)
     vocab = sorted(counts, key=lambda t: (-counts[t], t))[: int(vocab_size)]
     V = len(vocab)
     if d > V:

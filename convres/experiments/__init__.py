@@ -13,18 +13,10 @@ from collections.abc import Mapping
 from ..cache import cached_json
 from ..data import fingerprint
 from ..data.sst2 import sst2_data
+from ..protocol import GRADES as VERDICTS  # the verdicts a claim can get, in the report's order
 from ..runtime import check_device, torch_threads
 from . import jena, rank_collapse, simulations, sst2, theorem
-from .base import (
-    PROFILES,
-    RESULT_FORMAT,
-    RUN_CONTEXT,
-    SUMMARY_KEYS,
-    VERDICTS,
-    Experiment,
-    Result,
-    check_settings,
-)
+from .base import PROFILES, RESULT_FORMAT, RUN_CONTEXT, SUMMARY_KEYS, Experiment, Result, check_settings
 from .jena import jena_data
 
 __all__ = ["Experiment", "Result", "EXPERIMENTS", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "settings",
@@ -35,26 +27,21 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     simulations.EXPERIMENT, jena.EXPERIMENT, sst2.EXPERIMENT, rank_collapse.EXPERIMENT, *theorem.RECORDS)}
 
 
-def _experiment(name: str) -> Experiment:
-    if name not in EXPERIMENTS:
-        raise ValueError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS)}.")
-    return EXPERIMENTS[name]
-
-
 def settings(name: str, profile: str = "book") -> dict:
     """A copy of the settings of experiment ``name`` under ``profile``."""
-    e = _experiment(name)
-    if profile not in e.profiles:
-        raise ValueError(f"unknown profile {profile!r}; choose one of {sorted(e.profiles)}.")
-    return copy.deepcopy(e.profiles[profile])
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS)}.")
+    if profile not in EXPERIMENTS[name].profiles:
+        raise ValueError(f"unknown profile {profile!r}; choose one of {sorted(EXPERIMENTS[name].profiles)}.")
+    return copy.deepcopy(EXPERIMENTS[name].profiles[profile])
 
 
 def run_experiment(name: str, profile: str = "book", *, progress: bool = False, refresh: bool = False,
                    data_dir=None, overrides: dict | None = None, device=None) -> Result:
     """Run experiment ``name`` under ``profile`` with ``overrides`` (or load its cached result, keyed on
     the settings, the device as asked and :func:`convres.data.fingerprint`); a :class:`Result`."""
-    e = _experiment(name)
-    s = settings(name, profile)
+    s = settings(name, profile)  # an unknown name or profile: a ValueError
+    e = EXPERIMENTS[name]
     if overrides is not None and not isinstance(overrides, dict):
         raise TypeError(f"overrides must be a dict of settings or None, got {type(overrides).__name__}.")
     if overrides:

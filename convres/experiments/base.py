@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -21,18 +22,9 @@ from ..cache import cached_json, digest
 from ..model import ModelConfig
 from ..protocol import ALTERNATIVES, BOOTSTRAP_DRAWS, CHECKS, CLAIMS, MIN_UNITS, RERUN_FACTOR, TAG, Claim
 from ..show import plain
-from ..stats import GRADES, Estimate, censored, estimate, grade, tune_step
-from ..values import as_int, json_safe, positive_int
-
-__all__ = ["Experiment", "Result", "Shape", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "LIST_SETTINGS",
-           "RESULT_FORMAT", "profiles", "check_settings", "finite_list", "dtype_of", "stable",
-           "spread", "level_steps", "positive_int", "output_rows", "shared_by_pieces", "RUN_CONTEXT",
-           "rerun_diverged", "tune_arms", "spread_row", "probe_count", "step_table",
-           "CheckResult", "design_check", "ClaimRecord", "claim_record", "protocol_stamp", "protocol_summary",
-           "STAMP_FILE"]
-
-#: The verdicts a claim can get (protocol v4, :data:`convres.protocol.GRADES`), in the report's order.
-VERDICTS = GRADES
+from ..stats import Estimate, censored, estimate, grade, tune_step
+from ..values import as_int, is_real, json_safe
+from ..values import positive_int as positive_int  # the runners' import
 
 PROFILES = ("book", "paper", "smoke")
 #: Version of the layout of the results; part of the cache key (bump it when a runner changes).
@@ -92,6 +84,13 @@ class Experiment:
     def page(self) -> str:
         """The chapter's page name, e.g. ``"simulations"`` for ``book/simulations.md``."""
         return self.chapter.removeprefix("book/").removesuffix(".md")
+
+
+def computation(name: str, title: str, chapter: str, settings: Mapping[str, dict],
+                **hooks: Any) -> Callable[[Callable[..., dict]], Experiment]:
+    """A decorator: ``run(settings, **_) -> data`` as the :class:`Experiment` ``name`` of no claims
+    (out of the report), ``settings`` per profile, ``hooks`` its other fields (``shapes``)."""
+    return lambda run: Experiment(name, title, chapter, settings, run, in_report=False, **hooks)
 
 
 @dataclasses.dataclass
@@ -154,12 +153,10 @@ def check_settings(name: str, s: dict) -> None:
             raise ValueError(f"setting {key!r} of {name!r} must be a non-empty list, got {s[key]!r}.")
     for seed in s.get("seeds", []):
         as_int(f"setting 'seeds' of {name!r}", seed, minimum=0)
-    for key in ("betas", "eta_grid"):
+    for key, low in (("betas", ">= 0"), ("eta_grid", "> 0")):
         for v in s.get(key, []):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 \
-                    or (key == "eta_grid" and v == 0):
-                raise ValueError(f"setting {key!r} of {name!r} must hold finite numbers "
-                                 f"{'> 0' if key == 'eta_grid' else '>= 0'}, got {v!r}.")
+            if not is_real(v) or not math.isfinite(v) or v < 0 or (low == "> 0" and v == 0):
+                raise ValueError(f"setting {key!r} of {name!r} must hold finite numbers {low}, got {v!r}.")
     for key in ("betas", "eta_grid", "seeds"):
         if key in s and len(set(s[key])) != len(s[key]):
             raise ValueError(f"setting {key!r} of {name!r} has repeated values: {s[key]!r}.")
@@ -175,7 +172,7 @@ def output_rows(cfg: ModelConfig, X: torch.Tensor) -> int:
 
 def finite_list(x) -> list:
     """The values of ``x`` as floats, non-finite ones as ``None`` (JSON)."""
-    return [float(v) if math.isfinite(v) else None for v in np.asarray(x, dtype=np.float64)]
+    return json_safe(np.asarray(x, dtype=np.float64))
 
 
 def dtype_of(s: dict, key: str = "dtype") -> torch.dtype:
@@ -245,16 +242,13 @@ def tune_arms(arms: Sequence, grid: Sequence[float], probe_runs: Callable[[list,
         if missing:
             table.update({(p, T): runs for p, runs in probe_runs(missing, T).items()})
 
+    def probe(arm, etas: list[float], T: int) -> list:
+        fill([(arm, e) for e in etas], T)
+        return [table[((arm, e), T)] for e in etas]
+
     fill([(a, float(e)) for a in arms for e in sorted(grid)], horizon)
-
-    def probe_of(arm):
-        def probe(etas: list[float], T: int) -> list:
-            fill([(arm, e) for e in etas], T)
-            return [table[((arm, e), T)] for e in etas]
-        return probe
-
-    return {a: tune_step(probe_of(a), grid, horizon=horizon, max_horizon=max_horizon, extend=extend)
-            for a in arms}
+    return {a: tune_step(functools.partial(probe, a), grid, horizon=horizon, max_horizon=max_horizon,
+                         extend=extend) for a in arms}
 
 
 def spread_row(configuration: str, measurement: str, values, fmt: str) -> dict:
@@ -342,8 +336,7 @@ def design_check(name: str, value: float) -> CheckResult:
     """Check ``name`` (a key of ``convres.protocol.CHECKS``) on its measured ``value``."""
     if name not in CHECKS:
         raise ValueError(f"unknown design check {name!r}; the protocol's are {sorted(CHECKS)}.")
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(value):
+    if not is_real(value) or not math.isfinite(value):
         raise ValueError(f"design check {name!r} needs a finite number ({CHECKS[name].text}), "
                          f"got {value!r}.")
     return CheckResult(name, float(value), float(CHECKS[name].threshold), CHECKS[name].passes(float(value)))
@@ -366,28 +359,18 @@ class ClaimRecord:
     def id(self) -> str:
         return self.claim.id
 
-    @property
-    def text(self) -> str:
-        return self.claim.text
-
-    @property
-    def tex(self) -> str:
-        """The claim in the paper's words, symbols as ``$...$`` TeX (:func:`convres.show.tex`)."""
-        return self.claim.tex
-
     def to_json(self) -> dict:
         e = self.estimate
         return json_safe({"id": self.id, "measure": plain(self.claim.measure), "effect": e.effect,
                           "ci": None if e.lo is None else [e.lo, e.hi], "interval": e.method,
                           "margin": self.claim.margin, "units": e.units, "sign_test_p": e.sign_test_p,
                           "verdict": self.verdict, "sensitivity": list(self.sensitivity),
-                          "diverged": e.diverged,
-                          "subset": list(self.subset), "subsets": dict(self.subsets),
+                          "diverged": e.diverged, "subset": list(self.subset), "subsets": dict(self.subsets),
                           **({"reason": self.reason} if self.reason else {})})
 
     def row(self, **extra: Any) -> dict:
         """The report's row: the JSON, ``claim``, ``tex`` and ``extra`` (``figure``, ``criterion``, ...)."""
-        return {"claim": self.text, "tex": self.tex, **self.to_json(), **extra}
+        return {"claim": self.claim.text, "tex": self.claim.tex, **self.to_json(), **extra}
 
 
 def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequence[CheckResult],
@@ -415,8 +398,7 @@ def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequ
     failed = [n for n in c.checks if not ran[n].passed]
 
     def graded(eff):
-        kw: dict[str, Any] = dict(min_units=MIN_UNITS[profile], statistic=c.statistic, draws=draws,
-                                  bound=c.bound)
+        kw: dict[str, Any] = dict(min_units=MIN_UNITS[profile], draws=draws, bound=c.bound)
         est = estimate(eff, strata=strata, **kw)
         labels = [str(s) for s in strata] if strata is not None else []
         subs = {s: estimate([e for e, k in zip(eff, labels) if k == s], **kw) for s in c.subsets}

@@ -12,26 +12,7 @@ from ..collapse import gd_attention_stats, rank_one_floor
 from ..gd import sweep
 from ..instances import collapse_instance
 from ..plotting import plot_rank_collapse_gd
-from .base import Experiment, Result, Shape, profiles
-
-__all__ = ["EXPERIMENT"]
-
-
-def _run_rank_collapse_gd(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
-    inst = {k: s[k] for k in ("N", "n", "d", "m", "scale")}
-    runs = []
-    for r in s["runs"]:
-        params, X, Y, cfg = collapse_instance(d_qk=r["d_qk"], seed=s["seed"], **inst)
-        (_, h), = sweep([params], X, Y, [cfg.with_residual(r["residual"])], s["mu"], s["steps"],
-                                   record_every=s["record_every"], progress=progress)
-        runs.append({**r, "history": h.to_dict()})
-    stats = []
-    for d_qk in s["stat_d_qks"]:
-        for seed in s["stat_seeds"]:
-            at = gd_attention_stats(0.0, mu=s["mu"], d_qk=d_qk, seed=seed, **inst)
-            stats.append({"d_qk": d_qk, "seed": seed, **{k: np.asarray(v).tolist() for k, v in at.items()}})
-    _, _, Y, _ = collapse_instance(seed=s["seed"], **{k: s[k] for k in ("N", "n", "d", "m")})
-    return {"runs": runs, "stats": stats, "floor": rank_one_floor(Y)}
+from .base import Result, Shape, computation, profiles
 
 
 def _rank_collapse_numbers(res: Result) -> dict:
@@ -54,9 +35,23 @@ _RC: dict[str, Any] = dict(mu=0.002, steps=2000, record_every=10, N=4, n=4, d=32
                  {"name": "FFN residual only, d_QK = 1024", "d_qk": 1024, "residual": [0.0, 1.0]}],
            stat_seeds=list(range(8)), stat_d_qks=[64, 1024])
 
-EXPERIMENT = Experiment(
+
+@computation(
     "rank_collapse_gd", "Rank collapse: gradient descent with and without residuals at d_QK = 64, 1024",
-    "book/rank_collapse_gd.md",
-    profiles(_RC, smoke=dict(steps=10, stat_seeds=[0], runs=_RC["runs"][1:3])),
-    _run_rank_collapse_gd, _rank_collapse_numbers, plot=plot_rank_collapse_gd, shapes=_shapes,
-    in_report=False, in_scope=True)
+    "book/rank_collapse_gd.md", profiles(_RC, smoke=dict(steps=10, stat_seeds=[0], runs=_RC["runs"][1:3])),
+    key_numbers=_rank_collapse_numbers, plot=plot_rank_collapse_gd, shapes=_shapes, in_scope=True)
+def EXPERIMENT(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
+    inst = {k: s[k] for k in ("N", "n", "d", "m", "scale")}
+    runs = []
+    for r in s["runs"]:
+        params, X, Y, cfg = collapse_instance(d_qk=r["d_qk"], seed=s["seed"], **inst)
+        (_, h), = sweep([params], X, Y, [cfg.with_residual(r["residual"])], s["mu"], s["steps"],
+                                   record_every=s["record_every"], progress=progress)
+        runs.append({**r, "history": h.to_dict()})
+    stats = []
+    for d_qk in s["stat_d_qks"]:
+        for seed in s["stat_seeds"]:
+            at = gd_attention_stats(0.0, mu=s["mu"], d_qk=d_qk, seed=seed, **inst)
+            stats.append({"d_qk": d_qk, "seed": seed, **{k: np.asarray(v).tolist() for k, v in at.items()}})
+    _, _, Y, _ = collapse_instance(seed=s["seed"], **{k: s[k] for k in ("N", "n", "d", "m")})
+    return {"runs": runs, "stats": stats, "floor": rank_one_floor(Y)}

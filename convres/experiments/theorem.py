@@ -1,5 +1,5 @@
-"""The theorem chapters' computations (certificate, separation, width, ffn) as cached records;
-:data:`RECORDS` in the chapters' order."""
+"""The theorem chapters' computations (certificate, separation, width, ffn), each a cached record
+by :func:`~convres.experiments.base.computation`; :data:`RECORDS` in the chapters' order."""
 
 from __future__ import annotations
 
@@ -45,22 +45,16 @@ from ..width import (
     width_condition,
     width_sweep,
 )
-from .base import Experiment, Shape, profiles
+from .base import Shape, computation, profiles
 from .simulations import EXPERIMENT as SIMULATIONS
 
-__all__ = ["CERTIFIED", "SHARPER", "WIDTH_SWEEP", "WIDTH_CONDITION", "WIDTH_SEEDS", "WIDTH_FIXED",
-           "SEPARATION", "FFN_CERTIFIED", "FFN_RUNS", "VARIANTS", "RECORDS", "non_vacuous_steps",
-           "scope_certificates"]
-
-#: (A4): a run of ``T`` steps is non-vacuous when ``mu alpha T >= ln(1 / 0.9)``.
-_A4 = math.log(1 / 0.9)
 #: The fields of a certificate the records keep per seed.
 _CERT = ("certified", "ratio", "mu_alpha")
 
 
 def non_vacuous_steps(mu_alpha: float, cap: int) -> int:
     """The smallest ``T`` with ``mu alpha T >= ln(1/0.9)`` (assumption (A4)), at most ``cap``."""
-    return int(min(cap, math.ceil(_A4 / mu_alpha))) if mu_alpha > 0 else cap
+    return int(min(cap, math.ceil(math.log(1 / 0.9) / mu_alpha))) if mu_alpha > 0 else cap
 
 
 def _fields(cert, *keys: str) -> dict:
@@ -71,19 +65,16 @@ def _fields(cert, *keys: str) -> dict:
 
 # --- the certified instance (thm-main) ------------------------------------------------------------
 
-def _run_certified(s: dict, **_) -> dict:
+@computation(
+    "theorem_certified", "Certified instance: certificate, certified run, tightness, lazy regime",
+    "book/certificate.md",
+    profiles(dict(seed=0, N=1, n=2, d=1024, steps=60), smoke=dict(d=256, steps=5)))
+def CERTIFIED(s: dict, **_) -> dict:
     params, X, Y, cfg = certified_instance(s["seed"], N=s["N"], n=s["n"], d=s["d"])
     cert = certificate(params, X, Y, cfg)          # everything before the run
     run = certified_run(params, X, Y, cfg, steps=s["steps"], cert=cert)
     lazy = lazy_report(params, X, Y, cfg, mu=cert.mu, steps=s["steps"], block="W_U")
     return {"run": run.to_dict(), "estimates": sampled_estimates(params, X, Y, cfg, cert), "lazy": lazy}
-
-
-CERTIFIED = Experiment(
-    "theorem_certified", "Certified instance: certificate, certified run, tightness, lazy regime",
-    "book/certificate.md",
-    profiles(dict(seed=0, N=1, n=2, d=1024, steps=60), smoke=dict(d=256, steps=5)),
-    _run_certified, in_report=False)
 
 
 # --- sharper constants: the eps-certificate on fresh seeds ----------------------------------------
@@ -95,7 +86,12 @@ def _worst_decrease(loss) -> float:
     return float(1 - np.max(loss[1:][live] / loss[:-1][live])) if live.any() else math.nan
 
 
-def _run_sharper(s: dict, **_) -> dict:
+@computation(
+    "theorem_sharper", "Certified instance: the (1 - eps) sigma_0 certificate on fresh seeds",
+    "book/certificate.md",
+    profiles(dict(seeds=list(range(10, 15)), N=1, n=2, d=1024, steps=30),
+             paper=dict(seeds=list(range(10, 30))), smoke=dict(seeds=[10], d=256, steps=3)))
+def SHARPER(s: dict, **_) -> dict:
     rows = []
     for seed in s["seeds"]:
         params, X, Y, cfg = certified_instance(seed, N=s["N"], n=s["n"], d=s["d"])
@@ -110,17 +106,18 @@ def _run_sharper(s: dict, **_) -> dict:
     return {"rows": rows}
 
 
-SHARPER = Experiment(
-    "theorem_sharper", "Certified instance: the (1 - eps) sigma_0 certificate on fresh seeds",
-    "book/certificate.md",
-    profiles(dict(seeds=list(range(10, 15)), N=1, n=2, d=1024, steps=30),
-             paper=dict(seeds=list(range(10, 30))), smoke=dict(seeds=[10], d=256, steps=3)),
-    _run_sharper, in_report=False)
-
-
 # --- the certificate against the width (measured d*) and at the default initialization -------------
 
-def _run_width_sweep(s: dict, **_) -> dict:
+@computation(
+    "theorem_width_sweep", "Certified instance: the certificate's ratio against the width d",
+    "book/certificate.md",
+    profiles(dict(widths=[128, 256, 512, 1024, 2048, 4096], shapes=[[1, 2], [1, 4], [2, 4], [1, 8]],
+                  seeds=[0, 1, 2], default_widths=[16, 64, 256, 1024]),
+             paper=dict(widths=[128, 256, 512, 1024, 2048, 4096, 8192], seeds=list(range(5)),
+                        shapes=[[1, 2], [1, 4], [2, 4], [1, 8], [4, 4], [1, 16]],
+                        default_widths=[16, 64, 256, 1024, 2048]),
+             smoke=dict(widths=[64, 128], shapes=[[1, 2]], seeds=[0], default_widths=[16])))
+def WIDTH_SWEEP(s: dict, **_) -> dict:
     rows = width_sweep(s["widths"], [tuple(x) for x in s["shapes"]], s["seeds"])
     default = []
     for d in s["default_widths"]:
@@ -132,21 +129,16 @@ def _run_width_sweep(s: dict, **_) -> dict:
     return {"rows": rows, "default": default}
 
 
-WIDTH_SWEEP = Experiment(
-    "theorem_width_sweep", "Certified instance: the certificate's ratio against the width d",
-    "book/certificate.md",
-    profiles(dict(widths=[128, 256, 512, 1024, 2048, 4096], shapes=[[1, 2], [1, 4], [2, 4], [1, 8]],
-                  seeds=[0, 1, 2], default_widths=[16, 64, 256, 1024]),
-             paper=dict(widths=[128, 256, 512, 1024, 2048, 4096, 8192], seeds=list(range(5)),
-                        shapes=[[1, 2], [1, 4], [2, 4], [1, 8], [4, 4], [1, 16]],
-                        default_widths=[16, 64, 256, 1024, 2048]),
-             smoke=dict(widths=[64, 128], shapes=[[1, 2]], seeds=[0], default_widths=[16])),
-    _run_width_sweep, in_report=False)
-
-
 # --- the width theorem: d_min, and instances drawn at d_min -----------------------------------------
 
-def _run_width_condition(s: dict, **_) -> dict:
+@computation(
+    "theorem_width_condition", "Width theorem: the proven threshold d_min(N, n, delta)", "book/width.md",
+    profiles(dict(delta=0.05, Nn=[2 ** k for k in range(13)], shapes=[[1, 2], [2, 2], [1, 4], [2, 4]],
+                  deltas=[0.5, 0.1, 0.05, 0.01, 1e-3, 1e-6],
+                  regimes=[{"targets": "gaussian"}, {"beta": 2.0}, {"beta": 0.5}, {"branch_scale": 0.001},
+                           {"readout_scale": 0.3}], narrow_Nn=[2, 8, 32, 128, 512]),
+             smoke=dict(Nn=[1, 2], deltas=[0.05], regimes=[{"beta": 2.0}], narrow_Nn=[2])))
+def WIDTH_CONDITION(s: dict, **_) -> dict:
     delta = s["delta"]
     growth = [dict(width_condition(1, Nn, delta).to_dict(), lower=quadratic_lower_bound(1, Nn))
               for Nn in s["Nn"]]
@@ -160,44 +152,33 @@ def _run_width_condition(s: dict, **_) -> dict:
             "shapes": [width_condition(N, n, delta).to_dict() for N, n in s["shapes"]]}
 
 
-_POW2 = [2 ** k for k in range(13)]
-WIDTH_CONDITION = Experiment(
-    "theorem_width_condition", "Width theorem: the proven threshold d_min(N, n, delta)", "book/width.md",
-    profiles(dict(delta=0.05, Nn=_POW2, shapes=[[1, 2], [2, 2], [1, 4], [2, 4]],
-                  deltas=[0.5, 0.1, 0.05, 0.01, 1e-3, 1e-6],
-                  regimes=[{"targets": "gaussian"}, {"beta": 2.0}, {"beta": 0.5}, {"branch_scale": 0.001},
-                           {"readout_scale": 0.3}], narrow_Nn=[2, 8, 32, 128, 512]),
-             smoke=dict(Nn=[1, 2], deltas=[0.05], regimes=[{"beta": 2.0}], narrow_Nn=[2])),
-    _run_width_condition, in_report=False)
-
-
-def _run_width_seeds(s: dict, **_) -> dict:
+@computation(
+    "theorem_width_seeds", "Width theorem: instances drawn at d_min, certified or not", "book/width.md",
+    profiles(dict(delta=0.05, shapes=[[1, 2], [2, 2], [1, 4], [2, 4]], fractions=[1.0, 0.5],
+                  seeds=list(range(10000, 10010))),
+             paper=dict(fractions=[1.0, 0.7, 0.5, 0.35], seeds=list(range(10000, 10050))),
+             smoke=dict(shapes=[[1, 1]], fractions=[1.0], seeds=[10000])))
+def WIDTH_SEEDS(s: dict, **_) -> dict:
     rows = []
     for N, n in s["shapes"]:
         d_min = width_condition(N, n, s["delta"]).d_min
         for frac in s["fractions"]:
             d = int(round(frac * d_min))
-            ratios = []
-            for seed in s["seeds"]:
-                params, X, Y, cfg = certified_instance(seed, N=N, n=n, d=d)
-                ratios.append(certificate(params, X, Y, cfg).ratio)
+            ratios = [certificate(*certified_instance(seed, N=N, n=n, d=d)).ratio for seed in s["seeds"]]
             rows.append(dict(N=N, n=n, d=d, d_min=d_min, fraction=frac, seeds=len(ratios),
                              certified=int(sum(r < 1 for r in ratios)), ratios=ratios))
     return {"rows": rows}
 
 
-WIDTH_SEEDS = Experiment(
-    "theorem_width_seeds", "Width theorem: instances drawn at d_min, certified or not", "book/width.md",
-    profiles(dict(delta=0.05, shapes=[[1, 2], [2, 2], [1, 4], [2, 4]], fractions=[1.0, 0.5],
-                  seeds=list(range(10000, 10010))),
-             paper=dict(fractions=[1.0, 0.7, 0.5, 0.35], seeds=list(range(10000, 10050))),
-             smoke=dict(shapes=[[1, 1]], fractions=[1.0], seeds=[10000])),
-    _run_width_seeds, in_report=False)
-
-
 # --- the width theorem for fixed data (corollary wd-cor-fixed) -------------------------------------
 
-def _run_width_fixed(s: dict, **_) -> dict:
+@computation(
+    "theorem_width_fixed", "Width theorem for fixed data: orthonormal tokens padded to width d",
+    "book/width.md",
+    profiles(dict(delta=0.05, y=0.05, Nn=[1, 2, 4, 8, 16, 32, 64], measured_Nn=[1, 4, 16, 64],
+                  seeds=[0, 1, 2], widths=[8, 16, 32, 64, 128, 256, 512, 1024]),
+             smoke=dict(Nn=[1, 2], measured_Nn=[2], seeds=[0], widths=[8, 16])))
+def WIDTH_FIXED(s: dict, **_) -> dict:
     proven = []
     for Nn in s["Nn"]:
         X, Y = orthonormal_data(1, Nn, s["y"])
@@ -216,21 +197,25 @@ def _run_width_fixed(s: dict, **_) -> dict:
     return {"proven": proven, "measured": measured}
 
 
-WIDTH_FIXED = Experiment(
-    "theorem_width_fixed", "Width theorem for fixed data: orthonormal tokens padded to width d",
-    "book/width.md",
-    profiles(dict(delta=0.05, y=0.05, Nn=[1, 2, 4, 8, 16, 32, 64], measured_Nn=[1, 4, 16, 64],
-                  seeds=[0, 1, 2], widths=[8, 16, 32, 64, 128, 256, 512, 1024]),
-             smoke=dict(Nn=[1, 2], measured_Nn=[2], seeds=[0], widths=[8, 16])),
-    _run_width_fixed, in_report=False)
-
-
 # --- the separation: a certified plateau without the residual, certified convergence with it -------
 
 CHECKED = ("r", "r_a", "R", "CF", "dCF", "steps")   # what path_check compares, and the steps it checked
 
 
-def _run_separation(s: dict, **_) -> dict:
+@computation(
+    "theorem_separation",
+    "Separation: a certified plateau without the residual, certified convergence with it",
+    "book/separation.md",
+    profiles(dict(N=1, n=2, d=1024, d_qks=[16, 64, 256, 1024], seeds=[0, 1, 2, 3, 4], mu=0.1, steps=4000,
+                  common_runs=[[16, 0], [64, 0], [256, 0]], sim_seeds=[0, 1, 2, 3, 4], sim_mu=0.002,
+                  sim_steps=6000, mu_small=1e-3, control_scale="1/sqrt(d_qk)", check_seeds=[0, 1],
+                  escape_mu_runs=[[16, 0], [256, 0]]),
+             paper=dict(d_qks=[16, 64, 256, 1024, 4096], seeds=list(range(10)), steps=8000, sim_steps=10000,
+                        common_runs=[[16, 0], [64, 0], [256, 0], [1024, 0]], sim_seeds=list(range(10)),
+                        check_seeds=[0, 1, 2], escape_mu_runs=[[16, 0], [256, 0], [1024, 0]]),
+             smoke=dict(d=64, d_qks=[16, 64], seeds=[0], steps=50, common_runs=[[16, 0]], sim_seeds=[0],
+                        sim_steps=50, mu_small=1e-2, check_seeds=[0], escape_mu_runs=[[16, 0]])))
+def SEPARATION(s: dict, **_) -> dict:
     rows, common, checks, mu_escape, reports = [], [], [], [], {}
     size = dict(N=s["N"], n=s["n"], d=s["d"])
     for d_qk in s["d_qks"]:
@@ -283,25 +268,20 @@ def _run_separation(s: dict, **_) -> dict:
     return {"rows": rows, "common": common, "simulations": sims, "checks": checks, "mu_escape": mu_escape}
 
 
-SEPARATION = Experiment(
-    "theorem_separation",
-    "Separation: a certified plateau without the residual, certified convergence with it",
-    "book/separation.md",
-    profiles(dict(N=1, n=2, d=1024, d_qks=[16, 64, 256, 1024], seeds=[0, 1, 2, 3, 4], mu=0.1, steps=4000,
-                  common_runs=[[16, 0], [64, 0], [256, 0]], sim_seeds=[0, 1, 2, 3, 4], sim_mu=0.002,
-                  sim_steps=6000, mu_small=1e-3, control_scale="1/sqrt(d_qk)", check_seeds=[0, 1],
-                  escape_mu_runs=[[16, 0], [256, 0]]),
-             paper=dict(d_qks=[16, 64, 256, 1024, 4096], seeds=list(range(10)), steps=8000, sim_steps=10000,
-                        common_runs=[[16, 0], [64, 0], [256, 0], [1024, 0]], sim_seeds=list(range(10)),
-                        check_seeds=[0, 1, 2], escape_mu_runs=[[16, 0], [256, 0], [1024, 0]]),
-             smoke=dict(d=64, d_qks=[16, 64], seeds=[0], steps=50, common_runs=[[16, 0]], sim_seeds=[0],
-                        sim_steps=50, mu_small=1e-2, check_seeds=[0], escape_mu_runs=[[16, 0]])),
-    _run_separation, in_report=False)
-
-
 # --- the FFN route certified (thm-ffn), and observed at the default initialization ------------------
 
-def _run_ffn_certified(s: dict, **_) -> dict:
+@computation(
+    "theorem_ffn_certified", "FFN theorem: certified before the run with N n > d, per token and pooled",
+    "book/ffn.md",
+    profiles(dict(seed=0, instances={"per token": dict(N=4, n=4, d=8),
+                                     "pooled": dict(N=16, n=4, d=8, pool="mean")},
+                  max_steps={"per token": 2000, "pooled": 1000},
+                  seeds=list(range(1, 21)), gains=[30, 100, 300, 1000], widths=[1024, 4096, 16384]),
+             paper=dict(max_steps={"per token": 2000, "pooled": 2500}, seeds=list(range(1, 51))),
+             smoke=dict(instances={"per token": dict(N=4, n=4, d=8, m=512),
+                                   "pooled": dict(N=8, n=4, d=8, m=512, pool="mean")},
+                        max_steps={"per token": 5, "pooled": 5}, seeds=[1], gains=[300], widths=[512])))
+def FFN_CERTIFIED(s: dict, **_) -> dict:
     out: dict = {}
     for name, kw in s["instances"].items():
         params, X, Y, cfg = ffn_certified_instance(s["seed"], **kw)
@@ -320,20 +300,12 @@ def _run_ffn_certified(s: dict, **_) -> dict:
     return out
 
 
-_FFN_INSTANCES = {"per token": dict(N=4, n=4, d=8), "pooled": dict(N=16, n=4, d=8, pool="mean")}
-FFN_CERTIFIED = Experiment(
-    "theorem_ffn_certified", "FFN theorem: certified before the run with N n > d, per token and pooled",
+@computation(
+    "theorem_ffn_runs", "FFN theorem: observed along a per-token and a pooled run (default initialization)",
     "book/ffn.md",
-    profiles(dict(seed=0, instances=_FFN_INSTANCES, max_steps={"per token": 2000, "pooled": 1000},
-                  seeds=list(range(1, 21)), gains=[30, 100, 300, 1000], widths=[1024, 4096, 16384]),
-             paper=dict(max_steps={"per token": 2000, "pooled": 2500}, seeds=list(range(1, 51))),
-             smoke=dict(instances={"per token": dict(N=4, n=4, d=8, m=512),
-                                   "pooled": dict(N=8, n=4, d=8, m=512, pool="mean")},
-                        max_steps={"per token": 5, "pooled": 5}, seeds=[1], gains=[300], widths=[512])),
-    _run_ffn_certified, in_report=False)
-
-
-def _run_ffn(s: dict, **_) -> dict:
+    profiles(dict(m=256, d=8, steps={"per token": 3000, "pooled": 1500}, record_every=50),
+             smoke=dict(m=32, steps={"per token": 10, "pooled": 10}, record_every=5)))
+def FFN_RUNS(s: dict, **_) -> dict:
     out = {}
     for pool, N in ((None, 4), ("mean", 16)):
         name = "pooled" if pool else "per token"
@@ -344,14 +316,6 @@ def _run_ffn(s: dict, **_) -> dict:
         out[name] = ffn_theorem_run(p, X, Y, cfg, mu=mu, steps=s["steps"][name],
                                     record_every=s["record_every"]).summary()
     return {"runs": out}
-
-
-FFN_RUNS = Experiment(
-    "theorem_ffn_runs", "FFN theorem: observed along a per-token and a pooled run (default initialization)",
-    "book/ffn.md",
-    profiles(dict(m=256, d=8, steps={"per token": 3000, "pooled": 1500}, record_every=50),
-             smoke=dict(m=32, steps={"per token": 10, "pooled": 10}, record_every=5)),
-    _run_ffn, in_report=False)
 
 
 # --- the smallest variants of the simulations that are certified ----------------------------------
@@ -388,7 +352,29 @@ def _certify_both(params, X, Y, cfg) -> dict:
     return out
 
 
-def _run_variants(s: dict, **_) -> dict:
+def _variant_shapes(s: dict) -> list[Shape]:
+    n = SIMULATIONS.profiles[s["simulations_profile"]]["n"]
+    return [Shape(_variant_label(name), _draw(s, regime, s["seeds"][0], s["variants"][name])[3],
+                  regime["N"], n, note="the simulations' shapes and data, rescaled weights")
+            for name, regime in _regimes(s).items()]
+
+
+_WIDE = dict(m=1024, branch_scale=0.01, ffn_gain=300.0, readout_scale=1.0)
+_NARROW = dict(m=4096, branch_scale=0.001, ffn_gain=1000.0, readout_scale=4.0)
+_VARIANTS = dict(simulations_profile="book", seeds=[0, 1, 2, 3, 4],
+                 variants={"wide": _WIDE, "uniform attention": _WIDE, "narrow": _NARROW},
+                 run={"wide": 1000, "uniform attention": 1000}, betas=[0.0, 0.1, 0.25, 0.5, 1.0],
+                 beta_runs=["wide", "uniform attention"], as_is_mu=0.002, as_is_steps=2000)
+
+
+@computation(
+    "theorem_certified_variants", "FFN theorem: the smallest variants of the simulations certified a priori",
+    "book/ffn.md",
+    {"book": _VARIANTS, "paper": dict(_VARIANTS, seeds=list(range(10)),
+                                      run={"wide": 1000, "uniform attention": 1000, "narrow": 1000}),
+     "smoke": dict(simulations_profile="smoke", seeds=[0], variants={"wide": dict(_WIDE, m=256)},
+                   run={"wide": 3})}, shapes=_variant_shapes)
+def VARIANTS(s: dict, **_) -> dict:
     out = {}
     for name, regime in _regimes(s).items():
         v = s["variants"][name]
@@ -409,31 +395,6 @@ def _run_variants(s: dict, **_) -> dict:
             entry["run"] = ffn_certified_run(params, X, Y, cfg, steps=steps, cert=cert).to_dict()
         out[name] = entry
     return {"variants": out}
-
-
-def _variant_shapes(s: dict) -> list[Shape]:
-    shapes = []
-    for name, regime in _regimes(s).items():
-        cfg = _draw(s, regime, s["seeds"][0], s["variants"][name])[3]
-        shapes.append(Shape(_variant_label(name), cfg, regime["N"], SIMULATIONS.profiles[
-            s["simulations_profile"]]["n"], note="the simulations' shapes and data, rescaled weights"))
-    return shapes
-
-
-_WIDE = dict(m=1024, branch_scale=0.01, ffn_gain=300.0, readout_scale=1.0)
-_NARROW = dict(m=4096, branch_scale=0.001, ffn_gain=1000.0, readout_scale=4.0)
-_VARIANTS = dict(simulations_profile="book", seeds=[0, 1, 2, 3, 4],
-                 variants={"wide": _WIDE, "uniform attention": _WIDE, "narrow": _NARROW},
-                 run={"wide": 1000, "uniform attention": 1000}, betas=[0.0, 0.1, 0.25, 0.5, 1.0],
-                 beta_runs=["wide", "uniform attention"], as_is_mu=0.002, as_is_steps=2000)
-VARIANTS = Experiment(
-    "theorem_certified_variants", "FFN theorem: the smallest variants of the simulations certified a priori",
-    "book/ffn.md",
-    {"book": _VARIANTS, "paper": dict(_VARIANTS, seeds=list(range(10)),
-                                      run={"wide": 1000, "uniform attention": 1000, "narrow": 1000}),
-     "smoke": dict(simulations_profile="smoke", seeds=[0], variants={"wide": dict(_WIDE, m=256)},
-                   run={"wide": 3})},
-    _run_variants, shapes=_variant_shapes, in_report=False)
 
 
 def scope_certificates(profile: str = "book") -> list[dict]:
