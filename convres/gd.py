@@ -97,14 +97,13 @@ class Step:
     trace: Trace
 
 
-def loss_and_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,
-                  cfg: ModelConfig, *, residual=None):
+def loss_and_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cfg: ModelConfig):
     """``(Phi(theta), grad Phi(theta), trace)``: :func:`convres.model.phi_and_grad`, inputs checked."""
-    B = check_inputs(params, X, Y, cfg, residual=residual, finite=False)
+    B = check_inputs(params, X, Y, cfg, finite=False)
     check_cost(cfg, X.shape[0], X.shape[1], configs=B or 1, dtype=X.dtype, device=X.device)
-    check_inputs(params, X, Y, cfg, residual=residual)
+    check_inputs(params, X, Y, cfg)
     with torch.no_grad():
-        return phi_and_grad(params, X, Y, cfg, residual=residual)
+        return phi_and_grad(params, X, Y, cfg)
 
 
 #: Stack configurations only while one's block activations, ``N n (d + d_qk + m + n)`` entries,
@@ -180,8 +179,6 @@ def _as_lists(params, cfg, mu) -> tuple[list, list, list]:
 
 
 def _check_run(p, X, Y, cfg, mu, finite: bool) -> float:
-    if not isinstance(cfg, ModelConfig):
-        raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}.")
     check_inputs(p, X, Y, cfg, finite=finite)
     if p["W_U"].dtype not in (torch.float64, torch.float32):
         raise TypeError(f"gradient descent runs in torch.float64 or torch.float32 (its singular "

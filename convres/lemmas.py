@@ -100,10 +100,6 @@ def mu_max(params, X, Y, cfg, *, safety: float = 2.0, **kwargs) -> float:
     return math.inf if L_hat == 0 else 1.0 / (safety * L_hat)
 
 
-def _layer(cfg: ModelConfig, layer) -> int:
-    return as_int("layer", layer, minimum=1, maximum=cfg.L)
-
-
 def residual_lemma(params, X, cfg, *, layer: int = 1) -> dict:
     """Both sides of the residual lemma (thm-residual), ``A = Attn(X_in)``, ``Z = A + beta_attn X_in``::
 
@@ -111,7 +107,7 @@ def residual_lemma(params, X, cfg, *, layer: int = 1) -> dict:
 
     Returns ``sigma_Z``, ``weyl`` (middle), ``crude`` (right), ``sigma_X`` and ``attn_norm``.
     """
-    layer = _layer(cfg, layer)
+    layer = as_int("layer", layer, minimum=1, maximum=cfg.L)
     tr = trace_no_grad(params, X, cfg)
     X_in = stacked(X if layer == 1 else tr.H[layer - 2])
     A = stacked(tr.A[layer - 1])
@@ -133,7 +129,7 @@ def ffn_lemma(params, X, cfg, *, layer: int = 1) -> dict:
 
     with ``gain = cfg.act.gain``. Returns ``sigma_H``, ``sigma_Z``, ``ffn_norm``, ``weyl``, ``crude``.
     """
-    layer = _layer(cfg, layer)
+    layer = as_int("layer", layer, minimum=1, maximum=cfg.L)
     tr = trace_no_grad(params, X, cfg)
     W = layer_params(params, layer)
     Z, H = stacked(tr.Z[layer - 1]), stacked(tr.H[layer - 1])
