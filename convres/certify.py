@@ -457,10 +457,6 @@ class CertifiedRun:
     status: str
 
     @property
-    def route(self) -> str:
-        return self.certificate.route
-
-    @property
     def steps(self) -> int:
         return len(self.loss) - 1
 
@@ -489,7 +485,7 @@ class CertifiedRun:
         else:
             r_lower, sigma_0, extra = c.r_sigma_lower, c.sigma_0, {"eps": c.eps}
         out = {
-            "route": self.route, "certified": c.certified, "ratio": c.ratio, "rho": c.rho,
+            "route": c.route, "certified": c.certified, "ratio": c.ratio, "rho": c.rho,
             "r_sigma_lower": r_lower, "radius": c.radius, "L_upper": c.L_upper, "J_upper": c.J_upper,
             "mu": c.mu, "alpha": c.alpha, "mu_alpha": c.mu_alpha, "sigma_0": sigma_0,
             "initial_loss": float(self.loss[0]), "final_loss": float(self.loss[-1]),

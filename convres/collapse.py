@@ -216,8 +216,7 @@ def value_counterexample(n: int = 6, d: int = 8, *, beta: float = 1.0, seed: int
     """Where the residual does not save the rank: ``W_V = -beta I`` gives ``Z = beta (I - S) X`` with
     ``(I - S) 1 = 0``, so ``rank Z <= n - 1``; ``identity_attention`` pushes ``S`` to ``I`` and ``Z``
     to 0. Returns ``X, W_Q, W_K, W_V, S, A, Z``."""
-    beta = as_real("beta", beta, minimum=0.0)
-    scale = as_real("scale", scale, minimum=0.0, above=True)
+    beta = as_real("beta", beta, minimum=0.0)      # (the scale: checked by attention_output)
     inst = gaussian_instance(n, d, d, seed)
     X, W_Q, W_K = inst["X"], inst["W_Q"], inst["W_K"]
     if identity_attention:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import torch
 
 from .model import ModelConfig, layer_params, phi, trace_no_grad
-from .rank import sigma_k, sigma_nn, singular_values, spectral_norm, stacked, weyl_lower_bounds
+from .rank import sigma_k, sigma_nn, singular_values, spectral_norm, stacked
 from .values import as_int, as_real
 
 __all__ = ["alpha", "path_radius", "alpha_ffn", "rate_alpha", "flat_norm", "hessian_norm",
@@ -116,10 +116,8 @@ def residual_lemma(params, X, cfg, *, layer: int = 1) -> dict:
     W_V = layer_params(params, layer)["W_V"]
     crude_norm = math.sqrt(X.shape[1]) * spectral_norm(X_in) * spectral_norm(W_V)
     sigma_X = sigma_nn(X_in)
-    weyl = float(weyl_lower_bounds(X_in, A, beta)[0]) if X_in.shape[0] <= X_in.shape[1] \
-        else beta * sigma_X - attn_norm
     return {"sigma_Z": sigma_nn(tr.Z[layer - 1]), "sigma_X": sigma_X, "attn_norm": attn_norm,
-            "weyl": weyl, "crude": beta * sigma_X - crude_norm}
+            "weyl": beta * sigma_X - attn_norm, "crude": beta * sigma_X - crude_norm}
 
 
 def ffn_lemma(params, X, cfg, *, layer: int = 1) -> dict:

@@ -79,8 +79,6 @@ ACTIVATIONS: dict[str, Activation] = {
 #: Named attention scales ``s`` in ``softmax(s X W_Q W_K^T X^T)``.
 SCALES = ("1/sqrt(d_qk)", "1/d_qk", "1")
 
-LAYER_WEIGHTS = ("W_Q", "W_K", "W_V", "W_1", "W_2")
-POOLS = (None, "mean")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,10 +102,7 @@ class ModelConfig:
 
     def __post_init__(self):
         for name in ("d", "d_qk", "m", "c", "L"):
-            try:
-                object.__setattr__(self, name, as_int(f"ModelConfig.{name}", getattr(self, name), minimum=1))
-            except ValueError as err:
-                raise ValueError(f"{str(err)[:-1]}; pass e.g. {name}=4.") from None
+            object.__setattr__(self, name, as_int(f"ModelConfig.{name}", getattr(self, name), minimum=1))
         for name in ("beta", "beta_attn", "beta_ffn"):
             value = getattr(self, name)
             if value is not None or name == "beta":
@@ -120,7 +115,7 @@ class ModelConfig:
             raise ValueError(f"unknown activation {self.activation!r}; choose one of "
                              f"{sorted(ACTIVATIONS)}.")
         attention_scale(self)  # checks `scale`
-        if self.pool not in POOLS:
+        if self.pool not in (None, "mean"):
             raise ValueError(f"unknown pool {self.pool!r}; choose None (per token) or 'mean'.")
 
     @property
@@ -227,7 +222,7 @@ def init_params(cfg: ModelConfig, seed: int | torch.Generator = 0, *, dtype=torc
 
 def layer_params(params: Mapping[str, torch.Tensor], l: int) -> dict[str, torch.Tensor]:
     """The weights of block ``l`` (counted from 1) under their short names ``W_Q``, ..., ``W_2``."""
-    return {w: params[f"layer{l}.{w}"] for w in LAYER_WEIGHTS}
+    return {w: params[f"layer{l}.{w}"] for w in ("W_Q", "W_K", "W_V", "W_1", "W_2")}
 
 
 # --- the forward pass (pure: no checks) ---------------------------------------------------------

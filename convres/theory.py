@@ -34,8 +34,7 @@ from .values import as_int, as_real, as_seed
 
 __all__ = ["part_b_check", "check_assumptions", "RunCheck", "verify_run", "TheoremRun",
            "theorem_run", "FFNTheoremRun", "ffn_theorem_run", "tangent_kernel_blocks", "lazy_report",
-           "sampled_estimates",
-           "MIN_DECREASE"]
+           "sampled_estimates", "MIN_DECREASE"]
 
 #: The "non-vacuous rate" hypothesis: the guaranteed factor ``(1 - mu alpha)^T`` is at most this.
 MIN_DECREASE = 0.9
@@ -120,16 +119,8 @@ class RunCheck:
     max_distance: float
 
     @property
-    def violations(self) -> int:
-        return self.contraction.violations
-
-    @property
     def checked_steps(self) -> int:
         return self.contraction.checked_steps
-
-    @property
-    def max_excess(self) -> float:
-        return self.contraction.max_excess
 
     @property
     def every_step_observed(self) -> bool:
@@ -198,8 +189,8 @@ class TheoremRun:
             "status": self.status, "alpha": self.alpha, "sigma_nn_H0": self.sigma_0, "mu": self.mu,
             "mu_max": self.mu_max, "mu_max_is_estimate": True, "sigma_min_Z0": self.sigma_min_Z0,
             "sigma_max_Z0": self.sigma_max_Z0, "assumptions_hold": self.assumptions_hold,
-            "violations": self.check.violations if verified else None,
-            "max_excess": self.check.max_excess if verified else None,
+            "violations": self.check.contraction.violations if verified else None,
+            "max_excess": self.check.contraction.max_excess if verified else None,
             "checked_steps": self.check.checked_steps, "observed_steps": self.check.observed,
             "initial_loss": float(h.loss[0]), "final_loss": float(h.loss[-1]), "steps": h.steps,
             "rho": b["rho"], "r_sigma_upper": b["r_sigma_upper"], "r_sigma_lower": b["r_sigma_lower"],
@@ -281,11 +272,6 @@ class FFNTheoremRun:
         """The run did not diverge, and a step was checked."""
         return self.status != "diverged" and self.contraction.checked_steps > 0
 
-    @property
-    def violations(self) -> int | None:
-        """Checked steps with ``Phi_{t+1} > (1 - mu alpha') Phi_t``; ``None`` if not verified."""
-        return self.contraction.violations if self.verified else None
-
     def summary(self) -> dict:
         """The scalar fields, JSON-ready; ``checked_conditions_hold``: every evaluated hypothesis held."""
         h = self.history
@@ -295,7 +281,7 @@ class FFNTheoremRun:
             "mu": self.mu, "mu_alpha": self.mu * self.alpha_ffn,
             "hypotheses": {x.name: x.to_dict() for x in self.hypotheses},
             "checked_conditions_hold": all(x.holds for x in self.hypotheses),
-            "violations": self.violations,
+            "violations": self.contraction.violations if self.verified else None,
             "max_excess": self.contraction.max_excess if self.verified else None,
             "checked_steps": self.contraction.checked_steps, "observed_steps": int(self.observed),
             "recorded_steps": int(len(self.recorded_steps)),
@@ -315,8 +301,7 @@ def ffn_theorem_run(params, X, Y, cfg, *, mu: float, steps: int, record_every: i
     record_every = as_int("record_every", record_every, minimum=1)
     seed = as_seed("seed", seed)
     smoothness_iters = as_int("smoothness_iters", smoothness_iters, minimum=0)
-    N, n = X.shape[0], X.shape[1]
-    rows, last = ffn_rows(cfg, N, n), f"layer{cfg.L}"
+    rows, last = ffn_rows(cfg, X.shape[0], X.shape[1]), f"layer{cfg.L}"
     dtype = params["W_U"].dtype
     tol = tolerance(dtype)
     M0 = activation_rows(trace_no_grad(params, X, cfg).M[-1], cfg)
@@ -444,13 +429,8 @@ def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U")
     total = sum(v * v for v in disp.values())
     one = _one_block_descent(p0, X, Y, cfg, block, mu, hist.steps)
     loss = np.asarray(hist.loss, dtype=np.float64)
-    names = list(p0)
-
-    def F_of(*ws):
-        return forward_trace(dict(zip(names, ws)), X, cfg).F
-
-    delta = tuple(final[k] - p0[k] for k in names)
-    F0, JD = torch.func.jvp(F_of, tuple(p0[k] for k in names), delta)[:2]
+    delta = {k: final[k] - p0[k] for k in p0}             # F_0 and its derivative along theta_T - theta_0
+    F0, JD = torch.func.jvp(lambda p: forward_trace(p, X, cfg).F, (p0,), (delta,))[:2]
     FT = trace_no_grad(final, X, cfg).F
     moved = float((FT - F0).norm())
     share = {k: v * v / total for k, v in disp.items()} if total > 0 else {}

@@ -109,15 +109,6 @@ def test_vmap_of_grad_of_phi_equals_autograd_one_by_one():
         torch.func.vmap(convres.forward, in_dims=(0, None, None))(stacked, X, cfg)
 
 
-def test_attention_output_is_exposed():
-    cfg, params, X, _ = small_instance()
-    tr = forward_trace(params, X, cfg)
-    S, A = convres.attention(X, params["layer1.W_Q"], params["layer1.W_K"], params["layer1.W_V"],
-                             convres.model.attention_scale(cfg))
-    assert torch.allclose(S, tr.S[0], rtol=1e-14, atol=1e-15) and torch.allclose(A, tr.A[0], rtol=1e-14, atol=1e-15)
-    assert torch.allclose(tr.Z[0], A + X, rtol=0, atol=1e-15)
-
-
 def test_activation_table_constants():
     x = torch.linspace(-8, 8, 200001, dtype=torch.float64, requires_grad=True)
     for name, act in ACTIVATIONS.items():
@@ -137,13 +128,6 @@ def test_memory_estimate_grows_with_the_sizes():
     cfg = ModelConfig(d=16, d_qk=16, m=16)
     small, big = memory_estimate(cfg, 4, 4), memory_estimate(cfg.replace(L=4), 400, 40)
     assert 0 < small < big and memory_estimate(cfg, 4, 4, configs=3) == 3 * small
-
-
-def test_attention_rows_are_probability_vectors():
-    cfg, params, X, _ = small_instance(L=2)
-    for S in forward_trace(params, X, cfg).S:
-        assert torch.allclose(S.sum(-1), torch.ones(S.shape[:-1], dtype=S.dtype), atol=1e-14)
-        assert (S >= 0).all()
 
 
 def paper_forward(params, X, L, beta):
