@@ -25,7 +25,7 @@ from .values import as_int, as_real
 __all__ = ["Centre", "Chain", "weight_norms", "Certificate", "FFNCentre", "FFNCertificate", "CertifiedRun",
            "centre", "ffn_centre", "chain", "radius_within", "r_sigma_lower", "second_order",
            "jacobian_upper", "smoothness_upper", "smoothness_bounds", "certificate", "certificate_of",
-           "sharpest_certificate_of", "ffn_certificate", "ffn_certificate_of",
+           "sharpest_certificate_of", "ffn_certificate", "ffn_certificate_of", "check_one",
            "check_certifiable", "certified_run", "ffn_certified_run", "BLOCKS", "SOFTMAX_C2", "EPS_BOOK",
            "EPS_GRID", "BALL_MARGIN", "RIEMANN_STEPS", "ROUTES"]
 
@@ -87,24 +87,30 @@ class Centre:
         return 2 * self.R0 / ((1 - eps) * self.sigma_0) if self.sigma_0 > 0 else math.inf
 
 
+def check_one(params, X, Y, cfg, *, per_token: bool = True) -> None:
+    """:func:`convres.model.check_inputs` for one configuration (no stacked weights), with the
+    per-token readout of thm-main if ``per_token``."""
+    check_inputs(params, X, Y, cfg)
+    if per_token and cfg.pool is not None:
+        raise ValueError(f"thm-main is stated per token (pool=None), got pool={cfg.pool!r}; use "
+                         "ModelConfig(pool=None) (the FFN route, route='ffn', takes the pooled readout).")
+    if params["W_U"].dim() != 2:
+        raise ValueError("the theorems take one configuration (weights without a leading axis of "
+                         "stacked configurations).")
+
+
 def check_certifiable(params, X, Y, cfg, route: str = "main") -> None:
-    """A clear error unless the bounds apply: one block, smooth activation, one configuration, per
-    token for ``route="main"``."""
+    """A clear error unless the bounds apply: :func:`check_one` (per token for ``route="main"``), one
+    block, smooth activation."""
     if route not in ROUTES:
         raise ValueError(f"route must be one of {ROUTES}, got {route!r}.")
-    check_inputs(params, X, Y, cfg)
+    check_one(params, X, Y, cfg, per_token=route == "main")
     if cfg.L != 1:
         raise ValueError(f"the certified bounds are for one block (L = 1), got L = {cfg.L}; "
                          "use ModelConfig(L=1).")
-    if route == "main" and cfg.pool is not None:
-        raise ValueError(f"the certificate of thm-main is per token (pool=None), got pool={cfg.pool!r}; "
-                         "the FFN route (route='ffn') takes the pooled readout.")
     if not cfg.act.smooth or not math.isfinite(cfg.act.lip2):
         raise ValueError(f"the smoothness bound needs a smooth activation (gelu, tanh, softplus), "
                          f"got {cfg.activation!r}.")
-    if params["W_U"].dim() != 2:
-        raise ValueError("the certified bounds take one configuration (weights without a leading "
-                         "axis of stacked configurations).")
 
 
 def _norms(T: torch.Tensor) -> np.ndarray:
@@ -304,11 +310,6 @@ class Certificate:
         """The certified contraction per step, ``mu alpha``."""
         return self.mu * self.alpha
 
-    @property
-    def sigma_floor(self) -> float:
-        """The certified lower bound ``(1 - eps) sigma_0`` of ``sigma_Nn(H_t)``."""
-        return (1 - self.eps) * self.sigma_0
-
     def to_dict(self) -> dict:
         """JSON-ready (infinite values become ``None``)."""
         return finite_fields({**dataclasses.asdict(self), "mu_alpha": self.mu_alpha})
@@ -456,10 +457,6 @@ class CertifiedRun:
     status: str
 
     @property
-    def route(self) -> str:
-        return self.certificate.route
-
-    @property
     def steps(self) -> int:
         return len(self.loss) - 1
 
@@ -488,7 +485,7 @@ class CertifiedRun:
         else:
             r_lower, sigma_0, extra = c.r_sigma_lower, c.sigma_0, {"eps": c.eps}
         out = {
-            "route": self.route, "certified": c.certified, "ratio": c.ratio, "rho": c.rho,
+            "route": c.route, "certified": c.certified, "ratio": c.ratio, "rho": c.rho,
             "r_sigma_lower": r_lower, "radius": c.radius, "L_upper": c.L_upper, "J_upper": c.J_upper,
             "mu": c.mu, "alpha": c.alpha, "mu_alpha": c.mu_alpha, "sigma_0": sigma_0,
             "initial_loss": float(self.loss[0]), "final_loss": float(self.loss[-1]),
@@ -544,7 +541,7 @@ def certified_run(params, X, Y, cfg, *, steps: int = 100, cert: Certificate | No
         raise TypeError(f"cert must be a Certificate of thm-main, got {type(cert).__name__}; use "
                         "ffn_certified_run for an FFNCertificate.")
     return _checked_run(params, X, Y, cfg, cert, steps, lambda step: (sigma_nn(step.trace.H[-1]), 0.0),
-                        (cert.sigma_floor, 0.0))
+                        ((1 - cert.eps) * cert.sigma_0, 0.0))
 
 
 def ffn_certified_run(params, X, Y, cfg, *, steps: int = 100,

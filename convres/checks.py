@@ -24,10 +24,9 @@ FLOAT_TOL = 1e-9
 LOSS_FLOOR = 1e-20
 
 
-def tolerance(dtype: torch.dtype | str = torch.float64) -> float:
+def tolerance(dtype: torch.dtype = torch.float64) -> float:
     """The relative tolerance of a check on losses computed in ``dtype``: :data:`FLOAT_TOL` in
     float64, ``100 eps`` otherwise (``1.2e-5`` in float32)."""
-    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     return FLOAT_TOL if dtype == torch.float64 else 100 * torch.finfo(dtype).eps
 
 
@@ -66,25 +65,17 @@ class Hypothesis:
 
 @dataclasses.dataclass(frozen=True)
 class Contraction:
-    """A loss curve checked against ``Phi_{t+1} <= (1 - rate_t) Phi_t``: ``steps`` are the checked
-    ``t`` (those with ``Phi_t > LOSS_FLOOR Phi_0``), ``excess[k] = Phi_{t+1}/Phi_t - (1 - rate_t)``
-    at ``t = steps[k]``; a violation is an excess above ``tolerance``."""
+    """A loss curve checked against ``Phi_{t+1} <= (1 - rate_t) Phi_t``: ``steps`` are the
+    ``checked_steps`` ``t`` (those with ``Phi_t > LOSS_FLOOR Phi_0``), ``excess[k] = Phi_{t+1}/Phi_t -
+    (1 - rate_t)`` at ``t = steps[k]`` (largest ``max_excess``, NaN if none); ``violations``: the
+    excesses above ``tolerance``."""
 
     steps: np.ndarray
     excess: np.ndarray
     tolerance: float
-
-    @property
-    def checked_steps(self) -> int:
-        return int(len(self.steps))
-
-    @property
-    def violations(self) -> int:
-        return int((self.excess > self.tolerance).sum())
-
-    @property
-    def max_excess(self) -> float:
-        return float(self.excess.max()) if len(self.excess) else math.nan
+    checked_steps: int
+    violations: int
+    max_excess: float
 
     @property
     def holds(self) -> bool:
@@ -101,4 +92,6 @@ def contraction_check(loss, rate, *, tol: float = FLOAT_TOL, floor: float = LOSS
     live = np.nonzero(loss[:T] > floor * loss[0])[0] if T else np.zeros(0, dtype=int)
     with np.errstate(divide="ignore", invalid="ignore"):
         excess = loss[live + 1] / loss[live] - (1 - rate[live])
-    return Contraction(steps=live, excess=excess, tolerance=float(tol))
+    return Contraction(steps=live, excess=excess, tolerance=float(tol), checked_steps=int(len(live)),
+                       violations=int((excess > float(tol)).sum()),
+                       max_excess=float(excess.max()) if len(excess) else math.nan)

@@ -17,7 +17,7 @@ import torch
 
 from .gd import loss_and_grad
 from .instances import collapse_instance
-from .model import SCALES, ModelConfig, attention, attention_logits, attention_scale
+from .model import ModelConfig, attention, attention_logits, attention_scale
 from .rank import rank_one_residual, singular_value_measures, singular_values, spectral_norm
 from .runtime import torch_threads
 from .values import as_int, as_real
@@ -41,40 +41,21 @@ __all__ = [
 DTYPE = torch.float64
 
 
-def _check_beta(name: str, value) -> float:
-    return as_real(f"{name} (0 removes the residual)", value, minimum=0.0)
-
-
-def _check_scale(value) -> float:
-    return as_real("the attention scale s", value, minimum=0.0, above=True)
-
-
-def _check_matrix(name: str, M, ndim=(2, 3)) -> None:
-    if not isinstance(M, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(M).__name__}.")
-    if M.dim() not in ndim:
-        raise ValueError(f"{name} must have {' or '.join(map(str, ndim))} dimensions, got shape "
-                         f"{tuple(M.shape)}.")
-
-
 def attention_output(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, W_V: torch.Tensor,
                      s: float, beta: float = 0.0):
     """``(S, Attn(X), Z)`` (book equations (1), (2)) by :func:`convres.model.attention`, for one
     sequence ``(n, d)`` or a batch ``(N, n, d)``."""
-    _check_matrix("X", X)
-    for name, W in (("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V)):
-        _check_matrix(name, W, ndim=(2,))
-        if W.shape[0] != X.shape[-1]:
-            raise ValueError(f"{name} has {W.shape[0]} rows but X has d={X.shape[-1]} features; "
-                             f"{name} must be (d x ...).")
-    if W_Q.shape != W_K.shape:
-        raise ValueError(f"W_Q and W_K must have the same shape (d x d_qk), got {tuple(W_Q.shape)} and "
-                         f"{tuple(W_K.shape)}.")
-    if W_V.shape[1] != X.shape[-1]:
-        raise ValueError(f"W_V must be (d x d) = ({X.shape[-1]} x {X.shape[-1]}) for the residual, got "
-                         f"{tuple(W_V.shape)}.")
-    S, A = attention(X, W_Q, W_K, W_V, _check_scale(s))
-    return S, A, A + _check_beta("beta", beta) * X
+    for name, M in (("X", X), ("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V)):
+        if not isinstance(M, torch.Tensor) or M.dim() not in ((2, 3) if name == "X" else (2,)):
+            raise ValueError(f"{name} must be a matrix (X: or a batch of them) as a torch.Tensor, got "
+                             f"{getattr(M, 'shape', type(M))}.")
+    d, d_qk = X.shape[-1], W_Q.shape[1]
+    for name, W, shape in (("W_Q", W_Q, (d, d_qk)), ("W_K", W_K, (d, d_qk)), ("W_V", W_V, (d, d))):
+        if tuple(W.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape} (d = {d} features of X, d_qk = {d_qk} "
+                             f"columns of W_Q), got {tuple(W.shape)}.")
+    S, A = attention(X, W_Q, W_K, W_V, as_real("the attention scale s", s, minimum=0.0, above=True))
+    return S, A, A + as_real("beta", beta, minimum=0.0) * X
 
 
 def collapse_measures(M: torch.Tensor) -> dict[str, float | np.ndarray]:
@@ -146,7 +127,7 @@ def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float
 @torch_threads(1)  # many tiny matrices: one PyTorch thread is faster than several
 def _sweep(inst_at, points: Sequence, betas: Sequence[float]) -> dict[str, np.ndarray]:
     """Shared loop of :func:`dqk_sweep` and :func:`scale_sweep`."""
-    betas = [_check_beta(f"betas[{i}]", b) for i, b in enumerate(betas)]
+    betas = [as_real(f"betas[{i}]", b, minimum=0.0) for i, b in enumerate(betas)]
     S_all, A_all, Z_all, rows = [], [], [], []
     for p in points:
         X, W_Q, W_K, W_V, s = inst_at(p)
@@ -191,8 +172,6 @@ def dqk_sweep(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *, n: i
         raise ValueError(f"d_qks must be a non-empty list of positive integers, got {d_qks!r}.")
     for i, v in enumerate(d_qks):
         as_int(f"d_qks[{i}]", v, minimum=1)
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}.")
     inst = gaussian_instance(n, d, max(d_qks), seed)
 
     def at(k):
@@ -221,7 +200,7 @@ def scale_sweep(scales: Sequence[float], betas: Sequence[float] = (0.1, 1.0), *,
     instance (e.g. :func:`spiked_instance`); the keys of :func:`dqk_sweep`, ``scale`` for ``d_qk``."""
     if not isinstance(scales, Sequence) or len(scales) == 0:
         raise ValueError(f"scales must be a non-empty list of positive numbers, got {scales!r}.")
-    scales = [_check_scale(s) for s in scales]
+    scales = [as_real(f"scales[{i}]", s, minimum=0.0, above=True) for i, s in enumerate(scales)]
     missing = {"X", "W_Q", "W_K", "W_V"} - set(instance)
     if missing:
         raise ValueError("instance must hold X, W_Q, W_K and W_V (e.g. from spiked_instance), missing "
@@ -237,8 +216,7 @@ def value_counterexample(n: int = 6, d: int = 8, *, beta: float = 1.0, seed: int
     """Where the residual does not save the rank: ``W_V = -beta I`` gives ``Z = beta (I - S) X`` with
     ``(I - S) 1 = 0``, so ``rank Z <= n - 1``; ``identity_attention`` pushes ``S`` to ``I`` and ``Z``
     to 0. Returns ``X, W_Q, W_K, W_V, S, A, Z``."""
-    beta = _check_beta("beta", beta)
-    scale = _check_scale(scale)
+    beta = as_real("beta", beta, minimum=0.0)      # (the scale: checked by attention_output)
     inst = gaussian_instance(n, d, d, seed)
     X, W_Q, W_K = inst["X"], inst["W_Q"], inst["W_K"]
     if identity_attention:
@@ -277,7 +255,7 @@ def sigma_min_table(beta: float = 1.0, d_qks: Sequence[int] = TABLE_D_QKS, *, n:
                     seed: int = 0, seeds: int = 16) -> list[dict[str, float]]:
     """Per ``d_qk``, the median over ``seeds`` instances (from ``seed``) of ``sigma_min(Attn(X))`` and
     ``sigma_min(Attn(X) + beta X)`` at scale ``1/d_qk``, with the 10% and 90% quantiles of the first."""
-    beta = _check_beta("beta", beta)
+    beta = as_real("beta", beta, minimum=0.0)
     as_int("seeds", seeds, minimum=1)
     as_int("seed", seed, minimum=0)
     sw = dqk_sweep_seeds(list(d_qks), [beta], seeds=list(range(seed, seed + seeds)), n=n, d=d)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .backprop import backward_rows, forward_rows, trace_of, transposes
-from .model import ModelConfig, Trace, check_cost, check_inputs, memory_estimate, phi_and_grad, rows_of
+from .model import ModelConfig, Trace, check_cost, check_inputs, phi_and_grad, rows_of
 from .rank import extreme_singular_values
 from .runtime import check_device
 from .values import as_int, as_real, is_real
@@ -97,14 +97,13 @@ class Step:
     trace: Trace
 
 
-def loss_and_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,
-                  cfg: ModelConfig, *, residual=None):
+def loss_and_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cfg: ModelConfig):
     """``(Phi(theta), grad Phi(theta), trace)``: :func:`convres.model.phi_and_grad`, inputs checked."""
-    B = check_inputs(params, X, Y, cfg, residual=residual, finite=False)
+    B = check_inputs(params, X, Y, cfg, finite=False)
     check_cost(cfg, X.shape[0], X.shape[1], configs=B or 1, dtype=X.dtype, device=X.device)
-    check_inputs(params, X, Y, cfg, residual=residual)
+    check_inputs(params, X, Y, cfg)
     with torch.no_grad():
-        return phi_and_grad(params, X, Y, cfg, residual=residual)
+        return phi_and_grad(params, X, Y, cfg)
 
 
 #: Stack configurations only while one's block activations, ``N n (d + d_qk + m + n)`` entries,
@@ -157,14 +156,12 @@ def gradient_descent(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: tor
     if not isinstance(params, Mapping):
         raise TypeError(f"gradient_descent runs one configuration (a dict of weights); for a list "
                         f"of them use convres.sweep(...), got {type(params).__name__}.")
-    if not isinstance(cfg, ModelConfig):
-        raise TypeError(f"cfg must be a convres.ModelConfig (one run; for several use convres.sweep), "
-                        f"got {type(cfg).__name__}.")
     return sweep([params], X, Y, cfg, as_real("the step size mu", mu, minimum=0.0, above=True),
                  steps, **options)[0]
 
 
-def _as_lists(params, cfg, mu) -> tuple[list, list, list]:
+def _as_lists(params, X, Y, cfg, mu) -> tuple[list, list, list, list, list]:
+    """``params``, ``X``, ``Y``, ``cfg`` and ``mu`` as one entry per configuration (shared ones repeated)."""
     if isinstance(params, Mapping) or not isinstance(params, Sequence) or isinstance(params, (str, bytes)):
         raise TypeError(f"sweep takes a list of weight dicts (one per configuration); for one run use "
                         f"convres.gradient_descent, got {type(params).__name__}.")
@@ -176,37 +173,30 @@ def _as_lists(params, cfg, mu) -> tuple[list, list, list]:
                         f"numbers, got {type(cfg).__name__} and {type(mu).__name__}.")
     if len(cfgs) != k or len(mus) != k:
         raise ValueError(f"params, cfg and mu must have the same length, got {k}, {len(cfgs)}, {len(mus)}.")
-    return list(params), cfgs, mus
-
-
-def _check_run(p, X, Y, cfg, mu, finite: bool) -> float:
-    if not isinstance(cfg, ModelConfig):
-        raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}.")
-    check_inputs(p, X, Y, cfg, finite=finite)
-    if p["W_U"].dtype not in (torch.float64, torch.float32):
-        raise TypeError(f"gradient descent runs in torch.float64 or torch.float32 (its singular "
-                        f"values need them), got {p['W_U'].dtype}; convert the weights and data "
-                        "with .double() (or .float()).")
-    return as_real("the step size mu", mu, minimum=0.0, above=True)
-
-
-def _data_lists(X, Y, count: int) -> tuple[list, list]:
-    """``X`` and ``Y`` as one tensor per configuration (the same tensor when shared)."""
-    lists = [isinstance(v, (list, tuple)) for v in (X, Y)]
-    if lists[0] != lists[1]:
+    per_config = [isinstance(v, (list, tuple)) for v in (X, Y)]
+    if per_config[0] != per_config[1]:
         raise TypeError("X and Y must both be tensors (data shared by every configuration) or both be "
                         "lists with one tensor per configuration.")
-    if not lists[0]:
-        return [X] * count, [Y] * count
-    if len(X) != count or len(Y) != count:
+    if per_config[0] and (len(X) != k or len(Y) != k):
         raise ValueError(f"with data per configuration, X and Y need one tensor per configuration "
-                         f"({count}), got {len(X)} and {len(Y)}.")
-    return list(X), list(Y)
+                         f"({k}), got {len(X)} and {len(Y)}.")
+    Xs, Ys = (list(X), list(Y)) if per_config[0] else ([X] * k, [Y] * k)
+    return list(params), Xs, Ys, cfgs, mus
 
 
-def _shared(cfg: ModelConfig) -> ModelConfig:
-    """What configurations in one stack must share: everything but the residual coefficients."""
-    return cfg.replace(beta=1.0, beta_attn=None, beta_ffn=None)
+def _check_runs(params_list, Xs, Ys, cfgs, mus, finite: bool) -> None:
+    """Each configuration's inputs (:func:`convres.model.check_inputs`) and step size (``mus`` made
+    floats in place); an error names the configuration when there are several."""
+    for i, (p, c, m) in enumerate(zip(params_list, cfgs, mus)):
+        try:
+            check_inputs(p, Xs[i], Ys[i], c, finite=finite)
+            if p["W_U"].dtype not in (torch.float64, torch.float32):
+                raise TypeError(f"gradient descent runs in torch.float64 or torch.float32 (its singular "
+                                f"values need them), got {p['W_U'].dtype}; convert the weights and data "
+                                "with .double() (or .float()).")
+            mus[i] = as_real("the step size mu", m, minimum=0.0, above=True)
+        except (TypeError, ValueError) as err:
+            raise type(err)(err if len(params_list) == 1 else f"configuration {i}: {err}") from None
 
 
 def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: int, *,
@@ -218,12 +208,8 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
     SVD each); ``tol``, ``rtol``, ``blowup``: :func:`stopping_rule`; ``callback(step)`` at every
     kept iterate (:class:`Step`); ``device``: where to run; ``chunk``: stack size (:func:`chunk_size`).
     """
-    params_list, cfgs, mus = _as_lists(params, cfg, mu)
-    Xs, Ys = _data_lists(X, Y, len(params_list))
-    if is_real(steps) and not isinstance(steps, bool) and float(steps) > MAX_STEPS:
-        raise ValueError(f"steps={steps!r} is more than {MAX_STEPS:,}: at a millisecond a step that is "
-                         "over a day of computing; use fewer steps (and tol= or rtol= to stop early).")
-    steps = as_int("steps", steps, minimum=0)
+    params_list, Xs, Ys, cfgs, mus = _as_lists(params, X, Y, cfg, mu)
+    steps = as_int("steps", steps, minimum=0, maximum=MAX_STEPS)
     record_every = None if record_every is None else as_int("record_every", record_every, minimum=1)
     tol = as_real("tol", tol, minimum=0.0, finite=False)
     rtol = as_real("rtol", rtol, minimum=0.0, maximum=1.0)
@@ -233,23 +219,23 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
         raise RuntimeError("gradient descent returns weights and traces for autograd to use, which "
                            "torch.inference_mode() forbids; call it outside that block.")
     dev = check_device(device) if device is not None else None
-    for finite in (False, True):     # the shapes, the cost (before a value is read), the values
-        for i, (p, c, m) in enumerate(zip(params_list, cfgs, mus)):
-            try:
-                mus[i] = _check_run(p, Xs[i], Ys[i], c, m, finite)
-            except (TypeError, ValueError) as err:
-                raise type(err)(err if len(params_list) == 1 else f"configuration {i}: {err}") from None
-        if not finite:
-            _check_cost(params_list, Xs, cfgs, dev, chunk)
+    _check_runs(params_list, Xs, Ys, cfgs, mus, finite=False)       # the shapes
     groups: dict = {}
-    for i, (p, c) in enumerate(zip(params_list, cfgs)):
-        key = (_shared(c), p["W_U"].dtype, p["W_U"].device, tuple(Xs[i].shape), tuple(Ys[i].shape))
+    for i, (p, c) in enumerate(zip(params_list, cfgs)):    # one stack shares all but the residual
+        shared = c.replace(beta=1.0, beta_attn=None, beta_ffn=None)
+        key = (shared, p["W_U"].dtype, p["W_U"].device, tuple(Xs[i].shape), tuple(Ys[i].shape))
         groups.setdefault(key, []).append(i)
     chunks = []
-    for (shared, *_), idx in groups.items():
+    for (shared, dtype, on, *_), idx in groups.items():
         size = chunk or chunk_size(shared, Xs[idx[0]], len(idx))
         chunks += [idx[j:j + size] for j in range(0, len(idx), size)]
-    bar = _progress(steps * len(chunks), progress)
+        check_cost(shared, *Xs[idx[0]].shape[:2], configs=min(size, len(idx)), dtype=dtype,
+                   device=on if dev is None else dev)          # the largest stack, before a value is read
+    _check_runs(params_list, Xs, Ys, cfgs, mus, finite=True)        # the values
+    bar = None
+    if progress and steps * len(chunks) > 0:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=steps * len(chunks), desc="gradient descent", unit="step", leave=False)
     results: list = [None] * len(params_list)
     try:
         for idx in chunks:
@@ -263,17 +249,6 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
         if bar is not None:
             bar.close()
     return results
-
-
-def _check_cost(params_list, Xs, cfgs, dev, chunk) -> None:
-    """:func:`convres.model.check_cost` for the stack that needs the most memory."""
-    count = [min(len(Xs), chunk or STACK_MAX) if chunk_size(c, X, len(Xs)) > 1 else 1
-             for X, c in zip(Xs, cfgs)]
-    need = [memory_estimate(c, *X.shape[:2], configs=k, dtype=X.dtype) for X, c, k in zip(Xs, cfgs, count)]
-    if need:
-        i = int(np.argmax(need))
-        check_cost(cfgs[i], Xs[i].shape[0], Xs[i].shape[1], configs=count[i], dtype=Xs[i].dtype,
-                   device=dev if dev is not None else params_list[0]["W_U"].device)
 
 
 @dataclasses.dataclass
@@ -306,8 +281,8 @@ BLOCK_MAX = 64
 
 
 class _Loop:
-    """One chunk of configurations sharing ``_shared(cfg)``. The active weights are one flat tensor
-    ``theta`` (views ``W``, ``(B, p, q)`` each), updated by ``theta -= mu grad`` in one operation.
+    """One chunk of configurations sharing all of ``cfg`` but the residual. The active weights are
+    one flat tensor ``theta`` (views ``W``, ``(B, p, q)``), updated by ``theta -= mu grad`` at once.
     Steps run in blocks (one step under a ``callback``, else doubling up to BLOCK_MAX): losses and
     norms are read back once a block ends; a configuration that stopped inside it replays the
     block's updates to its iterate (the same numbers) and leaves the stack."""
@@ -519,9 +494,3 @@ def _spectra(tr: Trace) -> torch.Tensor:
     """``(sigma_min, sigma_max)`` of ``Z_1`` and of ``H_L`` per configuration, ``(B, 4)``."""
     return torch.cat([extreme_singular_values(tr.Z[0]), extreme_singular_values(tr.H[-1])], dim=1)
 
-
-def _progress(total: int, enabled: bool):
-    if not enabled or total == 0:
-        return None
-    from tqdm.auto import tqdm
-    return tqdm(total=total, desc="gradient descent", unit="step", leave=False)

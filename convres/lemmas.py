@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import torch
 
 from .model import ModelConfig, layer_params, phi, trace_no_grad
-from .rank import sigma_k, sigma_nn, singular_values, spectral_norm, stacked, weyl_lower_bounds
+from .rank import sigma_k, sigma_nn, singular_values, spectral_norm, stacked
 from .values import as_int, as_real
 
 __all__ = ["alpha", "path_radius", "alpha_ffn", "rate_alpha", "flat_norm", "hessian_norm",
@@ -100,10 +100,6 @@ def mu_max(params, X, Y, cfg, *, safety: float = 2.0, **kwargs) -> float:
     return math.inf if L_hat == 0 else 1.0 / (safety * L_hat)
 
 
-def _layer(cfg: ModelConfig, layer) -> int:
-    return as_int("layer", layer, minimum=1, maximum=cfg.L)
-
-
 def residual_lemma(params, X, cfg, *, layer: int = 1) -> dict:
     """Both sides of the residual lemma (thm-residual), ``A = Attn(X_in)``, ``Z = A + beta_attn X_in``::
 
@@ -111,7 +107,7 @@ def residual_lemma(params, X, cfg, *, layer: int = 1) -> dict:
 
     Returns ``sigma_Z``, ``weyl`` (middle), ``crude`` (right), ``sigma_X`` and ``attn_norm``.
     """
-    layer = _layer(cfg, layer)
+    layer = as_int("layer", layer, minimum=1, maximum=cfg.L)
     tr = trace_no_grad(params, X, cfg)
     X_in = stacked(X if layer == 1 else tr.H[layer - 2])
     A = stacked(tr.A[layer - 1])
@@ -120,10 +116,8 @@ def residual_lemma(params, X, cfg, *, layer: int = 1) -> dict:
     W_V = layer_params(params, layer)["W_V"]
     crude_norm = math.sqrt(X.shape[1]) * spectral_norm(X_in) * spectral_norm(W_V)
     sigma_X = sigma_nn(X_in)
-    weyl = float(weyl_lower_bounds(X_in, A, beta)[0]) if X_in.shape[0] <= X_in.shape[1] \
-        else beta * sigma_X - attn_norm
     return {"sigma_Z": sigma_nn(tr.Z[layer - 1]), "sigma_X": sigma_X, "attn_norm": attn_norm,
-            "weyl": weyl, "crude": beta * sigma_X - crude_norm}
+            "weyl": beta * sigma_X - attn_norm, "crude": beta * sigma_X - crude_norm}
 
 
 def ffn_lemma(params, X, cfg, *, layer: int = 1) -> dict:
@@ -133,7 +127,7 @@ def ffn_lemma(params, X, cfg, *, layer: int = 1) -> dict:
 
     with ``gain = cfg.act.gain``. Returns ``sigma_H``, ``sigma_Z``, ``ffn_norm``, ``weyl``, ``crude``.
     """
-    layer = _layer(cfg, layer)
+    layer = as_int("layer", layer, minimum=1, maximum=cfg.L)
     tr = trace_no_grad(params, X, cfg)
     W = layer_params(params, layer)
     Z, H = stacked(tr.Z[layer - 1]), stacked(tr.H[layer - 1])

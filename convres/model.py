@@ -79,10 +79,6 @@ ACTIVATIONS: dict[str, Activation] = {
 #: Named attention scales ``s`` in ``softmax(s X W_Q W_K^T X^T)``.
 SCALES = ("1/sqrt(d_qk)", "1/d_qk", "1")
 
-LAYER_WEIGHTS = ("W_Q", "W_K", "W_V", "W_1", "W_2")
-POOLS = (None, "mean")
-#: The residual coefficients of one block, as :attr:`ModelConfig.residual` gives them.
-RESIDUAL_NAMES = ("beta_attn", "beta_ffn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,10 +102,7 @@ class ModelConfig:
 
     def __post_init__(self):
         for name in ("d", "d_qk", "m", "c", "L"):
-            try:
-                object.__setattr__(self, name, as_int(f"ModelConfig.{name}", getattr(self, name), minimum=1))
-            except ValueError as err:
-                raise ValueError(f"{str(err)[:-1]}; pass e.g. {name}=4.") from None
+            object.__setattr__(self, name, as_int(f"ModelConfig.{name}", getattr(self, name), minimum=1))
         for name in ("beta", "beta_attn", "beta_ffn"):
             value = getattr(self, name)
             if value is not None or name == "beta":
@@ -122,7 +115,7 @@ class ModelConfig:
             raise ValueError(f"unknown activation {self.activation!r}; choose one of "
                              f"{sorted(ACTIVATIONS)}.")
         attention_scale(self)  # checks `scale`
-        if self.pool not in POOLS:
+        if self.pool not in (None, "mean"):
             raise ValueError(f"unknown pool {self.pool!r}; choose None (per token) or 'mean'.")
 
     @property
@@ -229,7 +222,7 @@ def init_params(cfg: ModelConfig, seed: int | torch.Generator = 0, *, dtype=torc
 
 def layer_params(params: Mapping[str, torch.Tensor], l: int) -> dict[str, torch.Tensor]:
     """The weights of block ``l`` (counted from 1) under their short names ``W_Q``, ..., ``W_2``."""
-    return {w: params[f"layer{l}.{w}"] for w in LAYER_WEIGHTS}
+    return {w: params[f"layer{l}.{w}"] for w in ("W_Q", "W_K", "W_V", "W_1", "W_2")}
 
 
 # --- the forward pass (pure: no checks) ---------------------------------------------------------
@@ -318,12 +311,12 @@ def phi(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cf
     return squared_error(forward_trace(params, X, cfg, residual=residual).F, Y)
 
 
-def _checked_output(params, X, Y, cfg, residual) -> torch.Tensor:
+def _checked_output(params, X, Y, cfg) -> torch.Tensor:
     """``F`` with the checks of :func:`forward` and :func:`loss`."""
-    B = check_inputs(params, X, Y, cfg, residual=residual, finite=False)
+    B = check_inputs(params, X, Y, cfg, finite=False)
     check_cost(cfg, X.shape[0], X.shape[1], configs=B or 1, dtype=X.dtype, device=X.device, training=False)
-    check_inputs(params, X, Y, cfg, residual=residual)    # the values, once the cost is known
-    F = forward_trace(params, X, cfg, residual=residual).F
+    check_inputs(params, X, Y, cfg)    # the values, once the cost is known
+    F = forward_trace(params, X, cfg).F
     if not bool(torch.isfinite(F).all()):
         raise ValueError("the forward pass overflowed (the output has NaN or infinite entries although "
                          "the inputs are finite): the data or beta are too large for the dtype; "
@@ -331,27 +324,26 @@ def _checked_output(params, X, Y, cfg, residual) -> torch.Tensor:
     return F
 
 
-def forward(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig, *,
-            residual=None) -> torch.Tensor:
+def forward(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
     """``F_Theta(X)`` (book equation (4)): ``(N, n, c)``, or ``(N, c)`` with ``pool="mean"`` (with a
     leading axis ``B`` for stacked weights); inputs checked, an overflow an error, not a NaN."""
-    return _checked_output(params, X, None, cfg, residual)
+    return _checked_output(params, X, None, cfg)
 
 
-def loss(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cfg: ModelConfig, *,
-         residual=None) -> torch.Tensor:
+def loss(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,
+         cfg: ModelConfig) -> torch.Tensor:
     """``Phi(theta)`` (book equation (5)), ``(B,)`` for stacked weights; checked as :func:`forward`
     is (for ``torch.func``, use the pure :func:`phi`)."""
-    return squared_error(_checked_output(params, X, Y, cfg, residual), Y)
+    return squared_error(_checked_output(params, X, Y, cfg), Y)
 
 
 # --- the one place where inputs are checked ------------------------------------------------------
 
 def check_inputs(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor | None,
-                 cfg: ModelConfig, *, residual=None, finite: bool = True) -> int | None:
+                 cfg: ModelConfig, *, finite: bool = True) -> int | None:
     """Raise a clear error unless ``cfg``, ``params`` (all stacked ``B`` deep or none), ``X``
-    ``(N, n, d)``, ``Y`` ``(N, n, c)`` (``(N, c)`` pooled) and ``residual`` fit together: dense real
-    tensors of one dtype and device, finite values if ``finite``. Returns ``B`` (``None``: unstacked)."""
+    ``(N, n, d)`` and ``Y`` ``(N, n, c)`` (``(N, c)`` pooled) fit together: dense real tensors of
+    one dtype and device, finite values if ``finite``. Returns ``B`` (``None``: unstacked)."""
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}; "
                         "create one with convres.ModelConfig(d=..., d_qk=..., m=...).")
@@ -365,18 +357,13 @@ def check_inputs(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.T
         expected = (N, cfg.c) if cfg.pool == "mean" else (N, n, cfg.c)
         _check_tensor("Y", Y, expected, f"(N={N}, n={n}, c={cfg.c}) for pool={cfg.pool!r}", finite)
     W_U = params["W_U"]
-    for name, t in (("X", X), ("Y", Y)):
-        if t is None:
-            continue
-        if t.dtype != W_U.dtype:
-            raise TypeError(f"{name} has dtype {t.dtype} but the weights have dtype {W_U.dtype}; "
-                            f"convert it with {name}.to({W_U.dtype}) (the book's theory uses "
-                            "torch.float64).")
-        if t.device != W_U.device:
-            raise ValueError(f"{name} is on {t.device} but the weights are on {W_U.device}; move it "
-                             f"with {name}.to({str(W_U.device)!r}).")
-    if residual is not None:
-        _check_residual(residual, B, finite)
+    for name, t in [*((f"params[{k!r}]", w) for k, w in params.items()), ("X", X), ("Y", Y)]:
+        if t is not None and t.dtype != W_U.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but the weights W_U have dtype {W_U.dtype}; "
+                            f"convert it with .to({W_U.dtype}) (the book's theory uses torch.float64).")
+        if t is not None and t.device != W_U.device:
+            raise ValueError(f"{name} is on {t.device} but the weights W_U are on {W_U.device}; move it "
+                             f"with .to({str(W_U.device)!r}).")
     return B
 
 
@@ -414,30 +401,8 @@ def _check_params(params, cfg, finite) -> int | None:
     W_U = params["W_U"]
     B = W_U.shape[0] if isinstance(W_U, torch.Tensor) and W_U.dim() == 3 else None
     lead = () if B is None else (B,)
-    kinds = set()
     for name, shape in expected.items():
-        w = params[name]
         sizes = f"d={cfg.d}, d_qk={cfg.d_qk}, m={cfg.m}, c={cfg.c}" + (f", B={B}" if B else "")
-        _check_tensor(f"params[{name!r}]", w, lead + shape, f"{lead + shape} ({sizes})", finite)
-        kinds.add((w.dtype, w.device))
-    if len({k[0] for k in kinds}) > 1:
-        raise TypeError(f"the weights mix dtypes {sorted(str(k[0]) for k in kinds)}; convert them to "
-                        "one, e.g. {k: w.double() for k, w in params.items()}.")
-    if len({k[1] for k in kinds}) > 1:
-        raise ValueError(f"the weights lie on several devices {sorted(str(k[1]) for k in kinds)}; "
-                         "move them to one, e.g. {k: w.to('cpu') for k, w in params.items()}.")
+        _check_tensor(f"params[{name!r}]", params[name], lead + shape, f"{lead + shape} ({sizes})", finite)
     return B
 
-
-def _check_residual(residual, B, finite):
-    if not (isinstance(residual, (tuple, list)) and len(residual) == 2):
-        raise ValueError(f"residual must be a pair (beta_attn, beta_ffn), got {residual!r}.")
-    for name, beta in zip(RESIDUAL_NAMES, residual):
-        if isinstance(beta, torch.Tensor) and beta.dim() > 0:
-            if B is None or tuple(beta.shape) != (B,):
-                raise ValueError(f"residual {name} is a tensor of shape {tuple(beta.shape)}; it must "
-                                 f"have shape (B,) = ({B},) for stacked weights, or be a number.")
-            if finite and not bool(((beta >= 0) & torch.isfinite(beta)).all()):
-                raise ValueError(f"residual {name} must hold finite numbers >= 0, got {beta.tolist()}.")
-        else:
-            as_real(f"residual {name}", beta, minimum=0.0)

@@ -174,9 +174,6 @@ class Plateau:
     radius: float
     radius_attention: float
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 def plateau_certificate(params, X, Y, cfg, mu: float) -> Plateau:
     """Theorem sep-thm (a): the largest ``T <= T_path`` with ``||C(F_0)|| + delta_perp(r_a,T, r_T) <=
@@ -249,7 +246,7 @@ def separation_report(d_qk: int, seed: int = 0, *, mu: float | None = None, N: i
     rate_res = res.mu * res.alpha
     rate = mu * res.alpha if at_mu else None
     steps_to = steps_to_at(rate) if rate is not None else None
-    return {"plateau": plateau.to_dict(),
+    return {"plateau": dataclasses.asdict(plateau),
             "with_residual": {"certified": res.certified, "rate": rate, "steps_to": steps_to, "mu": res.mu,
                               "rate_at_mu_res": rate_res, "steps_to_at_mu_res": steps_to_at(rate_res),
                               "ratio": res.ratio, "eps": res.eps, "initial_loss": res.initial_loss},

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import torch
 
-from .certify import Certificate, centre, certificate_of, chain, check_certifiable
+from .certify import Certificate, centre, certificate_of, chain, check_certifiable, check_one
 from .checks import Contraction, Hypothesis, contraction_check, finite_fields, tolerance
 from .gd import History, Step, gradient_descent, loss_and_grad
 from .lemmas import (
@@ -34,21 +34,10 @@ from .values import as_int, as_real, as_seed
 
 __all__ = ["part_b_check", "check_assumptions", "RunCheck", "verify_run", "TheoremRun",
            "theorem_run", "FFNTheoremRun", "ffn_theorem_run", "tangent_kernel_blocks", "lazy_report",
-           "sampled_estimates",
-           "MIN_DECREASE"]
+           "sampled_estimates", "MIN_DECREASE"]
 
 #: The "non-vacuous rate" hypothesis: the guaranteed factor ``(1 - mu alpha)^T`` is at most this.
 MIN_DECREASE = 0.9
-
-
-def _check_per_token(params, X, Y, cfg):
-    check_inputs(params, X, Y, cfg)
-    if cfg.pool is not None:
-        raise ValueError(f"the theorem is stated per token (pool=None), got pool={cfg.pool!r}; "
-                         "use ModelConfig(pool=None).")
-    if params["W_U"].dim() != 2:
-        raise ValueError("the theorem's checks take one configuration (weights without a leading "
-                         "axis of stacked configurations).")
 
 
 def _part_b(params, X, Y, cfg, phi: float, sigma_0: float, grad_norm: float) -> dict:
@@ -70,7 +59,7 @@ def _part_b(params, X, Y, cfg, phi: float, sigma_0: float, grad_norm: float) -> 
 def part_b_check(params, X, Y, cfg) -> dict:
     """Part (b): ``fails`` if ``rho = 4 sqrt(2 Phi_0) / sigma_0 >= r_sigma_upper``; ``holds`` if
     certified (step ``mu_certified``), else ``None``; ``J0 = ||grad Phi_0|| / sqrt(2 Phi_0) <= J_B``."""
-    _check_per_token(params, X, Y, cfg)
+    check_one(params, X, Y, cfg)
     phi, grads, tr = loss_and_grad(params, X, Y, cfg)
     return _part_b(params, X, Y, cfg, float(phi), sigma_nn(tr.H[-1]), flat_norm(grads.values()))
 
@@ -104,7 +93,7 @@ def check_assumptions(params, X, Y, cfg, *, mu: float | None = None,
     """The book's assumptions on one instance: ``width`` (``N n <= d``), ``smooth activation``,
     ``full-rank input``, ``non-degenerate H_0`` (relative ``sigma_Nn > 1e-10``) and, with ``mu`` and
     ``steps``, ``non-vacuous rate`` (``mu alpha T >= ln(1/0.9)``)."""
-    _check_per_token(params, X, Y, cfg)
+    check_one(params, X, Y, cfg)
     if (mu is None) != (steps is None):
         raise ValueError(f"give both mu and steps (for the non-vacuous-rate check) or neither, got "
                          f"mu={mu!r}, steps={steps!r}.")
@@ -130,16 +119,8 @@ class RunCheck:
     max_distance: float
 
     @property
-    def violations(self) -> int:
-        return self.contraction.violations
-
-    @property
     def checked_steps(self) -> int:
         return self.contraction.checked_steps
-
-    @property
-    def max_excess(self) -> float:
-        return self.contraction.max_excess
 
     @property
     def every_step_observed(self) -> bool:
@@ -208,8 +189,8 @@ class TheoremRun:
             "status": self.status, "alpha": self.alpha, "sigma_nn_H0": self.sigma_0, "mu": self.mu,
             "mu_max": self.mu_max, "mu_max_is_estimate": True, "sigma_min_Z0": self.sigma_min_Z0,
             "sigma_max_Z0": self.sigma_max_Z0, "assumptions_hold": self.assumptions_hold,
-            "violations": self.check.violations if verified else None,
-            "max_excess": self.check.max_excess if verified else None,
+            "violations": self.check.contraction.violations if verified else None,
+            "max_excess": self.check.contraction.max_excess if verified else None,
             "checked_steps": self.check.checked_steps, "observed_steps": self.check.observed,
             "initial_loss": float(h.loss[0]), "final_loss": float(h.loss[-1]), "steps": h.steps,
             "rho": b["rho"], "r_sigma_upper": b["r_sigma_upper"], "r_sigma_lower": b["r_sigma_lower"],
@@ -222,7 +203,7 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
                 smoothness_samples: int = 1, seed: int = 0) -> TheoremRun:
     """Gradient descent with the theorem's step (default ``1 / (safety L_hat)``,
     :func:`convres.lemmas.mu_max`), its inequalities measured at every step (:class:`TheoremRun`)."""
-    _check_per_token(params, X, Y, cfg)
+    check_one(params, X, Y, cfg)
     steps = as_int("steps", steps, minimum=1)
     mu = None if mu is None else as_real("mu", mu, minimum=0.0, above=True)
     safety = as_real("safety", safety, minimum=1.0)
@@ -291,11 +272,6 @@ class FFNTheoremRun:
         """The run did not diverge, and a step was checked."""
         return self.status != "diverged" and self.contraction.checked_steps > 0
 
-    @property
-    def violations(self) -> int | None:
-        """Checked steps with ``Phi_{t+1} > (1 - mu alpha') Phi_t``; ``None`` if not verified."""
-        return self.contraction.violations if self.verified else None
-
     def summary(self) -> dict:
         """The scalar fields, JSON-ready; ``checked_conditions_hold``: every evaluated hypothesis held."""
         h = self.history
@@ -305,7 +281,7 @@ class FFNTheoremRun:
             "mu": self.mu, "mu_alpha": self.mu * self.alpha_ffn,
             "hypotheses": {x.name: x.to_dict() for x in self.hypotheses},
             "checked_conditions_hold": all(x.holds for x in self.hypotheses),
-            "violations": self.violations,
+            "violations": self.contraction.violations if self.verified else None,
             "max_excess": self.contraction.max_excess if self.verified else None,
             "checked_steps": self.contraction.checked_steps, "observed_steps": int(self.observed),
             "recorded_steps": int(len(self.recorded_steps)),
@@ -325,8 +301,7 @@ def ffn_theorem_run(params, X, Y, cfg, *, mu: float, steps: int, record_every: i
     record_every = as_int("record_every", record_every, minimum=1)
     seed = as_seed("seed", seed)
     smoothness_iters = as_int("smoothness_iters", smoothness_iters, minimum=0)
-    N, n = X.shape[0], X.shape[1]
-    rows, last = ffn_rows(cfg, N, n), f"layer{cfg.L}"
+    rows, last = ffn_rows(cfg, X.shape[0], X.shape[1]), f"layer{cfg.L}"
     dtype = params["W_U"].dtype
     tol = tolerance(dtype)
     M0 = activation_rows(trace_no_grad(params, X, cfg).M[-1], cfg)
@@ -392,28 +367,21 @@ def ffn_theorem_run(params, X, Y, cfg, *, mu: float, steps: int, record_every: i
                          dtype=str(dtype).replace("torch.", ""), params_final=final)
 
 
-
 # --- what the certified regimes are: the lazy-training numbers (observed) ---------------------------
 
-def _jacobian_rows(params, X, cfg) -> tuple[list[str], list[list[torch.Tensor]]]:
-    """The Jacobian of ``theta -> vec F_theta(X)``: one list of per-block gradients per output."""
-    names = list(params)
-    leaves = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
-    with torch.enable_grad():
-        F = forward_trace(leaves, X, cfg).F.reshape(-1)
-        rows = [[g.reshape(-1) for g in torch.autograd.grad(F[i], list(leaves.values()), retain_graph=True,
-                                                            allow_unused=True, materialize_grads=True)]
-                for i in range(F.numel())]
-    return names, rows
+def _jacobian(params, X, cfg) -> dict[str, torch.Tensor]:
+    """The Jacobian of ``theta -> vec F_theta(X)`` per weight block, ``(outputs, entries)`` each."""
+    J = torch.func.jacrev(lambda p: forward_trace(p, X, cfg).F.reshape(-1))(
+        {k: v.detach() for k, v in params.items()})
+    return {k: v.reshape(v.shape[0], -1) for k, v in J.items()}
 
 
 def tangent_kernel_blocks(params, X, cfg) -> dict:
     """The tangent kernel ``K = J_0 J_0^T = sum_b K_b`` (``K_b`` per weight block): ``lambda_min``,
     ``trace`` and per block ``lambda_min``, its share of ``lambda_min(K)`` and ``trace_share``."""
-    names, rows = _jacobian_rows(params, X, cfg)
     parts: dict[str, torch.Tensor] = {}
-    for j, name in enumerate(names):
-        Jb = torch.stack([r[j] for r in rows]).to(torch.float64)
+    for name, Jb in _jacobian(params, X, cfg).items():
+        Jb = Jb.to(torch.float64)
         short = name.split(".")[-1]
         parts[short] = parts[short] + Jb @ Jb.T if short in parts else Jb @ Jb.T
     K = torch.stack(list(parts.values())).sum(0)
@@ -428,17 +396,13 @@ def tangent_kernel_blocks(params, X, cfg) -> dict:
 
 def _one_block_descent(params, X, Y, cfg, block: str, mu: float, steps: int) -> np.ndarray:
     """The losses ``Phi_0 .. Phi_T`` of gradient descent on the weight ``block`` alone."""
-    p = {k: v.detach().clone() for k, v in params.items()}
+    p = {k: v.detach() for k, v in params.items()}
+    grad_and_value = torch.func.grad_and_value(lambda w: phi({**p, block: w}, X, Y, cfg))
     losses = []
-    for t in range(steps + 1):
-        w = p[block].requires_grad_(True)
-        with torch.enable_grad():
-            value = phi({**p, block: w}, X, Y, cfg)
-            losses.append(float(value.detach()))
-            if t == steps:
-                break
-            (g,) = torch.autograd.grad(value, [w])
-        p[block] = (w - mu * g).detach()
+    for _ in range(steps + 1):
+        g, value = grad_and_value(p[block])
+        losses.append(float(value))
+        p[block] = p[block] - mu * g
     return np.asarray(losses)
 
 
@@ -465,13 +429,8 @@ def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U")
     total = sum(v * v for v in disp.values())
     one = _one_block_descent(p0, X, Y, cfg, block, mu, hist.steps)
     loss = np.asarray(hist.loss, dtype=np.float64)
-    names = list(p0)
-
-    def F_of(*ws):
-        return forward_trace(dict(zip(names, ws)), X, cfg).F
-
-    delta = tuple(final[k] - p0[k] for k in names)
-    F0, JD = torch.func.jvp(F_of, tuple(p0[k] for k in names), delta)[:2]
+    delta = {k: final[k] - p0[k] for k in p0}             # F_0 and its derivative along theta_T - theta_0
+    F0, JD = torch.func.jvp(lambda p: forward_trace(p, X, cfg).F, (p0,), (delta,))[:2]
     FT = trace_no_grad(final, X, cfg).F
     moved = float((FT - F0).norm())
     share = {k: v * v / total for k, v in disp.items()} if total > 0 else {}
@@ -494,14 +453,10 @@ def _ascend_delta_H(theta0, X, cfg, r, start, steps: int = 10) -> float:
 
     p, best = start, 0.0
     for _ in range(steps + 1):
-        leaves = {k: v.detach().requires_grad_(True) for k, v in p.items()}
-        with torch.enable_grad():
-            val = value(leaves)
-            grads = torch.autograd.grad(val, list(leaves.values()), allow_unused=True,
-                                        materialize_grads=True)
-        best = max(best, float(val.detach()))
-        gnorm = flat_norm(grads) or 1.0
-        step = {k: leaves[k].detach() + 0.5 * r * g / gnorm - theta0[k] for k, g in zip(leaves, grads)}
+        grads, val = torch.func.grad_and_value(value)({k: v.detach() for k, v in p.items()})
+        best = max(best, float(val))
+        gnorm = flat_norm(grads.values()) or 1.0
+        step = {k: p[k].detach() + 0.5 * r * g / gnorm - theta0[k] for k, g in grads.items()}
         norm = flat_norm(step.values())
         p = {k: theta0[k] + step[k] * min(1.0, r / norm) for k in theta0}
     return best
@@ -516,7 +471,7 @@ def sampled_estimates(params, X, Y, cfg, cert: Certificate) -> dict:
     theta0 = {k: v.detach() for k, v in params.items()}
 
     def jac_norm(p):
-        G = torch.stack([torch.cat(row) for row in _jacobian_rows(p, X, cfg)[1]])
+        G = torch.cat(list(_jacobian(p, X, cfg).values()), dim=1)
         return math.sqrt(max(float(torch.linalg.eigvalsh(G @ G.T)[-1]), 0.0))
 
     pts = [random_point(theta0, cert.radius, gen)]

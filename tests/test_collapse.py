@@ -12,7 +12,6 @@ from convres.collapse import (
     gaussian_instance,
     gd_attention_stats,
     logit_margins,
-    rank_one_floor,
     scale_sweep,
     sigma_min_table,
     spiked_instance,
@@ -21,7 +20,7 @@ from convres.collapse import (
 from convres.gd import sweep
 from convres.instances import collapse_instance
 from convres.model import ModelConfig, forward_trace, init_params
-from convres.rank import sigma_nn, singular_value_measures, weyl_lower_bounds
+from convres.rank import sigma_nn, weyl_lower_bounds
 
 
 def common_argmax(S):
@@ -140,13 +139,6 @@ def test_value_counterexample_loses_rank_despite_residual():
     for beta in (1.0, 0.5):   # S -> I and W_V = -beta I: Z = (I - S) X beta -> 0 for any beta
         ce = value_counterexample(n=5, d=7, beta=beta, seed=0, scale=30.0, identity_attention=True)
         assert float(torch.linalg.matrix_norm(ce["Z"], 2)) < 1e-12 and sigma_nn(ce["X"]) > 0.3
-
-
-def test_rank_one_floor():
-    Y = torch.randn(3, 4, 2, dtype=torch.float64)
-    best = Y.mean(dim=1, keepdim=True).expand_as(Y)
-    assert rank_one_floor(Y) == pytest.approx(0.5 * float((Y - best).pow(2).sum()))
-    assert rank_one_floor(best.clone()) < 1e-20
 
 
 def test_sigma_min_table():

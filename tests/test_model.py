@@ -88,7 +88,7 @@ def stacked_instance(B=3, L=2, pool=None):
 def test_stacked_weights_give_each_configurations_loss(pool):
     cfg, plist, stacked, betas, X, Y = stacked_instance(pool=pool)
     b = torch.tensor(betas, dtype=torch.float64)
-    phi = loss(stacked, X, Y, cfg, residual=(b, b))
+    phi = convres.phi(stacked, X, Y, cfg, residual=(b, b))
     assert phi.shape == (3,)
     for i, (p, beta) in enumerate(zip(plist, betas)):
         assert float(phi[i]) == pytest.approx(float(loss(p, X, Y, cfg.replace(beta=beta))), rel=1e-13)
@@ -107,15 +107,6 @@ def test_vmap_of_grad_of_phi_equals_autograd_one_by_one():
     # the checked entry points refuse to be traced by vmap rather than skip their checks
     with pytest.raises(RuntimeError):
         torch.func.vmap(convres.forward, in_dims=(0, None, None))(stacked, X, cfg)
-
-
-def test_attention_output_is_exposed():
-    cfg, params, X, _ = small_instance()
-    tr = forward_trace(params, X, cfg)
-    S, A = convres.attention(X, params["layer1.W_Q"], params["layer1.W_K"], params["layer1.W_V"],
-                             convres.model.attention_scale(cfg))
-    assert torch.allclose(S, tr.S[0], rtol=1e-14, atol=1e-15) and torch.allclose(A, tr.A[0], rtol=1e-14, atol=1e-15)
-    assert torch.allclose(tr.Z[0], A + X, rtol=0, atol=1e-15)
 
 
 def test_activation_table_constants():
@@ -137,13 +128,6 @@ def test_memory_estimate_grows_with_the_sizes():
     cfg = ModelConfig(d=16, d_qk=16, m=16)
     small, big = memory_estimate(cfg, 4, 4), memory_estimate(cfg.replace(L=4), 400, 40)
     assert 0 < small < big and memory_estimate(cfg, 4, 4, configs=3) == 3 * small
-
-
-def test_attention_rows_are_probability_vectors():
-    cfg, params, X, _ = small_instance(L=2)
-    for S in forward_trace(params, X, cfg).S:
-        assert torch.allclose(S.sum(-1), torch.ones(S.shape[:-1], dtype=S.dtype), atol=1e-14)
-        assert (S >= 0).all()
 
 
 def paper_forward(params, X, L, beta):
@@ -241,7 +225,6 @@ BAD_CALLS = {   # what is wrong -> (a call of forward or loss, a name its error 
     "Y of another shape in loss": (lambda: loss(P0, X0, Y0[:1], CFG0), "Y"),
     "cfg a dict": (lambda: forward(P0, X0, {"d": 3}), "ModelConfig"),
     "weights of mixed dtypes": (lambda: forward(dict(P0, W_U=P0["W_U"].float()), X0, CFG0), "weights"),
-    "a negative residual": (lambda: forward(P0, X0, CFG0, residual=(-1.0, 1.0)), "beta_attn"),
 }
 
 

@@ -196,7 +196,8 @@ def test_verify_run_counts_a_violation():
     h, d = r.history, np.zeros(21)
     # a step size claimed 1000 times larger makes the bound (1 - mu alpha) false
     fake = verify_run(h, np.ones(20), np.ones(21), r.mu * 1000, r.alpha, r.L_hat, d, tol=FLOAT_TOL)
-    assert fake.violations > 0 and fake.max_excess > 0 and not fake.every_step_observed
+    assert fake.contraction.violations > 0 and fake.contraction.max_excess > 0
+    assert not fake.every_step_observed
     assert r.check.every_step_observed
     with pytest.raises(ValueError, match="gradient"):
         verify_run(h, np.ones(3), np.ones(21), r.mu, r.alpha, r.L_hat, d, tol=FLOAT_TOL)
