@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -206,19 +205,14 @@ def chain(c: Centre, r: float, steps: int = RIEMANN_STEPS) -> Chain:
                  c.z0 + dZ_, c.a0 + dM_, c.h0 + dH_)
 
 
-#: The increments of :class:`Chain` that :func:`radius_within` can hold below a target.
-_INCREMENTS = {"Z": "delta_Z", "M": "delta_M", "H": "delta_H"}
-
-
 def radius_within(c: Centre, which: str, target: float, iters: int = 40) -> float:
-    """``sup{r : delta_G(r) <= target}`` (``G`` in Z, M, H) from below, by doubling and bisection to
-    ``2^-iters max(1, r*)`` (lemma wd-lem-compare)."""
-    if which not in _INCREMENTS:
-        raise ValueError(f"which must be one of {sorted(_INCREMENTS)}, got {which!r}.")
-    field = _INCREMENTS[which]
+    """``sup{r : delta_G(r) <= target}`` (``G = which``, the increment ``Chain.delta_G``: Z, M or H)
+    from below, by doubling and bisection to ``2^-iters max(1, r*)`` (lemma wd-lem-compare)."""
+    if which not in ("H", "M", "Z"):
+        raise ValueError(f"which must be one of ['H', 'M', 'Z'], got {which!r}.")
 
     def f(r: float) -> float:
-        return getattr(chain(c, r), field)
+        return getattr(chain(c, r), f"delta_{which}")
 
     if not target > 0:
         return 0.0
@@ -282,8 +276,25 @@ def smoothness_upper(c: Centre, r: float) -> float:
     return smoothness_bounds(c, as_real("the radius r", r, minimum=0.0))[0]
 
 
+class _Bounds:
+    """What both certificates share: the contraction per step and the JSON form."""
+
+    mu: float
+    alpha: float
+    _derived: tuple[str, ...] = ("mu_alpha",)
+
+    @property
+    def mu_alpha(self) -> float:
+        """The certified contraction per step, ``mu alpha`` (``mu alpha'`` for thm-ffn)."""
+        return self.mu * self.alpha
+
+    def to_dict(self) -> dict:
+        """JSON-ready (infinite values become ``None``), with the derived values ``_derived``."""
+        return finite_fields({**vars(self), **{k: getattr(self, k) for k in self._derived}})
+
+
 @dataclasses.dataclass(frozen=True)
-class Certificate:
+class Certificate(_Bounds):
     """Part (b) of ``thm-main`` bounded before the run (corollary ``sc-cor-eps``): ``certified`` iff
     ``ratio = rho / r_sigma_lower < 1``; ``radius`` of the bounds; ``mu = 1 / L_upper``; ``alpha =
     ((1 - eps) sigma_0)^2``."""
@@ -304,15 +315,6 @@ class Certificate:
     eps: float = EPS_BOOK
 
     route = "main"
-
-    @property
-    def mu_alpha(self) -> float:
-        """The certified contraction per step, ``mu alpha``."""
-        return self.mu * self.alpha
-
-    def to_dict(self) -> dict:
-        """JSON-ready (infinite values become ``None``)."""
-        return finite_fields({**dataclasses.asdict(self), "mu_alpha": self.mu_alpha})
 
 
 def certificate(params, X, Y, cfg, eps: float = EPS_BOOK) -> Certificate:
@@ -371,7 +373,7 @@ def ffn_centre(params, X, Y, cfg) -> FFNCentre:
 
 
 @dataclasses.dataclass(frozen=True)
-class FFNCertificate:
+class FFNCertificate(_Bounds):
     """Part (b) of ``thm-ffn`` bounded before the run (corollary ``ffn-cor-cert``): ``certified`` iff
     ``rho' / r'_lo < 1``, ``rho' = 8 sqrt(2 Phi_0) / (sigma_M0 sigma_U0)``, ``r'_lo = min(r_M,
     sigma_U0 / 2)``, ``r_M = sup{r : delta_M(r) <= nu sigma_M0 / 2}`` (``nu = sqrt(n)`` pooled)."""
@@ -395,21 +397,12 @@ class FFNCertificate:
     initial_loss: float
 
     route = "ffn"
-
-    @property
-    def mu_alpha(self) -> float:
-        """The certified contraction per step, ``mu alpha'``."""
-        return self.mu * self.alpha
+    _derived = ("mu_alpha", "rate_ceiling")
 
     @property
     def rate_ceiling(self) -> float:
         """``1 / (16 kappa(M~_0)^2)``: an upper bound of the certified ``mu alpha'`` per token."""
         return (self.sigma_M0 / self.norm_M0) ** 2 / 16 if self.norm_M0 > 0 else 0.0
-
-    def to_dict(self) -> dict:
-        """JSON-ready (infinite values become ``None``)."""
-        return finite_fields({**dataclasses.asdict(self), "mu_alpha": self.mu_alpha,
-                        "rate_ceiling": self.rate_ceiling})
 
 
 def ffn_certificate(params, X, Y, cfg) -> FFNCertificate:
@@ -498,17 +491,30 @@ class CertifiedRun:
         return finite_fields(out)
 
 
-def _checked_run(params, X, Y, cfg, cert, steps: int,
-                 sigmas: Callable[[Step], tuple[float, float]], floors: tuple[float, float]) -> CertifiedRun:
-    """Gradient descent with ``cert.mu``, every claim of ``cert`` checked (``floors`` of ``sigmas``)."""
+def _checked_run(params, X, Y, cfg, steps: int, cert: Certificate | FFNCertificate | None,
+                 kind: type[Certificate] | type[FFNCertificate]) -> CertifiedRun:
+    """Gradient descent with ``cert.mu`` (a ``kind``, :class:`Certificate` or :class:`FFNCertificate`,
+    computed here if ``None``), every claim of ``cert`` checked."""
+    main = kind is Certificate
+    check_certifiable(params, X, Y, cfg, route=kind.route)
+    steps = as_int("steps", steps, minimum=1)
+    if cert is None and main:
+        cert = certificate_of(centre(params, X, Y, cfg))
+    elif cert is None:
+        cert = ffn_certificate_of(ffn_centre(params, X, Y, cfg))
+    if not isinstance(cert, kind):
+        raise TypeError(f"cert must be a {kind.__name__} of thm-{kind.route}, got {type(cert).__name__}; "
+                        f"use {'ffn_' if main else ''}certified_run for it.")
     dist, sig, sig_U = [], [], []
     theta0 = {k: v.detach() for k, v in params.items()}
 
     def record(step: Step):
         dist.append(flat_norm(step.params[k] - theta0[k] for k in theta0))
-        a, b = sigmas(step)
-        sig.append(a)
-        sig_U.append(b)
+        if main:
+            sig.append(sigma_nn(step.trace.H[-1]))
+        else:
+            sig.append(sigma_k(activation_rows(step.trace.M[-1], cfg)))
+            sig_U.append(sigma_k(step.params["W_U"].T))
 
     _, hist = gradient_descent(params, X, Y, cfg, cert.mu, steps, callback=record)
     loss = np.asarray(hist.loss, dtype=np.float64)
@@ -516,6 +522,7 @@ def _checked_run(params, X, Y, cfg, cert, steps: int,
     envelope = loss[0] * (1 - cert.mu_alpha) ** np.arange(T + 1)
     path = np.concatenate([[0.0], np.cumsum(cert.mu * hist.grad_norm)])
     dist_a, sig_a, sigU_a = np.asarray(dist), np.asarray(sig), np.asarray(sig_U)
+    floor = (1 - cert.eps) * cert.sigma_0 if isinstance(cert, Certificate) else cert.sigma_M0 / 2
     tol = tolerance(params["W_U"].dtype)
     contraction = contraction_check(loss, cert.mu_alpha, tol=tol)
     live = np.zeros(T + 1, dtype=bool)
@@ -525,35 +532,20 @@ def _checked_run(params, X, Y, cfg, cert, steps: int,
     bad |= live & (loss > envelope * (1 + tol))
     if cert.certified:
         bad |= (dist_a > cert.rho * (1 + tol)) | (path > cert.rho * (1 + tol))
-        bad |= (sig_a < floors[0] * (1 - tol)) | (sigU_a < floors[1] * (1 - tol))
+        bad |= sig_a < floor * (1 - tol)
+        if isinstance(cert, FFNCertificate):
+            bad |= sigU_a < cert.sigma_U0 / 2 * (1 - tol)
     return CertifiedRun(certificate=cert, loss=loss, envelope=envelope, distance=dist_a, path=path,
-                        sigma=sig_a, sigma_U=sigU_a if isinstance(cert, FFNCertificate) else np.zeros(0),
-                        ratio=hist.ratio, violations=int(bad.sum()),
+                        sigma=sig_a, sigma_U=sigU_a, ratio=hist.ratio, violations=int(bad.sum()),
                         checked_steps=contraction.checked_steps, status=hist.status)
 
 
 def certified_run(params, X, Y, cfg, *, steps: int = 100, cert: Certificate | None = None) -> CertifiedRun:
     """The :class:`CertifiedRun` of ``thm-main`` (certified here unless ``cert`` is given)."""
-    check_certifiable(params, X, Y, cfg)
-    steps = as_int("steps", steps, minimum=1)
-    cert = certificate_of(centre(params, X, Y, cfg)) if cert is None else cert
-    if not isinstance(cert, Certificate):
-        raise TypeError(f"cert must be a Certificate of thm-main, got {type(cert).__name__}; use "
-                        "ffn_certified_run for an FFNCertificate.")
-    return _checked_run(params, X, Y, cfg, cert, steps, lambda step: (sigma_nn(step.trace.H[-1]), 0.0),
-                        ((1 - cert.eps) * cert.sigma_0, 0.0))
+    return _checked_run(params, X, Y, cfg, steps, cert, Certificate)
 
 
 def ffn_certified_run(params, X, Y, cfg, *, steps: int = 100,
                       cert: FFNCertificate | None = None) -> CertifiedRun:
     """:func:`certified_run` for ``thm-ffn`` (floors ``sigma_M0 / 2`` and ``sigma_U0 / 2``)."""
-    check_certifiable(params, X, Y, cfg, route="ffn")
-    steps = as_int("steps", steps, minimum=1)
-    cert = ffn_certificate_of(ffn_centre(params, X, Y, cfg)) if cert is None else cert
-    if not isinstance(cert, FFNCertificate):
-        raise TypeError(f"cert must be an FFNCertificate, got {type(cert).__name__}.")
-
-    def sigmas(step: Step) -> tuple[float, float]:
-        return sigma_k(activation_rows(step.trace.M[-1], cfg)), sigma_k(step.params["W_U"].T)
-
-    return _checked_run(params, X, Y, cfg, cert, steps, sigmas, (cert.sigma_M0 / 2, cert.sigma_U0 / 2))
+    return _checked_run(params, X, Y, cfg, steps, cert, FFNCertificate)
