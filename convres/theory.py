@@ -40,7 +40,12 @@ __all__ = ["part_b_check", "check_assumptions", "RunCheck", "verify_run", "Theor
 MIN_DECREASE = 0.9
 
 
-def _part_b(params, X, Y, cfg, phi: float, sigma_0: float, grad_norm: float) -> dict:
+def part_b_check(params, X, Y, cfg) -> dict:
+    """Part (b): ``fails`` if ``rho = 4 sqrt(2 Phi_0) / sigma_0 >= r_sigma_upper``; ``holds`` if
+    certified (step ``mu_certified``), else ``None``; ``J0 = ||grad Phi_0|| / sqrt(2 Phi_0) <= J_B``."""
+    check_one(params, X, Y, cfg)
+    phi_t, grads, tr = loss_and_grad(params, X, Y, cfg)
+    phi, sigma_0, grad_norm = float(phi_t), sigma_nn(tr.H[-1]), flat_norm(grads.values())
     upper = r_sigma_upper(params, X, cfg)
     rho = path_radius(phi, sigma_0)
     lower = holds = mu_certified = None
@@ -54,14 +59,6 @@ def _part_b(params, X, Y, cfg, phi: float, sigma_0: float, grad_norm: float) -> 
             "fails": bool(sigma_0 == 0.0 or rho >= upper), "holds": holds,
             "mu_certified": mu_certified, "J0": J0,
             "radius_lower_A5": 2 * J0 * math.sqrt(2 * phi) / a if phi > 0 and a > 0 else math.inf}
-
-
-def part_b_check(params, X, Y, cfg) -> dict:
-    """Part (b): ``fails`` if ``rho = 4 sqrt(2 Phi_0) / sigma_0 >= r_sigma_upper``; ``holds`` if
-    certified (step ``mu_certified``), else ``None``; ``J0 = ||grad Phi_0|| / sqrt(2 Phi_0) <= J_B``."""
-    check_one(params, X, Y, cfg)
-    phi, grads, tr = loss_and_grad(params, X, Y, cfg)
-    return _part_b(params, X, Y, cfg, float(phi), sigma_nn(tr.H[-1]), flat_norm(grads.values()))
 
 
 _SMOOTH = "the activation's derivative is Lipschitz (GELU, tanh, softplus)"
@@ -214,7 +211,7 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
         raise ValueError("the estimated Hessian of the loss is 0 at the initialization, so the theorem's "
                          "step size 1/(safety L_hat) is not defined; pass mu=... explicitly.")
     mu = m_max if mu is None else mu
-    phi_0, grads_0, tr = loss_and_grad(params, X, Y, cfg)
+    tr = loss_and_grad(params, X, Y, cfg)[2]
     sigma_0 = sigma_nn(tr.H[-1])
     sZ = singular_values(stacked(tr.Z[0]), "Z_0")
     grad_U, dist, sig_H = [], [], []
@@ -232,7 +229,7 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
     return TheoremRun(alpha=a, sigma_0=sigma_0, mu=mu, mu_max=m_max, L_hat=L_hat,
                       sigma_min_Z0=sigma_nn(tr.Z[0]), sigma_max_Z0=float(sZ[0]),
                       assumptions=_assumptions(X, tr.H[-1], cfg, mu, steps),
-                      part_b=_part_b(params, X, Y, cfg, float(phi_0), sigma_0, flat_norm(grads_0.values())),
+                      part_b=part_b_check(params, X, Y, cfg),
                       history=hist, check=check, params_final=final)
 
 
