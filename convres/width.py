@@ -331,12 +331,11 @@ def width_condition(N: int, n: int, delta: float = 0.05, *, data: FixedData | No
         return WidthCondition(N, n, delta, dict(regime), None, d_lo, None, None, None, None, None, None,
                               None, None, K, t, time.perf_counter() - t0, limit)
     lo, hi = d_lo, d_lo
-    if R(hi) >= 1:
-        while R(hi) >= 1:
-            lo, hi = hi, 2 * hi
-        while hi - lo > 1:                                # R(lo) >= 1 > R(hi)
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if R(mid) < 1 else (mid, hi)
+    while R(hi) >= 1:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:                                    # R(lo) >= 1 > R(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if R(mid) < 1 else (mid, hi)
     ratio, w = worst_ratio(N, n, hi, delta, data, **regime)
     below = R(hi - 1) if hi > d_lo else None
     if not ratio < 1 or (below is not None and below < 1):
