@@ -36,7 +36,7 @@ from convres.certify import (
 from convres.checks import FLOAT_TOL as ENVELOPE_TOL
 from convres.cli import main
 from convres.instances import certified_instance, ffn_certified_instance
-from convres.lemmas import activation_rows, hessian_norm, r_sigma_upper
+from convres.lemmas import activation_rows, r_sigma_upper
 from convres.model import forward_trace
 from convres.rank import sigma_k, sigma_nn, stacked
 
@@ -136,19 +136,6 @@ def test_no_sampled_point_of_the_ball_breaks_a_bound(chunk):
     assert all(q <= 1 + 1e-9 for q in worst.values()), worst
 
 
-@pytest.mark.parametrize("k", range(0, 20, 2))
-def test_hessian_power_iteration_at_random_points_stays_below_L_upper(k):
-    """Power iteration with exact Hessian-vector products (theory.hessian_norm) at the centre and
-    at two random points of B_{r_sigma_lower}: never above L_upper."""
-    params, X, Y, cfg, g = random_instance(k)
-    c = centre(params, X, Y, cfg)
-    r = float(r_sigma_lower(c))
-    L_up = smoothness_bounds(c, r)[0]
-    f = Flat(params, X, Y, cfg)
-    for v in (f.theta0, f.point(r, g), f.point(r * 0.5, g)):
-        assert hessian_norm(f.unflat(v), X, Y, cfg, iters=20, seed=k) <= L_up * (1 + 1e-9)
-
-
 def ascend(f, r, objective, g, steps=20):
     """Projected gradient ascent of ``objective(v)`` on the ball of radius ``r`` around the
     centre, from the best of four random points of its sphere; returns the best point found."""
@@ -204,15 +191,9 @@ def test_mutant_bounds_are_caught():
     assert broken_L and broken_H
 
 
-def test_chain_is_monotone_in_the_radius_and_exact_at_the_centre():
+def test_chain_is_exact_at_the_centre():
     params, X, Y, cfg, _ = random_instance(3)
     c = centre(params, X, Y, cfg)
-    prev = None
-    for r in (0.0, 0.01, 0.1, 0.5, 1.0):
-        ch = chain(c, r)
-        if prev is not None:
-            assert ch.delta_H >= prev.delta_H and (ch.dF >= prev.dF - 1e-15).all()
-        prev = ch
     ch0 = chain(c, 0.0)
     assert ch0.delta_H == 0.0 and ch0.Hbar == pytest.approx(c.h0)
     # at the centre the W_U block of the Jacobian bound is ||H_0||_2, which is attained
@@ -241,6 +222,8 @@ def test_a_certified_run_meets_every_certified_claim():
 def test_a_failed_certificate_is_a_result_not_an_error():
     cert = certificate(*certified_instance(0, d=64))
     assert not cert.certified and cert.ratio > 1 and math.isfinite(cert.L_upper)
+    narrow = ffn_certificate(*ffn_certified_instance(0, m=8))     # m = 8 < 16 rows: sigma_M0 = 0
+    assert narrow.sigma_M0 == 0 and not narrow.certified and math.isinf(narrow.ratio)
 
 
 @pytest.mark.parametrize("args,expect", [
@@ -289,34 +272,25 @@ def test_what_cannot_be_certified_is_a_clear_error_naming_it(case, clear_error):
 # --- the softmax constant, the (1 - eps) certificate ---------------------------------------------
 
 def _softmax_second(z: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """``D^2 softmax(z)[h, h] = p (h - m)^2 - p v`` with ``m = p.h``, ``v`` the variance of h under p."""
-    p = torch.softmax(z, 0)
-    y = h - (p * h).sum()
-    return p * y ** 2 - p * (p * y ** 2).sum()
+    """``D^2 softmax(z)[h, h]``, by forward-mode differentiation twice."""
+    one = torch.ones((), dtype=z.dtype)
+    first = lambda t: torch.func.jvp(lambda u: torch.softmax(z + u * h, 0), (t,), (one,))[1]  # noqa: E731
+    return torch.func.jvp(first, (0 * one,), (one,))[1]
 
 
 def test_the_softmax_second_derivative_constant():
     """Lemma thm-lem-softmax: ||D^2 p[h, h]|| <= (sqrt 7 / 4) ||h||^2 on random and adversarial
-    (ascended) points; the formula matches autograd; the supremum found is well above 1/4."""
+    (ascended) points; the supremum found is well above 1/4."""
     g = torch.Generator().manual_seed(0)
     worst = 0.0
     for k in range(300):
-        n = 2 + k % 7
-        z = 3 * torch.randn(n, generator=g, dtype=torch.float64)
-        h = torch.randn(n, generator=g, dtype=torch.float64)
-        h = h / h.norm()
-        if k < 5:
-            exact = torch.func.jvp(lambda t: torch.func.jvp(lambda u: torch.softmax(z + u * h, 0), (t,),
-                                                             (torch.ones((), dtype=torch.float64),))[1],
-                                   (torch.zeros((), dtype=torch.float64),), (torch.ones((), dtype=torch.float64),))[1]
-            assert torch.allclose(exact, _softmax_second(z, h), atol=1e-12)
+        z = 3 * torch.randn(2 + k % 7, generator=g, dtype=torch.float64)
+        h = torch.randn(2 + k % 7, generator=g, dtype=torch.float64)
         for _ in range(30):  # ascend the ratio over (z, h)
             z, h = z.detach().requires_grad_(True), h.detach().requires_grad_(True)
-            val = _softmax_second(z, h / h.norm()).norm()
-            gz, gh = torch.autograd.grad(val, [z, h])
+            gz, gh = torch.autograd.grad(_softmax_second(z, h / h.norm()).norm(), [z, h])
             z, h = z + 0.5 * gz, h + 0.5 * gh
-        val = float(_softmax_second(z.detach(), h.detach() / h.detach().norm()).norm())
-        worst = max(worst, val)
+        worst = max(worst, float(_softmax_second(z.detach(), h.detach() / h.detach().norm()).norm()))
     assert 0.25 < worst <= SOFTMAX_C2
 
 
@@ -398,7 +372,3 @@ def test_the_pooled_certificate_divides_the_output_bounds_by_sqrt_n():
     run = ffn_certified_run(params, X, Y, cfg, steps=4, cert=cert)
     assert run.summary()["readout"] == "pooled" and (run.violations == 0 or not cert.certified)
 
-
-def test_a_too_narrow_ffn_is_not_certified():
-    narrow = ffn_certificate(*ffn_certified_instance(0, m=8))     # m = 8 < 16 rows: sigma_M0 = 0
-    assert narrow.sigma_M0 == 0 and not narrow.certified and math.isinf(narrow.ratio)

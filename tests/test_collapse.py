@@ -11,7 +11,6 @@ from convres.collapse import (
     dqk_sweep_seeds,
     gaussian_instance,
     gd_attention_stats,
-    logit_margins,
     scale_sweep,
     sigma_min_table,
     spiked_instance,
@@ -102,13 +101,6 @@ def test_spiked_instance_every_row_picks_the_token(seed):
     for s in (1e-3, 1.0, 10.0):
         S = attention_output(inst["X"], inst["W_Q"], inst["W_K"], inst["W_V"], s)[0]
         assert common_argmax(S) == 0
-
-
-def test_logit_margins_are_the_gap_to_the_largest_other_logit():
-    g = gaussian_instance(4, 6, 3, seed=0)
-    m = logit_margins(g["X"], g["W_Q"], g["W_K"], 1)
-    L = (g["X"] @ g["W_Q"]) @ (g["X"] @ g["W_K"]).T
-    assert torch.allclose(m, L[:, 1] - L[:, [0, 2, 3]].max(dim=1).values)
 
 
 def test_weyl_bounds_hold_on_random_instances():
