@@ -90,7 +90,7 @@ def test_the_path_radii_bound_gradient_descent(make):
         path = path_radii(pc, mu, max_steps=300)
         seen = []
 
-        def record(step):
+        def record(step, path=path, seen=seen):
             if step.t < len(path):
                 seen.append((flat_norm(step.params[k] - params[k] for k in ATTENTION),
                              flat_norm(step.params[k] - params[k] for k in params),
@@ -128,7 +128,8 @@ def test_the_floor_lemma():
     gen = torch.Generator().manual_seed(3)
     for _ in range(200):
         Y, F = torch.randn(3, 4, 1, generator=gen, dtype=torch.float64), torch.randn(3, 4, 1, generator=gen)
-        F = F * TAU * float(centred(Y).norm()) / float(centred(F).norm()) * float(torch.rand(1, generator=gen))
+        shrink = float(torch.rand(1, generator=gen))
+        F = F * TAU * float(centred(Y).norm()) / float(centred(F).norm()) * shrink
         assert 0.5 * float((F - Y).pow(2).sum()) >= 0.5 * rank_one_floor(Y) * (1 - 1e-12)
 
 

@@ -39,7 +39,8 @@ def _true_parts(params, X, Y, cfg) -> dict:
     U = torch.full((n, n), 1.0 / n, dtype=X.dtype)
     return {"X_F": float(X.norm()), "sigma_X": sigma_nn(X), "sigma_Z": sigma_nn(Z),
             "Z_F": float(Z.norm()), "M_F": float(M.norm()), "A": spectral_norm(stacked(tr.A[0])),
-            "P": spectral_norm(Z @ params["layer1.W_1"]), "eps_S": float((tr.S[0] - U).flatten(1).norm(dim=1).max()),
+            "P": spectral_norm(Z @ params["layer1.W_1"]),
+            "eps_S": float((tr.S[0] - U).flatten(1).norm(dim=1).max()),
             "y": float(Y.norm())}
 
 
@@ -99,7 +100,8 @@ def test_the_chain_is_monotone_in_every_input_and_in_the_radius():
                         assert np.all(getattr(up, f) >= getattr(base, f) * (1 - 1e-14)), (name, f)
                     for f in scalars:
                         assert getattr(up, f) >= getattr(base, f) * (1 - 1e-14), (name, f)
-                    assert smoothness_upper(_scaled(c, factor, name), r) >= smoothness_upper(c, r) * (1 - 1e-14)
+                    L_up = smoothness_upper(_scaled(c, factor, name), r)
+                    assert L_up >= smoothness_upper(c, r) * (1 - 1e-14)
         chains = [chain(c, r) for r in [0.0, *np.geomspace(1e-3, 3, 25)]]
         for a, b in zip(chains, chains[1:]):
             assert b.delta_H >= a.delta_H and np.all(b.dF >= a.dF - 1e-15)
@@ -167,7 +169,8 @@ def test_width_sweep_certifies_the_instances_of_certified_instance_and_finds_the
         direct = certificate(*certified_instance(3, N=row["N"], n=row["n"], d=row["d"]))
         assert row["ratio"] == pytest.approx(direct.ratio, rel=1e-12)
     one = [r for r in rows if r["N"] == 1]
-    assert one[0]["ratio"] > 1 > one[1]["ratio"] and 128 < crossing([128, 1024], [r["ratio"] for r in one]) < 1024
+    assert one[0]["ratio"] > 1 > one[1]["ratio"]
+    assert 128 < crossing([128, 1024], [r["ratio"] for r in one]) < 1024
     assert crossing([1, 2], [2.0, 1.5]) == math.inf and crossing([4, 8], [0.5, 0.2]) == 4
     assert crossing([1, 4], [2.0, 0.5]) == pytest.approx(2.0)
 
