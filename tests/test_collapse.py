@@ -11,7 +11,6 @@ from convres.collapse import (
     dqk_sweep_seeds,
     gaussian_instance,
     gd_attention_stats,
-    logit_margins,
     scale_sweep,
     sigma_min_table,
     spiked_instance,
@@ -104,13 +103,6 @@ def test_spiked_instance_every_row_picks_the_token(seed):
         assert common_argmax(S) == 0
 
 
-def test_logit_margins_are_the_gap_to_the_largest_other_logit():
-    g = gaussian_instance(4, 6, 3, seed=0)
-    m = logit_margins(g["X"], g["W_Q"], g["W_K"], 1)
-    L = (g["X"] @ g["W_Q"]) @ (g["X"] @ g["W_K"]).T
-    assert torch.allclose(m, L[:, 1] - L[:, [0, 2, 3]].max(dim=1).values)
-
-
 def test_weyl_bounds_hold_on_random_instances():
     for seed in range(20):
         g = gaussian_instance(5, 9, 4, seed=seed)
@@ -200,5 +192,6 @@ def test_gd_attention_stats_logit_step_scales_like_one_over_d_qk():
     assert small[0]["dist_uniform"].shape == (2,)
     ratio = np.median([r["logit_step"] for r in small]) / np.median([r["logit_step"] for r in large])
     assert 64 / 4 < ratio < 64 * 4                    # 1024 / 16 = 64, up to instance factors
-    assert np.median([r["dist_uniform"].mean() for r in large]) < np.median([r["dist_uniform"].mean() for r in small])
+    dist = [np.median([r["dist_uniform"].mean() for r in runs]) for runs in (large, small)]
+    assert dist[0] < dist[1]
 

@@ -46,14 +46,10 @@ def assert_same(runs_a, runs_b, tol=TOL):
             assert torch.isfinite(theta_a[k]).all()
 
 
-def one_by_one(params, X, Y, cfgs, mus, steps, **kw):
-    return [gradient_descent(p, X, Y, c, m, steps, **kw) for p, c, m in zip(params, cfgs, mus)]
-
-
-def test_a_run_is_a_named_pair():
-    cfg, params, X, Y = instance()
-    run = gradient_descent(params, X, Y, cfg, 0.01, 2)
-    assert isinstance(run, Run) and run.history is run[1] and run.params is run[0]
+def one_by_one(params, X, Y, cfg, mu, steps, chunk=None, **kw):
+    """The runs of a sweep one at a time (``X``, ``Y``, ``cfg``, ``mu``: one for all, or a list)."""
+    each = [v if isinstance(v, list) else [v] * len(params) for v in (X, Y, cfg, mu)]
+    return [gradient_descent(p, *args, steps, **kw) for p, *args in zip(params, *each)]
 
 
 @pytest.mark.parametrize("beta,L", [(0.0, 1), (1.0, 1), (1.0, 2)])
@@ -88,24 +84,17 @@ def test_tolerance_stops_with_converged():
     assert len(h.grad_norm) == h.steps          # one gradient per step taken
 
 
-def test_same_seed_gives_bit_identical_history():
-    a, b = (gradient_descent(*instance()[1:], instance()[0], mu=0.01, steps=30).history for _ in range(2))
-    for field in ("loss", "grad_norm", "sigma_min_Z", "sigma_max_Z", "sigma_min_H", "sigma_max_H"):
-        assert np.array_equal(getattr(a, field), getattr(b, field))
-
-
-def test_record_every_and_singular_values():
+def test_a_run_records_every_k_steps_is_deterministic_and_round_trips_through_a_dict():
     cfg, params, X, Y = instance()
-    _, h = gradient_descent(params, X, Y, cfg, mu=0.01, steps=25, record_every=10)
+    run = gradient_descent(params, X, Y, cfg, mu=0.01, steps=25, record_every=10)
+    h = run.history
+    assert isinstance(run, Run) and run.history is run[1] and run.params is run[0]
     assert h.record_steps.tolist() == [0, 10, 20, 25]
     assert len(h.loss) == 26 and len(h.grad_norm) == 25 and len(h.ratio) == 25
     assert np.all(h.sigma_min_Z <= h.sigma_max_Z) and np.all(h.sigma_min_H > 0)
     Z = torch.linalg.svdvals(forward_trace(params, X, cfg).Z[0].reshape(-1, 6))   # the model's Z, stacked
     assert h.sigma_min_Z[0] == pytest.approx(float(Z[-1]), rel=1e-12)
-
-
-def test_history_round_trips_through_a_dict():
-    _, h = gradient_descent(*instance()[1:], instance()[0], mu=0.01, steps=5)
+    assert_same([run], [gradient_descent(params, X, Y, cfg, mu=0.01, steps=25, record_every=10)], tol=1e-300)
     h2 = History.from_dict(h.to_dict())
     assert np.array_equal(h.loss, h2.loss) and h2.status == h.status and h2.record_steps.dtype == np.int64
 
@@ -118,51 +107,61 @@ def test_a_sweep_equals_its_runs_one_by_one(L, activation, pool, chunk):
     assert_same(runs, one_by_one(params, X, Y, cfgs, mus, 30, record_every=7))
 
 
-def test_separate_residual_coefficients_and_other_scales():
-    cfg = ModelConfig(d=5, d_qk=3, m=4, c=1, scale="1/d_qk")
-    X, Y = synthetic_regression(3, 4, 5, 1, seed=5)
-    cfgs = [cfg.replace(beta_attn=0.0, beta_ffn=1.0), cfg.replace(beta_attn=1.0, beta_ffn=0.0), cfg.replace(beta=0.5)]
-    params = [init_params(cfg, seed=s) for s in (7, 8, 9)]
-    assert_same(run_sweep(params, X, Y, cfgs, 2e-3, 40), one_by_one(params, X, Y, cfgs, [2e-3] * 3, 40))
+def sweep_case(name):
+    """A sweep of several kinds: ``(params, X, Y, cfg, mu, steps, keywords)``."""
+    if name == "separate residuals, another scale":
+        cfg = ModelConfig(d=5, d_qk=3, m=4, c=1, scale="1/d_qk")
+        X, Y = synthetic_regression(3, 4, 5, 1, seed=5)
+        cfgs = [cfg.replace(beta_attn=0.0, beta_ffn=1.0), cfg.replace(beta_attn=1.0, beta_ffn=0.0),
+                cfg.replace(beta=0.5)]
+        return [init_params(cfg, seed=s) for s in (7, 8, 9)], X, Y, cfgs, 2e-3, 40, {}
+    if name == "configurations of different sizes":
+        params, X, Y, cfgs, mus = sweep()
+        wide = cfgs[0].replace(m=11, activation="gelu")
+        return params[:2] + [init_params(wide, seed=5)], X, Y, cfgs[:2] + [wide], mus[:3], 10, {}
+    if name == "two diverge at different steps":
+        params, X, Y, cfgs, _ = sweep(L=2)
+        return params, X, Y, cfgs, [1e-3, 0.5, 1e-3, 1e4], 40, dict(record_every=10, chunk=4)
+    if name == "a blowup threshold":
+        params, X, Y, cfgs, _ = sweep()
+        return params, X, Y, cfgs, [1e-3, 1.0, 1e-3, 1e-3], 30, dict(blowup=2.0, chunk=4)
+    if name == "converged at different steps":
+        cfg = ModelConfig(d=6, d_qk=6, m=6, c=1)
+        X, Y = synthetic_regression(4, 3, 6, 1, seed=0)
+        params = [init_params(cfg, seed=s) for s in (1, 1, 2)]
+        cfgs = [cfg.replace(beta=b) for b in (0.5, 1.0, 1.0)]
+        return params, X, Y, cfgs, [0.02, 0.02, 0.01], 400, dict(tol=0.1, record_every=50, chunk=3)
+    if name == "zero steps":
+        return (*sweep(), 0, {})
+    pool = "mean" if name.endswith("pooled") else None   # data per configuration, one diverging with pool
+    cfg = ModelConfig(d=6, d_qk=4, m=5, c=2, activation="tanh" if pool else "gelu", pool=pool)
+    data = [synthetic_regression(3, 4, 6, 2, seed=s, pooled=pool == "mean") for s in range(4)]
+    mus = [0.05, 50.0, 0.05, 0.02] if pool else [0.01] * 4
+    params = [init_params(cfg, seed=20 + s) for s in range(4)]
+    return params, [X for X, _ in data], [Y for _, Y in data], cfg, mus, 60, dict(rtol=0.3)
 
 
-def test_configurations_of_different_sizes_in_one_sweep():
-    params, X, Y, cfgs, mus = sweep()
-    wide = cfgs[0].replace(m=11, activation="gelu")
-    p_wide = init_params(wide, seed=5)
-    runs = run_sweep(params[:2] + [p_wide], X, Y, cfgs[:2] + [wide], mus[:3], 10)
-    assert_same(runs, one_by_one(params[:2] + [p_wide], X, Y, cfgs[:2] + [wide], mus[:3], 10))
+SWEEP_CHECKS = {   # a sweep -> what its runs show besides equalling the runs one by one
+    "separate residuals, another scale": None,
+    "configurations of different sizes": None,
+    "two diverge at different steps": lambda hs: [h.status for h in hs].count("diverged") == 2
+    and [h.status for h in hs].count("max_steps") == 2 and len({h.steps for h in hs if h.diverged}) == 2,
+    "a blowup threshold": lambda hs: any("exceeded 2 x the initial loss" in h.message for h in hs),
+    "converged at different steps": lambda hs: all(h.status == "converged" for h in hs)
+    and len({h.steps for h in hs}) == 3,
+    "zero steps": lambda hs: all(h.steps == 0 for h in hs),
+    **{f"data per configuration{pool}": lambda hs: len({h.steps for h in hs}) > 1
+       and "converged" in {h.status for h in hs} for pool in ("", ", pooled")},
+}
 
 
-def test_a_diverging_configuration_stops_while_the_others_go_on():
-    params, X, Y, cfgs, _ = sweep(L=2)
-    mus = [1e-3, 0.5, 1e-3, 1e4]           # two of them blow up, at different steps
-    runs = run_sweep(params, X, Y, cfgs, mus, 40, record_every=10, chunk=4)
-    assert_same(runs, one_by_one(params, X, Y, cfgs, mus, 40, record_every=10))
-    statuses = [h.status for _, h in runs]
-    assert statuses.count("diverged") == 2 and statuses.count("max_steps") == 2
-    assert len({h.steps for _, h in runs if h.diverged}) == 2
-
-
-def test_blowup_threshold_and_tolerance_per_configuration():
-    params, X, Y, cfgs, _ = sweep()
-    mus = [1e-3, 1.0, 1e-3, 1e-3]
-    runs = run_sweep(params, X, Y, cfgs, mus, 30, blowup=2.0, chunk=4)
-    assert_same(runs, one_by_one(params, X, Y, cfgs, mus, 30, blowup=2.0))
-    assert any("exceeded 2 x the initial loss" in h.message for _, h in runs)
-    cfg = ModelConfig(d=6, d_qk=6, m=6, c=1)
-    X, Y = synthetic_regression(4, 3, 6, 1, seed=0)
-    cfgs = [cfg.replace(beta=b) for b in (0.5, 1.0, 1.0)]
-    params = [init_params(cfg, seed=s) for s in (1, 1, 2)]
-    runs = run_sweep(params, X, Y, cfgs, [0.02, 0.02, 0.01], 400, tol=0.1, record_every=50, chunk=3)
-    assert_same(runs, one_by_one(params, X, Y, cfgs, [0.02, 0.02, 0.01], 400, tol=0.1, record_every=50))
-    assert all(h.status == "converged" for _, h in runs) and len({h.steps for _, h in runs}) == 3
-
-
-def test_zero_steps_and_empty_sweep():
-    params, X, Y, cfgs, mus = sweep()
-    assert_same(run_sweep(params, X, Y, cfgs, mus, 0), one_by_one(params, X, Y, cfgs, mus, 0))
-    assert run_sweep([], X, Y, [], [], 10) == []
+@pytest.mark.parametrize("name", list(SWEEP_CHECKS))
+def test_a_sweep_of_each_kind_equals_its_runs_one_by_one(name):
+    params, X, Y, cfg, mu, steps, kw = sweep_case(name)
+    runs = run_sweep(params, X, Y, cfg, mu, steps, **kw)
+    assert_same(runs, one_by_one(params, X, Y, cfg, mu, steps, **kw))
+    check = SWEEP_CHECKS[name]
+    assert check is None or check([h for _, h in runs])
 
 
 def test_callback_sees_every_iterate_of_every_run():
@@ -188,18 +187,14 @@ def test_chunk_size_stacks_small_problems_only():
     assert chunk_size(cfg.replace(d=11, d_qk=11, m=32), torch.zeros(321, 24, 11), 8) == 1
 
 
-@pytest.mark.parametrize("device", ["cpu", torch.device("cpu"), None])
-def test_device_argument_cpu(device):
-    params, X, Y, cfgs, mus = sweep()
-    runs = run_sweep(params, X, Y, cfgs, mus, 5, device=device)
-    assert all(v.device.type == "cpu" for theta, _ in runs for v in theta.values())
+CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_device_argument_cuda():  # pragma: no cover (no GPU on the CI machine)
+@pytest.mark.parametrize("device", ["cpu", torch.device("cpu"), None, CUDA])
+def test_the_device_argument(device):
     params, X, Y, cfgs, mus = sweep()
-    runs = run_sweep(params, X, Y, cfgs, mus, 20, device="cuda")
-    assert all(v.device.type == "cuda" for theta, _ in runs for v in theta.values())
+    runs = run_sweep(params, X, Y, cfgs, mus, 20, device=device)
+    assert all(v.device.type == str(device or "cpu") for theta, _ in runs for v in theta.values())
     for (_, ha), (_, hb) in zip(runs, one_by_one(params, X, Y, cfgs, mus, 20)):
         np.testing.assert_allclose(ha.loss, hb.loss, rtol=1e-9)
 
@@ -213,28 +208,14 @@ def test_float32_runs_and_matches_float64_roughly():
         np.testing.assert_allclose(ha.loss, hb.loss, rtol=1e-4)
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(mu=0.0), dict(mu=-1.0), dict(mu=float("inf")), dict(steps=-1), dict(steps=2.5), dict(record_every=0),
-    dict(tol=-1.0), dict(blowup=float("nan")), dict(chunk=0)])
-def test_a_bad_run_argument_is_a_clear_error_naming_it(kwargs, own_error):
-    cfg, params, X, Y = instance()
-    with pytest.raises(ValueError) as err:
-        gradient_descent(params, X, Y, cfg, **(dict(mu=0.01, steps=3) | kwargs))
-    own_error(err.value, *kwargs)
-
-
-def test_numpy_scalars_are_accepted():
-    cfg, params, X, Y = instance()
-    _, h = gradient_descent(params, X, Y, cfg, mu=np.float32(0.01), steps=np.int64(3))
-    assert h.steps == 3 and synthetic_regression(np.int64(2), 3, 4)[0].shape == (2, 3, 4)
-
-
 def test_edge_values_run_as_documented():
     cfg, params, X, Y = instance()
     assert gradient_descent(params, X, Y, cfg, 0.01, 3, record_every=10**9)[1].record_steps.tolist() == [0, 3]
     assert gradient_descent(params, X, Y, cfg, 0.01, 3, tol=float("inf"))[1].status == "converged"
     out, h = gradient_descent(params, X, Y, cfg, 1e6, 50, blowup=float("inf"))
     assert h.status == "diverged" and all(bool(torch.isfinite(v).all()) for v in out.values())
+    assert gradient_descent(params, X, Y, cfg, np.float32(0.01), np.int64(3))[1].steps == 3
+    assert run_sweep([], X, Y, [], [], 10) == []
 
 
 def test_a_failing_callback_passes_its_error_through():
@@ -259,30 +240,14 @@ BAD_SWEEPS = {   # what is wrong -> (the call, a name its error must say)
     "no sequence": (lambda: gradient_descent(P4[0], X4[:0], Y4[:0], CFGS4[0], 0.01, 3), "X"),
     "X a list, Y not": (lambda: run_sweep(P4, [X4] * 4, Y4, CFGS4[0], 0.01, 3), "X"),
     "data for 3 of 4": (lambda: run_sweep(P4, [X4] * 3, [Y4] * 3, CFGS4[0], 0.01, 3), "X"),
-    "float16": (lambda: gradient_descent(*half(torch.float16), CFGS4[0], 0.01, 3), "float64"),
-    "bfloat16": (lambda: gradient_descent(*half(torch.bfloat16), CFGS4[0], 0.01, 3), "float64"),
+    **{f"{k}={v}": (lambda k=k, v=v: run_sweep(P4, X4, Y4, CFGS4, MUS4, 3, **{k: v}), k)
+       for k, v in (("record_every", 0), ("tol", -1.0), ("blowup", float("nan")), ("chunk", 0))},
 }
-
-
-def half(dtype):
-    return {k: v.to(dtype) for k, v in P4[0].items()}, X4.to(dtype), Y4.to(dtype)
 
 
 @pytest.mark.parametrize("case", list(BAD_SWEEPS))
 def test_a_bad_sweep_is_a_clear_error_naming_it(case, clear_error):
     clear_error(*BAD_SWEEPS[case])
-
-
-@pytest.mark.parametrize("pool,mus", [(None, [0.01] * 4), ("mean", [0.05, 50.0, 0.05, 0.02])])
-def test_data_per_configuration_equals_the_runs_one_by_one(pool, mus):
-    """Each configuration on its own data (one diverging, some stopped early by rtol) equals its run."""
-    cfg = ModelConfig(d=6, d_qk=4, m=5, c=2, activation="tanh" if pool else "gelu", pool=pool)
-    data = [synthetic_regression(3, 4, 6, 2, seed=s, pooled=pool == "mean") for s in range(4)]
-    params = [init_params(cfg, seed=20 + s) for s in range(4)]
-    runs = run_sweep(params, [X for X, _ in data], [Y for _, Y in data], cfg, mus, 60, rtol=0.3)
-    alone = [gradient_descent(p, X, Y, cfg, m, 60, rtol=0.3) for p, (X, Y), m in zip(params, data, mus)]
-    assert_same(runs, alone)
-    assert any(r.history.status == "converged" for r in runs) and len({r.history.steps for r in runs}) > 1
 
 
 def reference_descent(params, X, Y, cfg, mu, steps):
@@ -365,6 +330,7 @@ PERTURB = {
     "wrong shape X": (lambda r: {"X": X0[..., :r.integers(1, 4)] if r.random() < 0.5 else X0[None]}, ("X",)),
     "non-contiguous X": (lambda r: {"X": X0.transpose(0, 1).contiguous().transpose(0, 1)}, ()),
     "X requires grad": (lambda r: {"X": X0.clone().requires_grad_(True)}, ()),
+    "non-contiguous params": (lambda r: {"p": {k: v.t().contiguous().t() for k, v in P0.items()}}, ()),
     "mu": (lambda r: {"mu": pick(r, [0.0, -0.01, math.nan, math.inf, "0.01", None, True, 1j,
                                      torch.tensor([0.01])])}, ("mu",)),
     "mu as another number type": (lambda r: {"mu": pick(r, [np.float64(0.01), np.array(0.01),

@@ -53,11 +53,8 @@ def _box_point(params, ra, rw, gen, ascent_of=None, X=None, cfg=None, steps=0):
 
 
 def _centred_jacobian_norm(params, X, cfg) -> float:
-    leaves = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
-    CF = centred(forward_trace(leaves, X, cfg).F).reshape(-1)
-    rows = [torch.cat([g.reshape(-1) for g in torch.autograd.grad(CF[i], list(leaves.values()),
-                                                                  retain_graph=True)]) for i in range(CF.numel())]
-    return float(torch.linalg.matrix_norm(torch.stack(rows), 2))
+    J = torch.func.jacrev(lambda p: centred(forward_trace(p, X, cfg).F).reshape(-1))(params)
+    return float(torch.linalg.matrix_norm(torch.cat([j.flatten(1) for j in J.values()], 1), 2))
 
 
 INSTANCES = [  # default initializations without the residual (where the bounds are hard), and the family
@@ -93,7 +90,7 @@ def test_the_path_radii_bound_gradient_descent(make):
         path = path_radii(pc, mu, max_steps=300)
         seen = []
 
-        def record(step):
+        def record(step, path=path, seen=seen):
             if step.t < len(path):
                 seen.append((flat_norm(step.params[k] - params[k] for k in ATTENTION),
                              flat_norm(step.params[k] - params[k] for k in params),
@@ -131,13 +128,17 @@ def test_the_floor_lemma():
     gen = torch.Generator().manual_seed(3)
     for _ in range(200):
         Y, F = torch.randn(3, 4, 1, generator=gen, dtype=torch.float64), torch.randn(3, 4, 1, generator=gen)
-        F = F * TAU * float(centred(Y).norm()) / float(centred(F).norm()) * float(torch.rand(1, generator=gen))
+        shrink = float(torch.rand(1, generator=gen))
+        F = F * TAU * float(centred(Y).norm()) / float(centred(F).norm()) * shrink
         assert 0.5 * float((F - Y).pow(2).sum()) >= 0.5 * rank_one_floor(Y) * (1 - 1e-12)
 
 
-def test_the_report_and_its_rebuild():
+def test_the_report_and_its_rebuild(capsys):
     """The JSON of `theorem separation` has its fields, and `rebuild` rebuilds the arm
     without the residual."""
+    assert main(["theorem", "separation", "--d-qk", "16", "--seed", "1", "--d", "64", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["instance"]["d_qk"] == 16 and isinstance(out["plateau"]["T_lb"], int)
     rep = separation_report(64, 7, d=128)
     assert {"certified", "T_lb", "floor", "mu"} <= set(rep["plateau"])
     assert {"certified", "rate", "steps_to"} <= set(rep["with_residual"])
@@ -159,12 +160,6 @@ def test_the_report_at_a_step_above_the_certified_one():
     assert above["with_residual"]["rate"] is None and above["with_residual"]["steps_to"] is None
     assert above["with_residual"]["rate_at_mu_res"] == wr["rate_at_mu_res"]
     assert not above["separation"]["certified"] and above["separation"]["window"] is None
-
-
-def test_the_command_line(capsys):
-    assert main(["theorem", "separation", "--d-qk", "16", "--seed", "1", "--d", "64", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["instance"]["d_qk"] == 16 and isinstance(out["plateau"]["T_lb"], int)
 
 
 def test_bad_input(clear_error):
