@@ -3,7 +3,6 @@ back checked as what is written, git only in the project's own clone, and the sp
 recompute committed runs."""
 
 import dataclasses
-import importlib
 import json
 import shutil
 import subprocess
@@ -156,31 +155,6 @@ def test_merge_refuses_pieces_that_disagree_outside_their_seeds():
     side = [{"seed": 0, "x": 1.0}]   # a side run that every piece reads from the first
     assert merge_data([{"wide": side, "runs": side}, {"wide": side, "runs": [{"seed": 1}]}]) == \
         {"wide": side, "runs": [{"seed": 0, "x": 1.0}, {"seed": 1}]}
-
-
-#: What each experiment computes without its evaluation seeds (so once for all pieces).
-SHARED = {"simulations": ["_probe_runs"], "jena": ["_tune", "_pilots"],
-          "sst2": ["_tune", "_precision_check", "_run_sst2_wide"]}
-
-
-@pytest.mark.parametrize("name", list(SHARED))
-def test_the_pieces_of_a_run_tune_and_check_once(name, tmp_path, monkeypatch):
-    """The step sizes tuned on the probe seeds, and the checks on a probe seed, are the same for
-    every piece: the first piece computes them, the second reads them back (and the merged run has
-    one set of steps)."""
-    monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setitem(EXPERIMENTS, name, dataclasses.replace(EXPERIMENTS[name], piece_seeds=1))
-    module = importlib.import_module(f"convres.experiments.{name}")
-    calls: list[str] = []
-    for f in SHARED[name]:
-        original = getattr(module, f)
-        monkeypatch.setattr(module, f, lambda *a, _f=f, _g=original, **k: calls.append(_f) or _g(*a, **k))
-    run_piece(name, 0, folder=tmp_path, profile="smoke")
-    first = list(calls)
-    run_piece(name, 1, folder=tmp_path, profile="smoke")
-    assert sorted(set(first)) == sorted(SHARED[name]) and calls == first
-    merged, _ = load_committed(name, tmp_path, "smoke")
-    assert merged.data["step_sizes"] == run_experiment(name, "smoke").data["step_sizes"]
 
 
 def test_committed_results_are_their_profile_of_today():
