@@ -121,7 +121,7 @@ def test_cli_reproduce_download_fetches_missing_data_then_runs(tmp_path, capsys,
 
 def test_the_report_tables_and_the_other_figures_from_small_results(tmp_path, tiny_sst2):
     """The figures have labels, markers and one legend outside the data."""
-    from convres import plotting, report
+    from convres import plotting, report, tables
 
     def labelled(fig):
         return all(ax.get_legend() is None and ax.get_ylabel() for ax in fig.axes) and len(fig.legends) == 1
@@ -150,6 +150,14 @@ def test_the_report_tables_and_the_other_figures_from_small_results(tmp_path, ti
     compute = report.compute_table(results, "test machine")
     assert list(compute["experiment"]) == ["simulations", "sst2"] and (compute["gradient-descent runs"] > 0).all()
     assert "SST-2 wide FFN" in set(report.deviations_table(results)["what"])
+    k = sst.summary()                                                   # the SST-2 chapter's tables
+    pages = (tables.init_table(k["init_output_std"]), tables.stable_steps_table(k["step_sizes"]),
+             tables.per_model_table(k), tables.sensitivity_table(sst.claims()),
+             tables.accuracy_table(k["heldout"]), tables.design_checks_table(k["design_checks"]))
+    html = [t.to_html() for t in pages]
+    assert all("<td" in h and "nan" not in h for h in html)
+    assert html[0].count("<tr>") - 1 == len(k["init_output_std"])        # one row per arm and depth
+    assert "sst2 arms alive" in html[-1] and "≤ 1" in html[-1]               # the operator from CHECKS
     with pytest.raises(ValueError, match="unknown verdict"):
         report.badge("great")
 
