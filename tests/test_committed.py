@@ -217,39 +217,31 @@ def test_an_sst2_run_computed_alone_is_the_run_of_the_experiment():
         assert again[::s["record_every"]] == pytest.approx(r["mse"], rel=1e-4)
 
 
-def test_a_committed_jena_run_computes_again_to_the_same_numbers():
-    """The spot check of the committed Jena pieces: the first 100 steps of one run (beta = 1, the
-    first seed, its tuned step; every training window) computed again match the committed curve."""
-    loaded = load_committed("jena")
-    if loaded is None:
-        pytest.skip("the Jena larger run of protocol v4 is not complete (no merged file yet)")
-    res = loaded[0]
-    s = res.settings
-    stored = next(r for r in res.data["runs"] if r["beta"] == 1.0 and r["seed"] == s["seeds"][0]
-                  and r["protocol"] == "tuned")
-    again = jena.rerun(s, stored["beta"], stored["seed"], stored["eta"], 100)
-    assert again == pytest.approx(stored["train_mse"][:101], rel=1e-4)   # float32: stacked vs alone
-    assert loaded[1]["provenance"][0]["commit"]
+SPOT_CHECKS = [("jena", "paper", {"beta": 1.0}, 0)] + [
+    ("sst2", profile, {"L": L, "arm": arm}, which) for profile in ("book", "paper") for which in (0, -1)
+    for L, arm in ((2, "residual"), (10, "isometric"))]
 
 
-@pytest.mark.parametrize("profile", ["book", "paper"])
-@pytest.mark.parametrize("which", [0, -1])
-@pytest.mark.parametrize("arm", [(2, "residual"), (10, "isometric")])
-def test_a_committed_sst2_run_computes_again_to_the_same_numbers(arm, which, profile):
-    """The spot check of the committed SST-2 pieces (the book's run and the larger one): the first
-    20 steps of one run (L = 2 with residuals and L = 10 isometric, the float32-sensitive arm; the
-    first seed and the last, each of another piece, at its tuned step; every training sentence)
-    computed again match the committed curve (recorded every ``record_every`` steps) to float32
-    round-off."""
-    loaded = load_committed("sst2", profile=profile)
+@pytest.mark.parametrize("name, profile, arm, which", SPOT_CHECKS)
+def test_a_committed_jena_or_sst2_run_computes_again_to_the_same_numbers(name, profile, arm, which):
+    """The spot checks of the committed Jena and SST-2 pieces: the first steps of one run at its tuned
+    step (on every training window or sentence) computed again match the committed curve to float32
+    round-off (the pieces stack runs, the rerun runs one alone). Jena: 100 steps of beta = 1, the first
+    seed. SST-2 (the book's run and the larger one): 20 steps (recorded every ``record_every``) of L = 2
+    with residuals and L = 10 isometric, the float32-sensitive arm; the first seed and the last, each of
+    another piece."""
+    loaded = load_committed(name, profile=profile)
     if loaded is None:
-        pytest.skip(f"the SST-2 {profile} pieces of protocol v4 are not committed yet")
+        pytest.skip(f"the {name} {profile} pieces of protocol v4 are not committed yet")
     res, info = loaded
     s = res.settings
     seed = s["seeds"][which]
-    stored = next(r for r in res.data["runs"]
-                  if (r["L"], r["arm"], r["seed"], r["protocol"]) == (*arm, seed, "tuned"))
-    steps = 2 * s["record_every"]
-    again = sst2.rerun(s, *arm, seed, stored["eta"], steps)
-    assert again[::s["record_every"]] == pytest.approx(stored["mse"][:3], rel=1e-5)
+    stored = next(r for r in res.data["runs"] if (r["seed"], r["protocol"]) == (seed, "tuned")
+                  and all(r[k] == v for k, v in arm.items()))
+    if name == "jena":
+        again, curve = jena.rerun(s, arm["beta"], seed, stored["eta"], 100), stored["train_mse"][:101]
+    else:
+        again = sst2.rerun(s, arm["L"], arm["arm"], seed, stored["eta"], 2 * s["record_every"])
+        again, curve = again[::s["record_every"]], stored["mse"][:3]
+    assert again == pytest.approx(curve, rel=1e-4 if name == "jena" else 1e-5)
     assert info["provenance"][which]["commit"]

@@ -48,14 +48,6 @@ def test_the_book_profile_s_regimes_are_wide_narrow_and_of_uniform_attention():
     assert regimes["uniform attention"]["scale"] == "1/d_qk" and regimes["uniform attention"]["d_qk"] >= 1024
 
 
-@pytest.mark.usefixtures("fresh_cache")
-@pytest.mark.parametrize("overrides", [{"freq": "bogus"}, {"start": "not a date"}, {"train_end": "nope"}])
-def test_jena_settings_that_cannot_parse_are_named_and_nothing_is_cached(tmp_path, overrides):
-    with pytest.raises(ValueError, match=f"{next(iter(overrides))}'? '"):
-        ex.run_experiment("jena", "smoke", overrides=overrides, data_dir=tmp_path / "no-data")
-    assert not list((tmp_path / "cache").glob("*.json"))
-
-
 def test_an_arm_that_diverges_is_rerun_on_every_seed_at_half_its_step_and_its_follower_with_it():
     from convres.experiments.base import rerun_diverged
     calls = []

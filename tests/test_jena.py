@@ -129,14 +129,17 @@ def test_the_order_blind_baseline_does_not_see_the_order():
     assert blind["train_least_squares"] <= blind["train"] + 1e-12    # least squares: the smallest fit
 
 
-def test_bad_jena_settings_give_clear_errors(offline):
-    s = ex.settings("jena")
-    for key, bad in (("window", 0), ("stride", 1.5), ("horizon", 0), ("target", "wind"),
-                     ("train_end", "2009-02-01 00:00")):           # train_end after end
-        with pytest.raises(ValueError, match=f"setting '{key}'"):
-            ex.jena_data({**s, key: bad})
+@pytest.mark.parametrize("key, bad", [("window", 0), ("stride", 1.5), ("horizon", 0), ("target", "wind"),
+                                      ("train_end", "2009-02-01 00:00"), ("freq", "bogus"),   # after the end
+                                      ("start", "not a date"), ("train_end", "nope")])
+def test_a_bad_setting_is_named_before_any_work_and_nothing_is_cached(key, bad, tmp_path, clear_error):
+    clear_error(lambda: ex.run_experiment("jena", "smoke", overrides={key: bad}, data_dir=tmp_path / "no"), key)
+    assert not list((tmp_path / "cache").glob("*.json"))
+
+
+def test_too_few_held_out_rows_are_named(offline):
     with pytest.raises(DataError, match="held-out rows"):           # too few rows after train_end
-        ex.jena_data({**s, "train_end": "2009-01-28 17:00"})
+        ex.jena_data({**ex.settings("jena"), "train_end": "2009-01-28 17:00"})
 
 
 def _pilot(beta, seed, curve, status="max_steps"):
