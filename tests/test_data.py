@@ -371,8 +371,6 @@ def test_a_fresh_data_folder_is_filled_from_the_mirror(tmp_path, mirror):
     assert set(sums) == set(data.sources.SOURCES)
     assert data.load_sst2(data_dir=tmp_path).attrs["checksum"].startswith("sha256")
     assert data.load_jena("2009-01-01 01:00", "2009-01-28 17:00", data_dir=tmp_path, freq="1h").shape == (665, 11)
-    data.download("jena", data_dir=tmp_path)
-    assert len(server.requests) == 3   # what is there is kept
 
 
 def test_a_download_resumes_its_part_file(tmp_path, mirror):

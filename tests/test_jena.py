@@ -133,7 +133,7 @@ def test_the_order_blind_baseline_does_not_see_the_order():
                                       ("train_end", "2009-02-01 00:00"), ("freq", "bogus"),   # after the end
                                       ("start", "not a date"), ("train_end", "nope")])
 def test_a_bad_setting_is_named_before_any_work_and_nothing_is_cached(key, bad, tmp_path, clear_error):
-    clear_error(lambda: ex.run_experiment("jena", "smoke", overrides={key: bad}, data_dir=tmp_path / "no"), key)
+    clear_error(lambda: ex.run_experiment("jena", "smoke", overrides={key: bad}, data_dir=tmp_path), key)
     assert not list((tmp_path / "cache").glob("*.json"))
 
 
