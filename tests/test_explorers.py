@@ -123,6 +123,20 @@ def test_the_comparison_can_fail():
     assert not agree(js_run(b, 0, 64, 0.0, 0.002, "1/sqrt(d_qk)", 50)["loss"], ref)
 
 
+def test_erf_and_singular_values_in_javascript():
+    xs = [0.0, 1e-8, 0.1, 0.5, 1.0, 1.7, 2.5, 3.3, 4.9, 5.99, 6.5, -0.3, -2.0, -7.0]
+    a = np.random.default_rng(0).standard_normal((8, 12))
+    a[3] = a[2] + 1e-9 * np.random.default_rng(1).standard_normal(12)    # a tiny singular value
+    script = (f"const M = require({json.dumps(str(MODEL_JS))});\n"
+              f"const a = Float64Array.from({json.dumps(a.ravel().tolist())});\n"
+              f"console.log(JSON.stringify([{json.dumps(xs)}.map(M.erf), M.singularValues(a, 8, 12)]));")
+    out = subprocess.run([node(), "-e", script], check=True, text=True, capture_output=True)
+    erf, sv = json.loads(out.stdout)
+    assert all(abs(e - math.erf(x)) <= 1e-15 for e, x in zip(erf, xs))    # a few units in the last place
+    assert np.allclose(sv, np.linalg.svd(a, compute_uv=False), rtol=1e-6, atol=1e-14)
+    assert 1e-10 < sv[-1] < 1e-8
+
+
 def test_run_and_escape():
     r = ex.run("collapse", 0, 16, 0.0, 0.002, steps=200)
     assert r["escape"] == ex.escape_step(r["loss"], r["floor"]) and 0 < r["escape"] < 200
