@@ -8,22 +8,9 @@ Run with ``pytest --nbval-lax --nbval-current-env book``.
 
 from pathlib import Path
 
+import pytest
+
 BOOK = Path(__file__).resolve().parent / "book"
-
-
-class _JupytextAsNbformat:
-    """Stands in for the ``nbformat`` module inside nbval: ``read`` goes through jupytext."""
-
-    def __init__(self, nbformat):
-        self._nbformat = nbformat
-
-    def __getattr__(self, name):
-        return getattr(self._nbformat, name)
-
-    @staticmethod
-    def read(path, as_version=4):
-        import jupytext
-        return jupytext.read(path)
 
 
 def pytest_collect_file(file_path, parent):
@@ -34,15 +21,13 @@ def pytest_collect_file(file_path, parent):
         return None
     if "jupytext" not in file_path.read_text(encoding="utf-8")[:400]:
         return None  # plain Markdown page, not a notebook
+    import jupytext
     import nbval.plugin
 
     class MystNotebook(nbval.plugin.IPyNbFile):
         def collect(self):
-            original = nbval.plugin.nbformat
-            nbval.plugin.nbformat = _JupytextAsNbformat(original)
-            try:
+            with pytest.MonkeyPatch.context() as mp:   # nbval reads the file with jupytext
+                mp.setattr(nbval.plugin.nbformat, "read", lambda path, as_version=4: jupytext.read(path))
                 yield from super().collect()
-            finally:
-                nbval.plugin.nbformat = original
 
     return MystNotebook.from_parent(parent, path=file_path)

@@ -37,7 +37,9 @@ def test_the_entry_point_in_a_subprocess():
     assert closed.returncode == 2 and "stdout is closed" in closed.stderr and "Traceback" not in closed.stderr
 
 
-def test_gd_and_theorem_modes_print_strict_json(capsys):
+def test_the_modes_print_strict_json_and_reproduce_lists_the_experiments(capsys):
+    code, out, _ = run_main(capsys, "reproduce")
+    assert code == 0 and all(n in out for n in ("simulations", "jena", "sst2", "all"))
     code, out, _ = run_main(capsys, "gd", "--steps", "20", "--json")
     result = json.loads(out, parse_constant=pytest.fail)
     assert code == 0 and result["steps"] == 20 and result["final_loss"] < result["initial_loss"]

@@ -3,7 +3,6 @@ back checked as what is written, git only in the project's own clone, and the sp
 recompute committed runs."""
 
 import dataclasses
-import importlib
 import json
 import shutil
 import subprocess
@@ -158,31 +157,6 @@ def test_merge_refuses_pieces_that_disagree_outside_their_seeds():
         {"wide": side, "runs": [{"seed": 0, "x": 1.0}, {"seed": 1}]}
 
 
-#: What each experiment computes without its evaluation seeds (so once for all pieces).
-SHARED = {"simulations": ["_probe_runs"], "jena": ["_tune", "_pilots"],
-          "sst2": ["_tune", "_precision_check", "_run_sst2_wide"]}
-
-
-@pytest.mark.parametrize("name", list(SHARED))
-def test_the_pieces_of_a_run_tune_and_check_once(name, tmp_path, monkeypatch):
-    """The step sizes tuned on the probe seeds, and the checks on a probe seed, are the same for
-    every piece: the first piece computes them, the second reads them back (and the merged run has
-    one set of steps)."""
-    monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setitem(EXPERIMENTS, name, dataclasses.replace(EXPERIMENTS[name], piece_seeds=1))
-    module = importlib.import_module(f"convres.experiments.{name}")
-    calls: list[str] = []
-    for f in SHARED[name]:
-        original = getattr(module, f)
-        monkeypatch.setattr(module, f, lambda *a, _f=f, _g=original, **k: calls.append(_f) or _g(*a, **k))
-    run_piece(name, 0, folder=tmp_path, profile="smoke")
-    first = list(calls)
-    run_piece(name, 1, folder=tmp_path, profile="smoke")
-    assert sorted(set(first)) == sorted(SHARED[name]) and calls == first
-    merged, _ = load_committed(name, tmp_path, "smoke")
-    assert merged.data["step_sizes"] == run_experiment(name, "smoke").data["step_sizes"]
-
-
 def test_committed_results_are_their_profile_of_today():
     """Every committed file was assembled from pieces of today's settings of its profile."""
     for name, e in EXPERIMENTS.items():
@@ -243,39 +217,31 @@ def test_an_sst2_run_computed_alone_is_the_run_of_the_experiment():
         assert again[::s["record_every"]] == pytest.approx(r["mse"], rel=1e-4)
 
 
-def test_a_committed_jena_run_computes_again_to_the_same_numbers():
-    """The spot check of the committed Jena pieces: the first 100 steps of one run (beta = 1, the
-    first seed, its tuned step; every training window) computed again match the committed curve."""
-    loaded = load_committed("jena")
-    if loaded is None:
-        pytest.skip("the Jena larger run of protocol v4 is not complete (no merged file yet)")
-    res = loaded[0]
-    s = res.settings
-    stored = next(r for r in res.data["runs"] if r["beta"] == 1.0 and r["seed"] == s["seeds"][0]
-                  and r["protocol"] == "tuned")
-    again = jena.rerun(s, stored["beta"], stored["seed"], stored["eta"], 100)
-    assert again == pytest.approx(stored["train_mse"][:101], rel=1e-4)   # float32: stacked vs alone
-    assert loaded[1]["provenance"][0]["commit"]
+SPOT_CHECKS = [("jena", "paper", {"beta": 1.0}, 0)] + [
+    ("sst2", profile, {"L": L, "arm": arm}, which) for profile in ("book", "paper") for which in (0, -1)
+    for L, arm in ((2, "residual"), (10, "isometric"))]
 
 
-@pytest.mark.parametrize("profile", ["book", "paper"])
-@pytest.mark.parametrize("which", [0, -1])
-@pytest.mark.parametrize("arm", [(2, "residual"), (10, "isometric")])
-def test_a_committed_sst2_run_computes_again_to_the_same_numbers(arm, which, profile):
-    """The spot check of the committed SST-2 pieces (the book's run and the larger one): the first
-    20 steps of one run (L = 2 with residuals and L = 10 isometric, the float32-sensitive arm; the
-    first seed and the last, each of another piece, at its tuned step; every training sentence)
-    computed again match the committed curve (recorded every ``record_every`` steps) to float32
-    round-off."""
-    loaded = load_committed("sst2", profile=profile)
+@pytest.mark.parametrize("name, profile, arm, which", SPOT_CHECKS)
+def test_a_committed_jena_or_sst2_run_computes_again_to_the_same_numbers(name, profile, arm, which):
+    """The spot checks of the committed Jena and SST-2 pieces: the first steps of one run at its tuned
+    step (on every training window or sentence) computed again match the committed curve to float32
+    round-off (the pieces stack runs, the rerun runs one alone). Jena: 100 steps of beta = 1, the first
+    seed. SST-2 (the book's run and the larger one): 20 steps (recorded every ``record_every``) of L = 2
+    with residuals and L = 10 isometric, the float32-sensitive arm; the first seed and the last, each of
+    another piece."""
+    loaded = load_committed(name, profile=profile)
     if loaded is None:
-        pytest.skip(f"the SST-2 {profile} pieces of protocol v4 are not committed yet")
+        pytest.skip(f"the {name} {profile} pieces of protocol v4 are not committed yet")
     res, info = loaded
     s = res.settings
     seed = s["seeds"][which]
-    stored = next(r for r in res.data["runs"]
-                  if (r["L"], r["arm"], r["seed"], r["protocol"]) == (*arm, seed, "tuned"))
-    steps = 2 * s["record_every"]
-    again = sst2.rerun(s, *arm, seed, stored["eta"], steps)
-    assert again[::s["record_every"]] == pytest.approx(stored["mse"][:3], rel=1e-5)
+    stored = next(r for r in res.data["runs"] if (r["seed"], r["protocol"]) == (seed, "tuned")
+                  and all(r[k] == v for k, v in arm.items()))
+    if name == "jena":
+        again, curve = jena.rerun(s, arm["beta"], seed, stored["eta"], 100), stored["train_mse"][:101]
+    else:
+        again = sst2.rerun(s, arm["L"], arm["arm"], seed, stored["eta"], 2 * s["record_every"])
+        again, curve = again[::s["record_every"]], stored["mse"][:3]
+    assert again == pytest.approx(curve, rel=1e-4 if name == "jena" else 1e-5)
     assert info["provenance"][which]["commit"]

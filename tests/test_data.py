@@ -80,12 +80,6 @@ def test_the_keras_zip_and_the_slice_give_the_same_rows(tmp_path):
     assert df.shape == (180, 14) and df.dtypes.eq("float64").all()
 
 
-def test_environment_variable_sets_the_data_dir(tmp_path, monkeypatch):
-    write_slice(tmp_path)
-    monkeypatch.setenv("CONVRES_DATA_DIR", str(tmp_path))
-    assert data.jena_path() == tmp_path / "jena_climate" / CSV
-
-
 def test_offline_copies(offline):
     df = data.load_jena("2009-01-01 01:00", "2009-01-28 17:00", data_dir=offline, freq="1h")
     assert df.shape == (665, 11)
@@ -176,11 +170,9 @@ def test_window_arguments_are_checked(tmp_path, kwargs, clear_error):
 
 # --- standardize, SST-2 prefixes, PPMI word vectors ----------------------------------------------
 
-def test_standardize_matches_the_z_scores():
+def test_standardize_gives_columns_of_mean_0_and_std_1():
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(50, 3)) * [1, 10, 100] + [0, 5, 1000]
-    z = data.standardize(x, ["a", "b", "c"])
-    assert np.array_equal(z, (x - x.mean(0)) / x.std(0))
+    z = data.standardize(rng.normal(size=(50, 3)) * [1, 10, 100] + [0, 5, 1000], ["a", "b", "c"])
     assert np.allclose(z.mean(0), 0) and np.allclose(z.std(0), 1)
 
 
@@ -379,8 +371,6 @@ def test_a_fresh_data_folder_is_filled_from_the_mirror(tmp_path, mirror):
     assert set(sums) == set(data.sources.SOURCES)
     assert data.load_sst2(data_dir=tmp_path).attrs["checksum"].startswith("sha256")
     assert data.load_jena("2009-01-01 01:00", "2009-01-28 17:00", data_dir=tmp_path, freq="1h").shape == (665, 11)
-    data.download("jena", data_dir=tmp_path)
-    assert len(server.requests) == 3   # what is there is kept
 
 
 def test_a_download_resumes_its_part_file(tmp_path, mirror):

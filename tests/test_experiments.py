@@ -5,12 +5,12 @@ import dataclasses
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 
 from convres import experiments as ex
 from convres.cli import main
+from convres.data import DataWarning
 
 TINY_SIM = dict(betas=[0.0, 1.0], seeds=[0, 1], steps=20, d_qks=[16, 64], escape_steps=20,
                 eta_grid=[0.064, 0.128], scales=["1/d_qk"],
@@ -42,20 +42,11 @@ def test_an_unknown_experiment_profile_or_setting_is_named():
             call()
 
 
-def test_the_book_profile_names_the_three_regimes():
+def test_the_book_profile_s_regimes_are_wide_narrow_and_of_uniform_attention():
     s = ex.settings("simulations")
     regimes = {r["name"]: r for r in s["regimes"]}
-    assert set(regimes) == {"wide", "narrow", "uniform attention"}
     assert regimes["wide"]["N"] * s["n"] <= s["d"] < regimes["narrow"]["N"] * s["n"]
     assert regimes["uniform attention"]["scale"] == "1/d_qk" and regimes["uniform attention"]["d_qk"] >= 1024
-
-
-@pytest.mark.usefixtures("fresh_cache")
-@pytest.mark.parametrize("overrides", [{"freq": "bogus"}, {"start": "not a date"}, {"train_end": "nope"}])
-def test_jena_settings_that_cannot_parse_are_named_and_nothing_is_cached(tmp_path, overrides):
-    with pytest.raises(ValueError, match=f"{next(iter(overrides))}'? '"):
-        ex.run_experiment("jena", "smoke", overrides=overrides, data_dir=tmp_path / "no-data")
-    assert not list((tmp_path / "cache").glob("*.json"))
 
 
 def test_an_arm_that_diverges_is_rerun_on_every_seed_at_half_its_step_and_its_follower_with_it():
@@ -91,28 +82,6 @@ def test_sst2_data_on_files_in_the_real_format(tmp_path, tiny_sst2):
     assert Yt.shape == (16, 10, 1) and torch.equal(Yt[:, 3], task.Y)
 
 
-# --- figures (each record's own figure: tests/test_experiments_common.py) --------------------------
-
-def test_the_other_figures_have_labels_markers_and_one_legend_outside_the_data(tmp_path, tiny_sst2):
-    from convres import plotting
-
-    def labelled(fig):
-        return all(ax.get_legend() is None and ax.get_ylabel() for ax in fig.axes) and len(fig.legends) == 1
-
-    sim = ex.run_experiment("simulations", overrides=TINY_SIM)
-    fig = plotting.plot_simulations(sim)
-    assert all(line.get_marker() not in (None, "None", "") for line in fig.axes[0].lines[:2])
-    k = sim.summary()
-    fig = plotting.plot_escape_law(k["escape_law"], k["escape_fit"])
-    assert labelled(fig) and fig.axes[0].get_xscale() == "log"
-    sst = ex.run_experiment("sst2", "smoke", overrides=tiny_sst2, data_dir=tmp_path)   # as the report's test
-    assert labelled(plotting.plot_sst2(sst, "common")) and labelled(plotting.plot_sst2_summary(sst))
-    assert len(plotting.plot_sst2(sst).axes) == len(sst.settings["depths"])      # one panel per depth
-    assert plotting.thumbnail_png(plotting.plot_sst2(sst)).startswith(b"\x89PNG")
-    image = plotting.show(plotting.plot_sst2(sst), width=300)
-    assert image.width == 300
-
-
 def test_beta_colors_distinguish_adjacent_betas():
     from convres.plotting import beta_colors
 
@@ -125,72 +94,64 @@ def test_beta_colors_distinguish_adjacent_betas():
 
 # --- the command line ---------------------------------------------------------------------------------
 
-def test_cli_lists_the_experiments(capsys):
-    assert main(["reproduce"]) == 0
-    out = capsys.readouterr().out
-    assert all(name in out for name in ("simulations", "jena", "sst2", "all"))
-
-
-def _fake_jena_zip(dest):
-    """A small file in the layout of the Keras zip (14 features, 10-minute rows, 2009-01-01 .. 01-09)."""
-    import io
-    import zipfile
-
-    from convres.data import JENA_ALL_FEATURES, JENA_BOUNDS
-
-    time = pd.date_range("2009-01-01 00:10", "2009-01-09 00:00", freq="10min")
-    rng = np.random.default_rng(0)
-    df = pd.DataFrame({c: np.mean(JENA_BOUNDS[c]) + rng.normal(size=len(time)) for c in JENA_ALL_FEATURES})
-    df.insert(0, "Date Time", time.strftime("%d.%m.%Y %H:%M:%S"))
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        z.writestr("jena_climate_2009_2016.csv", df.to_csv(index=False))
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_bytes(buf.getvalue())
-    return dest
-
-
-def test_cli_reproduce_download_fetches_missing_data_then_runs(tmp_path, capsys, monkeypatch):
-    import convres.data as data
-
-    calls = []
-    monkeypatch.setattr(data.jena, "fetch", lambda rel, root, check=None: calls.append(rel) or _fake_jena_zip(root / rel))
+def test_cli_reproduce_download_fetches_missing_data_then_runs(tmp_path, capsys, monkeypatch, mirror):
+    _, files, server = mirror
     monkeypatch.setenv("CONVRES_DATA_DIR", str(tmp_path / "data"))
     small_profile(monkeypatch, "jena", **ex.settings("jena", "smoke"))
     # without --download: a clear error naming the flag and the data-directory setting, no download
     assert main(["reproduce", "jena", "--out", str(tmp_path / "figs")]) == 2
     err = capsys.readouterr().err
-    assert "python -m convres data" in err and "CONVRES_DATA_DIR" in err and calls == []
+    assert "python -m convres data" in err and "CONVRES_DATA_DIR" in err and server.requests == []
+    with pytest.warns(DataWarning, match="third-party record"):     # the mirror's zip is the slice
+        assert main(["reproduce", "jena", "--download", "--json", "--out", str(tmp_path / "figs")]) == 0
+    zipped = tmp_path / "data" / "jena_climate" / "jena_climate_2009_2016.csv.zip"
+    assert [p for p, _ in server.requests] == ["/jena.zip"] and zipped.read_bytes() == files["/jena.zip"]
+    assert json.loads(capsys.readouterr().out)["summary"]["diverged_runs"] == 0
     assert main(["reproduce", "jena", "--download", "--json", "--out", str(tmp_path / "figs")]) == 0
-    assert calls == ["jena_climate/jena_climate_2009_2016.csv.zip"]
-    assert (tmp_path / "data" / "jena_climate" / "jena_climate_2009_2016.csv.zip").is_file()
-    summary = json.loads(capsys.readouterr().out)["summary"]
-    assert summary["diverged_runs"] == 0 and summary["rows"] == 3 * 144
-    assert main(["reproduce", "jena", "--download", "--json", "--out", str(tmp_path / "figs")]) == 0
-    assert len(calls) == 1  # present now: not downloaded again
+    assert len(server.requests) == 1  # present now: not downloaded again
 
 
-# --- the reproduction report's tables ------------------------------------------------------------------
+# --- the report's tables and figures (each record's own figure: tests/test_experiments_common.py) ------
 
-def test_report_tables_from_small_results(tmp_path, tiny_sst2):
-    from convres import report
+def test_the_report_tables_and_the_other_figures_from_small_results(tmp_path, tiny_sst2):
+    """The figures have labels, markers and one legend outside the data."""
+    from convres import plotting, report, tables
+
+    def labelled(fig):
+        return all(ax.get_legend() is None and ax.get_ylabel() for ax in fig.axes) and len(fig.legends) == 1
 
     results = {"simulations": ex.run_experiment("simulations", overrides=TINY_SIM),
                "sst2": ex.run_experiment("sst2", "smoke", overrides=tiny_sst2, data_dir=tmp_path)}
+    sim, sst = results["simulations"], results["sst2"]
+    fig = plotting.plot_simulations(sim)
+    assert all(line.get_marker() not in (None, "None", "") for line in fig.axes[0].lines[:2])
+    k = sim.summary()
+    fig = plotting.plot_escape_law(k["escape_law"], k["escape_fit"])
+    assert labelled(fig) and fig.axes[0].get_xscale() == "log"
+    assert labelled(plotting.plot_sst2(sst, "common")) and labelled(plotting.plot_sst2_summary(sst))
+    assert len(plotting.plot_sst2(sst).axes) == len(sst.settings["depths"])      # one panel per depth
+    assert plotting.thumbnail_png(plotting.plot_sst2(sst)).startswith(b"\x89PNG")
+    assert plotting.show(plotting.plot_sst2(sst), width=300).width == 300
     rows = ex.claims(results)
     page = report.claims_html(rows, {"fig-sst2-final": b"\x89PNG"})
     assert page.count("<tr>") == len(rows) + 1 and 'href="sst2.html#fig-sst2-final"' in page
     assert 'href="simulations.html#fig-sim-regimes">figure</a>' in page     # no thumbnail given
     assert all(report.VERDICT_COLORS[r["verdict"]] in page for r in rows)
     assert "<details>" in report.criteria_html(rows)
-    counts, seen = report.verdict_counts_html(rows), {r["verdict"] for r in rows}
-    assert all((f">{v}</span>" in counts) == (v in seen) for v in ex.VERDICTS)   # no zero badge
     assert set(report.settings_table(results)["experiment"]) == {"simulations", "sst2"}
     spread = report.spread_table(results)
     assert {"median", "min to max", "seeds"} <= set(spread.columns) and len(spread) > 0
     compute = report.compute_table(results, "test machine")
     assert list(compute["experiment"]) == ["simulations", "sst2"] and (compute["gradient-descent runs"] > 0).all()
     assert "SST-2 wide FFN" in set(report.deviations_table(results)["what"])
+    k = sst.summary()                                                   # the SST-2 chapter's tables
+    pages = (tables.init_table(k["init_output_std"]), tables.stable_steps_table(k["step_sizes"]),
+             tables.per_model_table(k), tables.sensitivity_table(sst.claims()),
+             tables.accuracy_table(k["heldout"]), tables.design_checks_table(k["design_checks"]))
+    html = [t.to_html() for t in pages]
+    assert all("<td" in h and "nan" not in h for h in html)
+    assert html[0].count("<tr>") - 1 == len(k["init_output_std"])        # one row per arm and depth
+    assert "sst2 arms alive" in html[-1] and "≤ 1" in html[-1]               # the operator from CHECKS
     with pytest.raises(ValueError, match="unknown verdict"):
         report.badge("great")
 

@@ -2,10 +2,12 @@
 ``smoke`` settings, behaves alike. Its settings are copies, and a setting that would run nothing is
 refused by name; it runs and its summary is strict JSON (finite or ``None``); it reads back from the
 cache and from JSON to the same result; its claims are the protocol's, each with its id and a
-verdict; its figure is labelled; its pieces merge into the run of every seed at once; computed
-again it gives the same numbers."""
+verdict; its figure is labelled; its pieces merge into the run of every seed at once, the parts they
+share computed once; computed again it gives the same numbers. An experiment with claims follows the
+protocol's seeds and step grid."""
 
 import dataclasses
+import importlib
 import json
 import shutil
 from functools import cache
@@ -18,7 +20,7 @@ from convres.committed import load_committed, pieces, run_piece
 from convres.data import DATASETS
 from convres.experiments import simulations as sim
 from convres.experiments.base import LIST_SETTINGS
-from convres.protocol import CLAIMS
+from convres.protocol import CLAIMS, EVALUATION_SEEDS, PILOT_SEEDS, PROBE_SEEDS
 from convres.show import tex
 
 pytestmark = pytest.mark.parametrize("record", list(ex.EXPERIMENTS), indirect=True)
@@ -76,6 +78,18 @@ def test_the_settings_are_copies_and_a_setting_that_would_run_nothing_is_refused
             ex.run_experiment(record, "smoke", overrides={key: value}, data_dir="/nonexistent")
 
 
+def test_the_book_and_paper_profiles_of_an_experiment_with_claims_follow_the_protocol(record):
+    """Its evaluation seeds, probe seeds (and pilot seeds) are the protocol's, its steps a factor-2 grid."""
+    for profile in ("book", "paper"):
+        s = ex.settings(record, profile)
+        assert ("probe_seeds" in s) == ex.EXPERIMENTS[record].in_report
+        if "probe_seeds" in s:
+            assert s["seeds"] == list(EVALUATION_SEEDS[profile]) and s["probe_seeds"] == list(PROBE_SEEDS)
+            assert s.get("pilot_seeds", list(PILOT_SEEDS)) == list(PILOT_SEEDS)
+            grid = sorted(s["eta_grid"])
+            assert all(b == 2 * a for a, b in zip(grid, grid[1:]))
+
+
 def test_a_smoke_run_gives_a_summary_in_strict_json(record):
     summary = smoke(record).summary()
     assert list(summary)[:len(ex.SUMMARY_KEYS)] == list(ex.SUMMARY_KEYS) and summary["device"] == "cpu"
@@ -118,10 +132,16 @@ def test_the_figure_is_labelled_with_one_legend_outside_the_data(record):
     assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
 
 
+#: What each experiment computes without its evaluation seeds (so once for all pieces).
+SHARED = {"simulations": ["_probe_runs"], "jena": ["_pilots", "_tune"],
+          "sst2": ["_precision_check", "_run_sst2_wide", "_tune"]}
+
+
 def test_the_pieces_merge_into_the_run_of_every_seed(record, tmp_path, monkeypatch):
-    """One seed a piece, computed in any order: the merged file has every piece, the settings of the
-    whole run and its claims (effects of a float32 record to its round-off: a batch of other runs
-    rounds differently). A record without seeds is not run in pieces and says so."""
+    """One seed a piece, computed in any order: the first computes the step sizes and checks (on the
+    probe and pilot seeds), the others read them back; the merged file has every piece, the settings and
+    step sizes of the whole run and its claims (effects of a float32 record to its round-off: a batch
+    of other runs rounds differently). A record without seeds is not run in pieces and says so."""
     if not ex.settings(record, "smoke").get("seeds"):
         for profile in (p for p in ex.PROFILES if not ex.settings(record, p).get("seeds")):
             with pytest.raises(ValueError, match=f"{record!r} has no evaluation seeds.*reproduce {record}"):
@@ -129,27 +149,36 @@ def test_the_pieces_merge_into_the_run_of_every_seed(record, tmp_path, monkeypat
         return
     monkeypatch.setitem(ex.EXPERIMENTS, record, dataclasses.replace(ex.EXPERIMENTS[record], piece_seeds=1))
     whole, expected = smoke(record), claims(record)
+    monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))     # nothing shared computed yet
+    calls: list[str] = []
+    for f in SHARED.get(record, []):
+        module = importlib.import_module(f"convres.experiments.{record}")
+        original = getattr(module, f)
+        monkeypatch.setattr(module, f, lambda *a, _f=f, _g=original, **k: calls.append(_f) or _g(*a, **k))
     blocks = pieces(record, "smoke")
     assert blocks == [[s] for s in whole.settings["seeds"]]
-    for k in reversed(range(len(blocks))):
-        run_piece(record, k, folder=tmp_path, profile="smoke")
-    merged, info = load_committed(record, tmp_path, "smoke")
+    run_piece(record, len(blocks) - 1, folder=tmp_path / "R", profile="smoke")
+    first = list(calls)
+    for k in reversed(range(len(blocks) - 1)):
+        run_piece(record, k, folder=tmp_path / "R", profile="smoke")
+    assert sorted(set(first)) == SHARED.get(record, []) and calls == first
+    merged, info = load_committed(record, tmp_path / "R", "smoke")
     if record == "simulations":   # an arm one piece reran at half its step: the second pass (``halve``)
         halve = [h for h, x in zip(sim.second_pass(merged), sim.reruns(merged)) if not x["every_seed"]]
         if halve:
             e = ex.EXPERIMENTS[record]
             monkeypatch.setitem(ex.EXPERIMENTS, record, dataclasses.replace(
                 e, profiles={**e.profiles, "smoke": {**e.profiles["smoke"], "halve": halve}}))
-            shutil.rmtree(tmp_path)
+            shutil.rmtree(tmp_path / "R")
             for k in range(len(blocks)):
-                run_piece(record, k, folder=tmp_path, profile="smoke")
-            merged, info = load_committed(record, tmp_path, "smoke")
+                run_piece(record, k, folder=tmp_path / "R", profile="smoke")
+            merged, info = load_committed(record, tmp_path / "R", "smoke")
             whole = ex.run_experiment(record, "smoke")
             expected = whole.claims()
     assert info["pieces"] == {"total": len(blocks), "done": list(range(len(blocks))), "missing": [],
                               "planned_seeds": whole.settings["seeds"]}
     assert [p["piece"] for p in info["provenance"]] == list(range(len(blocks)))
-    assert merged.settings == whole.settings
+    assert merged.settings == whole.settings and merged.data.get("step_sizes") == whole.data.get("step_sizes")
     rows = merged.claims()
     assert [(c["id"], c["verdict"], c["units"]) for c in rows] == \
         [(c["id"], c["verdict"], c["units"]) for c in expected]

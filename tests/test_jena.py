@@ -10,21 +10,14 @@ from convres.data import JENA_FEATURES, DataError
 from convres.data.jena import AGE
 from convres.experiments import jena
 from convres.model import forward
-from convres.protocol import EVALUATION_SEEDS, PILOT_SEEDS, PROBE_SEEDS
 
 pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 
-def test_the_settings_use_the_protocols_seeds_and_the_whole_slice():
-    for profile in ("book", "paper"):
+def test_the_paper_profile_takes_every_window_and_both_sweep_the_claims_betas():
+    for profile, stride in (("book", 6), ("paper", 1)):
         s = ex.settings("jena", profile)
-        assert s["seeds"] == list(EVALUATION_SEEDS[profile]) and s["probe_seeds"] == list(PROBE_SEEDS)
-        assert s["pilot_seeds"] == list(PILOT_SEEDS) and s["age"] and s["readout_scale"] == 0.0
-        assert 0.0 in s["betas"] and 0.1 in s["betas"] and 1.0 in s["betas"]
-        grid = sorted(s["eta_grid"])
-        assert all(b == 2 * a for a, b in zip(grid, grid[1:]))           # a factor-2 grid
-    book, paper = ex.settings("jena", "book"), ex.settings("jena", "paper")
-    assert (book["stride"], paper["stride"]) == (6, 1)                    # the paper profile: every window
+        assert s["stride"] == stride and {0.0, 0.1, 1.0} <= set(s["betas"])
 
 
 def test_jena_data_splits_standardizes_on_training_rows_and_looks_only_at_the_past(offline):
@@ -136,14 +129,17 @@ def test_the_order_blind_baseline_does_not_see_the_order():
     assert blind["train_least_squares"] <= blind["train"] + 1e-12    # least squares: the smallest fit
 
 
-def test_bad_jena_settings_give_clear_errors(offline):
-    s = ex.settings("jena")
-    for key, bad in (("window", 0), ("stride", 1.5), ("horizon", 0), ("target", "wind"),
-                     ("train_end", "2009-02-01 00:00")):           # train_end after end
-        with pytest.raises(ValueError, match=f"setting '{key}'"):
-            ex.jena_data({**s, key: bad})
+@pytest.mark.parametrize("key, bad", [("window", 0), ("stride", 1.5), ("horizon", 0), ("target", "wind"),
+                                      ("train_end", "2009-02-01 00:00"), ("freq", "bogus"),   # after the end
+                                      ("start", "not a date"), ("train_end", "nope")])
+def test_a_bad_setting_is_named_before_any_work_and_nothing_is_cached(key, bad, tmp_path, clear_error):
+    clear_error(lambda: ex.run_experiment("jena", "smoke", overrides={key: bad}, data_dir=tmp_path), key)
+    assert not list((tmp_path / "cache").glob("*.json"))
+
+
+def test_too_few_held_out_rows_are_named(offline):
     with pytest.raises(DataError, match="held-out rows"):           # too few rows after train_end
-        ex.jena_data({**s, "train_end": "2009-01-28 17:00"})
+        ex.jena_data({**ex.settings("jena"), "train_end": "2009-01-28 17:00"})
 
 
 def _pilot(beta, seed, curve, status="max_steps"):

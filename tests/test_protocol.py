@@ -101,10 +101,6 @@ def test_a_claim_record_holds_its_estimate_and_verdict_in_strict_json(cid):
     assert rec.row(figure="f") == {"claim": plain(c.tex), "tex": c.tex, **rec.to_json(), "figure": "f"}
     assert doc["measure"] == plain(c.measure) and all(tex(s["tex"]) for s in doc["sensitivity"])
     assert report.claim_row([rec.row(experiment=c.experiment)], cid)["verdict"] == doc["verdict"]
-    failed = claim_record(cid, effects, profile="book", strata=strata, sensitivity=sens, draws=300,
-                          checks=_checks(c.experiment, failed=[c.checks[0]]))
-    assert failed.verdict == "not testable" and c.checks[0] in failed.reason
-    assert all(s["verdict"] == "not testable" for s in failed.to_json()["sensitivity"])
 
 
 def test_claim_record_refuses_what_the_protocol_did_not_name(clear_error):
@@ -118,27 +114,6 @@ def test_claim_record_refuses_what_the_protocol_did_not_name(clear_error):
                          (dict(sensitivity={("steps to 1e-3", "tuned"): effects}), "sensitivity")):
         kw = dict(claim_id="S1", effects=effects, **base) | change
         clear_error(lambda: claim_record(kw.pop("claim_id"), kw.pop("effects"), **kw), name)  # noqa: B023
-
-
-def test_consistently_needs_every_depth_and_names_a_reversed_one():
-    c = P.CLAIMS["T1"]
-    by_depth = {"L=2": -0.3, "L=6": 0.5, "L=10": 0.5}
-    effects = [by_depth[s] + 0.01 * (i % 3) for s in P.DEPTHS for i in range(10)]
-    strata = [s for s in P.DEPTHS for _ in range(10)]
-    rec = claim_record("T1", effects, profile="book", checks=_checks("sst2"), strata=strata,
-                       sensitivity={a: effects for a in c.alternatives}, draws=500)
-    assert rec.verdict == "partly" and rec.subset == ("L=6", "L=10")
-    assert rec.subsets == {"L=2": "reversed", "L=6": "reproduced", "L=10": "reproduced"}
-
-
-def test_diverged_units_are_counted_apart_and_can_leave_too_few():
-    c = P.CLAIMS["J2"]
-    effects = [0.2] * 8 + [None, None] + [0.21]
-    rec = claim_record("J2", effects, profile="book", checks=_checks("jena"),
-                       sensitivity={a: effects for a in c.alternatives})
-    doc = rec.to_json()
-    assert (doc["units"], doc["diverged"], doc["verdict"]) == (9, 2, "inconclusive")
-    assert doc["effect"] is None and doc["ci"] is None and "half their step" in doc["reason"]
 
 
 @settings(max_examples=150)
@@ -156,6 +131,9 @@ def test_every_claim_record_is_strict_json_with_a_grade(cid, n, shift, spread, d
                        sensitivity={a: effects for a in c.alternatives}, draws=200)
     doc = json.loads(json.dumps(rec.to_json(), allow_nan=False))
     assert doc["verdict"] in P.GRADES and (doc["verdict"] == "not testable") == fail
+    if fail:   # the check named, every measure not testable
+        assert c.checks[-1] in doc["reason"]
+        assert {s["verdict"] for s in doc["sensitivity"]} == {"not testable"}
     assert (doc["verdict"] in ("inconclusive", "not testable")) == bool(doc.get("reason"))
     assert doc["diverged"] == sum(e is None for e in effects)
     assert doc["ci"] is None or doc["ci"][0] <= doc["ci"][1]
@@ -207,18 +185,12 @@ def test_the_committed_stamp_agrees_with_the_tag():
 
 
 def test_the_report_states_the_protocol():
-    rows = [{"id": "S1", "experiment": "simulations", "claim": "x", "tex": r"with $\beta$", "verdict": "reversed",
-             "evidence": "", "criterion": "", "measurement": "", "figure": "fig-sim-regimes"}]
-    page = report.claims_html(rows)
-    assert r"\(\beta\)" in page and report.VERDICT_COLORS["reversed"] in page
     claims = report.protocol_claims_table().to_html()
     assert all(f">{cid}<" in claims for cid in P.CLAIMS) and "$" not in claims
     checks = report.protocol_checks_table().to_html()
     assert "$" not in checks and "$" not in report.protocol_deviations_table().to_html()
     assert all(name in checks for name in P.CHECKS)
     assert "100, 101, 102" in report.protocol_seeds_table().to_html()
-    assert len(report.protocol_deviations_table().data) == len(P.DEVIATIONS)
-    assert report.protocol_line().startswith("protocol: tag ")
     c = P.CLAIMS["J1"]
     effects = [0.5, 0.6, 0.7, 0.55, 0.65, 0.6, 0.5, 0.7, 0.6, None]
     rec = claim_record("J1", effects, profile="smoke", checks=_checks("jena"),

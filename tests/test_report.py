@@ -68,21 +68,6 @@ def test_the_chapters_tables_name_places_checks_and_steps():
     assert ">0.5 (1, 1)<" in steps and ">0.25 (0.25, 0.5)<" in steps and steps.count("<tr>") == 2
 
 
-def test_the_sst2_chapters_tables_from_a_tiny_run(tmp_path, tiny_sst2):
-    from convres import tables
-    from convres.experiments import run_experiment
-
-    sst = run_experiment("sst2", "smoke", overrides={**tiny_sst2, "wide": None}, data_dir=tmp_path)
-    k = sst.summary()
-    pages = [tables.init_table(k["init_output_std"]), tables.stable_steps_table(k["step_sizes"]),
-             tables.per_model_table(k), tables.sensitivity_table(sst.claims()),
-             tables.accuracy_table(k["heldout"]), tables.design_checks_table(k["design_checks"])]
-    html = [p.to_html() for p in pages]
-    assert all("<td" in h and "nan" not in h for h in html)
-    assert html[0].count("<tr>") - 1 == len(k["init_output_std"])        # one row per arm and depth
-    assert "sst2 arms alive" in html[-1] and "≤ 1" in html[-1]               # the operator from CHECKS
-
-
 def test_the_build_environment_and_the_theorem_chapters(tmp_path):
     from convres import tables
 

@@ -41,23 +41,26 @@ def test_plain_reads_tex_in_a_terminal_and_numbers_read_in_prose():
     assert fixed(-0.214) == "\N{MINUS SIGN}0.21" and fixed(-0.004) == "0.00" and fixed(0.5, 3) == "0.500"
 
 
-def _assert_typeset(hypotheses):
-    """Every statement is balanced TeX with a plain reading, and the table shows it as math."""
-    for h in hypotheses:
-        assert tex(h.tex) and "$" not in h.text and "\\" not in h.text, h
-    html = hypotheses_table(hypotheses).to_html()
-    assert "$" not in html and html.count(MATH) >= sum("$" in h.tex for h in hypotheses)
-
-
 def test_every_checked_hypothesis_carries_its_tex():
+    """Every statement (of the attention and the FFN theorem) is balanced TeX with a plain reading, and
+    the table shows it as math."""
+    from convres import init_params, synthetic_regression
     from convres.instances import theorem_instance
     from convres.lemmas import mu_max
-    from convres.theory import check_assumptions
+    from convres.model import ModelConfig
+    from convres.theory import check_assumptions, ffn_theorem_run
 
     params, X, Y, cfg = theorem_instance(0, beta=1.0)
     checks = check_assumptions(params, X, Y, cfg, mu=mu_max(params, X, Y, cfg), steps=10)
-    _assert_typeset(checks)
     assert {c.name: c.to_dict()["text"] for c in checks}["width"] == "Nn <= d"
+    cfg = ModelConfig(d=8, d_qk=8, m=64, c=1, activation="gelu", beta=1.0)
+    X, Y = synthetic_regression(2, 4, 8, 1, seed=0)
+    run = ffn_theorem_run(init_params(cfg, seed=1), X, Y, cfg, mu=0.002, steps=3, smoothness_iters=2)
+    for hypotheses in (checks, run.hypotheses):
+        for h in hypotheses:
+            assert tex(h.tex) and "$" not in h.text and "\\" not in h.text, h
+        html = hypotheses_table(hypotheses).to_html()
+        assert "$" not in html and html.count(MATH) >= sum("$" in h.tex for h in hypotheses)
 
 
 def test_claims_table_reads_claim_rows():
@@ -67,17 +70,6 @@ def test_claims_table_reads_claim_rows():
     html = claims_table(rows).to_html()
     assert rf"larger {MATH}\(\beta\)</span> faster" in html
     assert ">0.10 to 0.50<" in html and ">10 (1 diverged)<" in html and ">0.31<" in html
-
-
-def test_every_ffn_hypothesis_carries_its_tex():
-    from convres import init_params, synthetic_regression
-    from convres.model import ModelConfig
-    from convres.theory import ffn_theorem_run
-
-    cfg = ModelConfig(d=8, d_qk=8, m=64, c=1, activation="gelu", beta=1.0)
-    X, Y = synthetic_regression(2, 4, 8, 1, seed=0)
-    run = ffn_theorem_run(init_params(cfg, seed=1), X, Y, cfg, mu=0.002, steps=3, smoothness_iters=2)
-    _assert_typeset(run.hypotheses)
 
 
 def test_a_table_reads_as_text_where_html_is_not_shown():

@@ -14,7 +14,7 @@ from convres.experiments.sst2_arms import matched_width, norm_preserving_init
 from convres.experiments.sst2_baselines import bow_logistic, heldout_rows, pooled_baseline
 from convres.lemmas import parameter_count
 from convres.model import ModelConfig, forward_trace, init_params
-from convres.protocol import CHECKS, EVALUATION_SEEDS, GRADES, PROBE_SEEDS
+from convres.protocol import CHECKS, GRADES
 
 pytestmark = pytest.mark.usefixtures("fresh_cache")
 
@@ -24,17 +24,6 @@ def _rms(t):
 
 
 X8 = torch.randn(32, 10, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-
-
-def test_the_profiles_follow_the_protocol():
-    for profile in ("book", "paper"):
-        s = ex.settings("sst2", profile)
-        assert s["depths"] == [2, 6, 10] and s["arms"] == ["residual", "isometric", "norm-preserving"]
-        assert s["matched"] and s["seeds"] == list(EVALUATION_SEEDS[profile])
-        assert s["probe_seeds"] == list(PROBE_SEEDS) and not set(s["seeds"]) & set(s["probe_seeds"])
-        grid = sorted(s["eta_grid"])
-        assert all(b == 2 * a for a, b in zip(grid, grid[1:]))     # a factor-2 grid
-    assert ex.settings("sst2", "paper")["n_train"] >= 16384
 
 
 def test_norm_preserving_init_keeps_every_block_at_the_rms_of_its_input():
@@ -84,6 +73,7 @@ def test_the_arms_and_the_matched_width():
     s = ex.settings("sst2")
     arms = arms_of(s)
     assert len(arms) == 10 and arms[-1] == Arm(2, "matched")
+    assert ex.settings("sst2", "paper")["n_train"] >= 16384
     assert {a.kind for a in arms} == set(ARM_KINDS)
     m = matched_width(s)
     deep = parameter_count(arm_config(s, Arm(10, "residual")))
@@ -233,16 +223,6 @@ def test_a_tiny_run_of_every_arm_end_to_end(tmp_path, tiny_sst2):
     names = {h["name"] for h in k["heldout"]}
     assert {f"L={a.L}, {a.kind}" for a in arms} <= names and "bag of words, logistic regression" in names
     assert all("vs_floor" in h and "vs_bow" in h for h in k["heldout"])
-    claims = r.claims()   # without the offline data copy, the one check of the record's claims
-    assert [c["id"] for c in claims] == ["T1", "T2", "T3", "T4"]
-    assert all(c["verdict"] in GRADES and len(c["sensitivity"]) == 2 for c in claims)
-    assert all(c["verdict"] not in ("inconclusive", "not testable") or c["reason"] for c in claims)
-    again = sst2.rerun(s, 2, "isometric", 1, next(x["eta"] for x in tuned if (x["L"], x["arm"], x["seed"]) ==
-                                                   (2, "isometric", 1)), s["steps"], data_dir=tmp_path)
-    run = next(x for x in tuned if (x["L"], x["arm"], x["seed"]) == (2, "isometric", 1))
-    assert np.allclose(again[::s["record_every"]], run["mse"], rtol=1e-5)
-    with pytest.raises(ValueError, match="must not share a seed"):
-        ex.run_experiment("sst2", "smoke", overrides={**tiny_sst2, "probe_seeds": [1]}, data_dir=tmp_path)
 
 
 def test_a_diverged_arm_is_rerun_at_half_its_step(tmp_path, tiny_sst2, monkeypatch):
