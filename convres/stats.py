@@ -141,7 +141,8 @@ def _bca(stat: Callable[[np.ndarray], np.ndarray], strata: np.ndarray, draws: in
         return theta, theta
     jack = stat(np.array([np.delete(np.arange(n), i) for i in range(n)]))
     d = np.nanmean(jack) - jack[np.isfinite(jack)]
-    a = float((d**3).sum() / (6 * (d**2).sum() ** 1.5)) if (d**2).sum() > 0 else 0.0
+    scale = 6 * (d**2).sum() ** 1.5                     # may underflow to 0 for a tiny spread
+    a = float((d**3).sum() / scale) if scale > 0 else 0.0
     share = ((boot < theta).sum() + 0.5 * (boot == theta).sum()) / boot.size
     z0 = _N.inv_cdf(min(max(share, 0.5 / boot.size), 1 - 0.5 / boot.size))
     q = [_N.cdf(z0 + w / (1 - a * w)) if 1 - a * w > 0 else float(w > 0)

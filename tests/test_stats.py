@@ -11,6 +11,7 @@ written out by hand.
 
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -103,6 +104,14 @@ def test_bca_against_the_normal_theory_and_skew():
     skewed = rng.exponential(1.0, size=40)
     s = estimate(skewed.tolist(), min_units=2)
     assert s.hi - s.effect > s.effect - s.lo                     # the interval leans to the long tail
+
+
+def test_bca_with_a_spread_too_small_to_cube_is_finite():
+    x = [1e-160 * k for k in range(25)]                           # sum d^2 is subnormal: ^1.5 underflows
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        e = estimate(x, min_units=2)
+    assert e.lo is not None and e.lo <= e.effect <= e.hi
 
 
 def test_bca_covers_about_95_percent():
