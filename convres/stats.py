@@ -241,7 +241,8 @@ def grade(est: Estimate, margin: float, *, rule: str = "superiority",
         if hi < margin:
             return Grade("reversed")
         return Grade("inconclusive", f"{holds} the margin {margin:.3g}")
-    won = tuple(k for k, s in subsets.items() if grade(s, margin).verdict == "reproduced")
+    won = tuple(k for k, s in subsets.items()
+                if grade(s, margin).verdict == "reproduced")
     if hi < 0:
         return Grade("reversed")
     if lo > margin and (not every or len(won) == len(subsets)):
