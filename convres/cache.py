@@ -92,11 +92,13 @@ def digest(obj: Any) -> str:
     return hashlib.sha256(dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
-def cached_json(name: str, config: Any, compute, *, directory=None, refresh: bool = False) -> Any:
+def cached_json(name: str, config: Any, compute, *, directory=None, refresh: bool = False,
+                source: bool = True) -> Any:
     """``compute()`` as :func:`loads` reads it back, cached as ``<cache>/<name>-<key>.json``, the key
-    :func:`digest` of ``config``, the version and :func:`source_fingerprint`; an entry is served
-    only as written (this ``config``, its result's sha256)."""
-    key = digest({"config": config, "convres": __version__, "source": source_fingerprint()})[:16]
+    :func:`digest` of ``config`` and (``source``) the version and :func:`source_fingerprint`; an
+    entry is served only as written (this ``config``, its result's sha256)."""
+    code = {"convres": __version__, "source": source_fingerprint()} if source else {}
+    key = digest({"config": config, **code})[:16]
     path = cache_dir(directory) / f"{name}-{key}.json"
     if path.is_dir() and not path.is_symlink():  # found before the work, not after it
         raise OSError(f"{CACHE_ENV}: the entry {path} is a directory; remove it.")

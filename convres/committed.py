@@ -23,6 +23,7 @@ from .cache import dumps, loads, write_atomic
 from .data import fingerprint
 from .experiments import EXPERIMENTS, Result, run_experiment, settings
 from .experiments.base import RUN_CONTEXT, protocol_stamp
+from .experiments.sst2 import prepare
 
 #: The project's source tree, when this package runs from one (:func:`source_checkout`).
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,6 +155,26 @@ def committed_path(name: str, folder=None, profile: str = "paper") -> Path:
     return results_dir(folder) / f"{name}-{profile}.json"
 
 
+@contextlib.contextmanager
+def shared_store(folder: Path, commit: str | None) -> Iterator[None]:
+    """Within it, the shared parts of a run (tuned steps, checks) are kept in ``folder/shared/`` with
+    ``commit`` (:func:`~convres.experiments.base.shared_by_pieces`): committed with the pieces, so
+    that a piece run later, or elsewhere, reads them back."""
+    (folder / "shared").mkdir(exist_ok=True)
+    token = RUN_CONTEXT.set({"commit": commit, "store": folder / "shared"})
+    try:
+        yield
+    finally:
+        RUN_CONTEXT.reset(token)
+
+
+def prepare_part(part: str, *, folder=None, device=None, profile: str = "paper") -> Any:
+    """Compute SST-2's shared part ``part`` (e.g. ``"tune L=10, isometric"``) of ``profile`` into the
+    committed ``results/shared/`` before the pieces, so that pieces run side by side share it."""
+    with shared_store(results_dir(folder), git_commit()):
+        return prepare(profile, part, device=device)
+
+
 def run_piece(name: str, k: int, *, folder=None, device=None, progress: bool = False,
               profile: str = "paper") -> tuple[Path, dict]:
     """Compute piece ``k`` of ``name``, write it with its provenance, merge the pieces present."""
@@ -167,11 +188,8 @@ def run_piece(name: str, k: int, *, folder=None, device=None, progress: bool = F
     if not path.parent.resolve().is_relative_to(path.parents[1].resolve()):
         raise ValueError(f"{path.parent} is a link out of {path.parents[1]}; make it a folder of its own.")
     commit = git_commit()  # the code that runs is the clone's now
-    token = RUN_CONTEXT.set({"commit": commit})  # the shared parts computed here record it
-    try:
+    with shared_store(path.parents[1], commit):
         res = run_experiment(name, profile, overrides={"seeds": blocks[k]}, progress=progress, device=device)
-    finally:
-        RUN_CONTEXT.reset(token)
     command = f"python -m convres reproduce {name} --profile {profile} --piece {k}" + \
         ("" if device in (None, "cpu") else f" --device {device}")
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"

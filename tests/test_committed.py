@@ -197,11 +197,13 @@ def test_a_committed_run_computes_again_to_the_same_numbers():
     stored, again = spot_check(res)
     assert max(c["d_qk"] for c in res.data["escape"]) == max(res.settings["d_qks"])
     assert again["loss0"] == pytest.approx(stored["loss0"], rel=1e-12)
-    assert again["escape"] == stored["escape"]
     assert again["status"] == stored["status"] and again["diverged"] == stored["diverged"]
-    # after the escape the run is chaotic: computed alone rather than in its piece's stack, the
-    # round-off moves the steps to 1e-2 and 1e-6 by a few steps (measured: 6 and 9 of ~4,400 and ~8,200)
-    assert again["steps_to"] == pytest.approx(stored["steps_to"], rel=0.005)
+    # leaving the plateau amplifies round-off as it amplifies the signal: on another CPU's kernels
+    # the escape moves by up to 1% (measured: committed 2,731; AMD EPYC with AVX-512 2,707, its AVX2
+    # kernels 2,720), and after the escape the run is chaotic (computed alone rather than in its
+    # piece's stack, the steps to 1e-2 and 1e-6 moved by 6 and 9 of ~4,400 and ~8,200)
+    assert again["escape"] == pytest.approx(stored["escape"], rel=0.02)
+    assert again["steps_to"] == pytest.approx(stored["steps_to"], rel=0.02)
     assert info["provenance"][0]["commit"]
 
 
@@ -243,5 +245,9 @@ def test_a_committed_jena_or_sst2_run_computes_again_to_the_same_numbers(name, p
     else:
         again = sst2.rerun(s, arm["L"], arm["arm"], seed, stored["eta"], 2 * s["record_every"])
         again, curve = again[::s["record_every"]], stored["mse"][:3]
-    assert again == pytest.approx(curve, rel=1e-4 if name == "jena" else 1e-5)
+    # the L = 10 isometric stack amplifies round-off: its start agrees to 1e-6, but on another CPU's
+    # kernels step 10 moved by up to 2.3e-3 (measured on an AMD EPYC, AVX-512 and AVX2 kernels)
+    chaotic = arm == {"L": 10, "arm": "isometric"}
+    assert again[0] == pytest.approx(curve[0], rel=1e-4 if name == "jena" else 1e-5)
+    assert again == pytest.approx(curve, rel=1e-4 if name == "jena" else 5e-3 if chaotic else 1e-5)
     assert info["provenance"][which]["commit"]

@@ -280,16 +280,27 @@ def test_unique_prefixes_keep_one_row_per_prefix_of_one_label_outside_the_valida
         unique_prefixes(tokens, labels, 6, exclude=[["d"]])
 
 
-def test_a_shared_part_prepared_alone_is_read_back_by_the_run(offline, monkeypatch):
+def test_a_shared_part_prepared_alone_is_committed_and_read_back_by_a_piece(offline, tmp_path, monkeypatch):
+    import json
+
+    from convres import cache, committed
+
     calls = []
     original = sst2._tune
     monkeypatch.setattr(sst2, "_tune", lambda *a, **k: calls.append(a[3]) or original(*a, **k))
-    t = sst2.prepare("smoke", "tune L=2, isometric")
+    monkeypatch.setattr(committed, "git_commit", lambda: "made-here")
+    t = committed.prepare_part("tune L=2, isometric", folder=tmp_path, profile="smoke")
     assert calls == [Arm(2, "isometric")] and t["arm"] == "L=2, isometric" and t["chosen"] is not None
-    r = ex.run_experiment("sst2", "smoke")
-    assert calls.count(Arm(2, "isometric")) == 1 and len(calls) == len(arms_of(r.settings))
-    assert next(x for x in r.data["step_sizes"] if x["arm"] == "L=2, isometric") == t
-    assert all(x["cpu_seconds"] is not None for x in r.data["shared"])   # kept beside the cached part
+    [entry] = [json.loads(f.read_text())["result"] for f in (tmp_path / "shared").glob("tune-sst2-*.json")]
+    assert entry["value"] == t and entry["commit"] == "made-here" and entry["cpu_seconds"] > 0
+    monkeypatch.setattr(committed, "git_commit", lambda: "later")
+    monkeypatch.setattr(cache, "source_fingerprint", lambda: "edited")   # the piece runs other code
+    path, _ = committed.run_piece("sst2", 0, folder=tmp_path, profile="smoke")
+    assert calls.count(Arm(2, "isometric")) == 1 and len(calls) == len(arms_of(sst2.EXPERIMENT.profiles["smoke"]))
+    piece = json.loads(path.read_text())
+    assert next(x for x in piece["data"]["step_sizes"] if x["arm"] == "L=2, isometric") == t
+    made = {x["commit"] for x in piece["provenance"]["shared"]}
+    assert made == {"made-here", "later"} and all(x["cpu_seconds"] is not None for x in piece["provenance"]["shared"])
     with pytest.raises(ValueError, match="unknown shared part"):
         sst2.prepare("smoke", "tune L=7, residual")
     with pytest.raises(ValueError, match="profile must be one of"):

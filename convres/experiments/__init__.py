@@ -56,7 +56,7 @@ def run_experiment(name: str, profile: str = "book", *, progress: bool = False, 
 
     def compute():
         t0 = time.perf_counter()
-        context: dict = {"data": files, "shared": [], "commit": (RUN_CONTEXT.get() or {}).get("commit")}
+        context: dict = {**(RUN_CONTEXT.get() or {}), "data": files, "shared": []}   # a piece's commit, store
         token = RUN_CONTEXT.set(context)
         try:
             with torch_threads(1):  # small models: one thread is fastest (appendix Performance)

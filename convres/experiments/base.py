@@ -274,26 +274,25 @@ RUN_CONTEXT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("run_c
 
 
 def shared_by_pieces(what: str, s: dict, device, compute: Callable[[], Any], **context: Any) -> Any:
-    """``compute()``, a part that uses no evaluation seed, cached on ``s`` less ``seeds``, ``device``,
-    the data files and ``context`` (the first piece computes it); recorded in ``data["shared"]`` with
-    the commit and CPU seconds of the computation that made it (kept beside it in the cache; ``None``
-    for a part cached before they were kept)."""
+    """``compute()``, a part that uses no evaluation seed, keyed on ``s`` less ``seeds``, ``device``,
+    the data files and ``context`` (the first piece computes it), kept with the commit and CPU seconds
+    of the computation that made it: in the committed folder ``RUN_CONTEXT["store"]`` where a
+    committed run names one (keyed without the source, as its pieces are), else in the results cache;
+    recorded in ``data["shared"]``."""
     run = RUN_CONTEXT.get() or {"data": {}, "shared": []}
     config = {"settings": {k: v for k, v in s.items() if k != "seeds"}, **context, "device": str(device),
               "data": run["data"]}
-    made = dict.fromkeys(("commit", "cpu_seconds"))
 
-    def timed() -> Any:
+    def made() -> dict:
         t0 = time.process_time()
-        out = compute()
-        made.update(commit=run.get("commit"), cpu_seconds=round(time.process_time() - t0, 1))
-        return out
+        value = compute()
+        seconds = round(time.process_time() - t0, 1)
+        return {"value": value, "commit": run.get("commit"), "cpu_seconds": seconds}
 
-    value = cached_json(what, config, timed)
-    key, sha = digest(config)[:16], digest(value)
-    made = cached_json(f"{what}-made", {"key": key, "sha256": sha}, lambda: made,
-                       refresh=made["cpu_seconds"] is not None)
-    run["shared"].append({"what": what, "key": key, "sha256": sha, **made})
+    store = run.get("store")
+    part = cached_json(what, config, made, directory=store, source=store is None)
+    value = part.pop("value")
+    run["shared"].append({"what": what, "key": digest(config)[:16], "sha256": digest(value), **part})
     return value
 
 

@@ -168,7 +168,7 @@ def prepare(profile: str, part: str, *, data_dir=None, device=None) -> dict | li
     parts = _shared_parts(s, task, token_targets(task.Y, task.X.shape[1]), dtype, check_device(device))
     if part not in parts:
         raise ValueError(f"unknown shared part {part!r}; choose one of {sorted(parts)}.")
-    token = RUN_CONTEXT.set({"data": fingerprint(data_dir), "shared": []})  # the run's cache keys
+    token = RUN_CONTEXT.set({**(RUN_CONTEXT.get() or {}), "data": fingerprint(data_dir), "shared": []})
     try:
         with torch_threads(1):
             return parts[part]()
