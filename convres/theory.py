@@ -44,7 +44,11 @@ def part_b_check(params, X, Y, cfg) -> dict:
     """Part (b): ``fails`` if ``rho = 4 sqrt(2 Phi_0) / sigma_0 >= r_sigma_upper``; ``holds`` if
     certified (step ``mu_certified``), else ``None``; ``J0 = ||grad Phi_0|| / sqrt(2 Phi_0) <= J_B``."""
     check_one(params, X, Y, cfg)
-    phi_t, grads, tr = loss_and_grad(params, X, Y, cfg)
+    return _part_b(params, X, Y, cfg, *loss_and_grad(params, X, Y, cfg))
+
+
+def _part_b(params, X, Y, cfg, phi_t, grads, tr) -> dict:
+    """:func:`part_b_check` from the loss, gradients and trace at ``params``."""
     phi, sigma_0, grad_norm = float(phi_t), sigma_nn(tr.H[-1]), flat_norm(grads.values())
     upper = r_sigma_upper(params, X, cfg)
     rho = path_radius(phi, sigma_0)
@@ -211,7 +215,8 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
         raise ValueError("the estimated Hessian of the loss is 0 at the initialization, so the theorem's "
                          "step size 1/(safety L_hat) is not defined; pass mu=... explicitly.")
     mu = m_max if mu is None else mu
-    tr = loss_and_grad(params, X, Y, cfg)[2]
+    at_start = loss_and_grad(params, X, Y, cfg)
+    tr = at_start[2]
     sigma_0 = sigma_nn(tr.H[-1])
     sZ = singular_values(stacked(tr.Z[0]), "Z_0")
     grad_U, dist, sig_H = [], [], []
@@ -229,7 +234,7 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
     return TheoremRun(alpha=a, sigma_0=sigma_0, mu=mu, mu_max=m_max, L_hat=L_hat,
                       sigma_min_Z0=sigma_nn(tr.Z[0]), sigma_max_Z0=float(sZ[0]),
                       assumptions=_assumptions(X, tr.H[-1], cfg, mu, steps),
-                      part_b=part_b_check(params, X, Y, cfg),
+                      part_b=_part_b(params, X, Y, cfg, *at_start),
                       history=hist, check=check, params_final=final)
 
 
