@@ -1,5 +1,4 @@
-"""The results cache and the JSON writer: strict JSON, the key, entries read back only when sound,
-concurrent writers, and the cache folder setting."""
+"""The results cache and the JSON writer: the key, sound entries, concurrent writers, the folder."""
 
 import json
 import os
@@ -95,8 +94,7 @@ ENTRY_EDITS = {
 @settings(max_examples=60)
 @given(edits=st.lists(st.sampled_from(sorted(ENTRY_EDITS)), min_size=1, max_size=2))
 def test_an_entry_is_served_only_as_written(edits, tmp_path_factory):
-    """Whatever happened to an entry, the result served is the computed one as stored (strict JSON), and
-    the entry is sound afterwards (a link is replaced, never written through)."""
+    """Whatever happened to an entry, the computed result is served and the entry is sound after."""
     folder = tmp_path_factory.mktemp("cache")
     stored = {"v": 1, "x": None, "y": 0.5}
     assert cache.cached_json("e", {"a": 1}, lambda: {"v": 1, "x": np.inf, "y": np.float32(0.5)},

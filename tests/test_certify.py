@@ -1,7 +1,4 @@
-"""The certified bounds (convres.certify; lemmas thm-lem-chain, thm-lem-rlo, thm-lem-lup) at sampled
-points of the ball (random, in one block, or found by adversarial ascent), measured exactly; mutant
-bounds with a term removed are caught.
-"""
+"""The certified bounds (convres.certify) at sampled and adversarial points; mutants are caught."""
 
 import json
 import math
@@ -45,8 +42,7 @@ CHUNKS = 10
 
 
 def random_instance(k: int):
-    """A small random instance of every kind the bounds allow: shapes, residuals, scales,
-    activations, branch and readout scales, input scale; ``(params, X, Y, cfg, rng)``."""
+    """A small random instance of every kind the bounds allow: ``(params, X, Y, cfg, rng)``."""
     g = np.random.default_rng(k)
     N, n = int(g.integers(1, 3)), int(g.integers(2, 4))
     cfg = ModelConfig(d=int(g.integers(N * n, N * n + 5)), d_qk=int(g.integers(1, 5)),
@@ -105,9 +101,7 @@ def _radius(c, k, g):
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_no_sampled_point_of_the_ball_breaks_a_bound(chunk):
-    """200 random instances, two points of B_r each (one random, one in a single block): the
-    increments of S_i, Z, M, H, the Jacobian norm and (at the first point) the exact Hessian norm
-    stay below their bounds; on B_{r_sigma_lower}, sigma_Nn(H) >= sigma_0 / 2."""
+    """Increments of S_i, Z, M, H, the Jacobian and Hessian norms and sigma_Nn(H) within bounds."""
     worst = {}
     for k in range(chunk * INSTANCES // CHUNKS, (chunk + 1) * INSTANCES // CHUNKS):
         params, X, Y, cfg, g = random_instance(k)
@@ -141,8 +135,7 @@ def test_no_sampled_point_of_the_ball_breaks_a_bound(chunk):
 
 
 def ascend(f, r, objective, g, steps=20):
-    """Projected gradient ascent of ``objective(v)`` on the ball of radius ``r`` around the
-    centre, from the best of four random points of its sphere; returns the best point found."""
+    """Projected gradient ascent of ``objective`` on the ball of radius ``r``: the best point."""
     v = max((f.point(r, g) for _ in range(4)), key=lambda w: float(objective(w)))
     best, best_val = v, float(objective(v))
     for _ in range(steps):
@@ -158,9 +151,7 @@ def ascend(f, r, objective, g, steps=20):
 
 @pytest.mark.parametrize("k", range(0, 24, 2))
 def test_an_adversarial_ascent_breaks_neither_r_sigma_lower_nor_delta_H(k):
-    """Projected gradient steps that lower sigma_Nn(H(theta)), and others that raise
-    ||H(theta) - H_0||_2, inside B_{r_sigma_lower}: sigma_Nn(H) stays >= sigma_0 / 2 and the
-    increment <= delta_H; the explicit point of thm-lem-rsigma lies outside the ball."""
+    """Ascents inside B_{r_sigma_lower} break neither sigma_0 / 2 nor delta_H."""
     params, X, Y, cfg, g = random_instance(k)
     c = centre(params, X, Y, cfg)
     r = float(r_sigma_lower(c))
@@ -174,8 +165,7 @@ def test_an_adversarial_ascent_breaks_neither_r_sigma_lower_nor_delta_H(k):
 
 
 def test_mutant_bounds_are_caught():
-    """The checks can fail: without its second-order term the L bound is broken at a sampled
-    point of some instance, and a third of delta_H is broken by the ascent on some instance."""
+    """The checks can fail: the L bound without its second-order term, a third of delta_H."""
     broken_L = broken_H = False
     for k in range(0, 60, 2):
         params, X, Y, cfg, g = random_instance(k)
@@ -237,9 +227,7 @@ def test_a_failed_certificate_is_a_result_not_an_error():
     ("--d 128 --N 2 --n 2 --steps 4", dict(certified=False, N=2, n=2, d=128, steps=4)),
 ])
 def test_cli_certify_json(args, expect, capsys):
-    """``theorem --certify --json``: a certified instance (ratio < 1) has no violation and ends within
-    its envelope; one that is not certified is a result, not an error: nothing is certified and its
-    checks are observations."""
+    """A certified instance has no violation; an uncertified one is a result of observations."""
     assert main(["theorem", "certify", *args.split(), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {k: out[k] for k in expect} == expect
@@ -285,8 +273,7 @@ def _softmax_second(z: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
 
 
 def test_the_softmax_second_derivative_constant():
-    """Lemma thm-lem-softmax: ||D^2 p[h, h]|| <= (sqrt 7 / 4) ||h||^2 on random and adversarial
-    (ascended) points; the formula matches autograd; the supremum found is well above 1/4."""
+    """Lemma thm-lem-softmax: ||D^2 p[h, h]|| <= (sqrt 7 / 4) ||h||^2, the formula is autograd's."""
     g = torch.Generator().manual_seed(0)
     worst, one = 0.0, torch.ones((), dtype=torch.float64)
     for k in range(300):
@@ -309,8 +296,7 @@ def test_the_softmax_second_derivative_constant():
 
 
 def test_the_eps_certificate_is_met_by_its_run():
-    """Corollary sc-cor-eps: the sharpest certified eps of the grid; its run stays above (1 - eps)
-    sigma_0, within rho_eps and below its envelope; eps = 1/2 is the book's certificate."""
+    """Corollary sc-cor-eps: the sharpest eps of the grid is met by its run; eps = 1/2 is the book's."""
     params, X, Y, cfg = certified_instance(2, d=1024)
     c = centre(params, X, Y, cfg)
     book, sharp = certificate_of(c), sharpest_certificate_of(c)
@@ -327,8 +313,7 @@ def test_the_eps_certificate_is_met_by_its_run():
 # --- the FFN route -------------------------------------------------------------------------------
 
 def test_the_ffn_route_certifies_n_n_above_d_and_its_run_obeys_the_envelope():
-    """Corollary ffn-cor-cert on the chapter's instance: N n = 16 > d = 8 (thm-main cannot apply),
-    ratio < 0.25; 120 steps with mu = 1/L_upper and every certified claim checked: 0 violations."""
+    """Corollary ffn-cor-cert: N n = 16 > d = 8 certified, 120 steps with 0 violations."""
     params, X, Y, cfg = ffn_certified_instance(0)
     assert X.shape[0] * X.shape[1] > cfg.d
     cert = ffn_certificate(params, X, Y, cfg)
@@ -344,9 +329,7 @@ def test_the_ffn_route_certifies_n_n_above_d_and_its_run_obeys_the_envelope():
 
 @pytest.mark.parametrize("pool", [None, "mean"])
 def test_ffn_radius_and_pooled_smoothness_hold_at_sampled_points(pool):
-    """Lemmas ffn-lem-rlo and ffn-lem-lup-pooled on small instances: at random points of B_r' (and
-    in single blocks) sigma_rows(M~) >= sigma_M0 / 2, ||M - M_0||_F <= delta_M, and the exact
-    Hessian norm of the loss is at most L_upper (per token or pooled)."""
+    """Lemmas ffn-lem-rlo and ffn-lem-lup-pooled at sampled points: sigma, delta_M, L_upper."""
     worst = {}
     for k in range(6):
         cfg = ModelConfig(d=4, d_qk=3, m=24, c=1, activation=("gelu", "tanh", "softplus")[k % 3], pool=pool,

@@ -1,5 +1,4 @@
-"""The command line: one parser per command and mode (a flag of another is refused), one error path,
-strict JSON on stdout."""
+"""The command line: one parser per command and mode, one error path, strict JSON on stdout."""
 
 import json
 import subprocess

@@ -1,5 +1,4 @@
-"""Experiments beyond the common suite (``tests/test_experiments_common.py``): the runner's errors,
-the reruns, the SST-2 data, the other figures, the command line, the report's tables, the scope."""
+"""Experiments beyond the common suite: errors, reruns, SST-2 data, figures, CLI, tables, scope."""
 
 import dataclasses
 import json

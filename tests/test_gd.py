@@ -1,5 +1,4 @@
-"""Gradient descent: the update rule, one run and sweeps (stacked or not: the same numbers),
-stopping rules, divergence, callbacks, devices, dtypes and bad input."""
+"""Gradient descent: runs and sweeps, stopping rules, callbacks, devices, dtypes and bad input."""
 
 import math
 
@@ -276,9 +275,7 @@ def test_a_run_equals_plain_gradient_descent_with_autograd(L, activation, pool):
 
 
 def test_blocks_of_steps_give_the_same_runs_as_step_by_step():
-    """Without a callback the steps run in blocks and the stopping rules are applied when a block
-    ends; with one, step by step. Runs that stop inside a block (diverged at different steps,
-    converged, out of steps), recording at steps off the grid too, give the same histories."""
+    """Runs stopping inside a block (any status, records off the grid) equal those step by step."""
     params, X, Y, cfgs, _ = sweep(L=2)
     cfgs += cfgs[:2]
     params += [init_params(cfgs[0], seed=s) for s in (5, 6)]

@@ -1,10 +1,4 @@
-"""Protocol v4 in code: its constants agree with each other and with the experiments, a claim record
-is graded by the one rule and written as strict JSON, the design checks gate their claims, and the
-protocol's stamp (``results/protocol.json``, written by the coordinator right after tagging) agrees
-with the tag when git knows it.
-
-The property test is derandomized; its number of examples is in ``settings(max_examples=...)``.
-"""
+"""Protocol v4 in code: constants, claim records, design checks and the stamp of the tag."""
 
 import json
 import math
@@ -158,8 +152,7 @@ def test_the_stamp_is_read_strictly(tmp_path):
 
 
 def _git(*args: str) -> str | None:
-    """``git -C ROOT args`` in the project's own clone only (hooks and fsmonitor off); ``None`` when
-    there is no clone or git fails."""
+    """``git -C ROOT args`` in the project's own clone only; ``None`` without one or on failure."""
     if not (ROOT / ".git").exists():
         return None
     try:
@@ -171,8 +164,7 @@ def _git(*args: str) -> str | None:
 
 
 def test_the_committed_stamp_agrees_with_the_tag():
-    """Skipped before the coordinator tags the protocol commit and commits ``results/protocol.json``,
-    and in a copy without git or without the tag."""
+    """Skipped before the protocol commit is tagged and stamped, or without git or the tag."""
     stamp = protocol_stamp()
     if stamp is None:
         pytest.skip(f"{STAMP_FILE.name} is not committed yet (written right after tagging {P.TAG})")

@@ -1,7 +1,4 @@
-"""The certified separation (convres.separation; book chapter *A certified separation*): every bound
-of the plateau certificate against the model on random draws (points of the box, projected ascent,
-gradient-descent paths), the plateau against gradient descent on fresh seeds, the JSON of the
-command line, and bad input."""
+"""The certified separation (convres.separation): its bounds on random draws, the plateau, the CLI."""
 
 import json
 import math
@@ -33,8 +30,7 @@ ATTENTION = ("layer1.W_Q", "layer1.W_K")
 
 
 def _box_point(params, ra, rw, gen, ascent_of=None, X=None, cfg=None, steps=0):
-    """A point of B(ra, rw) (random radius fractions and directions), then ``steps`` steps of
-    projected ascent on ``||C(F)||``."""
+    """A point of B(ra, rw), then ``steps`` steps of projected ascent on ``||C(F)||``."""
     q = {}
     for keys, r in ((ATTENTION, ra), ([k for k in params if k not in ATTENTION], rw)):
         u = {k: torch.randn(params[k].shape, generator=gen, dtype=torch.float64) for k in keys}
@@ -67,8 +63,7 @@ INSTANCES = [  # default initializations without the residual (where the bounds 
 @pytest.mark.parametrize("make", INSTANCES)
 @pytest.mark.parametrize("seed", [50000, 50001])
 def test_the_within_sequence_chain_bounds_the_model(make, seed):
-    """Lemma sep-lem-chain: on B(ra, rw), ||C(F)|| <= ||C(F_0)|| + delta_perp (random points and
-    projected ascent) and the Jacobian of C(F) is at most ||(Jp_a, Jp_w)||."""
+    """Lemma sep-lem-chain: ||C(F)|| and the Jacobian of C(F) within their bounds on B(ra, rw)."""
     params, X, Y, cfg = make(seed)
     pc = perp_centre(params, X, Y, cfg)
     gen = torch.Generator().manual_seed(seed)
@@ -82,8 +77,7 @@ def test_the_within_sequence_chain_bounds_the_model(make, seed):
 
 @pytest.mark.parametrize("make", INSTANCES)
 def test_the_path_radii_bound_gradient_descent(make):
-    """Lemma sep-lem-path at steps up to far beyond any certified one: the distance, the attention
-    weights' distance and the sequence-mean residual of every iterate are within the radii."""
+    """Lemma sep-lem-path: every iterate's distances and residual are within the radii."""
     params, X, Y, cfg = make(50002)
     pc = perp_centre(params, X, Y, cfg)
     for mu in (0.003, 0.03, 0.3):
@@ -114,8 +108,7 @@ def test_the_plateau_holds_along_gradient_descent(d_qk, seed):
 
 @pytest.mark.parametrize("d_qk,seed", [(16, 50020), (256, 50021)])
 def test_path_check_finds_every_bound_above_the_run(d_qk, seed):
-    """path_check on fresh seeds: every observed/bound ratio of lemmas sep-lem-path and sep-lem-chain
-    is at most 1 at every step it checks (a ratio above 1 would be a false lemma)."""
+    """path_check on fresh seeds: every observed/bound ratio is at most 1."""
     X, Y, params, cfg = separation_instance(d_qk, seed, d=128)
     for mu in (0.05, 0.5):
         chk = path_check(params, X, Y, cfg, mu)
@@ -134,8 +127,7 @@ def test_the_floor_lemma():
 
 
 def test_the_report_and_its_rebuild(capsys):
-    """The JSON of `theorem separation` has its fields, and `rebuild` rebuilds the arm
-    without the residual."""
+    """The JSON of `theorem separation` has its fields; `rebuild` rebuilds the arm."""
     assert main(["theorem", "separation", "--d-qk", "16", "--seed", "1", "--d", "64", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["instance"]["d_qk"] == 16 and isinstance(out["plateau"]["T_lb"], int)
@@ -150,8 +142,7 @@ def test_the_report_and_its_rebuild(capsys):
 
 
 def test_the_report_at_a_step_above_the_certified_one():
-    """With mu above mu_res the residual arm's rate and steps_to are null (the certificate says
-    nothing there); rate_at_mu_res and steps_to_at_mu_res are those at mu_res."""
+    """Above mu_res the residual arm's rate and steps_to are null; the *_at_mu_res ones are not."""
     base = separation_report(256, 3)
     wr = base["with_residual"]
     assert wr["certified"] and wr["rate"] == wr["rate_at_mu_res"]

@@ -42,8 +42,7 @@ def test_plain_reads_tex_in_a_terminal_and_numbers_read_in_prose():
 
 
 def test_every_checked_hypothesis_carries_its_tex():
-    """Every statement (of the attention and the FFN theorem) is balanced TeX with a plain reading, and
-    the table shows it as math."""
+    """Every statement is balanced TeX with a plain reading, shown as math."""
     from convres import init_params, synthetic_regression
     from convres.instances import theorem_instance
     from convres.lemmas import mu_max

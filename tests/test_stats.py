@@ -1,13 +1,4 @@
-"""The report's statistics: thresholds, censoring, the level-free measure, log ratios, rank
-correlations, the 95% interval of a claim (t and BCa) with its sign test, protocol v4's verdict rule
-(:func:`convres.stats.grade`) on every kind of input and the v3 rule kept for the chapters (the
-step-size rule is tested in ``tests/test_tune_step.py``).
-
-The property tests are derandomized (the same examples on every run); their numbers of examples are
-in ``settings(max_examples=...)``. No SciPy in the environment: the t quantiles are checked against
-closed forms and a numerical integration of Student's density, the sign test against binomial sums
-written out by hand.
-"""
+"""The report's statistics (convres.stats): measures, intervals, the sign test, the verdict rule."""
 
 import json
 import math
@@ -207,9 +198,7 @@ interval = st.tuples(st.floats(-3, 3), st.floats(0, 3)).map(lambda t: (t[0], t[0
 @given(interval, st.floats(0.01, 2), st.lists(interval, max_size=3), st.booleans(),
        st.lists(st.sampled_from(["a", "b"]), max_size=2))
 def test_a_grade_says_why_and_which_subsets_won(ci, margin, subs, every, failed):
-    """A failed design check makes the claim not testable and is named; an inconclusive grade gives
-    its reason (and only it); a partly reproduced claim names the subsets whose interval is above
-    the margin."""
+    """not testable names the failed checks; inconclusive has a reason; partly names the subsets won."""
     subsets = {f"s{i}": _est(*c) for i, c in enumerate(subs)}
     g = grade(_est(*ci), margin, subsets=subsets, every=every, failed=failed)
     if failed:

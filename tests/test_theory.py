@@ -109,8 +109,7 @@ def test_the_bound_and_the_path_length_lemma_hold_on_random_instances(seed, beta
 
 @pytest.mark.parametrize("seed,layers", [(0, 1), (1, 1), (2, 2)])
 def test_r_sigma_upper_is_attained_by_an_explicit_point(seed, layers):
-    """Lemma thm-lem-rsigma: moving the last W_2 by c A^+ u v^T, c slightly above sigma_0/2, gives
-    sigma_Nn(H) < sigma_0/2 at distance c ||A^+ u||, just above the returned bound."""
+    """Lemma thm-lem-rsigma: moving the last W_2 by c A^+ u v^T just beyond the bound."""
     params, X, Y, cfg = small(seed, layers=layers)
     bound = r_sigma_upper(params, X, cfg)
     tr = forward_trace(params, X, cfg)
@@ -128,9 +127,7 @@ def test_r_sigma_upper_is_attained_by_an_explicit_point(seed, layers):
 
 
 def test_part_b_fails_on_the_default_instance_and_is_consistent():
-    """Part (b): rho = 4 sqrt(2 Phi_0) / sigma_0 exceeds the upper bound of r_sigma (a certified
-    failure); the lower bound of convres.certify lies below the upper bound; the old (A5) radius
-    is larger than rho by 2 J_0 / sigma_0 >= 2."""
+    """Part (b): rho > r_sigma_upper > r_sigma_lower; the (A5) radius is rho x 2 J_0 / sigma_0."""
     params, X, Y, cfg = theorem_instance(0)
     b = part_b_check(params, X, Y, cfg)
     assert b["fails"] and b["holds"] is None and b["rho"] > b["r_sigma_upper"] > b["r_sigma_lower"] > 0
@@ -191,9 +188,7 @@ def test_verify_run_counts_a_violation():
 
 @pytest.mark.parametrize("beta,vacuous", [("1", False), ("0", True)])
 def test_cli_theorem_json(beta, vacuous, capsys):
-    """The default instance: the bound holds at every step; the checked assumptions of part (a) hold
-    but part (b)'s condition is certified to fail. Without the residual the bound is true but
-    promises less than 10% in 300 steps ((A4) fails)."""
+    """The default instance holds its bound; without the residual the bound promises < 10%."""
     assert main(["theorem", "run", "--beta", beta, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {"status", "alpha", "mu", "mu_max", "violations", "initial_loss", "final_loss", "steps",
@@ -264,8 +259,7 @@ def test_ffn_theorem_holds_at_every_step_with_a_small_step_in_float64_and_float3
 
 
 def test_ffn_theorem_sees_rank_collapse_per_token_but_not_pooled():
-    """beta = 0 and uniform attention: identical rows per sequence, sigma_Nn(M) = 0 per token;
-    pooled, the N mean rows stay distinct and sigma_N(PM) > 0."""
+    """beta = 0, uniform attention: sigma_Nn(M) = 0 per token; pooled sigma_N(PM) > 0."""
     for pool, collapsed in ((None, True), ("mean", False)):
         params, X, Y, cfg = ffn_instance(pool=pool)
         cfg = cfg.replace(beta=0.0)
@@ -325,9 +319,7 @@ def test_scope_rows_decide_each_hypothesis():
 
 
 def test_certified_scope_names_what_fails_and_what_is_certified(capsys):
-    """theorem --scope: one row per experiment model and theorem; none of the experiments'
-    configurations as they stand is certified, each with its failing hypothesis; the certified
-    variants of the simulations are (through the FFN)."""
+    """theorem scope: no experiment as it stands is certified; the certified variants are."""
     assert main(["theorem", "scope", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     for r in rows:
@@ -349,8 +341,7 @@ def test_certified_scope_names_what_fails_and_what_is_certified(capsys):
 
 
 def test_tangent_kernel_blocks_and_the_lazy_report():
-    """The tangent kernel is the sum of its blocks; on a certified instance W_U carries most of it,
-    gradient descent on W_U alone follows full gradient descent, the linearization error is small."""
+    """The tangent kernel is the sum of its blocks; W_U carries most of it when certified."""
     from convres.certify import certificate
     from convres.instances import certified_instance
     from convres.theory import lazy_report, tangent_kernel_blocks
