@@ -7,29 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from convres import ModelConfig, init_params, synthetic_regression
-from convres.certify import (
-    BLOCKS,
-    EPS_GRID,
-    SOFTMAX_C2,
-    centre,
-    certificate,
-    certificate_of,
-    certified_run,
-    chain,
-    check_certifiable,
-    ffn_centre,
-    ffn_certificate,
-    ffn_certificate_of,
-    ffn_certified_run,
-    jacobian_upper,
-    r_sigma_lower,
-    radius_within,
-    second_order,
-    sharpest_certificate_of,
-    smoothness_bounds,
-    smoothness_upper,
-)
+from convres import ModelConfig, certify, init_params, synthetic_regression
+from convres.certify import centre, certificate, certified_run, chain, r_sigma_lower, smoothness_bounds
 from convres.checks import FLOAT_TOL as ENVELOPE_TOL
 from convres.cli import main
 from convres.instances import certified_instance, ffn_certified_instance
@@ -88,7 +67,7 @@ class Flat:
         if block is not None:
             mask = torch.zeros_like(u)
             offsets = np.cumsum([0] + self.sizes)
-            k = [i for i, key in enumerate(self.keys) if key.endswith(BLOCKS[block])][0]
+            k = [i for i, key in enumerate(self.keys) if key.endswith(certify.BLOCKS[block])][0]
             mask[offsets[k]:offsets[k + 1]] = 1.0
             u = u * mask
         return self.theta0 + r * u / u.norm()
@@ -191,9 +170,9 @@ def test_chain_is_exact_at_the_centre():
     ch0 = chain(c, 0.0)
     assert ch0.delta_H == 0.0 and ch0.Hbar == pytest.approx(c.h0)
     # at the centre the W_U block of the Jacobian bound is ||H_0||_2, which is attained
-    assert jacobian_upper(c, 0.0) >= c.h0
-    assert smoothness_upper(c, 0.0) >= c.h0 ** 2
-    assert second_order(c, ch0) >= 0
+    assert certify.jacobian_upper(c, 0.0) >= c.h0
+    assert certify.smoothness_upper(c, 0.0) >= c.h0 ** 2
+    assert certify.second_order(c, ch0) >= 0
 
 
 def test_the_book_instance_and_fresh_seeds_are_certified():
@@ -216,7 +195,7 @@ def test_a_certified_run_meets_every_certified_claim():
 def test_a_failed_certificate_is_a_result_not_an_error():
     cert = certificate(*certified_instance(0, d=64))
     assert not cert.certified and cert.ratio > 1 and math.isfinite(cert.L_upper)
-    narrow = ffn_certificate(*ffn_certified_instance(0, m=8))     # m = 8 < 16 rows: sigma_M0 = 0
+    narrow = certify.ffn_certificate(*ffn_certified_instance(0, m=8))     # m = 8 < 16 rows: sigma_M0 = 0
     assert narrow.sigma_M0 == 0 and not narrow.certified and math.isinf(narrow.ratio)
 
 
@@ -246,14 +225,15 @@ PF, XF, YF, CFGF = ffn_certified_instance(0, m=64)
 BAD_INPUTS = {   # what is wrong -> (the call, a name its error must say)
     "two layers": (lambda: certificate(init_params(CFG16.replace(L=2), seed=0), X16, Y16, CFG16.replace(L=2)),
                    "L = 1"),
-    "a pooled readout": (lambda: check_certifiable(P16, X16, Y16[:, 0], CFG16.replace(pool="mean")), "pool"),
+    "a pooled readout": (lambda: certify.check_certifiable(P16, X16, Y16[:, 0], CFG16.replace(pool="mean")),
+                         "pool"),
     "ReLU": (lambda: certified_run(P16, X16, Y16, CFG16.replace(activation="relu")), "activation"),
-    "a negative radius": (lambda: smoothness_upper(centre(P16, X16, Y16, CFG16), -1.0), "radius"),
+    "a negative radius": (lambda: certify.smoothness_upper(centre(P16, X16, Y16, CFG16), -1.0), "radius"),
     "a zero readout scale": (lambda: certified_instance(0, readout_scale=0.0), "readout_scale"),
     "no steps": (lambda: certified_run(P16, X16, Y16, CFG16, steps=0), "steps"),
-    "an unknown route": (lambda: check_certifiable(PF, XF, YF, CFGF, route="attention"), "route"),
+    "an unknown route": (lambda: certify.check_certifiable(PF, XF, YF, CFGF, route="attention"), "route"),
     "the FFN's certificate for the main route": (
-        lambda: certified_run(PF, XF, YF, CFGF, steps=2, cert=ffn_certificate(PF, XF, YF, CFGF)),
+        lambda: certified_run(PF, XF, YF, CFGF, steps=2, cert=certify.ffn_certificate(PF, XF, YF, CFGF)),
         "FFNCertificate"),
 }
 
@@ -292,21 +272,21 @@ def test_the_softmax_second_derivative_constant():
             z, h = z + 0.5 * gz, h + 0.5 * gh
         val = float(_softmax_second(z.detach(), h.detach() / h.detach().norm()).norm())
         worst = max(worst, val)
-    assert 0.25 < worst <= SOFTMAX_C2
+    assert 0.25 < worst <= certify.SOFTMAX_C2
 
 
 def test_the_eps_certificate_is_met_by_its_run():
     """Corollary sc-cor-eps: the sharpest eps of the grid is met by its run; eps = 1/2 is the book's."""
     params, X, Y, cfg = certified_instance(2, d=1024)
     c = centre(params, X, Y, cfg)
-    book, sharp = certificate_of(c), sharpest_certificate_of(c)
+    book, sharp = certify.certificate_of(c), certify.sharpest_certificate_of(c)
     assert book.eps == 0.5 and book.rho == pytest.approx(4 * c.R0 / c.sigma_0) and book.certified
-    assert sharp.certified and sharp.eps in EPS_GRID and sharp.mu_alpha > 3 * book.mu_alpha
+    assert sharp.certified and sharp.eps in certify.EPS_GRID and sharp.mu_alpha > 3 * book.mu_alpha
     assert sharp.alpha == pytest.approx(((1 - sharp.eps) * c.sigma_0) ** 2)
     run = certified_run(params, X, Y, cfg, steps=6, cert=sharp)
     assert run.violations == 0 and run.sigma.min() >= (1 - sharp.eps) * c.sigma_0
     assert run.path[-1] <= sharp.rho and run.summary()["eps"] == sharp.eps
-    bad = [certificate_of(c, eps) for eps in (0.02, 0.04)]
+    bad = [certify.certificate_of(c, eps) for eps in (0.02, 0.04)]
     assert all(not b.certified for b in bad)   # too small a ball for this instance
 
 
@@ -316,11 +296,11 @@ def test_the_ffn_route_certifies_n_n_above_d_and_its_run_obeys_the_envelope():
     """Corollary ffn-cor-cert: N n = 16 > d = 8 certified, 120 steps with 0 violations."""
     params, X, Y, cfg = ffn_certified_instance(0)
     assert X.shape[0] * X.shape[1] > cfg.d
-    cert = ffn_certificate(params, X, Y, cfg)
+    cert = certify.ffn_certificate(params, X, Y, cfg)
     assert cert.certified and cert.ratio < 0.25 and cert.rows == 16 and not cert.pooled
     assert cert.r_lower == min(cert.r_M, cert.sigma_U0 / 2) and cert.radius <= 1.01 * cert.rho
     assert cert.mu_alpha <= cert.rate_ceiling
-    run = ffn_certified_run(params, X, Y, cfg, steps=120, cert=cert)
+    run = certify.ffn_certified_run(params, X, Y, cfg, steps=120, cert=cert)
     out = run.summary()
     assert out["route"] == "ffn" and out["violations"] == 0 and out["checked_steps"] == 120
     assert out["final_loss"] <= out["envelope_final"] and run.path[-1] <= cert.rho
@@ -337,8 +317,8 @@ def test_ffn_radius_and_pooled_smoothness_hold_at_sampled_points(pool):
         N = 5 if pool else 2
         X, Y = synthetic_regression(N, 3, 4, 1, seed=k, pooled=pool == "mean")
         params = init_params(cfg, seed=k + 1, branch_scale=0.3)
-        f = ffn_centre(params, X, Y, cfg)
-        cert = ffn_certificate_of(f)
+        f = certify.ffn_centre(params, X, Y, cfg)
+        cert = certify.ffn_certificate_of(f)
         r = cert.r_lower
         ch = chain(f.chain, r)
         L_up = smoothness_bounds(f.chain, r, readout=1 / math.sqrt(3) if pool else 1.0)[0]
@@ -359,13 +339,13 @@ def test_ffn_radius_and_pooled_smoothness_hold_at_sampled_points(pool):
 
 def test_the_pooled_certificate_divides_the_output_bounds_by_sqrt_n():
     params, X, Y, cfg = ffn_certified_instance(0, N=8, n=4, d=8, m=1024, pool="mean")
-    f = ffn_centre(params, X, Y, cfg)
-    cert = ffn_certificate_of(f)
+    f = certify.ffn_centre(params, X, Y, cfg)
+    cert = certify.ffn_certificate_of(f)
     assert f.rows == 8 and f.pooled and cert.pooled
-    J_tok = jacobian_upper(f.chain, cert.radius)
+    J_tok = certify.jacobian_upper(f.chain, cert.radius)
     assert cert.J_upper == pytest.approx(J_tok / 2, rel=1e-12)
-    assert cert.r_M == radius_within(f.chain, "M", 2 * f.sigma_M0 / 2)       # nu = sqrt(n) = 2
+    assert cert.r_M == certify.radius_within(f.chain, "M", 2 * f.sigma_M0 / 2)       # nu = sqrt(n) = 2
     assert chain(f.chain, cert.r_M).delta_M <= f.sigma_M0 < chain(f.chain, 1.001 * cert.r_M).delta_M
-    run = ffn_certified_run(params, X, Y, cfg, steps=4, cert=cert)
+    run = certify.ffn_certified_run(params, X, Y, cfg, steps=4, cert=cert)
     assert run.summary()["readout"] == "pooled" and (run.violations == 0 or not cert.certified)
 

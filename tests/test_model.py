@@ -7,16 +7,8 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import convres
-from convres import (
-    ModelConfig,
-    check_inputs,
-    forward,
-    forward_trace,
-    gradient_descent,
-    init_params,
-    loss,
-    synthetic_regression,
-)
+from convres import ModelConfig, check_inputs, forward, forward_trace, gradient_descent, init_params, loss
+from convres.instances import synthetic_regression
 from convres.model import ACTIVATIONS, memory_estimate, param_shapes, phi_and_grad
 from convres.runtime import CostRefused
 

@@ -12,13 +12,7 @@ from hypothesis import strategies as st
 from convres import protocol as P
 from convres import report
 from convres.experiments import EXPERIMENTS
-from convres.experiments.base import (
-    STAMP_FILE,
-    claim_record,
-    design_check,
-    protocol_stamp,
-    protocol_summary,
-)
+from convres.experiments.base import STAMP_FILE, claim_record, design_check, protocol_stamp, protocol_summary
 from convres.show import plain, tex
 
 ROOT = Path(__file__).resolve().parent.parent

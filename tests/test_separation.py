@@ -7,24 +7,14 @@ import numpy as np
 import pytest
 import torch
 
+from convres import separation
 from convres.cli import main
 from convres.collapse import rank_one_floor
 from convres.gd import gradient_descent
 from convres.instances import theorem_instance
 from convres.lemmas import flat_norm
 from convres.model import forward_trace, phi
-from convres.separation import (
-    TAU,
-    balanced_targets,
-    centred,
-    path_check,
-    path_radii,
-    perp_centre,
-    perp_chain,
-    plateau_certificate,
-    separation_instance,
-    separation_report,
-)
+from convres.separation import TAU, centred, path_check, perp_centre, separation_instance, separation_report
 
 ATTENTION = ("layer1.W_Q", "layer1.W_K")
 
@@ -68,7 +58,7 @@ def test_the_within_sequence_chain_bounds_the_model(make, seed):
     pc = perp_centre(params, X, Y, cfg)
     gen = torch.Generator().manual_seed(seed)
     for ra, rw in [(0.02, 0.02), (0.1, 0.3), (0.3, 0.05)]:
-        delta, ja, jw = perp_chain(pc, ra, rw)
+        delta, ja, jw = separation.perp_chain(pc, ra, rw)
         for steps in (0, 0, 8):
             q = _box_point(params, ra, rw, gen, X=X, cfg=cfg, steps=steps)
             assert float(centred(forward_trace(q, X, cfg).F).norm()) <= pc.cF + delta
@@ -81,7 +71,7 @@ def test_the_path_radii_bound_gradient_descent(make):
     params, X, Y, cfg = make(50002)
     pc = perp_centre(params, X, Y, cfg)
     for mu in (0.003, 0.03, 0.3):
-        path = path_radii(pc, mu, max_steps=300)
+        path = separation.path_radii(pc, mu, max_steps=300)
         seen = []
 
         def record(step, path=path, seen=seen):
@@ -100,7 +90,7 @@ def test_the_plateau_holds_along_gradient_descent(d_qk, seed):
     """Theorem sep-thm (a) on fresh seeds: the run stays at or above half the floor up to T_lb."""
     X, Y, params, cfg = separation_instance(d_qk, seed, d=256)
     for mu in (0.1, 1.0):
-        pl = plateau_certificate(params, X, Y, cfg, mu)
+        pl = separation.plateau_certificate(params, X, Y, cfg, mu)
         assert pl.certified and pl.floor == pytest.approx(rank_one_floor(Y))
         _, h = gradient_descent(params, X, Y, cfg, mu, pl.T_lb)
         assert np.min(h.loss) >= 0.5 * pl.floor
@@ -156,6 +146,6 @@ def test_the_report_at_a_step_above_the_certified_one():
 def test_bad_input(clear_error):
     X, Y, params, cfg = separation_instance(16, 0, d=64)
     clear_error(lambda: perp_centre(params, X, Y, cfg.with_residual(1.0)), "residual")
-    clear_error(lambda: balanced_targets(1, 3, 0), "n=3")
-    clear_error(lambda: plateau_certificate(params, X, Y, cfg, 0.0), "mu")
+    clear_error(lambda: separation.balanced_targets(1, 3, 0), "n=3")
+    clear_error(lambda: separation.plateau_certificate(params, X, Y, cfg, 0.0), "mu")
     clear_error(lambda: path_check(params, X, Y, cfg, 0.05, steps=0), "steps")

@@ -9,21 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from convres import stats
 from convres.protocol import EFFECT_BOUND, GRADES
-from convres.stats import (
-    T975,
-    Estimate,
-    censored,
-    estimate,
-    grade,
-    kendall_tau,
-    log_ratio,
-    mean_log_loss,
-    seed_spearman,
-    sign_test,
-    spearman_rho,
-    steps_to,
-)
+from convres.stats import estimate, grade, log_ratio, mean_log_loss, sign_test, steps_to
 
 PROPS = settings(max_examples=400)
 
@@ -38,13 +26,13 @@ def test_steps_to_first_crossing_and_censoring():
     assert steps_to(loss, 1e-9) is None
     assert steps_to([1.0, math.inf, 0.0], 1e-2) is None          # diverged: never arrives
     assert steps_to([2.0, 0.4], 0.5, relative=False) == 1
-    assert censored(None, 300) == (300.0, True) and censored(7, 300) == (7.0, False)
+    assert stats.censored(None, 300) == (300.0, True) and stats.censored(7, 300) == (7.0, False)
 
 
 def test_kendall_tau():
-    assert kendall_tau([1, 2, 3], [1, 2, 3]) == 1.0
-    assert kendall_tau([1, 2, 3], [3, 2, 1]) == -1.0
-    assert math.isnan(kendall_tau([1, 1, 1], [1, 2, 3]))
+    assert stats.kendall_tau([1, 2, 3], [1, 2, 3]) == 1.0
+    assert stats.kendall_tau([1, 2, 3], [3, 2, 1]) == -1.0
+    assert math.isnan(stats.kendall_tau([1, 1, 1], [1, 2, 3]))
 
 
 # --- exact values -----------------------------------------------------------------------------------
@@ -59,9 +47,9 @@ def _t_cdf(t: float, df: int) -> float:
 
 
 def test_t_quantiles_are_students():
-    assert T975[0] == pytest.approx(math.tan(math.pi * 0.475), abs=1e-6)          # df = 1: Cauchy
-    assert T975[1] == pytest.approx(0.95 * math.sqrt(2 / (4 * 0.975 * 0.025)), abs=1e-6)  # df = 2
-    for df, t in enumerate(T975, start=1):
+    assert stats.T975[0] == pytest.approx(math.tan(math.pi * 0.475), abs=1e-6)          # df = 1: Cauchy
+    assert stats.T975[1] == pytest.approx(0.95 * math.sqrt(2 / (4 * 0.975 * 0.025)), abs=1e-6)  # df = 2
+    for df, t in enumerate(stats.T975, start=1):
         assert _t_cdf(t, df) == pytest.approx(0.975, abs=2e-7), df
 
 
@@ -148,7 +136,7 @@ def test_spearman_is_the_correlation_of_mean_ranks(pairs):
     x, y = ([p[j] for p in pairs] for j in (0, 1))
     rx, ry = (np.asarray(ranks(v)) - (len(v) + 1) / 2 for v in (x, y))
     den = math.sqrt((rx @ rx) * (ry @ ry))
-    rho = spearman_rho(x, y)
+    rho = stats.spearman_rho(x, y)
     assert math.isnan(rho) if den == 0 else rho == pytest.approx((rx @ ry) / den, abs=1e-12)
 
 
@@ -158,21 +146,21 @@ def test_seed_spearman_is_the_mean_over_strata_of_rho_across_the_seeds():
     y = x + 0.3 * rng.normal(size=(3, 12))
     keep = np.ones(x.shape, dtype=bool)
     keep[1, 4], y[1, 4] = False, np.nan                          # a diverged run, left out of its stratum
-    e = seed_spearman(x, y, keep, min_units=10, draws=DRAWS)
-    per = [spearman_rho(x[j][keep[j]], y[j][keep[j]]) for j in range(3)]
+    e = stats.seed_spearman(x, y, keep, min_units=10, draws=DRAWS)
+    per = [stats.spearman_rho(x[j][keep[j]], y[j][keep[j]]) for j in range(3)]
     assert e.effect == pytest.approx(np.mean(per), abs=1e-12) and (e.units, e.diverged) == (12, 1)
     assert e.method == "BCa bootstrap over seeds" and e.sign_test_p is None
     assert 0.6 < e.lo <= e.effect <= e.hi <= 1
-    few = seed_spearman(x, y, keep, min_units=12)
+    few = stats.seed_spearman(x, y, keep, min_units=12)
     assert few.effect is None and "in a stratum" in few.reason
-    flat = seed_spearman(np.ones((1, 10)), y[:1, :10], np.ones((1, 10), dtype=bool), min_units=2)
+    flat = stats.seed_spearman(np.ones((1, 10)), y[:1, :10], np.ones((1, 10), dtype=bool), min_units=2)
     assert flat.effect is None and "constant" in flat.reason
 
 
 # --- the verdict rule -------------------------------------------------------------------------------
 
 def _est(lo, hi):
-    return Estimate((lo + hi) / 2, lo, hi, "t-interval", 10, 0, 0.5)
+    return stats.Estimate((lo + hi) / 2, lo, hi, "t-interval", 10, 0, 0.5)
 
 
 @pytest.mark.parametrize("ci,subsets,every,verdict", [

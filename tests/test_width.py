@@ -8,21 +8,13 @@ import numpy as np
 import pytest
 import torch
 
+from convres import width
 from convres.certify import centre, certificate, chain, r_sigma_lower, smoothness_upper
 from convres.cli import main
 from convres.instances import certified_instance
 from convres.model import forward_trace
 from convres.rank import sigma_nn, spectral_norm, stacked
-from convres.width import (
-    crossing,
-    events,
-    gelu_second_moment,
-    quadratic_lower_bound,
-    width_condition,
-    width_sweep,
-    worst_case,
-    worst_ratio,
-)
+from convres.width import crossing, events, width_condition, worst_case, worst_ratio
 
 #: The inputs of a Centre that the chain reads (all bounded from above by the worst case).
 UPPER = ("x_i", "q_i", "k_i", "v_i", "x", "sx", "z0", "a0", "h0", "w1", "w2", "u", "R0")
@@ -131,7 +123,7 @@ def test_the_worst_case_ratio_falls_with_the_width():
 def test_d_min_grows_with_nn_falls_with_delta_and_is_at_least_quadratic():
     d = {Nn: width_condition(1, Nn).d_min for Nn in (1, 2, 4, 8, 64)}
     assert d[1] < d[2] < d[4] < d[8] < d[64]
-    assert all(d[k] >= quadratic_lower_bound(1, k) for k in d)
+    assert all(d[k] >= width.quadratic_lower_bound(1, k) for k in d)
     by_delta = [width_condition(2, 2, dl).d_min for dl in (0.5, 0.05, 1e-3)]
     assert by_delta[0] < by_delta[1] < by_delta[2]
     assert width_condition(1, 2, beta=2.0).d_min < d[2] < width_condition(1, 2, beta=0.5).d_min
@@ -145,16 +137,16 @@ def test_gelu_second_moment_matches_quadrature():
     for sigma in (0.1, 1.0, 3.0):
         u = sigma * g
         gelu = torch.nn.functional.gelu(u)
-        c_psi, c_e = gelu_second_moment(sigma)
+        c_psi, c_e = width.gelu_second_moment(sigma)
         assert c_psi == pytest.approx(float(torch.trapezoid(gelu ** 2 * density, g)) / sigma ** 2, rel=1e-9)
         assert c_e == pytest.approx(float(torch.trapezoid((gelu - u / 2) ** 2 * density, g)) / sigma ** 2,
                                     rel=1e-9)
-    values = [gelu_second_moment(s)[1] for s in np.linspace(0.01, 5, 50)]
+    values = [width.gelu_second_moment(s)[1] for s in np.linspace(0.01, 5, 50)]
     assert np.all(np.diff(values) > 0) and values[-1] < 0.25
 
 
 def test_width_sweep_certifies_the_instances_of_certified_instance_and_finds_the_crossing():
-    rows = width_sweep([128, 1024], [(1, 2), (2, 2)], [3])
+    rows = width.width_sweep([128, 1024], [(1, 2), (2, 2)], [3])
     assert [(r["d"], r["N"]) for r in rows] == [(128, 1), (128, 2), (1024, 1), (1024, 2)]
     for row in rows:
         direct = certificate(*certified_instance(3, N=row["N"], n=row["n"], d=row["d"]))
