@@ -1,5 +1,6 @@
 """The results cache and the JSON writer: the key, sound entries, concurrent writers, the folder."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from convres import cache
+from convres.experiments import EXPERIMENTS, run_experiment
 from convres.values import json_safe
 
 floats = st.floats(allow_nan=True, allow_infinity=True)
@@ -53,10 +55,6 @@ def test_one_computation_per_configuration_version_source_and_a_refresh(tmp_path
 
 
 def test_an_experiment_key_holds_the_data_files_and_the_device_as_asked(tmp_path, monkeypatch):
-    import dataclasses
-
-    from convres.experiments import EXPERIMENTS, run_experiment
-
     calls = []
 
     def runner(s, **kwargs):

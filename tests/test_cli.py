@@ -1,5 +1,6 @@
 """The command line: one parser per command and mode, one error path, strict JSON on stdout."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import pytest
 
 from convres import __version__, cli
 from convres.cli import main
+from convres.experiments import EXPERIMENTS
 
 
 def run_main(capsys, *args):
@@ -79,9 +81,6 @@ def test_an_error_of_the_work_is_one_line_and_an_interrupt_exits_130(capsys, mon
 
 
 def test_a_piece_from_the_command_line(capsys, monkeypatch, tmp_path):
-    import dataclasses
-
-    from convres.experiments import EXPERIMENTS
     sim = EXPERIMENTS["simulations"]
     monkeypatch.setitem(EXPERIMENTS, "simulations", dataclasses.replace(
         sim, profiles={**sim.profiles, "paper": sim.profiles["smoke"]}, piece_seeds=1))

@@ -12,8 +12,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from convres import data
+from convres import data, experiments
 from convres.data import DataError
+from convres.experiments import jena_data
 from convres.instances import synthetic_regression
 
 FULL_HEADER = ",".join(f'"{c}"' for c in ("Date Time", *data.JENA_ALL_FEATURES))  # Keras: quoted
@@ -174,11 +175,9 @@ def test_standardize_gives_columns_of_mean_0_and_std_1():
 
 def test_jena_task_names_constant_features_of_the_training_rows(tmp_path):
     """A feature constant over the training rows is named with those rows, before training."""
-    from convres.experiments import jena_data, settings
-
     write_slice(tmp_path)   # 30 hours; only pressure and temperature vary in these rows
-    s = {**settings("jena", "smoke"), "start": "2009-01-01 00:10", "train_end": "2009-01-01 20:00",
-         "end": "2009-01-02 06:00", "window": 6, "horizon": 1, "stride": 6}
+    s = {**experiments.settings("jena", "smoke"), "start": "2009-01-01 00:10",
+         "train_end": "2009-01-01 20:00", "end": "2009-01-02 06:00", "window": 6, "horizon": 1, "stride": 6}
     with pytest.raises(DataError, match=r"\['Tpot \(K\)', 'Tdew \(degC\)'.*"
                                         r"2009-01-01 00:10 \.\. 2009-01-01 20:00"):
         jena_data(s, data_dir=tmp_path)

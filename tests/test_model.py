@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 import convres
 from convres import ModelConfig, check_inputs, forward, forward_trace, gradient_descent, init_params, loss
 from convres.instances import synthetic_regression
+from convres.lemmas import hessian_norm
 from convres.model import ACTIVATIONS, memory_estimate, param_shapes, phi_and_grad
 from convres.runtime import CostRefused
 
@@ -228,8 +229,6 @@ def test_the_cost_policy_refuses_before_allocating_whatever_the_sizes(monkeypatc
 
 def test_torch_func_transforms_before_and_after_a_plain_pass():
     """A mask made inside a torch.func transform is not reused by a later pass or transform."""
-    from convres.lemmas import hessian_norm
-
     cfg = ModelConfig(d=17, d_qk=16, m=16, c=1, beta=1.0, activation="gelu")
     X, Y = synthetic_regression(3, 5, 17, 1, seed=0)
     p = init_params(cfg, seed=1)

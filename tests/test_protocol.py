@@ -5,6 +5,7 @@ import math
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -74,8 +75,6 @@ def _units(claim, n, rng):
 
 @pytest.mark.parametrize("cid", list(P.CLAIMS))
 def test_a_claim_record_holds_its_estimate_and_verdict_in_strict_json(cid):
-    import numpy as np
-
     c = P.CLAIMS[cid]
     effects, strata = _units(c, 10, np.random.default_rng(0))
     sens = {a: effects for a in c.alternatives}
@@ -108,8 +107,6 @@ def test_claim_record_refuses_what_the_protocol_did_not_name(clear_error):
 @given(st.sampled_from(list(P.CLAIMS)), st.integers(0, 25), st.floats(-1, 1), st.floats(0, 1),
        st.lists(st.integers(0, 40), max_size=5), st.booleans())
 def test_every_claim_record_is_strict_json_with_a_grade(cid, n, shift, spread, diverged, fail):
-    import numpy as np
-
     c = P.CLAIMS[cid]
     rng = np.random.default_rng(n)
     effects, strata = _units(c, n, rng)

@@ -4,10 +4,14 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from convres import experiments as ex
 from convres.experiments import simulations as sim
 from convres.experiments.sim_reruns import second_pass
+from convres.gd import sweep
+from convres.instances import simulations_instance
+from convres.model import attention_scale
 from convres.stats import linear_rate, power_fit
 
 TINY = dict(betas=[0.0, 1.0], seeds=[0, 1], curve_seeds=[0], steps=20, d_qks=[16, 64], escape_steps=20,
@@ -249,10 +253,6 @@ def test_a_diverged_run_is_not_a_unit_and_no_run_stalled():
 
 def test_one_builder_draws_the_simulations_instance():
     """The experiment's runs and the theorem chapters' certified variants draw the same instance."""
-    import torch
-
-    from convres.instances import simulations_instance
-
     s = ex.settings("simulations", "book")
     regime = s["regimes"][2]
     p, X, Y, cfg = sim.instance(s, regime["N"], regime["d_qk"], regime["scale"], 3)
@@ -264,11 +264,6 @@ def test_one_builder_draws_the_simulations_instance():
 @pytest.mark.parametrize("scale, beta", [("1/d_qk", 0.0), ("1/sqrt(d_qk)", 0.0), ("1/d_qk", 1.0)])
 def test_the_qk_reduction_runs_the_same_gradient_descent(scale, beta):
     """qk_reduced gives the same run over the plateau on a smaller problem."""
-    import torch
-
-    from convres.gd import sweep
-    from convres.model import attention_scale
-
     s = ex.settings("simulations", "book")
     p, X, Y, cfg = sim.instance(s, 4, 256, scale, 3)
     cfg = cfg.with_residual(beta)

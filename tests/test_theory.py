@@ -7,14 +7,18 @@ import numpy as np
 import pytest
 import torch
 
-from convres import ModelConfig, init_params, synthetic_regression
+from convres import ModelConfig, init_params, synthetic_regression, theory
+from convres.certify import certificate
 from convres.checks import FLOAT_TOL
 from convres.cli import main
+from convres.experiments import settings
+from convres.experiments.theorem import non_vacuous_steps
 from convres.gd import loss_and_grad
-from convres.instances import theorem_instance
-from convres.lemmas import ffn_lemma, hessian_norm, r_sigma_upper, residual_lemma
+from convres.instances import certified_instance, theorem_instance
+from convres.lemmas import ffn_lemma, hessian_norm, parameter_count, r_sigma_upper, residual_lemma
 from convres.model import forward_trace, loss
 from convres.rank import sigma_nn, stacked
+from convres.scope import scope_rows, scope_table
 from convres.theory import check_assumptions, ffn_theorem_run, part_b_check, theorem_run, verify_run
 
 
@@ -205,7 +209,6 @@ def test_part_b_holds_follows_the_certificates():
     r = theorem_run(params, X, Y, cfg, steps=2)
     b = r.part_b
     assert r.summary()["part_b_holds"] is (False if b["fails"] else None)
-    from convres.instances import certified_instance
     b = part_b_check(*certified_instance(0, d=512, N=1, n=1))
     assert b["holds"] is True and not b["fails"] and b["rho"] < b["r_sigma_lower"] <= b["r_sigma_upper"]
     # a certified instance: True only when the run's step is at most the certified one
@@ -283,8 +286,6 @@ def test_ffn_theorem_reports_a_too_narrow_ffn_and_counts_violations():
 # --- scope ------------------------------------------------------------------------------------------
 
 def test_scope_table_is_computed_from_the_settings():
-    from convres.experiments import settings
-    from convres.scope import scope_table
     rows = scope_table()
     readout = {r["experiment"]: r["holds"] for r in rows if r["hypothesis"] == "per-token readout"}
     assert all(h for e, h in readout.items() if e.startswith("sst2 L="))   # a loss at every token
@@ -306,8 +307,6 @@ def test_scope_table_is_computed_from_the_settings():
 
 
 def test_scope_rows_decide_each_hypothesis():
-    from convres.lemmas import parameter_count
-    from convres.scope import scope_rows
     cfg = ModelConfig(d=11, d_qk=11, m=16, c=1, activation="relu")
     rows = {r["hypothesis"]: r for r in scope_rows("jena-like", cfg, 107, 24) if r["theorem"] == "thm-main"}
     assert parameter_count(cfg) == 726
@@ -342,24 +341,20 @@ def test_certified_scope_names_what_fails_and_what_is_certified(capsys):
 
 def test_tangent_kernel_blocks_and_the_lazy_report():
     """The tangent kernel is the sum of its blocks; W_U carries most of it when certified."""
-    from convres.certify import certificate
-    from convres.instances import certified_instance
-    from convres.theory import lazy_report, tangent_kernel_blocks
     params, X, Y, cfg = small(0)
-    tk = tangent_kernel_blocks(params, X, cfg)
+    tk = theory.tangent_kernel_blocks(params, X, cfg)
     assert tk["lambda_min"] >= sum(b["lambda_min"] for b in tk["blocks"].values()) - 1e-9
     assert sum(b["trace_share"] for b in tk["blocks"].values()) == pytest.approx(1.0)
     params, X, Y, cfg = certified_instance(0, d=512)
     cert = certificate(params, X, Y, cfg)
-    lazy = lazy_report(params, X, Y, cfg, mu=cert.mu, steps=12)
+    lazy = theory.lazy_report(params, X, Y, cfg, mu=cert.mu, steps=12)
     assert lazy["tangent_kernel"]["blocks"]["W_U"]["lambda_min_share"] > 0.9
     assert lazy["displacement_share"]["W_U"] > 0.9 and lazy["loss"][0] == lazy["loss_one_block"][0]
     assert lazy["one_block_gap"]["10"] < 0.05 and lazy["linearization_error"] < 0.01
     assert lazy["H0_minus_X"] < 0.1 and lazy["sigma_Nn_H0"] > 0
     with pytest.raises(ValueError, match="block"):
-        lazy_report(params, X, Y, cfg, mu=cert.mu, steps=2, block="W_Z")
+        theory.lazy_report(params, X, Y, cfg, mu=cert.mu, steps=2, block="W_Z")
 
 
 def test_a_run_is_long_enough_for_the_certified_bound_to_say_something():
-    from convres.experiments.theorem import non_vacuous_steps
     assert non_vacuous_steps(0.01, 100) == 11 and non_vacuous_steps(1e-9, 100) == 100

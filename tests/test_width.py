@@ -193,14 +193,13 @@ def test_a_bad_setting_is_a_clear_error_naming_it(call, name, clear_error):
 
 def test_fixed_data_the_worst_case_dominates_the_true_centre():
     """Corollary wd-cor-fixed: on fixed data every norm within its bound, sigma_0 above its bound."""
-    from convres.width import fixed_data, orthonormal_data, padded
     for Nn, d in ((2, 64), (4, 160), (8, 300)):
-        X0, Y = orthonormal_data(1, Nn, 0.05, seed=Nn)
-        wc = worst_case(1, Nn, d, 0.05, data=fixed_data(X0, Y))
+        X0, Y = width.orthonormal_data(1, Nn, 0.05, seed=Nn)
+        wc = worst_case(1, Nn, d, 0.05, data=width.fixed_data(X0, Y))
         w = wc.centre()
         for seed in range(50000, 50008):
             params, _, _, cfg = certified_instance(seed, N=1, n=1, d=d)
-            c = centre(params, padded(X0, d), Y, cfg)
+            c = centre(params, width.padded(X0, d), Y, cfg)
             for name in UPPER:   # the data's norms are exact on both sides: round-off only
                 assert np.all(np.asarray(getattr(c, name)) <= np.asarray(getattr(w, name)) * (1 + 1e-12)), \
                     (name, seed)
@@ -209,16 +208,15 @@ def test_fixed_data_the_worst_case_dominates_the_true_centre():
 
 def test_fixed_data_the_ratio_falls_to_a_limit_linear_in_the_targets(capsys):
     """Fixed data: the ratio falls with d to a limit linear in ||Y||_F; unit targets never certify."""
-    from convres.width import fixed_data, orthonormal_data
-    X0, Y = orthonormal_data(1, 4, 0.05)
-    ratios = [worst_ratio(1, 4, d, 0.05, fixed_data(X0, Y))[0] for d in range(40, 2000, 37)]
+    X0, Y = width.orthonormal_data(1, 4, 0.05)
+    ratios = [worst_ratio(1, 4, d, 0.05, width.fixed_data(X0, Y))[0] for d in range(40, 2000, 37)]
     assert np.all(np.diff(ratios) <= 1e-12)
-    small, big = (width_condition(1, 4, data=fixed_data(X0, Y * k)) for k in (1.0, 2.0))
+    small, big = (width_condition(1, 4, data=width.fixed_data(X0, Y * k)) for k in (1.0, 2.0))
     assert small.d_min is not None and abs(big.ratio_limit / small.ratio_limit - 2) < 1e-3
-    unit = width_condition(1, 4, data=fixed_data(X0, Y * 2 / 0.05))
+    unit = width_condition(1, 4, data=width.fixed_data(X0, Y * 2 / 0.05))
     assert unit.d_min is None and unit.ratio_limit > 1
     with pytest.raises(ValueError, match="d0"):
-        worst_case(1, 4, 3, 0.05, data=fixed_data(X0, Y))
+        worst_case(1, 4, 3, 0.05, data=width.fixed_data(X0, Y))
     assert main(["theorem", "width", "--data", "fixed", "--N", "1", "--n", "4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["d_min"] is not None and out["ratio_limit"] < 1
