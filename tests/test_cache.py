@@ -54,7 +54,7 @@ def test_one_computation_per_configuration_version_source_and_a_refresh(tmp_path
     assert cache.cached_json("e", {"b": 1}, compute, directory=tmp_path) == {"n": 5}
 
 
-def test_an_experiment_key_holds_the_data_files_and_the_device_as_asked(tmp_path, monkeypatch):
+def test_an_experiment_key_holds_the_data_files_and_the_device_as_asked(tmp_path, monkeypatch, fresh_cache):
     calls = []
 
     def runner(s, **kwargs):
@@ -62,7 +62,6 @@ def test_an_experiment_key_holds_the_data_files_and_the_device_as_asked(tmp_path
         return {"n": len(calls)}
     record = dataclasses.replace(EXPERIMENTS["rank_collapse_gd"], run=runner)
     monkeypatch.setitem(EXPERIMENTS, "rank_collapse_gd", record)
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
     data = tmp_path / "data"
     (data / "sst2").mkdir(parents=True)
     (data / "sst2" / "train.parquet").write_bytes(b"one")

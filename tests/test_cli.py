@@ -80,18 +80,16 @@ def test_an_error_of_the_work_is_one_line_and_an_interrupt_exits_130(capsys, mon
         assert got == code and out == "" and len(err.strip().splitlines()) == 1
 
 
-def test_a_piece_from_the_command_line(capsys, monkeypatch, tmp_path):
+def test_a_piece_from_the_command_line(capsys, monkeypatch, tmp_path, fresh_cache):
     sim = EXPERIMENTS["simulations"]
     monkeypatch.setitem(EXPERIMENTS, "simulations", dataclasses.replace(
         sim, profiles={**sim.profiles, "paper": sim.profiles["smoke"]}, piece_seeds=1))
-    monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
     code, out, err = run_main(capsys, "reproduce", "simulations", "--profile", "paper", "--piece", "1",
                               "--results", tmp_path, "--json")
     assert code == 0 and json.loads(out)["pieces"]["done"] == [1], err
 
 
-def test_reproduce_prints_strict_json_and_writes_the_figure(capsys, monkeypatch, tmp_path):
-    monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
+def test_reproduce_prints_strict_json_and_writes_the_figure(capsys, tmp_path, fresh_cache):
     code, out, err = run_main(capsys, "reproduce", "rank_collapse_gd", "--profile", "smoke", "--json",
                               "--out", tmp_path / "figs", "--device", "cpu")
     report = json.loads(out, parse_constant=pytest.fail)

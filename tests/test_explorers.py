@@ -22,9 +22,7 @@ MODEL_JS = ROOT / "web" / "model.js"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 
 def node() -> str:

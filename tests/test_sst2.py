@@ -9,16 +9,8 @@ import torch
 
 from convres import experiments as ex
 from convres.experiments import sst2
-from convres.experiments.sst2_arms import (
-    ARM_KINDS,
-    Arm,
-    arm_config,
-    arm_params,
-    arms_of,
-    isometric_init,
-    matched_width,
-    norm_preserving_init,
-)
+from convres.experiments.sst2_arms import ARM_KINDS, Arm, arm_config, arm_params, arms_of, isometric_init
+from convres.experiments.sst2_arms import matched_width, norm_preserving_init
 from convres.experiments.sst2_baselines import bow_logistic, heldout_rows, pooled_baseline
 from convres.lemmas import parameter_count
 from convres.model import ModelConfig, forward_trace, init_params
