@@ -20,8 +20,6 @@ from convres.model import attention_logits, attention_scale, forward_trace
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_JS = ROOT / "web" / "model.js"
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
 pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 

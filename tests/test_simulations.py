@@ -18,8 +18,6 @@ TINY = dict(betas=[0.0, 1.0], seeds=[0, 1], curve_seeds=[0], steps=20, d_qks=[16
             eta_grid=[0.064, 0.128], scales=["1/d_qk", "1/sqrt(d_qk)"],
             regimes=[dict(name="wide", N=4, d_qk=32, scale="1/sqrt(d_qk)"),
                      dict(name="uniform attention", N=4, d_qk=64, scale="1/d_qk")])
-
-
 pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 

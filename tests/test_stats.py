@@ -14,8 +14,6 @@ from convres.protocol import EFFECT_BOUND, GRADES
 from convres.stats import estimate, grade, log_ratio, mean_log_loss, sign_test, steps_to
 
 PROPS = settings(max_examples=400)
-
-
 DRAWS = 400          # bootstrap resamples in the property tests (10,000 in the protocol)
 
 

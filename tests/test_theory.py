@@ -188,13 +188,11 @@ def test_verify_run_counts_a_violation():
     assert out["status"] == "diverged" and out["violations"] is None and out["max_excess"] is None
 
 
-
-
 @pytest.mark.parametrize("beta,vacuous", [("1", False), ("0", True)])
 def test_cli_theorem_json(beta, vacuous, capsys):
     """The default instance holds its bound; without the residual the bound promises < 10%."""
     assert main(["theorem", "run", "--beta", beta, "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out, parse_constant=pytest.fail)   # strict JSON
     assert {"status", "alpha", "mu", "mu_max", "violations", "initial_loss", "final_loss", "steps",
             "sigma_nn_H0", "mu_max_is_estimate", "part_b_holds", "assumptions_hold"} <= set(out)
     assert out["steps"] == 300 and out["violations"] == 0 and math.isfinite(out["alpha"])

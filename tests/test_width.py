@@ -168,7 +168,7 @@ def test_events_are_counted():
 def test_instances_drawn_at_d_min_are_certified_by_the_command_line(capsys, N, n, seeds):
     """At d = d_min, theorem --certify certifies at least a 1 - delta fraction of fresh seeds."""
     assert main(["theorem", "width", "--N", str(N), "--n", str(n), "--json"]) == 0
-    w = json.loads(capsys.readouterr().out)
+    w = json.loads(capsys.readouterr().out, parse_constant=pytest.fail)   # strict JSON
     assert {"d_min", "delta", "N", "n", "ratio", "mu_alpha"} <= set(w) and w["delta"] == 0.05
     certified = 0
     for seed in seeds:
