@@ -1,15 +1,5 @@
-"""Fixtures shared by the tests: a mirror of the data sources served from 127.0.0.1, the offline
-data copy (``offline``), tiny SST-2 files with settings that run on them (``tiny_sst2``), the
-"clear error" checks (``own_error``, ``clear_error``) and the pages of the built site (``site_pages``;
-a test taking an argument of ``KINDS``, e.g. ``page`` or ``chapter``, runs once for each such page).
-
-The mirror serves, in the formats the real sources serve, files built from the offline data copy
-(``$CONVRES_DATA_DIR``, see ``shared/data/README.md``): the Keras zip of Jena Climate (one CSV
-member; here the copy's slice of the first 4,000 rows, not the full file) at ``/jena.zip``, and the
-SST-2 parquet files at the Hub's ``resolve`` paths of the pinned revision. It answers ``Range``
-requests (206), so a download can be resumed. ``python tests/conftest.py FOLDER`` serves one until
-interrupted (the fresh-machine walk-through in the README uses it).
-"""
+"""Shared fixtures: a data mirror on 127.0.0.1 (``python tests/conftest.py FOLDER`` serves one),
+the offline copy, tiny SST-2 files, the "clear error" checks and the pages of the built site."""
 
 import functools
 import gzip
@@ -48,8 +38,7 @@ def mirror_files(offline: Path = OFFLINE) -> dict[str, bytes]:
 
 
 def serve(files: dict[str, bytes]) -> http.server.ThreadingHTTPServer:
-    """An HTTP server on 127.0.0.1 (a free port) for ``files``, in a daemon thread; ``files`` may
-    change while it runs. ``server.requests`` lists ``(path, Range header)`` of every GET."""
+    """An HTTP server on 127.0.0.1 for ``files`` (Range answered); ``server.requests``: every GET."""
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             body, start = files.get(self.path), 0
@@ -96,9 +85,7 @@ def fresh_cache(tmp_path, monkeypatch):
 
 @pytest.fixture
 def own_error():
-    """The check of the "clear error" policy: ``own_error(err, *names)`` asserts that ``err`` is a
-    TypeError, ValueError or RuntimeError raised inside convres (not a raw PyTorch or Python error)
-    whose message names one of ``names``."""
+    """``own_error(err, *names)``: a Type/Value/RuntimeError raised inside convres naming one of names."""
     def check(err: BaseException, *names: str) -> None:
         tb = traceback.extract_tb(err.__traceback__)
         assert isinstance(err, (TypeError, ValueError, RuntimeError)), f"raw {type(err).__name__}: {err}"
@@ -109,8 +96,7 @@ def own_error():
 
 @pytest.fixture
 def clear_error(own_error):
-    """``clear_error(call, *names)``: ``call()`` raises convres's own clear error (``own_error``)
-    naming one of ``names``; returns the error."""
+    """``clear_error(call, *names)``: ``call()`` raises an ``own_error``; returns the error."""
     def check(call, *names: str) -> BaseException:
         with pytest.raises(Exception) as err:
             call()
@@ -132,8 +118,7 @@ def offline():
 
 @pytest.fixture
 def tiny_sst2(tmp_path):
-    """The smallest SST-2 settings that run every arm, on tiny SST-2 files in the Hub layout written to
-    ``tmp_path``: sentences of 10-12 tokens drawn from a few sentiment words and neutral ones."""
+    """The smallest SST-2 settings that run every arm, on tiny SST-2 files written to ``tmp_path``."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -210,8 +195,7 @@ for _kind in KINDS:   # the fixtures page, chapter, explorer_page, ...: one page
 
 @pytest.fixture(scope="session")
 def site_pages() -> list[str]:
-    """Every page of the built site (``_build/html``, or ``$CONVRES_SITE_DIR``); without one the
-    test is skipped (a failure where ``CONVRES_SITE_REQUIRED=1``)."""
+    """Every page of the built site; skipped without one (failed where CONVRES_SITE_REQUIRED=1)."""
     if not _pages():
         skip_or_fail(f"no built site at {SITE} (build it first: make book)")
     return _pages()

@@ -1,6 +1,4 @@
-"""The benchmark script (benchmarks/gd_speed.py): its comparison models are the same model, its
-four ways give the same losses, its committed result is checked when read. No test here asserts
-a wall-clock time."""
+"""The benchmark script (benchmarks/gd_speed.py): same models, same losses, a checked result."""
 
 import json
 import math

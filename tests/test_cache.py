@@ -1,6 +1,6 @@
-"""The results cache and the JSON writer: strict JSON, the key, entries read back only when sound,
-concurrent writers, and the cache folder setting."""
+"""The results cache and the JSON writer: the key, sound entries, concurrent writers, the folder."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from convres import cache
+from convres.experiments import EXPERIMENTS, run_experiment
 from convres.values import json_safe
 
 floats = st.floats(allow_nan=True, allow_infinity=True)
@@ -53,11 +54,7 @@ def test_one_computation_per_configuration_version_source_and_a_refresh(tmp_path
     assert cache.cached_json("e", {"b": 1}, compute, directory=tmp_path) == {"n": 5}
 
 
-def test_an_experiment_key_holds_the_data_files_and_the_device_as_asked(tmp_path, monkeypatch):
-    import dataclasses
-
-    from convres.experiments import EXPERIMENTS, run_experiment
-
+def test_an_experiment_key_holds_the_data_files_and_the_device_as_asked(tmp_path, monkeypatch, fresh_cache):
     calls = []
 
     def runner(s, **kwargs):
@@ -65,7 +62,6 @@ def test_an_experiment_key_holds_the_data_files_and_the_device_as_asked(tmp_path
         return {"n": len(calls)}
     record = dataclasses.replace(EXPERIMENTS["rank_collapse_gd"], run=runner)
     monkeypatch.setitem(EXPERIMENTS, "rank_collapse_gd", record)
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
     data = tmp_path / "data"
     (data / "sst2").mkdir(parents=True)
     (data / "sst2" / "train.parquet").write_bytes(b"one")
@@ -95,8 +91,7 @@ ENTRY_EDITS = {
 @settings(max_examples=60)
 @given(edits=st.lists(st.sampled_from(sorted(ENTRY_EDITS)), min_size=1, max_size=2))
 def test_an_entry_is_served_only_as_written(edits, tmp_path_factory):
-    """Whatever happened to an entry, the result served is the computed one as stored (strict JSON), and
-    the entry is sound afterwards (a link is replaced, never written through)."""
+    """Whatever happened to an entry, the computed result is served and the entry is sound after."""
     folder = tmp_path_factory.mktemp("cache")
     stored = {"v": 1, "x": None, "y": 0.5}
     assert cache.cached_json("e", {"a": 1}, lambda: {"v": 1, "x": np.inf, "y": np.float32(0.5)},

@@ -1,7 +1,4 @@
-"""The certified bounds (convres.certify; lemmas thm-lem-chain, thm-lem-rlo, thm-lem-lup) at sampled
-points of the ball (random, in one block, or found by adversarial ascent), measured exactly; mutant
-bounds with a term removed are caught.
-"""
+"""The certified bounds (convres.certify) at sampled and adversarial points; mutants are caught."""
 
 import json
 import math
@@ -10,29 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from convres import ModelConfig, init_params, synthetic_regression
-from convres.certify import (
-    BLOCKS,
-    EPS_GRID,
-    SOFTMAX_C2,
-    centre,
-    certificate,
-    certificate_of,
-    certified_run,
-    chain,
-    check_certifiable,
-    ffn_centre,
-    ffn_certificate,
-    ffn_certificate_of,
-    ffn_certified_run,
-    jacobian_upper,
-    r_sigma_lower,
-    radius_within,
-    second_order,
-    sharpest_certificate_of,
-    smoothness_bounds,
-    smoothness_upper,
-)
+from convres import ModelConfig, certify, init_params, synthetic_regression
+from convres.certify import centre, certificate, certified_run, chain, r_sigma_lower, smoothness_bounds
 from convres.checks import FLOAT_TOL as ENVELOPE_TOL
 from convres.cli import main
 from convres.instances import certified_instance, ffn_certified_instance
@@ -45,8 +21,7 @@ CHUNKS = 10
 
 
 def random_instance(k: int):
-    """A small random instance of every kind the bounds allow: shapes, residuals, scales,
-    activations, branch and readout scales, input scale; ``(params, X, Y, cfg, rng)``."""
+    """A small random instance of every kind the bounds allow: ``(params, X, Y, cfg, rng)``."""
     g = np.random.default_rng(k)
     N, n = int(g.integers(1, 3)), int(g.integers(2, 4))
     cfg = ModelConfig(d=int(g.integers(N * n, N * n + 5)), d_qk=int(g.integers(1, 5)),
@@ -92,7 +67,7 @@ class Flat:
         if block is not None:
             mask = torch.zeros_like(u)
             offsets = np.cumsum([0] + self.sizes)
-            k = [i for i, key in enumerate(self.keys) if key.endswith(BLOCKS[block])][0]
+            k = [i for i, key in enumerate(self.keys) if key.endswith(certify.BLOCKS[block])][0]
             mask[offsets[k]:offsets[k + 1]] = 1.0
             u = u * mask
         return self.theta0 + r * u / u.norm()
@@ -105,9 +80,7 @@ def _radius(c, k, g):
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_no_sampled_point_of_the_ball_breaks_a_bound(chunk):
-    """200 random instances, two points of B_r each (one random, one in a single block): the
-    increments of S_i, Z, M, H, the Jacobian norm and (at the first point) the exact Hessian norm
-    stay below their bounds; on B_{r_sigma_lower}, sigma_Nn(H) >= sigma_0 / 2."""
+    """Increments of S_i, Z, M, H, the Jacobian and Hessian norms and sigma_Nn(H) within bounds."""
     worst = {}
     for k in range(chunk * INSTANCES // CHUNKS, (chunk + 1) * INSTANCES // CHUNKS):
         params, X, Y, cfg, g = random_instance(k)
@@ -141,8 +114,7 @@ def test_no_sampled_point_of_the_ball_breaks_a_bound(chunk):
 
 
 def ascend(f, r, objective, g, steps=20):
-    """Projected gradient ascent of ``objective(v)`` on the ball of radius ``r`` around the
-    centre, from the best of four random points of its sphere; returns the best point found."""
+    """Projected gradient ascent of ``objective`` on the ball of radius ``r``: the best point."""
     v = max((f.point(r, g) for _ in range(4)), key=lambda w: float(objective(w)))
     best, best_val = v, float(objective(v))
     for _ in range(steps):
@@ -158,9 +130,7 @@ def ascend(f, r, objective, g, steps=20):
 
 @pytest.mark.parametrize("k", range(0, 24, 2))
 def test_an_adversarial_ascent_breaks_neither_r_sigma_lower_nor_delta_H(k):
-    """Projected gradient steps that lower sigma_Nn(H(theta)), and others that raise
-    ||H(theta) - H_0||_2, inside B_{r_sigma_lower}: sigma_Nn(H) stays >= sigma_0 / 2 and the
-    increment <= delta_H; the explicit point of thm-lem-rsigma lies outside the ball."""
+    """Ascents inside B_{r_sigma_lower} break neither sigma_0 / 2 nor delta_H."""
     params, X, Y, cfg, g = random_instance(k)
     c = centre(params, X, Y, cfg)
     r = float(r_sigma_lower(c))
@@ -174,8 +144,7 @@ def test_an_adversarial_ascent_breaks_neither_r_sigma_lower_nor_delta_H(k):
 
 
 def test_mutant_bounds_are_caught():
-    """The checks can fail: without its second-order term the L bound is broken at a sampled
-    point of some instance, and a third of delta_H is broken by the ascent on some instance."""
+    """The checks can fail: the L bound without its second-order term, a third of delta_H."""
     broken_L = broken_H = False
     for k in range(0, 60, 2):
         params, X, Y, cfg, g = random_instance(k)
@@ -201,9 +170,9 @@ def test_chain_is_exact_at_the_centre():
     ch0 = chain(c, 0.0)
     assert ch0.delta_H == 0.0 and ch0.Hbar == pytest.approx(c.h0)
     # at the centre the W_U block of the Jacobian bound is ||H_0||_2, which is attained
-    assert jacobian_upper(c, 0.0) >= c.h0
-    assert smoothness_upper(c, 0.0) >= c.h0 ** 2
-    assert second_order(c, ch0) >= 0
+    assert certify.jacobian_upper(c, 0.0) >= c.h0
+    assert certify.smoothness_upper(c, 0.0) >= c.h0 ** 2
+    assert certify.second_order(c, ch0) >= 0
 
 
 def test_the_book_instance_and_fresh_seeds_are_certified():
@@ -226,7 +195,7 @@ def test_a_certified_run_meets_every_certified_claim():
 def test_a_failed_certificate_is_a_result_not_an_error():
     cert = certificate(*certified_instance(0, d=64))
     assert not cert.certified and cert.ratio > 1 and math.isfinite(cert.L_upper)
-    narrow = ffn_certificate(*ffn_certified_instance(0, m=8))     # m = 8 < 16 rows: sigma_M0 = 0
+    narrow = certify.ffn_certificate(*ffn_certified_instance(0, m=8))     # m = 8 < 16 rows: sigma_M0 = 0
     assert narrow.sigma_M0 == 0 and not narrow.certified and math.isinf(narrow.ratio)
 
 
@@ -237,9 +206,7 @@ def test_a_failed_certificate_is_a_result_not_an_error():
     ("--d 128 --N 2 --n 2 --steps 4", dict(certified=False, N=2, n=2, d=128, steps=4)),
 ])
 def test_cli_certify_json(args, expect, capsys):
-    """``theorem --certify --json``: a certified instance (ratio < 1) has no violation and ends within
-    its envelope; one that is not certified is a result, not an error: nothing is certified and its
-    checks are observations."""
+    """A certified instance has no violation; an uncertified one is a result of observations."""
     assert main(["theorem", "certify", *args.split(), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {k: out[k] for k in expect} == expect
@@ -258,14 +225,15 @@ PF, XF, YF, CFGF = ffn_certified_instance(0, m=64)
 BAD_INPUTS = {   # what is wrong -> (the call, a name its error must say)
     "two layers": (lambda: certificate(init_params(CFG16.replace(L=2), seed=0), X16, Y16, CFG16.replace(L=2)),
                    "L = 1"),
-    "a pooled readout": (lambda: check_certifiable(P16, X16, Y16[:, 0], CFG16.replace(pool="mean")), "pool"),
+    "a pooled readout": (lambda: certify.check_certifiable(P16, X16, Y16[:, 0], CFG16.replace(pool="mean")),
+                         "pool"),
     "ReLU": (lambda: certified_run(P16, X16, Y16, CFG16.replace(activation="relu")), "activation"),
-    "a negative radius": (lambda: smoothness_upper(centre(P16, X16, Y16, CFG16), -1.0), "radius"),
+    "a negative radius": (lambda: certify.smoothness_upper(centre(P16, X16, Y16, CFG16), -1.0), "radius"),
     "a zero readout scale": (lambda: certified_instance(0, readout_scale=0.0), "readout_scale"),
     "no steps": (lambda: certified_run(P16, X16, Y16, CFG16, steps=0), "steps"),
-    "an unknown route": (lambda: check_certifiable(PF, XF, YF, CFGF, route="attention"), "route"),
+    "an unknown route": (lambda: certify.check_certifiable(PF, XF, YF, CFGF, route="attention"), "route"),
     "the FFN's certificate for the main route": (
-        lambda: certified_run(PF, XF, YF, CFGF, steps=2, cert=ffn_certificate(PF, XF, YF, CFGF)),
+        lambda: certified_run(PF, XF, YF, CFGF, steps=2, cert=certify.ffn_certificate(PF, XF, YF, CFGF)),
         "FFNCertificate"),
 }
 
@@ -285,8 +253,7 @@ def _softmax_second(z: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
 
 
 def test_the_softmax_second_derivative_constant():
-    """Lemma thm-lem-softmax: ||D^2 p[h, h]|| <= (sqrt 7 / 4) ||h||^2 on random and adversarial
-    (ascended) points; the formula matches autograd; the supremum found is well above 1/4."""
+    """Lemma thm-lem-softmax: ||D^2 p[h, h]|| <= (sqrt 7 / 4) ||h||^2, the formula is autograd's."""
     g = torch.Generator().manual_seed(0)
     worst, one = 0.0, torch.ones((), dtype=torch.float64)
     for k in range(300):
@@ -305,37 +272,35 @@ def test_the_softmax_second_derivative_constant():
             z, h = z + 0.5 * gz, h + 0.5 * gh
         val = float(_softmax_second(z.detach(), h.detach() / h.detach().norm()).norm())
         worst = max(worst, val)
-    assert 0.25 < worst <= SOFTMAX_C2
+    assert 0.25 < worst <= certify.SOFTMAX_C2
 
 
 def test_the_eps_certificate_is_met_by_its_run():
-    """Corollary sc-cor-eps: the sharpest certified eps of the grid; its run stays above (1 - eps)
-    sigma_0, within rho_eps and below its envelope; eps = 1/2 is the book's certificate."""
+    """Corollary sc-cor-eps: the sharpest eps of the grid is met by its run; eps = 1/2 is the book's."""
     params, X, Y, cfg = certified_instance(2, d=1024)
     c = centre(params, X, Y, cfg)
-    book, sharp = certificate_of(c), sharpest_certificate_of(c)
+    book, sharp = certify.certificate_of(c), certify.sharpest_certificate_of(c)
     assert book.eps == 0.5 and book.rho == pytest.approx(4 * c.R0 / c.sigma_0) and book.certified
-    assert sharp.certified and sharp.eps in EPS_GRID and sharp.mu_alpha > 3 * book.mu_alpha
+    assert sharp.certified and sharp.eps in certify.EPS_GRID and sharp.mu_alpha > 3 * book.mu_alpha
     assert sharp.alpha == pytest.approx(((1 - sharp.eps) * c.sigma_0) ** 2)
     run = certified_run(params, X, Y, cfg, steps=6, cert=sharp)
     assert run.violations == 0 and run.sigma.min() >= (1 - sharp.eps) * c.sigma_0
     assert run.path[-1] <= sharp.rho and run.summary()["eps"] == sharp.eps
-    bad = [certificate_of(c, eps) for eps in (0.02, 0.04)]
+    bad = [certify.certificate_of(c, eps) for eps in (0.02, 0.04)]
     assert all(not b.certified for b in bad)   # too small a ball for this instance
 
 
 # --- the FFN route -------------------------------------------------------------------------------
 
 def test_the_ffn_route_certifies_n_n_above_d_and_its_run_obeys_the_envelope():
-    """Corollary ffn-cor-cert on the chapter's instance: N n = 16 > d = 8 (thm-main cannot apply),
-    ratio < 0.25; 120 steps with mu = 1/L_upper and every certified claim checked: 0 violations."""
+    """Corollary ffn-cor-cert: N n = 16 > d = 8 certified, 120 steps with 0 violations."""
     params, X, Y, cfg = ffn_certified_instance(0)
     assert X.shape[0] * X.shape[1] > cfg.d
-    cert = ffn_certificate(params, X, Y, cfg)
+    cert = certify.ffn_certificate(params, X, Y, cfg)
     assert cert.certified and cert.ratio < 0.25 and cert.rows == 16 and not cert.pooled
     assert cert.r_lower == min(cert.r_M, cert.sigma_U0 / 2) and cert.radius <= 1.01 * cert.rho
     assert cert.mu_alpha <= cert.rate_ceiling
-    run = ffn_certified_run(params, X, Y, cfg, steps=120, cert=cert)
+    run = certify.ffn_certified_run(params, X, Y, cfg, steps=120, cert=cert)
     out = run.summary()
     assert out["route"] == "ffn" and out["violations"] == 0 and out["checked_steps"] == 120
     assert out["final_loss"] <= out["envelope_final"] and run.path[-1] <= cert.rho
@@ -344,9 +309,7 @@ def test_the_ffn_route_certifies_n_n_above_d_and_its_run_obeys_the_envelope():
 
 @pytest.mark.parametrize("pool", [None, "mean"])
 def test_ffn_radius_and_pooled_smoothness_hold_at_sampled_points(pool):
-    """Lemmas ffn-lem-rlo and ffn-lem-lup-pooled on small instances: at random points of B_r' (and
-    in single blocks) sigma_rows(M~) >= sigma_M0 / 2, ||M - M_0||_F <= delta_M, and the exact
-    Hessian norm of the loss is at most L_upper (per token or pooled)."""
+    """Lemmas ffn-lem-rlo and ffn-lem-lup-pooled at sampled points: sigma, delta_M, L_upper."""
     worst = {}
     for k in range(6):
         cfg = ModelConfig(d=4, d_qk=3, m=24, c=1, activation=("gelu", "tanh", "softplus")[k % 3], pool=pool,
@@ -354,8 +317,8 @@ def test_ffn_radius_and_pooled_smoothness_hold_at_sampled_points(pool):
         N = 5 if pool else 2
         X, Y = synthetic_regression(N, 3, 4, 1, seed=k, pooled=pool == "mean")
         params = init_params(cfg, seed=k + 1, branch_scale=0.3)
-        f = ffn_centre(params, X, Y, cfg)
-        cert = ffn_certificate_of(f)
+        f = certify.ffn_centre(params, X, Y, cfg)
+        cert = certify.ffn_certificate_of(f)
         r = cert.r_lower
         ch = chain(f.chain, r)
         L_up = smoothness_bounds(f.chain, r, readout=1 / math.sqrt(3) if pool else 1.0)[0]
@@ -376,13 +339,13 @@ def test_ffn_radius_and_pooled_smoothness_hold_at_sampled_points(pool):
 
 def test_the_pooled_certificate_divides_the_output_bounds_by_sqrt_n():
     params, X, Y, cfg = ffn_certified_instance(0, N=8, n=4, d=8, m=1024, pool="mean")
-    f = ffn_centre(params, X, Y, cfg)
-    cert = ffn_certificate_of(f)
+    f = certify.ffn_centre(params, X, Y, cfg)
+    cert = certify.ffn_certificate_of(f)
     assert f.rows == 8 and f.pooled and cert.pooled
-    J_tok = jacobian_upper(f.chain, cert.radius)
+    J_tok = certify.jacobian_upper(f.chain, cert.radius)
     assert cert.J_upper == pytest.approx(J_tok / 2, rel=1e-12)
-    assert cert.r_M == radius_within(f.chain, "M", 2 * f.sigma_M0 / 2)       # nu = sqrt(n) = 2
+    assert cert.r_M == certify.radius_within(f.chain, "M", 2 * f.sigma_M0 / 2)       # nu = sqrt(n) = 2
     assert chain(f.chain, cert.r_M).delta_M <= f.sigma_M0 < chain(f.chain, 1.001 * cert.r_M).delta_M
-    run = ffn_certified_run(params, X, Y, cfg, steps=4, cert=cert)
+    run = certify.ffn_certified_run(params, X, Y, cfg, steps=4, cert=cert)
     assert run.summary()["readout"] == "pooled" and (run.violations == 0 or not cert.certified)
 

@@ -4,18 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from convres.collapse import (
-    attention_output,
-    collapse_measures,
-    dqk_sweep,
-    dqk_sweep_seeds,
-    gaussian_instance,
-    gd_attention_stats,
-    scale_sweep,
-    sigma_min_table,
-    spiked_instance,
-    value_counterexample,
-)
+from convres import collapse
+from convres.collapse import attention_output, dqk_sweep, gaussian_instance, sigma_min_table, spiked_instance
 from convres.gd import sweep
 from convres.instances import collapse_instance
 from convres.model import ModelConfig, forward_trace, init_params
@@ -42,10 +32,10 @@ def test_attention_output_matches_the_model():
 def test_collapse_measures_are_those_of_convres_rank_per_matrix_of_a_batch():
     """The measures of tests/test_rank.py (floats for a matrix), and the relative rank-one residual."""
     rank_one = torch.ones(5, 1, dtype=torch.float64) @ torch.randn(1, 7, dtype=torch.float64)
-    m = collapse_measures(rank_one)
+    m = collapse.collapse_measures(rank_one)
     assert isinstance(m["sigma_min"], float) and m["sigma_min"] < 1e-12 and m["rank_one_residual"] < 1e-12
     B = torch.randn(3, 2, 4, 6, dtype=torch.float64)
-    mb, one = collapse_measures(B), collapse_measures(B[1, 0])
+    mb, one = collapse.collapse_measures(B), collapse.collapse_measures(B[1, 0])
     assert mb["sigma_min"].shape == (3, 2) and set(mb) == set(one)
     assert all(mb[k][1, 0] == pytest.approx(one[k]) for k in one)
 
@@ -61,7 +51,7 @@ def test_gaussian_instance_is_nested_in_d_qk_and_n_and_deterministic():
 
 def test_uniform_collapse_as_d_qk_grows():
     d_qks = [16, 256, 4096, 65536]
-    sw = dqk_sweep_seeds(d_qks, [1.0], seeds=range(8), n=6, d=12)
+    sw = collapse.dqk_sweep_seeds(d_qks, [1.0], seeds=range(8), n=6, d=12)
     med = np.median(sw["dist_uniform"], axis=0)
     slope = np.polyfit(np.log(d_qks), np.log(med), 1)[0]
     assert -0.6 < slope < -0.4                       # logits ~ d_qk^(-1/2)
@@ -76,7 +66,7 @@ def test_uniform_collapse_as_d_qk_grows():
 
 def test_saturated_collapse_picks_one_token():
     inst = spiked_instance(6, 10, 8, seed=1, token=2)
-    ss = scale_sweep([1e-3, 1.0, 100.0], [1.0], instance=inst)
+    ss = collapse.scale_sweep([1e-3, 1.0, 100.0], [1.0], instance=inst)
     S = attention_output(inst["X"], inst["W_Q"], inst["W_K"], inst["W_V"], 100.0)[0]
     assert common_argmax(S) == 2
     assert ss["dist_one_hot"][-1] < 1e-10 and ss["dist_uniform"][0] < 0.05
@@ -116,20 +106,20 @@ def test_weyl_bounds_hold_on_random_instances():
 def test_uniform_attention_bound_holds():
     # lemma rc-lem-uniform: sigma_2(Attn) <= ||S - U|| ||X|| ||W_V|| <= ||sL||_F/2 ||X|| ||W_V||
     for scale in ("1/d_qk", "1/sqrt(d_qk)", "1"):
-        sw = dqk_sweep_seeds([1, 8, 64, 512], [1.0], seeds=range(6), n=5, d=9, scale=scale)
+        sw = collapse.dqk_sweep_seeds([1, 8, 64, 512], [1.0], seeds=range(6), n=5, d=9, scale=scale)
         assert np.all(sw["attn_sv"][..., 1] <= sw["uniform_bound"] * (1 + 1e-10))
         assert np.all(sw["uniform_bound"] <= sw["logit_bound"] * (1 + 1e-10))
 
 
 def test_value_counterexample_loses_rank_despite_residual():
     for seed in range(5):
-        ce = value_counterexample(n=5, d=7, beta=0.8, seed=seed)
+        ce = collapse.value_counterexample(n=5, d=7, beta=0.8, seed=seed)
         sv = torch.linalg.svdvals(ce["Z"])
         assert float(torch.linalg.svdvals(ce["X"])[-1]) > 1e-3
         assert float(sv[-1]) < 1e-12 * float(sv[0])
         assert torch.allclose(ce["Z"], 0.8 * (torch.eye(5, dtype=torch.float64) - ce["S"]) @ ce["X"])
     for beta in (1.0, 0.5):   # S -> I and W_V = -beta I: Z = (I - S) X beta -> 0 for any beta
-        ce = value_counterexample(n=5, d=7, beta=beta, seed=0, scale=30.0, identity_attention=True)
+        ce = collapse.value_counterexample(n=5, d=7, beta=beta, seed=0, scale=30.0, identity_attention=True)
         assert float(torch.linalg.matrix_norm(ce["Z"], 2)) < 1e-12 and sigma_nn(ce["X"]) > 0.3
 
 
@@ -187,8 +177,8 @@ def test_gd_runs_switch_the_two_residuals_separately():
 
 
 def test_gd_attention_stats_logit_step_scales_like_one_over_d_qk():
-    small = [gd_attention_stats(0.0, d_qk=16, N=2, n=3, d=8, m=8, seed=s) for s in range(6)]
-    large = [gd_attention_stats(0.0, d_qk=1024, N=2, n=3, d=8, m=8, seed=s) for s in range(6)]
+    small = [collapse.gd_attention_stats(0.0, d_qk=16, N=2, n=3, d=8, m=8, seed=s) for s in range(6)]
+    large = [collapse.gd_attention_stats(0.0, d_qk=1024, N=2, n=3, d=8, m=8, seed=s) for s in range(6)]
     assert small[0]["dist_uniform"].shape == (2,)
     ratio = np.median([r["logit_step"] for r in small]) / np.median([r["logit_step"] for r in large])
     assert 64 / 4 < ratio < 64 * 4                    # 1024 / 16 = 64, up to instance factors

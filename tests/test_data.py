@@ -1,5 +1,4 @@
-"""Real-data loaders on small files written here in the real formats (Jena CSV / Keras zip, SST-2
-parquet), their content and cost policies, and downloads from a mirror served on 127.0.0.1."""
+"""Real-data loaders on small files in the real formats, their policies, downloads from a mirror."""
 
 import gzip
 import zipfile
@@ -13,8 +12,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from convres import data
+from convres import data, experiments
 from convres.data import DataError
+from convres.experiments import jena_data
 from convres.instances import synthetic_regression
 
 FULL_HEADER = ",".join(f'"{c}"' for c in ("Date Time", *data.JENA_ALL_FEATURES))  # Keras: quoted
@@ -47,8 +47,7 @@ def write_slice(folder, rows=None, header=SLICE_HEADER, name=CSV):
 
 
 def keras_zip(folder, *, size=None, flag=0, method=None, members=(CSV,)):
-    """A zip like the Keras download (the CSV with the quoted header in each of ``members``), its
-    member declaring ``size`` bytes, with ``flag`` bits and compression ``method``."""
+    """A Keras-like zip of ``members``, declaring ``size`` bytes, ``flag`` bits, ``method``."""
     path = folder / "jena_climate" / f"{CSV}.zip"
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
@@ -107,8 +106,7 @@ BAD_VALUES = ["", "x", "inf", "-Infinity", "-9999", "-9999.00", "1e308", "nan"]
 @given(row=st.integers(0, 179), column=st.sampled_from(data.JENA_FEATURES),
        text=st.one_of(st.sampled_from(BAD_VALUES), st.floats(-2e4, 2e4).map(lambda v: f"{v:.2f}")))
 def test_a_value_is_read_only_if_it_passes_every_content_check(row, column, text, tmp_path_factory):
-    """The table of checks: a value that is missing, not a number, infinite, the sentinel or outside
-    its column's physical range is an error naming the file and the column; any other is read."""
+    """A value missing, not a number, infinite, the sentinel or out of range is named; else read."""
     path = write_slice(tmp_path_factory.mktemp("jena"), rows=slice_rows({(row, column): text}))
     lo, hi = data.JENA_BOUNDS[column]
     try:
@@ -145,8 +143,7 @@ def _edited(edit, rows, header):
     ("", "2009-02-01 00:00", ("2009-01-01 00:10:00 .. 2009-01-02 06:00:00",)),   # a range the file lacks
 ])
 def test_rows_that_break_the_time_order_or_the_file_shape_are_named(tmp_path, edit, end, names):
-    """A file that is not a Jena Climate file of evenly spaced rows, or lacks the range asked for, is
-    an error naming the file (and the missing column or the range it has)."""
+    """A file not of evenly spaced Jena rows, or lacking the range asked for, is named."""
     path = write_slice(tmp_path, *_edited(edit, jena_rows(features=11, trailing_zeros=False), SLICE_HEADER))
     if edit in ("empty", "header only"):
         path.write_text("" if edit == "empty" else SLICE_HEADER + "\n")
@@ -177,13 +174,10 @@ def test_standardize_gives_columns_of_mean_0_and_std_1():
 
 
 def test_jena_task_names_constant_features_of_the_training_rows(tmp_path):
-    """A feature that never changes over the training rows cannot be standardized: the error names
-    it and the rows it was computed over, before any training."""
-    from convres.experiments import jena_data, settings
-
+    """A feature constant over the training rows is named with those rows, before training."""
     write_slice(tmp_path)   # 30 hours; only pressure and temperature vary in these rows
-    s = {**settings("jena", "smoke"), "start": "2009-01-01 00:10", "train_end": "2009-01-01 20:00",
-         "end": "2009-01-02 06:00", "window": 6, "horizon": 1, "stride": 6}
+    s = {**experiments.settings("jena", "smoke"), "start": "2009-01-01 00:10",
+         "train_end": "2009-01-01 20:00", "end": "2009-01-02 06:00", "window": 6, "horizon": 1, "stride": 6}
     with pytest.raises(DataError, match=r"\['Tpot \(K\)', 'Tdew \(degC\)'.*"
                                         r"2009-01-01 00:10 \.\. 2009-01-01 20:00"):
         jena_data(s, data_dir=tmp_path)
@@ -206,8 +200,7 @@ DF = pd.DataFrame({"sentence": LONG, "label": [1, 0, 0, 1, 0, 0, 1]})
 
 
 def test_sst2_roundtrip_and_prefixes(tmp_path):
-    """The Hub's file read as written (the trailing space kept); the prefixes of n tokens of every
-    sentence that has them, in file order, or the first of each label (balanced)."""
+    """The Hub's file read as written; the n-token prefixes in file order, or balanced."""
     write_sst2(tmp_path, SENTS, LABELS)
     df = data.load_sst2("train", data_dir=tmp_path)
     assert list(df.columns) == ["sentence", "label", "idx"] and len(df) == 6 and df.sentence[0] == "a b c d "
@@ -313,8 +306,7 @@ def test_no_data_says_how_to_get_it(tmp_path):
        members=st.sampled_from([(CSV,), ("a.csv", "b.csv"), ("notes.txt",)]))
 def test_a_zip_member_is_checked_against_the_cost_policy_before_it_is_read(size, flag, method, members,
                                                                            tmp_path_factory):
-    """Encrypted, of an unsupported compression, declaring more than the policy allows, or not one
-    CSV: a clear error before a byte is inflated; else read (or a clear error of a damaged member)."""
+    """A zip member refused by the cost policy is a clear error before a byte is inflated."""
     path = keras_zip(tmp_path_factory.mktemp("zip"), size=size, flag=flag, method=method, members=members)
     refused = flag or method not in (None, 8) or len(members) != 1 or not members[0].endswith(".csv") \
         or (size or 0) > data.sources.MAX_MEMBER_BYTES
@@ -330,8 +322,7 @@ def test_a_zip_member_is_checked_against_the_cost_policy_before_it_is_read(size,
 @given(lengths=st.lists(st.integers(1, 400), min_size=1, max_size=6), max_tokens=st.sampled_from([8, 64, 256]),
        repeat=st.integers(1, 3))
 def test_a_parquet_is_read_only_within_the_cost_policy(lengths, max_tokens, repeat, tmp_path_factory):
-    """A sentence longer in bytes than ``max_tokens`` tokens may take, or with more tokens, is an error
-    naming the file before the text is split; a dictionary-encoded file is not decoded first."""
+    """A sentence longer than ``max_tokens`` is an error naming the file."""
     folder = tmp_path_factory.mktemp("sst2")
     sentences = [" ".join(["w"] * n) for n in lengths] * repeat
     write_sst2(folder, sentences, [i % 2 for i in range(len(sentences))])

@@ -1,5 +1,4 @@
-"""Experiments beyond the common suite (``tests/test_experiments_common.py``): the runner's errors,
-the reruns, the SST-2 data, the other figures, the command line, the report's tables, the scope."""
+"""Experiments beyond the common suite: errors, reruns, SST-2 data, figures, CLI, tables, scope."""
 
 import dataclasses
 import json
@@ -9,8 +8,12 @@ import pytest
 import torch
 
 from convres import experiments as ex
+from convres import plotting, report, tables
 from convres.cli import main
 from convres.data import DataWarning
+from convres.experiments.base import rerun_diverged
+from convres.plotting import beta_colors
+from convres.scope import scope_summary
 
 TINY_SIM = dict(betas=[0.0, 1.0], seeds=[0, 1], steps=20, d_qks=[16, 64], escape_steps=20,
                 eta_grid=[0.064, 0.128], scales=["1/d_qk"],
@@ -50,7 +53,6 @@ def test_the_book_profile_s_regimes_are_wide_narrow_and_of_uniform_attention():
 
 
 def test_an_arm_that_diverges_is_rerun_on_every_seed_at_half_its_step_and_its_follower_with_it():
-    from convres.experiments.base import rerun_diverged
     calls = []
 
     def run(pending):                # an arm diverges on seed 1 above a step of 1
@@ -83,8 +85,6 @@ def test_sst2_data_on_files_in_the_real_format(tmp_path, tiny_sst2):
 
 
 def test_beta_colors_distinguish_adjacent_betas():
-    from convres.plotting import beta_colors
-
     betas = [0.0, 0.1, 0.25, 0.5, 1.0]
     rgb = np.array([c[:3] for c in beta_colors(betas)])
     assert min(np.abs(rgb[i] - rgb[i + 1]).sum() for i in range(len(betas) - 1)) > 0.25
@@ -115,8 +115,6 @@ def test_cli_reproduce_download_fetches_missing_data_then_runs(tmp_path, capsys,
 
 def test_the_report_tables_and_the_other_figures_from_small_results(tmp_path, tiny_sst2):
     """The figures have labels, markers and one legend outside the data."""
-    from convres import plotting, report, tables
-
     def labelled(fig):
         return all(ax.get_legend() is None and ax.get_ylabel() for ax in fig.axes) and len(fig.legends) == 1
 
@@ -157,8 +155,6 @@ def test_the_report_tables_and_the_other_figures_from_small_results(tmp_path, ti
 
 
 def test_scope_summary_folds_the_theory_rows():
-    from convres.scope import scope_summary
-
     rows = [{"experiment": "a", "theorem": "t", "hypothesis": "h1", "holds": True, "value": 1.0, "threshold": 1.0},
             {"experiment": "a", "theorem": "t", "hypothesis": "h2", "holds": False, "value": 3.0, "threshold": 2.0},
             {"experiment": "b", "theorem": "t", "hypothesis": "h1", "holds": True, "value": 1.0, "threshold": 1.0}]

@@ -1,10 +1,4 @@
-"""The common suite: every experiment record of :data:`convres.experiments.EXPERIMENTS`, at its
-``smoke`` settings, behaves alike. Its settings are copies, and a setting that would run nothing is
-refused by name; it runs and its summary is strict JSON (finite or ``None``); it reads back from the
-cache and from JSON to the same result; its claims are the protocol's, each with its id and a
-verdict; its figure is labelled; its pieces merge into the run of every seed at once, the parts they
-share computed once; computed again it gives the same numbers. An experiment with claims follows the
-protocol's seeds and step grid."""
+"""The common suite: every experiment record, at its smoke settings, behaves alike."""
 
 import dataclasses
 import importlib
@@ -28,8 +22,7 @@ pytestmark = pytest.mark.parametrize("record", list(ex.EXPERIMENTS), indirect=Tr
 
 @pytest.fixture(scope="module", autouse=True)
 def once():
-    """Each record's smoke result is read once for the module (from the results cache, as the book
-    reads it; :func:`test_computed_again_it_gives_the_same_numbers` computes it again)."""
+    """Each record's smoke result is read once for the module."""
     yield
     smoke.cache_clear()
     claims.cache_clear()
@@ -55,8 +48,7 @@ def record(request):
 
 
 def test_the_settings_are_copies_and_a_setting_that_would_run_nothing_is_refused_by_name(record):
-    """Refused before anything runs: an empty list, a negative or repeated seed, a zero step, a
-    repeated beta, a probe seed among the evaluation seeds."""
+    """An empty list, a bad or repeated seed, a zero step, a repeated beta or probe seed: refused."""
     before = json.dumps(ex.EXPERIMENTS[record].profiles["smoke"])
     s = ex.settings(record, "smoke")
     for v in s.values():
@@ -138,10 +130,7 @@ SHARED = {"simulations": ["_probe_runs"], "jena": ["_pilots", "_tune"],
 
 
 def test_the_pieces_merge_into_the_run_of_every_seed(record, tmp_path, monkeypatch):
-    """One seed a piece, computed in any order: the first computes the step sizes and checks (on the
-    probe and pilot seeds), the others read them back; the merged file has every piece, the settings and
-    step sizes of the whole run and its claims (effects of a float32 record to its round-off: a batch
-    of other runs rounds differently). A record without seeds is not run in pieces and says so."""
+    """Pieces in any order compute the shared parts once and merge into the whole run."""
     if not ex.settings(record, "smoke").get("seeds"):
         for profile in (p for p in ex.PROFILES if not ex.settings(record, p).get("seeds")):
             with pytest.raises(ValueError, match=f"{record!r} has no evaluation seeds.*reproduce {record}"):

@@ -1,5 +1,4 @@
-"""The live explorers: the exported instances and the page's gradient descent (web/model.js in node)
-are convres's; the page element, presets and static figure are what the chapters use."""
+"""The live explorers: their instances and gradient descent (web/model.js) are convres's."""
 
 import base64
 import json
@@ -21,11 +20,7 @@ from convres.model import attention_logits, attention_scale, forward_trace
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_JS = ROOT / "web" / "model.js"
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("CONVRES_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 
 def node() -> str:
@@ -65,8 +60,7 @@ def js_run(bank: dict, seed: int, d_qk: int, beta: float, mu: float, scale: str,
 
 
 def agree(js, ref) -> bool:
-    """The page's losses equal convres's to 1e-9 relative; below 1e-12 of the start, where the loss
-    is the square of a residual a millionth of the targets, to 1e-21 of the start."""
+    """The page's losses equal convres's to 1e-9 relative (1e-21 of the start below 1e-12)."""
     js, ref = np.asarray(js), np.asarray(ref)
     return js.shape == ref.shape and bool(np.all(np.abs(js - ref) <= 1e-9 * np.maximum(ref, 1e-12 * ref[0])))
 
@@ -170,9 +164,7 @@ def test_page_element_and_static_figure():
 
 
 def test_the_book_explorers():
-    """The chapters' explorers: every setting lies on its controls, a preset id is an HTML id, the
-    family fits web/model.js (N n <= d; N n, d, m multiples of 4), and the theorem explorer starts
-    at the theorem chapter's step (convres.theory.theorem_run, seed 0)."""
+    """The chapters' explorers: settings on their controls, preset ids, the web/model.js family."""
     rc, cv, th = ex.rank_collapse_explorer(), ex.convergence_explorer(), ex.theorem_explorer(seeds=[0])
     for e in (rc, cv, th):
         f = ex.FAMILIES[e.family]

@@ -1,5 +1,4 @@
-"""Gradient descent: the update rule, one run and sweeps (stacked or not: the same numbers),
-stopping rules, divergence, callbacks, devices, dtypes and bad input."""
+"""Gradient descent: runs and sweeps, stopping rules, callbacks, devices, dtypes and bad input."""
 
 import math
 
@@ -99,16 +98,14 @@ def test_a_run_records_every_k_steps_is_deterministic_and_round_trips_through_a_
     assert np.array_equal(h.loss, h2.loss) and h2.status == h.status and h2.record_steps.dtype == np.int64
 
 
-@pytest.mark.parametrize("L,activation,pool", [(1, "relu", None), (2, "gelu", None), (2, "tanh", "mean")])
-@pytest.mark.parametrize("chunk", [1, 3, None])
-def test_a_sweep_equals_its_runs_one_by_one(L, activation, pool, chunk):
-    params, X, Y, cfgs, mus = sweep(L, activation, pool)
-    runs = run_sweep(params, X, Y, cfgs, mus, 30, record_every=7, chunk=chunk)
-    assert_same(runs, one_by_one(params, X, Y, cfgs, mus, 30, record_every=7))
+STACKED = {f"L={L}, {act}, pool {pool}, chunk {chunk}": (L, act, pool, chunk) for chunk in (1, 3, None)
+           for L, act, pool in ((1, "relu", None), (2, "gelu", None), (2, "tanh", "mean"))}
 
 
 def sweep_case(name):
     """A sweep of several kinds: ``(params, X, Y, cfg, mu, steps, keywords)``."""
+    if name in STACKED:
+        return (*sweep(*STACKED[name][:3]), 30, dict(record_every=7, chunk=STACKED[name][3]))
     if name == "separate residuals, another scale":
         cfg = ModelConfig(d=5, d_qk=3, m=4, c=1, scale="1/d_qk")
         X, Y = synthetic_regression(3, 4, 5, 1, seed=5)
@@ -142,6 +139,7 @@ def sweep_case(name):
 
 
 SWEEP_CHECKS = {   # a sweep -> what its runs show besides equalling the runs one by one
+    **dict.fromkeys(STACKED),
     "separate residuals, another scale": None,
     "configurations of different sizes": None,
     "two diverge at different steps": lambda hs: [h.status for h in hs].count("diverged") == 2
@@ -187,25 +185,20 @@ def test_chunk_size_stacks_small_problems_only():
     assert chunk_size(cfg.replace(d=11, d_qk=11, m=32), torch.zeros(321, 24, 11), 8) == 1
 
 
-CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))
+NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
 
-@pytest.mark.parametrize("device", ["cpu", torch.device("cpu"), None, CUDA])
-def test_the_device_argument(device):
+@pytest.mark.parametrize("device,dtype", [("cpu", torch.float64), (torch.device("cpu"), torch.float64),
+                                          (None, torch.float64), (None, torch.float32),
+                                          pytest.param("cuda", torch.float64, marks=NO_CUDA)])
+def test_the_device_and_dtype_of_a_sweep(device, dtype):
     params, X, Y, cfgs, mus = sweep()
-    runs = run_sweep(params, X, Y, cfgs, mus, 20, device=device)
-    assert all(v.device.type == str(device or "cpu") for theta, _ in runs for v in theta.values())
+    cast = [{k: v.to(dtype) for k, v in p.items()} for p in params]
+    runs = run_sweep(cast, X.to(dtype), Y.to(dtype), cfgs, mus, 20, device=device)
+    assert all(v.device.type == str(device or "cpu") and v.dtype == dtype
+               for theta, _ in runs for v in theta.values())
     for (_, ha), (_, hb) in zip(runs, one_by_one(params, X, Y, cfgs, mus, 20)):
-        np.testing.assert_allclose(ha.loss, hb.loss, rtol=1e-9)
-
-
-def test_float32_runs_and_matches_float64_roughly():
-    params, X, Y, cfgs, mus = sweep()
-    p32 = [{k: v.float() for k, v in p.items()} for p in params]
-    for (theta, ha), (_, hb) in zip(run_sweep(p32, X.float(), Y.float(), cfgs, mus, 20),
-                                    one_by_one(params, X, Y, cfgs, mus, 20)):
-        assert theta["W_U"].dtype == torch.float32
-        np.testing.assert_allclose(ha.loss, hb.loss, rtol=1e-4)
+        np.testing.assert_allclose(ha.loss, hb.loss, rtol=1e-9 if dtype == torch.float64 else 1e-4)
 
 
 def test_edge_values_run_as_documented():
@@ -276,9 +269,7 @@ def test_a_run_equals_plain_gradient_descent_with_autograd(L, activation, pool):
 
 
 def test_blocks_of_steps_give_the_same_runs_as_step_by_step():
-    """Without a callback the steps run in blocks and the stopping rules are applied when a block
-    ends; with one, step by step. Runs that stop inside a block (diverged at different steps,
-    converged, out of steps), recording at steps off the grid too, give the same histories."""
+    """Runs stopping inside a block (any status, records off the grid) equal those step by step."""
     params, X, Y, cfgs, _ = sweep(L=2)
     cfgs += cfgs[:2]
     params += [init_params(cfgs[0], seed=s) for s in (5, 6)]

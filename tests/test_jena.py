@@ -1,5 +1,4 @@
-"""The Jena experiment: its data and windows, the age feature, the baselines, the equal start, a model
-that can represent persistence, the design checks, the claims J1-J2 and the held-out comparison."""
+"""The Jena experiment: data, the age feature, baselines, design checks, claims J1-J2, held-out."""
 
 import numpy as np
 import pytest
@@ -50,9 +49,7 @@ def test_jena_data_splits_standardizes_on_training_rows_and_looks_only_at_the_pa
 
 
 def test_without_the_age_the_model_is_order_blind_and_with_it_not(offline):
-    """F(PX) = F(X) for a permutation P of a window's rows without positions (attention is
-    permutation-equivariant, the FFN acts row by row, the mean is invariant); with the age kept in
-    place, permuting the measured rows changes the forecast."""
+    """F(PX) = F(X) for a permutation P of a window's rows without the age; with it, not."""
     s = ex.settings("jena", "book")
     task = ex.jena_data(s, dtype=torch.float64)
     X = task.X[:50]
@@ -68,8 +65,7 @@ def test_without_the_age_the_model_is_order_blind_and_with_it_not(offline):
 
 
 def test_the_model_can_represent_persistence_at_every_beta(offline):
-    """:func:`convres.experiments.jena.persistence_weights`: with the age, the model computes the
-    persistence forecast (the latest row's temperature) to round-off, at every beta of the sweep."""
+    """With the age, persistence_weights computes the persistence forecast at every beta."""
     s = ex.settings("jena", "book")
     task = ex.jena_data(s, dtype=torch.float64)
     t, a = task.features.index(s["target"]), task.features.index(AGE)
@@ -110,9 +106,7 @@ def test_linear_ar_chooses_its_ridge_on_the_training_split_only():
 
 
 def test_the_order_blind_baseline_does_not_see_the_order():
-    """The ridge of the *informative* check reads the mean, std, min and max of each feature: the
-    same fit for any order of the rows of every window, while the linear AR's changes; a feature
-    that is the same in every window (the age) adds nothing."""
+    """The informative check's ridge ignores the rows' order (and a constant age); the AR does not."""
     rng = np.random.default_rng(1)
     X = rng.normal(size=(300, 4, 3))
     Y = X[:, -1, :1] + 0.1 * rng.normal(size=(300, 1))           # persistence-like: the order matters
@@ -155,10 +149,7 @@ def _checks(s, pilots, level, least_squares):
 
 
 def test_the_level_and_the_design_checks_come_from_the_pilots():
-    """The level: the smallest factor of the ladder (x persistence's training MSE) that every pilot
-    run reaches within half the horizon; the checks: informative (the best order-blind fit over the
-    level > 1), reachable (no pilot misses it), equal start (< 1%), order-aware (every pilot with the
-    age ends below the model without it)."""
+    """The level (the smallest ladder factor every pilot reaches by T/2) and the four design checks."""
     s = {**ex.settings("jena"), "steps": 10, "betas": [0.0, 1.0], "pilot_seeds": [200, 201]}
     fast = [1.0] + [0.05] * 10
     slow = [1.0, 0.5, 0.3, 0.2, 0.13, 0.12, 0.1, 0.1, 0.1, 0.1, 0.1]     # 0.12 at step 5 = T / 2
@@ -185,9 +176,7 @@ def test_the_level_and_the_design_checks_come_from_the_pilots():
 
 
 def _fake(mll, *, status=None, steps_to_level=None, horizon=100, least_squares=0.18, start=1.0):
-    """A Jena result with the given mean log-loss per (beta index, seed), the same numbers under
-    both protocols; pilots that pass every design check but *informative* (least-squares training
-    MSE ``least_squares`` over the level 0.12) and *equal start* (``start``, one pilot's start)."""
+    """A Jena result of the given mean log-loss per (beta index, seed); pilots as the keywords say."""
     betas = [0.0, 0.1, 1.0]
     runs = []
     for protocol in ("tuned", "common"):

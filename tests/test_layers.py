@@ -1,5 +1,4 @@
-"""The package's layers: every import inside convres points down this order, and no private name
-crosses a module. A new module must be placed here; an import that points up fails the test."""
+"""The package's layers: every import inside convres points down this order, no private name crosses."""
 
 import ast
 import importlib.util
@@ -34,8 +33,7 @@ def _module_name(path: Path) -> str:
 
 
 def _imports(path: Path):
-    """``(target module, imported names)`` of every import of a convres module in ``path``,
-    in-function imports included."""
+    """``(target module, imported names)`` of every convres import in ``path``, in functions too."""
     package = ".".join(("convres", *path.relative_to(ROOT).parts[:-1]))  # where a relative import starts
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):

@@ -7,16 +7,9 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import convres
-from convres import (
-    ModelConfig,
-    check_inputs,
-    forward,
-    forward_trace,
-    gradient_descent,
-    init_params,
-    loss,
-    synthetic_regression,
-)
+from convres import ModelConfig, check_inputs, forward, forward_trace, gradient_descent, init_params, loss
+from convres.instances import synthetic_regression
+from convres.lemmas import hessian_norm
 from convres.model import ACTIVATIONS, memory_estimate, param_shapes, phi_and_grad
 from convres.runtime import CostRefused
 
@@ -201,10 +194,7 @@ tokens = st.one_of(st.integers(1, 8), st.integers(500, 5000), st.integers(1, 10*
        pool=st.sampled_from([None, "mean"]), B=st.sampled_from([None, 1, 3]))
 def test_the_cost_policy_refuses_before_allocating_whatever_the_sizes(monkeypatch, d, d_qk, m, c, L, N, n,
                                                                       pool, B):
-    """For any sizes, ``init_params``, ``forward``, ``loss`` and ``gradient_descent`` either refuse
-    with the cost policy's error naming the sizes, before allocating (the sizes go up to 10^7
-    and L to 10^4: allocating would exhaust the machine), or run, and then the estimate bounds
-    what they kept."""
+    """For any sizes the cost policy refuses before allocating, or the estimate bounds what runs."""
     monkeypatch.setattr(convres.runtime, "available_memory", lambda device=None: BUDGET)
     cfg = ModelConfig(d=d, d_qk=d_qk, m=m, c=c, L=L, pool=pool)
     sizes = f"d={d}, d_qk={d_qk}, m={m}, c={c}, L={L}"
@@ -238,10 +228,7 @@ def test_the_cost_policy_refuses_before_allocating_whatever_the_sizes(monkeypatc
 
 
 def test_torch_func_transforms_before_and_after_a_plain_pass():
-    """The mask of the whole attention made inside a torch.func transform belongs to that transform:
-    a later plain pass or transform must not reuse it (a shape no other test uses: a fresh mask)."""
-    from convres.lemmas import hessian_norm
-
+    """A mask made inside a torch.func transform is not reused by a later pass or transform."""
     cfg = ModelConfig(d=17, d_qk=16, m=16, c=1, beta=1.0, activation="gelu")
     X, Y = synthetic_regression(3, 5, 17, 1, seed=0)
     p = init_params(cfg, seed=1)

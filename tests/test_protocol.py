@@ -1,16 +1,11 @@
-"""Protocol v4 in code: its constants agree with each other and with the experiments, a claim record
-is graded by the one rule and written as strict JSON, the design checks gate their claims, and the
-protocol's stamp (``results/protocol.json``, written by the coordinator right after tagging) agrees
-with the tag when git knows it.
-
-The property test is derandomized; its number of examples is in ``settings(max_examples=...)``.
-"""
+"""Protocol v4 in code: constants, claim records, design checks and the stamp of the tag."""
 
 import json
 import math
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,13 +13,7 @@ from hypothesis import strategies as st
 from convres import protocol as P
 from convres import report
 from convres.experiments import EXPERIMENTS
-from convres.experiments.base import (
-    STAMP_FILE,
-    claim_record,
-    design_check,
-    protocol_stamp,
-    protocol_summary,
-)
+from convres.experiments.base import STAMP_FILE, claim_record, design_check, protocol_stamp, protocol_summary
 from convres.show import plain, tex
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,8 +75,6 @@ def _units(claim, n, rng):
 
 @pytest.mark.parametrize("cid", list(P.CLAIMS))
 def test_a_claim_record_holds_its_estimate_and_verdict_in_strict_json(cid):
-    import numpy as np
-
     c = P.CLAIMS[cid]
     effects, strata = _units(c, 10, np.random.default_rng(0))
     sens = {a: effects for a in c.alternatives}
@@ -120,8 +107,6 @@ def test_claim_record_refuses_what_the_protocol_did_not_name(clear_error):
 @given(st.sampled_from(list(P.CLAIMS)), st.integers(0, 25), st.floats(-1, 1), st.floats(0, 1),
        st.lists(st.integers(0, 40), max_size=5), st.booleans())
 def test_every_claim_record_is_strict_json_with_a_grade(cid, n, shift, spread, diverged, fail):
-    import numpy as np
-
     c = P.CLAIMS[cid]
     rng = np.random.default_rng(n)
     effects, strata = _units(c, n, rng)
@@ -158,8 +143,7 @@ def test_the_stamp_is_read_strictly(tmp_path):
 
 
 def _git(*args: str) -> str | None:
-    """``git -C ROOT args`` in the project's own clone only (hooks and fsmonitor off); ``None`` when
-    there is no clone or git fails."""
+    """``git -C ROOT args`` in the project's own clone only; ``None`` without one or on failure."""
     if not (ROOT / ".git").exists():
         return None
     try:
@@ -171,8 +155,7 @@ def _git(*args: str) -> str | None:
 
 
 def test_the_committed_stamp_agrees_with_the_tag():
-    """Skipped before the coordinator tags the protocol commit and commits ``results/protocol.json``,
-    and in a copy without git or without the tag."""
+    """Skipped before the protocol commit is tagged and stamped, or without git or the tag."""
     stamp = protocol_stamp()
     if stamp is None:
         pytest.skip(f"{STAMP_FILE.name} is not committed yet (written right after tagging {P.TAG})")

@@ -3,20 +3,12 @@
 import pytest
 import torch
 
-from convres.rank import (
-    NonFiniteError,
-    extreme_singular_values,
-    rank_one_residual,
-    sigma_k,
-    sigma_nn,
-    singular_value_measures,
-    singular_values,
-    stacked,
-)
+from convres import rank
+from convres.rank import rank_one_residual, sigma_k, sigma_nn, singular_values, stacked
 
 
 def measures(M):
-    return singular_value_measures(singular_values(M))
+    return rank.singular_value_measures(singular_values(M))
 
 
 def test_identity_has_full_effective_and_stable_rank():
@@ -50,7 +42,7 @@ def test_stacked_and_sigma_nn():
     assert S.shape == (6, 8) and torch.equal(S[3], M[1, 0])
     assert sigma_nn(M) == pytest.approx(float(torch.linalg.svdvals(S)[5]), rel=1e-14)
     assert sigma_nn(torch.randn(3, 4, 2, dtype=torch.float64)) == 0.0        # N n > d
-    ext = extreme_singular_values(torch.randn(5, 2, 3, 8, dtype=torch.float64))   # 5 configurations
+    ext = rank.extreme_singular_values(torch.randn(5, 2, 3, 8, dtype=torch.float64))   # 5 configurations
     assert ext.shape == (5, 2) and bool((ext[:, 0] <= ext[:, 1]).all())
 
 
@@ -60,4 +52,4 @@ def test_batches_and_bad_input(clear_error):
     clear_error(lambda: singular_values(torch.ones(3), "Z"), "matrix")   # (it does not name Z)
     clear_error(lambda: sigma_k(torch.full((300, 500), float("nan"))), "NaN")    # the Gram route too
     assert isinstance(clear_error(lambda: singular_values(torch.full((3, 3), float("inf")), "Z"), "Z"),
-                      NonFiniteError)
+                      rank.NonFiniteError)

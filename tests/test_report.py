@@ -1,6 +1,6 @@
 """The reproduction report's evidence, badges and thumbnails (convres.report), on hand-made claim rows."""
 
-from convres import report
+from convres import protocol, report, tables
 
 MINUS = "\N{MINUS SIGN}"
 
@@ -55,8 +55,6 @@ def test_criteria_and_measurements_are_typeset_from_the_rows_tex():
 
 
 def test_the_chapters_tables_name_places_checks_and_steps():
-    from convres import tables
-
     assert tables.place("escape, scale 1/d_qk, d_QK = 16") == r"escape, scale $1/d_{QK}$, $d_{QK} = 16$"
     assert tables.place("wide") == "wide"
     checks = tables.design_checks_table([{"name": "jena informative", "value": 1.21, "threshold": 1.0,
@@ -69,8 +67,6 @@ def test_the_chapters_tables_name_places_checks_and_steps():
 
 
 def test_the_build_environment_and_the_theorem_chapters(tmp_path):
-    from convres import tables
-
     lines = tables.environment().splitlines()
     assert lines[0].startswith("Python ") and any(x.startswith("torch ") for x in lines)
     assert lines[-1].startswith("built ") and "torch threads" in lines[-1]
@@ -80,7 +76,6 @@ def test_the_build_environment_and_the_theorem_chapters(tmp_path):
 
 
 def test_the_deviations_after_the_runs_are_numbered_and_marked_in_the_claims_table():
-    from convres import protocol
     late = report.late_deviations()
     assert late and all(("after the v4" in d.when) == (i in late)
                         for i, d in enumerate(protocol.DEVIATIONS, 1))

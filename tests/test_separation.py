@@ -1,7 +1,4 @@
-"""The certified separation (convres.separation; book chapter *A certified separation*): every bound
-of the plateau certificate against the model on random draws (points of the box, projected ascent,
-gradient-descent paths), the plateau against gradient descent on fresh seeds, the JSON of the
-command line, and bad input."""
+"""The certified separation (convres.separation): its bounds on random draws, the plateau, the CLI."""
 
 import json
 import math
@@ -10,31 +7,20 @@ import numpy as np
 import pytest
 import torch
 
+from convres import separation
 from convres.cli import main
 from convres.collapse import rank_one_floor
 from convres.gd import gradient_descent
 from convres.instances import theorem_instance
 from convres.lemmas import flat_norm
 from convres.model import forward_trace, phi
-from convres.separation import (
-    TAU,
-    balanced_targets,
-    centred,
-    path_check,
-    path_radii,
-    perp_centre,
-    perp_chain,
-    plateau_certificate,
-    separation_instance,
-    separation_report,
-)
+from convres.separation import TAU, centred, path_check, perp_centre, separation_instance, separation_report
 
 ATTENTION = ("layer1.W_Q", "layer1.W_K")
 
 
 def _box_point(params, ra, rw, gen, ascent_of=None, X=None, cfg=None, steps=0):
-    """A point of B(ra, rw) (random radius fractions and directions), then ``steps`` steps of
-    projected ascent on ``||C(F)||``."""
+    """A point of B(ra, rw), then ``steps`` steps of projected ascent on ``||C(F)||``."""
     q = {}
     for keys, r in ((ATTENTION, ra), ([k for k in params if k not in ATTENTION], rw)):
         u = {k: torch.randn(params[k].shape, generator=gen, dtype=torch.float64) for k in keys}
@@ -67,13 +53,12 @@ INSTANCES = [  # default initializations without the residual (where the bounds 
 @pytest.mark.parametrize("make", INSTANCES)
 @pytest.mark.parametrize("seed", [50000, 50001])
 def test_the_within_sequence_chain_bounds_the_model(make, seed):
-    """Lemma sep-lem-chain: on B(ra, rw), ||C(F)|| <= ||C(F_0)|| + delta_perp (random points and
-    projected ascent) and the Jacobian of C(F) is at most ||(Jp_a, Jp_w)||."""
+    """Lemma sep-lem-chain: ||C(F)|| and the Jacobian of C(F) within their bounds on B(ra, rw)."""
     params, X, Y, cfg = make(seed)
     pc = perp_centre(params, X, Y, cfg)
     gen = torch.Generator().manual_seed(seed)
     for ra, rw in [(0.02, 0.02), (0.1, 0.3), (0.3, 0.05)]:
-        delta, ja, jw = perp_chain(pc, ra, rw)
+        delta, ja, jw = separation.perp_chain(pc, ra, rw)
         for steps in (0, 0, 8):
             q = _box_point(params, ra, rw, gen, X=X, cfg=cfg, steps=steps)
             assert float(centred(forward_trace(q, X, cfg).F).norm()) <= pc.cF + delta
@@ -82,12 +67,11 @@ def test_the_within_sequence_chain_bounds_the_model(make, seed):
 
 @pytest.mark.parametrize("make", INSTANCES)
 def test_the_path_radii_bound_gradient_descent(make):
-    """Lemma sep-lem-path at steps up to far beyond any certified one: the distance, the attention
-    weights' distance and the sequence-mean residual of every iterate are within the radii."""
+    """Lemma sep-lem-path: every iterate's distances and residual are within the radii."""
     params, X, Y, cfg = make(50002)
     pc = perp_centre(params, X, Y, cfg)
     for mu in (0.003, 0.03, 0.3):
-        path = path_radii(pc, mu, max_steps=300)
+        path = separation.path_radii(pc, mu, max_steps=300)
         seen = []
 
         def record(step, path=path, seen=seen):
@@ -106,7 +90,7 @@ def test_the_plateau_holds_along_gradient_descent(d_qk, seed):
     """Theorem sep-thm (a) on fresh seeds: the run stays at or above half the floor up to T_lb."""
     X, Y, params, cfg = separation_instance(d_qk, seed, d=256)
     for mu in (0.1, 1.0):
-        pl = plateau_certificate(params, X, Y, cfg, mu)
+        pl = separation.plateau_certificate(params, X, Y, cfg, mu)
         assert pl.certified and pl.floor == pytest.approx(rank_one_floor(Y))
         _, h = gradient_descent(params, X, Y, cfg, mu, pl.T_lb)
         assert np.min(h.loss) >= 0.5 * pl.floor
@@ -114,8 +98,7 @@ def test_the_plateau_holds_along_gradient_descent(d_qk, seed):
 
 @pytest.mark.parametrize("d_qk,seed", [(16, 50020), (256, 50021)])
 def test_path_check_finds_every_bound_above_the_run(d_qk, seed):
-    """path_check on fresh seeds: every observed/bound ratio of lemmas sep-lem-path and sep-lem-chain
-    is at most 1 at every step it checks (a ratio above 1 would be a false lemma)."""
+    """path_check on fresh seeds: every observed/bound ratio is at most 1."""
     X, Y, params, cfg = separation_instance(d_qk, seed, d=128)
     for mu in (0.05, 0.5):
         chk = path_check(params, X, Y, cfg, mu)
@@ -134,8 +117,7 @@ def test_the_floor_lemma():
 
 
 def test_the_report_and_its_rebuild(capsys):
-    """The JSON of `theorem separation` has its fields, and `rebuild` rebuilds the arm
-    without the residual."""
+    """The JSON of `theorem separation` has its fields; `rebuild` rebuilds the arm."""
     assert main(["theorem", "separation", "--d-qk", "16", "--seed", "1", "--d", "64", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["instance"]["d_qk"] == 16 and isinstance(out["plateau"]["T_lb"], int)
@@ -150,8 +132,7 @@ def test_the_report_and_its_rebuild(capsys):
 
 
 def test_the_report_at_a_step_above_the_certified_one():
-    """With mu above mu_res the residual arm's rate and steps_to are null (the certificate says
-    nothing there); rate_at_mu_res and steps_to_at_mu_res are those at mu_res."""
+    """Above mu_res the residual arm's rate and steps_to are null; the *_at_mu_res ones are not."""
     base = separation_report(256, 3)
     wr = base["with_residual"]
     assert wr["certified"] and wr["rate"] == wr["rate_at_mu_res"]
@@ -165,6 +146,6 @@ def test_the_report_at_a_step_above_the_certified_one():
 def test_bad_input(clear_error):
     X, Y, params, cfg = separation_instance(16, 0, d=64)
     clear_error(lambda: perp_centre(params, X, Y, cfg.with_residual(1.0)), "residual")
-    clear_error(lambda: balanced_targets(1, 3, 0), "n=3")
-    clear_error(lambda: plateau_certificate(params, X, Y, cfg, 0.0), "mu")
+    clear_error(lambda: separation.balanced_targets(1, 3, 0), "n=3")
+    clear_error(lambda: separation.plateau_certificate(params, X, Y, cfg, 0.0), "mu")
     clear_error(lambda: path_check(params, X, Y, cfg, 0.05, steps=0), "steps")

@@ -3,8 +3,13 @@
 import pandas as pd
 import pytest
 
+from convres import init_params, show, synthetic_regression
+from convres.instances import theorem_instance
+from convres.lemmas import mu_max
+from convres.model import ModelConfig
 from convres.report import claims_table, hypotheses_table
 from convres.show import HTMLBlock, fixed, glues, number, plain, sci, table, tex
+from convres.theory import check_assumptions, ffn_theorem_run
 
 MATH = '<span class="math notranslate nohighlight">'
 
@@ -42,14 +47,7 @@ def test_plain_reads_tex_in_a_terminal_and_numbers_read_in_prose():
 
 
 def test_every_checked_hypothesis_carries_its_tex():
-    """Every statement (of the attention and the FFN theorem) is balanced TeX with a plain reading, and
-    the table shows it as math."""
-    from convres import init_params, synthetic_regression
-    from convres.instances import theorem_instance
-    from convres.lemmas import mu_max
-    from convres.model import ModelConfig
-    from convres.theory import check_assumptions, ffn_theorem_run
-
+    """Every statement is balanced TeX with a plain reading, shown as math."""
     params, X, Y, cfg = theorem_instance(0, beta=1.0)
     checks = check_assumptions(params, X, Y, cfg, mu=mu_max(params, X, Y, cfg), steps=10)
     assert {c.name: c.to_dict()["text"] for c in checks}["width"] == "Nn <= d"
@@ -84,8 +82,6 @@ def test_a_table_reads_as_text_where_html_is_not_shown():
 
 
 def test_glues_by_the_format_and_the_chapters_seconds(monkeypatch):
-    from convres import show
-
     seen = {}
     monkeypatch.setattr("myst_nb.glue", lambda name, value, display: seen.update({name: (value, display)}))
     glues("{:.2f}".format, a=1.234, b="as is")

@@ -1,23 +1,23 @@
-"""Simulations (protocol v4, claims S1-S5): the speed measures, the rate over the linear phase, the
-empirical escape fit, a step tuned at every d_QK, reruns at half the step, and the claims graded by
-the protocol's rule (on small runs and on constructed results)."""
+"""Simulations (claims S1-S5): speed measures, the escape fit, tuned steps, reruns, the claims."""
 
 import math
 
 import numpy as np
 import pytest
+import torch
 
 from convres import experiments as ex
 from convres.experiments import simulations as sim
 from convres.experiments.sim_reruns import second_pass
+from convres.gd import sweep
+from convres.instances import simulations_instance
+from convres.model import attention_scale
 from convres.stats import linear_rate, power_fit
 
 TINY = dict(betas=[0.0, 1.0], seeds=[0, 1], curve_seeds=[0], steps=20, d_qks=[16, 64], escape_steps=20,
             eta_grid=[0.064, 0.128], scales=["1/d_qk", "1/sqrt(d_qk)"],
             regimes=[dict(name="wide", N=4, d_qk=32, scale="1/sqrt(d_qk)"),
                      dict(name="uniform attention", N=4, d_qk=64, scale="1/d_qk")])
-
-
 pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 
@@ -167,9 +167,7 @@ def _run(beta, seed, eta, *, mll, t2, t6, esc, rate=1.0, sigma=1.0, horizon=1000
 
 
 def _constructed(speed, escape, seeds=range(10), *, noise=0.0):
-    """A simulations result: every regime's beta ``b`` has mean log-loss ``v = speed(b)`` plus noise
-    (rate ``10^(-v/4)``, ``sigma_min(Z_0) = (1 + b)(1 - v/100)``); the escape of beta = 0 at scale 1/d_QK is
-    ``escape(d_QK)`` steps, beta = 1 escapes at step 2."""
+    """A simulations result: mean log-loss ``speed(b)`` plus noise, escape ``escape(d_QK)`` at beta 0."""
     seeds = list(seeds)
     betas = [0.0, 0.1, 0.5, 1.0]
     rng = np.random.default_rng(1)
@@ -253,10 +251,6 @@ def test_a_diverged_run_is_not_a_unit_and_no_run_stalled():
 
 def test_one_builder_draws_the_simulations_instance():
     """The experiment's runs and the theorem chapters' certified variants draw the same instance."""
-    import torch
-
-    from convres.instances import simulations_instance
-
     s = ex.settings("simulations", "book")
     regime = s["regimes"][2]
     p, X, Y, cfg = sim.instance(s, regime["N"], regime["d_qk"], regime["scale"], 3)
@@ -267,14 +261,7 @@ def test_one_builder_draws_the_simulations_instance():
 
 @pytest.mark.parametrize("scale, beta", [("1/d_qk", 0.0), ("1/sqrt(d_qk)", 0.0), ("1/d_qk", 1.0)])
 def test_the_qk_reduction_runs_the_same_gradient_descent(scale, beta):
-    """:func:`convres.experiments.simulations.qk_reduced`: ``W_Q, W_K`` of ``2 d`` columns with the
-    same Gram matrix and the scale of the original ``d_QK`` give the same run, step by step (to
-    round-off; compared over the plateau, before any chaotic escape), and a smaller problem."""
-    import torch
-
-    from convres.gd import sweep
-    from convres.model import attention_scale
-
+    """qk_reduced gives the same run over the plateau on a smaller problem."""
     s = ex.settings("simulations", "book")
     p, X, Y, cfg = sim.instance(s, 4, 256, scale, 3)
     cfg = cfg.with_residual(beta)

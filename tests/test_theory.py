@@ -7,14 +7,18 @@ import numpy as np
 import pytest
 import torch
 
-from convres import ModelConfig, init_params, synthetic_regression
+from convres import ModelConfig, init_params, synthetic_regression, theory
+from convres.certify import certificate
 from convres.checks import FLOAT_TOL
 from convres.cli import main
+from convres.experiments import settings
+from convres.experiments.theorem import non_vacuous_steps
 from convres.gd import loss_and_grad
-from convres.instances import theorem_instance
-from convres.lemmas import ffn_lemma, hessian_norm, r_sigma_upper, residual_lemma
+from convres.instances import certified_instance, theorem_instance
+from convres.lemmas import ffn_lemma, hessian_norm, parameter_count, r_sigma_upper, residual_lemma
 from convres.model import forward_trace, loss
 from convres.rank import sigma_nn, stacked
+from convres.scope import scope_rows, scope_table
 from convres.theory import check_assumptions, ffn_theorem_run, part_b_check, theorem_run, verify_run
 
 
@@ -109,8 +113,7 @@ def test_the_bound_and_the_path_length_lemma_hold_on_random_instances(seed, beta
 
 @pytest.mark.parametrize("seed,layers", [(0, 1), (1, 1), (2, 2)])
 def test_r_sigma_upper_is_attained_by_an_explicit_point(seed, layers):
-    """Lemma thm-lem-rsigma: moving the last W_2 by c A^+ u v^T, c slightly above sigma_0/2, gives
-    sigma_Nn(H) < sigma_0/2 at distance c ||A^+ u||, just above the returned bound."""
+    """Lemma thm-lem-rsigma: moving the last W_2 by c A^+ u v^T just beyond the bound."""
     params, X, Y, cfg = small(seed, layers=layers)
     bound = r_sigma_upper(params, X, cfg)
     tr = forward_trace(params, X, cfg)
@@ -128,9 +131,7 @@ def test_r_sigma_upper_is_attained_by_an_explicit_point(seed, layers):
 
 
 def test_part_b_fails_on_the_default_instance_and_is_consistent():
-    """Part (b): rho = 4 sqrt(2 Phi_0) / sigma_0 exceeds the upper bound of r_sigma (a certified
-    failure); the lower bound of convres.certify lies below the upper bound; the old (A5) radius
-    is larger than rho by 2 J_0 / sigma_0 >= 2."""
+    """Part (b): rho > r_sigma_upper > r_sigma_lower; the (A5) radius is rho x 2 J_0 / sigma_0."""
     params, X, Y, cfg = theorem_instance(0)
     b = part_b_check(params, X, Y, cfg)
     assert b["fails"] and b["holds"] is None and b["rho"] > b["r_sigma_upper"] > b["r_sigma_lower"] > 0
@@ -187,15 +188,11 @@ def test_verify_run_counts_a_violation():
     assert out["status"] == "diverged" and out["violations"] is None and out["max_excess"] is None
 
 
-
-
 @pytest.mark.parametrize("beta,vacuous", [("1", False), ("0", True)])
 def test_cli_theorem_json(beta, vacuous, capsys):
-    """The default instance: the bound holds at every step; the checked assumptions of part (a) hold
-    but part (b)'s condition is certified to fail. Without the residual the bound is true but
-    promises less than 10% in 300 steps ((A4) fails)."""
+    """The default instance holds its bound; without the residual the bound promises < 10%."""
     assert main(["theorem", "run", "--beta", beta, "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out, parse_constant=pytest.fail)   # strict JSON
     assert {"status", "alpha", "mu", "mu_max", "violations", "initial_loss", "final_loss", "steps",
             "sigma_nn_H0", "mu_max_is_estimate", "part_b_holds", "assumptions_hold"} <= set(out)
     assert out["steps"] == 300 and out["violations"] == 0 and math.isfinite(out["alpha"])
@@ -210,7 +207,6 @@ def test_part_b_holds_follows_the_certificates():
     r = theorem_run(params, X, Y, cfg, steps=2)
     b = r.part_b
     assert r.summary()["part_b_holds"] is (False if b["fails"] else None)
-    from convres.instances import certified_instance
     b = part_b_check(*certified_instance(0, d=512, N=1, n=1))
     assert b["holds"] is True and not b["fails"] and b["rho"] < b["r_sigma_lower"] <= b["r_sigma_upper"]
     # a certified instance: True only when the run's step is at most the certified one
@@ -264,8 +260,7 @@ def test_ffn_theorem_holds_at_every_step_with_a_small_step_in_float64_and_float3
 
 
 def test_ffn_theorem_sees_rank_collapse_per_token_but_not_pooled():
-    """beta = 0 and uniform attention: identical rows per sequence, sigma_Nn(M) = 0 per token;
-    pooled, the N mean rows stay distinct and sigma_N(PM) > 0."""
+    """beta = 0, uniform attention: sigma_Nn(M) = 0 per token; pooled sigma_N(PM) > 0."""
     for pool, collapsed in ((None, True), ("mean", False)):
         params, X, Y, cfg = ffn_instance(pool=pool)
         cfg = cfg.replace(beta=0.0)
@@ -289,8 +284,6 @@ def test_ffn_theorem_reports_a_too_narrow_ffn_and_counts_violations():
 # --- scope ------------------------------------------------------------------------------------------
 
 def test_scope_table_is_computed_from_the_settings():
-    from convres.experiments import settings
-    from convres.scope import scope_table
     rows = scope_table()
     readout = {r["experiment"]: r["holds"] for r in rows if r["hypothesis"] == "per-token readout"}
     assert all(h for e, h in readout.items() if e.startswith("sst2 L="))   # a loss at every token
@@ -312,8 +305,6 @@ def test_scope_table_is_computed_from_the_settings():
 
 
 def test_scope_rows_decide_each_hypothesis():
-    from convres.lemmas import parameter_count
-    from convres.scope import scope_rows
     cfg = ModelConfig(d=11, d_qk=11, m=16, c=1, activation="relu")
     rows = {r["hypothesis"]: r for r in scope_rows("jena-like", cfg, 107, 24) if r["theorem"] == "thm-main"}
     assert parameter_count(cfg) == 726
@@ -325,9 +316,7 @@ def test_scope_rows_decide_each_hypothesis():
 
 
 def test_certified_scope_names_what_fails_and_what_is_certified(capsys):
-    """theorem --scope: one row per experiment model and theorem; none of the experiments'
-    configurations as they stand is certified, each with its failing hypothesis; the certified
-    variants of the simulations are (through the FFN)."""
+    """theorem scope: no experiment as it stands is certified; the certified variants are."""
     assert main(["theorem", "scope", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     for r in rows:
@@ -349,26 +338,21 @@ def test_certified_scope_names_what_fails_and_what_is_certified(capsys):
 
 
 def test_tangent_kernel_blocks_and_the_lazy_report():
-    """The tangent kernel is the sum of its blocks; on a certified instance W_U carries most of it,
-    gradient descent on W_U alone follows full gradient descent, the linearization error is small."""
-    from convres.certify import certificate
-    from convres.instances import certified_instance
-    from convres.theory import lazy_report, tangent_kernel_blocks
+    """The tangent kernel is the sum of its blocks; W_U carries most of it when certified."""
     params, X, Y, cfg = small(0)
-    tk = tangent_kernel_blocks(params, X, cfg)
+    tk = theory.tangent_kernel_blocks(params, X, cfg)
     assert tk["lambda_min"] >= sum(b["lambda_min"] for b in tk["blocks"].values()) - 1e-9
     assert sum(b["trace_share"] for b in tk["blocks"].values()) == pytest.approx(1.0)
     params, X, Y, cfg = certified_instance(0, d=512)
     cert = certificate(params, X, Y, cfg)
-    lazy = lazy_report(params, X, Y, cfg, mu=cert.mu, steps=12)
+    lazy = theory.lazy_report(params, X, Y, cfg, mu=cert.mu, steps=12)
     assert lazy["tangent_kernel"]["blocks"]["W_U"]["lambda_min_share"] > 0.9
     assert lazy["displacement_share"]["W_U"] > 0.9 and lazy["loss"][0] == lazy["loss_one_block"][0]
     assert lazy["one_block_gap"]["10"] < 0.05 and lazy["linearization_error"] < 0.01
     assert lazy["H0_minus_X"] < 0.1 and lazy["sigma_Nn_H0"] > 0
     with pytest.raises(ValueError, match="block"):
-        lazy_report(params, X, Y, cfg, mu=cert.mu, steps=2, block="W_Z")
+        theory.lazy_report(params, X, Y, cfg, mu=cert.mu, steps=2, block="W_Z")
 
 
 def test_a_run_is_long_enough_for_the_certified_bound_to_say_something():
-    from convres.experiments.theorem import non_vacuous_steps
     assert non_vacuous_steps(0.01, 100) == 11 and non_vacuous_steps(1e-9, 100) == 100

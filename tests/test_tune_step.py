@@ -1,6 +1,4 @@
-"""The step-size rule of protocol v4, section 2 (:func:`convres.stats.tune_step`): a factor-2 grid
-scored on probe seeds, a probe horizon doubled until the score resolves, the chosen step capped at
-half the largest step stable on every probe seed."""
+"""The step-size rule of protocol v4 (:func:`convres.stats.tune_step`)."""
 
 import math
 
@@ -10,9 +8,7 @@ from convres.stats import ProbeRun, tune_step
 
 
 def _probe(edge=math.inf, best=None, reach=lambda eta, T: True, seeds=3, calls=None):
-    """A probe on ``seeds`` seeds: every run diverges above ``edge``; the score is ``1 / eta`` (larger
-    is faster) or ``log(eta / best)^2`` (an interior optimum); ``reach(eta, T)`` says whether it
-    arrives within ``T`` steps (a censored run scores ``T``)."""
+    """A probe on ``seeds`` seeds diverging above ``edge``, scored ``1 / eta`` or interior."""
     def probe(etas, T):
         if calls is not None:
             calls.append((list(etas), T))

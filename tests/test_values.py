@@ -1,6 +1,4 @@
-"""Numbers at the entry points (:mod:`convres.values` and the fields of ``ModelConfig``), property-based:
-a number in range or an error naming the argument, and the same answer for the same number whatever
-its type."""
+"""Numbers at the entry points: in range or an error naming the argument, whatever their type."""
 
 import math
 

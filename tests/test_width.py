@@ -1,6 +1,4 @@
-"""The width theorem (convres.width; book chapter *A width theorem*): its bounds against the true
-centre on random draws, its monotonicity lemmas, and instances drawn at d_min certified by the
-command line."""
+"""The width theorem (convres.width): bounds against the true centre, monotonicity, d_min certified."""
 
 import dataclasses
 import json
@@ -10,21 +8,13 @@ import numpy as np
 import pytest
 import torch
 
+from convres import width
 from convres.certify import centre, certificate, chain, r_sigma_lower, smoothness_upper
 from convres.cli import main
 from convres.instances import certified_instance
 from convres.model import forward_trace
 from convres.rank import sigma_nn, spectral_norm, stacked
-from convres.width import (
-    crossing,
-    events,
-    gelu_second_moment,
-    quadratic_lower_bound,
-    width_condition,
-    width_sweep,
-    worst_case,
-    worst_ratio,
-)
+from convres.width import crossing, events, width_condition, worst_case, worst_ratio
 
 #: The inputs of a Centre that the chain reads (all bounded from above by the worst case).
 UPPER = ("x_i", "q_i", "k_i", "v_i", "x", "sx", "z0", "a0", "h0", "w1", "w2", "u", "R0")
@@ -49,10 +39,7 @@ def _true_parts(params, X, Y, cfg) -> dict:
                                           (2, 3, 256, {"activation": "tanh", "beta": 2.0}),
                                           (1, 3, 600, {"branch_scale": 0.2, "readout_scale": 1.0})])
 def test_the_worst_case_dominates_the_true_centre(N, n, d, regime):
-    """Lemma wd-lem-below on draws at widths far below d_min (where the bounds are hardest): every
-    norm the chain reads is at most its worst-case bound, sigma_0 at least its bound, and so are the
-    intermediate quantities of the table (each event holds with probability >= 1 - delta/K; the
-    seeds are fixed, so the test is deterministic)."""
+    """Lemma wd-lem-below far below d_min: every norm within its worst-case bound, sigma_0 above."""
     wc = worst_case(N, n, d, 0.05, **regime)
     for seed in range(4):
         params, X, Y, cfg = certified_instance(seed, N=N, n=n, d=d, **regime)
@@ -69,8 +56,7 @@ def test_the_worst_case_dominates_the_true_centre(N, n, d, regime):
 
 
 def test_the_bounds_are_not_vacuous():
-    """At d_min the worst-case sigma_0 is within a factor 1.25 of the true values and R_0 within
-    a factor 1.5 (the bounds are concentration bounds, sharp to leading order)."""
+    """At d_min the worst-case sigma_0 is within 1.25 of the true value and R_0 within 1.5."""
     w = width_condition(1, 2, 0.05)
     wc = worst_case(1, 2, w.d_min)
     for seed in range(3):
@@ -85,8 +71,7 @@ def _scaled(c, factor: float, name: str):
 
 
 def test_the_chain_is_monotone_in_every_input_and_in_the_radius():
-    """Lemma wd-lem-monotone: raising one input of the centre never lowers an output of chain(),
-    L_upper or the certificate ratio (sigma_0 lowers it)."""
+    """Lemma wd-lem-monotone: raising an input never lowers chain(), L_upper or the ratio."""
     fields = ("dZ", "dP", "dM", "dH", "dF", "dS_i")
     scalars = ("delta_Z", "delta_M", "delta_H", "Zbar", "Mbar", "Hbar")
     for seed, (N, n, d) in enumerate([(1, 2, 256), (2, 2, 128), (2, 3, 64), (3, 1, 64)]):
@@ -111,8 +96,7 @@ def test_the_chain_is_monotone_in_every_input_and_in_the_radius():
 
 
 def test_the_scaling_argument_of_part_i():
-    """Proof of wd-thm-width (i): multiplying the norms of the chain and sigma_0 by lambda and the
-    attention scale by lambda^-2 multiplies delta_H by lambda and leaves r_sigma^lo unchanged."""
+    """wd-thm-width (i): norms x lambda, scale x lambda^-2: delta_H x lambda, r_sigma^lo unchanged."""
     c = centre(*certified_instance(0, N=2, n=2, d=128))
     lam = 0.37
     scaled = dataclasses.replace(c, **{k: getattr(c, k) * lam for k in
@@ -124,8 +108,7 @@ def test_the_scaling_argument_of_part_i():
 
 
 def test_the_worst_case_ratio_falls_with_the_width():
-    """Part (i), numerically: R(d) never increases on a grid, is infinite at small d, below one
-    from d_min on; d_min is found with R(d_min) < 1 <= R(d_min - 1)."""
+    """R(d) is non-increasing, infinite at small d, < 1 from d_min on; R(d_min - 1) >= 1."""
     for N, n in ((1, 2), (2, 4)):
         ds = np.unique(np.geomspace(N * n + 2, 5e4, 120).astype(int))
         R = np.array([worst_ratio(N, n, int(d))[0] for d in ds])
@@ -140,7 +123,7 @@ def test_the_worst_case_ratio_falls_with_the_width():
 def test_d_min_grows_with_nn_falls_with_delta_and_is_at_least_quadratic():
     d = {Nn: width_condition(1, Nn).d_min for Nn in (1, 2, 4, 8, 64)}
     assert d[1] < d[2] < d[4] < d[8] < d[64]
-    assert all(d[k] >= quadratic_lower_bound(1, k) for k in d)
+    assert all(d[k] >= width.quadratic_lower_bound(1, k) for k in d)
     by_delta = [width_condition(2, 2, dl).d_min for dl in (0.5, 0.05, 1e-3)]
     assert by_delta[0] < by_delta[1] < by_delta[2]
     assert width_condition(1, 2, beta=2.0).d_min < d[2] < width_condition(1, 2, beta=0.5).d_min
@@ -154,16 +137,16 @@ def test_gelu_second_moment_matches_quadrature():
     for sigma in (0.1, 1.0, 3.0):
         u = sigma * g
         gelu = torch.nn.functional.gelu(u)
-        c_psi, c_e = gelu_second_moment(sigma)
+        c_psi, c_e = width.gelu_second_moment(sigma)
         assert c_psi == pytest.approx(float(torch.trapezoid(gelu ** 2 * density, g)) / sigma ** 2, rel=1e-9)
         assert c_e == pytest.approx(float(torch.trapezoid((gelu - u / 2) ** 2 * density, g)) / sigma ** 2,
                                     rel=1e-9)
-    values = [gelu_second_moment(s)[1] for s in np.linspace(0.01, 5, 50)]
+    values = [width.gelu_second_moment(s)[1] for s in np.linspace(0.01, 5, 50)]
     assert np.all(np.diff(values) > 0) and values[-1] < 0.25
 
 
 def test_width_sweep_certifies_the_instances_of_certified_instance_and_finds_the_crossing():
-    rows = width_sweep([128, 1024], [(1, 2), (2, 2)], [3])
+    rows = width.width_sweep([128, 1024], [(1, 2), (2, 2)], [3])
     assert [(r["d"], r["N"]) for r in rows] == [(128, 1), (128, 2), (1024, 1), (1024, 2)]
     for row in rows:
         direct = certificate(*certified_instance(3, N=row["N"], n=row["n"], d=row["d"]))
@@ -183,10 +166,9 @@ def test_events_are_counted():
 
 @pytest.mark.parametrize("N,n,seeds", [(1, 1, (20001, 20002)), (1, 2, (20001, 20002))])
 def test_instances_drawn_at_d_min_are_certified_by_the_command_line(capsys, N, n, seeds):
-    """The theorem's claim on fresh seeds: at d = d_min, theorem --certify certifies at least a
-    1 - delta fraction of the instances (the chapter's seed study has 20 seeds per shape)."""
+    """At d = d_min, theorem --certify certifies at least a 1 - delta fraction of fresh seeds."""
     assert main(["theorem", "width", "--N", str(N), "--n", str(n), "--json"]) == 0
-    w = json.loads(capsys.readouterr().out)
+    w = json.loads(capsys.readouterr().out, parse_constant=pytest.fail)   # strict JSON
     assert {"d_min", "delta", "N", "n", "ratio", "mu_alpha"} <= set(w) and w["delta"] == 0.05
     certified = 0
     for seed in seeds:
@@ -210,16 +192,14 @@ def test_a_bad_setting_is_a_clear_error_naming_it(call, name, clear_error):
 
 
 def test_fixed_data_the_worst_case_dominates_the_true_centre():
-    """Corollary wd-cor-fixed on random initializations of fixed (orthonormal, zero-padded) data: every
-    norm the chain reads is at most its worst-case bound and sigma_0 at least its bound."""
-    from convres.width import fixed_data, orthonormal_data, padded
+    """Corollary wd-cor-fixed: on fixed data every norm within its bound, sigma_0 above its bound."""
     for Nn, d in ((2, 64), (4, 160), (8, 300)):
-        X0, Y = orthonormal_data(1, Nn, 0.05, seed=Nn)
-        wc = worst_case(1, Nn, d, 0.05, data=fixed_data(X0, Y))
+        X0, Y = width.orthonormal_data(1, Nn, 0.05, seed=Nn)
+        wc = worst_case(1, Nn, d, 0.05, data=width.fixed_data(X0, Y))
         w = wc.centre()
         for seed in range(50000, 50008):
             params, _, _, cfg = certified_instance(seed, N=1, n=1, d=d)
-            c = centre(params, padded(X0, d), Y, cfg)
+            c = centre(params, width.padded(X0, d), Y, cfg)
             for name in UPPER:   # the data's norms are exact on both sides: round-off only
                 assert np.all(np.asarray(getattr(c, name)) <= np.asarray(getattr(w, name)) * (1 + 1e-12)), \
                     (name, seed)
@@ -227,18 +207,16 @@ def test_fixed_data_the_worst_case_dominates_the_true_centre():
 
 
 def test_fixed_data_the_ratio_falls_to_a_limit_linear_in_the_targets(capsys):
-    """For fixed data the worst-case ratio is non-increasing in d, tends to a limit proportional to
-    ||Y||_F, and with unit targets no width certifies."""
-    from convres.width import fixed_data, orthonormal_data
-    X0, Y = orthonormal_data(1, 4, 0.05)
-    ratios = [worst_ratio(1, 4, d, 0.05, fixed_data(X0, Y))[0] for d in range(40, 2000, 37)]
+    """Fixed data: the ratio falls with d to a limit linear in ||Y||_F; unit targets never certify."""
+    X0, Y = width.orthonormal_data(1, 4, 0.05)
+    ratios = [worst_ratio(1, 4, d, 0.05, width.fixed_data(X0, Y))[0] for d in range(40, 2000, 37)]
     assert np.all(np.diff(ratios) <= 1e-12)
-    small, big = (width_condition(1, 4, data=fixed_data(X0, Y * k)) for k in (1.0, 2.0))
+    small, big = (width_condition(1, 4, data=width.fixed_data(X0, Y * k)) for k in (1.0, 2.0))
     assert small.d_min is not None and abs(big.ratio_limit / small.ratio_limit - 2) < 1e-3
-    unit = width_condition(1, 4, data=fixed_data(X0, Y * 2 / 0.05))
+    unit = width_condition(1, 4, data=width.fixed_data(X0, Y * 2 / 0.05))
     assert unit.d_min is None and unit.ratio_limit > 1
     with pytest.raises(ValueError, match="d0"):
-        worst_case(1, 4, 3, 0.05, data=fixed_data(X0, Y))
+        worst_case(1, 4, 3, 0.05, data=width.fixed_data(X0, Y))
     assert main(["theorem", "width", "--data", "fixed", "--N", "1", "--n", "4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["d_min"] is not None and out["ratio_limit"] < 1
