@@ -572,5 +572,5 @@ EXPERIMENT = Experiment(
                    regimes=[_WIDE_REGIME, dict(name="narrow", N=16, d_qk=32, scale="1/sqrt(d_qk)"),
                             dict(name="uniform attention", N=4, d_qk=64, scale="1/d_qk")])},
     _run_simulations, _simulations_numbers, _simulations_claims, lambda res: plot_simulations(res),
-    shapes=_shapes, report=_report, piece_seeds=2,
+    shapes=_shapes, report=_report, piece_seeds=2, committed=("book", "paper"),
     paper=r"synthetic data, several values of $\beta$; sizes, steps and step sizes not stated")
