@@ -172,6 +172,7 @@ def _constructed(speed, escape, seeds=range(10), *, noise=0.0):
     betas = [0.0, 0.1, 0.5, 1.0]
     rng = np.random.default_rng(1)
     s = dict(ex.settings("simulations"), seeds=seeds, betas=betas, scales=["1/d_qk"], d_qks=[16, 64, 256])
+    s.pop("halve")                                                  # the book's reruns are its own
     regimes = []
     for name in ("wide", "narrow", "uniform attention"):
         runs = []
