@@ -52,7 +52,7 @@ def test_the_modes_print_strict_json_and_reproduce_lists_the_experiments(capsys)
     (("reproduce", "simulations", "--results", "r"), ("--results",)),
     (("reproduce", "../etc/passwd"), ("unknown experiment",)),
     (("reproduce", "simulations", "--out", "/dev/null"), ("--out", "/dev/null")),   # not a folder
-    (("reproduce", "simulations", "--piece", "0"), ("--profile book", "--profile paper")),
+    (("reproduce", "jena", "--piece", "0"), ("--profile book", "--profile paper")),
     (("reproduce", "simulations", "--profile", "paper", "--piece", "0", "--out", "x"), ("--out",)),
     (("reproduce", "simulations", "--profile", "paper", "--piece", "99"), ("pieces 0 to 9",)),
     (("theorem", "certify", "--d", "1"), ("N n <= d",)),
