@@ -174,11 +174,16 @@ def test_the_claims_effects_and_grades():
     assert {r.verdict for r in failed} == {"not testable"}
     higher = {r.id: r for r in sst2.claim_records(_result(GOOD, start={"residual": 3.0, "matched": 3.0}))}
     assert np.isclose(higher["T4"].estimate.effect, recs["T4"].estimate.effect)   # absolute: the start cancels
-    stuck = {r.id: r for r in sst2.claim_records(_result(GOOD, level=0.75))}     # L = 2 isometric ends at 0.8+
-    assert stuck["T3"].verdict == "not testable" and "precondition" in stuck["T3"].reason
+    stuck = {r.id: r for r in sst2.claim_records(_result(GOOD, level=0.75))}     # the isometric arms end at 0.8+
+    assert {k: r.verdict for k, r in stuck.items()} == {"T1": "not testable", "T2": "reproduced",
+                                                       "T3": "not testable", "T4": "not testable"}
+    assert "precondition" in stuck["T1"].reason and "L=10, isometric" in stuck["T1"].reason
     assert {x["verdict"] for x in stuck["T3"].sensitivity} == {"not testable"}
-    assert stuck["T1"].verdict == "reproduced" and not sst2.shallow_trains(_result(GOOD, level=0.75)).passed
-    assert np.isclose(sst2.shallow_trains(_result(GOOD)).value, 0.808 / 0.9)     # the median seed over the floor
+    pre = sst2.references_train(_result(GOOD, level=0.75))
+    assert not pre["T3"].passed and pre["T2"].passed and np.isclose(pre["T2"].value, 0.606 / 0.75)
+    assert np.isclose(sst2.references_train(_result(GOOD))["T3"].value, 0.808 / 0.9)   # the median seed
+    matched = {r.id: r for r in sst2.claim_records(_result({**GOOD, (2, "matched"): 0.95}))}
+    assert matched["T2"].verdict == "not testable" and matched["T1"].verdict == "reproduced"
     gone = {r.id: r for r in sst2.claim_records(_result(GOOD, diverged={(10, "isometric", 0)}))}
     assert gone["T1"].estimate.diverged == 1 and gone["T3"].estimate.diverged == 1
     assert gone["T2"].estimate.diverged == 0 and gone["T1"].estimate.units == 8
