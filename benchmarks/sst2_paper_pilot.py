@@ -25,6 +25,7 @@ import os
 import platform
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -72,8 +73,9 @@ def merge(parts: list[dict]) -> dict:
         worst = max(ratio[(a.L, a.kind, k)] for a in refs for k in s["pilot_seeds"])
         decision[claim] = {"references": [a.name for a in refs], "largest_ratio_to_floor": worst,
                            "graded": worst < 1.0}
-    return {"profile": "paper", "n_train": s["n_train"], "steps": s["steps"], "pilot_seeds": s["pilot_seeds"],
-            "runs": parts, "decision": decision, "evaluation_run": any(d["graded"] for d in decision.values()),
+    return {"profile": "paper", "n_train": s["n_train"], "steps": s["steps"],
+            "pilot_seeds": s["pilot_seeds"], "runs": parts, "decision": decision,
+            "evaluation_run": any(d["graded"] for d in decision.values()),
             "provenance": {"commits": sorted({p["commit"] for p in parts}), "version": __version__,
                            "cpu_seconds": sum(p["cpu_seconds"] for p in parts), "protocol": protocol_stamp(),
                            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
@@ -84,6 +86,6 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["run"] and len(sys.argv) == 3:
         print(dumps(run(int(sys.argv[2])), indent=1))
     elif sys.argv[1:2] == ["merge"]:
-        print(dumps(merge([json.loads(open(f).read()) for f in sys.argv[2:]]), indent=1))
+        print(dumps(merge([json.loads(Path(f).read_text()) for f in sys.argv[2:]]), indent=1))
     else:
         raise SystemExit(__doc__)
