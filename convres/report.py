@@ -139,8 +139,9 @@ def effect_text(row: dict) -> str:
 
 def evidence_text(row: dict, *, full: bool = False) -> str:
     """A claim row's evidence, ``effect +0.48 (95% interval 0.37 to 0.57; margin 0.4; BCa
-    bootstrap, 30 units)`` and the diverged units, or the reason for no interval; ``full`` adds (in
-    TeX) the sign test, the pre-named subsets' grades and the alternative measures' grades."""
+    bootstrap, 30 units)`` and the diverged units, or the reason for no interval, then the reason
+    of a *not testable* and the alternative measures that grade otherwise; ``full`` adds (in TeX)
+    the sign test, the pre-named subsets' grades and every alternative measure's grade."""
     if row.get("effect") is None:
         text = f"no interval: {row.get('reason') or 'too few units'}"
     else:
@@ -150,16 +151,18 @@ def evidence_text(row: dict, *, full: bool = False) -> str:
                 f"{METHODS.get(row['interval'], row['interval'])}, {row['units']} units)")
         if row.get("diverged"):
             text += f", {row['diverged']} diverged"
-    if not full:
-        return text
+    alternatives = [f"{x['tex']} ({x['protocol'].removesuffix(' step')} step) {x['verdict']}"
+                    for x in row.get("sensitivity") or () if full or x["verdict"] != row["verdict"]]
+    if not full:   # the reason of a graded effect, and the alternatives that grade otherwise
+        if row.get("effect") is not None and row.get("verdict") == "not testable" and row.get("reason"):
+            text += f"; {row['reason']}"
+        return text + ("; alternatives: " + ", ".join(alternatives) if alternatives else "")
     if row.get("sign_test_p") is not None:
         text += f"; sign test $p = {power_of_ten(format(row['sign_test_p'], '.2g'))}$"
     if row.get("subsets"):
         text += "; by subset: " + ", ".join(f"{k} {v}" for k, v in row["subsets"].items())
-    if row.get("sensitivity"):
-        text += "; alternatives: " + ", ".join(
-            f"{x['tex']} ({x['protocol'].removesuffix(' step')} step) {x['verdict']}"
-            for x in row["sensitivity"])
+    if alternatives:
+        text += "; alternatives: " + ", ".join(alternatives)
     return text
 
 

@@ -17,10 +17,14 @@ def _row(**kw):
 
 
 def test_one_evidence_format_for_every_interval_method():
-    assert report.evidence_text(_row()) == (
+    assert report.evidence_text(_row(verdict="partly")) == (
         f"effect +0.18 (95% interval {MINUS}0.21 to 0.56; margin 0.1; stratified BCa bootstrap, 30 units)")
+    # the alternatives that grade otherwise are shown, and a not testable's reason
+    assert report.evidence_text(_row()).endswith("units); alternatives: steps to $10^{-2}$ (tuned step) partly")
+    assert report.evidence_text(_row(verdict="not testable", sensitivity=[], reason="check (a) failed")) \
+        .endswith("30 units); check (a) failed")
     t = report.evidence_text(_row(effect=-0.72, ci=[-0.956, -0.484], interval="t-interval", units=10,
-                                  margin=0.4, diverged=2))
+                                  margin=0.4, diverged=2, verdict="partly"))
     assert t == (f"effect {MINUS}0.72 (95% interval {MINUS}0.96 to {MINUS}0.48; margin 0.4; Student's t, "
                  "10 units), 2 diverged")
     # a narrow interval gets the decimals that show two digits of its width
@@ -29,7 +33,7 @@ def test_one_evidence_format_for_every_interval_method():
     full = report.evidence_text(_row(), full=True)
     assert r"sign test $p = 8.8 \times 10^{-5}$" in full and "by subset: L=2 partly" in full
     assert r"steps to $10^{-2}$ (tuned step) partly" in full
-    assert report.evidence_text(_row(effect=None, ci=None, reason="3 finite units")) == \
+    assert report.evidence_text(_row(effect=None, ci=None, reason="3 finite units", sensitivity=[])) == \
         "no interval: 3 finite units"
     assert f"margin {MINUS}0.095;" in report.evidence_text(_row(margin=-0.0953))
 

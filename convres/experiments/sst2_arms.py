@@ -11,7 +11,7 @@ import torch
 
 from ..gd import loss_and_grad
 from ..lemmas import parameter_count
-from ..model import ModelConfig, attention_scale, block, init_params, layer_params
+from ..model import ModelConfig, attention_scale, block, forward_trace, init_params, layer_params
 from .base import design_check, output_rows
 
 __all__ = ["ARM_KINDS", "Arm", "norm_preserving_init", "isometric_init", "matched_width", "wide_config",
@@ -166,6 +166,16 @@ def pooled_sigma(H: torch.Tensor) -> float:
 def within(H: torch.Tensor) -> float:
     """The share of ``H`` that varies within a sentence: ``RMS(H - mean_t H) / RMS(H)``."""
     return _rms(H - H.mean(-2, keepdim=True)) / _rms(H)
+
+
+def saturated_rows(s: dict, arm: Arm, seed: int, X: torch.Tensor, *, above: float = 0.999) -> list[float]:
+    """Per block, the share of the attention rows of arm ``arm`` at initialization (``seed``,
+    float64) that put more than ``above`` of their weight on one token:
+    ``mean_{i,t} [max_u S_l(X_i)_{tu} > above]``."""
+    cfg = arm_config(s, arm)
+    with torch.no_grad():
+        S = forward_trace(arm_params(s, arm, seed, X.double()), X.double(), cfg).S
+    return [float((S_l.amax(-1) > above).double().mean()) for S_l in S]
 
 
 _INIT_FIELDS = ("std", "rms_H", "grad_norm", "within_sentence", "pooled_sigma_ratio", "mse")
