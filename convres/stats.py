@@ -74,6 +74,13 @@ def linear_rate(loss, mu: float, *, phase: tuple[float, float]) -> float | None:
     return float(math.log(v[a] / v[b]) / (mu * (b - a)))
 
 
+def largest_rise(loss: Sequence[float]) -> float:
+    """``max_t log10(Phi_t / min_{s <= t} Phi_s)``: how many decades a run climbs above its lowest
+    loss so far (0 for a run whose loss never rises)."""
+    L = np.asarray(loss, dtype=float)
+    return float(np.max(np.log10(L / np.minimum.accumulate(L))))
+
+
 def log_ratio(a: float | None, b: float | None, *, base: float = math.e) -> float | None:
     """``log_base(a / b)``; ``None`` when either is ``None`` or ``+inf`` (a diverged arm)."""
     if a is None or b is None or math.inf in (a, b):

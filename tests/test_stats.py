@@ -25,6 +25,7 @@ def test_steps_to_first_crossing_and_censoring():
     assert steps_to([1.0, math.inf, 0.0], 1e-2) is None          # diverged: never arrives
     assert steps_to([2.0, 0.4], 0.5, relative=False) == 1
     assert stats.censored(None, 300) == (300.0, True) and stats.censored(7, 300) == (7.0, False)
+    assert stats.largest_rise(loss) == 0.0 and stats.largest_rise([1.0, 1e-3, 0.5, 1e-4]) == math.log10(500)
 
 
 def test_kendall_tau():
