@@ -190,11 +190,14 @@ def per_model_table(summary: Mapping):
                    "diverged": m["diverged"]} for m in ms], {"$\\eta$": "{:g}"})
 
 
-def sensitivity_table(rows: Sequence[Mapping]):
-    """The claims' grades, at the common step and under the other measure beside them."""
+def sensitivity_table(rows: Sequence[Mapping], graded: Mapping[str, str] | None = None):
+    """The claims' grades, at the common step and under the other measure beside them; with
+    ``graded`` (id -> grade), ``rows`` are graded without a precondition and ``graded`` with it."""
     return table([{"": c["id"], "claim (paper)": c["tex"],
                    "effect (95% interval)": f"{c['effect']:+.3f} ({c['ci'][0]:+.3f} to {c['ci'][1]:+.3f})",
-                   "margin": c["margin"], "units": c["units"], "grade": c["verdict"],
+                   "margin": c["margin"], "units": c["units"],
+                   **({"grade": graded[c["id"]], "without the precondition": c["verdict"]} if graded
+                      else {"grade": c["verdict"]}),
                    "at the common step": next(x["verdict"] for x in c["sensitivity"]
                                               if x["protocol"] == "common"),
                    "other measure": next(f"{x['verdict']} ({x['tex']})" for x in c["sensitivity"]
