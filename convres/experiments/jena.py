@@ -370,8 +370,8 @@ def _effects(res: Result, claim: str, measure: str, protocol: str,
              betas: Sequence[float] | None = None) -> list[float | None]:
     """The per-seed effects of claim ``"J1"`` or ``"J2"`` on ``measure`` (``"mean log-loss"`` or
     ``"steps to the level"``) under ``protocol`` over ``betas`` (default: every beta of the run): J1
-    ``-tau`` of beta against the measure; J2 the mean log-loss of beta = 0 minus the smallest positive
-    beta (0.1; decades), or ``log10`` of their steps to the level."""
+    ``-tau`` of beta against the measure; J2 the mean log-loss of beta = 0 minus that of the smallest
+    positive beta (0.1), in decades, or ``log10`` of their steps to the level."""
     runs, T = _by(res, protocol), res.settings["steps"]
     betas = sorted(res.settings["betas"] if betas is None else betas)
     value = (lambda r: r["mean_log_loss"]) if measure == "mean log-loss" else (lambda r: level_steps(r, T))
