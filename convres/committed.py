@@ -22,7 +22,7 @@ import torch
 from .cache import dumps, loads, write_atomic
 from .data import fingerprint
 from .experiments import EXPERIMENTS, Result, run_experiment, settings
-from .experiments.base import RUN_CONTEXT, protocol_stamp
+from .experiments.base import protocol_stamp, run_context
 from .experiments.sst2 import prepare
 
 #: The project's source tree, when this package runs from one (:func:`source_checkout`).
@@ -161,11 +161,8 @@ def shared_store(folder: Path, commit: str | None) -> Iterator[None]:
     ``commit`` (:func:`~convres.experiments.base.shared_by_pieces`): committed with the pieces, so
     that a piece run later, or elsewhere, reads them back."""
     (folder / "shared").mkdir(exist_ok=True)
-    token = RUN_CONTEXT.set({"commit": commit, "store": folder / "shared"})
-    try:
+    with run_context(commit=commit, store=folder / "shared"):
         yield
-    finally:
-        RUN_CONTEXT.reset(token)
 
 
 def prepare_part(part: str, *, folder=None, device=None, profile: str = "paper") -> Any:

@@ -77,6 +77,26 @@ def mirror(monkeypatch):
     server.server_close()
 
 
+def _listing(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every path in ``folder`` (itself as ``.``) with its modification time (ns) and size."""
+    stats = {p: p.lstat() for p in [folder, *folder.rglob("*")]} if folder.is_dir() else {}
+    return {p.relative_to(folder).as_posix(): (st.st_mtime_ns, st.st_size) for p, st in stats.items()}
+
+
+@pytest.fixture(autouse=True)
+def checkout_results_untouched():
+    """Fail a test that changes the checkout's ``results/`` (the committed runs): a test's pieces,
+    merges and shared parts go into a temporary folder (``folder=tmp_path``, ``--results``)."""
+    results = ROOT / "results"
+    before = _listing(results)
+    yield
+    after = _listing(results)
+    changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    if changed:
+        pytest.fail(f"the test changed the checkout's {results}: {changed[:5]}; give it a temporary folder",
+                    pytrace=False)
+
+
 @pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):
     """An empty results cache for the test (``tmp_path/cache``)."""

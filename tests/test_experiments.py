@@ -11,7 +11,7 @@ from convres import experiments as ex
 from convres import plotting, report, tables
 from convres.cli import main
 from convres.data import DataWarning
-from convres.experiments.base import rerun_diverged
+from convres.experiments.base import RUN_CONTEXT, rerun_diverged, run_context
 from convres.plotting import beta_colors
 from convres.scope import scope_summary
 
@@ -65,6 +65,18 @@ def test_an_arm_that_diverges_is_rerun_on_every_seed_at_half_its_step_and_its_fo
     assert failed["a"] == [] and all(r["status"] == "ok" for v in out.values() for r in v)
     out, failed = rerun_diverged({"b": 8.0}, run, 1)            # at most `times` reruns: the last kept
     assert len(failed["b"]) == 1 and out["b"][1]["status"] == "diverged"
+
+
+def test_a_run_context_merges_into_the_current_one_and_restores_it_on_exit():
+    assert RUN_CONTEXT.get() is None
+    with run_context(commit="c", store="s") as outer:
+        with run_context(data={"f": 1}, shared=[]) as inner:         # a run within a piece: its commit kept
+            assert RUN_CONTEXT.get() is inner == {"commit": "c", "store": "s", "data": {"f": 1}, "shared": []}
+        assert RUN_CONTEXT.get() is outer == {"commit": "c", "store": "s"}
+        with pytest.raises(KeyError), run_context(store="t"):
+            raise KeyError("a failing run")
+        assert RUN_CONTEXT.get() is outer
+    assert RUN_CONTEXT.get() is None
 
 
 # --- SST-2 (simulations and Jena: tests/test_simulations.py, tests/test_jena.py) ---------------------

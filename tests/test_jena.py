@@ -232,6 +232,15 @@ def test_the_claims_are_graded_on_the_mean_log_loss():
     assert est["J2|steps to the level|tuned"]["effect"] == 0.0
 
 
+def test_j1_s_effects_over_some_betas_leave_the_others_out():
+    """The per-seed J1 effects over every beta by default, or over the betas asked for (the chapter's
+    J1 without beta = 1), whatever their order."""
+    mll = [[-1.0, -1.2, -0.5], [-1.5, -1.2, -0.5]]      # beta 1 slowest; beta 0.1 faster on seed 0 only
+    res = _fake(mll)
+    assert jena._effects(res, "J1", "mean log-loss", "tuned") == pytest.approx([-1 / 3, -1.0])
+    assert jena._effects(res, "J1", "mean log-loss", "tuned", betas=[0.1, 0.0]) == pytest.approx([1.0, -1.0])
+
+
 def test_the_heldout_comparison_says_better_worse_or_not_distinguishable():
     res = _fake([[-1.0, -1.2, -1.5]] * 10)
     rows = jena._heldout_table(res)

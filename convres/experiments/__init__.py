@@ -16,7 +16,7 @@ from ..data.sst2 import sst2_data
 from ..protocol import GRADES as VERDICTS  # the verdicts a claim can get, in the report's order
 from ..runtime import check_device, torch_threads
 from . import jena, rank_collapse, simulations, sst2, theorem
-from .base import PROFILES, RESULT_FORMAT, RUN_CONTEXT, SUMMARY_KEYS, Experiment, Result, check_settings
+from .base import PROFILES, RESULT_FORMAT, SUMMARY_KEYS, Experiment, Result, check_settings, run_context
 from .jena import jena_data
 
 __all__ = ["Experiment", "Result", "EXPERIMENTS", "PROFILES", "VERDICTS", "SUMMARY_KEYS", "settings",
@@ -56,14 +56,10 @@ def run_experiment(name: str, profile: str = "book", *, progress: bool = False, 
 
     def compute():
         t0 = time.perf_counter()
-        context: dict = {**(RUN_CONTEXT.get() or {}), "data": files, "shared": []}   # a piece's commit, store
-        token = RUN_CONTEXT.set(context)
-        try:
-            with torch_threads(1):  # small models: one thread is fastest (appendix Performance)
-                data = e.run(s, progress=progress, data_dir=data_dir, device=dev)
-            data.update(device=str(dev), shared=context["shared"])
-        finally:
-            RUN_CONTEXT.reset(token)
+        # keeps a piece's commit and store; one thread: small models run fastest so (appendix Performance)
+        with run_context(data=files, shared=[]) as context, torch_threads(1):
+            data = e.run(s, progress=progress, data_dir=data_dir, device=dev)
+        data.update(device=str(dev), shared=context["shared"])
         return Result(e, profile, s, data, time.perf_counter() - t0).to_json()
 
     stored = cached_json(f"experiment-{name}", key, compute, refresh=refresh)

@@ -3,6 +3,7 @@ The report, the scope table and the command line loop over the records and call 
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import copy
 import dataclasses
@@ -11,7 +12,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -271,6 +272,18 @@ def step_table(step_sizes: list[dict], keys: Sequence[str]) -> list[dict]:
 #: The run in progress (``run_experiment``): its data files' fingerprint, the shared parts used and
 #: the commit of the code (set by ``convres.committed.run_piece``; ``None`` elsewhere).
 RUN_CONTEXT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("run_context", default=None)
+
+
+@contextlib.contextmanager
+def run_context(**values: Any) -> Iterator[dict]:
+    """Within it, :data:`RUN_CONTEXT` is the current context (if any) updated with ``values``; yields
+    that dict (where the run records its shared parts) and restores the previous context on exit."""
+    context = {**(RUN_CONTEXT.get() or {}), **values}
+    token = RUN_CONTEXT.set(context)
+    try:
+        yield context
+    finally:
+        RUN_CONTEXT.reset(token)
 
 
 def shared_by_pieces(what: str, s: dict, device, compute: Callable[[], Any], **context: Any) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -365,11 +366,14 @@ def _seeds(res: Result) -> list[int]:
     return sorted({r["seed"] for r in res.data["runs"]})
 
 
-def _effects(res: Result, claim: str, measure: str, protocol: str) -> list[float | None]:
+def _effects(res: Result, claim: str, measure: str, protocol: str,
+             betas: Sequence[float] | None = None) -> list[float | None]:
     """The per-seed effects of claim ``"J1"`` or ``"J2"`` on ``measure`` (``"mean log-loss"`` or
-    ``"steps to the level"``) under ``protocol``: J1 ``-tau`` of beta against the measure; J2 the mean
-    log-loss of beta = 0 minus beta = 0.1 (decades), or ``log10`` of their steps to the level."""
-    runs, betas, T = _by(res, protocol), sorted(res.settings["betas"]), res.settings["steps"]
+    ``"steps to the level"``) under ``protocol`` over ``betas`` (default: every beta of the run): J1
+    ``-tau`` of beta against the measure; J2 the mean log-loss of beta = 0 minus that of the smallest
+    positive beta (0.1), in decades, or ``log10`` of their steps to the level."""
+    runs, T = _by(res, protocol), res.settings["steps"]
+    betas = sorted(res.settings["betas"] if betas is None else betas)
     value = (lambda r: r["mean_log_loss"]) if measure == "mean log-loss" else (lambda r: level_steps(r, T))
     small = min(b for b in betas if b > 0)
     out: list[float | None] = []

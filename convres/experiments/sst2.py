@@ -29,7 +29,6 @@ from ..stats import ProbeRun, log_ratio, mean_log_loss, steps_to, tune_step
 from ..theory import ffn_theorem_run
 from ..values import is_int, json_safe
 from .base import (
-    RUN_CONTEXT,
     CheckResult,
     Experiment,
     Result,
@@ -43,6 +42,7 @@ from .base import (
     probe_count,
     protocol_summary,
     rerun_diverged,
+    run_context,
     shared_by_pieces,
     spread,
     spread_row,
@@ -168,12 +168,8 @@ def prepare(profile: str, part: str, *, data_dir=None, device=None) -> dict | li
     parts = _shared_parts(s, task, token_targets(task.Y, task.X.shape[1]), dtype, check_device(device))
     if part not in parts:
         raise ValueError(f"unknown shared part {part!r}; choose one of {sorted(parts)}.")
-    token = RUN_CONTEXT.set({**(RUN_CONTEXT.get() or {}), "data": fingerprint(data_dir), "shared": []})
-    try:
-        with torch_threads(1):
-            return parts[part]()
-    finally:
-        RUN_CONTEXT.reset(token)
+    with run_context(data=fingerprint(data_dir), shared=[]), torch_threads(1):
+        return parts[part]()
 
 
 def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
