@@ -435,6 +435,22 @@ def separation_rows(rows: Sequence[Mapping]):
     return frame.assign(ratio=frame.escape / frame.T_lb)
 
 
+def separation_hypotheses_table(hyp):
+    """*Separation*: per ``d_QK`` (the index of ``hyp``) the largest scaled hypotheses of the plateau
+    theorem over the seeds: ``sqrt(d_QK) max_i eps_i^0``, ``sqrt(d_QK) s max_i (k_i + q_i)``, ``R_0^par``."""
+    names = {"eps_scaled": "$\\sqrt{d_{QK}}\\max_i\\varepsilon_i^0$",
+             "sk_scaled": "$\\sqrt{d_{QK}}\\,s\\max_i(k_i+q_i)$", "par": "$R^\\parallel_0$"}
+    return table(hyp.rename(columns=names).rename_axis("$d_{QK}$").reset_index(),
+                 {names["eps_scaled"]: "{:.2f}", names["sk_scaled"]: "{:.2f}", names["par"]: "{:.1e}"})
+
+
+def width_narrow_table(narrow):
+    """*Width*: ``d_min`` per ``Nn`` for the narrow shapes, and ``d_min / (Nn)``."""
+    names = {"Nn": "$Nn$", "d_min": "$d_{\\min}$", "d_min / (N n)": "$d_{\\min}/(Nn)$"}
+    return table(narrow.assign(**{"d_min / (N n)": narrow.d_min / narrow.Nn}).rename(columns=names),
+                 {names["d_min / (N n)"]: "{:.0f}"})
+
+
 def separation_table(rows):
     """*Separation*: per ``d_QK``, ``T_lb``, escape, their ratio, both certified, and the
     ``1/sqrt(d_QK)`` control, median (min-max)."""
