@@ -168,11 +168,27 @@ def table(data, formats: Mapping | None = None, *, index: bool = False, na: str 
 
 
 def glues(fmt=str, **values) -> None:
-    """Glue each ``name=value`` for the prose (myst-nb): a string as it is, else ``fmt(value)``."""
+    """Glue each ``name=value`` for the prose (myst-nb): a string as it is, else ``fmt(value)``, or
+    ``format(value, fmt)`` where ``fmt`` is a format spec such as ``".2f"``."""
     from myst_nb import glue
 
     for name, value in values.items():
-        glue(name, value if isinstance(value, str) else fmt(value), display=False)
+        text = value if isinstance(value, str) else fmt(value) if callable(fmt) else format(value, fmt)
+        glue(name, text, display=False)
+
+
+def within(values, low: float, high: float) -> bool:
+    """Whether every entry of ``values`` (a number or an array) lies strictly between ``low`` and
+    ``high`` (numbers, or arrays of the same shape): the chapters' checks of a range their prose states."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    return bool(np.all((low < v) & (v < high)))
+
+
+def span(values, spec: str = ".1f", sep: str = " to ") -> str:
+    """The range of ``values`` for the prose, smallest first: ``span([3.42, 1.21])`` is ``"1.2 to 3.4"``."""
+    return f"{min(values):{spec}}{sep}{max(values):{spec}}"
 
 
 def glue_seconds(name: str) -> None:

@@ -303,6 +303,34 @@ def variants_table(variants: Mapping[str, Mapping]):
     return table(rows)
 
 
+def ffn_hypotheses_table(runs: Mapping[str, Mapping]):
+    """*FFN*: per run (column) each hypothesis of the FFN theorem, its value and verdict (rows)."""
+    import pandas as pd
+
+    return table(pd.DataFrame({name: {h["tex"]: f"{h['value']:.3g} ({'holds' if h['holds'] else 'fails'})"
+                                      for h in o["hypotheses"].values()} for name, o in runs.items()}),
+                 index=True)
+
+
+def ffn_grid_table(grid):
+    """*FFN*: the certificate ratio per ``W_1`` gain (rows) and FFN width ``m`` (columns)."""
+    shown = grid.rename(index=lambda a: f"$W_1$ gain {a:g}", columns=lambda m: f"$m = {m}$")
+    return table(shown.rename_axis(index=None, columns=None), dict.fromkeys(shown.columns, "{:.3f}"),
+                 index=True)
+
+
+def variant_betas_table(variants: Mapping[str, Mapping]):
+    """*FFN*: per regime and residual ``beta``, the seeds certified and their ratios."""
+    rows = []
+    for name in ("wide", "uniform attention"):
+        for b in variants[name]["betas"]:
+            ratios = [x["ratio"] for x in b["seeds"]]
+            rows.append({"regime": name, "$\\beta$": b["beta"],
+                         "certified": sum(x["certified"] for x in b["seeds"]),
+                         "ratios": _to((min(ratios), max(ratios)), ".3g")})
+    return table(rows, {"$\\beta$": "{:g}"})
+
+
 def scope_verdicts_table(scope: Sequence[Mapping]):
     """:func:`convres.scope.certified_scope` per model and theorem: "certified" or the
     first failing hypothesis."""
@@ -350,6 +378,28 @@ def heldout_table(heldout: Sequence[Mapping], baselines: Mapping):
     return table(models + others, {mse: "{:.4f}", skill: "{:.3f}"})
 
 
+# --- Rank collapse (convres.collapse) -------------------------------------------------------------
+
+def collapse_sweep_table(d_qks: Sequence[int], betas: Sequence[float], med: Mapping):
+    """*Rank collapse*: per ``d_QK``, medians of :func:`convres.collapse.dqk_sweep_seeds` for
+    ``A = Attn(X)`` (extreme singular values, effective rank, ``||S - U||_2``) and ``sigma_min(Z)``."""
+    return table({"$d_{QK}$": d_qks, "$\\sigma_{\\min}(A)$": med["attn_sigma_min"],
+                  "$\\sigma_{\\max}(A)$": med["attn_sigma_max"],
+                  "effective rank of $A$": med["attn_effective_rank"], "$\\|S - U\\|_2$": med["dist_uniform"],
+                  **{f"$\\sigma_{{\\min}}(Z)$, $\\beta = {b:g}$": med["Z_sigma_min"][:, j]
+                     for j, b in enumerate(betas)}})
+
+
+def saturated_table(scales, sweep: Mapping, at: Sequence[int]):
+    """*Rank collapse*: :func:`convres.collapse.scale_sweep` at the scales ``scales[at]``: distances of
+    ``S`` to uniform and to ``1 e_0^T``, ``sigma_min`` of ``A`` and of ``Z`` (``beta = 0.1, 1``)."""
+    return table({"scale $s$": scales[at], "$\\|S - U\\|_2$": sweep["dist_uniform"][at],
+                  "$\\|S - \\mathbf{1} e_0^\\top\\|_2$": sweep["dist_one_hot"][at],
+                  "$\\sigma_{\\min}(A)$": sweep["attn_sigma_min"][at],
+                  "$\\sigma_{\\min}(Z)$, $\\beta = 0.1$": sweep["Z_sigma_min"][at, 0],
+                  "$\\sigma_{\\min}(Z)$, $\\beta = 1$": sweep["Z_sigma_min"][at, 1]})
+
+
 # --- Rank collapse under gradient descent (experiment rank_collapse_gd) ------------------------
 
 def collapse_runs_table(result: Result):
@@ -373,6 +423,36 @@ def collapse_runs_table(result: Result):
 
 
 # --- Separation (experiment theorem_separation) -------------------------------------------------
+
+def separation_rows(rows: Sequence[Mapping]):
+    """*Separation*: one row per draw of the family (a ``DataFrame``): the plateau's numbers, the
+    residual arm's certificate, the control's, and ``ratio`` = escape / ``T_lb``."""
+    import pandas as pd
+
+    keys = ("d_qk", "seed", "T_lb", "escape", "min_ratio", "T_lb_small", "control_T_lb", "control_escape",
+            "control_eps")
+    frame = pd.DataFrame([{k: r[k] for k in keys} | {
+        "res": r["report"]["with_residual"]["certified"], "res_ratio": r["report"]["with_residual"]["ratio"],
+        "steps_to": r["report"]["with_residual"]["steps_to"], "sep": r["report"]["separation"]["certified"]}
+        for r in rows])
+    return frame.assign(ratio=frame.escape / frame.T_lb)
+
+
+def separation_hypotheses_table(hyp):
+    """*Separation*: per ``d_QK`` (the index of ``hyp``) the largest scaled hypotheses of the plateau
+    theorem over the seeds: ``sqrt(d_QK) max_i eps_i^0``, ``sqrt(d_QK) s max_i (k_i + q_i)``, ``R_0^par``."""
+    names = {"eps_scaled": "$\\sqrt{d_{QK}}\\max_i\\varepsilon_i^0$",
+             "sk_scaled": "$\\sqrt{d_{QK}}\\,s\\max_i(k_i+q_i)$", "par": "$R^\\parallel_0$"}
+    return table(hyp.rename(columns=names).rename_axis("$d_{QK}$").reset_index(),
+                 {names["eps_scaled"]: "{:.2f}", names["sk_scaled"]: "{:.2f}", names["par"]: "{:.1e}"})
+
+
+def width_narrow_table(narrow):
+    """*Width*: ``d_min`` per ``Nn`` for the narrow shapes, and ``d_min / (Nn)``."""
+    names = {"Nn": "$Nn$", "d_min": "$d_{\\min}$", "d_min / (N n)": "$d_{\\min}/(Nn)$"}
+    return table(narrow.assign(**{"d_min / (N n)": narrow.d_min / narrow.Nn}).rename(columns=names),
+                 {names["d_min / (N n)"]: "{:.0f}"})
+
 
 def separation_table(rows):
     """*Separation*: per ``d_QK``, ``T_lb``, escape, their ratio, both certified, and the
@@ -398,6 +478,15 @@ def width_fixed_table(proven, y: float):
     return table(proven[list(names)].rename(columns=names),
                  {names["limit_unit"]: "{:.1f}", names["limit"]: "{:.3f}", "measured $d^*$": "{:.0f}",
                   "params at $d_{\\min}$": "{:.3g}"})
+
+
+def tightness_table(cert: Mapping, est: Mapping):
+    """*The certificate*: each certified upper bound against its sampled estimate, and their ratio."""
+    bounds = [("$L_B$ (smoothness)", cert["L_upper"], max(est["L_hat"], est["L_lower"])),
+              ("$J_B$ (Jacobian)", cert["J_upper"], est["J_hat"]),
+              ("$\\|H - H_0\\|_2$ on the ball", est["delta_H_bound"], est["delta_H_hat"])]
+    return table([{"bounded quantity": q, "certified upper bound": b, "sampled estimate": e,
+                   "bound / estimate": b / e} for q, b, e in bounds])
 
 
 def sharper_table(rows: Sequence[Mapping]):

@@ -86,8 +86,15 @@ def test_glues_by_the_format_and_the_chapters_seconds(monkeypatch):
     monkeypatch.setattr("myst_nb.glue", lambda name, value, display: seen.update({name: (value, display)}))
     glues("{:.2f}".format, a=1.234, b="as is")
     glues(c=3)
+    glues(".1e", d=0.000123)
     monkeypatch.setattr(show, "_STARTED", show.time.perf_counter() - 12.4)
     show.glue_seconds("x_seconds")
-    assert seen == {"a": ("1.23", False), "b": ("as is", False), "c": ("3", False),
+    assert seen == {"a": ("1.23", False), "b": ("as is", False), "c": ("3", False), "d": ("1.2e-04", False),
                     "x_seconds": ("12", False)}
     assert show.superscript_sci(3.2e-18) == "3.2 × 10⁻¹⁸" and show.superscript_sci(150) == "1.5 × 10²"
+
+
+def test_span_and_within_read_a_range():
+    assert show.span([3.42, 1.21]) == "1.2 to 3.4" and show.span((7, 3), ".0f", "-") == "3-7"
+    assert show.within(0.5, 0, 1) and show.within([1, 2], 0.5, 2.5) and not show.within([1, 2], 1, 3)
+    assert show.within([1, 5], [0, 4], [2, 6]) and not show.within(float("nan"), 0, 1)
