@@ -35,7 +35,7 @@ from convres.committed import git_commit, results_dir, shared_store
 from convres.data import fingerprint
 from convres.data.sst2 import sst2_data
 from convres.experiments import sst2
-from convres.experiments.base import dtype_of, protocol_stamp
+from convres.experiments.base import dtype_of, finite_list, protocol_stamp
 from convres.experiments.sst2_arms import arms_of
 from convres.experiments.sst2_baselines import pooled_baseline
 
@@ -54,8 +54,10 @@ def run(seed: int) -> dict:
     Yt = sst2.token_targets(task.Y, task.X.shape[1])
     floor = pooled_baseline(task.X, task.labels, task.X_val, task.labels_val)["train_mse"]
     R, out = sst2._sweep(s, task.X, Yt, [(a, seed, eta[a]) for a in eta], s["steps"], dtype)
+    every = s["record_every"]   # the curve, for the spot check that reruns its first steps
     arms = [{"L": a.L, "arm": a.kind, "eta": eta[a], "status": h.status,
-             "final_mse": None if h.status == "diverged" else 2 * float(h.loss[-1]) / R}
+             "final_mse": None if h.status == "diverged" else 2 * float(h.loss[-1]) / R,
+             "mse": finite_list(2 * h.loss[::every] / R)}
             for a, (_, h) in zip(eta, out)]
     return {"seed": seed, "floor_train_mse": floor, "arms": arms, "cpu_seconds": time.process_time() - t0,
             "commit": git_commit(), "data": fingerprint(None)}
