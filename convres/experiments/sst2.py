@@ -392,7 +392,7 @@ def references_train(res: Result) -> dict[str, CheckResult]:
 
 def _not_testable(rec, arms: list[Arm], pre: CheckResult):
     """``rec`` graded *not testable* because its references ``arms`` do not train (``pre``)."""
-    names = ", ".join(a.name for a in arms)
+    names = "; ".join(a.name for a in arms)
     return dataclasses.replace(
         rec, verdict="not testable", subset=(), subsets=dict.fromkeys(rec.subsets, "not testable"),
         reason=f"precondition failed: a reference arm ({names}) ends at {pre.value:.3f}x the floor's "
