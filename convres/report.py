@@ -166,9 +166,11 @@ def evidence_text(row: dict, *, full: bool = False) -> str:
     return text
 
 
-def scale_html(book: Mapping[str, Result], larger: Mapping[str, tuple[Result, dict] | None]) -> str:
+def scale_html(book: Mapping[str, Result], larger: Mapping[str, tuple[Result, dict] | None],
+               not_run: Mapping[str, str] | None = None) -> str:
     """Every claim at two scales: the ``book`` result beside the committed larger one
-    (``larger[name]``: a :class:`Result` and its info, or ``None``): verdict and effect of each."""
+    (``larger[name]``: a :class:`Result` and its info, or ``None``): verdict and effect of each;
+    ``not_run[name]``, why an experiment's larger run was decided against (its claims *not testable*)."""
     head = ("experiment", "claim (paper)", "book: verdict", "book: effect (95% interval)",
             "larger: verdict", "larger: effect (95% interval)")
     body = []
@@ -177,7 +179,9 @@ def scale_html(book: Mapping[str, Result], larger: Mapping[str, tuple[Result, di
         big_rows = big[0].claims() if big is not None else []
         for i, r in enumerate(res.claims()):
             b = big_rows[i] if i < len(big_rows) else None
+            why = (not_run or {}).get(name)
             right = (f"<td>{badge(b['verdict'])}</td><td>{html.escape(effect_text(b))}</td>" if b else
+                     f"<td>{badge('not testable')}</td><td>{html.escape(why)}</td>" if why else
                      '<td colspan="2">not computed yet</td>')
             body.append(f"<tr><td>{html.escape(name)}</td><td>{_claim(r)}</td>"
                         f"<td>{badge(r['verdict'])}</td><td>{html.escape(effect_text(r))}</td>{right}</tr>")

@@ -89,3 +89,14 @@ def test_the_deviations_after_the_runs_are_numbered_and_marked_in_the_claims_tab
     assert all(v == ["none"] for c, v in marked.items() if not any(c in on for on in late.values()))
     numbers = list(report.protocol_deviations_table().data["#"])
     assert numbers == list(range(1, len(protocol.DEVIATIONS) + 1))
+
+
+def test_the_two_scales_table_says_why_a_larger_run_was_not_made():
+    class Rows:
+        def claims(self):
+            return [_row(id="T1")]
+
+    book = {"sst2": Rows()}
+    decided = report.scale_html(book, {"sst2": None}, {"sst2": "no reference trains on the pilot"})
+    assert "no reference trains on the pilot" in decided and ">not testable</span>" in decided
+    assert "not computed yet" in report.scale_html(book, {"sst2": None})
