@@ -401,11 +401,10 @@ def references_train(res: Result) -> dict[str, CheckResult]:
 def _not_testable(rec, failed: dict[Arm, float]):
     """``rec`` graded *not testable* because the reference arms ``failed`` (arm -> ratio to the
     floor) do not train; the reason names each, and the grade without the precondition."""
-    names = "; ".join(f"{a.name} {v:.3f}x" for a, v in failed.items())
+    names = "; ".join(f"{a.name} {v:.2f}x" for a, v in failed.items())
     return dataclasses.replace(
         rec, verdict="not testable", subset=(), subsets=dict.fromkeys(rec.subsets, "not testable"),
-        reason=f"precondition failed: reference arms end above the floor's training MSE ({names}; each "
-               f"must end below it); graded without it: {rec.verdict}",
+        reason=f"precondition failed: references above the floor ({names}); without it: {rec.verdict}",
         sensitivity=tuple({**x, "verdict": "not testable"} for x in rec.sensitivity))
 
 
