@@ -187,8 +187,10 @@ def within(values, low: float, high: float) -> bool:
 
 
 def span(values, spec: str = ".1f", sep: str = " to ") -> str:
-    """The range of ``values`` for the prose, smallest first: ``span([3.42, 1.21])`` is ``"1.2 to 3.4"``."""
-    return f"{min(values):{spec}}{sep}{max(values):{spec}}"
+    """The range of ``values`` for the prose, smallest first: ``span([3.42, 1.21])`` is ``"1.2 to 3.4"``;
+    one value where both ends read the same."""
+    lo, hi = f"{min(values):{spec}}", f"{max(values):{spec}}"
+    return lo if lo == hi else f"{lo}{sep}{hi}"
 
 
 def glue_seconds(name: str) -> None:

@@ -96,5 +96,6 @@ def test_glues_by_the_format_and_the_chapters_seconds(monkeypatch):
 
 def test_span_and_within_read_a_range():
     assert show.span([3.42, 1.21]) == "1.2 to 3.4" and show.span((7, 3), ".0f", "-") == "3-7"
+    assert show.span([1.118, 1.122], ".2f") == "1.12"
     assert show.within(0.5, 0, 1) and show.within([1, 2], 0.5, 2.5) and not show.within([1, 2], 1, 3)
     assert show.within([1, 5], [0, 4], [2, 6]) and not show.within(float("nan"), 0, 1)

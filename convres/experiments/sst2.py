@@ -454,9 +454,7 @@ def _sst2_claims(res: Result) -> list[dict]:
     budget = f"training MSE after {T} full-batch steps"   # review8 M3: a fixed budget, not convergence
     records = claim_records(res)
     means = {k: np.mean([v for v in e[k] if v is not None] or [math.nan]) for k in ("T2", "T2 unmatched")}
-    matched = [r["final_mse"] for r in _runs_by(res.data["runs"], "tuned").get((lo, "matched"), {}).values()
-               if r["final_mse"] is not None]
-    floor = float(np.median(matched)) / res.data["level"] if matched else math.nan   # review9 N3
+    floor = reference_ratios(res)[Arm(lo, "matched")]   # review9 N3
     extra = {
         "T1": dict(figure="fig-sst2-final",
                    criterion="per (depth, seed): " + ln(r"\text{none}", r"\text{res}") + f", {budget}, the "
