@@ -69,6 +69,61 @@ def test_isometric_init_starts_each_block_near_an_isometry_from_the_same_draws()
         isometric_init(cfg.replace(beta=1.0), X8, identity_gain=c, preactivation=eps)
 
 
+def test_isometric_init_takes_a_logit_temperature_that_defaults_to_none():
+    cfg = ModelConfig(d=8, d_qk=8, m=8, L=3, beta=0.0, activation="gelu")
+    base = isometric_init(cfg, X8, seed=3, identity_gain=6.0, preactivation=0.05)
+    same = isometric_init(cfg, X8, seed=3, identity_gain=6.0, preactivation=0.05, qk_scale=1.0)
+    assert all(torch.equal(base[k], same[k]) for k in base)            # r = 1: every weight as it was
+    r = 0.5
+    soft = isometric_init(cfg, X8, seed=3, identity_gain=6.0, preactivation=0.05, qk_scale=r)
+    raw = init_params(cfg, seed=3, branch_scale=1.0)
+    for l in range(1, 4):
+        for w in ("W_Q", "W_K"):                                      # r (G + c I)
+            assert torch.allclose(soft[f"layer{l}.{w}"], r * (raw[f"layer{l}.{w}"] + 6.0 * torch.eye(8)))
+    sharp, flat = (forward_trace(q, X8, cfg).S[0].amax(-1).mean() for q in (base, soft))
+    assert flat < sharp                                                # softer rows
+    s = {**ex.settings("sst2"), "qk_scale": r}
+    assert "qk_scale" not in ex.settings("sst2")                       # no profile sets it: keys unchanged
+    got = arm_params({**s, "d": 8, "d_qk": 8, "m": 8}, Arm(3, "isometric"), 3, X8)
+    assert all(torch.allclose(got[k], soft[k]) for k in soft)
+
+
+def test_the_committed_reference_pilots_decision_follows_from_its_numbers():
+    """``results/sst2-reference-pilot.json`` (``benchmarks/sst2_reference_pilot.py``, its rule
+    committed before it ran): each screen, survivor, "trains" and the decision, from the recorded
+    numbers and the rule's thresholds (no recomputation)."""
+    import json
+    import runpy
+    from pathlib import Path
+
+    from convres import committed
+
+    root = Path(__file__).resolve().parents[1]
+    rule = runpy.run_path(str(root / "benchmarks" / "sst2_reference_pilot.py"))
+    pilot = json.loads((committed.results_dir() / "sst2-reference-pilot.json").read_text())
+    th = pilot["thresholds"]
+    assert (th["alive"], th["within"], th["sigma"], th["saturated"]) == (1.0, 0.5, 0.1, 0.1)
+    cands = pilot["candidates"]
+    assert [(c["identity_gain"], c["qk_scale"]) for c in cands] == \
+        [(c, r) for c in rule["GAINS"] for r in rule["SCALES"]] and len(cands) == 12
+    floor = pilot["floor_train_mse"]
+    for c in cands:
+        for L in ("2", "6", "10"):
+            v = c["screens"][L]
+            assert v["passed"] == {"alive": abs(math.log10(v["std_ratio"])) <= 1.0,
+                                   "within": v["within_sentence"] >= 0.5, "sigma": v["sigma_ratio"] >= 0.1,
+                                   "saturation": max(v["saturated"]) < 0.1}
+            assert len(v["saturated"]) == int(L)
+        assert c["survivor"] == all(all(v["passed"].values()) for v in c["screens"].values())
+        if c["depths"] is not None:
+            assert c["survivor"]
+            for d in c["depths"].values():
+                assert d["trains"] == (bool(d["seeds"]) and all(
+                    x["final_mse"] is not None and x["final_mse"] < floor for x in d["seeds"]))
+    assert pilot["finished"] and pilot["decision"] == rule["decide"](pilot)
+    assert pilot["provenance"]["commit"] and pilot["provenance"]["cpu_seconds"] > 0
+
+
 def test_the_arms_and_the_matched_width():
     s = ex.settings("sst2")
     arms = arms_of(s)

@@ -79,20 +79,24 @@ def _polar(W: torch.Tensor) -> torch.Tensor:
 
 
 def isometric_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *, identity_gain: float,
-                   preactivation: float, dtype=torch.float64) -> dict[str, torch.Tensor]:
+                   preactivation: float, qk_scale: float = 1.0,
+                   dtype=torch.float64) -> dict[str, torch.Tensor]:
     """A stack without residuals started near an isometry (not collapsed); from the draws ``G``, per
     block (:func:`_block_by_block`):
 
-        W_Q = G_Q + c I,  W_K = G_K + c I       (attention near the identity)
+        W_Q = r (G_Q + c I),  W_K = r (G_K + c I)       (attention near the identity)
         W_V = a_V P(G_V),  W_1 = a_1 P(G_1),  W_2 = a_2 P(G_2)
 
-    ``c = identity_gain``, ``P`` the orthogonal factor, ``RMS(A_l) = sqrt(eps) RMS(H_{l-1})``,
+    ``c = identity_gain``, ``r = qk_scale`` (the logits times ``r^2``, a temperature; 1 leaves the
+    weights as they were), ``P`` the orthogonal factor, ``RMS(A_l) = sqrt(eps) RMS(H_{l-1})``,
     ``RMS(Z_l W_1) = eps = preactivation`` (GELU near-linear), ``RMS(H_l) = RMS(H_{l-1})``.
     """
     def adjust(p, l, H, out):
         key = lambda w: f"layer{l}.{w}"  # noqa: E731
         for w in ("W_Q", "W_K"):
             p[key(w)] = p[key(w)] + identity_gain * torch.eye(cfg.d, cfg.d_qk, dtype=dtype, device=H.device)
+            if qk_scale != 1.0:
+                p[key(w)] = qk_scale * p[key(w)]
         for w in ("W_V", "W_1", "W_2"):
             p[key(w)] = _polar(p[key(w)])
         p[key("W_V")] *= math.sqrt(preactivation) * _rms(H) / _rms(out()[2])
@@ -146,13 +150,15 @@ def arm_config(s: dict, arm: Arm) -> ModelConfig:
 def arm_params(s: dict, arm: Arm, seed: int, X: torch.Tensor, *,
                dtype=torch.float64) -> dict[str, torch.Tensor]:
     """The initial weights of ``arm`` for ``seed``, from the seed's Gaussian draws for every arm:
-    :func:`convres.model.init_params`, :func:`isometric_init` or :func:`norm_preserving_init` (on ``X``)."""
+    :func:`convres.model.init_params`, :func:`isometric_init` or :func:`norm_preserving_init` (on ``X``);
+    the isometric arm's ``qk_scale`` from ``s.get("qk_scale", 1.0)`` (no profile sets it: a pilot's)."""
     cfg = arm_config(s, arm)
     if arm.residual:
         return init_params(cfg, seed, dtype=dtype)
     if arm.kind == "isometric":
         return isometric_init(cfg, X, seed, identity_gain=s["identity_gain"],
-                              preactivation=s["preactivation"], dtype=dtype)
+                              preactivation=s["preactivation"], qk_scale=s.get("qk_scale", 1.0),
+                              dtype=dtype)
     return norm_preserving_init(cfg, X, seed, dtype=dtype)
 
 
