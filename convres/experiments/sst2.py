@@ -380,7 +380,9 @@ def arm_ratios(res: Result, protocol: str = "tuned") -> dict[Arm, float]:
     v: dict[Arm, list] = {}
     for r in res.data["runs"]:
         if r["protocol"] == protocol:
-            v.setdefault(Arm(r["L"], r["arm"]), []).extend([r["final_mse"]] if r["final_mse"] is not None else [])
+            v.setdefault(Arm(r["L"], r["arm"]), [])
+            if r["final_mse"] is not None:
+                v[Arm(r["L"], r["arm"])].append(r["final_mse"])
     return {a: float(np.median(x)) / res.data["level"] if x else math.inf for a, x in v.items()}
 
 
