@@ -464,10 +464,10 @@ def claim_records(res: Result, *, preconditions: bool = True) -> list:
         keep = {m: _trained_units(res, e, key, kind, p) if preconditions else [True] * len(e[key])
                 for m, (key, kind, p) in measures.items()}
         effects = {m: [x for x, k in zip(e[key], keep[m]) if k] for m, (key, _, _) in measures.items()}
-        strata = {m: [s for s, k in zip(e["strata"], keep[m]) if k] if per_depth else None for m in measures}
-        rec = claim_record(claim, effects[None], profile=profile, checks=checks, strata=strata[None],
+        strata = {m: [s for s, k in zip(e["strata"], keep[m]) if k] for m in measures} if per_depth else {}
+        rec = claim_record(claim, effects[None], profile=profile, checks=checks, strata=strata.get(None),
                            sensitivity={m: effects[m] for m in measures if m},
-                           sensitivity_strata={m: strata[m] for m in measures if m and per_depth})
+                           sensitivity_strata={m: v for m, v in strata.items() if m})
         sens = tuple(_restricted(x, e["units"], keep[(x["measure"], x["protocol"])], per_depth)
                      for x in rec.sensitivity)
         if preconditions and not effects[None] and raw[claim].verdict != "not testable":
