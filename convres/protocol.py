@@ -252,8 +252,9 @@ DEVIATIONS = (
               "an equivalence of two arms that stopped learning says nothing of depth (review8 M2)", ("T3",)),
     _late("T1, T2 and T4 take T3's precondition: a claim is not testable unless every arm it says is "
               "worse trains, its median final training MSE below the floor's (T1 and T4 the isometric arm "
-              "at every depth, T2 the matched L = 2 arm); at the paper scale a pilot on the two pilot seeds "
-              "decides, before the evaluation seeds run, which claims that run can grade "
+              "at every depth, T2 the matched L = 2 arm); each measure, the alternatives too, is graded on "
+              "the depths where its own reference trains (review11 M1); at the paper scale a pilot on the "
+              "two pilot seeds decides, before the evaluation seeds run, which claims that run can grade "
               "(benchmarks/sst2_paper_pilot.py)",
               "2026-12-07, after the v4 book run of SST-2; regraded from the stored runs, before the paper "
               "pilot ran", "the isometric arm avoids collapse by saturating its attention (most rows put "

@@ -151,7 +151,8 @@ def evidence_text(row: dict, *, full: bool = False) -> str:
                 f"{METHODS.get(row['interval'], row['interval'])}, {row['units']} units)")
         if row.get("diverged"):
             text += f", {row['diverged']} diverged"
-    alternatives = [f"{x['tex']} ({x['protocol'].removesuffix(' step')} step) {x['verdict']}"
+    alternatives = [f"{x['tex']} ({x['protocol'].removesuffix(' step')} step"
+                    + "".join(f", $L = {L}$" for L in x.get("depths", ())) + f") {x['verdict']}"
                     for x in row.get("sensitivity") or () if full or x["verdict"] != row["verdict"]]
     if not full:   # the reason of a graded effect, and the alternatives that grade otherwise
         if row.get("effect") is not None and row.get("verdict") == "not testable" and row.get("reason"):

@@ -234,6 +234,10 @@ def test_the_claims_effects_and_grades():
                                                        "T3": "not testable", "T4": "not testable"}
     assert "precondition" in stuck["T1"].reason and "L=10, isometric" in stuck["T1"].reason
     assert {x["verdict"] for x in stuck["T3"].sensitivity} == {"not testable"}
+    one = {r.id: r for r in sst2.claim_records(_result({**GOOD, (2, "norm-preserving"): 0.5}, level=0.75))}
+    np1 = one["T1"].sensitivity[0]                # per measure and depth: its reference trains at L = 2
+    assert one["T1"].verdict == "not testable" and np1["depths"] == [2] and np1["verdict"] != "not testable"
+    assert one["T3"].sensitivity[0]["verdict"] == "reproduced" and "depths" not in one["T3"].sensitivity[0]
     pre = sst2.references_train(_result(GOOD, level=0.75))
     assert not pre["T3"].passed and pre["T2"].passed and np.isclose(pre["T2"].value, 0.606 / 0.75)
     assert np.isclose(sst2.references_train(_result(GOOD))["T3"].value, 0.808 / 0.9)   # the median seed

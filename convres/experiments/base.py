@@ -388,9 +388,11 @@ class ClaimRecord:
 def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequence[CheckResult],
                  strata: Sequence | None = None,
                  sensitivity: Mapping[tuple[str, str], Sequence] | None = None,
+                 sensitivity_strata: Mapping[tuple[str, str], Sequence] | None = None,
                  draws: int = BOOTSTRAP_DRAWS) -> ClaimRecord:
     """Claim ``claim_id`` graded by protocol v4 from one effect per unit (``None``: diverged), the
-    units' ``strata``, the design ``checks`` and ``sensitivity`` ``{(measure, protocol): effects}``."""
+    units' ``strata``, the design ``checks`` and ``sensitivity`` ``{(measure, protocol): effects}``
+    (their strata ``strata`` unless ``sensitivity_strata`` names others)."""
     if claim_id not in CLAIMS:
         raise ValueError(f"unknown claim {claim_id!r}; the protocol's are {list(CLAIMS)}.")
     if profile not in MIN_UNITS:
@@ -409,7 +411,7 @@ def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequ
                          f"sensitivity, got {list(alt)}; a change is a protocol deviation.")
     failed = [n for n in c.checks if not ran[n].passed]
 
-    def graded(eff):
+    def graded(eff, strata=strata):
         kw: dict[str, Any] = dict(min_units=MIN_UNITS[profile], draws=draws, bound=c.bound)
         est = estimate(eff, strata=strata, **kw)
         labels = [str(s) for s in strata] if strata is not None else []
@@ -417,7 +419,8 @@ def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequ
         return est, subs, grade(est, c.margin, rule=c.rule, failed=failed, subsets=subs, every=c.every)
     est, subs, g = graded(effects)
     sens = tuple({"measure": m, "tex": ALTERNATIVES.get(m, m), "protocol": p,
-                  "verdict": graded(alt[(m, p)])[2].verdict} for m, p in c.alternatives)
+                  "verdict": graded(alt[(m, p)], (sensitivity_strata or {}).get((m, p), strata))[2].verdict}
+                 for m, p in c.alternatives)
     by_subset = {s: grade(e, c.margin, rule=c.rule, failed=failed).verdict for s, e in subs.items()}
     return ClaimRecord(c, est, g.verdict, g.reason, g.subset, by_subset, sens)
 

@@ -374,15 +374,22 @@ def references(depths) -> dict[str, list[Arm]]:
     return {"T1": iso, "T2": [Arm(lo, "matched")], "T3": [Arm(lo, "isometric")], "T4": iso}
 
 
+def arm_ratios(res: Result, protocol: str = "tuned") -> dict[Arm, float]:
+    """Each arm's median final training MSE over the seeds under ``protocol``, over the floor's
+    (``data["level"]``); ``inf`` for an arm with no finite run."""
+    v: dict[Arm, list] = {}
+    for r in res.data["runs"]:
+        if r["protocol"] == protocol:
+            v.setdefault(Arm(r["L"], r["arm"]), [])
+            if r["final_mse"] is not None:
+                v[Arm(r["L"], r["arm"])].append(r["final_mse"])
+    return {a: float(np.median(x)) / res.data["level"] if x else math.inf for a, x in v.items()}
+
+
 def reference_ratios(res: Result) -> dict[Arm, float]:
-    """Each reference arm's (:func:`references`) median final training MSE over the seeds, over the
-    floor's (``data["level"]``); ``inf`` for an arm with no finite run."""
-    out = {}
-    for a in {a for arms in references(res.settings["depths"]).values() for a in arms}:
-        v = [r["final_mse"] for r in res.data["runs"] if r["final_mse"] is not None
-             and (r["L"], r["arm"], r["protocol"]) == (a.L, a.kind, "tuned")]
-        out[a] = float(np.median(v)) / res.data["level"] if v else math.inf
-    return out
+    """:func:`arm_ratios` of the reference arms (:func:`references`)."""
+    ratio = arm_ratios(res)
+    return {a: ratio.get(a, math.inf) for arms in references(res.settings["depths"]).values() for a in arms}
 
 
 def references_train(res: Result) -> dict[str, CheckResult]:
@@ -398,42 +405,76 @@ def references_train(res: Result) -> dict[str, CheckResult]:
     return out
 
 
+#: Each claim's measures: the primary (key ``None``) and its alternatives, each with its effects in
+#: :func:`_effects` and its reference, the arm it says is worse (kind, protocol), taken at the unit's
+#: depth for T1 and T4 and at the shallowest depth for T2 and T3.
+MEASURES = {
+    "T1": {None: ("T1", "isometric", "tuned"),
+           ("norm-preserving arm", "tuned"): ("T1 norm-preserving", "norm-preserving", "tuned"),
+           ("ln MSE ratio", "common"): ("T1 common", "isometric", "common")},
+    "T2": {None: ("T2", "matched", "tuned"),
+           ("unmatched L = 2", "tuned"): ("T2 unmatched", "residual", "tuned"),
+           ("ln MSE ratio", "common"): ("T2 common", "matched", "common")},
+    "T3": {None: ("T3", "isometric", "tuned"),
+           ("collapsed arm", "tuned"): ("T3 collapsed", "norm-preserving", "tuned"),
+           ("ln MSE ratio", "common"): ("T3 common", "isometric", "common")},
+    "T4": {None: ("T4", "isometric", "tuned"),
+           ("steps to the level", "tuned"): ("T4 steps", "isometric", "tuned"),
+           ("mean log-loss", "common"): ("T4 common", "isometric", "common")}}
+
+
+def _trained_units(res: Result, e: dict, key: str, kind: str, protocol: str) -> list[bool]:
+    """Per unit of ``e[key]``: does its reference (``kind`` under ``protocol``, at the unit's depth)
+    train, its :func:`arm_ratios` below 1?"""
+    ratio = arm_ratios(res, protocol)
+    depths = [L for L, _ in e["units"]] if len(e[key]) == len(e["units"]) else [e["depths"][0]] * len(e[key])
+    return [ratio.get(Arm(L, kind), math.inf) < 1.0 for L in depths]
+
+
+def _restricted(x: dict, units: list, keep: list[bool], per_depth: bool) -> dict:
+    """A sensitivity entry ``x`` graded on the units ``keep`` marks: *not testable* on none, its
+    ``depths`` named when they are some of the depths."""
+    if not any(keep):
+        return {**x, "verdict": "not testable"}
+    depths = sorted({L for (L, _), k in zip(units, keep) if k})
+    return {**x, "depths": depths} if per_depth and not all(keep) else x
+
+
 def _not_testable(rec, failed: dict[Arm, float]):
     """``rec`` graded *not testable* because the reference arms ``failed`` (arm -> ratio to the
     floor) do not train; the reason names each, and the grade without the precondition."""
     names = "; ".join(f"{a.name} {v:.2f}x" for a, v in failed.items())
     return dataclasses.replace(
         rec, verdict="not testable", subset=(), subsets=dict.fromkeys(rec.subsets, "not testable"),
-        reason=f"precondition failed: references above the floor ({names}); without it: {rec.verdict}",
-        sensitivity=tuple({**x, "verdict": "not testable"} for x in rec.sensitivity))
+        reason=f"precondition failed: references above the floor ({names}); without it: {rec.verdict}")
 
 
 def claim_records(res: Result, *, preconditions: bool = True) -> list:
     """T1-T4 graded by protocol v4 (:func:`convres.experiments.base.claim_record`), with the design
-    checks measured at initialization; a claim is *not testable* when :func:`references_train` fails
-    (``preconditions=False``: the grades the rule would give without that test)."""
+    checks measured at initialization. The precondition (a deviation) applies per measure and depth:
+    each measure is graded on the units whose reference (:data:`MEASURES`) trains, and is *not
+    testable* where none does (``preconditions=False``: the grades the rule would give without it)."""
     e, checks = _effects(res), _checks(res.data)
     profile = res.profile if res.profile in ("book", "paper", "smoke") else "smoke"
-    strata = e["strata"]
-    recs = [
-        claim_record("T1", e["T1"], profile=profile, checks=checks, strata=strata,
-                     sensitivity={("norm-preserving arm", "tuned"): e["T1 norm-preserving"],
-                                  ("ln MSE ratio", "common"): e["T1 common"]}),
-        claim_record("T2", e["T2"], profile=profile, checks=checks,
-                     sensitivity={("unmatched L = 2", "tuned"): e["T2 unmatched"],
-                                  ("ln MSE ratio", "common"): e["T2 common"]}),
-        claim_record("T3", e["T3"], profile=profile, checks=checks,
-                     sensitivity={("collapsed arm", "tuned"): e["T3 collapsed"],
-                                  ("ln MSE ratio", "common"): e["T3 common"]}),
-        claim_record("T4", e["T4"], profile=profile, checks=checks, strata=strata,
-                     sensitivity={("steps to the level", "tuned"): e["T4 steps"],
-                                  ("mean log-loss", "common"): e["T4 common"]})]
-    if not preconditions:
-        return recs
+    raw = {r.id: r for r in claim_records(res, preconditions=False)} if preconditions else {}
     ratio, refs = reference_ratios(res), references(res.settings["depths"])
-    failed = {c: {a: ratio[a] for a in arms if ratio[a] >= 1.0} for c, arms in refs.items()}
-    return [_not_testable(r, failed[r.id]) if failed[r.id] and r.verdict != "not testable" else r
-            for r in recs]
+    recs = []
+    for claim, measures in MEASURES.items():
+        per_depth = len(e[claim]) == len(e["units"])
+        keep = {m: _trained_units(res, e, key, kind, p) if preconditions else [True] * len(e[key])
+                for m, (key, kind, p) in measures.items()}
+        effects = {m: [x for x, k in zip(e[key], keep[m]) if k] for m, (key, _, _) in measures.items()}
+        strata = {m: [s for s, k in zip(e["strata"], keep[m]) if k] for m in measures} if per_depth else {}
+        rec = claim_record(claim, effects[None], profile=profile, checks=checks, strata=strata.get(None),
+                           sensitivity={m: effects[m] for m in measures if m},
+                           sensitivity_strata={m: v for m, v in strata.items() if m})
+        sens = tuple(_restricted(x, e["units"], keep[(x["measure"], x["protocol"])], per_depth)
+                     for x in rec.sensitivity)
+        if preconditions and not effects[None] and raw[claim].verdict != "not testable":
+            failed = {a: ratio[a] for a in refs[claim] if ratio[a] >= 1.0}
+            rec = _not_testable(raw[claim], failed)
+        recs.append(dataclasses.replace(rec, sensitivity=sens))
+    return recs
 
 
 def _per_depth_text(e: dict, key: str, scale) -> str:
