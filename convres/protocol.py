@@ -252,15 +252,23 @@ DEVIATIONS = (
               "an equivalence of two arms that stopped learning says nothing of depth (review8 M2)", ("T3",)),
     _late("T1, T2 and T4 take T3's precondition: a claim is not testable unless every arm it says is "
               "worse trains, its median final training MSE below the floor's (T1 and T4 the isometric arm "
-              "at every depth, T2 the matched L = 2 arm); each measure, the alternatives too, is graded on "
-              "the depths where its own reference trains (review11 M1); at the paper scale a pilot on the "
-              "two pilot seeds decides, before the evaluation seeds run, which claims that run can grade "
+              "at every depth, T2 the matched L = 2 arm); at the paper scale a pilot on the two pilot seeds "
+              "decides, before the evaluation seeds run, which claims that run can grade "
               "(benchmarks/sst2_paper_pilot.py)",
               "2026-12-07, after the v4 book run of SST-2; regraded from the stored runs, before the paper "
-              "pilot ran", "the isometric arm avoids collapse by saturating its attention (most rows put "
-              "more than 0.999 of their weight on one token at init) and does not train, so a contrast "
-              "with it is decided at initialization, not by gradient descent (review10 M1, M2)",
+              "pilot ran", "the isometric arm's start leaves its attention almost no gradient (the block's "
+              "gain in W_2; most attention rows put more than 0.999 of their weight on one token) and it "
+              "does not train, so a contrast with it is decided at initialization, not by gradient descent "
+              "(review10 M1, M2; review12 M1)",
               ("T1", "T2", "T4")),
+    _late("the SST-2 precondition applies per measure and depth: each measure, the alternatives too, "
+              "is graded on the units whose own reference trains (T1, T4 at the unit's depth, T2 at L = 2, "
+              "T3 at both depths it compares); a depth where it does not is not testable",
+              "2026-12-07, after the v4 runs and the paper pilot; regraded from the stored runs",
+              "applied per claim, the precondition also set to not testable the alternatives whose own "
+              "reference trains; an "
+              "equivalence of two depths says nothing if either stopped learning (review11 M1, review12 m1, "
+              "m4)", ("T1", "T2", "T3", "T4")),
     _late("T1-T3 name their budget: training MSE after T full-batch steps (200 book, 250 paper), not "
               "at convergence; T2 states the unmatched shallow arm's effect and grade beside the matched",
               _SST2_RERUN, "no arm has converged at the horizon, and the matched arm trains worse than the "

@@ -237,7 +237,12 @@ def test_the_claims_effects_and_grades():
     one = {r.id: r for r in sst2.claim_records(_result({**GOOD, (2, "norm-preserving"): 0.5}, level=0.75))}
     np1 = one["T1"].sensitivity[0]                # per measure and depth: its reference trains at L = 2
     assert one["T1"].verdict == "not testable" and np1["depths"] == [2] and np1["verdict"] != "not testable"
-    assert one["T3"].sensitivity[0]["verdict"] == "reproduced" and "depths" not in one["T3"].sensitivity[0]
+    assert one["T3"].sensitivity[0]["verdict"] == "not testable"       # T3: both depths must train
+    both = {**GOOD, (2, "norm-preserving"): 0.5, (10, "norm-preserving"): 0.6}
+    assert sst2.claim_records(_result(both, level=0.75))[2].sensitivity[0]["verdict"] == "reproduced"
+    part = {r.id: r for r in sst2.claim_records(_result({**GOOD, (2, "isometric"): 0.9}, level=0.85))}
+    assert part["T1"].subsets["L=2"] == "not testable" and part["T1"].verdict == "partly"  # every depth
+    assert "not testable at L=2" in part["T1"].reason and "against residual" in part["T1"].reason
     pre = sst2.references_train(_result(GOOD, level=0.75))
     assert not pre["T3"].passed and pre["T2"].passed and np.isclose(pre["T2"].value, 0.606 / 0.75)
     assert np.isclose(sst2.references_train(_result(GOOD))["T3"].value, 0.808 / 0.9)   # the median seed

@@ -406,8 +406,9 @@ def references_train(res: Result) -> dict[str, CheckResult]:
 
 
 #: Each claim's measures: the primary (key ``None``) and its alternatives, each with its effects in
-#: :func:`_effects` and its reference, the arm it says is worse (kind, protocol), taken at the unit's
-#: depth for T1 and T4 and at the shallowest depth for T2 and T3.
+#: :func:`_effects` and its reference, the arm it says is worse (kind, protocol). The reference must
+#: train at the unit's depth (T1, T4), at the shallowest depth (T2), or at both depths compared (T3:
+#: an equivalence of two depths of one arm, review12 m1).
 MEASURES = {
     "T1": {None: ("T1", "isometric", "tuned"),
            ("norm-preserving arm", "tuned"): ("T1 norm-preserving", "norm-preserving", "tuned"),
@@ -422,13 +423,19 @@ MEASURES = {
            ("steps to the level", "tuned"): ("T4 steps", "isometric", "tuned"),
            ("mean log-loss", "common"): ("T4 common", "isometric", "common")}}
 
+#: Why a claim's primary reference does not train, for its reason (review12 m2): the arm each
+#: claim compares it with, named beside it ("same": the residual stack of the unit's depth).
+_FAILS = {"T1": ("attention that hardly learns from its start", "same"),
+          "T2": ("under-trained within the budget", "deepest"),
+          "T3": ("attention that hardly learns from its start", None),
+          "T4": ("attention that hardly learns from its start", "same")}
 
-def _trained_units(res: Result, e: dict, key: str, kind: str, protocol: str) -> list[bool]:
-    """Per unit of ``e[key]``: does its reference (``kind`` under ``protocol``, at the unit's depth)
-    train, its :func:`arm_ratios` below 1?"""
-    ratio = arm_ratios(res, protocol)
-    depths = [L for L, _ in e["units"]] if len(e[key]) == len(e["units"]) else [e["depths"][0]] * len(e[key])
-    return [ratio.get(Arm(L, kind), math.inf) < 1.0 for L in depths]
+
+def _reference_depths(claim: str, e: dict, n: int) -> list[list[int]]:
+    """Per unit of a measure of ``claim`` (``n`` units), the depths at which its reference must train."""
+    if n == len(e["units"]):
+        return [[L] for L, _ in e["units"]]
+    return [[e["depths"][0], e["depths"][-1]] if claim == "T3" else [e["depths"][0]]] * n
 
 
 def _restricted(x: dict, units: list, keep: list[bool], per_depth: bool) -> dict:
@@ -440,13 +447,17 @@ def _restricted(x: dict, units: list, keep: list[bool], per_depth: bool) -> dict
     return {**x, "depths": depths} if per_depth and not all(keep) else x
 
 
-def _not_testable(rec, failed: dict[Arm, float]):
-    """``rec`` graded *not testable* because the reference arms ``failed`` (arm -> ratio to the
-    floor) do not train; the reason names each, and the grade without the precondition."""
-    names = "; ".join(f"{a.name} {v:.2f}x" for a, v in failed.items())
-    return dataclasses.replace(
-        rec, verdict="not testable", subset=(), subsets=dict.fromkeys(rec.subsets, "not testable"),
-        reason=f"precondition failed: references above the floor ({names}); without it: {rec.verdict}")
+def _failed_text(res: Result, claim: str, failed: dict[Arm, float]) -> str:
+    """The reason's account of the references ``failed`` (arm -> ratio to the floor), with the ratio
+    of the residual arm each is compared with."""
+    why, other = _FAILS[claim]
+    ratio, deepest = arm_ratios(res), max(res.settings["depths"])
+    names = [f"{a.name} {v:.2f}x" for a, v in failed.items()]
+    if other:
+        vs = [ratio[Arm(a.L if other == "same" else deepest, "residual")] for a in failed]
+        names.append(f"against {'residual' if other == 'same' else f'L={deepest}, residual'} "
+                     + ", ".join(f"{v:.2f}x" for v in vs))
+    return f"references above the floor ({'; '.join(names)}): {why}"
 
 
 def claim_records(res: Result, *, preconditions: bool = True) -> list:
@@ -457,23 +468,39 @@ def claim_records(res: Result, *, preconditions: bool = True) -> list:
     e, checks = _effects(res), _checks(res.data)
     profile = res.profile if res.profile in ("book", "paper", "smoke") else "smoke"
     raw = {r.id: r for r in claim_records(res, preconditions=False)} if preconditions else {}
-    ratio, refs = reference_ratios(res), references(res.settings["depths"])
     recs = []
     for claim, measures in MEASURES.items():
         per_depth = len(e[claim]) == len(e["units"])
-        keep = {m: _trained_units(res, e, key, kind, p) if preconditions else [True] * len(e[key])
-                for m, (key, kind, p) in measures.items()}
+        need, keep = {}, {}
+        for m, (key, kind, p) in measures.items():
+            ratio = arm_ratios(res, p)
+            need[m] = [[Arm(L, kind) for L in Ls] for Ls in _reference_depths(claim, e, len(e[key]))]
+            keep[m] = [not preconditions or all(ratio.get(a, math.inf) < 1.0 for a in arms)
+                       for arms in need[m]]
         effects = {m: [x for x, k in zip(e[key], keep[m]) if k] for m, (key, _, _) in measures.items()}
         strata = {m: [s for s, k in zip(e["strata"], keep[m]) if k] for m in measures} if per_depth else {}
         rec = claim_record(claim, effects[None], profile=profile, checks=checks, strata=strata.get(None),
                            sensitivity={m: effects[m] for m in measures if m},
                            sensitivity_strata={m: v for m, v in strata.items() if m})
-        sens = tuple(_restricted(x, e["units"], keep[(x["measure"], x["protocol"])], per_depth)
-                     for x in rec.sensitivity)
-        if preconditions and not effects[None] and raw[claim].verdict != "not testable":
-            failed = {a: ratio[a] for a in refs[claim] if ratio[a] >= 1.0}
-            rec = _not_testable(raw[claim], failed)
-        recs.append(dataclasses.replace(rec, sensitivity=sens))
+        sens = [_restricted(x, e["units"], keep[(x["measure"], x["protocol"])], per_depth)
+                for x in rec.sensitivity]
+        rec = dataclasses.replace(rec, sensitivity=tuple(sens))
+        ratio = arm_ratios(res)
+        failed = {a: ratio.get(a, math.inf) for arms, k in zip(need[None], keep[None]) if not k for a in arms
+                  if ratio.get(a, math.inf) >= 1.0}
+        if not failed or raw[claim].verdict == "not testable":
+            recs.append(rec)
+        elif not effects[None]:       # no reference trains: the grade without it, in the reason
+            why = f"precondition failed: {_failed_text(res, claim, failed)}; without it: {raw[claim].verdict}"
+            recs.append(dataclasses.replace(
+                raw[claim], verdict="not testable", subset=(), sensitivity=rec.sensitivity,
+                subsets=dict.fromkeys(raw[claim].subsets, "not testable"), reason=why))
+        else:                         # graded on the depths where it trains (review12 m4)
+            gone = {f"L={a.L}" for a in failed}
+            recs.append(dataclasses.replace(
+                rec, subsets={k: "not testable" if k in gone else v for k, v in rec.subsets.items()},
+                reason="; ".join(x for x in (rec.reason, f"not testable at {', '.join(sorted(gone))}: "
+                                             + _failed_text(res, claim, failed)) if x)))
     return recs
 
 

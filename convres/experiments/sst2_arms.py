@@ -184,12 +184,22 @@ def saturated_rows(s: dict, arm: Arm, seed: int, X: torch.Tensor, *, above: floa
     return [float((S_l.amax(-1) > above).double().mean()) for S_l in S]
 
 
-def attention_gradient_share(s: dict, arm: Arm, seed: int, X: torch.Tensor, Yt: torch.Tensor) -> float:
-    """The share of the gradient at initialization (``seed``, float64) that falls on the attention's
-    ``W_Q`` and ``W_K``: ``sum_l ||grad_{W_Q,W_K}^(l) Phi||^2 / ||grad Phi||^2``."""
+def gradient_shares(s: dict, arm: Arm, seed: int, X: torch.Tensor, Yt: torch.Tensor) -> dict[str, float]:
+    """Per weight (``W_Q``, ..., ``W_U``), its share of the squared gradient at initialization (``seed``,
+    float64), summed over the blocks: ``sum_l ||grad_{W^(l)} Phi||^2 / ||grad Phi||^2``."""
     _, g, _ = loss_and_grad(arm_params(s, arm, seed, X.double()), X.double(), Yt.double(), arm_config(s, arm))
     total = sum(float(v.pow(2).sum()) for v in g.values())
-    return sum(float(v.pow(2).sum()) for k, v in g.items() if k.endswith((".W_Q", ".W_K"))) / total
+    out: dict[str, float] = {}
+    for k, v in g.items():
+        name = k.rsplit(".", 1)[-1]
+        out[name] = out.get(name, 0.0) + float(v.pow(2).sum()) / total
+    return out
+
+
+def attention_gradient_share(s: dict, arm: Arm, seed: int, X: torch.Tensor, Yt: torch.Tensor) -> float:
+    """The share of :func:`gradient_shares` on the attention's ``W_Q`` and ``W_K``."""
+    g = gradient_shares(s, arm, seed, X, Yt)
+    return g["W_Q"] + g["W_K"]
 
 
 _INIT_FIELDS = ("std", "rms_H", "grad_norm", "within_sentence", "pooled_sigma_ratio", "mse")
