@@ -151,30 +151,6 @@ def gradient_descent(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: tor
                  steps, **options)[0]
 
 
-def _as_lists(params, X, Y, cfg, mu) -> tuple[list, list, list, list, list]:
-    """``params``, ``X``, ``Y``, ``cfg`` and ``mu`` as one entry per configuration (shared ones repeated)."""
-    if isinstance(params, Mapping) or not isinstance(params, Sequence) or isinstance(params, (str, bytes)):
-        raise TypeError(f"sweep takes a list of weight dicts (one per configuration); for one run use "
-                        f"convres.gradient_descent, got {type(params).__name__}.")
-    k = len(params)
-    cfgs = [cfg] * k if isinstance(cfg, ModelConfig) else list(cfg) if isinstance(cfg, Sequence) else None
-    mus = [mu] * k if is_real(mu) else list(mu) if isinstance(mu, (Sequence, np.ndarray)) else None
-    if cfgs is None or mus is None:
-        raise TypeError(f"cfg must be a ModelConfig or a list of them and mu a number or a list of "
-                        f"numbers, got {type(cfg).__name__} and {type(mu).__name__}.")
-    if len(cfgs) != k or len(mus) != k:
-        raise ValueError(f"params, cfg and mu must have the same length, got {k}, {len(cfgs)}, {len(mus)}.")
-    per_config = [isinstance(v, (list, tuple)) for v in (X, Y)]
-    if per_config[0] != per_config[1]:
-        raise TypeError("X and Y must both be tensors (data shared by every configuration) or both be "
-                        "lists with one tensor per configuration.")
-    if per_config[0] and (len(X) != k or len(Y) != k):
-        raise ValueError(f"with data per configuration, X and Y need one tensor per configuration "
-                         f"({k}), got {len(X)} and {len(Y)}.")
-    Xs, Ys = (list(X), list(Y)) if per_config[0] else ([X] * k, [Y] * k)
-    return list(params), Xs, Ys, cfgs, mus
-
-
 def _check_runs(params_list, Xs, Ys, cfgs, mus, finite: bool) -> None:
     """Each configuration's inputs and step size (``mus`` made floats in place), errors numbered."""
     for i, (p, c, m) in enumerate(zip(params_list, cfgs, mus)):
@@ -195,7 +171,26 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
           chunk: int | None = None) -> list[Run]:
     """:func:`gradient_descent` for a list of ``params`` (``X``, ``Y``, ``cfg``, ``mu`` shared or one
     each): singular values every ``record_every`` steps, ``callback(step)`` at every iterate."""
-    params_list, Xs, Ys, cfgs, mus = _as_lists(params, X, Y, cfg, mu)
+    if isinstance(params, Mapping) or not isinstance(params, Sequence) or isinstance(params, (str, bytes)):
+        raise TypeError(f"sweep takes a list of weight dicts (one per configuration); for one run use "
+                        f"convres.gradient_descent, got {type(params).__name__}.")
+    k = len(params)
+    cfgs = [cfg] * k if isinstance(cfg, ModelConfig) else list(cfg) if isinstance(cfg, Sequence) else None
+    mus = [mu] * k if is_real(mu) else list(mu) if isinstance(mu, (Sequence, np.ndarray)) else None
+    if cfgs is None or mus is None:
+        raise TypeError(f"cfg must be a ModelConfig or a list of them and mu a number or a list of "
+                        f"numbers, got {type(cfg).__name__} and {type(mu).__name__}.")
+    if len(cfgs) != k or len(mus) != k:
+        raise ValueError(f"params, cfg and mu must have the same length, got {k}, {len(cfgs)}, {len(mus)}.")
+    per_config = [isinstance(v, (list, tuple)) for v in (X, Y)]
+    if per_config[0] != per_config[1]:
+        raise TypeError("X and Y must both be tensors (data shared by every configuration) or both be "
+                        "lists with one tensor per configuration.")
+    if per_config[0] and (len(X) != k or len(Y) != k):
+        raise ValueError(f"with data per configuration, X and Y need one tensor per configuration "
+                         f"({k}), got {len(X)} and {len(Y)}.")
+    Xs, Ys = (list(X), list(Y)) if per_config[0] else ([X] * k, [Y] * k)
+    params_list = list(params)
     steps = as_int("steps", steps, minimum=0, maximum=MAX_STEPS)
     record_every = None if record_every is None else as_int("record_every", record_every, minimum=1)
     tol = as_real("tol", tol, minimum=0.0, finite=False)
@@ -226,9 +221,8 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
     results: list = [None] * len(params_list)
     try:
         for idx in chunks:
-            shared_data = not isinstance(X, (list, tuple))
-            loop = _Loop([params_list[i] for i in idx], X if shared_data else [Xs[i] for i in idx],
-                         Y if shared_data else [Ys[i] for i in idx], [cfgs[i] for i in idx],
+            loop = _Loop([params_list[i] for i in idx], [Xs[i] for i in idx] if per_config[0] else X,
+                         [Ys[i] for i in idx] if per_config[0] else Y, [cfgs[i] for i in idx],
                          [mus[i] for i in idx], dev, record_every, idx, callback)
             for i, r in zip(idx, loop.run(steps, tol, rtol, blowup, bar)):
                 results[i] = r

@@ -386,18 +386,6 @@ def tangent_kernel_blocks(params, X, cfg) -> dict:
     return {"lambda_min": lam, "trace": tr, "blocks": blocks}
 
 
-def _one_block_descent(params, X, Y, cfg, block: str, mu: float, steps: int) -> np.ndarray:
-    """The losses ``Phi_0 .. Phi_T`` of gradient descent on the weight ``block`` alone."""
-    p = {k: v.detach() for k, v in params.items()}
-    grad_and_value = torch.func.grad_and_value(lambda w: phi({**p, block: w}, X, Y, cfg))
-    losses = []
-    for _ in range(steps + 1):
-        g, value = grad_and_value(p[block])
-        losses.append(float(value))
-        p[block] = p[block] - mu * g
-    return np.asarray(losses)
-
-
 def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U") -> dict:
     """How lazy a run is (Chizat, Oyallon & Bach 2019): the tangent kernel, displacements, ``||H_0 -
     X||``, ``max |S - U|``, ``block``-only descent and the ``linearization_error`` of ``F``."""
@@ -418,7 +406,12 @@ def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U")
     final, hist = gradient_descent(p0, X, Y, cfg, mu, steps)
     disp = {k: float((final[k] - p0[k]).norm()) for k in p0}
     total = sum(v * v for v in disp.values())
-    one = _one_block_descent(p0, X, Y, cfg, block, mu, hist.steps)
+    grad_and_value = torch.func.grad_and_value(lambda w: phi({**p0, block: w}, X, Y, cfg))
+    w, one = p0[block], []                                # descent on the weight ``block`` alone
+    for _ in range(hist.steps + 1):
+        g, value = grad_and_value(w)
+        one.append(float(value))
+        w = w - mu * g
     loss = np.asarray(hist.loss, dtype=np.float64)
     delta = {k: final[k] - p0[k] for k in p0}             # F_0 and its derivative along theta_T - theta_0
     F0, JD = torch.func.jvp(lambda p: forward_trace(p, X, cfg).F, (p0,), (delta,))[:2]
@@ -426,7 +419,7 @@ def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U")
     moved = float((FT - F0).norm())
     share = {k: v * v / total for k, v in disp.items()} if total > 0 else {}
     out.update(displacement=disp, displacement_share=share, block=block, loss=loss.tolist(),
-               loss_one_block=one.tolist(), one_block_gap={str(t): float(abs(one[t] - loss[t]) / loss[t])
+               loss_one_block=one, one_block_gap={str(t): float(abs(one[t] - loss[t]) / loss[t])
                               for t in sorted({1, 10, 30, hist.steps}) if t <= hist.steps and loss[t] > 0},
                linearization_error=float((FT - F0 - JD).norm()) / moved if moved > 0 else None,
                mu=mu, steps=hist.steps)
@@ -434,24 +427,6 @@ def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U")
 
 
 # --- how tight the bounds are ---------------------------------------------------------------------------
-
-def _ascend_delta_H(theta0, X, cfg, r, start, steps: int = 10) -> float:
-    """The largest ``||H(theta) - H_0||_2`` that projected gradient ascent finds on ``B_r``."""
-    H0 = stacked(trace_no_grad(theta0, X, cfg).H[0])
-
-    def value(p):
-        return torch.linalg.matrix_norm(stacked(forward_trace(p, X, cfg).H[0]) - H0, 2)
-
-    p, best = start, 0.0
-    for _ in range(steps + 1):
-        grads, val = torch.func.grad_and_value(value)({k: v.detach() for k, v in p.items()})
-        best = max(best, float(val))
-        gnorm = flat_norm(grads.values()) or 1.0
-        step = {k: p[k].detach() + 0.5 * r * g / gnorm - theta0[k] for k, g in grads.items()}
-        norm = flat_norm(step.values())
-        p = {k: theta0[k] + step[k] * min(1.0, r / norm) for k in theta0}
-    return best
-
 
 def sampled_estimates(params, X, Y, cfg, cert: Certificate) -> dict:
     """Lower estimates of what the certificate bounds: ``L_hat``, ``L_lower = ||H_0||^2``, ``J_0``,
@@ -468,7 +443,19 @@ def sampled_estimates(params, X, Y, cfg, cert: Certificate) -> dict:
     L_hat = max(hessian_norm(p, X, Y, cfg, iters=8) for p in [theta0] + pts)
     J_0 = jac_norm(theta0)
     J_hat = max([J_0] + [jac_norm(p) for p in pts])
-    dH = _ascend_delta_H(theta0, X, cfg, cert.r_sigma_lower, random_point(theta0, cert.r_sigma_lower, gen))
+    H0, r = stacked(trace_no_grad(theta0, X, cfg).H[0]), cert.r_sigma_lower
+
+    def delta_H(p):
+        return torch.linalg.matrix_norm(stacked(forward_trace(p, X, cfg).H[0]) - H0, 2)
+
+    p, dH = random_point(theta0, r, gen), 0.0
+    for _ in range(11):                                   # 10 steps of projected gradient ascent on B_r
+        grads, val = torch.func.grad_and_value(delta_H)({k: v.detach() for k, v in p.items()})
+        dH = max(dH, float(val))
+        gnorm = flat_norm(grads.values()) or 1.0
+        step = {k: p[k].detach() + 0.5 * r * g / gnorm - theta0[k] for k, g in grads.items()}
+        norm = flat_norm(step.values())
+        p = {k: theta0[k] + step[k] * min(1.0, r / norm) for k in theta0}
     c = centre(params, X, Y, cfg)
     return {"L_hat": L_hat, "L_lower": c.h0 ** 2, "J_0": J_0, "J_hat": J_hat, "delta_H_hat": dH,
             "delta_H_bound": chain(c, cert.r_sigma_lower).delta_H,

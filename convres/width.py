@@ -70,13 +70,6 @@ def events(N: int, n: int, targets: str = "sign", activation: str = "gelu",
             "Y": ["Y"] if targets == "gaussian" and not fixed else []}
 
 
-def _fluctuations(ev: dict[str, list[str]], delta: float) -> dict[str, float]:
-    """``t_g = sqrt(2 ln(|g| / delta_g))`` per group with events, ``delta_g`` its share of ``delta``."""
-    live = {g: DELTA_SPLIT[g] for g in EVENT_GROUPS if ev[g]}
-    total = sum(live.values())
-    return {g: math.sqrt(2 * math.log(len(ev[g]) * total / (w * delta))) for g, w in live.items()}
-
-
 def gelu_second_moment(sigma: float) -> tuple[float, float]:
     """Lemma wd-lem-gelu2: ``(c_psi, c_e)`` with ``c_psi(sigma) = E gelu(sigma g)^2 / sigma^2`` and
     ``c_e(sigma) = E e(sigma g)^2 / sigma^2``, ``e(u) = gelu(u) - u/2``, ``g ~ N(0, 1)``::
@@ -194,7 +187,8 @@ def worst_case(N: int, n: int, d: int, delta: float = 0.05, data: FixedData | No
         raise ValueError(f"the fixed data have N, n, d0 = {data.N}, {data.n}, {data.d0}; got N={N}, "
                          f"n={n}, d={d} (d must be at least d0).")
     ev = events(N, n, r["targets"], r["activation"], fixed=data is not None)
-    t = _fluctuations(ev, delta)
+    live = {g: DELTA_SPLIT[g] for g in EVENT_GROUPS if ev[g]}      # t_g = sqrt(2 ln(|g| / delta_g))
+    t = {g: math.sqrt(2 * math.log(len(ev[g]) * sum(live.values()) / (w * delta))) for g, w in live.items()}
     tX, tQ, tV, tF, tU = t.get("X", 0.0), t["QK"], t["V"], t["FFN"], t["U"]
     act = ACTIVATIONS[r["activation"]]
     Nn, rd, rn, rN = N * n, math.sqrt(d), math.sqrt(n), math.sqrt(N)
