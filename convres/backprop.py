@@ -1,9 +1,6 @@
-"""Backpropagation written out by hand: book equations (1)-(5) and the gradient of (5).
-
-The arithmetic of :func:`convres.model.forward_trace` and :func:`convres.model.phi_and_grad`, on
-the *rows* of a stack of ``B`` configurations: every weight is ``(B, p, q)``, every hidden matrix
-``(B, N n, q)`` (the ``N`` sequences' rows one after another), the attention matrices
-``(B N, n, n)``. Book chapter *Performance* (``book/performance.md``).
+"""Backpropagation written out by hand: book equations (1)-(5) and the gradient of (5), on the rows
+of a stack of ``B`` configurations (weights ``(B, p, q)``, hidden matrices ``(B, N n, q)``,
+attention ``(B N, n, n)``). Book chapter *Performance*.
 """
 
 from __future__ import annotations
@@ -20,8 +17,7 @@ __all__ = ["Trace", "linear", "attention_logits", "attention", "softmax_rows", "
 
 
 class Trace(NamedTuple):
-    """A forward pass: per block (lists of length ``L``) ``logits``, ``S``, ``A``, ``Z``, ``M``, ``H``;
-    the output ``F``."""
+    """A forward pass: per block ``logits``, ``S``, ``A``, ``Z``, ``M``, ``H``; the output ``F``."""
 
     logits: list
     S: list
@@ -41,8 +37,7 @@ class Trace(NamedTuple):
 
 
 def softmax_rows(logits):
-    """``softmax_rows(G)_ij = exp(G_ij - c_i) / sum_k exp(G_ik - c_i)``, ``c_i = max_k G_ik`` (book
-    equation (1)); written out: ``torch.softmax`` is several times slower on short rows on a CPU."""
+    """``exp(G_ij - c_i) / sum_k exp(G_ik - c_i)``, ``c_i = max_k G_ik`` (book equation (1))."""
     c = logits.amax(-1, keepdim=True)
     e = (logits - (c.detach() if c.requires_grad else c)).exp_()
     return e / e.sum(-1, keepdim=True)
@@ -62,22 +57,19 @@ def attention_logits(X, W_Q, W_K, s: float):
 
 
 def attention(X, W_Q, W_K, W_V, s: float):
-    """``(S, A)``: the attention matrix ``S = softmax_rows(s X W_Q W_K^T X^T)`` and the attention
-    output ``A = Attn(X) = S X W_V`` (book equation (1)), for ``X`` of shape ``(..., n, d)``."""
+    """``(S, A)``: ``S = softmax_rows(s X W_Q W_K^T X^T)``, ``A = S X W_V`` (book equation (1))."""
     S = softmax_rows(attention_logits(X, W_Q, W_K, s))
     return S, linear(S @ X, W_V)
 
 
 def coefficient(beta):
-    """A residual coefficient ready to scale a stack ``(B, rows, q)``: a number, or a ``(B,)``
-    tensor viewed as ``(B, 1, 1)``."""
+    """A residual coefficient for a stack: a number, or a ``(B,)`` tensor as ``(B, 1, 1)``."""
     return beta.reshape(-1, 1, 1) if isinstance(beta, torch.Tensor) else beta
 
 
 def plus_product(beta, C: torch.Tensor, A: torch.Tensor, B: torch.Tensor, view=None,
                  overwrite: bool = False) -> torch.Tensor:
-    """``beta C + A B`` by one ``torch.baddbmm`` (``C`` seen as ``view``), in place when ``beta C`` is
-    new or ``overwrite``; ``A B`` alone when ``beta`` is 0."""
+    """``beta C + A B`` by one ``torch.baddbmm``, in place when ``beta C`` is new or ``overwrite``."""
     if isinstance(beta, torch.Tensor):
         C, beta, overwrite = beta * C, 1.0, True            # a new tensor: add A B to it
     if beta == 0:
@@ -92,8 +84,7 @@ WHOLE_ROWS = 8
 
 
 def sequence_mask(N: int, n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The ``(N n, N n)`` matrix that is ``0`` where ``i // n == j // n`` (the same sequence) and
-    ``-inf`` elsewhere; cached per shape, except inside a ``torch.func`` transform."""
+    """``0`` where ``i // n == j // n`` (one sequence), else ``-inf``: cached outside ``torch.func``."""
     if torch._C._functorch.peek_interpreter_stack() is not None:
         return _sequence_mask.__wrapped__(N, n, dtype, device)
     return _sequence_mask(N, n, dtype, device)
@@ -107,8 +98,7 @@ def _sequence_mask(N: int, n: int, dtype: torch.dtype, device: torch.device) -> 
 
 
 def per_sequence(T: torch.Tensor, N: int, n: int) -> torch.Tensor:
-    """The ``(B N, n, n)`` attention matrices of :func:`block_rows`'s ``T`` (``logits`` or ``S``):
-    ``T`` itself, or the diagonal blocks of its ``(B, N n, N n)`` matrices."""
+    """The ``(B N, n, n)`` attention matrices of :func:`block_rows`'s ``T`` (``logits`` or ``S``)."""
     if T.shape[-1] == n:
         return T
     B = T.shape[0]
@@ -143,9 +133,8 @@ def block_rows(X, W, s: float, act, beta_attn, beta_ffn, N: int):
 
 
 def forward_rows(layers, W_U, X, s: float, act, beta_attn, beta_ffn, N: int, pooled: bool):
-    """Book equations (1)-(4) on rows ``X`` ``(B, N n, d)``: ``(blocks, last, F)``, each block's
-    input with its :func:`block_rows` outputs, the last ``H`` (averaged per sequence if ``pooled``)
-    and ``F = last W_U``; ``layers``: one dict ``W_Q, ..., W_2`` per block."""
+    """Book equations (1)-(4) on rows ``X``: ``(blocks, last, F)``, each block's input and outputs,
+    the last ``H`` (averaged per sequence if ``pooled``) and ``F = last W_U``."""
     blocks = []
     for W in layers:
         blocks.append((X, block_rows(X, W, s, act, beta_attn, beta_ffn, N)))
@@ -155,8 +144,7 @@ def forward_rows(layers, W_U, X, s: float, act, beta_attn, beta_ffn, N: int, poo
 
 
 def phi_and_grad_rows(layers, W_U, X, Y, s: float, act, beta_attn, beta_ffn, N: int, pooled: bool):
-    """``(Phi, grads, blocks, F)``: :func:`forward_rows`, the loss ``Phi = 1/2 ||F - Y||^2`` of each
-    configuration (book equation (5); ``Y`` in the rows of ``F``) and :func:`backward_rows`."""
+    """``(Phi, grads, blocks, F)``: ``Phi = 1/2 ||F - Y||^2`` (book equation (5)) and its gradient."""
     blocks, last, F = forward_rows(layers, W_U, X, s, act, beta_attn, beta_ffn, N, pooled)
     R = F - Y
     grads = backward_rows(layers, W_U, blocks, last, R, s, act, beta_attn, beta_ffn, N, pooled)
@@ -164,8 +152,7 @@ def phi_and_grad_rows(layers, W_U, X, Y, s: float, act, beta_attn, beta_ffn, N: 
 
 
 def trace_fields(outs, W_V, lead: tuple, N: int, n: int) -> list[list[torch.Tensor]]:
-    """The fields ``logits, S, A, Z, M, H`` of a trace (lists over the blocks, ``(*lead, N, n, q)``)
-    from the :func:`block_rows` outputs ``outs``; ``A = (S X) W_V`` is computed here."""
+    """The fields ``logits, S, A, Z, M, H`` of a trace from the :func:`block_rows` outputs ``outs``."""
     A = [torch.bmm(out[7], w) for out, w in zip(outs, W_V)]
     attention = ([per_sequence(out[i], N, n).reshape(*lead, N, n, n) for out in outs] for i in (0, 1))
     rows = (A, *([out[i] for out in outs] for i in (2, 3, 4)))
@@ -196,8 +183,7 @@ def backward_rows(layers, W_U, blocks, last, R, s: float, act, beta_attn, beta_f
         dW_Q = X^T dG K,   dW_K = X^T dG^T Q
         dX = S^T dSX + beta_attn dZ + dG K W_Q^T + dG^T Q W_K^T        (the dH of the block below)
 
-    ``out``: contiguous tensors by weight name that receive the gradients (returned);
-    ``layers_T``: :func:`transposes` of ``layers``, when the caller keeps them.
+    ``out``: tensors that receive the gradients; ``layers_T``: :func:`transposes` of ``layers``.
     """
     layers_T = layers_T or transposes(layers)
     grads = out if out is not None else {}

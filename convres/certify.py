@@ -1,9 +1,6 @@
-"""Rigorous constants for the book's theorems: every hypothesis of part (b) bounded before the run.
-
-From norms at ``theta_0``, :func:`chain` bounds the block Jacobians of ``Z, M, H, F`` on ``B_r`` and
-their increments (``thm-lem-chain``); from them ``r_sigma_lower`` (``sigma_Nn(H) >= (1 - eps) sigma_0``
-on it), ``J_upper >= J_B`` and ``L_upper >= L_B``. ``rho_eps < r_sigma_lower`` certifies the instance
-(:func:`certificate`; :func:`ffn_certificate` for ``thm-ffn``). Float64; one block, smooth activation.
+"""Rigorous constants: every hypothesis of part (b) bounded before the run, from norms at ``theta_0``
+(:func:`chain`, ``thm-lem-chain``); ``rho_eps < r_sigma_lower`` certifies an instance
+(:func:`certificate`; :func:`ffn_certificate` for ``thm-ffn``). Float64, one block, smooth activation.
 """
 
 from __future__ import annotations
@@ -52,10 +49,9 @@ RIEMANN_STEPS = 32
 
 @dataclasses.dataclass(frozen=True)
 class Centre:
-    """Norms at ``theta_0`` (float64), the inputs of every bound: per sequence ``x_i = ||X_i||_2``,
-    ``q_i, k_i, v_i = ||X_i W_{Q,K,V}||_2``; stacked ``x = ||X||``, ``sx = ||S X||``, ``z0, a0, h0 =
-    ||Z_0||, ||M_0||, ||H_0||``, ``sigma_0 = sigma_Nn(H_0)``; ``w1, w2, u`` the weights' norms; ``R0 =
-    sqrt(2 Phi_0)``; ``s``, ``n``, ``beta_f`` (FFN residual), ``lip = sup|act'|``, ``lip2 = sup|act''|``."""
+    """Norms at ``theta_0``: per sequence ``x_i = ||X_i||_2``, ``q_i, k_i, v_i = ||X_i W_{Q,K,V}||_2``;
+    stacked ``x = ||X||``, ``sx = ||S X||``, ``z0, a0, h0 = ||Z_0||, ||M_0||, ||H_0||``, ``sigma_0 =
+    sigma_Nn(H_0)``; ``w1, w2, u`` the weights'; ``R0 = sqrt(2 Phi_0)``; ``beta_f`` the FFN residual."""
 
     x_i: np.ndarray
     q_i: np.ndarray
@@ -87,8 +83,7 @@ class Centre:
 
 
 def check_one(params, X, Y, cfg, *, per_token: bool = True) -> None:
-    """:func:`convres.model.check_inputs` for one configuration (no stacked weights), with the
-    per-token readout of thm-main if ``per_token``."""
+    """:func:`convres.model.check_inputs` for one configuration, per token if ``per_token``."""
     check_inputs(params, X, Y, cfg)
     if per_token and cfg.pool is not None:
         raise ValueError(f"thm-main is stated per token (pool=None), got pool={cfg.pool!r}; use "
@@ -99,8 +94,7 @@ def check_one(params, X, Y, cfg, *, per_token: bool = True) -> None:
 
 
 def check_certifiable(params, X, Y, cfg, route: str = "main") -> None:
-    """A clear error unless the bounds apply: :func:`check_one` (per token for ``route="main"``), one
-    block, smooth activation."""
+    """A clear error unless the bounds apply: :func:`check_one`, one block, smooth activation."""
     if route not in ROUTES:
         raise ValueError(f"route must be one of {ROUTES}, got {route!r}.")
     check_one(params, X, Y, cfg, per_token=route == "main")
@@ -145,9 +139,8 @@ def weight_norms(p) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class Chain:
-    """Lemma ``thm-lem-chain`` on ``B_r``: ``||D_b G|| <= dG[b]`` (blocks :data:`BLOCKS`, ``G = Z, P,
-    M, H, F``), ``||G - G_0||_F <= delta_G``, ``Zbar, Mbar, Hbar`` bound ``||Z||, ||M||, ||H||`` and
-    ``dS_i >= ||S_i - S_i^0||_F``."""
+    """Lemma ``thm-lem-chain`` on ``B_r``: ``||D_b G|| <= dG[b]`` (``G = Z, P, M, H, F``), ``||G -
+    G_0||_F <= delta_G``, ``Zbar, Mbar, Hbar >= ||Z||, ||M||, ||H||``, ``dS_i >= ||S_i - S_i^0||_F``."""
 
     r: float
     dS_i: np.ndarray
@@ -206,8 +199,8 @@ def chain(c: Centre, r: float, steps: int = RIEMANN_STEPS) -> Chain:
 
 
 def radius_within(c: Centre, which: str, target: float, iters: int = 40) -> float:
-    """``sup{r : delta_G(r) <= target}`` (``G = which``, the increment ``Chain.delta_G``: Z, M or H)
-    from below, by doubling and bisection to ``2^-iters max(1, r*)`` (lemma wd-lem-compare)."""
+    """``sup{r : delta_G(r) <= target}`` (``G = which``: Z, M or H) from below, by doubling and
+    bisection to ``2^-iters max(1, r*)`` (lemma wd-lem-compare)."""
     if which not in ("H", "M", "Z"):
         raise ValueError(f"which must be one of ['H', 'M', 'Z'], got {which!r}.")
 
@@ -240,7 +233,7 @@ def _sym(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def second_order(c: Centre, ch: Chain, c2: float = SOFTMAX_C2) -> float:
     """Lemma ``thm-lem-lup``: ``M_2 >= sup ||D^2 F[w, w]||_F`` on ``B_r`` (unit ``w``), the top eigenvalue
-    of the ``6 x 6`` ``Q_F`` with ``||D^2 F[w, w]|| <= e^T Q_F e``, ``e`` the block norms of ``w``."""
+    of ``Q_F`` (``6 x 6``) with ``||D^2 F[w, w]|| <= e^T Q_F e``, ``e`` the block norms of ``w``."""
     r, s, x_i = ch.r, c.s, c.x_i
     K, Q, V = c.k_i + x_i * r, c.q_i + x_i * r, c.v_i + x_i * r
     W1, W2, U = c.w1 + r, c.w2 + r, c.u + r
@@ -277,7 +270,6 @@ def smoothness_upper(c: Centre, r: float) -> float:
 
 
 class _Bounds:
-    """What both certificates share: the contraction per step and the JSON form."""
 
     mu: float
     alpha: float
@@ -289,15 +281,14 @@ class _Bounds:
         return self.mu * self.alpha
 
     def to_dict(self) -> dict:
-        """JSON-ready (infinite values become ``None``), with the derived values ``_derived``."""
+        """JSON-ready, with the derived values ``_derived``."""
         return finite_fields({**vars(self), **{k: getattr(self, k) for k in self._derived}})
 
 
 @dataclasses.dataclass(frozen=True)
 class Certificate(_Bounds):
-    """Part (b) of ``thm-main`` bounded before the run (corollary ``sc-cor-eps``): ``certified`` iff
-    ``ratio = rho / r_sigma_lower < 1``; ``radius`` of the bounds; ``mu = 1 / L_upper``; ``alpha =
-    ((1 - eps) sigma_0)^2``."""
+    """Part (b) of ``thm-main`` before the run (corollary ``sc-cor-eps``): ``certified`` iff ``ratio =
+    rho / r_sigma_lower < 1``; ``mu = 1 / L_upper``; ``alpha = ((1 - eps) sigma_0)^2``."""
 
     certified: bool
     ratio: float
@@ -328,13 +319,19 @@ def certificate_of(c: Centre, eps: float = EPS_BOOK) -> Certificate:
     """The :class:`Certificate` from the centre ``c``, ``0 < eps < 1`` (corollary sc-cor-eps)."""
     r_lo = r_sigma_lower(c, eps=eps)
     rho = c.rho(eps)
-    ratio = rho / r_lo if r_lo > 0 else math.inf
-    certified = bool(c.sigma_0 > 0 and ratio < 1)
-    radius = min(r_lo, BALL_MARGIN * rho) if certified else r_lo
-    L, J, M2 = smoothness_bounds(c, radius)
+    certified, ratio, radius, (L, J, M2) = _ball(c, rho, r_lo, c.sigma_0 > 0)
     return Certificate(certified=certified, ratio=ratio, rho=rho, r_sigma_lower=r_lo, radius=radius,
                        L_upper=L, J_upper=J, M2=M2, mu=1.0 / L, alpha=c.alpha(eps), sigma_0=c.sigma_0,
                        sigma_max_H0=c.h0, initial_loss=0.5 * c.R0 ** 2, eps=float(eps))
+
+
+def _ball(c: Centre, rho: float, r_lo: float, positive: bool, readout: float = 1.0) -> tuple:
+    """``(certified, ratio, radius, smoothness_bounds)``: ``rho / r_lo < 1``, the ball ``min(r_lo,
+    BALL_MARGIN rho)`` if certified (else ``r_lo``) and the bounds on it."""
+    ratio = rho / r_lo if r_lo > 0 else math.inf
+    certified = bool(positive and ratio < 1)
+    radius = min(r_lo, BALL_MARGIN * rho) if certified else r_lo
+    return certified, ratio, radius, smoothness_bounds(c, radius, readout)
 
 
 def sharpest_certificate_of(c: Centre, grid=EPS_GRID) -> Certificate:
@@ -352,8 +349,7 @@ def sharpest_certificate_of(c: Centre, grid=EPS_GRID) -> Certificate:
 
 @dataclasses.dataclass(frozen=True)
 class FFNCentre:
-    """The chain's :class:`Centre`, ``sigma_M0 = sigma_rows(M~_0)``, ``norm_M0``, ``sigma_U0 = sigma_c(W_U)``
-    (``M~`` per token, or its mean per sequence)."""
+    """The :class:`Centre`, ``sigma_M0 = sigma_rows(M~_0)``, ``norm_M0``, ``sigma_U0 = sigma_c(W_U)``."""
 
     chain: Centre
     sigma_M0: float
@@ -364,7 +360,7 @@ class FFNCentre:
 
 
 def ffn_centre(params, X, Y, cfg) -> FFNCentre:
-    """The :class:`FFNCentre` at ``params`` (one block, smooth activation, per token or pooled)."""
+    """The :class:`FFNCentre` at ``params``."""
     p, X64, _ = _float64(params, X, Y)
     Mt = activation_rows(trace_no_grad(p, X64, cfg).M[0], cfg)
     rows = int(Mt.shape[0])
@@ -374,9 +370,9 @@ def ffn_centre(params, X, Y, cfg) -> FFNCentre:
 
 @dataclasses.dataclass(frozen=True)
 class FFNCertificate(_Bounds):
-    """Part (b) of ``thm-ffn`` bounded before the run (corollary ``ffn-cor-cert``): ``certified`` iff
-    ``rho' / r'_lo < 1``, ``rho' = 8 sqrt(2 Phi_0) / (sigma_M0 sigma_U0)``, ``r'_lo = min(r_M,
-    sigma_U0 / 2)``, ``r_M = sup{r : delta_M(r) <= nu sigma_M0 / 2}`` (``nu = sqrt(n)`` pooled)."""
+    """Part (b) of ``thm-ffn`` before the run (corollary ``ffn-cor-cert``): ``certified`` iff ``rho' /
+    r'_lo < 1``, ``rho' = 8 sqrt(2 Phi_0) / (sigma_M0 sigma_U0)``, ``r'_lo = min(r_M, sigma_U0 / 2)``,
+    ``r_M = sup{r : delta_M(r) <= nu sigma_M0 / 2}`` (``nu = sqrt(n)`` pooled)."""
 
     certified: bool
     ratio: float
@@ -406,7 +402,7 @@ class FFNCertificate(_Bounds):
 
 
 def ffn_certificate(params, X, Y, cfg) -> FFNCertificate:
-    """The :class:`FFNCertificate` of an instance (per token or pooled, ``N n > d`` allowed)."""
+    """The :class:`FFNCertificate` of an instance (``N n > d`` allowed)."""
     check_certifiable(params, X, Y, cfg, route="ffn")
     return ffn_certificate_of(ffn_centre(params, X, Y, cfg))
 
@@ -419,10 +415,8 @@ def ffn_certificate_of(f: FFNCentre) -> FFNCertificate:
     r_lo = min(r_M, f.sigma_U0 / 2)
     positive = f.sigma_M0 > 0 and f.sigma_U0 > 0
     rho = 8 * c.R0 / (f.sigma_M0 * f.sigma_U0) if positive else math.inf
-    ratio = rho / r_lo if r_lo > 0 else math.inf
-    certified = bool(positive and ratio < 1)
-    radius = min(r_lo, BALL_MARGIN * rho) if certified else r_lo
-    L, J, M2 = smoothness_bounds(c, radius, readout=1 / math.sqrt(c.n) if f.pooled else 1.0)
+    readout = 1 / math.sqrt(c.n) if f.pooled else 1.0
+    certified, ratio, radius, (L, J, M2) = _ball(c, rho, r_lo, positive, readout)
     return FFNCertificate(certified=certified, ratio=ratio, rho=rho, r_M=r_M, r_lower=r_lo, radius=radius,
                           L_upper=L, J_upper=J, M2=M2, mu=1.0 / L, alpha=alpha_ffn(f.sigma_M0, f.sigma_U0),
                           sigma_M0=f.sigma_M0, norm_M0=f.norm_M0, sigma_U0=f.sigma_U0, rows=f.rows,
@@ -433,9 +427,8 @@ def ffn_certificate_of(f: FFNCentre) -> FFNCertificate:
 
 @dataclasses.dataclass
 class CertifiedRun:
-    """A run with ``mu = 1 / L_upper``, each certified claim checked every step: ``envelope = (1 - mu
-    alpha)^t Phi_0``, ``distance`` and ``path`` ``<= rho``, ``sigma`` (and ``sigma_U``) above their
-    floors; ``violations``: steps where one fails beyond round-off."""
+    """A run with ``mu = 1 / L_upper``, each claim checked every step (``envelope = (1 - mu alpha)^t
+    Phi_0``, ``distance``, ``path <= rho``, ``sigma`` floors); ``violations`` beyond round-off."""
 
     certificate: Certificate | FFNCertificate
     loss: np.ndarray
@@ -460,7 +453,7 @@ class CertifiedRun:
                    for k in ("loss", "envelope", "distance", "path", "sigma", "sigma_U", "ratio")}}
 
     def min_sigma_ratio(self) -> float | None:
-        """The smallest ``sigma_t / sigma_0`` along the run (ffn: the smaller of the two ratios)."""
+        """The smallest ``sigma_t / sigma_0`` along the run (ffn: of the two ratios)."""
         c = self.certificate
         if isinstance(c, FFNCertificate):
             if not (c.sigma_M0 > 0 and c.sigma_U0 > 0):
@@ -493,8 +486,7 @@ class CertifiedRun:
 
 def _checked_run(params, X, Y, cfg, steps: int, cert: Certificate | FFNCertificate | None,
                  kind: type[Certificate] | type[FFNCertificate]) -> CertifiedRun:
-    """Gradient descent with ``cert.mu`` (a ``kind``, :class:`Certificate` or :class:`FFNCertificate`,
-    computed here if ``None``), every claim of ``cert`` checked."""
+    """Gradient descent with ``cert.mu`` (computed here if ``None``), every claim of ``cert`` checked."""
     main = kind is Certificate
     check_certifiable(params, X, Y, cfg, route=kind.route)
     steps = as_int("steps", steps, minimum=1)

@@ -1,8 +1,5 @@
-"""How the theory's inequalities are checked along a run: one record, one tolerance policy.
-
-Every check of ``Phi_{t+1} <= (1 - mu alpha_t) Phi_t`` goes through :func:`contraction_check`
-(tolerance :func:`tolerance`, floor :data:`LOSS_FLOOR`); every hypothesis is a :class:`Hypothesis`.
-"""
+"""How the theory's inequalities are checked along a run: ``Phi_{t+1} <= (1 - mu alpha_t) Phi_t`` by
+:func:`contraction_check` (:func:`tolerance`, :data:`LOSS_FLOOR`), hypotheses as :class:`Hypothesis`."""
 
 from __future__ import annotations
 
@@ -25,8 +22,7 @@ LOSS_FLOOR = 1e-20
 
 
 def tolerance(dtype: torch.dtype = torch.float64) -> float:
-    """The relative tolerance of a check on losses computed in ``dtype``: :data:`FLOAT_TOL` in
-    float64, ``100 eps`` otherwise (``1.2e-5`` in float32)."""
+    """The relative tolerance of losses in ``dtype``: :data:`FLOAT_TOL` in float64, else ``100 eps``."""
     return FLOAT_TOL if dtype == torch.float64 else 100 * torch.finfo(dtype).eps
 
 
@@ -37,12 +33,9 @@ def finite_fields(d: dict) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class Hypothesis:
-    """One hypothesis of a theorem on one instance (or one experiment's shapes): ``holds`` iff
-    ``value`` meets ``threshold`` (``None`` when it is not decided). ``kind`` says how it is
-    known: ``"certified"`` (bounded before the run), ``"observed"`` (measured along the run),
-    ``"estimated"`` (compared with an estimate, which can refute but not establish it) or
-    ``"exact"`` (a property of the shapes or of the instance at ``theta_0``). ``tex``: the statement,
-    symbols as ``$...$`` TeX (:func:`convres.show.tex`); ``text`` for a terminal."""
+    """One hypothesis on one instance: ``holds`` iff ``value`` meets ``threshold`` (``None``: not
+    decided); ``kind`` ``"certified"``, ``"observed"``, ``"estimated"`` (can only refute) or
+    ``"exact"``; ``tex`` the statement with ``$...$`` TeX."""
 
     name: str
     tex: str
@@ -65,10 +58,8 @@ class Hypothesis:
 
 @dataclasses.dataclass(frozen=True)
 class Contraction:
-    """A loss curve checked against ``Phi_{t+1} <= (1 - rate_t) Phi_t``: ``steps`` are the
-    ``checked_steps`` ``t`` (those with ``Phi_t > LOSS_FLOOR Phi_0``), ``excess[k] = Phi_{t+1}/Phi_t -
-    (1 - rate_t)`` at ``t = steps[k]`` (largest ``max_excess``, NaN if none); ``violations``: the
-    excesses above ``tolerance``."""
+    """``Phi_{t+1} <= (1 - rate_t) Phi_t`` at the ``steps`` with ``Phi_t > LOSS_FLOOR Phi_0``:
+    ``excess = Phi_{t+1}/Phi_t - (1 - rate_t)``, ``violations`` above ``tolerance``."""
 
     steps: np.ndarray
     excess: np.ndarray
@@ -84,8 +75,7 @@ class Contraction:
 
 
 def contraction_check(loss, rate, *, tol: float = FLOAT_TOL, floor: float = LOSS_FLOOR) -> Contraction:
-    """The :class:`Contraction` of the losses ``Phi_0 .. Phi_T`` for ``rate = mu alpha`` (a number
-    or one value per step); steps with ``Phi_t <= floor Phi_0`` are skipped (round-off)."""
+    """The :class:`Contraction` of ``Phi_0 .. Phi_T`` for ``rate = mu alpha`` (or one per step)."""
     loss = np.asarray(loss, dtype=np.float64)
     T = max(len(loss) - 1, 0)
     rate = np.broadcast_to(np.asarray(rate, dtype=np.float64), (T,))

@@ -1,9 +1,6 @@
-"""Rank collapse of softmax attention, the counterexamples, and what the residual does about it.
-
-With ``S = softmax_rows(s X W_Q W_K^T X^T)``, ``Attn(X) = S X W_V``, ``Z = Attn(X) + beta X``: uniform
-rows ``S -> 1 1^T / n`` (:func:`gaussian_instance`, :func:`dqk_sweep`) or rows saturated on one token
-``S -> 1 e_j^T`` (:func:`spiked_instance`, :func:`scale_sweep`) make ``Attn(X)`` rank one; the
-residual keeps ``sigma_min(Z)`` positive.
+"""Rank collapse of softmax attention: uniform rows ``S -> 1 1^T / n`` (:func:`dqk_sweep`) or rows
+saturated on one token ``S -> 1 e_j^T`` (:func:`scale_sweep`) make ``Attn(X) = S X W_V`` rank one;
+the residual keeps ``sigma_min(Attn(X) + beta X)`` positive.
 """
 
 from __future__ import annotations
@@ -22,29 +19,16 @@ from .rank import rank_one_residual, singular_value_measures, singular_values, s
 from .runtime import torch_threads
 from .values import as_int, as_real
 
-__all__ = [
-    "attention_output",
-    "collapse_measures",
-    "gaussian_instance",
-    "logit_margins",
-    "spiked_instance",
-    "dqk_sweep",
-    "dqk_sweep_seeds",
-    "scale_sweep",
-    "value_counterexample",
-    "rank_one_floor",
-    "gd_attention_stats",
-    "sigma_min_table",
-    "TABLE_D_QKS",
-]
+__all__ = ["attention_output", "collapse_measures", "gaussian_instance", "logit_margins", "spiked_instance",
+           "dqk_sweep", "dqk_sweep_seeds", "scale_sweep", "value_counterexample", "rank_one_floor",
+           "gd_attention_stats", "sigma_min_table", "TABLE_D_QKS"]
 
 DTYPE = torch.float64
 
 
 def attention_output(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, W_V: torch.Tensor,
                      s: float, beta: float = 0.0):
-    """``(S, Attn(X), Z)`` (book equations (1), (2)) by :func:`convres.model.attention`, for one
-    sequence ``(n, d)`` or a batch ``(N, n, d)``."""
+    """``(S, Attn(X), Z)`` (book equations (1), (2)) for ``X`` ``(n, d)`` or ``(N, n, d)``."""
     for name, M in (("X", X), ("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V)):
         if not isinstance(M, torch.Tensor) or M.dim() not in ((2, 3) if name == "X" else (2,)):
             raise ValueError(f"{name} must be a matrix (X: or a batch of them) as a torch.Tensor, got "
@@ -59,8 +43,7 @@ def attention_output(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, W_V:
 
 
 def collapse_measures(M: torch.Tensor) -> dict[str, float | np.ndarray]:
-    """The collapse measures of ``M`` (``n x k`` or a batch): those of
-    :func:`convres.rank.singular_value_measures` and ``min_x ||M - 1 x^T||_F / ||M||_F``."""
+    """:func:`convres.rank.singular_value_measures` of ``M`` and ``min_x ||M - 1 x^T||_F / ||M||_F``."""
     measures = singular_value_measures(singular_values(M, "M"))
     measures["rank_one_residual"] = rank_one_residual(M, relative=True)
     out: dict[str, Any] = {k: v.detach().cpu().numpy() for k, v in measures.items()}
@@ -68,9 +51,8 @@ def collapse_measures(M: torch.Tensor) -> dict[str, float | np.ndarray]:
 
 
 def gaussian_instance(n: int, d: int, d_qk: int, seed: int = 0) -> dict[str, torch.Tensor]:
-    """``X`` (``n x d``, ``N(0, 1)``) and ``W_Q, W_K`` (``d x d_qk``), ``W_V`` (``d x d``) with
-    ``N(0, 1/d)`` entries, from two streams of ``seed``: ``X`` token by token and ``W_Q, W_K`` column
-    by column, so a smaller ``n`` or ``d_qk`` gives a sub-instance of the same draw."""
+    """``X`` (``n x d``, ``N(0, 1)``), ``W_Q, W_K, W_V`` (``N(0, 1/d)``), drawn so that a smaller ``n``
+    or ``d_qk`` gives a sub-instance of the same draw."""
     for name, v in (("n", n), ("d", d), ("d_qk", d_qk)):
         as_int(name, v, minimum=1)
     if n > d:
@@ -86,8 +68,7 @@ def gaussian_instance(n: int, d: int, d_qk: int, seed: int = 0) -> dict[str, tor
 
 
 def logit_margins(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, token: int) -> torch.Tensor:
-    """``L_{i,token} - max_{j != token} L_{ij}`` per row of ``L = X W_Q W_K^T X^T``: all positive means
-    every row's largest weight is on ``token`` at every scale ``s > 0``."""
+    """``L_{i,token} - max_{j != token} L_{ij}`` per row of ``L = X W_Q W_K^T X^T``."""
     L = (X @ W_Q) @ (X @ W_K).T
     others = torch.cat([L[:, :token], L[:, token + 1:]], dim=1)
     return L[:, token] - others.max(dim=1).values
@@ -95,9 +76,7 @@ def logit_margins(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, token: 
 
 def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float = 6.0,
                     token: int = 0) -> dict[str, torch.Tensor]:
-    """The saturated counterexample: a :func:`gaussian_instance` with feature 0 constant, feature 1
-    marking ``token`` and query/key column 0 ``strength e_0``, ``strength e_1`` (``+ s strength^2``
-    on ``token``'s logit); a ValueError unless every row's largest logit is on ``token``."""
+    """The saturated counterexample: ``+ s strength^2`` on ``token``'s logit, the largest of every row."""
     if d < 3:
         raise ValueError("spiked_instance needs d >= 3 (two structured features and "
                          f"Gaussian ones), got d={d}.")
@@ -126,7 +105,6 @@ def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float
 
 @torch_threads(1)  # many tiny matrices: one PyTorch thread is faster than several
 def _sweep(inst_at, points: Sequence, betas: Sequence[float]) -> dict[str, np.ndarray]:
-    """Shared loop of :func:`dqk_sweep` and :func:`scale_sweep`."""
     betas = [as_real(f"betas[{i}]", b, minimum=0.0) for i, b in enumerate(betas)]
     S_all, A_all, Z_all, rows = [], [], [], []
     for p in points:
@@ -165,9 +143,8 @@ def _sweep(inst_at, points: Sequence, betas: Sequence[float]) -> dict[str, np.nd
 
 def dqk_sweep(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *, n: int = 8, d: int = 16,
               seed: int = 0, scale: str = "1/d_qk") -> dict[str, np.ndarray]:
-    """The collapse measures of ``Attn(X)`` and ``Z = Attn(X) + beta X`` as ``d_qk`` grows (the first
-    ``d_qk`` query/key columns of one :func:`gaussian_instance`), ``dist_uniform = ||S - U||_2``, and
-    the bounds of lemma rc-lem-uniform on ``sigma_2(Attn(X))`` (``uniform_bound``, ``logit_bound``)."""
+    """The collapse measures of ``Attn(X)`` and ``Z = Attn(X) + beta X`` as ``d_qk`` grows, ``||S -
+    U||_2`` and the bounds of lemma rc-lem-uniform on ``sigma_2(Attn(X))``."""
     if not isinstance(d_qks, Sequence) or len(d_qks) == 0:
         raise ValueError(f"d_qks must be a non-empty list of positive integers, got {d_qks!r}.")
     for i, v in enumerate(d_qks):
@@ -185,7 +162,7 @@ def dqk_sweep(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *, n: i
 
 def dqk_sweep_seeds(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *,
                     seeds: Sequence[int] = tuple(range(16)), **kwargs) -> dict[str, np.ndarray]:
-    """:func:`dqk_sweep` per seed, stacked along a leading seed axis (``d_qk``, ``betas`` once)."""
+    """:func:`dqk_sweep` per seed, stacked along a leading axis."""
     if not isinstance(seeds, Sequence) or len(seeds) == 0:
         raise ValueError(f"seeds must be a non-empty list of integers, got {seeds!r}.")
     runs = [dqk_sweep(d_qks, betas, seed=s, **kwargs) for s in seeds]
@@ -196,8 +173,7 @@ def dqk_sweep_seeds(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *
 
 def scale_sweep(scales: Sequence[float], betas: Sequence[float] = (0.1, 1.0), *,
                 instance: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    """The collapse measures of ``Attn(X)`` and ``Z`` as the attention scale ``s`` varies on one
-    instance (e.g. :func:`spiked_instance`); the keys of :func:`dqk_sweep`, ``scale`` for ``d_qk``."""
+    """:func:`dqk_sweep`'s measures as the attention scale ``s`` varies on one ``instance``."""
     if not isinstance(scales, Sequence) or len(scales) == 0:
         raise ValueError(f"scales must be a non-empty list of positive numbers, got {scales!r}.")
     scales = [as_real(f"scales[{i}]", s, minimum=0.0, above=True) for i, s in enumerate(scales)]
@@ -213,9 +189,7 @@ def scale_sweep(scales: Sequence[float], betas: Sequence[float] = (0.1, 1.0), *,
 
 def value_counterexample(n: int = 6, d: int = 8, *, beta: float = 1.0, seed: int = 0,
                          scale: float = 1.0, identity_attention: bool = False) -> dict[str, torch.Tensor]:
-    """Where the residual does not save the rank: ``W_V = -beta I`` gives ``Z = beta (I - S) X`` with
-    ``(I - S) 1 = 0``, so ``rank Z <= n - 1``; ``identity_attention`` pushes ``S`` to ``I`` and ``Z``
-    to 0. Returns ``X, W_Q, W_K, W_V, S, A, Z``."""
+    """``W_V = -beta I`` gives ``Z = beta (I - S) X``, ``rank Z <= n - 1`` (``Z -> 0`` as ``S -> I``)."""
     beta = as_real("beta", beta, minimum=0.0)      # (the scale: checked by attention_output)
     inst = gaussian_instance(n, d, d, seed)
     X, W_Q, W_K = inst["X"], inst["W_Q"], inst["W_K"]
@@ -228,14 +202,12 @@ def value_counterexample(n: int = 6, d: int = 8, *, beta: float = 1.0, seed: int
 
 
 def rank_one_floor(Y: torch.Tensor) -> float:
-    """``1/2 sum_i ||Y_i - 1 ybar_i^T||_F^2``: the least loss (5) of an output whose rows are equal
-    within each sequence."""
+    """``1/2 sum_i ||Y_i - 1 ybar_i^T||_F^2``: the least loss (5) of rows equal within a sequence."""
     return 0.5 * float(rank_one_residual(Y).pow(2).sum())
 
 
 def gd_attention_stats(beta=0.0, *, mu: float = 0.002, **instance) -> dict[str, np.ndarray | float]:
-    """On :func:`convres.instances.collapse_instance` with residual ``beta``: ``||S_i - U||_2`` per
-    sequence at ``theta_0`` and ``logit_step``, the change of the logits in one step over ``mu``."""
+    """``||S_i - U||_2`` at ``theta_0`` and the logits' change in one step over ``mu``."""
     mu = as_real("mu (the step size)", mu, minimum=0.0, above=True)
     params, X, Y, cfg = collapse_instance(**instance)
     cfg = cfg.with_residual(beta)
@@ -253,8 +225,7 @@ TABLE_D_QKS = (16, 64, 256, 1024, 4096, 16384)
 
 def sigma_min_table(beta: float = 1.0, d_qks: Sequence[int] = TABLE_D_QKS, *, n: int = 8, d: int = 16,
                     seed: int = 0, seeds: int = 16) -> list[dict[str, float]]:
-    """Per ``d_qk``, the median over ``seeds`` instances (from ``seed``) of ``sigma_min(Attn(X))`` and
-    ``sigma_min(Attn(X) + beta X)`` at scale ``1/d_qk``, with the 10% and 90% quantiles of the first."""
+    """Per ``d_qk``, medians of ``sigma_min(Attn(X))`` and ``sigma_min(Attn(X) + beta X)`` over seeds."""
     beta = as_real("beta", beta, minimum=0.0)
     as_int("seeds", seeds, minimum=1)
     as_int("seed", seed, minimum=0)

@@ -1,9 +1,6 @@
-"""Full-batch gradient descent ``theta_{t+1} = theta_t - mu grad Phi(theta_t)`` (book equation (6)).
-
-:func:`gradient_descent` runs one configuration, :func:`sweep` a list, stacked by shared sizes
-(:func:`chunk_size`); each stops on its own, with the results of one-by-one runs (appendix
-*Performance*).
-"""
+"""Full-batch gradient descent ``theta_{t+1} = theta_t - mu grad Phi(theta_t)`` (book equation (6)):
+:func:`gradient_descent` runs one configuration, :func:`sweep` a list, stacked where sizes allow
+(appendix *Performance*), each with the results of a run on its own."""
 
 from __future__ import annotations
 
@@ -27,10 +24,9 @@ __all__ = ["History", "Run", "Step", "gradient_descent", "sweep", "loss_and_grad
 
 @dataclasses.dataclass
 class History:
-    """One run: ``loss`` ``Phi(theta_t)``, ``t = 0 .. steps``; ``grad_norm`` ``||grad Phi(theta_t)||``,
-    ``t < steps``; at ``record_steps`` the extreme singular values of the stacked ``Z_1`` and ``H_L``;
-    ``status`` ``"converged"``, ``"max_steps"`` or ``"diverged"`` with its ``message``; ``mu``;
-    ``diverged_at``: the step whose loss or gradient blew up (the history ends before it)."""
+    """One run: ``loss`` ``Phi(theta_t)`` (``t <= steps``), ``grad_norm`` (``t < steps``), the extreme
+    singular values of the stacked ``Z_1`` and ``H_L`` at ``record_steps``, ``status`` (converged,
+    max_steps, diverged) and ``diverged_at``, the step that blew up (the history ends before it)."""
 
     loss: np.ndarray
     grad_norm: np.ndarray
@@ -76,8 +72,7 @@ class History:
 
 
 class Run(NamedTuple):
-    """The result of one gradient-descent run: the final weights and the :class:`History`. The
-    weights are the last iterate whose loss was finite: a diverged run never returns NaN."""
+    """The last iterate with a finite loss (never NaN) and the :class:`History`."""
 
     params: dict[str, torch.Tensor]
     history: History
@@ -85,9 +80,8 @@ class Run(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """What a ``callback`` sees at iterate ``t`` of configuration ``index``: ``theta_t``, its gradient
-    (``None`` at the last iterate), ``Phi(theta_t)`` and the detached :class:`~convres.model.Trace`.
-    Editing them in place is refused (RuntimeError); clone them to keep them."""
+    """What a ``callback`` sees at iterate ``t`` of configuration ``index`` (the gradient ``None`` at
+    the last); editing them in place is refused (RuntimeError)."""
 
     t: int
     index: int
@@ -120,8 +114,7 @@ BLOWUP = 1e6
 
 def chunk_size(cfg: ModelConfig, X: torch.Tensor, count: int, *,
                limit: int = STACK_LIMIT, most: int = STACK_MAX) -> int:
-    """Configurations to stack: all ``count`` (up to ``most``) while ``N n (d + d_qk + m + n) <=
-    limit``, else one."""
+    """All ``count`` (up to ``most``) while ``N n (d + d_qk + m + n) <= limit``, else one."""
     N, n = X.shape[0], X.shape[1]
     small = N * n * (cfg.d + cfg.d_qk + cfg.m + n) <= limit
     return max(1, min(count, most)) if small else 1
@@ -129,9 +122,8 @@ def chunk_size(cfg: ModelConfig, X: torch.Tensor, count: int, *,
 
 def stopping_rule(t: int, phi: float, phi_0: float, *, tol: float, blowup: float, steps: int,
                   mu: float, rtol: float = 0.0) -> tuple[str, str] | None:
-    """``(status, message)`` at iterate ``t`` with loss ``phi``, or ``None`` while the run goes on:
-    diverged (non-finite, or ``> blowup phi_0``), converged (``<= tol`` or ``<= rtol phi_0``), or
-    ``max_steps`` at ``t == steps``."""
+    """``(status, message)`` or ``None`` (go on): diverged (non-finite or ``> blowup phi_0``),
+    converged (``<= tol`` or ``<= rtol phi_0``), or ``max_steps`` at ``t == steps``."""
     if not np.isfinite(phi):
         if t == 0:
             return "diverged", ("the initial loss is not finite: no step was taken; check the scale "
@@ -151,8 +143,7 @@ def stopping_rule(t: int, phi: float, phi_0: float, *, tol: float, blowup: float
 
 def gradient_descent(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,
                      cfg: ModelConfig, mu: float, steps: int, **options) -> Run:
-    """At most ``steps`` steps with step size ``mu`` from ``params`` (not modified), stopped by
-    :func:`stopping_rule`: a :class:`Run`, ending at the last finite iterate. Options: :func:`sweep`'s."""
+    """At most ``steps`` steps of size ``mu`` from ``params`` (not modified); options: :func:`sweep`'s."""
     if not isinstance(params, Mapping):
         raise TypeError(f"gradient_descent runs one configuration (a dict of weights); for a list "
                         f"of them use convres.sweep(...), got {type(params).__name__}.")
@@ -160,8 +151,26 @@ def gradient_descent(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: tor
                  steps, **options)[0]
 
 
-def _as_lists(params, X, Y, cfg, mu) -> tuple[list, list, list, list, list]:
-    """``params``, ``X``, ``Y``, ``cfg`` and ``mu`` as one entry per configuration (shared ones repeated)."""
+def _check_runs(params_list, Xs, Ys, cfgs, mus, finite: bool) -> None:
+    """Each configuration's inputs and step size (``mus`` made floats in place), errors numbered."""
+    for i, (p, c, m) in enumerate(zip(params_list, cfgs, mus)):
+        try:
+            check_inputs(p, Xs[i], Ys[i], c, finite=finite)
+            if p["W_U"].dtype not in (torch.float64, torch.float32):
+                raise TypeError(f"gradient descent runs in torch.float64 or torch.float32 (its singular "
+                                f"values need them), got {p['W_U'].dtype}; convert the weights and data "
+                                "with .double() (or .float()).")
+            mus[i] = as_real("the step size mu", m, minimum=0.0, above=True)
+        except (TypeError, ValueError) as err:
+            raise type(err)(err if len(params_list) == 1 else f"configuration {i}: {err}") from None
+
+
+def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: int, *,
+          record_every: int | None = None, tol: float = 0.0, rtol: float = 0.0, blowup: float = BLOWUP,
+          progress: bool = False, callback: Callable[[Step], None] | None = None, device=None,
+          chunk: int | None = None) -> list[Run]:
+    """:func:`gradient_descent` for a list of ``params`` (``X``, ``Y``, ``cfg``, ``mu`` shared or one
+    each): singular values every ``record_every`` steps, ``callback(step)`` at every iterate."""
     if isinstance(params, Mapping) or not isinstance(params, Sequence) or isinstance(params, (str, bytes)):
         raise TypeError(f"sweep takes a list of weight dicts (one per configuration); for one run use "
                         f"convres.gradient_descent, got {type(params).__name__}.")
@@ -181,34 +190,7 @@ def _as_lists(params, X, Y, cfg, mu) -> tuple[list, list, list, list, list]:
         raise ValueError(f"with data per configuration, X and Y need one tensor per configuration "
                          f"({k}), got {len(X)} and {len(Y)}.")
     Xs, Ys = (list(X), list(Y)) if per_config[0] else ([X] * k, [Y] * k)
-    return list(params), Xs, Ys, cfgs, mus
-
-
-def _check_runs(params_list, Xs, Ys, cfgs, mus, finite: bool) -> None:
-    """Each configuration's inputs (:func:`convres.model.check_inputs`) and step size (``mus`` made
-    floats in place); an error names the configuration when there are several."""
-    for i, (p, c, m) in enumerate(zip(params_list, cfgs, mus)):
-        try:
-            check_inputs(p, Xs[i], Ys[i], c, finite=finite)
-            if p["W_U"].dtype not in (torch.float64, torch.float32):
-                raise TypeError(f"gradient descent runs in torch.float64 or torch.float32 (its singular "
-                                f"values need them), got {p['W_U'].dtype}; convert the weights and data "
-                                "with .double() (or .float()).")
-            mus[i] = as_real("the step size mu", m, minimum=0.0, above=True)
-        except (TypeError, ValueError) as err:
-            raise type(err)(err if len(params_list) == 1 else f"configuration {i}: {err}") from None
-
-
-def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: int, *,
-          record_every: int | None = None, tol: float = 0.0, rtol: float = 0.0, blowup: float = BLOWUP,
-          progress: bool = False, callback: Callable[[Step], None] | None = None, device=None,
-          chunk: int | None = None) -> list[Run]:
-    """:func:`gradient_descent` for a list of ``params``; ``X``, ``Y``, ``cfg``, ``mu`` are shared or
-    one per configuration. ``record_every``: singular values every so many steps and at the end (an
-    SVD each); ``tol``, ``rtol``, ``blowup``: :func:`stopping_rule`; ``callback(step)`` at every
-    kept iterate (:class:`Step`); ``device``: where to run; ``chunk``: stack size (:func:`chunk_size`).
-    """
-    params_list, Xs, Ys, cfgs, mus = _as_lists(params, X, Y, cfg, mu)
+    params_list = list(params)
     steps = as_int("steps", steps, minimum=0, maximum=MAX_STEPS)
     record_every = None if record_every is None else as_int("record_every", record_every, minimum=1)
     tol = as_real("tol", tol, minimum=0.0, finite=False)
@@ -239,9 +221,8 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
     results: list = [None] * len(params_list)
     try:
         for idx in chunks:
-            shared_data = not isinstance(X, (list, tuple))
-            loop = _Loop([params_list[i] for i in idx], X if shared_data else [Xs[i] for i in idx],
-                         Y if shared_data else [Ys[i] for i in idx], [cfgs[i] for i in idx],
+            loop = _Loop([params_list[i] for i in idx], [Xs[i] for i in idx] if per_config[0] else X,
+                         [Ys[i] for i in idx] if per_config[0] else Y, [cfgs[i] for i in idx],
                          [mus[i] for i in idx], dev, record_every, idx, callback)
             for i, r in zip(idx, loop.run(steps, tol, rtol, blowup, bar)):
                 results[i] = r
@@ -281,11 +262,8 @@ BLOCK_MAX = 64
 
 
 class _Loop:
-    """One chunk of configurations sharing all of ``cfg`` but the residual. The active weights are
-    one flat tensor ``theta`` (views ``W``, ``(B, p, q)``), updated by ``theta -= mu grad`` at once.
-    Steps run in blocks (one step under a ``callback``, else doubling up to BLOCK_MAX): losses and
-    norms are read back once a block ends; a configuration that stopped inside it replays the
-    block's updates to its iterate (the same numbers) and leaves the stack."""
+    """A chunk sharing ``cfg`` but the residual, its weights one flat ``theta``; steps run in blocks
+    (doubling up to BLOCK_MAX), a configuration that stopped inside one replays its updates."""
 
     def __init__(self, params_list, X, Y, cfgs, mus, dev, record_every, index, callback):
         dev = dev or params_list[0]["W_U"].device
@@ -309,8 +287,7 @@ class _Loop:
         self._stack()
 
     def _stack(self):
-        """Set when the stack changes: ``W``, the rows' arguments, ``mu`` per entry of ``theta``,
-        the block's gradient buffers ``G`` (views ``grads``) and residuals ``R``."""
+        """Set when the stack changes: ``W``, ``args``, ``mu_theta``, the buffers ``G`` and ``R``."""
         self.W = self._weights(self.theta)
         self.args = rows_of(self.W, self.X, self.Y, self.cfg, residual=self.residual)
         self.layers_T = transposes(self.args[0])
@@ -335,8 +312,7 @@ class _Loop:
         return {k: v[j] for k, v in self._weights(flat).items()}
 
     def _step(self, a: int, last: bool, trace: bool) -> Trace | None:
-        """Iterate ``a``: ``R[a] = F - Y`` and, unless ``last``, ``G[a]`` and the update; the
-        :class:`~convres.model.Trace` if ``trace``, else ``None`` (freed before the next step)."""
+        """Iterate ``a``: ``R[a] = F - Y`` and, unless ``last``, ``G[a]`` and the update; the trace."""
         layers, W_U, X, Y, s, act, beta_attn, beta_ffn, N, pooled = self.args
         blocks, H, F = forward_rows(layers, W_U, X, s, act, beta_attn, beta_ffn, N, pooled)
         R = torch.sub(F, Y, out=self.R_rows[a])
@@ -344,16 +320,13 @@ class _Loop:
             backward_rows(layers, W_U, blocks, H, R, s, act, beta_attn, beta_ffn, N, pooled,
                           out=self.grads[a], layers_T=self.layers_T)
             self.theta.addcmul_(self.mu_theta, self.G_rows[a], value=-1.0)
-        return self._trace(blocks, F) if trace else None
-
-    def _trace(self, blocks, F) -> Trace:
-        """The :class:`~convres.model.Trace` of a forward pass of the stack."""
+        if not trace:
+            return None
         B, N, n, _ = self.X.shape
         return trace_of(blocks, self.args[0], F, (B,), N, n, self.cfg.pool == "mean")
 
     def _losses(self, k: int, last: bool) -> tuple[np.ndarray, np.ndarray]:
-        """``Phi = 1/2 ||R||^2`` and ``||G||`` of the block's ``k`` iterates, ``(k, B)`` each (NaN
-        norm at the ``last``)."""
+        """``Phi = 1/2 ||R||^2`` and ``||G||`` of the block's ``k`` iterates, ``(k, B)`` each."""
         phis = 0.5 * self.R[:k].pow(2).sum((2, 3))
         B = len(self.active)
         parts = self._split(self.G[:k], dim=1)
@@ -366,8 +339,7 @@ class _Loop:
         return phis.double().cpu().numpy(), norms.double().cpu().numpy()
 
     def _iterates(self, prev, start, end, k: int) -> Callable[[int], torch.Tensor]:
-        """``at(x)``: the iterate before the block (``x = 0``) or at its step ``x - 1``, by replaying
-        the block's updates from ``start``."""
+        """``at(x)``: the iterate before the block (``x = 0``) or at its step ``x - 1``."""
         known = {0: prev, 1: start, k: end}
 
         def at(x: int) -> torch.Tensor:
@@ -429,8 +401,7 @@ class _Loop:
         return [r.run() for r in self.records]
 
     def _record(self, block, j, i, first, losses, norms, at, spectra, step, rules) -> bool:
-        """Record configuration ``i`` (row ``j``) over ``block``, the stopping rules applied from
-        its ``first`` candidate iterate; True while it goes on."""
+        """Record configuration ``i`` (row ``j``) over ``block``; True while it goes on."""
         r = self.records[i]
         r.losses += losses[:first].tolist()
         r.gnorms += norms[:first].tolist()
@@ -471,7 +442,7 @@ class _Loop:
 
     @torch.no_grad()
     def _spectra_at(self, theta, j) -> list:
-        """The four extreme singular values at the weights ``theta`` (views ``(p, q)``) of row ``j``."""
+        """The four extreme singular values at the weights ``theta`` of row ``j``."""
         residual = tuple(b[j:j + 1] if isinstance(b, torch.Tensor) else b for b in self.residual)
         Y = self.Y[j:j + 1] if self.per_config else self.Y
         W = {k: v.unsqueeze(0) for k, v in theta.items()}

@@ -21,8 +21,7 @@ TARGETS = ("gaussian", "sign")
 
 def synthetic_regression(N: int, n: int, d: int, c: int = 1, *, seed: int | torch.Generator = 0,
                          dtype=torch.float64, pooled: bool = False):
-    """``X`` ``(N, n, d)`` and ``Y`` ``(N, n, c)`` (``(N, c)`` if ``pooled``), i.i.d. ``N(0, 1)``
-    entries (``X`` of full rank with probability one, as the theory requires)."""
+    """``X`` ``(N, n, d)`` and ``Y`` ``(N, n, c)`` (``(N, c)`` if ``pooled``), i.i.d. ``N(0, 1)``."""
     N, n, d, c = (as_int(name, v, minimum=1) for name, v in (("N", N), ("n", n), ("d", d), ("c", c)))
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
         raise TypeError(f"dtype must be a real floating-point torch dtype (torch.float64 or "
@@ -35,8 +34,7 @@ def synthetic_regression(N: int, n: int, d: int, c: int = 1, *, seed: int | torc
 
 def regression_data(cfg: ModelConfig, N: int, n: int, seed: int = 0, *, targets: str = "gaussian",
                     dtype=torch.float64):
-    """:func:`synthetic_regression` for ``cfg`` (targets per sequence if pooled) from ``seed``; with
-    ``targets="sign"`` the targets' signs (``||Y||_F^2`` = their number)."""
+    """:func:`synthetic_regression` for ``cfg``; ``targets="sign"``: their signs."""
     if targets not in TARGETS:
         raise ValueError(f"targets must be one of {TARGETS}, got {targets!r}.")
     X, Y = synthetic_regression(N, n, cfg.d, cfg.c, seed=seed, dtype=dtype, pooled=cfg.pool == "mean")
@@ -48,9 +46,8 @@ def regression_data(cfg: ModelConfig, N: int, n: int, seed: int = 0, *, targets:
 def problem(cfg: ModelConfig, N: int, n: int, seed: int = 0, *, weight_seed: int | None = None,
             branch_scale: float | None = None, readout_scale: float = 1.0, ffn_gain: float = 1.0,
             targets: str = "gaussian", dtype=torch.float64):
-    """``(params, X, Y)``: :func:`regression_data` from ``seed`` and :func:`convres.model.init_params`
-    from ``weight_seed`` (default ``seed + 1``), ``W_U`` times ``readout_scale``, ``W_1`` times
-    ``ffn_gain``."""
+    """``(params, X, Y)``: data from ``seed``, weights from ``weight_seed`` (default ``seed + 1``),
+    ``W_U`` times ``readout_scale``, ``W_1`` times ``ffn_gain``."""
     readout_scale = as_real("readout_scale", readout_scale, minimum=0.0, above=True)
     ffn_gain = as_real("ffn_gain", ffn_gain, minimum=0.0, above=True)
     X, Y = regression_data(cfg, N, n, seed, targets=targets, dtype=dtype)
@@ -67,8 +64,7 @@ def problem(cfg: ModelConfig, N: int, n: int, seed: int = 0, *, weight_seed: int
 def theorem_instance(seed: int = 0, *, beta: float = 1.0, layers: int = 1, N: int = 2, n: int = 4,
                      d: int = 16, activation: str = "gelu", scale: str | float = "1/sqrt(d_qk)",
                      d_qk: int | None = None):
-    """The book's verification instance (chapter *The theorems: statements and proofs*):
-    ``(params, X, Y, cfg)`` with FFN width ``m = d``, one output, ``d_QK = d`` unless given."""
+    """The book's verification instance ``(params, X, Y, cfg)``: ``m = d``, ``c = 1``, ``d_QK = d``."""
     cfg = ModelConfig(d=d, d_qk=d if d_qk is None else d_qk, m=d, c=1, L=layers, beta=beta,
                       activation=activation, scale=scale)
     return (*problem(cfg, N, n, seed), cfg)
@@ -82,8 +78,7 @@ SIMULATIONS_WEIGHT_SEED = 1000
 def simulations_instance(seed: int, *, N: int, n: int, d: int, m: int, d_qk: int, scale: str | float,
                          activation: str = "gelu", beta: float = 1.0, branch_scale: float | None = None,
                          readout_scale: float = 1.0, ffn_gain: float = 1.0, dtype=torch.float64):
-    """One seed of chapter *Simulations*: ``(params, X, Y, cfg)``, one block, data from ``seed``,
-    weights from ``SIMULATIONS_WEIGHT_SEED + seed`` (the same for every ``beta``)."""
+    """One seed of chapter *Simulations*: ``(params, X, Y, cfg)``, one block, the same for every ``beta``."""
     cfg = ModelConfig(d=d, d_qk=d_qk, m=m, c=1, beta=beta, activation=activation, scale=scale)
     return (*problem(cfg, N, n, seed, weight_seed=SIMULATIONS_WEIGHT_SEED + as_int("seed", seed, minimum=0),
                      branch_scale=branch_scale, readout_scale=readout_scale, ffn_gain=ffn_gain, dtype=dtype),
@@ -91,10 +86,8 @@ def simulations_instance(seed: int, *, N: int, n: int, d: int, m: int, d_qk: int
 
 
 def qk_reduced(params: dict, cfg: ModelConfig) -> tuple[dict, ModelConfig]:
-    """The same run with ``W_Q, W_K`` of ``2 d`` columns when ``d_QK > 2 d`` (one block), exact in
-    exact arithmetic: the step is ``[W_Q; W_K] <- (I - mu [[0, M], [M^T, 0]]) [W_Q; W_K]``, so the
-    run depends on ``W = [W_Q; W_K]`` only through ``W W^T``; ``W^T = Q R`` gives ``W -> R^T``
-    (``s`` kept at the original ``d_QK``'s)."""
+    """The same run with ``W_Q, W_K`` of ``2 d`` columns when ``d_QK > 2 d``: it depends on ``W = [W_Q;
+    W_K]`` only through ``W W^T``, so ``W^T = Q R`` gives ``W -> R^T`` (``s`` kept)."""
     if cfg.L != 1 or cfg.d_qk <= 2 * cfg.d:
         return params, cfg
     W = torch.cat([params["layer1.W_Q"], params["layer1.W_K"]])             # (2d, d_QK)
@@ -105,8 +98,7 @@ def qk_reduced(params: dict, cfg: ModelConfig) -> tuple[dict, ModelConfig]:
 
 def collapse_instance(*, N: int = 4, n: int = 4, d: int = 32, m: int = 32, d_qk: int = 1024,
                       scale: str | float = "1/d_qk", seed: int = 0):
-    """The instance of chapter *Rank collapse under gradient descent*: ``(params, X, Y, cfg)``, ReLU,
-    scale ``1/d_qk`` (nearly uniform attention at ``theta_0``)."""
+    """The instance of chapter *Rank collapse under gradient descent*: ReLU, scale ``1/d_qk``."""
     cfg = ModelConfig(d=d, d_qk=d_qk, m=m, c=1, beta=1.0, scale=scale)
     return (*problem(cfg, N, n, seed), cfg)
 
@@ -126,8 +118,7 @@ def regime_settings(regime: dict, defaults: dict, what: str) -> dict:
 
 
 def certified_instance(seed: int = 0, *, N: int = 1, n: int = 2, d: int = 1024, **regime):
-    """``(params, X, Y, cfg)`` of :data:`CERTIFIED_REGIME` (``regime`` overrides it), ``d_QK = d``,
-    ``m = max(1, round(ffn_ratio d))``."""
+    """``(params, X, Y, cfg)`` of :data:`CERTIFIED_REGIME` (``regime`` overrides it), ``d_QK = d``."""
     r = regime_settings(regime, CERTIFIED_REGIME, "certified regime")
     ratio = as_real("ffn_ratio", r["ffn_ratio"], minimum=0.0, above=True)
     cfg = ModelConfig(d=d, d_qk=d, m=max(1, round(ratio * d)), c=1, beta=r["beta"],
@@ -145,8 +136,7 @@ FFN_CERTIFIED_REGIME = dict(m=4096, branch_scale=0.001, readout_scale=4.0, ffn_g
 
 def ffn_certified_instance(seed: int = 0, *, N: int = 4, n: int = 4, d: int = 8, d_qk: int | None = None,
                            **regime):
-    """``(params, X, Y, cfg)`` of :data:`FFN_CERTIFIED_REGIME` (``regime`` overrides it), one block,
-    one output, ``d_QK = d`` unless given; the default sizes have ``N n = 16 > d = 8``."""
+    """``(params, X, Y, cfg)`` of :data:`FFN_CERTIFIED_REGIME` (``regime`` overrides it), ``N n > d``."""
     r = regime_settings(regime, FFN_CERTIFIED_REGIME, "FFN certified regime")
     cfg = ModelConfig(d=d, d_qk=d if d_qk is None else d_qk, m=r["m"], c=1, beta=r["beta"],
                       activation=r["activation"], scale=r["scale"], pool=r["pool"])

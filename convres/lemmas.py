@@ -1,8 +1,5 @@
-"""The theory's lemmas as computable quantities: each formula in one place.
-
-``Z`` (first block's attention output with its residual) and ``H`` (last hidden matrix) stacked,
-``N n x d``; ``sigma_0 = sigma_Nn(H_0)``; ``M = act(Z W_1)``. Inputs are checked by the callers.
-"""
+"""The theory's lemmas as computable quantities, each formula in one place (inputs checked by the
+callers): ``Z``, ``H`` stacked ``N n x d``, ``sigma_0 = sigma_Nn(H_0)``, ``M = act(Z W_1)``."""
 
 from __future__ import annotations
 
@@ -53,7 +50,7 @@ def random_point(params, radius: float, gen: torch.Generator) -> dict:
 
 
 def hessian_norm(params, X, Y, cfg, *, iters: int = 20, seed: int = 0) -> float:
-    """An estimate from below of ``||nabla^2 Phi(theta)||_2``: power iteration on Hessian-vector products."""
+    """``||nabla^2 Phi(theta)||_2`` from below: power iteration on Hessian-vector products."""
     iters = as_int("iters", iters, minimum=1)
     names = list(params)
 
@@ -78,8 +75,7 @@ def hessian_norm(params, X, Y, cfg, *, iters: int = 20, seed: int = 0) -> float:
 
 def smoothness_estimate(params, X, Y, cfg, *, radius: float | None = None, samples: int = 1,
                         iters: int = 20, seed: int = 0) -> dict:
-    """``{"L_hat", "at_init", "samples", "radius"}``: the largest :func:`hessian_norm` at ``params``
-    and at ``samples`` random points at distance ``radius`` (default ``0.1 ||theta||``)."""
+    """``L_hat``: the largest :func:`hessian_norm` at ``params`` and ``samples`` points at ``radius``."""
     samples = as_int("samples", samples, minimum=0)
     radius = 0.1 * flat_norm(params.values()) if radius is None else as_real("radius", radius, minimum=0.0)
     at_init = hessian_norm(params, X, Y, cfg, iters=iters, seed=seed)
@@ -101,11 +97,9 @@ def mu_max(params, X, Y, cfg, *, safety: float = 2.0, **kwargs) -> float:
 
 
 def residual_lemma(params, X, cfg, *, layer: int = 1) -> dict:
-    """Both sides of the residual lemma (thm-residual), ``A = Attn(X_in)``, ``Z = A + beta_attn X_in``::
+    """Both sides of the residual lemma (thm-residual), ``Z = A + beta X_in``, ``weyl`` and ``crude``::
 
         sigma_Nn(Z) >= beta sigma_Nn(X_in) - ||A||_2 >= beta sigma_Nn(X_in) - sqrt(n) ||X_in||_2 ||W_V||_2
-
-    Returns ``sigma_Z``, ``weyl`` (middle), ``crude`` (right), ``sigma_X`` and ``attn_norm``.
     """
     layer = as_int("layer", layer, minimum=1, maximum=cfg.L)
     tr = trace_no_grad(params, X, cfg)
@@ -121,11 +115,9 @@ def residual_lemma(params, X, cfg, *, layer: int = 1) -> dict:
 
 
 def ffn_lemma(params, X, cfg, *, layer: int = 1) -> dict:
-    """Both sides of the FFN lemma (thm-ffn): ``H = FFN(Z) + beta Z`` gives::
+    """Both sides of the FFN lemma (thm-ffn), ``H = FFN(Z) + beta Z``, ``weyl`` and ``crude``::
 
         sigma_Nn(H) >= beta sigma_Nn(Z) - ||FFN(Z)||_2 >= beta sigma_Nn(Z) - gain ||Z W_1||_F ||W_2||_2
-
-    with ``gain = cfg.act.gain``. Returns ``sigma_H``, ``sigma_Z``, ``ffn_norm``, ``weyl``, ``crude``.
     """
     layer = as_int("layer", layer, minimum=1, maximum=cfg.L)
     tr = trace_no_grad(params, X, cfg)
@@ -140,8 +132,8 @@ def ffn_lemma(params, X, cfg, *, layer: int = 1) -> dict:
 
 
 def r_sigma_upper(params, X, cfg) -> float:
-    """Lemma thm-lem-rsigma: ``r_sigma <= (sigma_0/2) ||M^+ u||`` with ``(u, sigma_0, v)`` the ``N n``-th
-    singular triple of ``H_0`` (``inf`` when ``u`` is not in the range of ``M`` or ``sigma_0 = 0``)."""
+    """Lemma thm-lem-rsigma: ``r_sigma <= (sigma_0/2) ||M^+ u||``, ``u`` the ``N n``-th left singular
+    vector of ``H_0`` (``inf`` when ``u`` is not in the range of ``M``)."""
     tr = trace_no_grad(params, X, cfg)
     H = stacked(tr.H[-1])
     rows, cols = H.shape
@@ -170,8 +162,7 @@ def activation_rows(M: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
 
 
 def ffn_sigmas(params, X, cfg) -> dict:
-    """The FFN theorem's constants (equation thm-ffn-alpha): ``rows``, ``sigma_M = sigma_rows(M~)``,
-    ``sigma_U = sigma_c(W_U)`` and ``alpha_ffn = (sigma_M sigma_U / 4)^2``."""
+    """Equation thm-ffn-alpha: ``sigma_M = sigma_rows(M~)``, ``sigma_U = sigma_c(W_U)``, ``alpha_ffn``."""
     M = activation_rows(trace_no_grad(params, X, cfg).M[-1], cfg)
     sM, sU = sigma_k(M), sigma_k(params["W_U"].T)
     return {"rows": ffn_rows(cfg, X.shape[0], X.shape[1]), "sigma_M": sM, "sigma_U": sU,
@@ -184,8 +175,8 @@ def parameter_count(cfg: ModelConfig) -> int:
 
 
 def chain_bound(params, X, cfg) -> float:
-    """The multi-layer chain bound (equation (ml-chain)): ``sigma_Nn(H^(L)) >= b_L`` with ``b_0 =
-    sigma_Nn(X)``, ``b^Z_l = beta_attn b_{l-1} - ||Attn_l||_2``, ``b_l = beta_ffn b^Z_l - ||FFN_l||_2``."""
+    """Equation (ml-chain): ``sigma_Nn(H^(L)) >= b_L``, ``b_0 = sigma_Nn(X)``, ``b^Z_l = beta_attn
+    b_{l-1} - ||Attn_l||_2``, ``b_l = beta_ffn b^Z_l - ||FFN_l||_2``."""
     tr = trace_no_grad(params, X, cfg)
     beta_attn, beta_ffn = cfg.residual
     b = sigma_nn(X)

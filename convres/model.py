@@ -10,9 +10,8 @@ Book chapter *The model* (``book/model.md``), equations (1)-(4). One block::
     F    = H W_U                                    (4)
 
 ``L`` blocks are stacked; ``pool="mean"`` averages the rows of the last ``H``. Weights: a dict
-``"layer{l}.W_Q"``, ..., ``"W_U"``, optionally with a leading axis of ``B`` configurations.
-:func:`forward_trace`, :func:`phi`, :func:`phi_and_grad` are pure (:mod:`convres.backprop`);
-:func:`forward` and :func:`loss` are the checked entry points (:func:`check_inputs`).
+``"layer{l}.W_Q"``, ..., ``"W_U"``, optionally stacked ``B`` deep; :func:`forward` and :func:`loss`
+check their inputs, the rest is pure.
 """
 
 from __future__ import annotations
@@ -39,9 +38,8 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class Activation:
-    """An FFN activation ``fn`` (entrywise) and its constants (chapter *Assumptions*): ``smooth``
-    (``fn'`` Lipschitz), ``gain = sup|fn(x)|/|x|``, ``lip = sup|fn'|``, ``lip2 = sup|fn''|``;
-    ``grad(P, M, dM) = fn'(P) * dM`` for ``M = fn(P)`` (autograd's when ``None``)."""
+    """An entrywise FFN activation: ``smooth`` (``fn'`` Lipschitz), ``gain = sup|fn(x)|/|x|``, ``lip =
+    sup|fn'|``, ``lip2 = sup|fn''|``, ``grad(P, M, dM) = fn'(P) * dM`` (``None``: autograd's)."""
 
     fn: Callable[[torch.Tensor], torch.Tensor]
     smooth: bool
@@ -83,10 +81,9 @@ SCALES = ("1/sqrt(d_qk)", "1/d_qk", "1")
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """The model but its weights: ``X`` is ``n x d``, ``W_Q, W_K`` ``d x d_qk``, ``W_1`` ``d x m``,
-    ``W_U`` ``d x c``; ``L`` blocks; residual ``beta`` (1: the paper's model, 0: none), or
-    ``beta_attn``/``beta_ffn`` apart; ``activation`` in :data:`ACTIVATIONS`; ``scale`` in
-    :data:`SCALES` or a number; ``pool`` ``None`` (per token) or ``"mean"`` (per sequence)."""
+    """The model but its weights: ``X`` ``n x d``, ``W_Q, W_K`` ``d x d_qk``, ``W_1`` ``d x m``, ``W_U``
+    ``d x c``, ``L`` blocks, residual ``beta`` (or ``beta_attn``/``beta_ffn`` apart), ``pool``
+    ``None`` (per token) or ``"mean"`` (per sequence)."""
 
     d: int
     d_qk: int
@@ -120,8 +117,7 @@ class ModelConfig:
 
     @property
     def residual(self) -> tuple[float, float]:
-        """``(beta_attn, beta_ffn)``: the coefficients of ``Z = A + beta_attn X`` and
-        ``H = FFN(Z) + beta_ffn Z``, each ``beta`` unless set on its own."""
+        """``(beta_attn, beta_ffn)`` of ``Z = A + beta_attn X``, ``H = FFN(Z) + beta_ffn Z``."""
         return (self.beta if self.beta_attn is None else self.beta_attn,
                 self.beta if self.beta_ffn is None else self.beta_ffn)
 
@@ -135,8 +131,7 @@ class ModelConfig:
         return dataclasses.replace(self, **changes)
 
     def with_residual(self, b) -> ModelConfig:
-        """A copy with the residual ``b``: a number ``beta`` (both connections) or a pair
-        ``(beta_attn, beta_ffn)`` that sets the attention and FFN residuals separately."""
+        """A copy with the residual ``b``: ``beta`` (both) or ``(beta_attn, beta_ffn)``."""
         if isinstance(b, (tuple, list)):
             if len(b) != 2:
                 raise ValueError(f"a residual must be a number or a pair (beta_attn, beta_ffn), got {b!r}.")
@@ -166,8 +161,7 @@ def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
 
 def memory_estimate(cfg: ModelConfig, N: int, n: int, *, configs: int = 1, dtype=torch.float64,
                     training: bool = True) -> int:
-    """Rough bytes for ``configs`` configurations on ``N x n`` tokens: 4 copies of the weights and
-    2 of the activations when ``training``, else one of each."""
+    """Rough bytes: 4 copies of the weights and 2 of the activations (``training``), else one each."""
     weights = sum(a * b for a, b in param_shapes(cfg).values())
     activations = N * n * (cfg.d + cfg.L * (2 * n + 2 * cfg.d_qk + 4 * cfg.d + 2 * cfg.m))
     copies = (4, 2) if training else (1, 1)
@@ -176,8 +170,7 @@ def memory_estimate(cfg: ModelConfig, N: int, n: int, *, configs: int = 1, dtype
 
 def check_cost(cfg: ModelConfig, N: int = 0, n: int = 0, *, configs: int = 1, dtype=torch.float64,
                device=None, training: bool = True) -> None:
-    """Refuse (:class:`convres.runtime.CostRefused`) before allocating when :func:`memory_estimate`
-    exceeds ``device``'s memory (the weights alone when ``N = 0``)."""
+    """Refuse (``CostRefused``) when :func:`memory_estimate` exceeds ``device``'s memory."""
     task = "gradient descent" if training else "the forward pass" if N else "the weights"
     on = f" on X of shape (N={N}, n={n}, d={cfg.d})" if N else ""
     what = f"{task}{on} of a model with d={cfg.d}, d_qk={cfg.d_qk}, m={cfg.m}, c={cfg.c}, L={cfg.L}"
@@ -199,9 +192,8 @@ def generator(seed: int | torch.Generator) -> torch.Generator:
 
 def init_params(cfg: ModelConfig, seed: int | torch.Generator = 0, *, dtype=torch.float64,
                 device=None, branch_scale: float | None = None) -> dict[str, torch.Tensor]:
-    """Gaussian initialization (assumption "Gaussian initialization"): entries ``N(0, 1/fan_in)``,
-    ``W_V`` and ``W_2`` times ``branch_scale`` (default ``1/sqrt(L)``); drawn in float64 from
-    ``seed``, then converted to ``dtype`` on ``device``."""
+    """Gaussian initialization: entries ``N(0, 1/fan_in)``, ``W_V`` and ``W_2`` times ``branch_scale``
+    (default ``1/sqrt(L)``), drawn in float64 from ``seed``."""
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}.")
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
@@ -229,8 +221,7 @@ def layer_params(params: Mapping[str, torch.Tensor], l: int) -> dict[str, torch.
 
 def block(X, W: Mapping[str, torch.Tensor], *, s: float, act: Activation,
           beta_attn, beta_ffn):
-    """One block, book equations (1)-(3): ``(logits, S, A, Z, M, H)`` for input ``X``
-    (:func:`convres.backprop.block_rows` on the rows of ``X``)."""
+    """One block, book equations (1)-(3): ``(logits, S, A, Z, M, H)`` for input ``X``."""
     B, (N, n, d) = W["W_Q"].shape[0] if W["W_Q"].dim() == 3 else None, X.shape[-3:]
     W = W if B else {k: v.unsqueeze(0) for k, v in W.items()}
     rows = X.expand(B or 1, N, n, d).reshape(B or 1, N * n, d)
@@ -247,8 +238,7 @@ def stack_size(params: Mapping[str, torch.Tensor]) -> int | None:
 
 def rows_of(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor | None, cfg: ModelConfig, *,
             residual=None) -> tuple:
-    """The arguments of :func:`convres.backprop.phi_and_grad_rows` for ``params`` on ``X, Y``
-    (``Y = None``: those of :func:`convres.backprop.forward_rows`), as a stack of configurations."""
+    """The arguments of :func:`convres.backprop.phi_and_grad_rows` (``Y = None``: ``forward_rows``)."""
     W = params if stack_size(params) is not None else {k: v.unsqueeze(0) for k, v in params.items()}
     (B, *_), (N, n, d), pooled = W["W_U"].shape, X.shape[-3:], cfg.pool == "mean"
     rows = [X.expand(B, N, n, d).reshape(B, N * n, d)]
@@ -260,8 +250,6 @@ def rows_of(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor
 
 
 def _passes(params, X, cfg, residual, Y=None, trace=True):
-    """``(Phi, grad Phi, trace)`` by :mod:`convres.backprop`; ``Phi`` and its gradient ``None``
-    without ``Y``, the trace ``None`` without ``trace``."""
     args, B = rows_of(params, X, Y, cfg, residual=residual), stack_size(params)
     phi = grads = tr = None
     if Y is None:
@@ -279,8 +267,8 @@ def _passes(params, X, cfg, residual, Y=None, trace=True):
 
 def forward_trace(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig, *,
                   residual=None) -> Trace:
-    """The forward pass keeping every block's intermediates (book equations (1)-(4)); pure and
-    unchecked. ``residual = (beta_attn, beta_ffn)`` overrides ``cfg``'s (numbers or ``(B,)`` tensors)."""
+    """The forward pass with every block's intermediates (book equations (1)-(4)); ``residual``
+    overrides ``cfg``'s ``(beta_attn, beta_ffn)``."""
     return _passes(params, X, cfg, residual)[2]
 
 
@@ -292,27 +280,23 @@ def trace_no_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: Mode
 
 def phi_and_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cfg: ModelConfig,
                  *, residual=None, trace: bool = True):
-    """``(Phi, grad Phi, trace)``: the loss (5), its gradient (:func:`convres.backprop.backward_rows`)
-    and the :class:`Trace` (``None`` with ``trace=False``); pure and unchecked like :func:`phi`."""
+    """``(Phi, grad Phi, trace)``: the loss (5), its gradient and the :class:`Trace` (or ``None``)."""
     return _passes(params, X, cfg, residual, Y, trace)
 
 
 def squared_error(F: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
-    """``Phi = 1/2 sum_i ||F(X_i) - Y_i||_F^2`` (book equation (5)); one value per configuration
-    (shape ``(B,)``) when ``F`` carries a leading axis of configurations that ``Y`` lacks."""
+    """``Phi = 1/2 sum_i ||F(X_i) - Y_i||_F^2`` (book equation (5)), ``(B,)`` for a stacked ``F``."""
     R = F - Y
     return 0.5 * (R.pow(2).flatten(1).sum(1) if F.dim() > Y.dim() else R.pow(2).sum())
 
 
 def phi(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cfg: ModelConfig, *,
         residual=None) -> torch.Tensor:
-    """``Phi(theta) = 1/2 sum_i ||F(X_i) - Y_i||_F^2`` (book equation (5)), pure and unchecked (for
-    ``torch.func.grad`` and ``vmap``); :func:`loss` is the same value with checks."""
+    """``Phi(theta)`` (book equation (5)), unchecked for ``torch.func``; :func:`loss` checks."""
     return squared_error(forward_trace(params, X, cfg, residual=residual).F, Y)
 
 
 def _checked_output(params, X, Y, cfg) -> torch.Tensor:
-    """``F`` with the checks of :func:`forward` and :func:`loss`."""
     B = check_inputs(params, X, Y, cfg, finite=False)
     check_cost(cfg, X.shape[0], X.shape[1], configs=B or 1, dtype=X.dtype, device=X.device, training=False)
     check_inputs(params, X, Y, cfg)    # the values, once the cost is known
@@ -325,15 +309,13 @@ def _checked_output(params, X, Y, cfg) -> torch.Tensor:
 
 
 def forward(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
-    """``F_Theta(X)`` (book equation (4)): ``(N, n, c)``, or ``(N, c)`` with ``pool="mean"`` (with a
-    leading axis ``B`` for stacked weights); inputs checked, an overflow an error, not a NaN."""
+    """``F_Theta(X)`` (book equation (4)), ``(N, n, c)`` or pooled ``(N, c)``; inputs checked."""
     return _checked_output(params, X, None, cfg)
 
 
 def loss(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,
          cfg: ModelConfig) -> torch.Tensor:
-    """``Phi(theta)`` (book equation (5)), ``(B,)`` for stacked weights; checked as :func:`forward`
-    is (for ``torch.func``, use the pure :func:`phi`)."""
+    """``Phi(theta)`` (book equation (5)), ``(B,)`` for stacked weights; checked as :func:`forward`."""
     return squared_error(_checked_output(params, X, Y, cfg), Y)
 
 
@@ -341,22 +323,34 @@ def loss(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,
 
 def check_inputs(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor | None,
                  cfg: ModelConfig, *, finite: bool = True) -> int | None:
-    """Raise a clear error unless ``cfg``, ``params`` (all stacked ``B`` deep or none), ``X``
-    ``(N, n, d)`` and ``Y`` ``(N, n, c)`` (``(N, c)`` pooled) fit together: dense real tensors of
-    one dtype and device, finite values if ``finite``. Returns ``B`` (``None``: unstacked)."""
+    """A clear error unless ``params`` (stacked ``B`` deep or not), ``X`` ``(N, n, d)`` and ``Y``
+    ``(N, n, c)`` (pooled ``(N, c)``) fit ``cfg``: dense, real, one dtype and device, finite if
+    ``finite``. Returns ``B`` (``None``: unstacked)."""
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}; "
                         "create one with convres.ModelConfig(d=..., d_qk=..., m=...).")
-    B = _check_params(params, cfg, finite)
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a dict of tensors, got {type(params).__name__}; create it "
+                        "with convres.init_params(cfg).")
+    expected = param_shapes(cfg)
+    missing, extra = sorted(set(expected) - set(params)), sorted(set(params) - set(expected))
+    if missing or extra:
+        raise ValueError(f"params do not match the config (L={cfg.L}): missing {missing}, unexpected "
+                         f"{extra}; create them with convres.init_params(cfg).")
+    W_U = params["W_U"]
+    B = W_U.shape[0] if isinstance(W_U, torch.Tensor) and W_U.dim() == 3 else None
+    lead = () if B is None else (B,)
+    for name, shape in expected.items():
+        sizes = f"d={cfg.d}, d_qk={cfg.d_qk}, m={cfg.m}, c={cfg.c}" + (f", B={B}" if B else "")
+        _check_tensor(f"params[{name!r}]", params[name], lead + shape, f"{lead + shape} ({sizes})", finite)
     _check_tensor("X", X, (None, None, cfg.d), "(N sequences, n tokens, d features)", finite,
                   hint="for a single sequence use X.unsqueeze(0)")
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise ValueError(f"X has shape {tuple(X.shape)}: it needs at least one sequence and one token.")
     if Y is not None:
         N, n = X.shape[:2]
-        expected = (N, cfg.c) if cfg.pool == "mean" else (N, n, cfg.c)
-        _check_tensor("Y", Y, expected, f"(N={N}, n={n}, c={cfg.c}) for pool={cfg.pool!r}", finite)
-    W_U = params["W_U"]
+        shape_Y = (N, cfg.c) if cfg.pool == "mean" else (N, n, cfg.c)
+        _check_tensor("Y", Y, shape_Y, f"(N={N}, n={n}, c={cfg.c}) for pool={cfg.pool!r}", finite)
     for name, t in [*((f"params[{k!r}]", w) for k, w in params.items()), ("X", X), ("Y", Y)]:
         if t is not None and t.dtype != W_U.dtype:
             raise TypeError(f"{name} has dtype {t.dtype} but the weights W_U have dtype {W_U.dtype}; "
@@ -387,22 +381,4 @@ def _check_tensor(name, t, shape, meaning, finite, hint=""):
                          + (f"; {hint}" if hint else "") + ".")
     if finite and not bool(torch.isfinite(t).all()):
         raise ValueError(f"{name} contains NaN or infinite entries; clean or impute it first.")
-
-
-def _check_params(params, cfg, finite) -> int | None:
-    if not isinstance(params, Mapping):
-        raise TypeError(f"params must be a dict of tensors, got {type(params).__name__}; create it "
-                        "with convres.init_params(cfg).")
-    expected = param_shapes(cfg)
-    missing, extra = sorted(set(expected) - set(params)), sorted(set(params) - set(expected))
-    if missing or extra:
-        raise ValueError(f"params do not match the config (L={cfg.L}): missing {missing}, unexpected "
-                         f"{extra}; create them with convres.init_params(cfg).")
-    W_U = params["W_U"]
-    B = W_U.shape[0] if isinstance(W_U, torch.Tensor) and W_U.dim() == 3 else None
-    lead = () if B is None else (B,)
-    for name, shape in expected.items():
-        sizes = f"d={cfg.d}, d_qk={cfg.d_qk}, m={cfg.m}, c={cfg.c}" + (f", B={B}" if B else "")
-        _check_tensor(f"params[{name!r}]", params[name], lead + shape, f"{lead + shape} ({sizes})", finite)
-    return B
 

@@ -18,8 +18,7 @@ class NonFiniteError(ValueError):
 
 
 def stacked(M: torch.Tensor) -> torch.Tensor:
-    """Stack a batch ``(..., N, n, k)`` of ``N`` matrices into ``(..., N n, k)``: the rows of all
-    sequences, as the theory's ``Z`` and ``H``."""
+    """``(..., N, n, k)`` stacked into ``(..., N n, k)``, as the theory's ``Z`` and ``H``."""
     return M.reshape(*M.shape[:-3], -1, M.shape[-1]) if M.dim() >= 3 else M
 
 
@@ -41,8 +40,7 @@ def singular_values(M: torch.Tensor, name: str = "the matrix") -> torch.Tensor:
 
 
 def extreme_singular_values(M: torch.Tensor) -> torch.Tensor:
-    """``(sigma_min, sigma_max)`` of the stacked ``M`` (``(N, n, k)``, or ``(B, N, n, k)``: ``(B, 2)``);
-    ``sigma_min`` is the smallest of the ``min(N n, k)`` singular values."""
+    """``(sigma_min, sigma_max)`` of the stacked ``M`` (``(B, 2)`` for ``(B, N, n, k)``)."""
     s = singular_values(stacked(M))
     return torch.stack([s[..., -1], s[..., 0]], dim=-1)
 
@@ -55,8 +53,7 @@ def sigma_nn(M: torch.Tensor) -> float:
 
 
 def sigma_k(M: torch.Tensor, k: int | None = None) -> float:
-    """``sigma_k(M)`` in float64 (``k``: the number of rows by default; 0 past the smaller side); a
-    wide matrix with many rows from its ``rows x rows`` Gram matrix."""
+    """``sigma_k(M)`` in float64 (``k``: the number of rows by default; 0 past the smaller side)."""
     M = M.detach().to(torch.float64)
     rows, cols = M.shape
     k = rows if k is None else k
@@ -78,9 +75,8 @@ def spectral_norm(W: torch.Tensor) -> float:
 
 
 def singular_value_measures(sv: torch.Tensor) -> dict[str, torch.Tensor]:
-    """From decreasing singular values: ``sigma_min``, ``sigma_max``, ``condition``, the effective
-    rank ``exp(H(p))``, ``p_i = sigma_i / sum_j sigma_j`` (Roy & Vetterli 2007), and the stable
-    rank ``sum_i sigma_i^2 / sigma_max^2``."""
+    """``sigma_min``, ``sigma_max``, ``condition``, effective rank ``exp(H(p))``, ``p_i = sigma_i /
+    sum_j sigma_j`` (Roy & Vetterli 2007), stable rank ``sum_i sigma_i^2 / sigma_max^2``."""
     s_max, s_min = sv[..., 0], sv[..., -1]
     p = sv / sv.sum(-1, keepdim=True)
     entropy = -(torch.where(p > 0, p * torch.log(p), torch.zeros_like(p))).sum(-1)
@@ -94,13 +90,13 @@ def singular_value_measures(sv: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def weyl_lower_bounds(X: torch.Tensor, A: torch.Tensor, beta: float) -> torch.Tensor:
-    """``b_k = beta sigma_min(X) - sigma_{k+1}(A)``, ``k = 0 .. r-1``: by Weyl's inequality
-    ``sigma_{r-k}(A + beta X) >= b_k`` (lemma ``thm-lem-residual``); informative only when positive."""
+    """``b_k = beta sigma_min(X) - sigma_{k+1}(A) <= sigma_{r-k}(A + beta X)`` (Weyl, lemma
+    ``thm-lem-residual``)."""
     return beta * singular_values(X, "X")[-1] - singular_values(A, "A")
 
 
 def rank_one_residual(M: torch.Tensor, *, relative: bool = False) -> torch.Tensor:
-    """``min_x ||M - 1 x^T||_F = ||M - mean row||_F``: ``res(M)`` of Dong, Cordonnier & Loukas (2021)
-    in the Frobenius norm; divided by ``||M||_F`` with ``relative=True``."""
+    """``res(M) = min_x ||M - 1 x^T||_F`` (Dong, Cordonnier & Loukas 2021), over ``||M||_F`` if
+    ``relative``."""
     res = torch.linalg.matrix_norm(M - M.mean(dim=-2, keepdim=True))
     return res / torch.linalg.matrix_norm(M) if relative else res

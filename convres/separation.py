@@ -1,9 +1,6 @@
-"""The residual is necessary: a certified separation at attention scale ``1/d_QK``.
-
-Theorem ``sep-thm``: without the residual the loss stays at or above half the rank-one floor
-``Phi_floor = 1/2 ||C(Y)||_F^2`` for ``T_lb`` steps (:func:`plateau_certificate`; ``C`` centres each
-sequence's rows); with it, :mod:`convres.certify` gives linear convergence from step 0
-(:func:`separation_report`). Float64; one block, per-token readout, smooth activation, ``c = 1``.
+"""Theorem ``sep-thm``, the residual is necessary: without it the loss stays at or above half the
+rank-one floor ``Phi_floor = 1/2 ||C(Y)||_F^2`` for ``T_lb`` steps (:func:`plateau_certificate`);
+with it, linear convergence from step 0 is certified (:func:`separation_report`).
 """
 
 from __future__ import annotations
@@ -32,8 +29,7 @@ RADII = np.concatenate([[0.0], np.geomspace(1e-7, 3.0, 300)])
 
 
 def balanced_targets(N: int, n: int, seed: int) -> torch.Tensor:
-    """``(N, n, 1)`` targets: in each sequence ``n/2`` tokens ``+1`` and ``n/2`` tokens ``-1`` in a
-    random order (``n`` even), so ``C(Y) = Y`` and ``Phi_floor = N n / 2``."""
+    """``(N, n, 1)`` targets, ``n/2`` of ``+1`` and ``-1`` per sequence: ``C(Y) = Y``."""
     if n % 2:
         raise ValueError(f"balanced targets need an even number of tokens n, got n={n}.")
     gen = torch.Generator().manual_seed(as_seed("seed", seed))
@@ -43,9 +39,7 @@ def balanced_targets(N: int, n: int, seed: int) -> torch.Tensor:
 
 def separation_instance(d_qk: int, seed: int = 0, *, N: int = 1, n: int = 2, d: int = 1024,
                         beta: float = 0.0):
-    """``(X, Y, params, cfg)`` of the separation family: the certified regime's data and weights
-    (:func:`convres.instances.problem`) with ``d_QK = d_qk`` and :func:`balanced_targets`; ``beta =
-    0`` is the arm without the residual."""
+    """``(X, Y, params, cfg)``: the certified regime with ``d_QK = d_qk`` and :func:`balanced_targets`."""
     d_qk, N, n, d = (as_int(k, v, minimum=1) for k, v in (("d_qk", d_qk), ("N", N), ("n", n), ("d", d)))
     r: dict = CERTIFIED_REGIME
     cfg = ModelConfig(d=d, d_qk=d_qk, m=max(1, round(r["ffn_ratio"] * d)), c=1, beta=beta,
@@ -61,8 +55,8 @@ def centred(G: torch.Tensor) -> torch.Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class PerpCentre:
-    """At ``theta_0``: ``eps_i = ||S_i - 1 1^T/n||_F``, ``ux = ||U X||_2``, ``cZ, cM, cH = ||C(.)||_2``
-    of ``Z_0, M_0, H_0``, ``cF = ||C(F_0)||_F``, ``par = ||(I - C)(F_0 - Y)||_F``, ``CY = ||C(Y)||_F``."""
+    """At ``theta_0``: ``eps_i = ||S_i - 1 1^T/n||_F``, ``ux = ||U X||_2``, ``cZ, cM, cH, cF`` of ``C(.)``,
+    ``par = ||(I - C)(F_0 - Y)||_F``, ``CY = ||C(Y)||_F``."""
 
     c: Centre
     eps_i: np.ndarray
@@ -76,7 +70,7 @@ class PerpCentre:
 
     @property
     def floor(self) -> float:
-        """``Phi_floor = 1/2 ||C(Y)||_F^2``, the rank-one floor (:func:`convres.collapse.rank_one_floor`)."""
+        """``Phi_floor = 1/2 ||C(Y)||_F^2``, the rank-one floor."""
         return 0.5 * self.CY ** 2
 
     @property
@@ -104,9 +98,8 @@ def perp_centre(params, X, Y, cfg) -> PerpCentre:
 
 
 def perp_chain(pc: PerpCentre, ra: float, rw: float, steps: int = 48) -> tuple[float, float, float]:
-    """Lemma sep-lem-chain (equation sep-chain) on ``B(ra, rw)`` (attention weights within ``ra``, the
-    rest within ``rw``): ``(delta_perp, Jp_a, Jp_w)``, ``||C(F)||_F <= ||C(F_0)||_F + delta_perp``,
-    by upper Riemann sums on ``steps`` pieces."""
+    """Lemma sep-lem-chain on ``B(ra, rw)``: ``(delta_perp, Jp_a, Jp_w)``, ``||C(F)||_F <= ||C(F_0)||_F
+    + delta_perp``, by upper Riemann sums."""
     c, h = pc.c, 1.0 / steps
     x, s, n = c.x_i, c.s, c.n
     eps, cZ, cM, cH, Zb, delta = pc.eps_i.astype(float), pc.cZ, pc.cM, pc.cH, c.z0, 0.0
@@ -134,9 +127,8 @@ def perp_chain(pc: PerpCentre, ra: float, rw: float, steps: int = 48) -> tuple[f
 
 
 def path_radii(pc: PerpCentre, mu: float, max_steps: int = 10 ** 7, radii=RADII):
-    """Lemma sep-lem-path (equation sep-path): ``[(r_a,t, r_t, R_t)]`` bounding the attention's and all
-    weights' distance and ``||(I - C)(F_t - Y)||`` under step ``mu``, until ``r_t`` leaves ``radii`` or
-    ``C(F)`` may pass the threshold (the last index is ``T_path``); bounds tabulated on ``radii``."""
+    """Lemma sep-lem-path: ``[(r_a,t, r_t, R_t)]`` bounding the distances and ``||(I - C)(F_t - Y)||``
+    under step ``mu`` until ``C(F)`` may pass the threshold (the last index is ``T_path``)."""
     chains = np.array([perp_chain(pc, r, r, steps=24) for r in radii])
     floor_dp = np.array([perp_chain(pc, 0.0, r, steps=24)[0] for r in radii])   # delta_perp(0, r)
     bounds = np.array([smoothness_bounds(pc.c, r) for r in radii])
@@ -163,8 +155,7 @@ def path_radii(pc: PerpCentre, mu: float, max_steps: int = 10 ** 7, radii=RADII)
 
 @dataclasses.dataclass(frozen=True)
 class Plateau:
-    """Theorem sep-thm (a): ``Phi_t >= floor / 2`` for ``t <= T_lb`` under step ``mu`` (``certified``:
-    ``T_lb >= 1``), with the path bounds at ``T_lb``."""
+    """Theorem sep-thm (a): ``Phi_t >= floor / 2`` for ``t <= T_lb`` under step ``mu``."""
 
     certified: bool
     T_lb: int
@@ -190,8 +181,7 @@ def plateau_certificate(params, X, Y, cfg, mu: float) -> Plateau:
 
 
 def escape_step(params, X, Y, cfg, mu: float, steps: int) -> int | None:
-    """The first ``t`` with ``Phi_t < Phi_floor / 2`` in gradient descent with step ``mu`` (observed),
-    ``None`` within ``steps``; the run stops there."""
+    """The first ``t`` with ``Phi_t < Phi_floor / 2`` under step ``mu`` (observed), else ``None``."""
     floor = 0.5 * float(centred(Y.double()).norm()) ** 2
     _, h = gradient_descent(params, X, Y, cfg, mu, steps, tol=np.nextafter(0.5 * floor, 0))
     hit = np.nonzero(np.asarray(h.loss) < 0.5 * floor)[0]
@@ -199,8 +189,7 @@ def escape_step(params, X, Y, cfg, mu: float, steps: int) -> int | None:
 
 
 def path_check(params, X, Y, cfg, mu: float, steps: int | None = None) -> dict:
-    """Lemmas sep-lem-path and sep-lem-chain against one run (no residual), ``t < T_path``: the largest
-    observed/bound ratio of each bound (``r``, ``r_a``, ``R``, ``CF``, ``dCF``; above 1 refutes)."""
+    """Lemmas sep-lem-path and sep-lem-chain against one run: the largest observed/bound ratios."""
     mu = as_real("mu (the step size)", mu, minimum=0.0, above=True)
     pc = perp_centre(params, X, Y, cfg)
     path = path_radii(pc, mu)
@@ -231,9 +220,7 @@ def path_check(params, X, Y, cfg, mu: float, steps: int | None = None) -> dict:
 
 def separation_report(d_qk: int, seed: int = 0, *, mu: float | None = None, N: int = 1, n: int = 2,
                       d: int = 1024) -> dict:
-    """Theorem sep-thm on :func:`separation_instance`: the sharpest certificate at ``beta = 1``
-    (``steps_to`` ``1e-2 Phi_0``), the ``plateau`` at ``mu`` (default ``mu_res``) and ``separation``:
-    ``steps_to <= T_lb``."""
+    """Theorem sep-thm on :func:`separation_instance`: ``separation`` iff ``steps_to <= T_lb``."""
     X, Y, params, cfg = separation_instance(d_qk, seed, N=N, n=n, d=d)
     res = sharpest_certificate_of(centre(params, X, Y, cfg.with_residual(1.0)))
     mu = res.mu if mu is None else as_real("mu", mu, minimum=0.0, above=True)

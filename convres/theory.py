@@ -1,9 +1,6 @@
-"""The book's two theorems checked along gradient-descent runs, and the assumptions on an instance.
-
-Everything here is *observed* (measured along a run) except :func:`part_b_check`, which reads the
-certificate of :mod:`convres.certify`: :func:`theorem_run` (``thm-main``), :func:`ffn_theorem_run`
-(``thm-ffn``), and what the certified regimes are (:func:`lazy_report`, :func:`sampled_estimates`).
-"""
+"""The book's two theorems checked along gradient-descent runs (:func:`theorem_run`,
+:func:`ffn_theorem_run`: *observed*), the assumptions on an instance, and what the certified regimes
+are (:func:`lazy_report`, :func:`sampled_estimates`)."""
 
 from __future__ import annotations
 
@@ -48,7 +45,6 @@ def part_b_check(params, X, Y, cfg) -> dict:
 
 
 def _part_b(params, X, Y, cfg, phi_t, grads, tr) -> dict:
-    """:func:`part_b_check` from the loss, gradients and trace at ``params``."""
     phi, sigma_0, grad_norm = float(phi_t), sigma_nn(tr.H[-1]), flat_norm(grads.values())
     upper = r_sigma_upper(params, X, cfg)
     rho = path_radius(phi, sigma_0)
@@ -91,9 +87,8 @@ def _assumptions(X, H0, cfg, mu, steps) -> list[Hypothesis]:
 
 def check_assumptions(params, X, Y, cfg, *, mu: float | None = None,
                       steps: int | None = None) -> list[Hypothesis]:
-    """The book's assumptions on one instance: ``width`` (``N n <= d``), ``smooth activation``,
-    ``full-rank input``, ``non-degenerate H_0`` (relative ``sigma_Nn > 1e-10``) and, with ``mu`` and
-    ``steps``, ``non-vacuous rate`` (``mu alpha T >= ln(1/0.9)``)."""
+    """The book's assumptions on one instance: ``N n <= d``, smooth activation, full-rank ``X`` and
+    ``H_0`` (relative ``sigma_Nn > 1e-10``), with ``mu`` and ``steps`` ``mu alpha T >= ln(1/0.9)``."""
     check_one(params, X, Y, cfg)
     if (mu is None) != (steps is None):
         raise ValueError(f"give both mu and steps (for the non-vacuous-rate check) or neither, got "
@@ -107,9 +102,8 @@ def check_assumptions(params, X, Y, cfg, *, mu: float | None = None,
 
 @dataclasses.dataclass
 class RunCheck:
-    """The proof's inequalities at every step: ``contraction``; ``pl_margin = ||grad_{W_U}||^2 /
-    (2 Phi_t) - sigma_Nn(H_t)^2``; ``descent_margin``; ``half_margin = Phi_t - mu/2 ||g_t||^2 -
-    Phi_{t+1}``; ``sigma_ratio = sigma_Nn(H_t) / sigma_0``; ``observed``: both margins fine."""
+    """The proof's inequalities at every step: ``pl_margin = ||grad_{W_U}||^2 / (2 Phi_t) -
+    sigma_Nn(H_t)^2``, ``half_margin = Phi_t - mu/2 ||g_t||^2 - Phi_{t+1}``, ``sigma_ratio``."""
 
     contraction: Contraction
     pl_margin: np.ndarray
@@ -133,8 +127,8 @@ class RunCheck:
 
 def verify_run(hist: History, grad_U, sigma_H, mu: float, a: float, L_hat: float, distance, *,
                tol: float) -> RunCheck:
-    """The :class:`RunCheck` of a run from ``grad_U[t] = ||grad_{W_U} Phi(theta_t)||_F`` (``t < T``),
-    ``sigma_H[t] = sigma_Nn(H_t)`` and ``distance[t] = ||theta_t - theta_0||`` (``t <= T``)."""
+    """The :class:`RunCheck` from ``||grad_{W_U} Phi(theta_t)||_F`` (``t < T``), ``sigma_Nn(H_t)`` and
+    ``||theta_t - theta_0||`` (``t <= T``)."""
     loss, g = hist.loss, hist.grad_norm
     grad_U, sigma_H = np.asarray(grad_U, dtype=np.float64), np.asarray(sigma_H, dtype=np.float64)
     T = hist.steps
@@ -155,8 +149,8 @@ def verify_run(hist: History, grad_U, sigma_H, mu: float, a: float, L_hat: float
 
 @dataclasses.dataclass
 class TheoremRun:
-    """Gradient descent with the theorem's step ``mu`` (``mu_max = 1/(safety L_hat)``), ``alpha =
-    (sigma_0/2)^2``, the :func:`check_assumptions` table, :func:`part_b_check` and the :class:`RunCheck`."""
+    """A run with the theorem's step ``mu``, ``alpha = (sigma_0/2)^2``, the assumptions, part (b) and
+    the :class:`RunCheck`."""
 
     alpha: float
     sigma_0: float
@@ -180,8 +174,7 @@ class TheoremRun:
         return self.history.status
 
     def summary(self) -> dict:
-        """The scalar fields, JSON-ready; ``violations`` ``None`` unless verified; ``part_b_holds``:
-        ``False`` if it fails, ``True`` if certified for this step, else ``None``."""
+        """The scalar fields, JSON-ready; ``part_b_holds`` ``None`` where not decided."""
         verified = self.status != "diverged" and self.check.checked_steps > 0
         h, b = self.history, self.part_b
         mu_cert = b["mu_certified"]
@@ -202,8 +195,7 @@ class TheoremRun:
 
 def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None, safety: float = 2.0,
                 smoothness_samples: int = 1, seed: int = 0) -> TheoremRun:
-    """Gradient descent with the theorem's step (default ``1 / (safety L_hat)``,
-    :func:`convres.lemmas.mu_max`), its inequalities measured at every step (:class:`TheoremRun`)."""
+    """Gradient descent with the theorem's step (default ``1 / (safety L_hat)``), checked every step."""
     check_one(params, X, Y, cfg)
     steps = as_int("steps", steps, minimum=1)
     mu = None if mu is None else as_real("mu", mu, minimum=0.0, above=True)
@@ -242,9 +234,8 @@ def theorem_run(params, X, Y, cfg, *, steps: int = 300, mu: float | None = None,
 
 @dataclasses.dataclass
 class FFNTheoremRun:
-    """A run checked against ``thm-ffn`` (observed), ``alpha_ffn = (sigma_M0 sigma_U0 / 4)^2``: the
-    hypotheses; per step the contraction, PL and descent margins; at recorded steps ``sigma_M``,
-    ``sigma_U``, ``lemma_margin``; ``observed``: recorded steps where part (a) held."""
+    """A run checked against ``thm-ffn``, ``alpha_ffn = (sigma_M0 sigma_U0 / 4)^2``: hypotheses, margins
+    per step, ``sigma_M``, ``sigma_U``, ``lemma_margin`` at recorded steps."""
 
     alpha_ffn: float
     sigma_M0: float
@@ -275,7 +266,7 @@ class FFNTheoremRun:
         return self.status != "diverged" and self.contraction.checked_steps > 0
 
     def summary(self) -> dict:
-        """The scalar fields, JSON-ready; ``checked_conditions_hold``: every evaluated hypothesis held."""
+        """The scalar fields, JSON-ready."""
         h = self.history
         return finite_fields({
             "theorem": "thm-ffn", "claim": "observed", "readout": self.readout, "rows": self.rows,
@@ -295,8 +286,8 @@ class FFNTheoremRun:
 
 def ffn_theorem_run(params, X, Y, cfg, *, mu: float, steps: int, record_every: int = 1,
                     seed: int = 0, smoothness_iters: int = 10) -> FFNTheoremRun:
-    """Gradient descent checked against ``thm-ffn`` (any depth, per token or pooled): the bound, PL and
-    descent every step, ``sigma_rows(M~_t)``, ``sigma_c(W_U)`` every ``record_every``; ``mu L_hat_0 <= 1``."""
+    """Gradient descent checked against ``thm-ffn`` (any depth), ``sigma_rows(M~_t)`` and
+    ``sigma_c(W_U)`` every ``record_every`` steps."""
     check_inputs(params, X, Y, cfg)
     mu = as_real("mu", mu, minimum=0.0, above=True)
     steps = as_int("steps", steps, minimum=1)
@@ -379,8 +370,7 @@ def _jacobian(params, X, cfg) -> dict[str, torch.Tensor]:
 
 
 def tangent_kernel_blocks(params, X, cfg) -> dict:
-    """The tangent kernel ``K = J_0 J_0^T = sum_b K_b`` (``K_b`` per weight block): ``lambda_min``,
-    ``trace`` and per block ``lambda_min``, its share of ``lambda_min(K)`` and ``trace_share``."""
+    """The tangent kernel ``K = J_0 J_0^T = sum_b K_b``: ``lambda_min``, ``trace`` and their shares."""
     parts: dict[str, torch.Tensor] = {}
     for name, Jb in _jacobian(params, X, cfg).items():
         Jb = Jb.to(torch.float64)
@@ -396,22 +386,9 @@ def tangent_kernel_blocks(params, X, cfg) -> dict:
     return {"lambda_min": lam, "trace": tr, "blocks": blocks}
 
 
-def _one_block_descent(params, X, Y, cfg, block: str, mu: float, steps: int) -> np.ndarray:
-    """The losses ``Phi_0 .. Phi_T`` of gradient descent on the weight ``block`` alone."""
-    p = {k: v.detach() for k, v in params.items()}
-    grad_and_value = torch.func.grad_and_value(lambda w: phi({**p, block: w}, X, Y, cfg))
-    losses = []
-    for _ in range(steps + 1):
-        g, value = grad_and_value(p[block])
-        losses.append(float(value))
-        p[block] = p[block] - mu * g
-    return np.asarray(losses)
-
-
 def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U") -> dict:
-    """How lazy a run is (observed; Chizat, Oyallon & Bach 2019): the tangent kernel, each weight's
-    displacement, ``||H_0 - X||``, ``max |S - U|``, full against ``block``-only descent
-    (``one_block_gap``) and the ``linearization_error`` of ``F`` at ``T``."""
+    """How lazy a run is (Chizat, Oyallon & Bach 2019): the tangent kernel, displacements, ``||H_0 -
+    X||``, ``max |S - U|``, ``block``-only descent and the ``linearization_error`` of ``F``."""
     check_inputs(params, X, Y, cfg)
     mu = as_real("mu", mu, minimum=0.0, above=True)
     steps = as_int("steps", steps, minimum=1)
@@ -429,7 +406,12 @@ def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U")
     final, hist = gradient_descent(p0, X, Y, cfg, mu, steps)
     disp = {k: float((final[k] - p0[k]).norm()) for k in p0}
     total = sum(v * v for v in disp.values())
-    one = _one_block_descent(p0, X, Y, cfg, block, mu, hist.steps)
+    grad_and_value = torch.func.grad_and_value(lambda w: phi({**p0, block: w}, X, Y, cfg))
+    w, one = p0[block], []                                # descent on the weight ``block`` alone
+    for _ in range(hist.steps + 1):
+        g, value = grad_and_value(w)
+        one.append(float(value))
+        w = w - mu * g
     loss = np.asarray(hist.loss, dtype=np.float64)
     delta = {k: final[k] - p0[k] for k in p0}             # F_0 and its derivative along theta_T - theta_0
     F0, JD = torch.func.jvp(lambda p: forward_trace(p, X, cfg).F, (p0,), (delta,))[:2]
@@ -437,7 +419,7 @@ def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U")
     moved = float((FT - F0).norm())
     share = {k: v * v / total for k, v in disp.items()} if total > 0 else {}
     out.update(displacement=disp, displacement_share=share, block=block, loss=loss.tolist(),
-               loss_one_block=one.tolist(), one_block_gap={str(t): float(abs(one[t] - loss[t]) / loss[t])
+               loss_one_block=one, one_block_gap={str(t): float(abs(one[t] - loss[t]) / loss[t])
                               for t in sorted({1, 10, 30, hist.steps}) if t <= hist.steps and loss[t] > 0},
                linearization_error=float((FT - F0 - JD).norm()) / moved if moved > 0 else None,
                mu=mu, steps=hist.steps)
@@ -446,28 +428,9 @@ def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U")
 
 # --- how tight the bounds are ---------------------------------------------------------------------------
 
-def _ascend_delta_H(theta0, X, cfg, r, start, steps: int = 10) -> float:
-    """The largest ``||H(theta) - H_0||_2`` that ``steps`` of projected gradient ascent find on ``B_r``."""
-    H0 = stacked(trace_no_grad(theta0, X, cfg).H[0])
-
-    def value(p):
-        return torch.linalg.matrix_norm(stacked(forward_trace(p, X, cfg).H[0]) - H0, 2)
-
-    p, best = start, 0.0
-    for _ in range(steps + 1):
-        grads, val = torch.func.grad_and_value(value)({k: v.detach() for k, v in p.items()})
-        best = max(best, float(val))
-        gnorm = flat_norm(grads.values()) or 1.0
-        step = {k: p[k].detach() + 0.5 * r * g / gnorm - theta0[k] for k, g in grads.items()}
-        norm = flat_norm(step.values())
-        p = {k: theta0[k] + step[k] * min(1.0, r / norm) for k in theta0}
-    return best
-
-
 def sampled_estimates(params, X, Y, cfg, cert: Certificate) -> dict:
-    """Lower estimates of what the certificate bounds: ``L_hat`` (at ``theta_0`` and one point of the
-    ball), ``L_lower = ||H_0||^2``, ``J_0``, ``J_hat``, ``delta_H_hat`` (10 steps of projected ascent;
-    ``delta_H_bound``) and ``r_sigma_upper``."""
+    """Lower estimates of what the certificate bounds: ``L_hat``, ``L_lower = ||H_0||^2``, ``J_0``,
+    ``J_hat``, ``delta_H_hat`` (against ``delta_H_bound``) and ``r_sigma_upper``."""
     check_certifiable(params, X, Y, cfg)
     gen = torch.Generator().manual_seed(0)
     theta0 = {k: v.detach() for k, v in params.items()}
@@ -480,7 +443,19 @@ def sampled_estimates(params, X, Y, cfg, cert: Certificate) -> dict:
     L_hat = max(hessian_norm(p, X, Y, cfg, iters=8) for p in [theta0] + pts)
     J_0 = jac_norm(theta0)
     J_hat = max([J_0] + [jac_norm(p) for p in pts])
-    dH = _ascend_delta_H(theta0, X, cfg, cert.r_sigma_lower, random_point(theta0, cert.r_sigma_lower, gen))
+    H0, r = stacked(trace_no_grad(theta0, X, cfg).H[0]), cert.r_sigma_lower
+
+    def delta_H(p):
+        return torch.linalg.matrix_norm(stacked(forward_trace(p, X, cfg).H[0]) - H0, 2)
+
+    p, dH = random_point(theta0, r, gen), 0.0
+    for _ in range(11):                                   # 10 steps of projected gradient ascent on B_r
+        grads, val = torch.func.grad_and_value(delta_H)({k: v.detach() for k, v in p.items()})
+        dH = max(dH, float(val))
+        gnorm = flat_norm(grads.values()) or 1.0
+        step = {k: p[k].detach() + 0.5 * r * g / gnorm - theta0[k] for k, g in grads.items()}
+        norm = flat_norm(step.values())
+        p = {k: theta0[k] + step[k] * min(1.0, r / norm) for k in theta0}
     c = centre(params, X, Y, cfg)
     return {"L_hat": L_hat, "L_lower": c.h0 ** 2, "J_0": J_0, "J_hat": J_hat, "delta_H_hat": dH,
             "delta_H_bound": chain(c, cert.r_sigma_lower).delta_H,

@@ -1,6 +1,5 @@
-"""Theorem ``wd-thm-width``: above ``d_min(N, n, delta)`` the certificate holds with probability at
-least ``1 - delta`` (corollary ``wd-cor-fixed`` for :class:`FixedData`). :func:`worst_case` bounds the
-certificate's centre (``wd-lem-below``); :func:`width_condition` finds ``d_min``.
+"""Theorem ``wd-thm-width``: above ``d_min(N, n, delta)`` (:func:`width_condition`) the certificate
+holds with probability at least ``1 - delta``; :func:`worst_case` bounds its centre (``wd-lem-below``).
 """
 
 from __future__ import annotations
@@ -39,8 +38,7 @@ EVENT_GROUPS = ("X", "QK", "V", "FFN", "U", "Y")
 #: The split of ``delta`` among the groups with events (any split fixed in advance is valid).
 DELTA_SPLIT = {"X": 0.45, "QK": 0.05, "V": 0.01, "FFN": 0.07, "U": 0.42, "Y": 0.1}
 
-#: The relative margin ``eta`` that covers the bisection of
-#: :func:`convres.certify.radius_within` (lemma wd-lem-compare: any ``eta >= 2^-39`` does).
+#: The relative margin ``eta`` that covers the bisection of ``radius_within`` (any ``eta >= 2^-39``).
 BISECTION_MARGIN = 2.0 ** -30
 #: The widest ``d`` that :func:`width_condition` tries.
 D_MAX = 2 ** 40
@@ -62,8 +60,7 @@ def _check_regime(regime: dict) -> dict:
 
 def events(N: int, n: int, targets: str = "sign", activation: str = "gelu",
            fixed: bool = False) -> dict[str, list[str]]:
-    """The events of theorem wd-thm-width, by group (definitions in the chapter's table); with
-    ``fixed`` data (corollary wd-cor-fixed) the input and target groups are empty."""
+    """The events of theorem wd-thm-width by group; none on ``X`` and ``Y`` for ``fixed`` data."""
     return {"X": [] if fixed else ["X+", "X-", "XF", "Pi"] + ([f"X{i}" for i in range(N)] if N > 1 else []),
             "QK": [f"Q{i}" for i in range(N)] + [f"K{i}" for i in range(N)]
             + ([f"l{i}" for i in range(N)] if n > 1 else []),
@@ -71,14 +68,6 @@ def events(N: int, n: int, targets: str = "sign", activation: str = "gelu",
             "FFN": ["W1", "P", "MF"] + (["EF"] if activation == "gelu" else []) + ["W2", "MW", "MWP"],
             "U": ["U", "Unorm"],
             "Y": ["Y"] if targets == "gaussian" and not fixed else []}
-
-
-def _fluctuations(ev: dict[str, list[str]], delta: float) -> dict[str, float]:
-    """``t_g = sqrt(2 ln(|g| / delta_g))`` for each group ``g`` with events, ``delta_g`` its share
-    of ``delta``: each event then has probability at most ``delta_g / |g|``."""
-    live = {g: DELTA_SPLIT[g] for g in EVENT_GROUPS if ev[g]}
-    total = sum(live.values())
-    return {g: math.sqrt(2 * math.log(len(ev[g]) * total / (w * delta))) for g, w in live.items()}
 
 
 def gelu_second_moment(sigma: float) -> tuple[float, float]:
@@ -95,8 +84,8 @@ def gelu_second_moment(sigma: float) -> tuple[float, float]:
 
 @dataclasses.dataclass(frozen=True)
 class FixedData:
-    """Fixed data (corollary wd-cor-fixed): the exact norms ``x = ||X||_2``, ``sigma_X``, ``x_i =
-    max_i ||X_i||_2``, ``X_F``, ``ux = ||[1 xbar_i^T]_i||_2``, ``y = ||Y||_F`` (padding keeps them)."""
+    """Fixed data (corollary wd-cor-fixed): ``x = ||X||_2``, ``sigma_X``, ``x_i = max_i ||X_i||_2``,
+    ``X_F``, ``ux = ||[1 xbar_i^T]_i||_2``, ``y = ||Y||_F``."""
 
     N: int
     n: int
@@ -120,8 +109,7 @@ def fixed_data(X: torch.Tensor, Y: torch.Tensor) -> FixedData:
 
 
 def orthonormal_data(N: int, n: int, y: float, seed: int = 0):
-    """``(X, Y)``: ``N n`` orthonormal tokens in dimension ``d0 = N n`` (the rows of a random
-    orthogonal matrix, in ``N`` sequences of ``n``) and sign targets scaled to ``||Y||_F = y``."""
+    """``(X, Y)``: ``N n`` orthonormal tokens in dimension ``N n``, sign targets with ``||Y||_F = y``."""
     gen = torch.Generator().manual_seed(seed)
     Q = torch.linalg.qr(torch.randn(N * n, N * n, generator=gen, dtype=torch.float64))[0]
     Y = torch.where(torch.randn(N, n, 1, generator=gen, dtype=torch.float64) >= 0, 1.0, -1.0).double()
@@ -135,8 +123,7 @@ def padded(X: torch.Tensor, d: int) -> torch.Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class WorstCase:
-    """Definition wd-def-worst at width ``d`` (the chapter's table's names), with ``K`` events and the
-    fluctuation ``t`` of each group."""
+    """Definition wd-def-worst at width ``d``, with ``K`` events and each group's fluctuation ``t``."""
 
     N: int
     n: int
@@ -178,7 +165,7 @@ class WorstCase:
     lip2: float
 
     def centre(self) -> Centre:
-        """The worst case as a :class:`~convres.certify.Centre` (the same bound for every sequence)."""
+        """The worst case as a :class:`~convres.certify.Centre`."""
         def per_sequence(v: float) -> np.ndarray:
             return np.full(self.N, float(v))
         return Centre(x_i=per_sequence(self.x_i), q_i=per_sequence(self.q_i), k_i=per_sequence(self.q_i),
@@ -189,8 +176,7 @@ class WorstCase:
 
 def worst_case(N: int, n: int, d: int, delta: float = 0.05, data: FixedData | None = None,
                **regime) -> WorstCase:
-    """Definition wd-def-worst at width ``d`` (``regime``: changes to the certified regime), one event
-    a line (lemma wd-lem-below); fixed ``data``: its exact norms."""
+    """Definition wd-def-worst at width ``d``, one event a line (lemma wd-lem-below)."""
     N, n, d = as_int("N", N, minimum=1), as_int("n", n, minimum=1), as_int("d", d, minimum=1)
     delta = as_real("delta", delta, minimum=0.0, above=True, maximum=1.0)
     if delta >= 1:
@@ -201,7 +187,8 @@ def worst_case(N: int, n: int, d: int, delta: float = 0.05, data: FixedData | No
         raise ValueError(f"the fixed data have N, n, d0 = {data.N}, {data.n}, {data.d0}; got N={N}, "
                          f"n={n}, d={d} (d must be at least d0).")
     ev = events(N, n, r["targets"], r["activation"], fixed=data is not None)
-    t = _fluctuations(ev, delta)
+    live = {g: DELTA_SPLIT[g] for g in EVENT_GROUPS if ev[g]}      # t_g = sqrt(2 ln(|g| / delta_g))
+    t = {g: math.sqrt(2 * math.log(len(ev[g]) * sum(live.values()) / (w * delta))) for g, w in live.items()}
     tX, tQ, tV, tF, tU = t.get("X", 0.0), t["QK"], t["V"], t["FFN"], t["U"]
     act = ACTIVATIONS[r["activation"]]
     Nn, rd, rn, rN = N * n, math.sqrt(d), math.sqrt(n), math.sqrt(N)
@@ -266,10 +253,8 @@ def worst_case(N: int, n: int, d: int, delta: float = 0.05, data: FixedData | No
 
 def worst_ratio(N: int, n: int, d: int, delta: float = 0.05, data: FixedData | None = None,
                 **regime) -> tuple[float, dict]:
-    """``R(d) = rho(c_bar) / ((1 - eta) r_sigma^lo(c_bar))`` at the worst-case centre ``c_bar``
-    (``inf`` unless ``sigma_0 > 0``), ``eta = max(2^-30, 2^-30 / r_sigma^lo)``; and ``rho``,
-    ``r_sigma_lower``, ``sigma_0``, ``R0``, ``L_upper`` (radius ``1.01 rho``) and ``mu_alpha =
-    sigma_0^2 / (4 L_upper)``, the lower bound of part (iii)."""
+    """``R(d) = rho(c_bar) / ((1 - eta) r_sigma^lo(c_bar))`` at the worst-case centre, ``eta =
+    max(2^-30, 2^-30 / r_sigma^lo)``, and ``mu_alpha = sigma_0^2 / (4 L_upper)`` (part (iii))."""
     wc = worst_case(N, n, d, delta, data, **regime)
     out = {"d": d, "rho": math.inf, "r_sigma_lower": 0.0, "sigma_0": wc.sigma_0, "R0": wc.R0,
            "L_upper": math.inf, "mu_alpha": 0.0}
@@ -285,8 +270,7 @@ def worst_ratio(N: int, n: int, d: int, delta: float = 0.05, data: FixedData | N
 
 @dataclasses.dataclass(frozen=True)
 class WidthCondition:
-    """Theorem wd-thm-width: ``d_min``, the least ``d >= d_lo`` with ``R(d) < 1`` (``None`` if
-    ``R(D_MAX) >= 1``), ``R`` at ``d_min`` and ``d_min - 1`` and the worst case at ``d_min``."""
+    """Theorem wd-thm-width: ``d_min``, the least ``d >= d_lo`` with ``R(d) < 1`` (``None``: none)."""
 
     N: int
     n: int
@@ -314,8 +298,7 @@ class WidthCondition:
 
 def width_condition(N: int, n: int, delta: float = 0.05, *, data: FixedData | None = None,
                     **regime) -> WidthCondition:
-    """:class:`WidthCondition` by doubling and bisection on :func:`worst_ratio` (``R(d_min) < 1 <=
-    R(d_min - 1)`` checked)."""
+    """:class:`WidthCondition` by doubling and bisection on :func:`worst_ratio`."""
     t0 = time.perf_counter()
     N, n = as_int("N", N, minimum=1), as_int("n", n, minimum=1)
     r = _check_regime(regime)
@@ -355,8 +338,7 @@ def quadratic_lower_bound(N: int, n: int, beta: float = 1.0, ffn_ratio: float = 
 # --- the measured side: the certificate against the width ------------------------------------------
 
 def width_sweep(widths, shapes, seeds, **regime) -> list[dict]:
-    """The certificate against the width: one row per width, shape and seed of
-    :func:`convres.instances.certified_instance` (weights drawn once per width and seed)."""
+    """The certificate of :func:`convres.instances.certified_instance` per width, shape and seed."""
     r = {**CERTIFIED_REGIME, **regime}
     rows = []
     for d in widths:
@@ -376,8 +358,7 @@ def width_sweep(widths, shapes, seeds, **regime) -> list[dict]:
 
 
 def crossing(widths, ratios) -> float:
-    """``d*``: the width at which ``ratios`` (one per increasing width) first fall below 1,
-    interpolated linearly in ``log d`` and ``log ratio``; ``inf`` if never, the first if at once."""
+    """``d*``: where ``ratios`` first fall below 1, linear in ``log d`` and ``log ratio`` (``inf``: never)."""
     w, q = np.asarray(widths, dtype=float), np.asarray(ratios, dtype=float)
     below = np.nonzero(q < 1)[0]
     if not len(below):
