@@ -1,7 +1,4 @@
-"""Data: the real-data loaders (Jena Climate, SST-2), where their files come from, and word vectors.
-
-Book chapters *Jena Climate* and *SST-2*; the submodules' public names are re-exported here.
-"""
+"""Data (book chapters *Jena Climate* and *SST-2*): the loaders, their sources and word vectors."""
 
 from pathlib import Path  # noqa: I001 (the names of a module on two lines, not twelve)
 

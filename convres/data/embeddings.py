@@ -61,10 +61,8 @@ def ppmi_embeddings(sentences, d: int, *, vocab_size: int = 5000, smoothing: flo
 
 
 def embed_with(sentences, vocab, vectors, *, mean=None, std=None, dtype=torch.float64):
-    """``X`` of shape ``(N, n, d)`` from equal-length token lists and a table ``vocab -> vectors``,
-    every coordinate standardized by ``mean`` and ``std`` (default: those of the known tokens of
-    ``sentences``; pass the training ones for held-out text); an unknown token gets the mean.
-    Returns ``(X, (mean, std), oov)``, ``oov`` the fraction of unknown tokens."""
+    """``(X, (mean, std), oov)``: ``X`` ``(N, n, d)`` of equal-length token lists, standardized by
+    ``mean`` and ``std`` (default: the known tokens'), an unknown token at the mean."""
     lengths = {len(s) for s in sentences}
     if not lengths or 0 in lengths:
         raise ValueError("sentences must be a non-empty list of non-empty token lists.")

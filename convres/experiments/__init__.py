@@ -1,8 +1,5 @@
-"""The book's experiments: one :class:`~convres.experiments.base.Experiment` record per module,
-cached results. The paper (arXiv:2506.05249) describes simulations, Jena Climate with beta from small
-values to 1, and SST-2 with L = 2, 6, 10; every size, seed and step here is the book's choice.
-Profiles: ``"book"`` (the chapters), ``"paper"`` (larger), ``"smoke"`` (unit tests).
-"""
+"""The book's experiments (arXiv:2506.05249: simulations, Jena Climate, SST-2; every size, seed and
+step the book's choice): their records, profiles ``book``, ``paper``, ``smoke`` and cached results."""
 
 from __future__ import annotations
 
