@@ -35,8 +35,7 @@ def settings(name: str, profile: str = "book") -> dict:
 
 def run_experiment(name: str, profile: str = "book", *, progress: bool = False, refresh: bool = False,
                    data_dir=None, overrides: dict | None = None, device=None) -> Result:
-    """Run experiment ``name`` under ``profile`` with ``overrides`` (or load its cached result, keyed on
-    the settings, the device as asked and :func:`convres.data.fingerprint`); a :class:`Result`."""
+    """Experiment ``name``'s :class:`Result` under ``profile`` and ``overrides``, cached (with the data)."""
     s = settings(name, profile)  # an unknown name or profile: a ValueError
     e = EXPERIMENTS[name]
     if overrides is not None and not isinstance(overrides, dict):

@@ -58,8 +58,7 @@ def _no_report(result: Result) -> dict:
 @dataclasses.dataclass(frozen=True)
 class Experiment:
     """One experiment: settings per profile, ``run(settings, progress=, data_dir=, device=) -> data``
-    and the hooks of its summary, report rows, figure and scope shapes; ``piece_seeds``: seeds per
-    piece of the ``committed`` profiles (``None``: one piece)."""
+    and the hooks of its summary, report, figure and scope; ``piece_seeds`` per committed piece."""
 
     name: str
     title: str
@@ -269,8 +268,7 @@ RUN_CONTEXT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("run_c
 
 @contextlib.contextmanager
 def run_context(**values: Any) -> Iterator[dict]:
-    """Within it, :data:`RUN_CONTEXT` is the current context (if any) updated with ``values``; yields
-    that dict (where the run records its shared parts) and restores the previous context on exit."""
+    """Within it, :data:`RUN_CONTEXT` is the current context updated with ``values`` (yielded)."""
     context = {**(RUN_CONTEXT.get() or {}), **values}
     token = RUN_CONTEXT.set(context)
     try:
@@ -347,8 +345,7 @@ def design_check(name: str, value: float) -> CheckResult:
 
 @dataclasses.dataclass(frozen=True)
 class ClaimRecord:
-    """A graded :class:`convres.protocol.Claim`: its estimate, verdict, ``reason``, ``subset``, each
-    pre-named subset's verdict and the ``sensitivity`` grades."""
+    """A graded :class:`convres.protocol.Claim`: estimate, verdict, subsets' verdicts, sensitivity."""
 
     claim: Claim
     estimate: Estimate

@@ -395,9 +395,7 @@ def VARIANTS(s: dict, **_) -> dict:
 
 
 def scope_certificates(profile: str = "book") -> list[dict]:
-    """The scope table's certificates: per regime of :data:`VARIANTS`, as it stands and as its variant,
-    rows ``experiment, theorem, certified`` (every seed), ``ratio`` (the largest), ``certified_seeds``,
-    ``seeds``."""
+    """The scope table's certificates per regime of :data:`VARIANTS`, as it stands and as its variant."""
     s = VARIANTS.profiles[profile]
     rows = []
     for name, regime in _regimes(s).items():
