@@ -1,7 +1,4 @@
-"""Data: the real-data loaders (Jena Climate, SST-2), where their files come from, and word vectors.
-
-Book chapters *Jena Climate* and *SST-2*; the submodules' public names are re-exported here.
-"""
+"""Data (book chapters *Jena Climate* and *SST-2*): the loaders, their sources and word vectors."""
 
 from pathlib import Path  # noqa: I001 (the names of a module on two lines, not twelve)
 
@@ -22,8 +19,7 @@ DATASETS = {"jena": ("jena_climate/jena_climate_2009_2016.csv.zip",),
 
 
 def download(dataset: str, *, data_dir=None) -> Path:
-    """Make sure ``dataset`` (``"jena"`` or ``"sst2"``) is in the data folder, downloading what is
-    missing (a file already there is kept); return the path of its first file."""
+    """Download what ``dataset`` (``"jena"``, ``"sst2"``) lacks in the data folder; its first file."""
     if dataset not in DATASETS:
         raise ValueError(f"dataset must be one of {sorted(DATASETS)}, got {dataset!r}.")
     if dataset == "jena":

@@ -10,12 +10,9 @@ from ..values import as_int, as_real
 
 def ppmi_embeddings(sentences, d: int, *, vocab_size: int = 5000, smoothing: float = 0.75,
                     seed: int = 0, iterations: int = 4):
-    """Word vectors from unlabelled text (book chapter *SST-2*): the ``d`` leading singular triples
-    ``U_d S_d^(1/2)`` of the positive pointwise mutual information ``PPMI[w, c] = max(0, log(P(w, c) /
-    (P(w) P_s(c))))`` of the ``vocab_size`` most frequent tokens (ties alphabetical), ``C[w, c]``
-    counting the ordered pairs of positions of one sentence, the context distribution raised to
-    ``smoothing`` (Levy, Goldberg and Dagan 2015); subspace iteration from a Gaussian start drawn
-    with ``seed``, each column's largest entry positive. Returns ``(vocab, vectors)``."""
+    """``(vocab, vectors)``: ``U_d S_d^(1/2)`` of ``PPMI[w, c] = max(0, log(P(w, c) / (P(w) P_s(c))))``
+    over the ``vocab_size`` most frequent tokens, pairs within a sentence, ``P_s`` the context
+    distribution to the power ``smoothing`` (Levy, Goldberg and Dagan 2015), by subspace iteration."""
     d = as_int("d (the embedding dimension)", d, minimum=1)
     vocab_size = as_int("vocab_size", vocab_size, minimum=2)
     as_real("smoothing", smoothing, minimum=0, above=True, maximum=1)
@@ -61,10 +58,8 @@ def ppmi_embeddings(sentences, d: int, *, vocab_size: int = 5000, smoothing: flo
 
 
 def embed_with(sentences, vocab, vectors, *, mean=None, std=None, dtype=torch.float64):
-    """``X`` of shape ``(N, n, d)`` from equal-length token lists and a table ``vocab -> vectors``,
-    every coordinate standardized by ``mean`` and ``std`` (default: those of the known tokens of
-    ``sentences``; pass the training ones for held-out text); an unknown token gets the mean.
-    Returns ``(X, (mean, std), oov)``, ``oov`` the fraction of unknown tokens."""
+    """``(X, (mean, std), oov)``: ``X`` ``(N, n, d)`` of equal-length token lists, standardized by
+    ``mean`` and ``std`` (default: the known tokens'), an unknown token at the mean."""
     lengths = {len(s) for s in sentences}
     if not lengths or 0 in lengths:
         raise ValueError("sentences must be a non-empty list of non-empty token lists.")

@@ -1,11 +1,5 @@
-"""Jena Climate 2009-2016: the file, its content checks and the rows an experiment reads.
-
-Book chapter *Jena Climate*. Every value read passes the table :data:`CHECKS` (a number, finite,
-not the ``-9999`` sentinel, within its column's physical range, :data:`JENA_BOUNDS`); the rows
-selected are in time order, and on a complete grid where one is asked for. An error names the file
-and the column (or the time), and the fix. :func:`jena_data` cuts the rows into the experiment's
-windows (:class:`~convres.data.jena.JenaTask`).
-"""
+"""Jena Climate 2009-2016 (book chapter *Jena Climate*): the file, its content checks (:data:`CHECKS`),
+the rows selected by time, and :func:`jena_data`'s windows (:class:`~convres.data.jena.JenaTask`)."""
 
 import datetime
 import hashlib
@@ -26,13 +20,11 @@ from .sources import data_dir as data_folder
 
 JENA_ZIP = "jena_climate_2009_2016.csv.zip"
 #: The files looked for in ``<data_dir>/jena_climate/``, first match wins: the Keras zip, its CSV, and
-#: the offline copy's slice (the first 4,000 rows, 11 features; shared/data/README.md).
+#: the offline copy's slice.
 JENA_FILES = (JENA_ZIP, "jena_climate_2009_2016.csv",
               "jena_climate_2009_2016_SUBSET_2009-01-01_to_2009-01-28_12cols.csv.gz")
 JENA_TIME, JENA_TIME_FORMAT, JENA_SENTINEL = "Date Time", "%d.%m.%Y %H:%M:%S", -9999.0
-#: Physically possible ranges per column, generous: a value outside is a recording or editing error.
-#: Pressure at the station's height; temperatures on Earth; relative humidity may exceed 100 %
-#: slightly, so the deficit VPmax - VPact may be slightly negative.
+#: Physically possible ranges per column, generous (relative humidity may slightly exceed 100 %).
 JENA_BOUNDS = {"p (mbar)": (800.0, 1100.0), "T (degC)": (-90.0, 60.0), "Tpot (K)": (150.0, 400.0),
                "Tdew (degC)": (-100.0, 60.0), "rh (%)": (0.0, 105.0), "VPmax (mbar)": (0.0, 250.0),
                "VPact (mbar)": (0.0, 250.0), "VPdef (mbar)": (-10.0, 250.0), "sh (g/kg)": (0.0, 200.0),
@@ -41,8 +33,7 @@ JENA_BOUNDS = {"p (mbar)": (800.0, 1100.0), "T (degC)": (-90.0, 60.0), "Tpot (K)
 #: The 14 features of the full file, in its column order, and the 11 the book uses (no wind).
 JENA_ALL_FEATURES = tuple(JENA_BOUNDS)
 JENA_FEATURES = JENA_ALL_FEATURES[:11]
-#: Size and sha256 of the CSV in the Keras zip as a third-party copy records them (never compared
-#: with the Keras download itself): a download that differs is a warning, not an error.
+#: Size and sha256 of the Keras zip's CSV as a third-party copy records them: a difference warns.
 JENA_CSV = (43_153_776, "eb3df9da6c25039f10814ded0a14138bb0afa3612be9cf79cafdf1cf6f95172e")
 #: The content checks: what a bad value is, and which values are bad.
 CHECKS = [("missing or non-numeric values", lambda v, lo, hi: v.isna()),
@@ -52,8 +43,7 @@ CHECKS = [("missing or non-numeric values", lambda v, lo, hi: v.isna()),
 
 
 def jena_path(data_dir: str | os.PathLike | None = None, *, download: bool = False) -> Path:
-    """The first of :data:`JENA_FILES` in ``<data_dir>/jena_climate/``; with ``download``, the
-    Keras zip is downloaded when none is there."""
+    """The first of :data:`JENA_FILES` in ``<data_dir>/jena_climate/``, downloaded when asked."""
     root = data_folder(data_dir)
     for path in (root / "jena_climate" / name for name in JENA_FILES):
         if path.exists() and not path.is_file():
@@ -67,8 +57,7 @@ def jena_path(data_dir: str | os.PathLike | None = None, *, download: bool = Fal
 
 
 def check_keras_zip(path: Path) -> str:
-    """Read the CSV of a Keras zip once (checking its CRC-32) and compare it with :data:`JENA_CSV`:
-    ``"verified"``, or ``"differs"`` with a :class:`DataWarning`."""
+    """``"verified"`` if the zip's CSV is :data:`JENA_CSV`, else ``"differs"`` with a :class:`DataWarning`."""
     with zipfile.ZipFile(path) as archive, archive.open(zip_member(archive, path)) as f:
         sha256 = hashlib.file_digest(f, "sha256").hexdigest()  # type: ignore[arg-type]
         got = (f.tell(), sha256)
@@ -139,9 +128,8 @@ def timestamp(name: str, value) -> pd.Timestamp:
 
 
 def load_jena(start=None, end=None, *, data_dir=None, columns=JENA_FEATURES, freq=None, download=False):
-    """The rows with ``start <= time <= end`` (such as ``"2009-01-01 01:00"``), chosen by time, never
-    by row number; with ``freq="1h"``, the rows of that grid, which must be complete. The file is
-    checked against its recorded sha256 and by :func:`read_jena`."""
+    """The rows with ``start <= time <= end``, chosen by time; with ``freq="1h"``, those of that
+    grid, which must be complete. The file is checked by its sha256 and :func:`read_jena`."""
     lo, hi = (None if t is None else timestamp(n, t) for n, t in (("start", start), ("end", end)))
     step = None if freq is None else _parsed(pd.Timedelta, freq, (str, datetime.timedelta))
     if step is pd.NaT or (step is not None and step <= pd.Timedelta(0)):
@@ -175,8 +163,7 @@ def load_jena(start=None, end=None, *, data_dir=None, columns=JENA_FEATURES, fre
 
 
 def standardize(values, names, *, context: str = "") -> np.ndarray:
-    """Column-wise z-scores ``(x - mean) / std`` (population std) of a ``(rows, features)`` array; a
-    :class:`DataError` names the features that are constant or not finite (``context``: where)."""
+    """Column-wise z-scores ``(x - mean) / std``; a :class:`DataError` names a constant feature."""
     x, names = np.asarray(values, dtype=np.float64), [str(n) for n in names]
     if x.ndim != 2 or x.shape[1] != len(names) or x.shape[0] < 2:
         raise ValueError(f"values must be a (rows >= 2, features) array, one of names {names} per column, "
@@ -198,9 +185,8 @@ AGE = "age (rows)"
 
 
 class JenaTask(NamedTuple):
-    """The Jena task: training windows ``X`` ``(N, window, d)``, targets ``Y`` ``(N, 1)``, the same
-    held out; row counts; ``target_std`` (the target's unit); the persistence forecast's MSE
-    (standardized); the feature names; each training target's time (for the inner split)."""
+    """The Jena task: windows ``X`` ``(N, window, d)``, targets ``Y`` ``(N, 1)``, the same held out,
+    row counts, the target's std, the persistence MSE, the features and the targets' times."""
 
     X: torch.Tensor
     Y: torch.Tensor
@@ -216,9 +202,8 @@ class JenaTask(NamedTuple):
 
 
 def _windows(z: np.ndarray, target: np.ndarray, window: int, horizon: int, stride: int):
-    """Windows ``z[i : i + window]`` starting every ``stride`` rows, each with the one target
-    ``target[i + window - 1 + horizon]``: ``horizon`` rows after the window's last row, so the
-    target is never an input of its window. Returns ``(X, Y, target_index)``."""
+    """Windows ``z[i : i + window]`` every ``stride`` rows, each with ``target[i + window - 1 + horizon]``
+    (causal). Returns ``(X, Y, target_index)``."""
     starts = np.arange(0, len(z) - window - horizon + 1, stride)
     X = np.stack([z[i:i + window] for i in starts])
     at = starts + window - 1 + horizon
@@ -239,10 +224,8 @@ def _with_age(X: np.ndarray) -> np.ndarray:
 
 
 def jena_data(s: dict, data_dir=None, dtype=torch.float64) -> JenaTask:
-    """The :class:`~convres.data.jena.JenaTask`: the rows of ``[start, end]`` at ``freq``, split at
-    ``train_end``, each feature standardized over the training rows; optional hour-of-day and age
-    features; windows every ``stride`` (held out: ``val_stride``) rows, the target ``horizon`` rows
-    after the last."""
+    """The :class:`JenaTask`: the rows of ``[start, end]`` at ``freq``, split at ``train_end`` and
+    standardized over the training rows, with optional hour-of-day and age features, in windows."""
     window, stride, horizon, val_stride = (positive_int(s, k) for k in ("window", "stride", "horizon",
                                                                         "val_stride"))
     if s.get("target") not in JENA_FEATURES:
@@ -279,9 +262,7 @@ def jena_data(s: dict, data_dir=None, dtype=torch.float64) -> JenaTask:
 
 
 def window_count(s: dict) -> tuple[int, int]:
-    """``(N, n)``: the number of training windows of the Jena task and their length, counted on the
-    regular time grid of ``start .. train_end`` at ``freq`` (no data loaded), as :func:`jena_data`
-    cuts them."""
+    """``(N, n)``: the training windows of :func:`jena_data` and their length, counted without data."""
     rows = len(pd.date_range(s["start"], s["train_end"], freq=s["freq"]))
     w, stride, horizon = (positive_int(s, k) for k in ("window", "stride", "horizon"))
     return len(range(0, rows - w - horizon + 1, stride)), w

@@ -1,10 +1,6 @@
-"""Where the data come from: the data folder, the download sources, the fetcher and the checksums.
-
-The sources are settings, so that a mirror can stand in (README, *Data*): ``HF_ENDPOINT`` for the
-Hugging Face Hub (SST-2 at :data:`SST2_REVISION`), ``CONVRES_JENA_URL`` for the Keras zip of Jena
-Climate. A download shows a progress bar, resumes its ``.part`` file, and its sha256 is recorded in
-the data folder's ``SHA256SUMS``, against which every read checks it.
-"""
+"""Where the data come from: the data folder, the sources (settings: ``HF_ENDPOINT``,
+``CONVRES_JENA_URL``), a resumable download with a progress bar, and the ``SHA256SUMS`` every read
+checks."""
 
 import functools
 import hashlib

@@ -1,8 +1,5 @@
-"""SST-2 (GLUE): the parquet files of the Hub dataset, their checks and the task an experiment reads.
-
-Book chapter *SST-2*. The cost of a file is checked from its footer before its text is read, and
-the length of every distinct sentence before it is split into tokens (:func:`load_sst2`).
-"""
+"""SST-2 (GLUE, book chapter *SST-2*): the Hub dataset's parquet files, their checks (the cost from
+the footer before the text is read) and the task an experiment reads."""
 
 from pathlib import Path
 from typing import NamedTuple
@@ -59,9 +56,7 @@ def _table(path: Path, max_bytes: int):
 def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, verify: bool = True,
               max_tokens: int = MAX_TOKENS):
     """One SST-2 split as a ``pandas.DataFrame`` (``sentence``, ``label``: 0/1, -1 in test, ``idx``),
-    checked against its recorded sha256 (``df.attrs["checksum"]`` says how) and by content: the
-    schema, no missing values, labels in {-1, 0, 1}, no repeated ``idx``, at most ``max_tokens``
-    tokens a sentence (a :class:`DataError` names the file, the column and the first row)."""
+    checked by its sha256 (``df.attrs["checksum"]``) and by content (a :class:`DataError`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -91,9 +86,8 @@ def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, ve
 
 
 def sst2_prefixes(df, n_tokens: int, size: int | None = None):
-    """The first ``n_tokens`` whitespace tokens of every sentence of ``df`` that has that many, in file
-    order; with ``size``, the first ``size/2`` of each label (balanced). Book chapter *SST-2*: one
-    length for all means no padding and no mask. Returns ``(tokens, labels, rows)``."""
+    """``(tokens, labels, rows)``: the first ``n_tokens`` tokens of every sentence that has that many;
+    with ``size``, the first ``size/2`` of each label."""
     n_tokens = as_int("n_tokens", n_tokens, minimum=1)
     if size is not None and (not is_int(size) or size < 2 or size % 2):
         raise ValueError(f"size must be an even integer >= 2 (half of each label) or None, got {size!r}.")
@@ -118,10 +112,8 @@ def sst2_prefixes(df, n_tokens: int, size: int | None = None):
 
 
 def unique_prefixes(tokens: list, labels, size: int, exclude=()) -> tuple[list, np.ndarray, dict]:
-    """The training set of chapter *SST-2* from the prefixes ``tokens`` (file order) and their labels:
-    one row per prefix (its first), the prefixes whose rows carry both labels and those in ``exclude``
-    (the validation split's) dropped, then the first ``size / 2`` of each label. Returns ``(tokens,
-    labels, counts)``, ``counts`` the rows and prefixes each step dropped."""
+    """``(tokens, labels, counts)``: one row per distinct prefix, those with both labels or in
+    ``exclude`` dropped, the first ``size / 2`` of each label; ``counts``: what was dropped."""
     seen: dict[tuple, set] = {}   # in the order of the first rows
     for t, y in zip(tokens, labels):
         seen.setdefault(tuple(t), set()).add(int(y))
@@ -146,9 +138,8 @@ SST2_PROBE_WORDS = ("good", "bad", "funny", "boring")
 
 
 class SST2Task(NamedTuple):
-    """The SST-2 task: ``X`` ``(N, n, d)``, ``Y`` ``(N, 1)`` (+-1), ``labels`` (0/1), the same for the
-    GLUE validation split, the token lists, the vocabulary and ``info`` (sizes, out-of-vocabulary
-    shares, nearest neighbours)."""
+    """The SST-2 task: ``X`` ``(N, n, d)``, ``Y`` ``(N, 1)`` (+-1), ``labels``, the same for the
+    validation split, the tokens, the vocabulary and ``info``."""
 
     X: torch.Tensor
     Y: torch.Tensor
@@ -170,10 +161,8 @@ def _neighbours(vocab, vectors, words, k: int = 5) -> dict:
 
 
 def sst2_data(s: dict, data_dir=None, dtype=torch.float32) -> SST2Task:
-    """The book's SST-2 task from the settings ``s``: ``n_train / 2`` distinct prefixes of each label
-    (:func:`unique_prefixes`) and the validation split, cut to ``n_tokens`` tokens
-    (:func:`~convres.data.sst2.sst2_prefixes`); PPMI-SVD vectors of the training text
-    (:func:`~convres.data.ppmi_embeddings`), standardized over the training tokens."""
+    """The book's SST-2 task: :func:`unique_prefixes` of ``n_tokens`` tokens and the validation split,
+    in PPMI-SVD vectors of the training text standardized over the training tokens."""
     n_tokens = as_int("setting 'n_tokens'", s.get("n_tokens"), minimum=1)
     n_train = as_int("setting 'n_train'", s.get("n_train"), minimum=1)
     train, val = load_sst2("train", data_dir=data_dir), load_sst2("validation", data_dir=data_dir)

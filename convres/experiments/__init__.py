@@ -1,8 +1,5 @@
-"""The book's experiments: one :class:`~convres.experiments.base.Experiment` record per module,
-cached results. The paper (arXiv:2506.05249) describes simulations, Jena Climate with beta from small
-values to 1, and SST-2 with L = 2, 6, 10; every size, seed and step here is the book's choice.
-Profiles: ``"book"`` (the chapters), ``"paper"`` (larger), ``"smoke"`` (unit tests).
-"""
+"""The book's experiments (arXiv:2506.05249: simulations, Jena Climate, SST-2; every size, seed and
+step the book's choice): their records, profiles ``book``, ``paper``, ``smoke`` and cached results."""
 
 from __future__ import annotations
 
@@ -38,8 +35,7 @@ def settings(name: str, profile: str = "book") -> dict:
 
 def run_experiment(name: str, profile: str = "book", *, progress: bool = False, refresh: bool = False,
                    data_dir=None, overrides: dict | None = None, device=None) -> Result:
-    """Run experiment ``name`` under ``profile`` with ``overrides`` (or load its cached result, keyed on
-    the settings, the device as asked and :func:`convres.data.fingerprint`); a :class:`Result`."""
+    """Experiment ``name``'s :class:`Result` under ``profile`` and ``overrides``, cached (with the data)."""
     s = settings(name, profile)  # an unknown name or profile: a ValueError
     e = EXPERIMENTS[name]
     if overrides is not None and not isinstance(overrides, dict):

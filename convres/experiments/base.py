@@ -1,5 +1,4 @@
-"""What every experiment shares: the :class:`Experiment` record, the :class:`Result` and the helpers.
-The report, the scope table and the command line loop over the records and call their hooks."""
+"""What every experiment shares: the :class:`Experiment` record, the :class:`Result` and the helpers."""
 
 from __future__ import annotations
 
@@ -38,8 +37,7 @@ LIST_SETTINGS = ("betas", "seeds", "depths", "eta_grid", "d_qks", "regimes")
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-    """One model of an experiment as :mod:`convres.scope` sees it: ``cfg`` on ``N`` sequences of
-    ``n`` tokens."""
+    """One model of an experiment (:mod:`convres.scope`): ``cfg`` on ``N`` sequences of ``n`` tokens."""
 
     label: str
     cfg: ModelConfig
@@ -59,11 +57,8 @@ def _no_report(result: Result) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-    """One experiment: settings per profile and hooks ``run(settings, progress=, data_dir=, device=)
-    -> data`` (JSON-able), ``key_numbers``, ``claims`` (the report's rows), ``plot``, ``shapes`` (scope
-    table) and ``report`` (``{"settings", "spread", "runs", "deviations"}``); ``in_scope``: its shapes
-    in the scope table without claims in the report; ``piece_seeds``: seeds per piece of the ``committed``
-    profiles (:mod:`convres.committed`; ``None``: one piece)."""
+    """One experiment: settings per profile, ``run(settings, progress=, data_dir=, device=) -> data``
+    and the hooks of its summary, report, figure and scope; ``piece_seeds`` per committed piece."""
 
     name: str
     title: str
@@ -89,8 +84,7 @@ class Experiment:
 
 def computation(name: str, title: str, chapter: str, settings: Mapping[str, dict],
                 **hooks: Any) -> Callable[[Callable[..., dict]], Experiment]:
-    """A decorator: ``run(settings, **_) -> data`` as the :class:`Experiment` ``name`` of no claims
-    (out of the report), ``settings`` per profile, ``hooks`` its other fields (``shapes``)."""
+    """A decorator: ``run(settings, **_) -> data`` as an :class:`Experiment` without claims."""
     return lambda run: Experiment(name, title, chapter, settings, run, in_report=False, **hooks)
 
 
@@ -208,10 +202,9 @@ def _diverged(record: dict) -> bool:
 
 def rerun_diverged(steps: Mapping, run: Callable, times: int, *, follows: Mapping | None = None,
                    diverged: Callable[[dict], bool] = _diverged) -> tuple[dict, dict]:
-    """The evaluation runs with reruns (protocol v4, section 1): ``run({arm: eta}) -> {arm: records}``;
-    an arm with a ``diverged`` record reruns every seed at ``RERUN_FACTOR`` its step, at most ``times``
-    times (arms sorted), an arm of ``follows`` ``{arm: other}`` with ``other``. Returns ``{arm: last
-    records}`` and ``{arm: [(eta, diverged records) per rerun]}``."""
+    """The runs ``run({arm: eta}) -> {arm: records}`` with reruns (protocol v4, section 1): an arm with
+    a diverged record reruns at ``RERUN_FACTOR`` its step, ``times`` at most, ``follows`` ``{arm:
+    other}`` with ``other``. Returns ``{arm: records}`` and ``{arm: [(eta, diverged records)]}``."""
     out: dict = {}
     failed: dict = {arm: [] for arm in steps}
     pending = dict(steps)
@@ -234,8 +227,7 @@ def rerun_diverged(steps: Mapping, run: Callable, times: int, *, follows: Mappin
 
 def tune_arms(arms: Sequence, grid: Sequence[float], probe_runs: Callable[[list, int], Mapping], *,
               horizon: int, max_horizon: int, extend: int = 8) -> dict:
-    """``{arm: tune_step(...)}`` from ``probe_runs(pairs, T) -> {(arm, eta): [ProbeRun | None]}``:
-    every arm's grid in one call, then each arm's growth on demand, no pair probed twice."""
+    """``{arm: tune_step(...)}`` from ``probe_runs(pairs, T)``, no pair probed twice."""
     table: dict = {}
 
     def fill(pairs: list, T: int) -> None:
@@ -276,8 +268,7 @@ RUN_CONTEXT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("run_c
 
 @contextlib.contextmanager
 def run_context(**values: Any) -> Iterator[dict]:
-    """Within it, :data:`RUN_CONTEXT` is the current context (if any) updated with ``values``; yields
-    that dict (where the run records its shared parts) and restores the previous context on exit."""
+    """Within it, :data:`RUN_CONTEXT` is the current context updated with ``values`` (yielded)."""
     context = {**(RUN_CONTEXT.get() or {}), **values}
     token = RUN_CONTEXT.set(context)
     try:
@@ -287,11 +278,9 @@ def run_context(**values: Any) -> Iterator[dict]:
 
 
 def shared_by_pieces(what: str, s: dict, device, compute: Callable[[], Any], **context: Any) -> Any:
-    """``compute()``, a part that uses no evaluation seed, keyed on ``s`` less ``seeds``, ``device``,
-    the data files and ``context`` (the first piece computes it), kept with the commit and CPU seconds
-    of the computation that made it: in the committed folder ``RUN_CONTEXT["store"]`` where a
-    committed run names one (keyed without the source, as its pieces are), else in the results cache;
-    recorded in ``data["shared"]``."""
+    """``compute()``, a part that uses no evaluation seed, cached on ``s`` less ``seeds``, ``device``,
+    the data and ``context`` with its commit and CPU seconds: in ``RUN_CONTEXT["store"]`` (keyed
+    without the source) where a committed run names one, else in the results cache."""
     run = RUN_CONTEXT.get() or {"data": {}, "shared": []}
     config = {"settings": {k: v for k, v in s.items() if k != "seeds"}, **context, "device": str(device),
               "data": run["data"]}
@@ -356,8 +345,7 @@ def design_check(name: str, value: float) -> CheckResult:
 
 @dataclasses.dataclass(frozen=True)
 class ClaimRecord:
-    """A graded :class:`convres.protocol.Claim`: its estimate, verdict, ``reason``, ``subset``, each
-    pre-named subset's verdict and the ``sensitivity`` grades."""
+    """A graded :class:`convres.protocol.Claim`: estimate, verdict, subsets' verdicts, sensitivity."""
 
     claim: Claim
     estimate: Estimate

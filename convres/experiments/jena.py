@@ -1,10 +1,6 @@
-"""Jena Climate: residual-coefficient sweep, temperature one hour ahead from the past only, a held-out week.
-
-Book chapter *Jena Climate* (``book/jena.md``). A window of ``w`` rows ``x_i, ..., x_{i+w-1}`` has
-one target ``y = T_{i+w-1+h}`` (causal). Each row carries its age ``a_j = j - (w - 1)``, so the
-mean-pooled readout can represent persistence; ``W_U`` starts at ``readout_scale`` times its draw
-(0 by default), so every beta of a seed starts at ``Phi_0 = 1/2 ||Y||^2``. Speed is the mean
-log-loss ``(1/T) sum_t log10(max(Phi_t / Phi_0, 1e-12))`` (protocol v4, section 4).
+"""Jena Climate (``book/jena.md``): a sweep of beta, the temperature ``h`` rows after a window of the
+past, a held-out week. Each row carries its age, so the mean-pooled readout can represent persistence;
+``W_U`` starts at ``readout_scale`` (0) times its draw, so every beta of a seed starts at one ``Phi_0``.
 """
 
 from __future__ import annotations
@@ -55,19 +51,6 @@ from .base import (
 
 
 # --- baselines ---------------------------------------------------------------------------------
-def _design(X) -> np.ndarray:
-    """``[vec(X_i), 1]`` per window: the linear model's inputs (every row and feature, an intercept)."""
-    X = np.asarray(X, dtype=np.float64)
-    return np.hstack([X.reshape(len(X), -1), np.ones((len(X), 1))])
-
-
-def _symmetric(X) -> np.ndarray:
-    """``[mean, std, min, max of each feature over the rows of the window, 1]`` per window: inputs
-    that do not change when the rows of a window are permuted (an order-blind predictor's)."""
-    X = np.asarray(X, dtype=np.float64)
-    return np.hstack([X.mean(1), X.std(1), X.min(1), X.max(1), np.ones((len(X), 1))])
-
-
 def _ridge(A: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
     """``argmin_c ||A c - y||^2 + lam ||c_{:-1}||^2`` (the intercept, last column, not penalized)."""
     P = np.eye(A.shape[1]) * lam
@@ -75,10 +58,11 @@ def _ridge(A: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
     return np.linalg.lstsq(A.T @ A + P, A.T @ y, rcond=None)[0]
 
 
-def _ridge_baseline(A, y, Av, yv, inner, ridge_grid) -> dict:
-    """Ridge regression on the inputs ``A`` (last column the intercept), ``lam`` chosen from
-    ``ridge_grid`` on a split of the **training** windows (fit on ``inner``, scored on the others),
-    then refit on every training window; with the least-squares training MSE (``lam = 0``)."""
+def _ridge_baseline(features, X, y, X_val, yv, inner, ridge_grid) -> dict:
+    """Ridge on ``features(X)`` and an intercept, ``lam`` chosen on the training windows' split
+    ``inner``, refit on all; with the least-squares training MSE."""
+    A, Av = (np.hstack([*features(np.asarray(x, dtype=np.float64)), np.ones((len(x), 1))])
+             for x in (X, X_val))
     y, yv = np.asarray(y, dtype=np.float64), np.asarray(yv, dtype=np.float64)
     inner = np.asarray(inner, dtype=bool)
     if inner.all() or not inner.any():
@@ -96,21 +80,19 @@ def _ridge_baseline(A, y, Av, yv, inner, ridge_grid) -> dict:
 
 
 def linear_ar(X, Y, X_val, Y_val, inner: np.ndarray, ridge_grid) -> dict:
-    """The causal linear autoregressive baseline on the model's windows: ``y_hat = vec(X) c + c_0``,
-    a ridge (:func:`_ridge_baseline`)."""
-    return _ridge_baseline(_design(X), Y, _design(X_val), Y_val, inner, ridge_grid)
+    """The causal linear autoregressive baseline ``y_hat = vec(X) c + c_0``, a ridge."""
+    return _ridge_baseline(lambda x: [x.reshape(len(x), -1)], X, Y, X_val, Y_val, inner, ridge_grid)
 
 
 def order_blind(X, Y, X_val, Y_val, inner: np.ndarray, ridge_grid) -> dict:
-    """The order-blind baseline: a ridge on the mean, standard deviation, minimum and maximum of
-    every feature over the window's rows (:func:`_symmetric`)."""
-    return _ridge_baseline(_symmetric(X), Y, _symmetric(X_val), Y_val, inner, ridge_grid)
+    """The order-blind baseline: a ridge on each feature's mean, std, min and max over the window."""
+    return _ridge_baseline(lambda x: [x.mean(1), x.std(1), x.min(1), x.max(1)], X, Y, X_val, Y_val, inner,
+                           ridge_grid)
 
 
 # --- the model and its runs ---------------------------------------------------------------------
 def speed(mse, status: str, horizon: int) -> float | None:
-    """The mean log-loss of a run (:func:`convres.stats.mean_log_loss`, decades) from its training MSE
-    (proportional to ``Phi_t``); ``None`` for a diverged run (its history ends before the horizon)."""
+    """A run's mean log-loss (decades) from its training MSE; ``None`` for a diverged run."""
     return None if status == "diverged" else mean_log_loss(list(mse), horizon)
 
 
@@ -155,23 +137,19 @@ def _config(s: dict, d: int, beta: float) -> ModelConfig:
 
 
 def _init(s: dict, d: int, seed: int, dtype) -> dict:
-    """The initial weights of ``seed``, shared by every beta (they do not depend on beta): Gaussian
-    (:func:`convres.init_params`) with ``W_U`` multiplied by ``readout_scale``."""
+    """The initial weights of ``seed``, the same for every beta, ``W_U`` times ``readout_scale``."""
     params = init_params(_config(s, d, 1.0), seed=seed, dtype=dtype)
     params["W_U"] = params["W_U"] * float(s["readout_scale"])
     return params
 
 
-#: Jena's stacks (:func:`convres.gd.chunk_size`'s ``most`` and ``limit``). Measured with float32 on one
-#: busy thread (CPU time per run-step): the book's windows (N = 503, 136,000 entries) ran about 10%
-#: faster in stacks of 5 to 30 than one at a time; every window (N = 3,013, 815,000 entries) ran 1.4
-#: times *slower* in a stack of 9 (12.4 against 17.0 ms): large products, only more memory traffic.
+#: Jena's stacks (:func:`convres.gd.chunk_size`'s ``most`` and ``limit``): the book's windows ran 10%
+#: faster in stacks of 5 to 30; every window (815,000 entries) 1.4 times slower in a stack of 9.
 STACK, STACK_ENTRIES = 16, 200_000
 
 
 def _runs(s: dict, X, Y, arms, steps: int, *, progress=False, device=None) -> list[dict]:
-    """Gradient descent for ``arms`` = ``[(beta, seed, eta), ...]``, ``mu = eta / N``, in one sweep:
-    each run's training MSE ``2 Phi_t / N``, status and final weights."""
+    """``arms`` ``[(beta, seed, eta), ...]`` in one sweep, ``mu = eta / N``: MSE ``2 Phi_t / N``, weights."""
     N, _, d = X.shape
     if not arms:
         return []
@@ -184,8 +162,7 @@ def _runs(s: dict, X, Y, arms, steps: int, *, progress=False, device=None) -> li
 
 
 def _tune(s: dict, X, Y, *, progress=False, device=None) -> list[dict]:
-    """Per beta, the step ``eta`` (``mu = eta / N``) of :func:`convres.experiments.base.tune_arms` on
-    ``eta_grid``, each probe seed scored by its mean log-loss over the probe horizon."""
+    """Per beta, the tuned step ``eta`` on ``eta_grid`` (probe runs scored by their mean log-loss)."""
     T = positive_int(s, "probe_steps")
 
     def probe_runs(pairs: list, horizon: int) -> dict:
@@ -213,10 +190,8 @@ def _pilots(s: dict, X, Y, X_blind, tuned: dict, *, device=None) -> dict:
 
 
 def _level(s: dict, pilots: dict, persistence_train: float) -> dict:
-    """The speed level, set on the pilots before the evaluation runs: the smallest factor ``f`` of the
-    ladder 1, 1 + ``level_factor_step``, ..., ``level_factor_max`` such that every pilot run reaches
-    ``f`` x persistence's training MSE within half the horizon (``None`` when none does; then the
-    largest is used and the *reachable* check fails). A diverged pilot reaches no level."""
+    """The speed level: the smallest ``f`` of the ladder 1, 1 + ``level_factor_step``, ... such that
+    every pilot reaches ``f`` x persistence's training MSE within half the horizon (else the largest)."""
     half = positive_int(s, "steps") // 2
     worst = max(math.inf if r["status"] == "diverged" or len(r["train_mse"]) <= half
                 or r["train_mse"][half] is None else min(r["train_mse"][:half + 1]) for r in pilots["runs"])
@@ -229,10 +204,8 @@ def _level(s: dict, pilots: dict, persistence_train: float) -> dict:
 
 
 def _checks(s: dict, data: dict) -> list[CheckResult]:
-    """Protocol v4, section 3, for Jena, from the stored pilots, level and order-blind fit: (a)
-    *informative*, the best order-blind training MSE (least squares on the window statistics, the
-    model without the age) over the level, > 1; (b) *reachable*; (c) *equal start*; and
-    *order-aware*, every pilot with the age ending below the model without it (the deviations)."""
+    """Protocol v4, section 3: (a) *informative* (the best order-blind training MSE over the level),
+    (b) *reachable*, (c) *equal start* and *order-aware* (a deviation), from the stored design."""
     pilots, level = data["pilots"], data["level"]
     half, lev = level["half"], level["level"]
     late = sum(r["status"] == "diverged" or steps_to(r["train_mse"][:half + 1], lev, relative=False) is None
@@ -265,9 +238,7 @@ def _heldout(s: dict, runs: list[dict], X_val, Y_val) -> list[float | None]:
 
 def _evaluate(s: dict, X, Y, steps_of: dict, protocol: str, done: dict, *, progress=False,
               device=None) -> list[dict]:
-    """Every (beta, seed) at ``steps_of[beta]``, with the reruns of
-    :func:`convres.experiments.base.rerun_diverged` (at most ``max_halvings``). ``done`` maps ``(beta,
-    seed, eta)`` to a run already made, and gains the runs made here."""
+    """Every (beta, seed) at ``steps_of[beta]`` with the reruns; ``done``: the runs already made."""
     def run(pending: dict) -> dict:
         arms = [(b, sd, e) for sd in s["seeds"] for b, e in pending.items()]
         new = [a for a in arms if a not in done]
@@ -282,8 +253,7 @@ def _evaluate(s: dict, X, Y, steps_of: dict, protocol: str, done: dict, *, progr
 
 
 def _design_part(s: dict, task: JenaTask, *, progress=False, device=None) -> dict:
-    """Everything before the evaluation runs: baselines, tuned steps, pilots and level (the design
-    checks are computed from them, ``_checks``)."""
+    """Everything before the evaluation runs: baselines, tuned steps, pilots and level."""
     X, Y, Xv, Yv = task.X, task.Y, task.X_val, task.Y_val
     inner = task.target_times <= np.datetime64(timestamp("setting 'inner_end'", s["inner_end"]))
     ar = linear_ar(X, Y, Xv, Yv, inner, s["ridge_grid"])
@@ -332,9 +302,7 @@ def _run_jena(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
 
 
 def rerun(s: dict, beta: float, seed: int, eta: float, steps: int, *, data_dir=None) -> list[float | None]:
-    """The training MSE ``2 Phi_t / N``, ``t = 0..steps``, of the run of :func:`_run_jena` with
-    ``beta``, ``seed`` and step ``eta`` (settings ``s``), computed alone: the spot check of a
-    committed result (:mod:`convres.committed`)."""
+    """The training MSE of one run of :func:`_run_jena`, computed alone (a committed result's spot check)."""
     task = jena_data(s, data_dir, dtype_of(s))
     [r] = _runs(s, task.X, task.Y, [(beta, seed, eta)], steps)
     return finite_list(r["mse"])
@@ -368,10 +336,8 @@ def _seeds(res: Result) -> list[int]:
 
 def _effects(res: Result, claim: str, measure: str, protocol: str,
              betas: Sequence[float] | None = None) -> list[float | None]:
-    """The per-seed effects of claim ``"J1"`` or ``"J2"`` on ``measure`` (``"mean log-loss"`` or
-    ``"steps to the level"``) under ``protocol`` over ``betas`` (default: every beta of the run): J1
-    ``-tau`` of beta against the measure; J2 the mean log-loss of beta = 0 minus that of the smallest
-    positive beta (0.1), in decades, or ``log10`` of their steps to the level."""
+    """Per seed: J1 ``-tau`` of beta against ``measure``; J2 beta = 0 against the smallest positive
+    beta, in decades."""
     runs, T = _by(res, protocol), res.settings["steps"]
     betas = sorted(res.settings["betas"] if betas is None else betas)
     value = (lambda r: r["mean_log_loss"]) if measure == "mean log-loss" else (lambda r: level_steps(r, T))
@@ -390,16 +356,13 @@ def _effects(res: Result, claim: str, measure: str, protocol: str,
 
 
 def _level_gated(verdict: str, measure: str, checks: list[CheckResult]) -> str:
-    """*not testable* for the steps to the level when check (a) failed (a deviation: (a) gates only
-    the level-based measure), else ``verdict``."""
+    """*not testable* for the steps to the level when check (a) failed, else ``verdict``."""
     informative = next(c for c in checks if c.name == "jena informative")
     return "not testable" if measure == "steps to the level" and not informative.passed else verdict
 
 
 def claim_records(res: Result) -> list[ClaimRecord]:
-    """J1 and J2 graded by protocol v4 (:func:`convres.experiments.base.claim_record`): the mean
-    log-loss at each beta's tuned step, with the steps to the level (tuned) and the mean log-loss
-    at the common step as the sensitivity measures."""
+    """J1 and J2 graded by protocol v4 on the mean log-loss at the tuned steps, with their alternatives."""
     checks = _checks(res.settings, res.data)
     out = []
     for c in ("J1", "J2"):
@@ -412,8 +375,7 @@ def claim_records(res: Result) -> list[ClaimRecord]:
 
 
 def _estimates(res: Result) -> dict:
-    """Every claim's effect and interval under the primary and each alternative measure (for the
-    chapter's sensitivity table; the grades are :func:`claim_records`')."""
+    """Every claim's effect and interval under each measure (the chapter's sensitivity table)."""
     out, checks = {}, _checks(res.settings, res.data)
     for c in ("J1", "J2"):
         for m, p in (("mean log-loss", "tuned"), *CLAIMS[c].alternatives):
@@ -426,9 +388,8 @@ def _estimates(res: Result) -> dict:
 
 
 def _heldout_table(res: Result, protocol: str = "tuned") -> list[dict]:
-    """Per beta: held-out MSE (median over seeds), skill ``1 - MSE / MSE_persistence`` and, against
-    persistence and the linear AR, the per-seed ``ln(MSE_baseline / MSE_model)`` (positive: the
-    model is better) with its interval (:func:`convres.stats.estimate`) and what it says."""
+    """Per beta: held-out MSE, skill ``1 - MSE / MSE_persistence`` and, against persistence and the
+    linear AR, ``ln(MSE_baseline / MSE_model)`` per seed with its interval."""
     base = {"persistence": res.data["persistence"]["val"], "linear AR": res.data["linear_ar"]["val"]}
     runs = _by(res, protocol)
     out = []

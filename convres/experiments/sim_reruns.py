@@ -1,8 +1,5 @@
-"""The simulations' reruns (protocol v4, section 1): an arm with a diverged run is run again, on every
-seed, at half its tuned step (:data:`convres.protocol.RERUN_FACTOR`); the setting ``halve`` carries a
-second pass and the seeds that diverged in the first (:func:`second_pass` writes it), so one-seed
-pieces decide a rerun together.
-"""
+"""The simulations' reruns (protocol v4, section 1): an arm with a diverged run reruns every seed at
+half its step; the setting ``halve`` (:func:`second_pass`) carries a second pass over the pieces."""
 
 from __future__ import annotations
 
@@ -19,9 +16,8 @@ def cell_name(scale: str, d_qk: int) -> str:
 
 
 def reruns(res: Result) -> list[dict]:
-    """The arms run below their tuned step: ``where``, ``arm`` ``[protocol, beta]``, tuned ``eta``,
-    ``diverged_seeds``, ``diverged_at`` ``[[eta, seeds], ...]`` (an earlier pass's where the setting
-    ``halve`` records one, :func:`halvings`), ``rerun_seeds``, ``rerun_eta``, ``every_seed``."""
+    """The arms run below their tuned step, with the seeds that diverged at each step (this pass's,
+    or the earlier one's that ``halve`` records) and the seeds rerun."""
     rows, past = [], first_pass(res.settings)
     for where, protocols in places_run(res):
         for protocol, runs in protocols.items():
@@ -48,10 +44,8 @@ def places_run(res: Result) -> list[tuple[str, dict]]:
 
 
 def halvings(s: dict) -> dict:
-    """The setting ``halve`` as ``{(where, protocol, beta): times}``: each entry ``[where, protocol,
-    beta, times, history]`` starts that arm and its followers at ``RERUN_FACTOR ** times`` its tuned
-    step, on every seed; ``history`` ``[[eta, [seeds]], ...]``: the seeds that diverged at each step
-    of the earlier pass, from the tuned step down (:func:`second_pass` writes it)."""
+    """The setting ``halve`` ``[[where, protocol, beta, times, history], ...]`` as ``{(where, protocol,
+    beta): times}``: the arm starts at ``RERUN_FACTOR ** times`` its tuned step."""
     return {key: times for key, (times, _) in _halve_entries(s).items()}
 
 
@@ -81,8 +75,6 @@ def _halve_entries(s: dict) -> dict:
 
 
 def second_pass(res: Result) -> list[list]:
-    """The setting ``halve`` that runs every seed of each arm of :func:`reruns` at the smallest step
-    any of its seeds ran at, with the seeds that diverged at each step; run every piece again with it
-    until every arm has ``every_seed``."""
+    """The setting ``halve`` that runs every seed of each arm of :func:`reruns` at its smallest step."""
     return [[x["where"], *x["arm"], round(math.log2(x["eta"] / min(x["rerun_eta"]))), x["diverged_at"]]
             for x in reruns(res)]

@@ -1,12 +1,6 @@
-"""Simulations: the escape from the rank-one floor against d_QK, and beta in three named regimes.
-
-Book chapter *Simulations* (``book/simulations.md``), protocol v4 (claims S1-S5); Gaussian data,
-for one seed the same initial weights for every beta and step. Three named regimes with the sweep of
-beta (speed: the mean log-loss; mechanism: ``sigma_min(Z_0)``, :func:`convres.stats.linear_rate`),
-and the escape law: the first step with ``Phi_t < ESCAPE x floor`` against ``d_QK`` (:func:`escape_fit`).
-Every arm runs at its own tuned step ``mu = eta / (N n)``, the regimes also at a common step; an
-arm with a diverged run is rerun at half its step (:data:`HALVINGS` at most).
-"""
+"""Simulations (``book/simulations.md``, protocol v4, claims S1-S5): beta in three regimes (speed,
+mechanism ``sigma_min(Z_0)``) and the escape law, the first step with ``Phi_t < ESCAPE x floor``
+against ``d_QK``; every arm at its own tuned step ``mu = eta / (N n)``, rerun at half on divergence."""
 
 from __future__ import annotations
 
@@ -66,23 +60,18 @@ from .sim_reruns import second_pass as second_pass  # re-exported
 LEVELS = (1e-2, 1e-6)
 #: Escape from the rank-one floor: the first step with ``Phi_t < ESCAPE x floor``.
 ESCAPE = 0.5
-#: The runs of the regimes stop at this fraction of their start, the floor of the mean log-loss
-#: (protocol v4, section 4), so that a stopped run's remaining steps count exactly.
+#: The regimes' runs stop at this fraction of their start, the mean log-loss's floor (protocol v4, 4).
 STOP = LOG_LOSS_FLOOR
 #: The escape-law runs stop at this fraction of their start (long after their escape).
 ESCAPE_STOP = 1e-6
-#: The linear phase of a run: from its first step at or below ``LINEAR_PHASE[0]`` of its start to
-#: its first step at or below ``LINEAR_PHASE[1]`` (or its last step).
+#: The linear phase of a run: from ``LINEAR_PHASE[0]`` of its start to ``LINEAR_PHASE[1]`` (or its end).
 LINEAR_PHASE = (1e-3, 1e-9)
-#: An arm with a diverged evaluation run is rerun at ``RERUN_FACTOR`` (half) its step at most this
-#: many times.
+#: An arm with a diverged evaluation run is rerun at half its step at most this many times.
 HALVINGS = 3
 
 
 def speed(loss, floor: float, horizon: int, *, diverged: bool = False) -> dict:
-    """The speed of one run: its steps to each of :data:`LEVELS` of its initial loss and its
-    escape step (below ``ESCAPE x floor``), ``None`` where it did not get there within ``horizon``
-    steps (censored), and its mean log-loss over ``horizon`` steps (``None`` if ``diverged``)."""
+    """A run's steps to :data:`LEVELS` and to escape (``None``: censored), and its mean log-loss."""
     return {"steps_to": {f"{lv:g}": steps_to(loss, lv) for lv in LEVELS},
             "escape": steps_to(loss, ESCAPE * floor, relative=False), "horizon": horizon,
             "mean_log_loss": None if diverged else mean_log_loss(list(loss), horizon)}
@@ -95,16 +84,14 @@ def _steps(run: dict, key: str) -> tuple[float, bool]:
 
 
 def instance(s: dict, N: int, d_qk: int, scale: str, seed: int):
-    """:func:`convres.instances.simulations_instance` of ``seed`` in a cell (``N``, ``d_QK``, ``scale``)
-    of the settings ``s``, ``cfg.beta = 0`` (the same weights for every beta: ``cfg.with_residual``)."""
+    """:func:`convres.instances.simulations_instance` of ``seed`` in a cell, ``beta = 0``."""
     return simulations_instance(seed, N=N, n=s["n"], d=s["d"], m=s["m"], d_qk=d_qk, scale=scale,
                                 activation=s["activation"], beta=0.0, dtype=dtype_of(s))
 
 
 def _runs(s, N, d_qk, scale, jobs, steps, stop, *, device=None) -> list[tuple]:
-    """Gradient descent for every ``(beta, eta, seed)`` of ``jobs`` in one sweep, each stopped at
-    ``stop`` of its start: ``[(beta, eta, seed, X, Y, params_0, cfg, History)]``. At ``d_QK > 2 d``
-    the runs are those of :func:`convres.instances.qk_reduced` (the same, at the cost of ``d_QK = 2 d``)."""
+    """Every ``(beta, eta, seed)`` of ``jobs`` in one sweep (:func:`~convres.instances.qk_reduced`):
+    ``[(beta, eta, seed, X, Y, params_0, cfg, History)]``."""
     drawn = {}
     for seed in sorted({j[2] for j in jobs}):
         p0, X, Y, cfg = instance(s, N, d_qk, scale, seed)
@@ -121,9 +108,7 @@ def _runs(s, N, d_qk, scale, jobs, steps, stop, *, device=None) -> list[tuple]:
 # --- step sizes ------------------------------------------------------------------------------------
 
 def _probe_runs(s, N, d_qk, scale, pairs, T, measure, device) -> dict:
-    """``{(beta, eta): [ProbeRun or None per probe seed]}`` of ``pairs``, ``T`` steps in one sweep;
-    the score: the mean log-loss (reached at ``LEVELS[0]``), or the escape step (``T`` if censored).
-    ``None``: diverged or ended above its start."""
+    """``{(beta, eta): [ProbeRun | None per probe seed]}``: the mean log-loss or the escape step."""
     stop = STOP if measure == "mean log-loss" else ESCAPE_STOP
     jobs = [(b, e, k) for b, e in pairs for k in s["probe_seeds"]]
     out: dict = {}
@@ -141,8 +126,7 @@ def _probe_runs(s, N, d_qk, scale, pairs, T, measure, device) -> dict:
 
 
 def _tuned(s, N, d_qk, scale, betas, measure, horizon, device) -> dict:
-    """``{beta: tune_step(...)}`` of every arm of one shape (:func:`convres.experiments.base.tune_arms`
-    on :func:`_probe_runs`), computed once for all pieces (``shared_by_pieces``)."""
+    """``{beta: tune_step(...)}`` of one shape's arms, computed once for all pieces."""
     def compute():
         def probe_runs(pairs, T):
             return _probe_runs(s, N, d_qk, scale, pairs, T, measure, device)
@@ -181,10 +165,8 @@ def _record(beta, eta, seed, X, Y, p0, cfg, h: History, *, N, s, horizon, curve,
 
 def _evaluate(s, where, N, d_qk, scale, arms: dict, horizon, stop, *, follows=None, halve=None,
               mechanism=False, curves=(), device=None) -> dict:
-    """The runs ``{key: records}`` of ``arms`` ``{key: (beta, eta)}`` of the shape ``where`` on every
-    seed, with the reruns of :func:`convres.experiments.base.rerun_diverged`, started at a smaller step
-    by ``halve`` (:func:`~convres.experiments.sim_reruns.halvings`); each record keeps ``tuned_eta`` and
-    ``diverged_before``."""
+    """``{key: records}`` of ``arms`` ``{key: (beta, eta)}`` on every seed, with the reruns, started
+    lower by ``halve`` (:func:`~convres.experiments.sim_reruns.halvings`)."""
     follows, halve = follows or {}, halve or {}
 
     def start(key):
@@ -253,8 +235,7 @@ def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> 
 
 
 def spot_check(res: Result) -> tuple[dict, dict]:
-    """``(stored, again)``: the record of ``beta = 0`` at scale ``1/d_QK``, the largest ``d_QK``, its
-    tuned step and the last seed, and that run again (no curve): the slowest runs."""
+    """``(stored, again)``: the slowest run (beta = 0, scale 1/d_QK, largest d_QK, last seed) rerun."""
     s, seed = res.settings, res.settings["seeds"][-1]
     cell = next(c for c in res.data["escape"] if c["scale"] == "1/d_qk" and c["d_qk"] == max(s["d_qks"]))
     stored = next(r for r in cell["runs"]["tuned"] if r["beta"] == 0.0 and r["seed"] == seed)
@@ -266,8 +247,7 @@ def spot_check(res: Result) -> tuple[dict, dict]:
 # --- what the runs say ---------------------------------------------------------------------------
 
 def _measure(run: dict, measure: str) -> float:
-    """A run's ``"mean log-loss"``, or its steps (censored, at least 1: a start below the line counts
-    as step 1) to escape (``"escape time"``) or to a level (``"steps to 1e-2"``)."""
+    """A run's ``"mean log-loss"``, or its steps (censored, >= 1) to ``"escape time"``/``"steps to 1e-2"``."""
     if measure == "mean log-loss":
         return float(run["mean_log_loss"])
     key = "escape" if measure == "escape time" else f"{float(measure.removeprefix('steps to ')):g}"
@@ -281,8 +261,7 @@ def _cells(res: Result, scale: str, protocol: str) -> list[dict]:
 
 
 def _times(res: Result, scale: str, beta: float, protocol: str, *, mu_units: bool) -> tuple[list, np.ndarray]:
-    """``(d_qks, T)``: the escape times ``T[seed][d_qk]`` (``nan`` for a diverged or censored run),
-    in steps or in units of ``mu t``."""
+    """``(d_qks, T[seed][d_qk])``: escape times (``nan``: diverged or censored), steps or ``mu t``."""
     cells = _cells(res, scale, protocol)
     T = np.full((len(res.settings["seeds"]), len(cells)), np.nan)
     for j, c in enumerate(cells):
@@ -294,8 +273,7 @@ def _times(res: Result, scale: str, beta: float, protocol: str, *, mu_units: boo
 
 
 def escape_law(res: Result, scale: str, beta: float = 0.0, protocol: str = "tuned") -> dict:
-    """The escape times of ``beta`` against ``d_QK`` at ``scale`` and step ``protocol``: per ``d_QK``
-    the steps ``eta``, median and quartiles in steps and in ``mu t``, the censored and diverged runs."""
+    """Per ``d_QK``: the steps, the escape times' quartiles (steps and ``mu t``), censored, diverged."""
     cells = _cells(res, scale, protocol)
     Q = {"median": 50, "q25": 25, "q75": 75}
     keys = [k + tail for tail in ("", "_mu_t") for k in Q]
@@ -317,10 +295,8 @@ def escape_law(res: Result, scale: str, beta: float = 0.0, protocol: str = "tune
 
 
 def escape_fit(res: Result, *, draws: int = 1000) -> dict:
-    """The fit ``T = a + b d_QK^p`` (:func:`convres.stats.power_law`, reported, not graded) of the
-    escape time of ``beta = 0`` at scale ``1/d_QK`` in units of ``mu t``, with its local slopes, and
-    per ``d_QK`` ``log2(T(eta / 2) / T(eta))`` (1 when ``T`` scales as ``1 / mu``). Censored and
-    diverged runs are left out."""
+    """The fit ``T = a + b d_QK^p`` (in ``mu t``, beta = 0, scale 1/d_QK; reported, not graded) and
+    per ``d_QK`` ``log2(T(eta / 2) / T(eta))``."""
     d, T = _times(res, "1/d_qk", 0.0, "tuned", mu_units=True)
     law = power_law(d, T, draws=draws)
     dh, Th = _times(res, "1/d_qk", 0.0, "half", mu_units=False)
@@ -374,16 +350,14 @@ def _all_runs(res: Result) -> list[dict]:
 
 
 def _checks(res: Result) -> list:
-    """Protocol v4, section 3: every arm's tuning resolves; no evaluation run is still diverged at the
-    step it is graded at, after the reruns (a deviation: on the probe runs it could not fail)."""
+    """Protocol v4, section 3: every tuning resolves; no run still diverged after the reruns."""
     unresolved = sum(bool(t["unresolved"]) for t in res.data["step_sizes"])
     return [design_check("simulations tuning resolves", unresolved),
             design_check("simulations runs stable", sum(r["diverged"] for r in _all_runs(res)))]
 
 
 def diverged_at_tuned(res: Result) -> int:
-    """The evaluation runs that diverged at their tuned step, with those of an earlier pass that the
-    setting ``halve`` records (:func:`~convres.experiments.sim_reruns.halvings`)."""
+    """The runs that diverged at their tuned step, this pass or the one ``halve`` records."""
     now = sum(r["tuned_eta"] in r["diverged_before"] or (r["diverged"] and r["eta"] == r["tuned_eta"])
               for r in _all_runs(res))
     return now + sum(len(h[0][1]) for h in first_pass(res.settings).values() if h)
@@ -396,16 +370,14 @@ def _regime_units(res: Result, protocol: str) -> list[tuple[str, int, dict]]:
 
 
 def _s1(res: Result, measure: str, protocol: str) -> list:
-    """S1 per seed x regime: minus Kendall's tau of beta against ``measure`` (``None``: a diverged
-    run in the unit)."""
+    """S1 per seed x regime: minus Kendall's tau of beta against ``measure``."""
     return [None if any(r["diverged"] for r in runs.values()) else
             -kendall_tau(sorted(runs), [_measure(runs[b], measure) for b in sorted(runs)], tied=0.0)
             for _, _, runs in _regime_units(res, protocol)]
 
 
 def _s2(res: Result, measure: str, protocol: str) -> list:
-    """S2 per seed x regime, in decades: the mean log-loss of beta = 0 minus that of beta = 0.1, or
-    ``log10`` of the ratio of their steps to a level."""
+    """S2 per seed x regime, in decades: beta = 0 against beta = 0.1."""
     small = min(b for b in res.settings["betas"] if b > 0)
 
     def effect(a: dict, b: dict) -> float:
@@ -417,8 +389,7 @@ def _s2(res: Result, measure: str, protocol: str) -> list:
 
 
 def _s3(res: Result, measure: str, protocol: str) -> list:
-    """S3 per seed, at scale 1/d_QK and the largest d_QK: ``log10(T(beta = 0) / T(beta = 1))`` of
-    the escape steps (``measure="escape time"``) or the steps to a level."""
+    """S3 per seed (scale 1/d_QK, largest d_QK): ``log10(T(beta = 0) / T(beta = 1))``."""
     cell = max((c for c in res.data["escape"] if c["scale"] == "1/d_qk"), key=lambda c: c["d_qk"])
     run = {(r["seed"], r["beta"]): r for r in cell["runs"][protocol]}
     pairs = [(run[(k, 0.0)], run[(k, 1.0)]) for k in res.settings["seeds"]]
@@ -427,9 +398,7 @@ def _s3(res: Result, measure: str, protocol: str) -> list:
 
 
 def _s4(res: Result, measure: str, protocol: str) -> list:
-    """S4 per seed: Kendall's tau of d_QK against the escape time of beta = 0 at scale 1/d_QK, in
-    units of ``mu t`` (the step differs between d_QK; a censored time counts as the horizon), at the
-    tuned step or ``"half step"``."""
+    """S4 per seed: Kendall's tau of d_QK against beta = 0's escape time in ``mu t`` (scale 1/d_QK)."""
     protocol = "half" if protocol == "half step" else protocol
     cells = _cells(res, "1/d_qk", protocol)
     run = [{r["seed"]: r for r in c["runs"][protocol] if r["beta"] == 0} for c in cells]
@@ -442,9 +411,8 @@ def _s4(res: Result, measure: str, protocol: str) -> list:
 
 
 def _s5(res: Result, measure: str) -> tuple[Estimate, dict]:
-    """S5 (a deviation): the mean over the regime x beta strata of Spearman's rho, across the seeds, of
-    ``sigma_min(Z_0)`` against the rate (or ``-mean log-loss``) at the tuned step; its BCa interval
-    resamples seeds (a seed's runs share their weights). With the same per regime (its subsets)."""
+    """S5 (a deviation): the mean over regime x beta of Spearman's rho across seeds of ``sigma_min(Z_0)``
+    against the rate (or ``-mean log-loss``); overall and per regime."""
     seeds, betas = res.settings["seeds"], res.settings["betas"]
     x, y, keep, names = [], [], [], []
     for c in res.data["regimes"]:
@@ -464,15 +432,13 @@ def _s5(res: Result, measure: str) -> tuple[Estimate, dict]:
 
 
 def stalled(res: Result) -> int:
-    """The runs of beta = 0 at scale 1/d_QK (any d_QK, any step) that never left the rank-one floor
-    within the horizon and did not diverge: a stall for good, as far as the horizon can tell."""
+    """The runs of beta = 0 at scale 1/d_QK that neither escaped within the horizon nor diverged."""
     return sum(r["escape"] is None and not r["diverged"] for c in res.data["escape"] if c["scale"] == "1/d_qk"
                for v in c["runs"].values() for r in v if r["beta"] == 0)
 
 
 def claim_records(res: Result) -> list:
-    """The claims S1-S5 graded by protocol v4 (:func:`convres.experiments.base.claim_record`), each
-    with the alternatives its protocol entry names."""
+    """The claims S1-S5 graded by protocol v4, with their alternatives."""
     checks, regimes = _checks(res), [c["name"] for c in res.data["regimes"] for _ in res.settings["seeds"]]
     mll, esc = ("mean log-loss", "tuned"), ("escape time", "tuned")
     units = {"S1": (_s1, mll, regimes), "S2": (_s2, mll, regimes), "S3": (_s3, esc, None),
@@ -483,8 +449,7 @@ def claim_records(res: Result) -> list:
 
 
 def _s5_record(res: Result, checks: list) -> ClaimRecord:
-    """S5 graded by protocol v4 (:func:`convres.stats.grade`) on ``_s5``, ``-mean log-loss``
-    beside it."""
+    """S5 graded by protocol v4 on ``_s5``, ``-mean log-loss`` beside it."""
     c = CLAIMS["S5"]
     failed = [ch.name for ch in checks if ch.name in c.checks and not ch.passed]
     (est, subs), (alt, alt_subs) = _s5(res, "rate"), _s5(res, "-mean log-loss")
@@ -552,14 +517,12 @@ _SIM = dict(N=4, n=4, d=32, m=32, activation="gelu", betas=[0.0, 0.1, 0.25, 0.5,
             regimes=[_WIDE_REGIME, dict(name="narrow", N=32, d_qk=32, scale="1/sqrt(d_qk)"),
                      dict(name="uniform attention", N=4, d_qk=1024, scale="1/d_qk")])
 
-#: The second pass of the paper profile (``second_pass`` of the first, commit fc94993, whose pieces
-#: halved the arm only within the pieces that held a divergence): every seed of the arm d_QK = 64,
-#: beta = 0 at scale 1/d_QK at a quarter of its tuned step, the half-step arm at a quarter of its own;
-#: the seeds that diverged in the first pass, read from its committed records.
+#: The paper profile's second pass (``second_pass`` of the first, commit fc94993): d_QK = 64, beta = 0,
+#: scale 1/d_QK at a quarter of its step, with the seeds that diverged in the first pass.
 _AT_64 = "escape, scale 1/d_qk, d_QK = 64"
 _PAPER_HALVE = [[_AT_64, "tuned", 0.0, 2, [[0.256, [1, 2, 9, 15, 17]], [0.128, [2]]]],
                 [_AT_64, "half", 0.0, 2, [[0.128, [2]]]]]
-#: The same for the book's 10 seeds (its run computed whole: every seed rerun at the last step).
+#: The same for the book's 10 seeds.
 _BOOK_HALVE = [[_AT_64, "tuned", 0.0, 2, [[0.256, [1, 2, 9]], [0.128, [2]]]],
                [_AT_64, "half", 0.0, 2, [[0.128, [2]]]]]
 

@@ -321,9 +321,7 @@ def FFN_RUNS(s: dict, **_) -> dict:
 # --- the smallest variants of the simulations that are certified ----------------------------------
 
 def _draw(s: dict, regime: dict, seed: int, variant: dict | None = None, beta: float | None = None):
-    """:func:`convres.instances.simulations_instance` of a *Simulations* regime (``beta = 1``, or
-    ``beta``) under ``s["simulations_profile"]``, with a ``variant``'s ``m``, ``branch_scale``,
-    ``ffn_gain`` and ``readout_scale``."""
+    """:func:`convres.instances.simulations_instance` of a *Simulations* regime, rescaled by ``variant``."""
     sim, v = SIMULATIONS.profiles[s["simulations_profile"]], variant or {}
     params, X, Y, cfg = simulations_instance(
         seed, N=regime["N"], n=sim["n"], d=sim["d"], m=v.get("m", sim["m"]), d_qk=regime["d_qk"],
@@ -342,8 +340,7 @@ def _variant_label(name: str) -> str:
 
 
 def _certify_both(params, X, Y, cfg) -> dict:
-    """The certificates of both theorems where their hypotheses can be bounded: ``{route: (certified,
-    ratio)}`` (thm-main only when ``N n <= d``)."""
+    """``{route: (certified, ratio)}`` of both theorems (thm-main only when ``N n <= d``)."""
     ffn = ffn_certificate(params, X, Y, cfg)
     out = {"ffn": (ffn.certified, ffn.ratio)}
     if X.shape[0] * X.shape[1] <= cfg.d:
@@ -398,9 +395,7 @@ def VARIANTS(s: dict, **_) -> dict:
 
 
 def scope_certificates(profile: str = "book") -> list[dict]:
-    """The scope table's certificates: per regime of :data:`VARIANTS`, as it stands and as its variant,
-    rows ``experiment, theorem, certified`` (every seed), ``ratio`` (the largest), ``certified_seeds``,
-    ``seeds``."""
+    """The scope table's certificates per regime of :data:`VARIANTS`, as it stands and as its variant."""
     s = VARIANTS.profiles[profile]
     rows = []
     for name, regime in _regimes(s).items():
