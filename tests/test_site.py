@@ -1,13 +1,8 @@
-"""The built site in a real browser: every page of ``_build/html`` (``CONVRES_SITE_DIR``) served on
-127.0.0.1 and opened offline in headless Chromium with Playwright (the system's Chromium,
-``CHROMIUM=/path``; Playwright downloads no browser). Each test's docstring says what it checks.
-
-Screenshots go to ``_build/screenshots/`` (``<page>.png`` at 1400 px, ``phone__<page>.png``; with
-``CONVRES_SCREENSHOTS=all`` the dark and print ones too). Run after building the book (``make
-browser``: one process a core, each with its own server and browser). Without a built site or a
-Chromium the tests are skipped, a failure under ``CONVRES_SITE_REQUIRED=1``;
-``CONVRES_PDF_REQUIRED=1`` makes a site without the PDF a failure.
-"""
+"""The built site (``_build/html``, ``CONVRES_SITE_DIR``) served on 127.0.0.1 and opened offline in
+the system's Chromium (``CHROMIUM=/path``) with Playwright, after ``make book`` (``make browser``).
+Screenshots go to ``_build/screenshots/`` (``CONVRES_SCREENSHOTS=all``: dark and print too). Without
+a site or a Chromium the tests are skipped, a failure under ``CONVRES_SITE_REQUIRED=1``;
+``CONVRES_PDF_REQUIRED=1`` makes a site without the PDF a failure."""
 
 from __future__ import annotations
 
