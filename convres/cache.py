@@ -1,6 +1,5 @@
-"""The results cache (:func:`cached_json`), and the one JSON writer of the package (:func:`dumps`):
-strict JSON, a number that is not finite written as ``null`` (in the experiments' data: a diverged
-or censored value, never a measurement)."""
+"""The results cache (:func:`cached_json`) and the package's one JSON writer (:func:`dumps`): strict
+JSON, a non-finite number written as ``null`` (a diverged or censored value, never a measurement)."""
 
 import hashlib
 import json
@@ -18,7 +17,7 @@ CACHE_ENV = "CONVRES_CACHE_DIR"
 
 
 class CacheWarning(UserWarning):
-    """A cache entry was not served (the message names it and why) and is recomputed."""
+    """A cache entry was not served (the message says why) and is recomputed."""
 
 
 def dumps(obj: Any, **options: Any) -> str:
@@ -94,7 +93,7 @@ def digest(obj: Any) -> str:
 
 def cached_json(name: str, config: Any, compute, *, directory=None, refresh: bool = False,
                 source: bool = True) -> Any:
-    """``compute()`` as :func:`loads` reads it back, cached as ``<cache>/<name>-<key>.json``, the key
+    """``compute()`` as :func:`loads` reads it back, kept as ``<cache>/<name>-<key>.json``, the key
     :func:`digest` of ``config`` and (``source``) the version and :func:`source_fingerprint`; an
     entry is served only as written (this ``config``, its result's sha256)."""
     code = {"convres": __version__, "source": source_fingerprint()} if source else {}

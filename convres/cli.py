@@ -1,9 +1,6 @@
-"""The command line: ``python -m convres COMMAND ...`` (``--help`` lists the commands).
-
-One ``argparse`` parser per command and per mode, so that each accepts only its own flags. Output
-is plain text, or with ``--json`` one strict JSON document (:func:`convres.cache.dumps`), written
-once it is complete. A failure is one line on stderr naming the problem and the fix (exit 2).
-"""
+"""The command line, ``python -m convres COMMAND ...``: one ``argparse`` parser per command and mode
+(each accepts only its own flags); plain text, or with ``--json`` one strict JSON document written
+once complete. A failure is one line on stderr naming the problem and the fix (exit 2)."""
 
 import argparse
 import math
@@ -224,7 +221,6 @@ def build_parser() -> argparse.ArgumentParser:
             mu={"type": number(float, 0, above=True), "default": None, "help": "the plateau's step "
                 "(default: the residual arm's certified step)"},
             N=size(64, 1), n=size(64, 2), d=size(8192, 1024))
-    # A further mode of the theorem is one more line here: command(modes, "NAME", _theorem_NAME, ...).
     command(commands, "rank-collapse", _rank_collapse, "median sigma_min(Attn(X)) and sigma_min(Attn(X) + "
             "beta X) over Gaussian instances", beta=BETA, seeds=size(1000, 16),
             seed={**SEED, "type": number(int, 0, MAX_SEED - 1000)})

@@ -1,11 +1,9 @@
-"""Committed results: the profiles too large for the book's build (``Experiment.committed``: the
-``paper`` profiles, SST-2's ``book`` one), run in pieces and committed with provenance.
-
-Book chapter *Reproduction report*. ``python -m convres reproduce NAME --profile P --piece K`` computes
-the ``K``-th block of the evaluation seeds into ``results/pieces/NAME-P-K.json`` and merges the pieces
-present into ``results/NAME-P.json`` under a lock (pieces may run side by side, one per task of a job
-array). What is read back passes the checks of what is written (:func:`read_record`).
-"""
+"""Committed results (book chapter *Reproduction report*): the profiles too large for the book's
+build (``Experiment.committed``), run in pieces and committed with provenance.
+``python -m convres reproduce NAME --profile P --piece K`` computes the ``K``-th block of the
+evaluation seeds into ``results/pieces/NAME-P-K.json`` and merges the pieces present into
+``results/NAME-P.json`` under a lock (one piece per task of a job array). What is read back passes
+the checks of what is written (:func:`read_record`)."""
 
 import contextlib
 import fcntl
@@ -121,8 +119,7 @@ def read_record(path: Path, name: str, profile: str, seeds: list | None, k: int)
 
 @lru_cache(maxsize=1)
 def git_commit() -> str | None:
-    """The commit of the source tree's own clone (git run there only, its hooks and file-system
-    monitor off); ``None`` for an installed package."""
+    """The commit of the source tree's own clone (git run there only, hooks and fsmonitor off)."""
     root = source_checkout()
     if root is None or not (root / ".git").exists():
         return None
@@ -158,16 +155,14 @@ def committed_path(name: str, folder=None, profile: str = "paper") -> Path:
 @contextlib.contextmanager
 def shared_store(folder: Path, commit: str | None) -> Iterator[None]:
     """Within it, the shared parts of a run (tuned steps, checks) are kept in ``folder/shared/`` with
-    ``commit`` (:func:`~convres.experiments.base.shared_by_pieces`): committed with the pieces, so
-    that a piece run later, or elsewhere, reads them back."""
+    ``commit``, committed with the pieces (:func:`~convres.experiments.base.shared_by_pieces`)."""
     (folder / "shared").mkdir(exist_ok=True)
     with run_context(commit=commit, store=folder / "shared"):
         yield
 
 
 def prepare_part(part: str, *, folder=None, device=None, profile: str = "paper") -> Any:
-    """Compute SST-2's shared part ``part`` (e.g. ``"tune L=10, isometric"``) of ``profile`` into the
-    committed ``results/shared/`` before the pieces, so that pieces run side by side share it."""
+    """SST-2's shared ``part`` (e.g. ``"tune L=10, isometric"``) computed into ``results/shared/``."""
     with shared_store(results_dir(folder), git_commit()):
         return prepare(profile, part, device=device)
 
@@ -198,8 +193,7 @@ def run_piece(name: str, k: int, *, folder=None, device=None, progress: bool = F
 
 
 def assemble(name: str, folder=None, profile: str = "paper") -> dict | None:
-    """Merge the pieces of ``name`` present in ``folder`` into ``NAME-PROFILE.json``, under a lock
-    on the folder; return the merged record (``None`` when no piece is there)."""
+    """The pieces present merged into ``NAME-PROFILE.json`` under a lock (``None``: no piece)."""
     blocks, folder, full = pieces(name, profile), results_dir(folder), settings(name, profile)
     with _locked(folder):
         done = [k for k in range(len(blocks)) if piece_path(name, k, folder, profile).exists()]
@@ -222,8 +216,7 @@ def assemble(name: str, folder=None, profile: str = "paper") -> dict | None:
 
 
 def load_committed(name: str, folder=None, profile: str = "paper") -> tuple[Result, dict] | None:
-    """The committed ``profile`` result of ``name`` (checked by :func:`read_record`) and its
-    ``pieces`` and ``provenance``; ``None`` when nothing is committed."""
+    """The committed result (:func:`read_record`) with its ``pieces`` and ``provenance``, or ``None``."""
     path = committed_path(name, folder, profile)
     settings(name, profile)  # an unknown name is an error, not "nothing committed"
     if not (path.exists() or path.is_symlink()):
@@ -233,11 +226,9 @@ def load_committed(name: str, folder=None, profile: str = "paper") -> tuple[Resu
     return res, {"pieces": stored["pieces"], "provenance": stored.get("provenance", [])}
 
 
-
 def result(name: str, profile: str = "book", **options) -> Result:
-    """``name``'s ``profile`` result: the committed file, every piece present, where the profile is
-    committed (``Experiment.committed``), else (or with ``refresh=True``)
-    :func:`~convres.experiments.run_experiment`'s with ``options``."""
+    """The committed file (every piece present) of a committed profile, else (or with ``refresh``)
+    :func:`~convres.experiments.run_experiment` with ``options``."""
     settings(name, profile)  # an unknown name or profile is an error
     if profile not in EXPERIMENTS[name].committed or options.get("refresh"):
         return run_experiment(name, profile, **options)

@@ -1,9 +1,5 @@
-"""Where and how PyTorch runs: the device, the number of intra-op threads, and what a run may cost.
-
-Experiments run with one thread (:func:`torch_threads`): at the book's sizes more threads cost more
-than they save. The cost policy (:func:`check_memory`): an entry point that allocates in proportion to
-its arguments refuses, before allocating, more than the device has, naming the estimate and the fix.
-"""
+"""Where and how PyTorch runs: the device, the intra-op threads (experiments run with one: at the
+book's sizes more cost more than they save) and the cost policy (:func:`check_memory`)."""
 
 import contextlib
 import os
@@ -34,8 +30,7 @@ def available_memory(device=None) -> int | None:
 
 
 def check_memory(need: int, what: str, change: str, *, device=None) -> None:
-    """Refuse (:class:`CostRefused`) a computation ``what`` estimated to need ``need`` bytes when more
-    than :func:`available_memory` on ``device``; the message gives both and ``change``, what to change."""
+    """Refuse (:class:`CostRefused`), before allocating, ``need`` bytes beyond :func:`available_memory`."""
     avail = available_memory(device)
     if avail is not None and need > avail:
         raise CostRefused(f"{what} needs about {_gib(need)} of memory, but {_gib(avail)} are "
@@ -47,8 +42,7 @@ def _gib(b: float) -> str:
 
 
 def check_device(device) -> torch.device:
-    """``device`` (``None``: the CPU, a ``torch.device`` or a name such as ``"cuda:1"``) as a
-    :class:`torch.device` this build and machine have, or a ValueError naming it and the fix."""
+    """``device`` (``None``: the CPU) as a :class:`torch.device` this build and machine have."""
     if device is None:
         return torch.device("cpu")
     if not isinstance(device, (str, torch.device)):

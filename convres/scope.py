@@ -1,7 +1,5 @@
-"""Which experiment lies inside which theorem: :func:`scope_table` decides the shape hypotheses
-(widths, smoothness, readout, at least as many parameters as outputs) from the settings alone;
-:func:`certified_scope` adds whether a certificate (:mod:`convres.certify`) establishes the rest
-before the run."""
+"""Which experiment lies inside which theorem: :func:`scope_table` decides the shape hypotheses from
+the settings alone; :func:`certified_scope` adds whether a certificate establishes the rest."""
 
 from __future__ import annotations
 
@@ -51,7 +49,6 @@ def _shapes(profile: str) -> list:
 
 
 def scope_table(profile: str = "book") -> list[dict]:
-    """:func:`scope_rows` of every model of :func:`_shapes` under ``profile``."""
     return [row for sh in _shapes(profile) for row in scope_rows(sh.label, sh.cfg, sh.N, sh.n, sh.note)]
 
 

@@ -75,8 +75,7 @@ def linear_rate(loss, mu: float, *, phase: tuple[float, float]) -> float | None:
 
 
 def largest_rise(loss: Sequence[float]) -> float:
-    """``max_t log10(Phi_t / min_{s <= t} Phi_s)``: how many decades a run climbs above its lowest
-    loss so far (0 for a run whose loss never rises)."""
+    """``max_t log10(Phi_t / min_{s <= t} Phi_s)``: the decades a run climbs above its lowest so far."""
     L = np.asarray(loss, dtype=float)
     return float(np.max(np.log10(L / np.minimum.accumulate(L))))
 
@@ -119,8 +118,7 @@ def sign_test(effects: Sequence[float]) -> float:
 
 
 class Estimate(NamedTuple):
-    """A claim's ``effect`` and 95% interval ``[lo, hi]`` by ``method``; too few units: ``None``s and
-    a ``reason``."""
+    """A claim's ``effect`` and 95% interval ``[lo, hi]``; too few units: ``None``s and a ``reason``."""
 
     effect: float | None
     lo: float | None
@@ -133,9 +131,9 @@ class Estimate(NamedTuple):
 
 
 def _bca(stat: Callable[[np.ndarray], np.ndarray], strata: np.ndarray, draws: int) -> tuple[float, float]:
-    """The BCa interval of ``stat`` (index arrays ``(k, n)`` -> ``k`` values), resampled within each
-    stratum (seed 0): quantiles ``Phi(z0 + w / (1 - a w))``, ``w = z0 + z_{0.025}, z0 + z_{0.975}``;
-    ``z0`` from the share below the estimate, ``a = sum d^3 / (6 (sum d^2)^1.5)`` (jackknife)."""
+    """The BCa interval of ``stat`` (index arrays ``(k, n)`` -> ``k`` values) resampled within each
+    stratum (seed 0): quantiles ``Phi(z0 + w / (1 - a w))``, ``w = z0 + z_{0.025}, z0 + z_{0.975}``,
+    ``a = sum d^3 / (6 (sum d^2)^1.5)`` (jackknife)."""
     n, rng = strata.size, np.random.default_rng(0)
     idx = np.empty((draws, n), dtype=np.intp)
     for s in np.unique(strata):
@@ -271,8 +269,8 @@ def kendall_tau(x: Sequence[float], y: Sequence[float], *, tied: float = math.na
 
 
 class ProbeRun(NamedTuple):
-    """A probe run of :func:`tune_step`: its ``score`` (lower is better; censored: e.g. the horizon)
-    and whether it ``reached`` the target (``False``: censored)."""
+    """A probe run of :func:`tune_step`: its ``score`` (lower is better) and whether it ``reached``
+    the target (``False``: censored)."""
 
     score: float
     reached: bool
@@ -288,9 +286,7 @@ def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | N
     below while no stable step is at most ``stable_fraction`` of the largest stable one or the best
     is the smallest. With nothing resolved the horizon doubles up to ``max_horizon``. ``chosen``:
     the best resolved step (the larger on a tie), capped at ``stable_fraction`` of the largest
-    stable step. Returns a JSON-ready dict: per step ``grid``, ``scores``, ``stable``, ``diverged``,
-    ``resolved``; ``horizon``, ``best``, ``largest_stable``, ``cap``, ``chosen``, ``bracketed``,
-    ``unresolved``, ``capped``."""
+    stable step. Returns the grid and the choice as a JSON-ready dict."""
     etas = sorted({float(g) for g in grid})
     if len(etas) < 2 or not all(math.isfinite(e) and e > 0 for e in etas):
         raise ValueError(f"tune_step needs a grid of at least two finite steps > 0, got {list(grid)}.")

@@ -1,9 +1,5 @@
-"""One coercion per kind of scalar argument, shared by the API and the command line.
-
-Python, NumPy and 0-d real PyTorch numbers are accepted alike; ``bool``, complex, strings, NaN and
-values out of range are refused naming the argument, the range and the value (a :class:`TypeError`
-for what is no number at all, a :class:`ValueError` otherwise).
-"""
+"""One coercion per kind of scalar argument: Python, NumPy and 0-d real PyTorch numbers alike; a bool,
+complex, string, NaN or value out of range is refused naming the argument, the range and the value."""
 
 import math
 import numbers
@@ -68,12 +64,10 @@ def as_real(name: str, v, *, minimum: float | None = None, maximum: float | None
 
 
 def positive_int(s: dict, key: str) -> int:
-    """Setting ``key`` of the settings ``s`` as a positive integer."""
     return as_int(f"setting {key!r}", s.get(key), minimum=1)
 
 
 def as_seed(name: str, v) -> int:
-    """A seed: an integer in ``0 .. 2**63 - 1``."""
     return as_int(name, v, minimum=0, maximum=MAX_SEED)
 
 

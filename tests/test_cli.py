@@ -35,7 +35,7 @@ def test_the_entry_point_in_a_subprocess():
     assert out.returncode == 0 and __version__ in out.stdout
     closed = subprocess.run(f"{sys.executable} -m convres reproduce >&-", shell=True, capture_output=True,
                             text=True)
-    assert closed.returncode == 2 and "stdout is closed" in closed.stderr and "Traceback" not in closed.stderr
+    assert closed.returncode == 2 and len(closed.stderr.splitlines()) == 1 and "Traceback" not in closed.stderr
 
 
 def test_the_modes_print_strict_json_and_reproduce_lists_the_experiments(capsys):
@@ -47,20 +47,20 @@ def test_the_modes_print_strict_json_and_reproduce_lists_the_experiments(capsys)
 
 
 @pytest.mark.parametrize("args, names", [
-    (("reproduce", "rank_collapse_gd", "--profile", "paper", "--piece", "0"), ("no evaluation seeds",)),
+    (("reproduce", "rank_collapse_gd", "--profile", "paper", "--piece", "0"), ("rank_collapse_gd",)),
     (("reproduce", "simulations", "--device", "cpu:1"), ("cpu:1",)),
     (("reproduce", "simulations", "--results", "r"), ("--results",)),
-    (("reproduce", "../etc/passwd"), ("unknown experiment",)),
+    (("reproduce", "../etc/passwd"), ("../etc/passwd",)),
     (("reproduce", "simulations", "--out", "/dev/null"), ("--out", "/dev/null")),   # not a folder
     (("reproduce", "jena", "--piece", "0"), ("--profile book", "--profile paper")),
     (("reproduce", "simulations", "--profile", "paper", "--piece", "0", "--out", "x"), ("--out",)),
-    (("reproduce", "simulations", "--profile", "paper", "--piece", "99"), ("pieces 0 to 9",)),
-    (("theorem", "certify", "--d", "1"), ("N n <= d",)),
+    (("reproduce", "simulations", "--profile", "paper", "--piece", "99"), ("99",)),
+    (("theorem", "certify", "--d", "1"), ("--d",)),
     (("theorem", "width", "--delta", "2"), ("delta",)),
     (("theorem", "--certify"), ("certify", "width", "scope")),    # a mode is a subcommand, not a flag
     (("theorem", "certify", "--beta", "1"), ("--beta",)),       # a flag of another mode: refused
     (("rank-collapse", "--steps", "2"), ("--steps",)),
-    (("gd", "--d", "100000"), ("GiB", "smaller sizes")),
+    (("gd", "--d", "100000"), ("--d",)),
     (("gd", "--seed", "-1"), ("--seed",)),
     (("data", "bogus"), ("bogus",)),
 ])

@@ -1,13 +1,8 @@
-"""The built site in a real browser: every page of ``_build/html`` (``CONVRES_SITE_DIR``) served on
-127.0.0.1 and opened offline in headless Chromium with Playwright (the system's Chromium,
-``CHROMIUM=/path``; Playwright downloads no browser). Each test's docstring says what it checks.
-
-Screenshots go to ``_build/screenshots/`` (``<page>.png`` at 1400 px, ``phone__<page>.png``; with
-``CONVRES_SCREENSHOTS=all`` the dark and print ones too). Run after building the book (``make
-browser``: one process a core, each with its own server and browser). Without a built site or a
-Chromium the tests are skipped, a failure under ``CONVRES_SITE_REQUIRED=1``;
-``CONVRES_PDF_REQUIRED=1`` makes a site without the PDF a failure.
-"""
+"""The built site (``_build/html``, ``CONVRES_SITE_DIR``) served on 127.0.0.1 and opened offline in
+the system's Chromium (``CHROMIUM=/path``) with Playwright, after ``make book`` (``make browser``).
+Screenshots go to ``_build/screenshots/`` (``CONVRES_SCREENSHOTS=all``: dark and print too). Without
+a site or a Chromium the tests are skipped, a failure under ``CONVRES_SITE_REQUIRED=1``;
+``CONVRES_PDF_REQUIRED=1`` makes a site without the PDF a failure."""
 
 from __future__ import annotations
 
@@ -481,20 +476,29 @@ def _agree(js, ref) -> bool:
     return js.shape == ref.shape and bool(np.all(np.abs(js - ref) <= 1e-9 * np.maximum(ref, 1e-12 * ref[0])))
 
 
-def test_live_explorer_is_convres(explorer_page, site, browser):
+#: The escape panel against convres: equal steps, except after a spike (the loss more than
+#: SPIKE times its last value in one step before the escape), which amplifies float64 rounding:
+#: there within ESCAPE_RTOL (measured: 1,264 against 1,269 and 2,141 against 2,170 at d_QK = 4096).
+SPIKE, ESCAPE_RTOL = 2.0, 0.02
+
+
+def test_explorer_numbers_are_convres(explorer_page, site, browser):
     """The page's gradient descent, 500 steps at two settings per explorer, equals
-    convres.gradient_descent on the same instance; and 500 steps at the interactive size (the
-    book's figure: N = 4, n = 4, d = m = 32) take at most LIVE_MS ms of the renderer's CPU time
-    (the best of 7; the wall time, printed too, also counts the turns of other jobs on a busy
-    machine)."""
+    convres.gradient_descent on the same instance; 500 steps at the interactive size (the book's
+    figure: N = 4, n = 4, d = m = 32) take at most LIVE_MS ms of the renderer's CPU time (the best
+    of 7; the wall time, printed too, also counts other jobs' turns). The escape panel, at every
+    seed, attention scale and d_QK it offers (its start's step), shows the escape steps of
+    convres.explorers.run: the numbers the chapters quote."""
     import convres
     from convres import explorers
+    problems = []
     with View(browser, site, explorer_page) as view:
         for eid in _explorer_ids(explorer_page):
-            data = view(f"() => window.convresExplorers[{json.dumps(eid)}].data")
+            ex = f"window.convresExplorers[{json.dumps(eid)}]"
+            data = view(f"() => {ex}.data")
             start = data["start"]
             for v in (start, {**start, "beta": 0.0, "scale": "1/sqrt(d_qk)" if len(data["d_qks"]) > 1 else start["scale"]}):
-                got = view(f"(v) => window.convresExplorers[{json.dumps(eid)}].compute(v, {LIVE_STEPS})", v)
+                got = view(f"(v) => {ex}.compute(v, {LIVE_STEPS})", v)
                 params, X, Y, cfg = explorers.instance(data["bank"]["family"], v["seed"], v["d_qk"], beta=v["beta"],
                                                        scale=v["scale"])
                 _, h = convres.gradient_descent(params, X, Y, cfg, v["mu"], LIVE_STEPS, rtol=data["rtol"])
@@ -504,7 +508,7 @@ def test_live_explorer_is_convres(explorer_page, site, browser):
             times = []
             for _ in range(7):
                 cpu = _renderer_cpu()
-                wall = view(f"() => window.convresExplorers[{json.dumps(eid)}].compute({{}}, {LIVE_STEPS}).ms")
+                wall = view(f"() => {ex}.compute({{}}, {LIVE_STEPS}).ms")
                 times.append((wall, (_renderer_cpu() - cpu) * 1e3))
             wall, cpu = min(t[0] for t in times), min(t[1] for t in times)
             load = os.getloadavg()[0]
@@ -512,27 +516,7 @@ def test_live_explorer_is_convres(explorer_page, site, browser):
                   f"(best of 7; load average {load:.1f} on {os.cpu_count()} cores)")
             if data["bank"]["family"] == "collapse":     # the interactive size: the book's figure
                 assert cpu <= LIVE_MS, f"{eid}: {LIVE_STEPS} steps take {cpu:.0f} ms of CPU"
-        _fail(explorer_page, view.problems)
-
-
-#: The escape panel against convres: equal steps, except after a spike (the loss more than
-#: SPIKE times its last value in one step before the escape), which amplifies float64 rounding:
-#: there within ESCAPE_RTOL (measured: 1,264 against 1,269 and 2,141 against 2,170 at d_QK = 4096).
-SPIKE, ESCAPE_RTOL = 2.0, 0.02
-
-
-def test_explorer_escapes_are_convres(explorer_page, site, browser):
-    """The escape panel of every explorer, at every seed, attention scale and d_QK it offers (its
-    start's step), shows the escape steps of convres.explorers.run: the numbers the chapters quote."""
-    from convres import explorers
-    problems = []
-    with View(browser, site, explorer_page) as view:
-        for eid in _explorer_ids(explorer_page):
-            ex = f"window.convresExplorers[{json.dumps(eid)}]"
-            data = view(f"() => {ex}.data")
-            if "escape" not in data["charts"]:
-                continue
-            for seed in data["seeds"]:
+            for seed in data["seeds"] if "escape" in data["charts"] else ():
                 for scale in data["scales"]:
                     view(f"(v) => {ex}.set(v)", {"seed": seed, "scale": scale, "beta": 0.0})
                     view(f"() => {ex}.idle()")
