@@ -9,7 +9,6 @@ import numpy as np
 from .gd import History
 from .plotting import figure, legend_on_top
 
-# --- rank collapse (chapter Rank collapse: convres.collapse) -------------------------------------
 
 def _legend_above(ax) -> None:
     ax.legend(frameon=False, fontsize=8, ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0))
@@ -134,8 +133,6 @@ def plot_weyl(betas, sv_Z, bounds, sigma_min_A: float):
     return fig
 
 
-# --- chapters' single runs (The model, Assumptions, The theorem, Multiple layers, FFN) ---------
-
 def plot_beta_runs(runs: Mapping[str, History], ratio_ylim=None):
     """*The model*, *Assumptions*: the loss of runs by beta; with ``ratio_ylim`` also ``sigma_min(Z_t)``
     and ``Phi_{t+1} / Phi_t``."""
@@ -197,8 +194,6 @@ def plot_depth(res: Mapping, sig: Mapping):
     legend_on_top(fig, 3, fontsize=8)
     return fig
 
-
-# --- separation and width (chapters Separation, Width) ------------------------------------------
 
 def plot_separation_window(run: Mapping, floor: float):
     """*Separation*: one draw's loss without and with the residual, the certified window shaded."""

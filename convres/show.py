@@ -25,18 +25,16 @@ class Source(str):
         return f"```python\n{self}\n```"
 
 
-def _without_docstring(obj) -> str:
-    code = textwrap.dedent(inspect.getsource(obj))
-    node = ast.parse(code).body[0]
-    lines = code.splitlines()
-    if isinstance(node, ast.FunctionDef | ast.ClassDef) and ast.get_docstring(node) is not None:
-        del lines[node.body[0].lineno - 1:node.body[0].end_lineno]
-    return "\n".join(lines)
-
-
 def source(*objs) -> Source:
     """The source of each function or class in ``objs`` (docstrings removed), one after another."""
-    return Source("\n\n".join(_without_docstring(o) for o in objs))
+    parts = []
+    for obj in objs:
+        code = textwrap.dedent(inspect.getsource(obj))
+        node, lines = ast.parse(code).body[0], code.splitlines()
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and ast.get_docstring(node) is not None:
+            del lines[node.body[0].lineno - 1:node.body[0].end_lineno]
+        parts.append("\n".join(lines))
+    return Source("\n\n".join(parts))
 
 
 def tex(text) -> str:
