@@ -25,9 +25,7 @@ from .plotting import figure, figure_png
 from .rank import sigma_nn
 from .show import HTMLBlock
 
-#: The instance families (:func:`convres.instances.problem`): sizes, activation, weight seed
-#: offset; ``collapse`` is :func:`convres.instances.collapse_instance`, ``theorem``
-#: :func:`convres.instances.theorem_instance`, ``simulations`` the chapter's instances.
+#: The instance families (:func:`convres.instances.problem`): sizes, activation, weight seed offset.
 FAMILIES: dict[str, dict] = {
     "collapse": dict(N=4, n=4, d=32, m=32, activation="relu", weight_offset=1),
     "simulations": dict(N=4, n=4, d=32, m=32, activation="gelu", weight_offset=1000),
@@ -52,8 +50,7 @@ def _b64(a) -> str:
 
 
 def bank(family: str, seeds: Sequence[int], d_qks: Sequence[int]) -> dict:
-    """The instances a page runs (base64 float64, row-major): per seed ``X``, ``R = X Q``, ``Y`` and
-    the floor; per seed and ``d_QK``, ``Q^T W_V``, ``W_1``, ``W_2``, ``W_U``, ``P``, ``Gq``, ``Gk``."""
+    """The instances a page runs (base64 float64): per seed the data, per seed and ``d_QK`` the weights."""
     f = FAMILIES[family]
     out: dict = {"family": family, "act": f["activation"], "data": {}, "weights": {},
                  **{k: f[k] for k in ("N", "n", "d", "m")}, "r": f["N"] * f["n"]}
@@ -74,8 +71,8 @@ def bank(family: str, seeds: Sequence[int], d_qks: Sequence[int]) -> dict:
 
 def run(family: str, seed: int, d_qk: int, beta: float, mu: float, *, scale: str = "1/d_qk",
         steps: int = 500, stop_at_escape: bool = False) -> dict:
-    """The page's run by :func:`convres.gradient_descent` (cached): loss, status, floor, the
-    :func:`escape_step`, the rate ``alpha`` and ``sigma_min(Z_0)``; ``stop_at_escape`` ends it there."""
+    """The page's run by :func:`convres.gradient_descent` (cached): loss, status, floor, escape step,
+    ``alpha`` and ``sigma_min(Z_0)``."""
     config = dict(family=family, seed=seed, d_qk=d_qk, beta=beta, mu=mu, scale=scale, steps=steps,
                   stop_at_escape=stop_at_escape, rtol=RTOL)
 
@@ -98,8 +95,7 @@ def escape_step(loss, floor: float) -> int | None:
 
 
 class Explorer:
-    """A live explorer that ``web/explorer.js`` draws from :meth:`payload`: the bank, the start,
-    the sliders' ends, the ``charts``, the ``presets`` and per seed a reference step ``mu_hat``."""
+    """A live explorer that ``web/explorer.js`` draws from :meth:`payload`."""
 
     def __init__(self, name: str, title: str, family: str, *, seeds: Sequence[int], d_qks: Sequence[int],
                  start: Mapping, mu_range=(1e-3, 2e-2), horizon: int = 5000,
@@ -119,8 +115,7 @@ class Explorer:
                          f"{[p['id'] for p in self.presets]}.")
 
     def link(self, preset_id: str) -> HTMLBlock:
-        """A link for the prose (glue it) that sets the explorer to the preset ``preset_id``
-        (``web/explorer.js``); its text alone where HTML is not shown (the PDF)."""
+        """A link for the prose that sets the explorer to the preset ``preset_id``."""
         text = self.preset(preset_id)["label"]
         return HTMLBlock(f'<a class="cx-preset-link" href="#cx-{self.name}" data-cx-preset="{preset_id}" '
                          f'title="set the explorer to this setting">{text}</a>')
@@ -149,8 +144,7 @@ class Explorer:
                 f'<script type="application/json" class="cx-data">{data}</script>\n</div>')
 
     def png(self) -> bytes:
-        """The static figure of the start: the loss of both runs and, with ``"escape"``, the escape
-        step against ``d_QK``."""
+        """The static figure of the start: both runs' loss, and the escape step against ``d_QK``."""
         v = self.start
         runs = {b: run(self.family, v["seed"], v["d_qk"], b, v["mu"], scale=v["scale"],
                        steps=self.horizon) for b in dict.fromkeys([0.0, v["beta"]])}
@@ -245,8 +239,7 @@ def convergence_explorer() -> Explorer:
 
 
 def theorem_explorer(seeds: Sequence[int] = (0, 1, 2)) -> Explorer:
-    """The theorem's envelope beside a live run on :func:`convres.instances.theorem_instance`,
-    ``mu`` from the chapter's ``1/(2 L_hat)`` (:func:`convres.lemmas.mu_max`)."""
+    """The theorem's envelope beside a live run, ``mu`` from ``1/(2 L_hat)`` (:func:`lemmas.mu_max`)."""
     hat = {str(s): mu_max(*instance("theorem", s, 16, beta=1.0, scale="1/sqrt(d_qk)"), seed=s)
            for s in seeds}
     start = _setting(1.0, 16, mu=hat["0"], seed=seeds[0], scale="1/sqrt(d_qk)")

@@ -9,7 +9,6 @@ import numpy as np
 from .gd import History
 from .plotting import figure, legend_on_top
 
-# --- rank collapse (chapter Rank collapse: convres.collapse) -------------------------------------
 
 def _legend_above(ax) -> None:
     ax.legend(frameon=False, fontsize=8, ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0))
@@ -20,9 +19,7 @@ def _median(sweep: Mapping) -> dict:
 
 
 def plot_collapse_sweep(sweep: Mapping, sweep_sqrt: Mapping):
-    """Chapter *Rank collapse*: :func:`convres.collapse.dqk_sweep_seeds` at scale ``1/d_QK``
-    (``sweep``) and ``1/sqrt(d_QK)`` (``sweep_sqrt``), medians: singular values, rank measures and
-    the distances to uniform against ``d_QK``."""
+    """*Rank collapse*: medians of :func:`convres.collapse.dqk_sweep_seeds` against ``d_QK``."""
     d_qks, betas = list(sweep["d_qk"]), list(sweep["betas"])
     med, sq = _median(sweep), _median(sweep_sqrt)
     smin = sweep["attn_sigma_min"]
@@ -73,8 +70,7 @@ def plot_collapse_sweep(sweep: Mapping, sweep_sqrt: Mapping):
 
 
 def plot_uniform_bound(sweep: Mapping):
-    """Chapter *Rank collapse*: ``sigma_2(Attn(X))`` and its two bounds (the lemma on
-    near-uniform attention) against ``d_QK``, medians of the sweep."""
+    """*Rank collapse*: ``sigma_2(Attn(X))`` and its two bounds against ``d_QK``, medians."""
     med = _median(sweep)
     fig, ax = figure(1, width=4.8, height=3.2)
     ax.loglog(sweep["d_qk"], med["attn_sv"][:, 1], "o-", color="tab:orange",
@@ -89,9 +85,7 @@ def plot_uniform_bound(sweep: Mapping):
 
 
 def plot_saturated(scales: Sequence[float], sweep: Mapping, hot_bound):
-    """Chapter *Rank collapse*: :func:`convres.collapse.scale_sweep` on the saturated instance
-    against the scale ``s``: smallest singular values, distances of ``S`` (with ``hot_bound``), the
-    effective rank; values below ``1e-17`` drawn at ``1e-17``."""
+    """*Rank collapse*: :func:`convres.collapse.scale_sweep` on the saturated instance."""
     floor = 1e-17
     fig, axes = figure(1, 3, width=4.8, height=2.8)
     ax = axes[0]
@@ -125,8 +119,7 @@ def plot_saturated(scales: Sequence[float], sweep: Mapping, hot_bound):
 
 
 def plot_weyl(betas, sv_Z, bounds, sigma_min_A: float):
-    """Chapter *Rank collapse*: the two smallest singular values of ``Z`` against ``beta``, their
-    Weyl bounds (:func:`convres.rank.weyl_lower_bounds`, where positive) and ``sigma_min(Attn(X))``."""
+    """*Rank collapse*: the two smallest singular values of ``Z`` against ``beta``, and their Weyl bounds."""
     fig, ax = figure(1, width=4.8, height=3.4)
     for k, fmt, ls, color in ((0, "^-", "--", "#08306b"), (1, "v-", ":", "#4292c6")):
         label = r"$\sigma_n(Z)=\sigma_{\min}(Z)$" if k == 0 else r"$\sigma_{n-1}(Z)$"
@@ -140,11 +133,9 @@ def plot_weyl(betas, sv_Z, bounds, sigma_min_A: float):
     return fig
 
 
-# --- chapters' single runs (The model, Assumptions, The theorem, Multiple layers, FFN) ---------
-
 def plot_beta_runs(runs: Mapping[str, History], ratio_ylim=None):
-    """Chapters *The model* and *Assumptions*: the loss of runs named by their beta; with
-    ``ratio_ylim`` also ``sigma_min(Z_t)`` and ``Phi_{t+1} / Phi_t`` (the first run's rises marked)."""
+    """*The model*, *Assumptions*: the loss of runs by beta; with ``ratio_ylim`` also ``sigma_min(Z_t)``
+    and ``Phi_{t+1} / Phi_t``."""
     panels = 1 if ratio_ylim is None else 3
     fig, axes = figure(1, panels, width=5.6, height=3.0 if panels == 1 else 2.2)
     axes = np.atleast_1d(axes)
@@ -169,8 +160,7 @@ def plot_beta_runs(runs: Mapping[str, History], ratio_ylim=None):
 
 
 def plot_contraction(run):
-    """Chapter *The theorem*: a :class:`convres.theory.TheoremRun`'s loss against
-    ``(1 - mu alpha)^t Phi_0`` and its per-step excess over ``1 - mu alpha``."""
+    """*The theorem*: a :class:`convres.theory.TheoremRun`'s loss against ``(1 - mu alpha)^t Phi_0``."""
     loss, mu_alpha, excess = run.history.loss, run.mu * run.alpha, run.check.contraction.excess
     t = np.arange(len(loss))
     fig, (ax1, ax2) = figure(1, 2, width=5.6, height=2.1)
@@ -188,8 +178,7 @@ def plot_contraction(run):
 
 
 def plot_depth(res: Mapping, sig: Mapping):
-    """Chapter *Multiple layers*: per block, the relative distance of ``H^(l)`` to rank one
-    (``res``) and ``sigma_Nn(H^(l)) / ||H^(l)||_2`` (``sig``), per model and seed (floor ``1e-18``)."""
+    """*Multiple layers*: per block, ``H^(l)``'s relative distance to rank one and ``sigma_Nn / ||.||_2``."""
     fig, axes = figure(1, 2, width=5.6, height=2.5)
     style = {"pure attention": ("tab:red", "v", "pure attention"),
              "attention + FFN": ("tab:orange", "s", "attention + FFN"),
@@ -206,11 +195,8 @@ def plot_depth(res: Mapping, sig: Mapping):
     return fig
 
 
-# --- separation and width (chapters Separation, Width) ------------------------------------------
-
 def plot_separation_window(run: Mapping, floor: float):
-    """Chapter *Separation*: one draw's loss without and with the residual against half
-    the floor, the certified window from ``steps_to`` to ``T_lb`` shaded."""
+    """*Separation*: one draw's loss without and with the residual, the certified window shaded."""
     every = max(1, run["T_lb"] // 200)
     fig, ax = figure(1, width=5.6, height=3.0)
     ax.semilogy(np.arange(len(run["loss"])) * every, run["loss"], "o-", ms=3, markevery=20,
@@ -228,8 +214,7 @@ def plot_separation_window(run: Mapping, floor: float):
 
 
 def plot_plateaus(family, sims):
-    """Chapter *Separation*: plateau lengths (``mu t``) against ``d_QK``, median and range:
-    the certified ``T_lb`` and the escapes of ``family`` and ``sims``, a ``sqrt(d_QK)`` line."""
+    """*Separation*: plateau lengths (``mu t``) against ``d_QK``: ``T_lb`` and the escapes."""
     fig, ax = figure(1, width=5.6, height=3.4)
     for data, col, mark, color, label in (
             (family, "lb", "o-", "tab:blue", r"certified $T_{\mathrm{lb}}$, $\mu=0.1$"),
@@ -251,8 +236,7 @@ def plot_plateaus(family, sims):
 
 
 def plot_width_growth(growth, d_star):
-    """Chapter *Width*: the proven ``d_min`` and the measured ``d*`` against ``N n`` with the
-    lower bound and a slope-2 line, log-log."""
+    """*Width*: the proven ``d_min`` and the measured ``d*`` against ``N n``, log-log."""
     fig, ax = figure(1, width=5.6, height=3.4)
     ax.loglog(growth.Nn, growth.d_min, "o-", color="tab:blue", label=r"proven $d_{\min}$")
     ax.loglog(d_star.index, d_star.values, "s", ms=7, color="tab:red", label=r"measured $d^*$")

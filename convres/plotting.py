@@ -61,8 +61,7 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 
 def show(fig, width: int = 560):
-    """A notebook image of ``fig``, ``width`` CSS pixels wide (the book's figures: 560) from a PNG of
-    twice that many pixels (sharp on high-density screens); the figure is closed."""
+    """A notebook image of ``fig``, ``width`` CSS pixels wide from a PNG of twice as many pixels."""
     from IPython.display import Image
 
     return Image(thumbnail_png(fig, width), width=width)
@@ -76,8 +75,7 @@ def thumbnail_png(fig, width: int = 160) -> bytes:
 def plot_band(ax, curves: Sequence[Sequence[float]], *, x=None, color=None, label=None,
               linestyle: str = "-", marker: str | None = None, markevery=None,
               markerfacecolor=None) -> None:
-    """The median over seeds of ``curves`` with a min-max band, log scale; ``None`` (a run that
-    stopped) is left out of that step's band; ``marker`` tells curves apart without colour."""
+    """The median over seeds of ``curves`` with a min-max band, log scale; ``None`` is left out."""
     length = max(len(c) for c in curves)
     arr = np.full((len(curves), length), np.nan)
     for i, c in enumerate(curves):
@@ -100,8 +98,7 @@ def _relative(curve):
 
 
 def plot_simulations(result):
-    """Chapter *Simulations*: ``Phi_t / Phi_0`` per beta at its tuned step (median and min-max
-    band over seeds; a converged run kept at its last value), one panel per regime, log steps."""
+    """*Simulations*: ``Phi_t / Phi_0`` per beta at its tuned step, one panel per regime."""
     s = result.settings
     betas = list(s["betas"])
     cells = result.data["regimes"]
@@ -127,8 +124,7 @@ def plot_simulations(result):
 
 
 def plot_escape_law(laws: Sequence[Mapping], fit: Mapping):
-    """Chapter *Simulations*: the escape time ``mu t`` against ``d_QK`` (median and quartiles),
-    one line per scale, beta and step (``laws``), and the fit ``a + b d_QK^p`` dotted."""
+    """*Simulations*: the escape time ``mu t`` against ``d_QK`` per arm, and the fit ``a + b d_QK^p``."""
     fig, (ax,) = _stacked(1, height=3.6)
     styles = {("1/d_qk", 0.0): ("tab:red", "o"), ("1/sqrt(d_qk)", 0.0): ("tab:orange", "s"),
               ("1/d_qk", 1.0): ("tab:blue", "^"), ("1/sqrt(d_qk)", 1.0): ("tab:cyan", "v")}
@@ -153,8 +149,7 @@ def plot_escape_law(laws: Sequence[Mapping], fit: Mapping):
 
 
 def plot_mechanism(result):
-    """Chapter *Simulations*: each run's rate over its linear phase against ``sigma_min(Z_0)``,
-    log-log, one panel per regime with its Spearman rho."""
+    """*Simulations*: each run's rate against ``sigma_min(Z_0)``, one panel per regime."""
     from .stats import spearman_rho
 
     betas = list(result.settings["betas"])
@@ -177,8 +172,7 @@ def plot_mechanism(result):
 
 
 def plot_jena(result):
-    """Chapter *Jena Climate*: training MSE per beta (median and band over seeds) with the level
-    and the baselines; below, the held-out skill ``1 - MSE / MSE_persistence`` per seed."""
+    """*Jena Climate*: training MSE per beta with the baselines; below, each seed's held-out skill."""
     data = result.data
     runs = [r for r in data["runs"] if r["protocol"] == "tuned"]
     betas = sorted({r["beta"] for r in runs})
@@ -219,8 +213,7 @@ SST2_ARMS = {"residual": ("residual", "tab:blue", "-", "D"),
 
 
 def plot_sst2(result, protocol: str = "tuned"):
-    """Chapter *SST-2*: training MSE against the step, one panel per depth, one curve per arm
-    (:data:`SST2_ARMS`) at the ``protocol``'s step, with the floor baseline; diverged runs left out."""
+    """*SST-2*: training MSE against the step, one panel per depth, one curve per arm."""
     data = result.data
     runs = [r for r in data["runs"] if r["status"] != "diverged" and r["protocol"] == protocol]
     depths = sorted({r["L"] for r in runs})
@@ -241,8 +234,7 @@ def plot_sst2(result, protocol: str = "tuned"):
 
 
 def plot_sst2_summary(result):
-    """Chapter *SST-2*: per depth and seed, the final training MSE (top) and the validation
-    accuracy (bottom) of every arm, a seed's arms joined in grey, with the baselines."""
+    """*SST-2*: per depth and seed, every arm's final training MSE and validation accuracy."""
     data = result.data
     runs = [r for r in data["runs"] if r["status"] != "diverged" and r["protocol"] == "tuned"]
     depths = sorted({r["L"] for r in runs})
@@ -279,8 +271,7 @@ def plot_sst2_summary(result):
 
 
 def plot_speedups(result: Mapping):
-    """Appendix *Performance*: the speed of ``convres.sweep`` relative to each other way of
-    ``benchmarks/gd_speed.py`` (warm), grouped bars per row, log scale."""
+    """*Performance*: the speed of ``convres.sweep`` relative to each other way, log scale."""
     rows = result["rows"]
     ways = list(rows[0]["speedup"])
     x, w = np.arange(len(rows)), 0.8 / len(ways)
@@ -300,8 +291,7 @@ def plot_speedups(result: Mapping):
 
 
 def plot_rank_collapse_gd(result):
-    """Chapter *Rank collapse under gradient descent*: the loss (with the rank-one floor)
-    and ``sigma_min(Z_t)`` of each run, stacked."""
+    """*Rank collapse under GD*: each run's loss (and the floor) and ``sigma_min(Z_t)``."""
     colors = ["#1b9e77", "#d95f02", "#2c3e9e", "#7570b3", "#c2185b"]
     styles = ["-", "-", "-", "--", ":"]
     fig, (ax1, ax2) = _stacked(2, width=4.8, height=2.3)
@@ -319,14 +309,9 @@ def plot_rank_collapse_gd(result):
     return fig
 
 
-# --- theory (chapter The theorem: convres.certify, convres.theory) ------------------------------
-
 def plot_certified_run(run: Mapping):
-    """Chapters *The theorem* and *FFN*: a certified run
-    (:meth:`convres.certify.CertifiedRun.to_dict`): the loss against its envelope, the distance
-    and path length against ``rho``, the singular-value ratios against 1/2: ``sigma_Nn(H_t) /
-    sigma_0``, or on the FFN route (``rho'``, ``alpha'``) ``sigma_Nn(M_t) / sigma_M`` and
-    ``sigma_1(W_U,t) / sigma_U``."""
+    """*The theorem*, *FFN*: a certified run's loss against its envelope, distance against ``rho``,
+    singular-value ratios against 1/2 (:meth:`convres.certify.CertifiedRun.to_dict`)."""
     c = run["certificate"]
     ffn = "sigma_M0" in c
     prime = "'" if ffn else ""
@@ -362,8 +347,7 @@ def plot_certified_run(run: Mapping):
 
 
 def plot_certificate_sweep(rows: Sequence[Mapping], crossings: Mapping[int, float]):
-    """Chapter *The theorem*: the ratio ``rho / r_sigma_lower`` against ``d`` per ``N n``
-    (median and band over seeds), the line 1 below which it is certified, and the crossings ``d*``."""
+    """*The theorem*: ``rho / r_sigma_lower`` against ``d`` per ``N n``, and the crossings ``d*``."""
     fig, ax = figure(1, width=5.6, height=3.4)
     shapes = sorted({r["Nn"] for r in rows})
     colors = ("tab:blue", "tab:red", "tab:green", "tab:purple")

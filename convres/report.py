@@ -71,9 +71,8 @@ def _html_table(head: Sequence[str], rows: Sequence[str]) -> str:
 
 
 def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None) -> str:
-    """The claims table, grouped by experiment (a heading row links to its chapter): id and
-    the paper's words, the badge over :func:`evidence_text`, and the figure's thumbnail (once per
-    figure; later claims name it) linking to the figure in its chapter."""
+    """The claims table by experiment: id and words, badge and :func:`evidence_text`, and the
+    figure's thumbnail (once per figure) linking to it in its chapter."""
     thumbnails = thumbnails or {}
     head = ("claim (paper)", "verdict and evidence (book)", "figure")
     body, group, shown = [], None, set()
@@ -97,7 +96,7 @@ def claims_html(rows: list[dict], thumbnails: Mapping[str, bytes] | None = None)
 
 
 def criteria_html(rows: list[dict]) -> str:
-    """Every row's criterion and full measurement (:func:`evidence_text`), folded."""
+    """Every row's criterion and full :func:`evidence_text`, folded."""
     items = "".join(f"<li><b>{html.escape(r.get('id', ''))} {_claim(r)}</b> "
                     f"({html.escape(r['experiment'])}): {badge(r['verdict'])}<br>"
                     f"criterion: {tex(r['criterion'])}<br>"
@@ -107,8 +106,7 @@ def criteria_html(rows: list[dict]) -> str:
 
 
 def effect_digits(row: dict) -> int:
-    """The decimals of a row's numbers: two significant digits of its interval's width, at
-    least two (``0.37 to 0.57``; ``-0.007 to 0.004``)."""
+    """The decimals of a row's numbers: two significant digits of its interval's width, at least two."""
     lo, hi = row["ci"]
     width = hi - lo
     return 2 if width <= 0 else max(2, 1 - math.floor(math.log10(width)))
@@ -139,9 +137,8 @@ def effect_text(row: dict) -> str:
 
 def evidence_text(row: dict, *, full: bool = False) -> str:
     """A claim row's evidence, ``effect +0.48 (95% interval 0.37 to 0.57; margin 0.4; BCa
-    bootstrap, 30 units)`` and the diverged units, or the reason for no interval, then the reason
-    of a *not testable* and the alternative measures that grade otherwise; ``full`` adds (in TeX)
-    the sign test, the pre-named subsets' grades and every alternative measure's grade."""
+    bootstrap, 30 units)``, and the alternatives that grade otherwise; ``full`` adds the sign test,
+    the subsets' grades and every alternative."""
     if row.get("effect") is None:
         text = f"no interval: {row.get('reason') or 'too few units'}"
     else:
@@ -169,9 +166,8 @@ def evidence_text(row: dict, *, full: bool = False) -> str:
 
 def scale_html(book: Mapping[str, Result], larger: Mapping[str, tuple[Result, dict] | None],
                not_run: Mapping[str, str] | None = None) -> str:
-    """Every claim at two scales: the ``book`` result beside the committed larger one
-    (``larger[name]``: a :class:`Result` and its info, or ``None``): verdict and effect of each;
-    ``not_run[name]``, why an experiment's larger run was decided against (its claims *not testable*)."""
+    """Every claim's verdict and effect in the ``book`` result and the committed larger one
+    (``larger[name]``: result and info, or None); ``not_run[name]``: why there is no larger run."""
     head = ("experiment", "claim (paper)", "book: verdict", "book: effect (95% interval)",
             "larger: verdict", "larger: effect (95% interval)")
     body = []
@@ -190,8 +186,7 @@ def scale_html(book: Mapping[str, Result], larger: Mapping[str, tuple[Result, di
 
 
 def provenance_table(larger: Mapping[str, tuple[Result, dict] | None]):
-    """One row per committed piece (seeds, wall time, commit, machine, PyTorch, protocol
-    stamp), and one per experiment with nothing committed."""
+    """One row per committed piece (seeds, time, commit, machine, protocol), or "none committed"."""
     rows = []
     for name, big in larger.items():
         if big is None:
@@ -212,8 +207,7 @@ def provenance_table(larger: Mapping[str, tuple[Result, dict] | None]):
 
 
 def claims_table(rows: list[dict]):
-    """The claims of one experiment as its chapter shows them: effect and interval (two decimals),
-    margin, units, sign test and verdict (with its reason and the alternatives' grades)."""
+    """One experiment's claims: effect, interval, margin, units, sign test, verdict, alternatives."""
     def interval(ci):
         return "" if ci is None else f"{ci[0]:.2f} to {ci[1]:.2f}"
 
@@ -231,8 +225,7 @@ def claims_table(rows: list[dict]):
 
 
 def hypotheses_table(checks, *, first: str = "instance"):
-    """Checked hypotheses (:class:`convres.checks.Hypothesis` or their dicts): statement in
-    TeX, value, threshold, holds; a mapping's keys fill a first column named ``first``."""
+    """Checked hypotheses (:class:`convres.checks.Hypothesis` or dicts); a mapping's keys fill ``first``."""
     items = checks.items() if isinstance(checks, Mapping) else [(None, c) for c in checks]
     rows = []
     for key, c in items:
@@ -291,8 +284,8 @@ def deviations_table(results: Mapping[str, Result]):
 # --- the protocol's statement (protocol v4) -------------------------------------------------------------
 
 def protocol_line(stamp: Mapping | None = None, *, before: bool = False) -> str:
-    """``"protocol: tag protocol-v4, commit X, date Y"`` from ``stamp`` (default: the committed
-    stamp); without one, the tag is not made yet, or with ``before`` the piece predates it (v3)."""
+    """``"protocol: tag protocol-v4, commit X, date Y"`` from ``stamp`` (default: the committed one);
+    without one, the tag is not made yet, or with ``before`` the piece predates it (v3)."""
     s = stamp if stamp is not None or before else protocol_stamp()
     if s is None:
         return f"before {TAG} (v3 rule)" if before else \
@@ -301,15 +294,12 @@ def protocol_line(stamp: Mapping | None = None, *, before: bool = False) -> str:
 
 
 def late_deviations() -> dict[int, tuple[str, ...]]:
-    """The deviations made after the v4 runs had been seen (``Deviation.after_runs``), numbered from 1
-    as in :func:`protocol_deviations_table`, each with the claims it touches."""
+    """The deviations made after the v4 runs were seen, numbered from 1, each with its claims."""
     return {i: d.touches for i, d in enumerate(DEVIATIONS, 1) if d.after_runs}
 
 
 def protocol_claims_table():
-    """``convres.protocol.CLAIMS``: words, measure, unit, margin, rule, subsets, alternatives, design
-    checks, and the deviations made after the v4 runs that touch the claim (the rows print the
-    protocol as amended, not the tagged text)."""
+    """``convres.protocol.CLAIMS`` as amended (not the tagged text), with the late deviations."""
     late = late_deviations()
     return table([{"id": c.id, "claim (paper)": c.tex, "measure":
                    f"{c.measure}; positive: {c.sign}", "unit": c.unit,

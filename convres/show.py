@@ -14,8 +14,7 @@ import textwrap
 import time
 from collections.abc import Mapping
 
-#: When this module was first imported: a chapter imports it in its first cell, so
-#: :func:`glue_seconds` measures the chapter's run.
+#: When a chapter's first cell imported this module (:func:`glue_seconds`).
 _STARTED = time.perf_counter()
 
 
@@ -26,23 +25,21 @@ class Source(str):
         return f"```python\n{self}\n```"
 
 
-def _without_docstring(obj) -> str:
-    code = textwrap.dedent(inspect.getsource(obj))
-    node = ast.parse(code).body[0]
-    lines = code.splitlines()
-    if isinstance(node, ast.FunctionDef | ast.ClassDef) and ast.get_docstring(node) is not None:
-        del lines[node.body[0].lineno - 1:node.body[0].end_lineno]
-    return "\n".join(lines)
-
-
 def source(*objs) -> Source:
     """The source of each function or class in ``objs`` (docstrings removed), one after another."""
-    return Source("\n\n".join(_without_docstring(o) for o in objs))
+    parts = []
+    for obj in objs:
+        code = textwrap.dedent(inspect.getsource(obj))
+        node, lines = ast.parse(code).body[0], code.splitlines()
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and ast.get_docstring(node) is not None:
+            del lines[node.body[0].lineno - 1:node.body[0].end_lineno]
+        parts.append("\n".join(lines))
+    return Source("\n\n".join(parts))
 
 
 def tex(text) -> str:
-    """``text`` as HTML, each ``$...$`` as Sphinx's inline math markup for MathJax (the site
-    typesets only marked elements, so an output's dollar sign stays one), the rest escaped."""
+    """``text`` as escaped HTML, each ``$...$`` as Sphinx's inline math markup (MathJax typesets
+    only marked elements)."""
     parts = str(text).split("$")
     if len(parts) % 2 == 0:
         raise ValueError(f"unbalanced $ in {text!r}: every $ opening TeX needs a closing one.")
@@ -52,8 +49,7 @@ def tex(text) -> str:
 
 
 def power_of_ten(number: str) -> str:
-    """E-notation as TeX: ``"6.4e-10"`` gives ``6.4 \\times 10^{-10}``, ``"1e-10"`` gives
-    ``10^{-10}``, ``"2.2e+00"`` gives ``2.2``; any other string as it is."""
+    """E-notation as TeX (``"6.4e-10"``: ``6.4 \\times 10^{-10}``); any other string as it is."""
     m = re.fullmatch(r"(-?\d+(?:\.\d+)?)e([+-])0*(\d+)", number)
     if not m:
         return number
@@ -104,15 +100,13 @@ _SPELLED = {"le": "<=", "ge": ">=", "times": "x", "dots": "...", "|": "||", ",":
 
 
 def plain(text: str) -> str:
-    """``text`` without MathJax (the PDF, a terminal): delimiters and ``\\text{}`` dropped, ``\\le``,
-    ``\\ge``, ``\\times`` spelled out, other commands without their backslash."""
+    """``text`` without MathJax (the PDF, a terminal): delimiters dropped, commands spelled out."""
     text = re.sub(r"\\(?:text|mathrm)\{([^{}]*)\}", r"\1", re.sub(r"\\[()]|\$", "", text))
     return re.sub(r"\\([A-Za-z]+|[|, ])", lambda m: _SPELLED.get(m[1], m[1]), text)
 
 
 class HTMLBlock:
-    """HTML for the site (a table, a list, a link), and its text where HTML is not shown (the PDF):
-    one row or item per line, cells separated by ``|``, ``d<sub>QK</sub>`` read ``d_QK``."""
+    """HTML for the site, and its text where HTML is not shown: a row per line, cells by ``|``."""
 
     def __init__(self, markup: str):
         self.markup = markup
@@ -145,9 +139,8 @@ def _table_class():
 
 
 def table(data, formats: Mapping | None = None, *, index: bool = False, na: str = ""):
-    """A pandas ``Styler`` of ``data`` (a frame, row dicts or columns), ``$...$`` TeX in names and text
-    cells (:func:`tex`); ``formats`` maps a column to a format or function, else integers get
-    separators, numbers three digits, booleans yes/no, missing ``na``."""
+    """A pandas ``Styler`` of ``data`` (a frame, rows or columns), TeX by :func:`tex`; ``formats`` maps
+    a column to a format or function, else integers get separators, numbers three digits."""
     import pandas as pd
 
     frame = data if isinstance(data, pd.DataFrame) else \
@@ -168,8 +161,8 @@ def table(data, formats: Mapping | None = None, *, index: bool = False, na: str 
 
 
 def glues(fmt=str, **values) -> None:
-    """Glue each ``name=value`` for the prose (myst-nb): a string as it is, else ``fmt(value)``, or
-    ``format(value, fmt)`` where ``fmt`` is a format spec such as ``".2f"``."""
+    """Glue each ``name=value`` (myst-nb): a string as it is, else ``fmt(value)`` or
+    ``format(value, fmt)``."""
     from myst_nb import glue
 
     for name, value in values.items():
@@ -178,8 +171,7 @@ def glues(fmt=str, **values) -> None:
 
 
 def within(values, low: float, high: float) -> bool:
-    """Whether every entry of ``values`` (a number or an array) lies strictly between ``low`` and
-    ``high`` (numbers, or arrays of the same shape): the chapters' checks of a range their prose states."""
+    """Whether every entry of ``values`` lies strictly between ``low`` and ``high`` (arrays or numbers)."""
     import numpy as np
 
     v = np.asarray(values, dtype=float)
@@ -187,8 +179,7 @@ def within(values, low: float, high: float) -> bool:
 
 
 def span(values, spec: str = ".1f", sep: str = " to ") -> str:
-    """The range of ``values`` for the prose, smallest first: ``span([3.42, 1.21])`` is ``"1.2 to 3.4"``;
-    one value where both ends read the same."""
+    """The range of ``values`` for the prose: ``"1.2 to 3.4"``, one value where both ends agree."""
     lo, hi = f"{min(values):{spec}}", f"{max(values):{spec}}"
     return lo if lo == hi else f"{lo}{sep}{hi}"
 

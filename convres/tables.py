@@ -1,15 +1,18 @@
-"""The chapters' tables of one experiment's results (a ``Styler`` by :func:`convres.show.table`),
-the reproduction report's thumbnails and the build's versions."""
+"""The chapters' tables (a ``Styler`` by :func:`convres.show.table`), the report's thumbnails and
+the build's versions."""
 
 from __future__ import annotations
 
 import datetime
+import functools
 import importlib.metadata as md
 import math
+import operator
 import platform
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,9 +28,21 @@ from .report import effect_text
 from .scope import THEOREM_NAMES
 from .show import sci, table
 
-# --- the chapters' tables of one experiment's summary ----------------------------------------
-
 _OPS = {"<": "<", "<=": "≤", ">=": "≥", ">": ">"}
+
+
+def records(columns: Mapping[str, Any], *, order: Callable | None = None) -> Callable:
+    """A table builder: ``columns`` maps a header to a key (``"a.b"``: ``row["a"]["b"]``), a function
+    of the row, or either paired with a format (:func:`convres.show.table`)."""
+    def cell(row, how):
+        how = how[0] if isinstance(how, tuple) else how
+        return how(row) if callable(how) else functools.reduce(operator.getitem, how.split("."), row)
+
+    def build(rows: Iterable[Mapping]):
+        ordered = sorted(rows, key=order) if order else rows
+        return table([{h: cell(r, how) for h, how in columns.items()} for r in ordered],
+                     {h: how[1] for h, how in columns.items() if isinstance(how, tuple)})
+    return build
 
 
 def _etas(values) -> str:
@@ -39,11 +54,15 @@ def _to(pair, spec: str = ".2f") -> str:
     return f"{lo:{spec}} to {hi:{spec}}"
 
 
-def design_checks_table(checks: Sequence[Mapping]):
-    """An experiment's design checks (protocol, section 3): value, threshold, passed."""
-    return table([{"check": c["name"], "what it counts": CHECKS[c["name"]].tex, "value": c["value"],
-                   "passes if": f"{_OPS[CHECKS[c['name']].op]} {c['threshold']:g}",
-                   "passed": bool(c["passed"])} for c in checks], {"value": "{:.4g}"})
+def _ci(row) -> str:
+    return _to(row["ci"])
+
+
+#: An experiment's design checks (protocol, section 3): value, threshold, passed.
+design_checks_table = records({
+    "check": "name", "what it counts": lambda c: CHECKS[c["name"]].tex, "value": ("value", "{:.4g}"),
+    "passes if": lambda c: f"{_OPS[CHECKS[c['name']].op]} {c['threshold']:g}",
+    "passed": lambda c: bool(c["passed"])})
 
 
 def place(where: str) -> str:
@@ -64,14 +83,12 @@ def step_sizes_table(step_sizes: Sequence[Mapping]):
     return table(list(cells.values()))
 
 
-def reruns_table(reruns: Sequence[Mapping]):
-    """*Simulations*: the arms rerun at a smaller step, with the seeds that diverged."""
-    return table([{"where": place(x["where"]), "arm": f"{x['arm'][0]}, β = {x['beta']:g}",
-                   "tuned η": x["eta"],
-                   "diverged seeds": ", ".join(map(str, x["diverged_seeds"]))
-                   or "none (follows the arm above)",
-                   "rerun at η": _etas(x["rerun_eta"])} for x in reruns],
-                 {"tuned η": "{:g}"})
+#: *Simulations*: the arms rerun at a smaller step, with the seeds that diverged.
+reruns_table = records({
+    "where": lambda x: place(x["where"]), "arm": lambda x: f"{x['arm'][0]}, β = {x['beta']:g}",
+    "tuned η": ("eta", "{:g}"),
+    "diverged seeds": lambda x: ", ".join(map(str, x["diverged_seeds"])) or "none (follows the arm above)",
+    "rerun at η": lambda x: _etas(x["rerun_eta"])})
 
 
 def regime_speeds(per_regime: Sequence[Mapping]) -> list[dict]:
@@ -83,16 +100,13 @@ def regime_speeds(per_regime: Sequence[Mapping]) -> list[dict]:
             for r in per_regime for protocol in ("tuned", "common") for b in r[protocol]]
 
 
-def speeds_table(rows: Sequence[Mapping]):
-    """:func:`regime_speeds` as a table."""
-    steps = "{:,.0f}"
-    return table([{"regime": r["regime"], "step size": "own (tuned)" if r["step"] == "tuned"
-                   else r["step"], "$\\beta$": r["beta"], "$\\eta$": r["eta"],
-                   "mean log-loss (decades)": r["mean log-loss"],
-                   "steps to $10^{-2}$": r["steps to 1e-2"], "to $10^{-6}$": r["steps to 1e-6"],
-                   "censored at $10^{-6}$": r["censored"], "diverged": r["diverged"]} for r in rows],
-                 {"$\\beta$": "{:g}", "$\\eta$": "{:g}", "mean log-loss (decades)": "{:.2f}",
-                  "steps to $10^{-2}$": steps, "to $10^{-6}$": steps})
+#: :func:`regime_speeds` as a table.
+speeds_table = records({
+    "regime": "regime", "step size": lambda r: "own (tuned)" if r["step"] == "tuned" else r["step"],
+    "$\\beta$": ("beta", "{:g}"), "$\\eta$": ("eta", "{:g}"),
+    "mean log-loss (decades)": ("mean log-loss", "{:.2f}"),
+    "steps to $10^{-2}$": ("steps to 1e-2", "{:,.0f}"), "to $10^{-6}$": ("steps to 1e-6", "{:,.0f}"),
+    "censored at $10^{-6}$": "censored", "diverged": "diverged"})
 
 
 def escape_law_table(laws: Sequence[Mapping]):
@@ -107,53 +121,36 @@ def escape_law_table(laws: Sequence[Mapping]):
                  {"$\\beta$": "{:g}", "median escape": "{:,.0f} steps", "median $\\mu t$": "{:.3g}"})
 
 
-def local_slopes_table(fit: Mapping):
-    """*Simulations*: the escape fit's local slopes between neighbouring ``d_QK``."""
-    return table([{"$d_{QK}$": f"{x['d_lo']:,} to {x['d_hi']:,}", "local slope": x["slope"],
-                   "95% interval": _to(x["ci"])}
-                  for x in fit["local_slopes"]], {"local slope": "{:.2f}"})
+#: *Simulations*: the escape fit's local slopes between neighbouring ``d_QK``.
+local_slopes_table = records({"$d_{QK}$": lambda x: f"{x['d_lo']:,} to {x['d_hi']:,}",
+                              "local slope": ("slope", "{:.2f}"), "95% interval": _ci})
 
+#: *Simulations*: ``log2`` of the escape at half the step over that at the tuned step.
+half_step_table = records({"$d_{QK}$": lambda x: f"{x['d_qk']:,}",
+                           "$\\log_2 T(\\eta/2) / T(\\eta)$": ("log2_ratio", "{:.2f}"),
+                           "95% interval": _ci})
 
-def half_step_table(fit: Mapping):
-    """*Simulations*: ``log2`` of the escape at half the step over that at the tuned step."""
-    ratio = "$\\log_2 T(\\eta/2) / T(\\eta)$"
-    return table([{"$d_{QK}$": f"{x['d_qk']:,}", ratio: x["log2_ratio"],
-                   "95% interval": _to(x["ci"])}
-                  for x in fit["half_step"]], {ratio: "{:.2f}"})
+#: *Jena*: every arm's grid of steps, probe scores, largest stable and chosen step.
+probe_table = records({
+    "arm": lambda t: f"$\\beta = {t['beta']:g}$", "grid of $\\eta$": lambda t: _etas(t["grid"]),
+    "probe score (mean log-loss)": lambda t: ", ".join(
+        "diverged" if v is None or not math.isfinite(v) else f"{v:.3f}" for v in t["scores"]),
+    "largest stable": ("largest_stable", "{:g}"), "chosen $\\eta$": ("chosen", "{:g}"),
+    "capped": lambda t: bool(t["capped"])})
 
+#: *Jena*: per beta, the medians over the seeds of the speed measures and the final MSE.
+arms_table = records({
+    "$\\beta$": lambda r: f"{r['beta']:g}", "$\\eta$": lambda r: _etas(r["eta"]),
+    "mean log-loss (median)": ("mean_log_loss.median", "{:.3f}"),
+    "training MSE at the end (median)": ("train_mse.median", "{:.4f}"),
+    "steps to the level (median)": ("steps_to_level.median", "{:.0f}"),
+    "never reached": lambda r: f"{r['censored']} of {r['train_mse']['count']}", "diverged": "diverged"})
 
-def probe_table(step_sizes: Sequence[Mapping]):
-    """*Jena*: every arm's grid of steps, probe scores, largest stable and chosen step."""
-    def scores(t):
-        return ", ".join("diverged" if v is None or not math.isfinite(v) else f"{v:.3f}"
-                         for v in t["scores"])
-
-    return table([{"arm": f"$\\beta = {t['beta']:g}$",
-                   "grid of $\\eta$": _etas(t["grid"]),
-                   "probe score (mean log-loss)": scores(t), "largest stable": t["largest_stable"],
-                   "chosen $\\eta$": t["chosen"], "capped": bool(t["capped"])} for t in step_sizes],
-                 {"chosen $\\eta$": "{:g}", "largest stable": "{:g}"})
-
-
-def arms_table(per_beta: Sequence[Mapping]):
-    """*Jena*: per beta, the medians over the seeds of the speed measures and the final MSE."""
-    return table([{"$\\beta$": f"{r['beta']:g}", "$\\eta$": _etas(r["eta"]),
-                   "mean log-loss (median)": r["mean_log_loss"]["median"],
-                   "training MSE at the end (median)": r["train_mse"]["median"],
-                   "steps to the level (median)": r["steps_to_level"]["median"],
-                   "never reached": f"{r['censored']} of {r['train_mse']['count']}",
-                   "diverged": r["diverged"]} for r in per_beta],
-                 {"mean log-loss (median)": "{:.3f}", "training MSE at the end (median)": "{:.4f}",
-                  "steps to the level (median)": "{:.0f}"})
-
-
-def estimates_table(estimates: Mapping[str, Mapping]):
-    """Every claim's estimate under each measure and step protocol, with its grade."""
-    return table([{"claim": e["claim"], "measure": e["measure"], "step": e["protocol"],
-                   "effect": e["effect"],
-                   "95% interval": "" if e["ci"] is None else _to(e["ci"], ".3f"),
-                   "margin": CLAIMS[e["claim"]].margin, "grade": e["verdict"]}
-                  for e in estimates.values()], {"effect": "{:.3f}", "margin": "{:g}"})
+#: Every claim's estimate under each measure and step protocol, with its grade.
+estimates_table = records({
+    "claim": "claim", "measure": "measure", "step": "protocol", "effect": ("effect", "{:.3f}"),
+    "95% interval": lambda e: "" if e["ci"] is None else _to(e["ci"], ".3f"),
+    "margin": (lambda e: CLAIMS[e["claim"]].margin, "{:g}"), "grade": "verdict"})
 
 
 def _spread(v: Mapping, f: str = "{:.3f}") -> str:
@@ -164,35 +161,32 @@ def _arm_order(row: Mapping) -> tuple:
     return row["L"], ARM_KINDS.index(row["arm"])
 
 
-def init_table(rows: Sequence[Mapping]):
-    """*SST-2*: every arm at its start, relative to the residual arm of its depth."""
-    names = {"L": "$L$", "arm": "arm", "params": "parameters",
-             "std_ratio": "std of $F$ / residual's", "within_sentence": "within",
-             "sigma_ratio": "$\\sigma_{\\min}/\\sigma_{\\max}$ / residual's"}
-    return table([{names[c]: r[c] for c in names} for r in sorted(rows, key=_arm_order)],
-                 {names[c]: "{:.2g}" for c in ("std_ratio", "within_sentence", "sigma_ratio")})
+#: *SST-2*: every arm at its start, relative to the residual arm of its depth.
+init_table = records({"$L$": "L", "arm": "arm", "parameters": "params",
+                      "std of $F$ / residual's": ("std_ratio", "{:.2g}"),
+                      "within": ("within_sentence", "{:.2g}"),
+                      "$\\sigma_{\\min}/\\sigma_{\\max}$ / residual's": ("sigma_ratio", "{:.2g}")},
+                     order=_arm_order)
 
+#: *SST-2*: every arm's stable steps, the largest and the chosen one.
+stable_steps_table = records({
+    "arm": "arm", "stable steps": lambda t: _etas(g for g, ok in zip(t["grid"], t["stable"]) if ok),
+    "largest stable": ("largest_stable", "{:g}"), "chosen": ("chosen", "{:g}"), "bracketed": "bracketed"})
 
-def stable_steps_table(step_sizes: Sequence[Mapping]):
-    """*SST-2*: every arm's stable steps, the largest and the chosen one."""
-    return table([{"arm": t["arm"],
-                   "stable steps": ", ".join(f"{g:g}" for g, ok in zip(t["grid"], t["stable"]) if ok),
-                   "largest stable": t["largest_stable"], "chosen": t["chosen"],
-                   "bracketed": t["bracketed"]} for t in step_sizes],
-                 {"largest stable": "{:g}", "chosen": "{:g}"})
+_per_model = records({"$L$": "L", "arm": "arm", "$\\eta$": ("eta", "{:g}"),
+                      "final MSE": lambda m: _spread(m["final_mse"]),
+                      "mean log-loss": lambda m: _spread(m["mean_log_loss"]), "diverged": "diverged"},
+                     order=_arm_order)
 
 
 def per_model_table(summary: Mapping):
     """*SST-2*: per depth and arm, final MSE and mean log-loss (median and range)."""
-    ms = sorted((m for m in summary["per_model"] if m["protocol"] == "tuned"), key=_arm_order)
-    return table([{"$L$": m["L"], "arm": m["arm"], "$\\eta$": m["eta"],
-                   "final MSE": _spread(m["final_mse"]), "mean log-loss": _spread(m["mean_log_loss"]),
-                   "diverged": m["diverged"]} for m in ms], {"$\\eta$": "{:g}"})
+    return _per_model(m for m in summary["per_model"] if m["protocol"] == "tuned")
 
 
 def sensitivity_table(rows: Sequence[Mapping], graded: Mapping[str, str] | None = None):
-    """The claims' grades, at the common step and under the other measure beside them; with
-    ``graded`` (id -> grade), ``rows`` are graded without a precondition and ``graded`` with it."""
+    """The claims' grades, at the common step and under the other measure; ``graded`` (id -> grade):
+    the grades with a precondition, ``rows`` without it."""
     return table([{"": c["id"], "claim (paper)": c["tex"],
                    "effect (95% interval)": f"{c['effect']:+.3f} ({c['ci'][0]:+.3f} to {c['ci'][1]:+.3f})",
                    "margin": c["margin"], "units": c["units"],
@@ -205,17 +199,18 @@ def sensitivity_table(rows: Sequence[Mapping], graded: Mapping[str, str] | None 
                  {"margin": "{:+.3g}"})
 
 
-def accuracy_table(heldout: Sequence[Mapping]):
-    """*SST-2*: held-out accuracy against the floor and the bag of words (points)."""
-    def ci(d):
-        lo, hi = (100 * x for x in d["ci"])
-        return f"{100 * d['effect']:+.1f} ({lo:+.1f} to {hi:+.1f})"
+def _points(d: Mapping) -> str:
+    lo, hi = (100 * x for x in d["ci"])
+    return f"{100 * d['effect']:+.1f} ({lo:+.1f} to {hi:+.1f})"
 
-    return table([{"model": h["name"], "accuracy": h["accuracy"]["median"],
-                   "min to max": "" if h["accuracy"]["count"] < 2 else
-                   _to((h["accuracy"]["min"], h["accuracy"]["max"]), ".1%"),
-                   "vs floor, points (95%)": ci(h["vs_floor"]), "vs bag of words": ci(h["vs_bow"])}
-                  for h in heldout], {"accuracy": "{:.1%}"})
+
+#: *SST-2*: held-out accuracy against the floor and the bag of words (points).
+accuracy_table = records({
+    "model": "name", "accuracy": ("accuracy.median", "{:.1%}"),
+    "min to max": lambda h: "" if h["accuracy"]["count"] < 2 else
+    _to((h["accuracy"]["min"], h["accuracy"]["max"]), ".1%"),
+    "vs floor, points (95%)": lambda h: _points(h["vs_floor"]),
+    "vs bag of words": lambda h: _points(h["vs_bow"])})
 
 
 def thumbnails(results: Mapping[str, Result]) -> dict[str, bytes]:
@@ -242,24 +237,18 @@ def environment() -> str:
         f"{platform.system()} {platform.machine()}, {torch.get_num_threads()} torch threads")
 
 
-# --- Width (chapter Width: convres.width, experiments theorem_width_*) -------------------------
+#: *Width*: per shape ``(N, n)`` the proven ``d_min`` and its certificate numbers.
+width_shapes_table = records({
+    "$N$": "N", "$n$": "n", "$d_{\\min}$": "d_min", "ratio at $d_{\\min}$": ("ratio", "{:.4f}"),
+    "ratio at $d_{\\min} - 1$": ("ratio_below", "{:.4f}"), "$\\underline\\sigma_0$": "sigma_0",
+    "$\\bar R_0$": "R0", "$\\mu\\alpha$": "mu_alpha", "events $K$": "K"})
 
-def width_shapes_table(shapes: Sequence[Mapping]):
-    """*Width*: per shape ``(N, n)`` the proven ``d_min`` and its certificate numbers."""
-    names = {"N": "$N$", "n": "$n$", "d_min": "$d_{\\min}$", "ratio": "ratio at $d_{\\min}$",
-             "ratio_below": "ratio at $d_{\\min} - 1$", "sigma_0": "$\\underline\\sigma_0$",
-             "R0": "$\\bar R_0$", "mu_alpha": "$\\mu\\alpha$", "K": "events $K$"}
-    return table([{names[c]: r[c] for c in names} for r in shapes],
-                 {names["ratio"]: "{:.4f}", names["ratio_below"]: "{:.4f}"})
-
-
-def width_seeds_table(rows: Sequence[Mapping]):
-    """*Width*: fresh seeds at a fraction of ``d_min``: how many certified, their ratios."""
-    return table([{"$N$": r["N"], "$n$": r["n"], "$d/d_{\\min}$": r["fraction"], "$d$": r["d"],
-                   "certified / seeds": f"{r['certified']} / {r['seeds']}",
-                   "median ratio": float(np.median(r["ratios"])), "largest ratio": max(r["ratios"])}
-                  for r in rows],
-                 {"median ratio": "{:.2f}", "largest ratio": "{:.2f}", "$d/d_{\\min}$": "{:g}"})
+#: *Width*: fresh seeds at a fraction of ``d_min``: how many certified, their ratios.
+width_seeds_table = records({
+    "$N$": "N", "$n$": "n", "$d/d_{\\min}$": ("fraction", "{:g}"), "$d$": "d",
+    "certified / seeds": lambda r: f"{r['certified']} / {r['seeds']}",
+    "median ratio": (lambda r: float(np.median(r["ratios"])), "{:.2f}"),
+    "largest ratio": (lambda r: max(r["ratios"]), "{:.2f}")})
 
 
 def _d_min_at(N, n) -> str:
@@ -284,8 +273,6 @@ def width_regimes_table(regimes: Sequence[Mapping]):
         out.setdefault(regime, {"regime": regime})[_d_min_at(r["N"], r["n"])] = r["d_min"]
     return table(sorted(out.values(), key=lambda row: row["regime"]))
 
-
-# --- FFN (chapter FFN: experiments theorem_certified_variants, convres.scope) -----------------
 
 def variants_table(variants: Mapping[str, Mapping]):
     """*FFN*: per regime, the FFN ratio as it stands and the certified variant's seeds."""
@@ -332,8 +319,7 @@ def variant_betas_table(variants: Mapping[str, Mapping]):
 
 
 def scope_verdicts_table(scope: Sequence[Mapping]):
-    """:func:`convres.scope.certified_scope` per model and theorem: "certified" or the
-    first failing hypothesis."""
+    """:func:`convres.scope.certified_scope` per model and theorem: certified, or what fails."""
     out: dict = {}
     for r in scope:
         out.setdefault(r["experiment"], {})[THEOREM_NAMES[r["theorem"]]] = \
@@ -378,11 +364,8 @@ def heldout_table(heldout: Sequence[Mapping], baselines: Mapping):
     return table(models + others, {mse: "{:.4f}", skill: "{:.3f}"})
 
 
-# --- Rank collapse (convres.collapse) -------------------------------------------------------------
-
 def collapse_sweep_table(d_qks: Sequence[int], betas: Sequence[float], med: Mapping):
-    """*Rank collapse*: per ``d_QK``, medians of :func:`convres.collapse.dqk_sweep_seeds` for
-    ``A = Attn(X)`` (extreme singular values, effective rank, ``||S - U||_2``) and ``sigma_min(Z)``."""
+    """*Rank collapse*: per ``d_QK``, medians of :func:`convres.collapse.dqk_sweep_seeds`."""
     return table({"$d_{QK}$": d_qks, "$\\sigma_{\\min}(A)$": med["attn_sigma_min"],
                   "$\\sigma_{\\max}(A)$": med["attn_sigma_max"],
                   "effective rank of $A$": med["attn_effective_rank"], "$\\|S - U\\|_2$": med["dist_uniform"],
@@ -391,8 +374,7 @@ def collapse_sweep_table(d_qks: Sequence[int], betas: Sequence[float], med: Mapp
 
 
 def saturated_table(scales, sweep: Mapping, at: Sequence[int]):
-    """*Rank collapse*: :func:`convres.collapse.scale_sweep` at the scales ``scales[at]``: distances of
-    ``S`` to uniform and to ``1 e_0^T``, ``sigma_min`` of ``A`` and of ``Z`` (``beta = 0.1, 1``)."""
+    """*Rank collapse*: :func:`convres.collapse.scale_sweep` at the scales ``scales[at]``."""
     return table({"scale $s$": scales[at], "$\\|S - U\\|_2$": sweep["dist_uniform"][at],
                   "$\\|S - \\mathbf{1} e_0^\\top\\|_2$": sweep["dist_one_hot"][at],
                   "$\\sigma_{\\min}(A)$": sweep["attn_sigma_min"][at],
@@ -400,11 +382,8 @@ def saturated_table(scales, sweep: Mapping, at: Sequence[int]):
                   "$\\sigma_{\\min}(Z)$, $\\beta = 1$": sweep["Z_sigma_min"][at, 1]})
 
 
-# --- Rank collapse under gradient descent (experiment rank_collapse_gd) ------------------------
-
 def collapse_runs_table(result: Result):
-    """*Rank collapse under gradient descent*: per run, loss over the floor at four steps and
-    the range of ``sigma_min(Z_t)``."""
+    """*Rank collapse under GD*: per run, loss / floor at four steps, range of ``sigma_min(Z_t)``."""
     floor = result.data["floor"]
 
     def label(r):
@@ -422,11 +401,8 @@ def collapse_runs_table(result: Result):
     return table(rows)
 
 
-# --- Separation (experiment theorem_separation) -------------------------------------------------
-
 def separation_rows(rows: Sequence[Mapping]):
-    """*Separation*: one row per draw of the family (a ``DataFrame``): the plateau's numbers, the
-    residual arm's certificate, the control's, and ``ratio`` = escape / ``T_lb``."""
+    """*Separation*: a ``DataFrame``, one row per draw, with ``ratio`` = escape / ``T_lb``."""
     import pandas as pd
 
     keys = ("d_qk", "seed", "T_lb", "escape", "min_ratio", "T_lb_small", "control_T_lb", "control_escape",
@@ -439,8 +415,7 @@ def separation_rows(rows: Sequence[Mapping]):
 
 
 def separation_hypotheses_table(hyp):
-    """*Separation*: per ``d_QK`` (the index of ``hyp``) the largest scaled hypotheses of the plateau
-    theorem over the seeds: ``sqrt(d_QK) max_i eps_i^0``, ``sqrt(d_QK) s max_i (k_i + q_i)``, ``R_0^par``."""
+    """*Separation*: per ``d_QK`` (``hyp``'s index) the plateau theorem's largest scaled hypotheses."""
     names = {"eps_scaled": "$\\sqrt{d_{QK}}\\max_i\\varepsilon_i^0$",
              "sk_scaled": "$\\sqrt{d_{QK}}\\,s\\max_i(k_i+q_i)$", "par": "$R^\\parallel_0$"}
     return table(hyp.rename(columns=names).rename_axis("$d_{QK}$").reset_index(),
@@ -455,8 +430,7 @@ def width_narrow_table(narrow):
 
 
 def separation_table(rows):
-    """*Separation*: per ``d_QK``, ``T_lb``, escape, their ratio, both certified, and the
-    ``1/sqrt(d_QK)`` control, median (min-max)."""
+    """*Separation*: per ``d_QK``, median (min-max) of ``T_lb``, escape, ratio, and the control's."""
     def med_range(v, f="{:.0f}"):
         return f"{f.format(v.median())} ({f.format(v.min())}-{f.format(v.max())})"
 
@@ -489,21 +463,20 @@ def tightness_table(cert: Mapping, est: Mapping):
                    "bound / estimate": b / e} for q, b, e in bounds])
 
 
-def sharper_table(rows: Sequence[Mapping]):
-    """*The certificate*: per seed, the book's and the sharper rate and observed / certified."""
-    def ratio(run):
-        return run["observed_decrease"] / run["mu_alpha"]
+def _observed(run: Mapping) -> float:
+    return run["observed_decrease"] / run["mu_alpha"]
 
-    return table([{"seed": r["seed"], "book: $\\mu\\alpha$": r["book"]["mu_alpha"],
-                   "book: observed / certified": ratio(r["book"]), "$\\varepsilon$": r["sharp"]["eps"],
-                   "sharp: $\\mu\\alpha$": r["sharp"]["mu_alpha"],
-                   "sharp: observed / certified": ratio(r["sharp"])} for r in rows])
+
+#: *The certificate*: per seed, the book's and the sharper rate and observed / certified.
+sharper_table = records({
+    "seed": "seed", "book: $\\mu\\alpha$": "book.mu_alpha",
+    "book: observed / certified": lambda r: _observed(r["book"]), "$\\varepsilon$": "sharp.eps",
+    "sharp: $\\mu\\alpha$": "sharp.mu_alpha", "sharp: observed / certified": lambda r: _observed(r["sharp"])})
 
 
 def logit_steps_table(dist_uniform: Mapping[int, Sequence[float]],
                       logit_steps: Mapping[int, Sequence[float]]):
-    """*Rank collapse under gradient descent*: per ``d_QK``, ``||S_i - U||_2`` at ``t = 0`` and
-    the first logit change times ``d_QK / mu``."""
+    """*Rank collapse under GD*: per ``d_QK``, ``||S_i - U||_2`` at 0, first logit change x ``d_QK/mu``."""
     return table({"$d_{QK}$": list(dist_uniform),
                   "$\\|S_i - U\\|_2$ at $t = 0$ (seed 0)": [_to((min(v), max(v)), ".3f")
                                                            for v in dist_uniform.values()],

@@ -68,6 +68,10 @@ def test_the_chapters_tables_name_places_checks_and_steps():
                                      {"arm": "wide, beta = 1", "chosen": 0.25, "best": 0.25,
                                       "largest_stable": 0.5}]).to_html()
     assert ">0.5 (1, 1)<" in steps and ">0.25 (0.25, 0.5)<" in steps and steps.count("<tr>") == 2
+    build = tables.records({"id": "id", "mean": ("m.median", "{:.2f}"), "twice": lambda r: 2 * r["id"]},
+                           order=lambda r: -r["id"])
+    frame = build([{"id": 1, "m": {"median": 0.5}}, {"id": 2, "m": {"median": 0.25}}]).data
+    assert frame.to_dict("list") == {"id": [2, 1], "mean": [0.25, 0.5], "twice": [4, 2]}
 
 
 def test_the_build_environment_and_the_theorem_chapters(tmp_path):
