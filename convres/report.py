@@ -149,7 +149,8 @@ def evidence_text(row: dict, *, full: bool = False) -> str:
         if row.get("diverged"):
             text += f", {row['diverged']} diverged"
     alternatives = [f"{x['tex']} ({x['protocol'].removesuffix(' step')} step"
-                    + "".join(f", $L = {L}$" for L in x.get("depths", ())) + f") {x['verdict']}"
+                    + "".join(f", $L = {L}$" for L in x.get("depths", ()))
+                    + (f"; {x['note']}" if x.get("note") else "") + f") {x['verdict']}"
                     for x in row.get("sensitivity") or () if full or x["verdict"] != row["verdict"]]
     if not full:   # the reason of a graded effect, and the alternatives that grade otherwise
         if row.get("effect") is not None and row.get("verdict") == "not testable" and row.get("reason"):

@@ -19,7 +19,7 @@ LAYERS = [
     ["theory", "separation"],                                          # the theorems along runs
     ["plotting", "figures"],                                           # figures
     ["experiments.base", "experiments.sim_reruns", "experiments.simulations", "experiments.jena", "experiments.sst2_baselines",
-     "experiments.sst2_arms", "experiments.sst2", "experiments.rank_collapse", "experiments.theorem",
+     "experiments.sst2_arms", "experiments.sst2_claims", "experiments.sst2", "experiments.rank_collapse", "experiments.theorem",
      "experiments", "scope"],                                          # experiments
     ["explorers", "committed", "report", "tables"],                    # pages
     ["cli", "__main__", "__init__"],                                   # entry points

@@ -124,7 +124,7 @@ API_PAGES: dict[str, list[str]] = {
     "api/experiment_runs": ["experiments.base", "experiments.simulations", "experiments.sim_reruns",
                             "experiments.rank_collapse", "experiments.theorem"],
     "api/experiment_data": ["experiments.jena", "experiments.sst2", "experiments.sst2_arms",
-                            "experiments.sst2_baselines"],
+                            "experiments.sst2_claims", "experiments.sst2_baselines"],
     "api/data": ["data", "data.sources", "data.embeddings"],
     "api/data_tasks": ["data.jena", "data.sst2"],
     "api/figures": ["plotting", "figures"],

@@ -8,8 +8,6 @@ report's rows.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -22,18 +20,15 @@ from ..gd import gradient_descent, sweep
 from ..lemmas import hessian_norm
 from ..model import forward, forward_trace, init_params
 from ..plotting import plot_sst2
-from ..protocol import CLAIMS, RERUN_FACTOR
+from ..protocol import RERUN_FACTOR
 from ..runtime import check_device, torch_threads
-from ..show import plain
-from ..stats import ProbeRun, log_ratio, mean_log_loss, steps_to, tune_step
+from ..stats import ProbeRun, mean_log_loss, steps_to, tune_step
 from ..theory import ffn_theorem_run
 from ..values import is_int, json_safe
 from .base import (
-    CheckResult,
     Experiment,
     Result,
     Shape,
-    claim_record,
     dtype_of,
     finite_list,
     level_steps,
@@ -64,8 +59,10 @@ from .sst2_arms import (
     within,
 )
 from .sst2_baselines import adam_reference, correct, heldout_baselines, heldout_rows, without_correct
+from .sst2_claims import checks_of, claim_records, claim_rows, references, references_train, runs_by
 
-__all__ = ["EXPERIMENT", "token_targets", "claim_records", "references_train", "rerun", "prepare"]
+__all__ = ["EXPERIMENT", "token_targets", "claim_records", "references", "references_train", "rerun",
+           "prepare"]
 
 #: The arms that run at the common step too (the secondary protocol of the claims' sensitivity).
 COMMON_KINDS = ("residual", "isometric", "matched")
@@ -305,260 +302,6 @@ def _run_sst2_wide(s: dict, task: SST2Task, device) -> dict:
     return {"N": int(len(rows)), "m": w["m"], "L": w["L"], "runs": out}
 
 
-# --- the claims ------------------------------------------------------------------------------------
-
-def _runs_by(runs, protocol: str) -> dict:
-    """``{(L, kind): {seed: run}}`` of one protocol."""
-    out: dict = {}
-    for r in runs:
-        if r["protocol"] == protocol:
-            out.setdefault((r["L"], r["arm"]), {})[r["seed"]] = r
-    return out
-
-
-def _effects(res: Result) -> dict:
-    """The per-unit effects of T1-T4 and their alternatives, positive in the paper's direction,
-    ``None`` for a diverged unit: T1 ``ln(MSE_iso / MSE_res)`` per (depth, seed); T2
-    ``ln(MSE_matched / MSE_res,Lmax)``; T3 ``ln(MSE_iso,Lmax / MSE_iso,Lmin)``; T4 the mean over ``t``
-    of ``log10(Phi_t / Phi_ref)`` of the isometric arm minus the residual's, one ``Phi_ref`` per unit
-    (decades; the starts cancel: a deviation, review8 M1)."""
-    runs, horizon = res.data["runs"], res.settings["steps"]
-    tuned, common = _runs_by(runs, "tuned"), _runs_by(runs, "common")
-    depths, seeds = sorted(res.settings["depths"]), sorted(res.settings["seeds"])
-    lo, hi = depths[0], depths[-1]
-
-    def ratio(by, a, b, k):
-        x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
-        return None if x is None or y is None else log_ratio(x["final_mse"], y["final_mse"])
-
-    def diff(by, a, b, k):
-        """``mean_log_loss`` is relative to the run's own ``Phi_0``; adding ``log10 Phi_0`` makes it
-        absolute (exact while no run falls 12 decades below its start: none on SST-2 does)."""
-        x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
-        if x is None or y is None or x["mean_log_loss"] is None or y["mean_log_loss"] is None:
-            return None
-        return x["mean_log_loss"] - y["mean_log_loss"] + math.log10(x["mse"][0] / y["mse"][0])
-
-    def steps(by, a, b, k):   # None where either is missing (log_ratio's None)
-        x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
-        return log_ratio(*(None if r is None else level_steps(r, horizon) for r in (x, y)), base=10.0)
-
-    units = [(L, k) for L in depths for k in seeds]
-    strata = [f"L={L}" for L, _ in units]
-    iso, npr, res_, mat = "isometric", "norm-preserving", "residual", "matched"
-    return {
-        "units": units, "strata": strata, "seeds": seeds, "depths": depths,
-        "T1": [ratio(tuned, (L, iso), (L, res_), k) for L, k in units],
-        "T1 norm-preserving": [ratio(tuned, (L, npr), (L, res_), k) for L, k in units],
-        "T1 common": [ratio(common, (L, iso), (L, res_), k) for L, k in units],
-        "T2": [ratio(tuned, (lo, mat), (hi, res_), k) for k in seeds],
-        "T2 unmatched": [ratio(tuned, (lo, res_), (hi, res_), k) for k in seeds],
-        "T2 common": [ratio(common, (lo, mat), (hi, res_), k) for k in seeds],
-        "T3": [ratio(tuned, (hi, iso), (lo, iso), k) for k in seeds],
-        "T3 collapsed": [ratio(tuned, (hi, npr), (lo, npr), k) for k in seeds],
-        "T3 common": [ratio(common, (hi, iso), (lo, iso), k) for k in seeds],
-        "T4": [diff(tuned, (L, iso), (L, res_), k) for L, k in units],
-        "T4 steps": [steps(tuned, (L, iso), (L, res_), k) for L, k in units],
-        "T4 common": [diff(common, (L, iso), (L, res_), k) for L, k in units]}
-
-
-def _checks(data: dict) -> list[CheckResult]:
-    return [CheckResult(c["name"], c["value"], c["threshold"], c["passed"]) for c in data["design_checks"]]
-
-
-def references(depths) -> dict[str, list[Arm]]:
-    """The arms each claim says are worse, its references: T1 and T4 the isometric arm at every depth,
-    T2 the matched shallow arm, T3 the shallowest isometric arm."""
-    lo = min(depths)
-    iso = [Arm(L, "isometric") for L in sorted(depths)]
-    return {"T1": iso, "T2": [Arm(lo, "matched")], "T3": [Arm(lo, "isometric")], "T4": iso}
-
-
-def arm_ratios(res: Result, protocol: str = "tuned") -> dict[Arm, float]:
-    """Each arm's median final training MSE over the seeds under ``protocol``, over the floor's
-    (``data["level"]``); ``inf`` for an arm with no finite run."""
-    v: dict[Arm, list] = {}
-    for r in res.data["runs"]:
-        if r["protocol"] == protocol:
-            v.setdefault(Arm(r["L"], r["arm"]), [])
-            if r["final_mse"] is not None:
-                v[Arm(r["L"], r["arm"])].append(r["final_mse"])
-    return {a: float(np.median(x)) / res.data["level"] if x else math.inf for a, x in v.items()}
-
-
-def reference_ratios(res: Result) -> dict[Arm, float]:
-    """:func:`arm_ratios` of the reference arms (:func:`references`)."""
-    ratio = arm_ratios(res)
-    return {a: ratio.get(a, math.inf) for arms in references(res.settings["depths"]).values() for a in arms}
-
-
-def references_train(res: Result) -> dict[str, CheckResult]:
-    """Each claim's precondition (a deviation, review8 M2 for T3, review10 M1 for the rest): every
-    reference arm trains, its :func:`reference_ratios` below 1. The value is the largest ratio
-    (passes if < 1): against a reference that does not learn, a comparison measures only whether the
-    other arm learns."""
-    ratio = reference_ratios(res)
-    out = {}
-    for claim, arms in references(res.settings["depths"]).items():
-        worst = max(ratio[a] for a in arms)
-        out[claim] = CheckResult(f"{claim} references train", worst, 1.0, worst < 1.0)
-    return out
-
-
-#: Each claim's measures: the primary (key ``None``) and its alternatives, each with its effects in
-#: :func:`_effects` and its reference, the arm it says is worse (kind, protocol). The reference must
-#: train at the unit's depth (T1, T4), at the shallowest depth (T2), or at both depths compared (T3:
-#: an equivalence of two depths of one arm, review12 m1).
-MEASURES = {
-    "T1": {None: ("T1", "isometric", "tuned"),
-           ("norm-preserving arm", "tuned"): ("T1 norm-preserving", "norm-preserving", "tuned"),
-           ("ln MSE ratio", "common"): ("T1 common", "isometric", "common")},
-    "T2": {None: ("T2", "matched", "tuned"),
-           ("unmatched L = 2", "tuned"): ("T2 unmatched", "residual", "tuned"),
-           ("ln MSE ratio", "common"): ("T2 common", "matched", "common")},
-    "T3": {None: ("T3", "isometric", "tuned"),
-           ("collapsed arm", "tuned"): ("T3 collapsed", "norm-preserving", "tuned"),
-           ("ln MSE ratio", "common"): ("T3 common", "isometric", "common")},
-    "T4": {None: ("T4", "isometric", "tuned"),
-           ("steps to the level", "tuned"): ("T4 steps", "isometric", "tuned"),
-           ("mean log-loss", "common"): ("T4 common", "isometric", "common")}}
-
-#: Why a claim's primary reference does not train, for its reason (review12 m2): the arm each
-#: claim compares it with, named beside it ("same": the residual stack of the unit's depth).
-_FAILS = {"T1": ("attention that hardly learns from its start", "same"),
-          "T2": ("under-trained within the budget", "deepest"),
-          "T3": ("attention that hardly learns from its start", None),
-          "T4": ("attention that hardly learns from its start", "same")}
-
-
-def _reference_depths(claim: str, e: dict, n: int) -> list[list[int]]:
-    """Per unit of a measure of ``claim`` (``n`` units), the depths at which its reference must train."""
-    if n == len(e["units"]):
-        return [[L] for L, _ in e["units"]]
-    return [[e["depths"][0], e["depths"][-1]] if claim == "T3" else [e["depths"][0]]] * n
-
-
-def _restricted(x: dict, units: list, keep: list[bool], per_depth: bool) -> dict:
-    """A sensitivity entry ``x`` graded on the units ``keep`` marks: *not testable* on none, its
-    ``depths`` named when they are some of the depths."""
-    if not any(keep):
-        return {**x, "verdict": "not testable"}
-    depths = sorted({L for (L, _), k in zip(units, keep) if k})
-    return {**x, "depths": depths} if per_depth and not all(keep) else x
-
-
-def _failed_text(res: Result, claim: str, failed: dict[Arm, float]) -> str:
-    """The reason's account of the references ``failed`` (arm -> ratio to the floor), with the ratio
-    of the residual arm each is compared with."""
-    why, other = _FAILS[claim]
-    ratio, deepest = arm_ratios(res), max(res.settings["depths"])
-    names = [f"{a.name} {v:.2f}x" for a, v in failed.items()]
-    if other:
-        vs = [ratio[Arm(a.L if other == "same" else deepest, "residual")] for a in failed]
-        names.append(f"against {'residual' if other == 'same' else f'L={deepest}, residual'} "
-                     + ", ".join(f"{v:.2f}x" for v in vs))
-    return f"references above the floor ({'; '.join(names)}): {why}"
-
-
-def claim_records(res: Result, *, preconditions: bool = True) -> list:
-    """T1-T4 graded by protocol v4 (:func:`convres.experiments.base.claim_record`), with the design
-    checks measured at initialization. The precondition (a deviation) applies per measure and depth:
-    each measure is graded on the units whose reference (:data:`MEASURES`) trains, and is *not
-    testable* where none does (``preconditions=False``: the grades the rule would give without it)."""
-    e, checks = _effects(res), _checks(res.data)
-    profile = res.profile if res.profile in ("book", "paper", "smoke") else "smoke"
-    raw = {r.id: r for r in claim_records(res, preconditions=False)} if preconditions else {}
-    recs = []
-    for claim, measures in MEASURES.items():
-        per_depth = len(e[claim]) == len(e["units"])
-        need, keep = {}, {}
-        for m, (key, kind, p) in measures.items():
-            ratio = arm_ratios(res, p)
-            need[m] = [[Arm(L, kind) for L in Ls] for Ls in _reference_depths(claim, e, len(e[key]))]
-            keep[m] = [not preconditions or all(ratio.get(a, math.inf) < 1.0 for a in arms)
-                       for arms in need[m]]
-        effects = {m: [x for x, k in zip(e[key], keep[m]) if k] for m, (key, _, _) in measures.items()}
-        strata = {m: [s for s, k in zip(e["strata"], keep[m]) if k] for m in measures} if per_depth else {}
-        rec = claim_record(claim, effects[None], profile=profile, checks=checks, strata=strata.get(None),
-                           sensitivity={m: effects[m] for m in measures if m},
-                           sensitivity_strata={m: v for m, v in strata.items() if m})
-        sens = [_restricted(x, e["units"], keep[(x["measure"], x["protocol"])], per_depth)
-                for x in rec.sensitivity]
-        rec = dataclasses.replace(rec, sensitivity=tuple(sens))
-        ratio = arm_ratios(res)
-        failed = {a: ratio.get(a, math.inf) for arms, k in zip(need[None], keep[None]) if not k for a in arms
-                  if ratio.get(a, math.inf) >= 1.0}
-        if not failed or raw[claim].verdict == "not testable":
-            recs.append(rec)
-        elif not effects[None]:       # no reference trains: the grade without it, in the reason
-            why = f"precondition failed: {_failed_text(res, claim, failed)}; without it: {raw[claim].verdict}"
-            recs.append(dataclasses.replace(
-                raw[claim], verdict="not testable", subset=(), sensitivity=rec.sensitivity,
-                subsets=dict.fromkeys(raw[claim].subsets, "not testable"), reason=why))
-        else:                         # graded on the depths where it trains (review12 m4)
-            gone = {f"L={a.L}" for a in failed}
-            recs.append(dataclasses.replace(
-                rec, subsets={k: "not testable" if k in gone else v for k, v in rec.subsets.items()},
-                reason="; ".join(x for x in (rec.reason, f"not testable at {', '.join(sorted(gone))}: "
-                                             + _failed_text(res, claim, failed)) if x)))
-    return recs
-
-
-def _per_depth_text(e: dict, key: str, scale) -> str:
-    parts = []
-    for L in e["depths"]:
-        v = [x for x, s in zip(e[key], e["strata"]) if s == f"L={L}" and x is not None]
-        if v:
-            parts.append(f"L={L}: mean {scale(np.mean(v))}, {sum(x > 0 for x in v)}/{len(v)} positive")
-    return "; ".join(parts)
-
-
-def _sst2_claims(res: Result) -> list[dict]:
-    e, T = _effects(res), res.settings["steps"]
-    pct = lambda v: f"{100 * math.expm1(v):+.0f}%"  # noqa: E731
-    dec = lambda v: f"{v:+.3f} decades"  # noqa: E731
-    ln = lambda a, b: rf"$\ln(\mathrm{{MSE}}_{{{a}}}/\mathrm{{MSE}}_{{{b}}})$"  # noqa: E731
-    lo, hi = e["depths"][0], e["depths"][-1]
-    budget = f"training MSE after {T} full-batch steps"   # review8 M3: a fixed budget, not convergence
-    records = claim_records(res)
-    means = {k: np.mean([v for v in e[k] if v is not None] or [math.nan]) for k in ("T2", "T2 unmatched")}
-    floor = reference_ratios(res)[Arm(lo, "matched")]   # review9 N3
-    extra = {
-        "T1": dict(figure="fig-sst2-final",
-                   criterion="per (depth, seed): " + ln(r"\text{none}", r"\text{res}") + f", {budget}, the "
-                   "isometric arm; reproduced only if reproduced at every depth",
-                   evidence=_per_depth_text(e, "T1", pct)),
-        "T2": dict(figure="fig-sst2-final", criterion="per seed: " + ln(rf"L = {lo},\ \text{{matched}}",
-                                                                        f"L = {hi}") +
-                   f", residual arms, {budget}; the unmatched $L = {lo}$ beside it",
-                   evidence=f"against the matched L = {lo}: mean {pct(means['T2'])}; against the unmatched "
-                            f"L = {lo}: mean {pct(means['T2 unmatched'])}; the matched "
-                            f"reference ends {'above' if floor > 1 else 'below'} the floor ({floor:.2f}x its "
-                            "training MSE)"),
-        "T3": dict(figure="fig-sst2-final", criterion="per seed: " + ln(f"L = {hi}", f"L = {lo}") +
-                   rf", isometric arm, {budget}; reproduced iff the interval's lower end $> -\ln 1.1$"),
-        "T4": dict(figure="fig-sst2-loss", criterion=f"per (depth, seed): mean over the {T} steps of "
-                   r"$\log_{10}(\Phi_t/\Phi_{\text{ref}})$ without minus with residuals (isometric arm), one "
-                   r"$\Phi_{\text{ref}}$ per unit, in decades", evidence=_per_depth_text(e, "T4", dec))}
-    measure = {c: f"{CLAIMS[c].measure.replace(' at the horizon', '')}, {budget}" for c in ("T1", "T2", "T3")}
-    measure["T4"] = (r"mean over $t$ of $\log_{10}(\Phi_t/\Phi_{\text{ref}})$, one $\Phi_{\text{ref}}$ per "
-                     f"unit, of none minus residual, the non-collapsed arm without residuals, {T} steps")
-    refs = references(res.settings["depths"])
-    rows = []
-    for rec in records:
-        extra[rec.id]["criterion"] += (
-            f"; not testable unless every reference arm ({', '.join(a.name for a in refs[rec.id])}) ends "
-            "below the floor's training MSE (median over the seeds); at the paper scale a pilot on the "
-            "pilot seeds decides, before the run, which claims it grades (benchmarks/sst2_paper_pilot.py)")
-        est = rec.estimate
-        measurement = "no interval: " + est.reason if est.effect is None else (
-            f"{est.effect:+.3f} [{est.lo:+.3f}, {est.hi:+.3f}], {est.units} units, sign test p = "
-            f"{est.sign_test_p:.2g}")
-        rows.append(rec.row(**{"measurement": measurement, "evidence": measurement,
-                               "measure": plain(measure[rec.id]), **extra[rec.id]}))
-    return rows
-
-
 # --- the numbers of the chapter --------------------------------------------------------------------
 
 _MODEL_FIELDS = ("final_mse", "mean_log_loss", "train_error", "within_sentence", "pooled_sigma_ratio")
@@ -570,7 +313,7 @@ def _sst2_numbers(res: Result) -> dict:
     data, horizon = res.data, res.settings["steps"]
     per_model = []
     for protocol in ("tuned", "common"):
-        for (L, kind), by_seed in _runs_by(data["runs"], protocol).items():
+        for (L, kind), by_seed in runs_by(data["runs"], protocol).items():
             rs = list(by_seed.values())
             per_model.append({
                 "protocol": protocol, "L": L, "arm": kind, "residual": kind in ("residual", "matched"),
@@ -583,7 +326,7 @@ def _sst2_numbers(res: Result) -> dict:
     return {"n_train": data["N"], "n_val": data["N_val"], "d": res.settings["d"], "readout": "per token",
             "level": data["level"], "matched_m": data["matched_m"],
             "init_output_std": init_table(res.settings, data["init"]),
-            **protocol_summary(_checks(data)),
+            **protocol_summary(checks_of(data)),
             "preconditions": {k: c.to_json() for k, c in references_train(res).items()},
             "step_sizes": step_table(data["step_sizes"], _STEP_KEYS),
             "eta": data["eta"], "common_eta": data["common_eta"], "reruns": data["reruns"],
@@ -670,6 +413,6 @@ EXPERIMENT = Experiment(
                    bow=dict(lambdas=[1.0, 10.0], folds=2, iters=20),
                    adam=dict(L=1, m=4, lr=0.01, steps=10, every=5, holdout=4, seeds=[0]),
                    wide=dict(_WIDE, n_train=8, m=16, L=1, steps=5, record_every=5, power_iters=3))},
-    _run_sst2, _sst2_numbers, _sst2_claims, plot_sst2, shapes=_shapes, report=_report, piece_seeds=1,
+    _run_sst2, _sst2_numbers, claim_rows, plot_sst2, shapes=_shapes, report=_report, piece_seeds=1,
     committed=("book", "paper"),
     paper="SST-2, $L = 2, 6, 10$ with and without residuals; subset, embeddings, steps not stated")

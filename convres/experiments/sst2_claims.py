@@ -1,0 +1,273 @@
+"""SST-2's claims T1-T4 (protocol v4): the per-unit effects, the references' precondition per measure
+and depth, the graded records and the report's rows of :mod:`convres.experiments.sst2`."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ..protocol import CLAIMS
+from ..show import plain
+from ..stats import log_ratio
+from .base import CheckResult, Result, claim_record, level_steps
+from .sst2_arms import Arm
+
+
+def runs_by(runs, protocol: str) -> dict:
+    """``{(L, kind): {seed: run}}`` of one protocol."""
+    out: dict = {}
+    for r in runs:
+        if r["protocol"] == protocol:
+            out.setdefault((r["L"], r["arm"]), {})[r["seed"]] = r
+    return out
+
+
+def _effects(res: Result) -> dict:
+    """The per-unit effects of T1-T4 and their alternatives, positive in the paper's direction,
+    ``None`` for a diverged unit: T1 ``ln(MSE_iso / MSE_res)`` per (depth, seed); T2
+    ``ln(MSE_matched / MSE_res,Lmax)``; T3 ``ln(MSE_iso,Lmax / MSE_iso,Lmin)``; T4 the mean over ``t``
+    of ``log10(Phi_t / Phi_ref)`` of the isometric arm minus the residual's, one ``Phi_ref`` per unit
+    (decades; the starts cancel: a deviation, review8 M1)."""
+    runs, horizon = res.data["runs"], res.settings["steps"]
+    tuned, common = runs_by(runs, "tuned"), runs_by(runs, "common")
+    depths, seeds = sorted(res.settings["depths"]), sorted(res.settings["seeds"])
+    lo, hi = depths[0], depths[-1]
+
+    def ratio(by, a, b, k):
+        x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
+        return None if x is None or y is None else log_ratio(x["final_mse"], y["final_mse"])
+
+    def diff(by, a, b, k):
+        """``mean_log_loss`` is relative to the run's own ``Phi_0``; adding ``log10 Phi_0`` makes it
+        absolute (exact while no run falls 12 decades below its start: none on SST-2 does)."""
+        x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
+        if x is None or y is None or x["mean_log_loss"] is None or y["mean_log_loss"] is None:
+            return None
+        return x["mean_log_loss"] - y["mean_log_loss"] + math.log10(x["mse"][0] / y["mse"][0])
+
+    def steps(by, a, b, k):   # None where either is missing (log_ratio's None)
+        x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
+        return log_ratio(*(None if r is None else level_steps(r, horizon) for r in (x, y)), base=10.0)
+
+    units = [(L, k) for L in depths for k in seeds]
+    strata = [f"L={L}" for L, _ in units]
+    iso, npr, res_, mat = "isometric", "norm-preserving", "residual", "matched"
+    return {
+        "units": units, "strata": strata, "seeds": seeds, "depths": depths,
+        "T1": [ratio(tuned, (L, iso), (L, res_), k) for L, k in units],
+        "T1 norm-preserving": [ratio(tuned, (L, npr), (L, res_), k) for L, k in units],
+        "T1 common": [ratio(common, (L, iso), (L, res_), k) for L, k in units],
+        "T2": [ratio(tuned, (lo, mat), (hi, res_), k) for k in seeds],
+        "T2 unmatched": [ratio(tuned, (lo, res_), (hi, res_), k) for k in seeds],
+        "T2 common": [ratio(common, (lo, mat), (hi, res_), k) for k in seeds],
+        "T3": [ratio(tuned, (hi, iso), (lo, iso), k) for k in seeds],
+        "T3 collapsed": [ratio(tuned, (hi, npr), (lo, npr), k) for k in seeds],
+        "T3 common": [ratio(common, (hi, iso), (lo, iso), k) for k in seeds],
+        "T4": [diff(tuned, (L, iso), (L, res_), k) for L, k in units],
+        "T4 steps": [steps(tuned, (L, iso), (L, res_), k) for L, k in units],
+        "T4 common": [diff(common, (L, iso), (L, res_), k) for L, k in units]}
+
+
+def checks_of(data: dict) -> list[CheckResult]:
+    """The design checks a run's ``data`` recorded, as :class:`CheckResult`."""
+    return [CheckResult(c["name"], c["value"], c["threshold"], c["passed"]) for c in data["design_checks"]]
+
+
+def references(depths) -> dict[str, list[Arm]]:
+    """The arms each claim says are worse, its references: T1 and T4 the isometric arm at every depth,
+    T2 the matched shallow arm, T3 the shallowest isometric arm."""
+    lo = min(depths)
+    iso = [Arm(L, "isometric") for L in sorted(depths)]
+    return {"T1": iso, "T2": [Arm(lo, "matched")], "T3": [Arm(lo, "isometric")], "T4": iso}
+
+
+def arm_ratios(res: Result, protocol: str = "tuned") -> dict[Arm, float]:
+    """Each arm's median final training MSE over the seeds under ``protocol``, over the floor's
+    (``data["level"]``); ``inf`` for an arm with no finite run."""
+    v: dict[Arm, list] = {}
+    for r in res.data["runs"]:
+        if r["protocol"] == protocol:
+            v.setdefault(Arm(r["L"], r["arm"]), [])
+            if r["final_mse"] is not None:
+                v[Arm(r["L"], r["arm"])].append(r["final_mse"])
+    return {a: float(np.median(x)) / res.data["level"] if x else math.inf for a, x in v.items()}
+
+
+def reference_ratios(res: Result) -> dict[Arm, float]:
+    """:func:`arm_ratios` of the reference arms (:func:`references`)."""
+    ratio = arm_ratios(res)
+    return {a: ratio.get(a, math.inf) for arms in references(res.settings["depths"]).values() for a in arms}
+
+
+def references_train(res: Result) -> dict[str, CheckResult]:
+    """Each claim's precondition (a deviation, review8 M2 for T3, review10 M1 for the rest): every
+    reference arm trains, its :func:`reference_ratios` below 1. The value is the largest ratio
+    (passes if < 1): against a reference that does not learn, a comparison measures only whether the
+    other arm learns."""
+    ratio = reference_ratios(res)
+    out = {}
+    for claim, arms in references(res.settings["depths"]).items():
+        worst = max(ratio[a] for a in arms)
+        out[claim] = CheckResult(f"{claim} references train", worst, 1.0, worst < 1.0)
+    return out
+
+
+#: Each claim's measures: the primary (key ``None``) and its alternatives, each with its effects in
+#: :func:`_effects` and its reference, the arm it says is worse (kind, protocol). The reference must
+#: train at the unit's depth (T1, T4), at the shallowest depth (T2), or at both depths compared (T3:
+#: an equivalence of two depths of one arm, review12 m1).
+MEASURES = {
+    "T1": {None: ("T1", "isometric", "tuned"),
+           ("norm-preserving arm", "tuned"): ("T1 norm-preserving", "norm-preserving", "tuned"),
+           ("ln MSE ratio", "common"): ("T1 common", "isometric", "common")},
+    "T2": {None: ("T2", "matched", "tuned"),
+           ("unmatched L = 2", "tuned"): ("T2 unmatched", "residual", "tuned"),
+           ("ln MSE ratio", "common"): ("T2 common", "matched", "common")},
+    "T3": {None: ("T3", "isometric", "tuned"),
+           ("collapsed arm", "tuned"): ("T3 collapsed", "norm-preserving", "tuned"),
+           ("ln MSE ratio", "common"): ("T3 common", "isometric", "common")},
+    "T4": {None: ("T4", "isometric", "tuned"),
+           ("steps to the level", "tuned"): ("T4 steps", "isometric", "tuned"),
+           ("mean log-loss", "common"): ("T4 common", "isometric", "common")}}
+
+#: Why a claim's primary reference does not train, for its reason (review12 m2): the arm each
+#: claim compares it with, named beside it ("same": the residual stack of the unit's depth).
+_FAILS = {"T1": ("attention that hardly learns from its start", "same"),
+          "T2": ("under-trained within the budget", "deepest"),
+          "T3": ("attention that hardly learns from its start", None),
+          "T4": ("attention that hardly learns from its start", "same")}
+
+
+def _reference_depths(claim: str, e: dict, n: int) -> list[list[int]]:
+    """Per unit of a measure of ``claim`` (``n`` units), the depths at which its reference must train."""
+    if n == len(e["units"]):
+        return [[L] for L, _ in e["units"]]
+    return [[e["depths"][0], e["depths"][-1]] if claim == "T3" else [e["depths"][0]]] * n
+
+
+def _restricted(x: dict, units: list, keep: list[bool], per_depth: bool) -> dict:
+    """A sensitivity entry ``x`` graded on the units ``keep`` marks: *not testable* on none, its
+    ``depths`` named when they are some of the depths."""
+    if not any(keep):
+        return {**x, "verdict": "not testable"}
+    depths = sorted({L for (L, _), k in zip(units, keep) if k})
+    return {**x, "depths": depths} if per_depth and not all(keep) else x
+
+
+def _failed_text(res: Result, claim: str, failed: dict[Arm, float]) -> str:
+    """The reason's account of the references ``failed`` (arm -> ratio to the floor), with the ratio
+    of the residual arm each is compared with."""
+    why, other = _FAILS[claim]
+    ratio, deepest = arm_ratios(res), max(res.settings["depths"])
+    names = [f"{a.name} {v:.2f}x" for a, v in failed.items()]
+    if other:
+        vs = [ratio[Arm(a.L if other == "same" else deepest, "residual")] for a in failed]
+        names.append(f"against {'residual' if other == 'same' else f'L={deepest}, residual'} "
+                     + ", ".join(f"{v:.2f}x" for v in vs))
+    return f"references above the floor ({'; '.join(names)}): {why}"
+
+
+def claim_records(res: Result, *, preconditions: bool = True) -> list:
+    """T1-T4 graded by protocol v4 (:func:`convres.experiments.base.claim_record`), with the design
+    checks measured at initialization. The precondition (a deviation) applies per measure and depth:
+    each measure is graded on the units whose reference (:data:`MEASURES`) trains, and is *not
+    testable* where none does (``preconditions=False``: the grades the rule would give without it)."""
+    e, checks = _effects(res), checks_of(res.data)
+    profile = res.profile if res.profile in ("book", "paper", "smoke") else "smoke"
+    raw = {r.id: r for r in claim_records(res, preconditions=False)} if preconditions else {}
+    recs = []
+    for claim, measures in MEASURES.items():
+        per_depth = len(e[claim]) == len(e["units"])
+        need, keep = {}, {}
+        for m, (key, kind, p) in measures.items():
+            ratio = arm_ratios(res, p)
+            need[m] = [[Arm(L, kind) for L in Ls] for Ls in _reference_depths(claim, e, len(e[key]))]
+            keep[m] = [not preconditions or all(ratio.get(a, math.inf) < 1.0 for a in arms)
+                       for arms in need[m]]
+        effects = {m: [x for x, k in zip(e[key], keep[m]) if k] for m, (key, _, _) in measures.items()}
+        strata = {m: [s for s, k in zip(e["strata"], keep[m]) if k] for m in measures} if per_depth else {}
+        rec = claim_record(claim, effects[None], profile=profile, checks=checks, strata=strata.get(None),
+                           sensitivity={m: effects[m] for m in measures if m},
+                           sensitivity_strata={m: v for m, v in strata.items() if m})
+        sens = [_restricted(x, e["units"], keep[(x["measure"], x["protocol"])], per_depth)
+                for x in rec.sensitivity]
+        sens = [{**x, "note": "its reference fails check (b)"}      # the collapsed arm (review13)
+                if measures[(x["measure"], x["protocol"])][1] == "norm-preserving" else x for x in sens]
+        rec = dataclasses.replace(rec, sensitivity=tuple(sens))
+        ratio = arm_ratios(res)
+        failed = {a: ratio.get(a, math.inf) for arms, k in zip(need[None], keep[None]) if not k for a in arms
+                  if ratio.get(a, math.inf) >= 1.0}
+        if not failed or raw[claim].verdict == "not testable":
+            recs.append(rec)
+        elif not effects[None]:       # no reference trains: the grade without it, in the reason
+            why = f"precondition failed: {_failed_text(res, claim, failed)}; without it: {raw[claim].verdict}"
+            recs.append(dataclasses.replace(
+                raw[claim], verdict="not testable", subset=(), sensitivity=rec.sensitivity,
+                subsets=dict.fromkeys(raw[claim].subsets, "not testable"), reason=why))
+        else:                         # graded on the depths where it trains (review12 m4)
+            gone = [f"L={L}" for L in sorted({a.L for a in failed})]
+            recs.append(dataclasses.replace(
+                rec, subsets={k: "not testable" if k in gone else v for k, v in rec.subsets.items()},
+                reason="; ".join(x for x in (rec.reason, f"not testable at {', '.join(gone)}: "
+                                             + _failed_text(res, claim, failed)) if x)))
+    return recs
+
+
+def _per_depth_text(e: dict, key: str, scale) -> str:
+    parts = []
+    for L in e["depths"]:
+        v = [x for x, s in zip(e[key], e["strata"]) if s == f"L={L}" and x is not None]
+        if v:
+            parts.append(f"L={L}: mean {scale(np.mean(v))}, {sum(x > 0 for x in v)}/{len(v)} positive")
+    return "; ".join(parts)
+
+
+def claim_rows(res: Result) -> list[dict]:
+    """The report's rows of T1-T4 (:func:`claim_records` with each claim's criterion and evidence)."""
+    e, T = _effects(res), res.settings["steps"]
+    pct = lambda v: f"{100 * math.expm1(v):+.0f}%"  # noqa: E731
+    dec = lambda v: f"{v:+.3f} decades"  # noqa: E731
+    ln = lambda a, b: rf"$\ln(\mathrm{{MSE}}_{{{a}}}/\mathrm{{MSE}}_{{{b}}})$"  # noqa: E731
+    lo, hi = e["depths"][0], e["depths"][-1]
+    budget = f"training MSE after {T} full-batch steps"   # review8 M3: a fixed budget, not convergence
+    records = claim_records(res)
+    means = {k: np.mean([v for v in e[k] if v is not None] or [math.nan]) for k in ("T2", "T2 unmatched")}
+    floor = reference_ratios(res)[Arm(lo, "matched")]   # review9 N3
+    extra = {
+        "T1": dict(figure="fig-sst2-final",
+                   criterion="per (depth, seed): " + ln(r"\text{none}", r"\text{res}") + f", {budget}, the "
+                   "isometric arm; reproduced only if reproduced at every depth",
+                   evidence=_per_depth_text(e, "T1", pct)),
+        "T2": dict(figure="fig-sst2-final", criterion="per seed: " + ln(rf"L = {lo},\ \text{{matched}}",
+                                                                        f"L = {hi}") +
+                   f", residual arms, {budget}; the unmatched $L = {lo}$ beside it",
+                   evidence=f"against the matched L = {lo}: mean {pct(means['T2'])}; against the unmatched "
+                            f"L = {lo}: mean {pct(means['T2 unmatched'])}; the matched "
+                            f"reference ends {'above' if floor > 1 else 'below'} the floor ({floor:.2f}x its "
+                            "training MSE)"),
+        "T3": dict(figure="fig-sst2-final", criterion="per seed: " + ln(f"L = {hi}", f"L = {lo}") +
+                   rf", isometric arm, {budget}; reproduced iff the interval's lower end $> -\ln 1.1$"),
+        "T4": dict(figure="fig-sst2-loss", criterion=f"per (depth, seed): mean over the {T} steps of "
+                   r"$\log_{10}(\Phi_t/\Phi_{\text{ref}})$ without minus with residuals (isometric arm), one "
+                   r"$\Phi_{\text{ref}}$ per unit, in decades", evidence=_per_depth_text(e, "T4", dec))}
+    measure = {c: f"{CLAIMS[c].measure.replace(' at the horizon', '')}, {budget}" for c in ("T1", "T2", "T3")}
+    measure["T4"] = (r"mean over $t$ of $\log_{10}(\Phi_t/\Phi_{\text{ref}})$, one $\Phi_{\text{ref}}$ per "
+                     f"unit, of none minus residual, the non-collapsed arm without residuals, {T} steps")
+    refs = references(res.settings["depths"])
+    rows = []
+    for rec in records:
+        extra[rec.id]["criterion"] += (
+            "; each measure graded on the depths where its reference arm ("
+            + ", ".join(a.name for a in refs[rec.id]) + (" and the deepest" if rec.id == "T3" else "")
+            + ") ends below the floor's training MSE (median over the seeds), not testable where none does; "
+            "at the paper scale a pilot on the pilot seeds decides, "
+            "before the run, which claims it grades (benchmarks/sst2_paper_pilot.py)")
+        est = rec.estimate
+        measurement = "no interval: " + est.reason if est.effect is None else (
+            f"{est.effect:+.3f} [{est.lo:+.3f}, {est.hi:+.3f}], {est.units} units, sign test p = "
+            f"{est.sign_test_p:.2g}")
+        rows.append(rec.row(**{"measurement": measurement, "evidence": measurement,
+                               "measure": plain(measure[rec.id]), **extra[rec.id]}))
+    return rows
