@@ -156,6 +156,24 @@ def test_committed_results_are_their_profile_of_today():
             assert load_committed(name, profile=profile)[1]["pieces"]["done"]
 
 
+def test_every_committed_result_was_computed_after_the_protocol_commit():
+    """Each commit a committed result records (its pieces', its pilots') descends from the protocol's
+    commit (``results/protocol.json``): the evidence that the rule came first (review11 m5)."""
+    root = committed.results_dir()
+    base = json.loads((root / "protocol.json").read_text())["commit"]
+    if subprocess.run(["git", "-C", str(root), "cat-file", "-e", base], capture_output=True).returncode:
+        pytest.skip("no git history with the protocol's commit (an archive or a shallow clone)")
+    found = set()
+    for path in root.glob("*.json"):
+        prov = json.loads(path.read_text()).get("provenance") or []
+        for p in prov if isinstance(prov, list) else [prov]:
+            found.update([p["commit"]] if p.get("commit") else p.get("commits") or [])
+    assert len(found) >= 5
+    for commit in found:
+        ancestor = ["git", "-C", str(root), "merge-base", "--is-ancestor", base, commit]
+        assert subprocess.run(ancestor, capture_output=True).returncode == 0, (commit, base)
+
+
 def test_a_committed_profile_is_read_whole_or_is_a_clear_error(toy, monkeypatch):
     """:func:`convres.committed.result` reads a committed profile from its file, every piece present
     (else an error naming the piece command), and computes any other profile."""
