@@ -239,7 +239,7 @@ def convergence_explorer() -> Explorer:
 
 
 def theorem_explorer(seeds: Sequence[int] = (0, 1, 2)) -> Explorer:
-    """The theorem's envelope beside a live run, ``mu`` from ``1/(2 L_hat)`` (:func:`lemmas.mu_max`)."""
+    """The theorem's envelope beside a live run, ``mu = 1/(2 L_hat)`` (:func:`convres.lemmas.mu_max`)."""
     hat = {str(s): mu_max(*instance("theorem", s, 16, beta=1.0, scale="1/sqrt(d_qk)"), seed=s)
            for s in seeds}
     start = _setting(1.0, 16, mu=hat["0"], seed=seeds[0], scale="1/sqrt(d_qk)")

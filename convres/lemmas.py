@@ -100,6 +100,8 @@ def residual_lemma(params, X, cfg, *, layer: int = 1) -> dict:
     """Both sides of the residual lemma (thm-residual), ``Z = A + beta X_in``, ``weyl`` and ``crude``::
 
         sigma_Nn(Z) >= beta sigma_Nn(X_in) - ||A||_2 >= beta sigma_Nn(X_in) - sqrt(n) ||X_in||_2 ||W_V||_2
+
+    Returns ``sigma_Z``, ``weyl`` (middle), ``crude`` (right), ``sigma_X`` and ``attn_norm``.
     """
     layer = as_int("layer", layer, minimum=1, maximum=cfg.L)
     tr = trace_no_grad(params, X, cfg)
@@ -118,6 +120,8 @@ def ffn_lemma(params, X, cfg, *, layer: int = 1) -> dict:
     """Both sides of the FFN lemma (thm-ffn), ``H = FFN(Z) + beta Z``, ``weyl`` and ``crude``::
 
         sigma_Nn(H) >= beta sigma_Nn(Z) - ||FFN(Z)||_2 >= beta sigma_Nn(Z) - gain ||Z W_1||_F ||W_2||_2
+
+    with ``gain = cfg.act.gain``. Returns ``sigma_H``, ``sigma_Z``, ``ffn_norm``, ``weyl``, ``crude``.
     """
     layer = as_int("layer", layer, minimum=1, maximum=cfg.L)
     tr = trace_no_grad(params, X, cfg)
