@@ -1,5 +1,7 @@
-"""How the theory's inequalities are checked along a run: ``Phi_{t+1} <= (1 - mu alpha_t) Phi_t`` by
-:func:`contraction_check` (:func:`tolerance`, :data:`LOSS_FLOOR`), hypotheses as :class:`Hypothesis`."""
+"""How the theory's inequalities are checked along a run.
+
+``Phi_{t+1} <= (1 - mu alpha_t) Phi_t`` by :func:`contraction_check` (:func:`tolerance`,
+:data:`LOSS_FLOOR`), hypotheses as :class:`Hypothesis`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""Rank collapse of softmax attention: uniform rows ``S -> 1 1^T / n`` (:func:`dqk_sweep`) or rows
-saturated on one token ``S -> 1 e_j^T`` (:func:`scale_sweep`) make ``Attn(X) = S X W_V`` rank one;
-the residual keeps ``sigma_min(Attn(X) + beta X)`` positive.
+"""Rank collapse of softmax attention, and what the residual does about it.
+
+Uniform rows ``S -> 1 1^T / n`` (:func:`dqk_sweep`) or rows saturated on one token ``S -> 1 e_j^T``
+(:func:`scale_sweep`) make ``Attn(X) = S X W_V`` rank one; the residual keeps
+``sigma_min(Attn(X) + beta X)`` positive.
 """
 
 from __future__ import annotations

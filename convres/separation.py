@@ -1,6 +1,8 @@
-"""Theorem ``sep-thm``, the residual is necessary: without it the loss stays at or above half the
-rank-one floor ``Phi_floor = 1/2 ||C(Y)||_F^2`` for ``T_lb`` steps (:func:`plateau_certificate`);
-with it, linear convergence from step 0 is certified (:func:`separation_report`).
+"""The residual is necessary: a certified separation (theorem ``sep-thm``).
+
+Without it the loss stays at or above half the rank-one floor ``Phi_floor = 1/2 ||C(Y)||_F^2`` for
+``T_lb`` steps (:func:`plateau_certificate`); with it, linear convergence from step 0 is certified
+(:func:`separation_report`).
 """
 
 from __future__ import annotations

@@ -187,20 +187,20 @@ def per_model_table(summary: Mapping):
 def sensitivity_table(rows: Sequence[Mapping], graded: Mapping[str, Mapping] | None = None):
     """The claims' grades, at the common step and under the other measure; ``graded`` (id -> row):
     the claims graded with a precondition, ``rows`` without it (in parentheses where they differ)."""
-    def alt(c: Mapping, protocol: str) -> tuple[str, Mapping]:
+    def grade(g: Mapping, x: Mapping) -> str:
+        return g["verdict"] + (f" ({x['verdict']})" if g["verdict"] != x["verdict"] else "")
+
+    def alt(c: Mapping, protocol: str) -> tuple[str, str]:
         x = next(x for x in c["sensitivity"] if x["protocol"] == protocol)
         g = next(y for y in graded[c["id"]]["sensitivity"] if y["measure"] == x["measure"]) if graded else x
-        at = "".join(f", L = {L}" for L in g.get("depths", ()))
-        return g["verdict"] + at + (f" (without: {x['verdict']})" if g["verdict"] != x["verdict"] else ""), x
+        return x["tex"] + "".join(f" at $L = {L}$" for L in g.get("depths", ())), grade(g, x)
 
     return table([{"": c["id"], "claim (paper)": c["tex"],
                    "effect (95% interval)": f"{c['effect']:+.3f} ({c['ci'][0]:+.3f} to {c['ci'][1]:+.3f})",
                    "margin": c["margin"], "units": c["units"],
-                   **({"grade": graded[c["id"]]["verdict"], "without the precondition": c["verdict"]}
-                      if graded else {"grade": c["verdict"]}),
-                   "at the common step": alt(c, "common")[0],
-                   "other measure": "{1[tex]}: {0}".format(*alt(c, "tuned"))}
-                  for c in rows], {"margin": "{:+.3g}"})
+                   "grade": grade(graded[c["id"]], c) if graded else c["verdict"],
+                   "at the common step": alt(c, "common")[1],
+                   "other measure": "{}: {}".format(*alt(c, "tuned"))} for c in rows], {"margin": "{:+.3g}"})
 
 
 def _points(d: Mapping) -> str:
