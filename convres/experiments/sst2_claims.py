@@ -76,8 +76,9 @@ def checks_of(data: dict) -> list[CheckResult]:
 
 
 def references(depths) -> dict[str, list[Arm]]:
-    """The arms each claim says are worse, its references: T1 and T4 the isometric arm at every depth,
-    T2 the matched shallow arm, T3 the shallowest isometric arm."""
+    """The arms each claim says are worse, its references, as the paper pilot's rule named them: T1 and
+    T4 the isometric arm at every depth, T2 the matched shallow arm, T3 the shallowest isometric arm
+    (the grading, :data:`MEASURES`, also asks T3's deepest arm to train)."""
     lo = min(depths)
     iso = [Arm(L, "isometric") for L in sorted(depths)]
     return {"T1": iso, "T2": [Arm(lo, "matched")], "T3": [Arm(lo, "isometric")], "T4": iso}
