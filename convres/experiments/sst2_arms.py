@@ -93,10 +93,9 @@ def isometric_init(cfg: ModelConfig, X: torch.Tensor, seed: int = 0, *, identity
     """
     def adjust(p, l, H, out):
         key = lambda w: f"layer{l}.{w}"  # noqa: E731
-        for w in ("W_Q", "W_K"):
-            p[key(w)] = p[key(w)] + identity_gain * torch.eye(cfg.d, cfg.d_qk, dtype=dtype, device=H.device)
-            if qk_scale != 1.0:
-                p[key(w)] = qk_scale * p[key(w)]
+        for w in ("W_Q", "W_K"):   # times 1.0 (the default) is exact: the weights as they were
+            p[key(w)] = qk_scale * (p[key(w)] + identity_gain * torch.eye(cfg.d, cfg.d_qk, dtype=dtype,
+                                                                           device=H.device))
         for w in ("W_V", "W_1", "W_2"):
             p[key(w)] = _polar(p[key(w)])
         p[key("W_V")] *= math.sqrt(preactivation) * _rms(H) / _rms(out()[2])

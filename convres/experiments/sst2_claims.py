@@ -11,7 +11,7 @@ import numpy as np
 from ..protocol import CLAIMS
 from ..show import plain
 from ..stats import log_ratio
-from .base import CheckResult, Result, claim_record, level_steps
+from .base import CheckResult, ClaimRecord, Result, claim_record, level_steps
 from .sst2_arms import Arm
 
 
@@ -157,15 +157,14 @@ def _restricted(x: dict, units: list, keep: list[bool], per_depth: bool) -> dict
     return {**x, "depths": depths} if per_depth and not all(keep) else x
 
 
-def _failed_text(res: Result, claim: str, failed: dict[Arm, float]) -> str:
+def _failed_text(ratio: dict[Arm, float], depths, claim: str, failed: dict[Arm, float]) -> str:
     """The reason's account of the references ``failed`` (arm -> ratio to the floor), with the ratio
-    of the residual arm each is compared with."""
+    (``ratio``: :func:`arm_ratios`) of the residual arm each is compared with."""
     why, other = _FAILS[claim]
-    ratio, deepest = arm_ratios(res), max(res.settings["depths"])
     names = [f"{a.name} {v:.2f}x" for a, v in failed.items()]
     if other:
-        vs = [ratio[Arm(a.L if other == "same" else deepest, "residual")] for a in failed]
-        names.append(f"against {'residual' if other == 'same' else f'L={deepest}, residual'} "
+        vs = [ratio[Arm(a.L if other == "same" else max(depths), "residual")] for a in failed]
+        names.append(f"against {'residual' if other == 'same' else f'L={max(depths)}, residual'} "
                      + ", ".join(f"{v:.2f}x" for v in vs))
     return f"references above the floor ({'; '.join(names)}): {why}"
 
@@ -177,16 +176,11 @@ def claim_records(res: Result, *, preconditions: bool = True) -> list:
     testable* where none does (``preconditions=False``: the grades the rule would give without it)."""
     e, checks = _effects(res), checks_of(res.data)
     profile = res.profile if res.profile in ("book", "paper", "smoke") else "smoke"
-    raw = {r.id: r for r in claim_records(res, preconditions=False)} if preconditions else {}
-    recs = []
-    for claim, measures in MEASURES.items():
-        per_depth = len(e[claim]) == len(e["units"])
-        need, keep = {}, {}
-        for m, (key, kind, p) in measures.items():
-            ratio = arm_ratios(res, p)
-            need[m] = [[Arm(L, kind) for L in Ls] for Ls in _reference_depths(claim, e, len(e[key]))]
-            keep[m] = [not preconditions or all(ratio.get(a, math.inf) < 1.0 for a in arms)
-                       for arms in need[m]]
+    ratios = {p: arm_ratios(res, p) for p in ("tuned", "common")}
+
+    def graded(claim: str, keep: dict) -> ClaimRecord:
+        """``claim`` graded on the units ``keep`` marks, per measure."""
+        measures, per_depth = MEASURES[claim], len(e[claim]) == len(e["units"])
         effects = {m: [x for x, k in zip(e[key], keep[m]) if k] for m, (key, _, _) in measures.items()}
         strata = {m: [s for s, k in zip(e["strata"], keep[m]) if k] for m in measures} if per_depth else {}
         rec = claim_record(claim, effects[None], profile=profile, checks=checks, strata=strata.get(None),
@@ -196,23 +190,32 @@ def claim_records(res: Result, *, preconditions: bool = True) -> list:
                 for x in rec.sensitivity]
         sens = [{**x, "note": "its reference fails check (b)"}      # the collapsed arm (review13)
                 if measures[(x["measure"], x["protocol"])][1] == "norm-preserving" else x for x in sens]
-        rec = dataclasses.replace(rec, sensitivity=tuple(sens))
-        ratio = arm_ratios(res)
+        return dataclasses.replace(rec, sensitivity=tuple(sens))
+
+    recs = []
+    for claim, measures in MEASURES.items():
+        need = {m: [[Arm(L, kind) for L in Ls] for Ls in _reference_depths(claim, e, len(e[key]))]
+                for m, (key, kind, _) in measures.items()}
+        keep = {m: [not preconditions or all(ratios[p].get(a, math.inf) < 1.0 for a in arms)
+                    for arms in need[m]] for m, (_, _, p) in measures.items()}
+        rec, ratio = graded(claim, keep), ratios[measures[None][2]]
         failed = {a: ratio.get(a, math.inf) for arms, k in zip(need[None], keep[None]) if not k for a in arms
                   if ratio.get(a, math.inf) >= 1.0}
-        if not failed or raw[claim].verdict == "not testable":
+        raw = graded(claim, {m: [True] * len(k) for m, k in keep.items()}) if failed else rec
+        if not failed or raw.verdict == "not testable":
             recs.append(rec)
-        elif not effects[None]:       # no reference trains: the grade without it, in the reason
-            why = f"precondition failed: {_failed_text(res, claim, failed)}; without it: {raw[claim].verdict}"
+        elif not any(keep[None]):     # no reference trains: the grade without it, in the reason
+            why = (f"precondition failed: {_failed_text(ratio, e['depths'], claim, failed)}; "
+                   f"without it: {raw.verdict}")
             recs.append(dataclasses.replace(
-                raw[claim], verdict="not testable", subset=(), sensitivity=rec.sensitivity,
-                subsets=dict.fromkeys(raw[claim].subsets, "not testable"), reason=why))
+                raw, verdict="not testable", subset=(), sensitivity=rec.sensitivity,
+                subsets=dict.fromkeys(raw.subsets, "not testable"), reason=why))
         else:                         # graded on the depths where it trains (review12 m4)
             gone = [f"L={L}" for L in sorted({a.L for a in failed})]
             recs.append(dataclasses.replace(
                 rec, subsets={k: "not testable" if k in gone else v for k, v in rec.subsets.items()},
                 reason="; ".join(x for x in (rec.reason, f"not testable at {', '.join(gone)}: "
-                                             + _failed_text(res, claim, failed)) if x)))
+                                             + _failed_text(ratio, e["depths"], claim, failed)) if x)))
     return recs
 
 
