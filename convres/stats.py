@@ -290,8 +290,6 @@ def tune_step(probe: Callable[[list[float], int], Sequence[Sequence[ProbeRun | N
     etas = sorted({float(g) for g in grid})
     if len(etas) < 2 or not all(math.isfinite(e) and e > 0 for e in etas):
         raise ValueError(f"tune_step needs a grid of at least two finite steps > 0, got {list(grid)}.")
-    if not (math.isfinite(factor) and factor > 1):
-        raise ValueError(f"factor must be a number > 1 (the grid's ratio; protocol: 2), got {factor!r}.")
     if not 0 < stable_fraction < 1:
         raise ValueError(f"stable_fraction must lie in (0, 1) (protocol: 0.5), got {stable_fraction!r}.")
     T = int(horizon)

@@ -15,11 +15,6 @@ from convres.experiments.base import RUN_CONTEXT, rerun_diverged, run_context
 from convres.plotting import beta_colors
 from convres.scope import scope_summary
 
-TINY_SIM = dict(betas=[0.0, 1.0], seeds=[0, 1], steps=20, d_qks=[16, 64], escape_steps=20,
-                eta_grid=[0.064, 0.128], scales=["1/d_qk"],
-                regimes=[dict(name="wide", N=4, d_qk=32, scale="1/sqrt(d_qk)"),
-                         dict(name="uniform attention", N=4, d_qk=64, scale="1/d_qk")])
-
 
 @pytest.fixture(scope="module", autouse=True)
 def module_cache(tmp_path_factory):
@@ -130,7 +125,7 @@ def test_the_report_tables_and_the_other_figures_from_small_results(tmp_path, ti
     def labelled(fig):
         return all(ax.get_legend() is None and ax.get_ylabel() for ax in fig.axes) and len(fig.legends) == 1
 
-    results = {"simulations": ex.run_experiment("simulations", overrides=TINY_SIM),
+    results = {"simulations": ex.run_experiment("simulations", "smoke"),
                "sst2": ex.run_experiment("sst2", "smoke", overrides=tiny_sst2, data_dir=tmp_path)}
     sim, sst = results["simulations"], results["sst2"]
     fig = plotting.plot_simulations(sim)

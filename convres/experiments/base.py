@@ -377,10 +377,12 @@ def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequ
                  strata: Sequence | None = None,
                  sensitivity: Mapping[tuple[str, str], Sequence] | None = None,
                  sensitivity_strata: Mapping[tuple[str, str], Sequence] | None = None,
-                 draws: int = BOOTSTRAP_DRAWS) -> ClaimRecord:
+                 draws: int = BOOTSTRAP_DRAWS,
+                 estimator: Callable[[Any], tuple[Estimate, dict]] | None = None) -> ClaimRecord:
     """Claim ``claim_id`` graded by protocol v4 from one effect per unit (``None``: diverged), the
     units' ``strata``, the design ``checks`` and ``sensitivity`` ``{(measure, protocol): effects}``
-    (their strata ``strata`` unless ``sensitivity_strata`` names others)."""
+    (their strata ``strata`` unless ``sensitivity_strata`` names others); ``estimator(effects) ->
+    (estimate, {subset: estimate})`` in place of :func:`convres.stats.estimate`."""
     if claim_id not in CLAIMS:
         raise ValueError(f"unknown claim {claim_id!r}; the protocol's are {list(CLAIMS)}.")
     if profile not in MIN_UNITS:
@@ -390,7 +392,7 @@ def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequ
     if missing:
         raise ValueError(f"claim {claim_id} needs the design checks {missing}: run them before grading "
                          "(protocol section 3) and pass their CheckResults.")
-    if c.subsets and strata is None:
+    if c.subsets and strata is None and estimator is None:
         raise ValueError(f"claim {claim_id} names the subsets {c.subsets}: pass strata, one label per "
                          "effect.")
     alt = dict(sensitivity or {})
@@ -401,9 +403,9 @@ def claim_record(claim_id: str, effects: Sequence, *, profile: str, checks: Sequ
 
     def graded(eff, strata=strata):
         kw: dict[str, Any] = dict(min_units=MIN_UNITS[profile], draws=draws, bound=c.bound)
-        est = estimate(eff, strata=strata, **kw)
         labels = [str(s) for s in strata] if strata is not None else []
-        subs = {s: estimate([e for e, k in zip(eff, labels) if k == s], **kw) for s in c.subsets}
+        est, subs = estimator(eff) if estimator else (estimate(eff, strata=strata, **kw), {
+            s: estimate([e for e, k in zip(eff, labels) if k == s], **kw) for s in c.subsets})
         return est, subs, grade(est, c.margin, rule=c.rule, failed=failed, subsets=subs, every=c.every)
     est, subs, g = graded(effects)
     sens = tuple({"measure": m, "tex": ALTERNATIVES.get(m, m), "protocol": p,

@@ -15,7 +15,6 @@ from ..instances import qk_reduced, simulations_instance
 from ..model import forward_trace
 from ..plotting import plot_simulations
 from ..protocol import (
-    ALTERNATIVES,
     CLAIMS,
     LOG_LOSS_FLOOR,
     MIN_UNITS,
@@ -29,7 +28,6 @@ from ..stats import (
     ProbeRun,
     censored,
     estimate,
-    grade,
     kendall_tau,
     linear_rate,
     mean_log_loss,
@@ -38,7 +36,6 @@ from ..stats import (
     steps_to,
 )
 from .base import (
-    ClaimRecord,
     Experiment,
     Result,
     Shape,
@@ -445,20 +442,9 @@ def claim_records(res: Result) -> list:
              "S4": (_s4, esc, None)}
     return [claim_record(c, f(res, *primary), profile=res.profile, checks=checks, strata=strata,
                          sensitivity={k: f(res, *k) for k in CLAIMS[c].alternatives})
-            for c, (f, primary, strata) in units.items()] + [_s5_record(res, checks)]
-
-
-def _s5_record(res: Result, checks: list) -> ClaimRecord:
-    """S5 graded by protocol v4 on ``_s5``, ``-mean log-loss`` beside it."""
-    c = CLAIMS["S5"]
-    failed = [ch.name for ch in checks if ch.name in c.checks and not ch.passed]
-    (est, subs), (alt, alt_subs) = _s5(res, "rate"), _s5(res, "-mean log-loss")
-    g = grade(est, c.margin, failed=failed, subsets=subs)
-    (m, p), = c.alternatives
-    sens = ({"measure": m, "tex": ALTERNATIVES.get(m, m), "protocol": p,
-             "verdict": grade(alt, c.margin, failed=failed, subsets=alt_subs).verdict},)
-    return ClaimRecord(c, est, g.verdict, g.reason, g.subset,
-                       {k: grade(e, c.margin, failed=failed).verdict for k, e in subs.items()}, sens)
+            for c, (f, primary, strata) in units.items()] + [
+        claim_record("S5", "rate", profile=res.profile, checks=checks, estimator=lambda m: _s5(res, m),
+                     sensitivity={k: k[0] for k in CLAIMS["S5"].alternatives})]
 
 
 _FIGURES = {"S1": "fig-sim-regimes", "S2": "fig-sim-regimes", "S3": "fig-sim-escape", "S4": "fig-sim-escape",
