@@ -356,24 +356,24 @@ def _report(res: Result) -> dict:
                                         ("mean_log_loss", "mean log-loss (decades)"))]
     w = d.get("wide")
     deviations = [
-        {"what": "SST-2 inputs", "paper": "not stated",
-         "book": f"first {s['n_tokens']} tokens, no masks; frozen PPMI-SVD vectors, $d = {s['d']}$",
-         "why": "keeps the theory's fixed-size X; no pretrained download"},
-        {"what": "SST-2 readout", "paper": "not stated",
-         "book": "the sentence's target at every token (per-token loss); prediction: the mean output",
-         "why": "a mean-pooled loss cannot see a collapse of the rows within a sentence"},
-        {"what": "SST-2 initialization", "paper": "Gaussian, 'proper'",
-         "book": r"residual: branch scale $1/\sqrt{L}$; no residual: an isometric init (graded) and "
-                 "norm-preserving gains (LSUV, collapsed at depth; beside it)",
-         "why": "separates a collapse at initialization from what gradient descent does"},
-        {"what": "SST-2 matched shallow arm", "paper": "none",
-         "book": f"$L = {min(s['depths'])}$ with $m = {d['matched_m']}$, the parameter count of "
-                 f"$L = {max(s['depths'])}$",
-         "why": "'improves with depth' about depth, not parameters"}]
+        ("SST-2 inputs", "not stated",
+         f"first {s['n_tokens']} tokens, no masks; frozen PPMI-SVD vectors, $d = {s['d']}$",
+         "keeps the theory's fixed-size X; no pretrained download"),
+        ("SST-2 readout", "not stated",
+         "the sentence's target at every token (per-token loss); prediction: the mean output",
+         "a mean-pooled loss cannot see a collapse of the rows within a sentence"),
+        ("SST-2 initialization", "Gaussian, 'proper'",
+         r"residual: branch scale $1/\sqrt{L}$; no residual: an isometric init (graded) and "
+         "norm-preserving gains (LSUV, collapsed at depth; beside it)",
+         "separates a collapse at initialization from what gradient descent does"),
+        ("SST-2 matched shallow arm", "none",
+         f"$L = {min(s['depths'])}$ with $m = {d['matched_m']}$, the parameter count of "
+         f"$L = {max(s['depths'])}$",
+         "'improves with depth' about depth, not parameters")]
     if w:
-        deviations.append({"what": "SST-2 wide FFN", "paper": "none",
-                           "book": f"$L = {w['L']}$, $m = {w['m']}$ on {w['N']} of the training sentences",
-                           "why": r"the FFN theorem needs $m \ge N$; a subset keeps its cost small"})
+        deviations.append(("SST-2 wide FFN", "none",
+                           f"$L = {w['L']}$, $m = {w['m']}$ on {w['N']} of the training sentences",
+                           r"the FFN theorem needs $m \ge N$; a subset keeps its cost small"))
     return {
         "settings": {"book": f"$N =$ {d['N']:,} training and {d['N_val']} GLUE validation sentences, first "
                              f"{s['n_tokens']} tokens; frozen PPMI-SVD vectors $d = {s['d']}$; "
@@ -387,7 +387,7 @@ def _report(res: Result) -> dict:
         "spread": spread_rows,
         "runs": len(d["runs"]) + probe_count(s, d["step_sizes"]) + (len(w["runs"]) if w else 0)
         + len(d.get("float64_check") or []),
-        "deviations": deviations,
+        "deviations": [dict(zip(("what", "paper", "book", "why"), x)) for x in deviations],
     }
 
 
