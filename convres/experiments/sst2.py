@@ -97,35 +97,32 @@ def _tune(s: dict, X, Yt, arm: Arm, dtype, device) -> dict:
     return {"arm": arm.name, "L": arm.L, "kind": arm.kind, **json_safe(t)}
 
 
-def _run_record(s, task, arm: Arm, seed: int, eta: float, protocol: str, p, h, level: float, R: int) -> dict:
-    """One evaluation run: its MSE curve, the claims' measures and, from its last weights, training
-    error, within-sentence share, pooled ``sigma`` ratio and the validation sentences right."""
-    cfg, T = arm_config(s, arm), s["steps"]
-    mse = h.loss * 2 / R
-    every = positive_int(s, "record_every")
-    diverged = h.status == "diverged"
-    with torch.no_grad():
-        tr = forward_trace(p, task.X.to(p["W_U"].device), cfg)
-        Fv = forward_trace(p, task.X_val.to(p["W_U"].device), cfg).F.mean(-2)[:, 0]
-    F = tr.F.mean(-2)[:, 0]
-    return {"L": arm.L, "arm": arm.kind, "seed": seed, "protocol": protocol, "eta": eta, "status": h.status,
-            "mse": finite_list([mse[t] for t in range(0, len(mse), every)]
-                               + ([mse[-1]] if (len(mse) - 1) % every else [])),
-            "final_mse": None if diverged else float(mse[-1]),
-            "mean_log_loss": None if diverged else mean_log_loss(list(h.loss), T),
-            "steps_to_level": steps_to(list(mse), level, relative=False),
-            "train_error": float((torch.sign(F) != task.Y[:, 0].to(F)).double().mean()),
-            "within_sentence": within(tr.H[-1]), "pooled_sigma_ratio": pooled_sigma(tr.H[-1]),
-            "val_correct": correct(Fv.double().cpu().numpy(), task.labels_val)}
-
-
 def _evaluate(s, task, Yt, plan: list, protocol: str, level: float, dtype, device) -> list[dict]:
-    """The records of the evaluation runs ``plan`` = ``[(arm, seed, eta)]`` (:func:`_sweep`)."""
+    """The records of the evaluation runs ``plan`` = ``[(arm, seed, eta)]`` (:func:`_sweep`): each
+    run's MSE curve, the claims' measures and, from its last weights, training error, within-sentence
+    share, pooled ``sigma`` ratio and the validation sentences right."""
     if not plan:
         return []
     R, out = _sweep(s, task.X, Yt, plan, s["steps"], dtype, device)
-    return [_run_record(s, task, a, seed, eta, protocol, p, h, level, R)
-            for (a, seed, eta), (p, h) in zip(plan, out)]
+    every = positive_int(s, "record_every")
+    records = []
+    for (arm, seed, eta), (p, h) in zip(plan, out):
+        cfg, mse, diverged = arm_config(s, arm), h.loss * 2 / R, h.status == "diverged"
+        with torch.no_grad():
+            tr = forward_trace(p, task.X.to(p["W_U"].device), cfg)
+            Fv = forward_trace(p, task.X_val.to(p["W_U"].device), cfg).F.mean(-2)[:, 0]
+        F = tr.F.mean(-2)[:, 0]
+        records.append({
+            "L": arm.L, "arm": arm.kind, "seed": seed, "protocol": protocol, "eta": eta, "status": h.status,
+            "mse": finite_list([mse[t] for t in range(0, len(mse), every)]
+                               + ([mse[-1]] if (len(mse) - 1) % every else [])),
+            "final_mse": None if diverged else float(mse[-1]),
+            "mean_log_loss": None if diverged else mean_log_loss(list(h.loss), s["steps"]),
+            "steps_to_level": steps_to(list(mse), level, relative=False),
+            "train_error": float((torch.sign(F) != task.Y[:, 0].to(F)).double().mean()),
+            "within_sentence": within(tr.H[-1]), "pooled_sigma_ratio": pooled_sigma(tr.H[-1]),
+            "val_correct": correct(Fv.double().cpu().numpy(), task.labels_val)})
+    return records
 
 
 def _shared_parts(s: dict, task: SST2Task, Yt: torch.Tensor, dtype, device) -> dict:

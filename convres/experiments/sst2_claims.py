@@ -220,7 +220,6 @@ def claim_rows(res: Result) -> list[dict]:
     ln = lambda a, b: rf"$\ln(\mathrm{{MSE}}_{{{a}}}/\mathrm{{MSE}}_{{{b}}})$"  # noqa: E731
     lo, hi = e["depths"][0], e["depths"][-1]
     budget = f"training MSE after {T} full-batch steps"   # review8 M3: a fixed budget, not convergence
-    records = claim_records(res)
     means = {k: np.mean([v for v in e[k] if v is not None] or [math.nan]) for k in ("T2", "T2 unmatched")}
     floor = arm_ratios(res).get(Arm(lo, "matched"), math.inf)   # review9 N3
     extra = {
@@ -245,7 +244,7 @@ def claim_rows(res: Result) -> list[dict]:
                      f"unit, of none minus residual, the non-collapsed arm without residuals, {T} steps")
     refs = references(res.settings["depths"])
     rows = []
-    for rec in records:
+    for rec in claim_records(res):
         extra[rec.id]["criterion"] += (
             "; each measure graded on the depths where its reference arm ("
             + ", ".join(a.name for a in refs[rec.id]) + (" and the deepest" if rec.id == "T3" else "")
