@@ -97,35 +97,32 @@ def _tune(s: dict, X, Yt, arm: Arm, dtype, device) -> dict:
     return {"arm": arm.name, "L": arm.L, "kind": arm.kind, **json_safe(t)}
 
 
-def _run_record(s, task, arm: Arm, seed: int, eta: float, protocol: str, p, h, level: float, R: int) -> dict:
-    """One evaluation run: its MSE curve, the claims' measures and, from its last weights, training
-    error, within-sentence share, pooled ``sigma`` ratio and the validation sentences right."""
-    cfg, T = arm_config(s, arm), s["steps"]
-    mse = h.loss * 2 / R
-    every = positive_int(s, "record_every")
-    diverged = h.status == "diverged"
-    with torch.no_grad():
-        tr = forward_trace(p, task.X.to(p["W_U"].device), cfg)
-        Fv = forward_trace(p, task.X_val.to(p["W_U"].device), cfg).F.mean(-2)[:, 0]
-    F = tr.F.mean(-2)[:, 0]
-    return {"L": arm.L, "arm": arm.kind, "seed": seed, "protocol": protocol, "eta": eta, "status": h.status,
-            "mse": finite_list([mse[t] for t in range(0, len(mse), every)]
-                               + ([mse[-1]] if (len(mse) - 1) % every else [])),
-            "final_mse": None if diverged else float(mse[-1]),
-            "mean_log_loss": None if diverged else mean_log_loss(list(h.loss), T),
-            "steps_to_level": steps_to(list(mse), level, relative=False),
-            "train_error": float((torch.sign(F) != task.Y[:, 0].to(F)).double().mean()),
-            "within_sentence": within(tr.H[-1]), "pooled_sigma_ratio": pooled_sigma(tr.H[-1]),
-            "val_correct": correct(Fv.double().cpu().numpy(), task.labels_val)}
-
-
 def _evaluate(s, task, Yt, plan: list, protocol: str, level: float, dtype, device) -> list[dict]:
-    """The records of the evaluation runs ``plan`` = ``[(arm, seed, eta)]`` (:func:`_sweep`)."""
+    """The records of the evaluation runs ``plan`` = ``[(arm, seed, eta)]`` (:func:`_sweep`): each
+    run's MSE curve, the claims' measures and, from its last weights, training error, within-sentence
+    share, pooled ``sigma`` ratio and the validation sentences right."""
     if not plan:
         return []
     R, out = _sweep(s, task.X, Yt, plan, s["steps"], dtype, device)
-    return [_run_record(s, task, a, seed, eta, protocol, p, h, level, R)
-            for (a, seed, eta), (p, h) in zip(plan, out)]
+    every = positive_int(s, "record_every")
+    records = []
+    for (arm, seed, eta), (p, h) in zip(plan, out):
+        cfg, mse, diverged = arm_config(s, arm), h.loss * 2 / R, h.status == "diverged"
+        with torch.no_grad():
+            tr = forward_trace(p, task.X.to(p["W_U"].device), cfg)
+            Fv = forward_trace(p, task.X_val.to(p["W_U"].device), cfg).F.mean(-2)[:, 0]
+        F = tr.F.mean(-2)[:, 0]
+        records.append({
+            "L": arm.L, "arm": arm.kind, "seed": seed, "protocol": protocol, "eta": eta, "status": h.status,
+            "mse": finite_list([mse[t] for t in range(0, len(mse), every)]
+                               + ([mse[-1]] if (len(mse) - 1) % every else [])),
+            "final_mse": None if diverged else float(mse[-1]),
+            "mean_log_loss": None if diverged else mean_log_loss(list(h.loss), s["steps"]),
+            "steps_to_level": steps_to(list(mse), level, relative=False),
+            "train_error": float((torch.sign(F) != task.Y[:, 0].to(F)).double().mean()),
+            "within_sentence": within(tr.H[-1]), "pooled_sigma_ratio": pooled_sigma(tr.H[-1]),
+            "val_correct": correct(Fv.double().cpu().numpy(), task.labels_val)})
+    return records
 
 
 def _shared_parts(s: dict, task: SST2Task, Yt: torch.Tensor, dtype, device) -> dict:
@@ -356,24 +353,24 @@ def _report(res: Result) -> dict:
                                         ("mean_log_loss", "mean log-loss (decades)"))]
     w = d.get("wide")
     deviations = [
-        {"what": "SST-2 inputs", "paper": "not stated",
-         "book": f"first {s['n_tokens']} tokens, no masks; frozen PPMI-SVD vectors, $d = {s['d']}$",
-         "why": "keeps the theory's fixed-size X; no pretrained download"},
-        {"what": "SST-2 readout", "paper": "not stated",
-         "book": "the sentence's target at every token (per-token loss); prediction: the mean output",
-         "why": "a mean-pooled loss cannot see a collapse of the rows within a sentence"},
-        {"what": "SST-2 initialization", "paper": "Gaussian, 'proper'",
-         "book": r"residual: branch scale $1/\sqrt{L}$; no residual: an isometric init (graded) and "
-                 "norm-preserving gains (LSUV, collapsed at depth; beside it)",
-         "why": "separates a collapse at initialization from what gradient descent does"},
-        {"what": "SST-2 matched shallow arm", "paper": "none",
-         "book": f"$L = {min(s['depths'])}$ with $m = {d['matched_m']}$, the parameter count of "
-                 f"$L = {max(s['depths'])}$",
-         "why": "'improves with depth' about depth, not parameters"}]
+        ("SST-2 inputs", "not stated",
+         f"first {s['n_tokens']} tokens, no masks; frozen PPMI-SVD vectors, $d = {s['d']}$",
+         "keeps the theory's fixed-size X; no pretrained download"),
+        ("SST-2 readout", "not stated",
+         "the sentence's target at every token (per-token loss); prediction: the mean output",
+         "a mean-pooled loss cannot see a collapse of the rows within a sentence"),
+        ("SST-2 initialization", "Gaussian, 'proper'",
+         r"residual: branch scale $1/\sqrt{L}$; no residual: an isometric init (graded) and "
+         "norm-preserving gains (LSUV, collapsed at depth; beside it)",
+         "separates a collapse at initialization from what gradient descent does"),
+        ("SST-2 matched shallow arm", "none",
+         f"$L = {min(s['depths'])}$ with $m = {d['matched_m']}$, the parameter count of "
+         f"$L = {max(s['depths'])}$",
+         "'improves with depth' about depth, not parameters")]
     if w:
-        deviations.append({"what": "SST-2 wide FFN", "paper": "none",
-                           "book": f"$L = {w['L']}$, $m = {w['m']}$ on {w['N']} of the training sentences",
-                           "why": r"the FFN theorem needs $m \ge N$; a subset keeps its cost small"})
+        deviations.append(("SST-2 wide FFN", "none",
+                           f"$L = {w['L']}$, $m = {w['m']}$ on {w['N']} of the training sentences",
+                           r"the FFN theorem needs $m \ge N$; a subset keeps its cost small"))
     return {
         "settings": {"book": f"$N =$ {d['N']:,} training and {d['N_val']} GLUE validation sentences, first "
                              f"{s['n_tokens']} tokens; frozen PPMI-SVD vectors $d = {s['d']}$; "
@@ -387,7 +384,7 @@ def _report(res: Result) -> dict:
         "spread": spread_rows,
         "runs": len(d["runs"]) + probe_count(s, d["step_sizes"]) + (len(w["runs"]) if w else 0)
         + len(d.get("float64_check") or []),
-        "deviations": deviations,
+        "deviations": [dict(zip(("what", "paper", "book", "why"), x)) for x in deviations],
     }
 
 

@@ -58,9 +58,7 @@ def _fit_logistic(idx: torch.Tensor, y: torch.Tensor, V: int, lam: float, iters:
         return loss
 
     opt.step(closure)
-    out = w.detach().clone()
-    out[V] = 0.0
-    return out
+    return w.detach()   # the unknown word's weight gets no gradient: it stays 0
 
 
 def _bow_scores(w: torch.Tensor, idx: torch.Tensor) -> np.ndarray:

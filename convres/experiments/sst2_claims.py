@@ -25,49 +25,44 @@ def runs_by(runs, protocol: str) -> dict:
 
 
 def _effects(res: Result) -> dict:
-    """The per-unit effects of T1-T4 and their alternatives, positive in the paper's direction,
+    """The per-unit effects of every measure of :data:`MEASURES`, positive in the paper's direction,
     ``None`` for a diverged unit: T1 ``ln(MSE_iso / MSE_res)`` per (depth, seed); T2
     ``ln(MSE_matched / MSE_res,Lmax)``; T3 ``ln(MSE_iso,Lmax / MSE_iso,Lmin)``; T4 the mean over ``t``
     of ``log10(Phi_t / Phi_ref)`` of the isometric arm minus the residual's, one ``Phi_ref`` per unit
     (decades; the starts cancel: a deviation, review8 M1)."""
     runs, horizon = res.data["runs"], res.settings["steps"]
-    tuned, common = runs_by(runs, "tuned"), runs_by(runs, "common")
+    by = {p: runs_by(runs, p) for p in ("tuned", "common")}
     depths, seeds = sorted(res.settings["depths"]), sorted(res.settings["seeds"])
     lo, hi = depths[0], depths[-1]
+    units = [(L, k) for L in depths for k in seeds]
 
-    def ratio(by, a, b, k):
-        x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
-        return None if x is None or y is None else log_ratio(x["final_mse"], y["final_mse"])
+    def ratio(x, y):
+        return log_ratio(x["final_mse"], y["final_mse"])
 
-    def diff(by, a, b, k):
+    def diff(x, y):
         """``mean_log_loss`` is relative to the run's own ``Phi_0``; adding ``log10 Phi_0`` makes it
         absolute (exact while no run falls 12 decades below its start: none on SST-2 does)."""
-        x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
-        if x is None or y is None or x["mean_log_loss"] is None or y["mean_log_loss"] is None:
+        if x["mean_log_loss"] is None or y["mean_log_loss"] is None:
             return None
         return x["mean_log_loss"] - y["mean_log_loss"] + math.log10(x["mse"][0] / y["mse"][0])
 
-    def steps(by, a, b, k):   # None where either is missing (log_ratio's None)
-        x, y = by.get(a, {}).get(k), by.get(b, {}).get(k)
-        return log_ratio(*(None if r is None else level_steps(r, horizon) for r in (x, y)), base=10.0)
+    def steps(x, y):
+        return log_ratio(level_steps(x, horizon), level_steps(y, horizon), base=10.0)
 
-    units = [(L, k) for L in depths for k in seeds]
-    strata = [f"L={L}" for L, _ in units]
-    iso, npr, res_, mat = "isometric", "norm-preserving", "residual", "matched"
-    return {
-        "units": units, "strata": strata, "seeds": seeds, "depths": depths,
-        "T1": [ratio(tuned, (L, iso), (L, res_), k) for L, k in units],
-        "T1 norm-preserving": [ratio(tuned, (L, npr), (L, res_), k) for L, k in units],
-        "T1 common": [ratio(common, (L, iso), (L, res_), k) for L, k in units],
-        "T2": [ratio(tuned, (lo, mat), (hi, res_), k) for k in seeds],
-        "T2 unmatched": [ratio(tuned, (lo, res_), (hi, res_), k) for k in seeds],
-        "T2 common": [ratio(common, (lo, mat), (hi, res_), k) for k in seeds],
-        "T3": [ratio(tuned, (hi, iso), (lo, iso), k) for k in seeds],
-        "T3 collapsed": [ratio(tuned, (hi, npr), (lo, npr), k) for k in seeds],
-        "T3 common": [ratio(common, (hi, iso), (lo, iso), k) for k in seeds],
-        "T4": [diff(tuned, (L, iso), (L, res_), k) for L, k in units],
-        "T4 steps": [steps(tuned, (L, iso), (L, res_), k) for L, k in units],
-        "T4 common": [diff(common, (L, iso), (L, res_), k) for L, k in units]}
+    def pair(f, protocol: str, a: tuple, b: tuple, k: int):   # None where either run is missing
+        x, y = by[protocol].get(a, {}).get(k), by[protocol].get(b, {}).get(k)
+        return None if x is None or y is None else f(x, y)
+
+    out = {"units": units, "strata": [f"L={L}" for L, _ in units], "seeds": seeds, "depths": depths}
+    for claim, measures in MEASURES.items():
+        for key, kind, p in measures.values():
+            f = steps if key == "T4 steps" else diff if claim == "T4" else ratio
+            if claim in ("T1", "T4"):      # the reference against the residual arm of the unit's depth
+                out[key] = [pair(f, p, (L, kind), (L, "residual"), k) for L, k in units]
+            else:
+                a, b = ((lo, kind), (hi, "residual")) if claim == "T2" else ((hi, kind), (lo, kind))
+                out[key] = [pair(f, p, a, b, k) for k in seeds]
+    return out
 
 
 def checks_of(data: dict) -> list[CheckResult]:
@@ -87,30 +82,22 @@ def references(depths) -> dict[str, list[Arm]]:
 def arm_ratios(res: Result, protocol: str = "tuned") -> dict[Arm, float]:
     """Each arm's median final training MSE over the seeds under ``protocol``, over the floor's
     (``data["level"]``); ``inf`` for an arm with no finite run."""
-    v: dict[Arm, list] = {}
-    for r in res.data["runs"]:
-        if r["protocol"] == protocol:
-            v.setdefault(Arm(r["L"], r["arm"]), [])
-            if r["final_mse"] is not None:
-                v[Arm(r["L"], r["arm"])].append(r["final_mse"])
-    return {a: float(np.median(x)) / res.data["level"] if x else math.inf for a, x in v.items()}
-
-
-def reference_ratios(res: Result) -> dict[Arm, float]:
-    """:func:`arm_ratios` of the reference arms (:func:`references`)."""
-    ratio = arm_ratios(res)
-    return {a: ratio.get(a, math.inf) for arms in references(res.settings["depths"]).values() for a in arms}
+    out = {}
+    for arm, by_seed in runs_by(res.data["runs"], protocol).items():
+        x = [r["final_mse"] for r in by_seed.values() if r["final_mse"] is not None]
+        out[Arm(*arm)] = float(np.median(x)) / res.data["level"] if x else math.inf
+    return out
 
 
 def references_train(res: Result) -> dict[str, CheckResult]:
     """Each claim's precondition (a deviation, review8 M2 for T3, review10 M1 for the rest): every
-    reference arm trains, its :func:`reference_ratios` below 1. The value is the largest ratio
-    (passes if < 1): against a reference that does not learn, a comparison measures only whether the
-    other arm learns."""
-    ratio = reference_ratios(res)
+    reference arm (:func:`references`) trains, its :func:`arm_ratios` below 1. The value is the
+    largest ratio (passes if < 1): against a reference that does not learn, a comparison measures
+    only whether the other arm learns."""
+    ratio = arm_ratios(res)
     out = {}
     for claim, arms in references(res.settings["depths"]).items():
-        worst = max(ratio[a] for a in arms)
+        worst = max(ratio.get(a, math.inf) for a in arms)
         out[claim] = CheckResult(f"{claim} references train", worst, 1.0, worst < 1.0)
     return out
 
@@ -141,22 +128,6 @@ _FAILS = {"T1": ("attention that hardly learns from its start", "same"),
           "T4": ("attention that hardly learns from its start", "same")}
 
 
-def _reference_depths(claim: str, e: dict, n: int) -> list[list[int]]:
-    """Per unit of a measure of ``claim`` (``n`` units), the depths at which its reference must train."""
-    if n == len(e["units"]):
-        return [[L] for L, _ in e["units"]]
-    return [[e["depths"][0], e["depths"][-1]] if claim == "T3" else [e["depths"][0]]] * n
-
-
-def _restricted(x: dict, units: list, keep: list[bool], per_depth: bool) -> dict:
-    """A sensitivity entry ``x`` graded on the units ``keep`` marks: *not testable* on none, its
-    ``depths`` named when they are some of the depths."""
-    if not any(keep):
-        return {**x, "verdict": "not testable"}
-    depths = sorted({L for (L, _), k in zip(units, keep) if k})
-    return {**x, "depths": depths} if per_depth and not all(keep) else x
-
-
 def _failed_text(ratio: dict[Arm, float], depths, claim: str, failed: dict[Arm, float]) -> str:
     """The reason's account of the references ``failed`` (arm -> ratio to the floor), with the ratio
     (``ratio``: :func:`arm_ratios`) of the residual arm each is compared with."""
@@ -177,29 +148,42 @@ def claim_records(res: Result, *, preconditions: bool = True) -> list:
     e, checks = _effects(res), checks_of(res.data)
     profile = res.profile if res.profile in ("book", "paper", "smoke") else "smoke"
     ratios = {p: arm_ratios(res, p) for p in ("tuned", "common")}
+    lo, hi = e["depths"][0], e["depths"][-1]
+
+    def need(claim: str, key: str, kind: str) -> list[list[Arm]]:
+        """Per unit of the measure ``key``, the reference arms that must train."""
+        if len(e[key]) == len(e["units"]):
+            return [[Arm(L, kind)] for L, _ in e["units"]]
+        return [[Arm(lo, kind), Arm(hi, kind)] if claim == "T3" else [Arm(lo, kind)]] * len(e[key])
 
     def graded(claim: str, keep: dict) -> ClaimRecord:
-        """``claim`` graded on the units ``keep`` marks, per measure."""
+        """``claim`` graded on the units ``keep`` marks, per measure: a sensitivity *not testable* on
+        none, its ``depths`` named when they are some of the depths."""
         measures, per_depth = MEASURES[claim], len(e[claim]) == len(e["units"])
         effects = {m: [x for x, k in zip(e[key], keep[m]) if k] for m, (key, _, _) in measures.items()}
         strata = {m: [s for s, k in zip(e["strata"], keep[m]) if k] for m in measures} if per_depth else {}
         rec = claim_record(claim, effects[None], profile=profile, checks=checks, strata=strata.get(None),
                            sensitivity={m: effects[m] for m in measures if m},
                            sensitivity_strata={m: v for m, v in strata.items() if m})
-        sens = [_restricted(x, e["units"], keep[(x["measure"], x["protocol"])], per_depth)
-                for x in rec.sensitivity]
-        sens = [{**x, "note": "its reference fails check (b)"}      # the collapsed arm (review13)
-                if measures[(x["measure"], x["protocol"])][1] == "norm-preserving" else x for x in sens]
+        sens = []
+        for x in rec.sensitivity:
+            m = (x["measure"], x["protocol"])
+            if not any(keep[m]):
+                x = {**x, "verdict": "not testable"}
+            elif per_depth and not all(keep[m]):
+                x = {**x, "depths": sorted({L for (L, _), k in zip(e["units"], keep[m]) if k})}
+            if measures[m][1] == "norm-preserving":      # the collapsed arm (review13)
+                x = {**x, "note": "its reference fails check (b)"}
+            sens.append(x)
         return dataclasses.replace(rec, sensitivity=tuple(sens))
 
     recs = []
     for claim, measures in MEASURES.items():
-        need = {m: [[Arm(L, kind) for L in Ls] for Ls in _reference_depths(claim, e, len(e[key]))]
-                for m, (key, kind, _) in measures.items()}
+        needs = {m: need(claim, key, kind) for m, (key, kind, _) in measures.items()}
         keep = {m: [not preconditions or all(ratios[p].get(a, math.inf) < 1.0 for a in arms)
-                    for arms in need[m]] for m, (_, _, p) in measures.items()}
+                    for arms in needs[m]] for m, (_, _, p) in measures.items()}
         rec, ratio = graded(claim, keep), ratios[measures[None][2]]
-        failed = {a: ratio.get(a, math.inf) for arms, k in zip(need[None], keep[None]) if not k for a in arms
+        failed = {a: ratio.get(a, math.inf) for arms, k in zip(needs[None], keep[None]) if not k for a in arms
                   if ratio.get(a, math.inf) >= 1.0}
         raw = graded(claim, {m: [True] * len(k) for m, k in keep.items()}) if failed else rec
         if not failed or raw.verdict == "not testable":
@@ -236,9 +220,8 @@ def claim_rows(res: Result) -> list[dict]:
     ln = lambda a, b: rf"$\ln(\mathrm{{MSE}}_{{{a}}}/\mathrm{{MSE}}_{{{b}}})$"  # noqa: E731
     lo, hi = e["depths"][0], e["depths"][-1]
     budget = f"training MSE after {T} full-batch steps"   # review8 M3: a fixed budget, not convergence
-    records = claim_records(res)
     means = {k: np.mean([v for v in e[k] if v is not None] or [math.nan]) for k in ("T2", "T2 unmatched")}
-    floor = reference_ratios(res)[Arm(lo, "matched")]   # review9 N3
+    floor = arm_ratios(res).get(Arm(lo, "matched"), math.inf)   # review9 N3
     extra = {
         "T1": dict(figure="fig-sst2-final",
                    criterion="per (depth, seed): " + ln(r"\text{none}", r"\text{res}") + f", {budget}, the "
@@ -261,7 +244,7 @@ def claim_rows(res: Result) -> list[dict]:
                      f"unit, of none minus residual, the non-collapsed arm without residuals, {T} steps")
     refs = references(res.settings["depths"])
     rows = []
-    for rec in records:
+    for rec in claim_records(res):
         extra[rec.id]["criterion"] += (
             "; each measure graded on the depths where its reference arm ("
             + ", ".join(a.name for a in refs[rec.id]) + (" and the deepest" if rec.id == "T3" else "")
