@@ -40,15 +40,6 @@ def _claim(row: dict) -> str:
                   r'<span style="white-space:nowrap">(\1)</span>', tex(row["tex"]))
 
 
-def claim_row(rows: Sequence[dict], claim_id: str) -> dict:
-    """The row of claim ``claim_id`` (``convres.protocol.CLAIMS``), exactly one."""
-    found = [r for r in rows if r.get("id") == claim_id]
-    if len(found) != 1:
-        raise ValueError(f"{len(found)} rows of claim {claim_id!r}; the rows' ids are "
-                         f"{[r.get('id') for r in rows]}.")
-    return found[0]
-
-
 def badge(verdict: str) -> str:
     """An HTML badge for ``verdict`` (one of ``convres.protocol.GRADES``)."""
     if verdict not in VERDICT_COLORS:
@@ -123,8 +114,7 @@ def interval_text(row: dict, digits: int | None = None) -> str:
 
 
 #: How the report names each interval method of :func:`convres.stats.estimate`.
-METHODS = {"t-interval": "Student's t", "BCa bootstrap": "BCa bootstrap",
-           "BCa bootstrap, stratified": "stratified BCa bootstrap"}
+METHODS = {"t-interval": "Student's t", "BCa bootstrap, stratified": "stratified BCa bootstrap"}
 
 
 def effect_text(row: dict) -> str:
@@ -155,14 +145,11 @@ def evidence_text(row: dict, *, full: bool = False) -> str:
     if not full:   # the reason of a graded effect, and the alternatives that grade otherwise
         if row.get("effect") is not None and row.get("verdict") == "not testable" and row.get("reason"):
             text += f"; {row['reason']}"
-        return text + ("; alternatives: " + ", ".join(alternatives) if alternatives else "")
-    if row.get("sign_test_p") is not None:
+    elif row.get("sign_test_p") is not None:
         text += f"; sign test $p = {power_of_ten(format(row['sign_test_p'], '.2g'))}$"
-    if row.get("subsets"):
+    if full and row.get("subsets"):
         text += "; by subset: " + ", ".join(f"{k} {v}" for k, v in row["subsets"].items())
-    if alternatives:
-        text += "; alternatives: " + ", ".join(alternatives)
-    return text
+    return text + ("; alternatives: " + ", ".join(alternatives) if alternatives else "")
 
 
 def scale_html(book: Mapping[str, Result], larger: Mapping[str, tuple[Result, dict] | None],

@@ -15,7 +15,6 @@ import torch
 
 import convres
 from convres import explorers as ex
-from convres.model import attention_logits, attention_scale, forward_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_JS = ROOT / "web" / "model.js"
@@ -66,28 +65,13 @@ def agree(js, ref) -> bool:
 
 
 def test_the_bank_is_the_instance():
+    """The data as convres draws them; the page's runs (below) check the weights and the logits."""
     b = ex.bank("collapse", [1], [64])
     params, X, Y, cfg = ex.instance("collapse", 1, 64)
-    f = ex.FAMILIES["collapse"]
-    T, r = f["N"] * f["n"], b["r"]
-    Xs = decoded(b["data"]["1"]["X"]).reshape(T, f["d"])
-    R = decoded(b["data"]["1"]["R"]).reshape(T, r)
-    w = b["weights"]["1/64"]
-    assert np.array_equal(Xs, X.numpy().reshape(T, -1))
+    assert np.array_equal(decoded(b["data"]["1"]["X"]), X.numpy().ravel())
     assert np.array_equal(decoded(b["data"]["1"]["Y"]), Y.numpy().ravel())
-    assert np.array_equal(decoded(w["W_1"]).reshape(f["d"], f["m"]), params["layer1.W_1"].numpy())
-    # the logits and the attention output from the exported r x r and r x d matrices
-    P = decoded(w["P"]).reshape(r, r)
-    s = attention_scale(cfg)
-    logits = attention_logits(X, params["layer1.W_Q"], params["layer1.W_K"], s).numpy()
-    for i in range(f["N"]):
-        Ri = R[i * f["n"]:(i + 1) * f["n"]]
-        assert np.allclose(s * Ri @ P @ Ri.T, logits[i], rtol=1e-12, atol=1e-15)
-    tr = forward_trace(params, X, cfg.replace(beta=0.0))
-    V = decoded(w["V"]).reshape(r, f["d"])
-    SR = np.concatenate([tr.S[0][i].numpy() @ R[i * f["n"]:(i + 1) * f["n"]] for i in range(f["N"])])
-    assert np.allclose(SR @ V, tr.A[0].numpy().reshape(T, -1), rtol=1e-12, atol=1e-13)
-    Gq = decoded(w["Gq"]).reshape(r, r)
+    assert np.array_equal(decoded(b["weights"]["1/64"]["W_1"]), params["layer1.W_1"].numpy().ravel())
+    Gq = decoded(b["weights"]["1/64"]["Gq"]).reshape(b["r"], b["r"])
     assert np.allclose(Gq, Gq.T) and np.all(np.linalg.eigvalsh(Gq) > 0)
 
 
@@ -101,20 +85,15 @@ def test_the_bank_is_the_instance():
 ])
 def test_the_page_computes_what_convres_computes(family, seed, d_qk, beta, mu, scale):
     """web/model.js against convres.gradient_descent, 300 steps (500 in the browser test)."""
-    got = js_run(ex.bank(family, [seed], [d_qk]), seed, d_qk, beta, mu, scale, 300)
+    bank = ex.bank(family, [seed], [d_qk])
+    got = js_run(bank, seed, d_qk, beta, mu, scale, 300)
     params, X, Y, cfg = ex.instance(family, seed, d_qk, beta=beta, scale=scale)
     _, h = convres.gradient_descent(params, X, Y, cfg, mu, 300, rtol=ex.RTOL)
     assert got["status"] == h.status and agree(got["loss"], h.loss)
     assert (h.status == "diverged") == (beta == 2.0)
     assert got["alpha"] == pytest.approx(convres.lemmas.rate_alpha(params, X, cfg), rel=1e-10)
-
-
-def test_the_comparison_can_fail():
-    """The check is not vacuous: another step size, or another seed's weights, disagree."""
-    b = ex.bank("collapse", [0], [64])
-    ref = ex.run("collapse", 0, 64, 0.0, 0.002, steps=50)["loss"]
-    assert not agree(js_run(b, 0, 64, 0.0, 0.002 * (1 + 1e-7), "1/d_qk", 50)["loss"], ref)
-    assert not agree(js_run(b, 0, 64, 0.0, 0.002, "1/sqrt(d_qk)", 50)["loss"], ref)
+    nudged = js_run(bank, seed, d_qk, beta, mu * (1 + 1e-7), scale, 300)   # not vacuous: a step 1e-7 larger
+    assert h.status == "diverged" or not agree(nudged["loss"], h.loss)
 
 
 def test_erf_and_singular_values_in_javascript():

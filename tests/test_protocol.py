@@ -5,10 +5,7 @@ import math
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from convres import protocol as P
 from convres import report
@@ -28,9 +25,9 @@ def test_the_constants_are_those_of_protocol_md():
     seeds = [set(P.PILOT_SEEDS), set(P.PROBE_SEEDS), set(P.EVALUATION_SEEDS["paper"])]
     assert all(not (a & b) for i, a in enumerate(seeds) for b in seeds[i + 1:])      # disjoint
     assert set(P.EVALUATION_SEEDS["book"]) <= seeds[2] and len(P.PROBE_SEEDS) == 3 and len(P.PILOT_SEEDS) == 2
-    assert len(P.EVALUATION_SEEDS["book"]) >= 10 and len(P.EVALUATION_SEEDS["paper"]) >= 20
     assert all(P.MIN_UNITS[p] <= len(v) for p, v in P.EVALUATION_SEEDS.items())
     assert (P.GRID_FACTOR, P.PROBE_HORIZON_MAX, P.STABLE_FRACTION, P.T_INTERVAL_BELOW) == (2.0, 4, 0.5, 20)
+    assert (P.LEVEL, P.LOG_LOSS_FLOOR, P.RERUN_FACTOR, P.PROTOCOLS) == (0.95, 1e-12, 0.5, ("tuned", "common"))
     for c in P.CLAIMS.values():
         assert set(c.checks) <= set(P.CHECKS) and c.checks and c.alternatives
         assert all(p in (*P.PROTOCOLS, "half step") for _, p in c.alternatives)
@@ -67,12 +64,6 @@ def test_design_checks_pass_and_fail_at_their_thresholds(clear_error):
         clear_error(lambda: design_check(name, value), name)  # noqa: B023 (called at once)
 
 
-def _units(claim, n, rng):
-    strata = [s for s in claim.subsets for _ in range(n)] if claim.subsets else None
-    size = len(strata) if strata else n
-    return [0.6 + 0.1 * rng.normal() for _ in range(size)], strata
-
-
 def test_claim_record_refuses_what_the_protocol_did_not_name(clear_error):
     c = P.CLAIMS["S1"]
     effects = [0.5] * 30
@@ -86,29 +77,20 @@ def test_claim_record_refuses_what_the_protocol_did_not_name(clear_error):
         clear_error(lambda: claim_record(kw.pop("claim_id"), kw.pop("effects"), **kw), name)  # noqa: B023
 
 
-@settings(max_examples=150)
-@given(st.sampled_from(list(P.CLAIMS)), st.integers(0, 25), st.floats(-1, 1), st.floats(0, 1),
-       st.lists(st.integers(0, 40), max_size=5), st.booleans())
-def test_every_claim_record_is_strict_json_with_a_grade(cid, n, shift, spread, diverged, fail):
-    c = P.CLAIMS[cid]
-    rng = np.random.default_rng(n)
-    effects, strata = _units(c, n, rng)
-    effects = [None if i in diverged else shift + spread * (e - 0.6) for i, e in enumerate(effects)]
-    checks = _checks(c.experiment, failed=[c.checks[-1]] if fail else [])
-    rec = claim_record(cid, effects, profile="book", checks=checks, strata=strata,
-                       sensitivity={a: effects for a in c.alternatives}, draws=200)
-    doc = json.loads(json.dumps(rec.to_json(), allow_nan=False))
-    assert doc["id"] == cid == rec.id and doc["margin"] == c.margin and doc["measure"] == plain(c.measure)
-    assert [(s["measure"], s["protocol"]) for s in doc["sensitivity"]] == list(c.alternatives)
-    assert rec.row(figure="f") == {"claim": plain(c.tex), "tex": c.tex, **rec.to_json(), "figure": "f"}
-    assert report.claim_row([rec.row(experiment=c.experiment)], cid)["verdict"] == doc["verdict"]
-    assert doc["verdict"] in P.GRADES and (doc["verdict"] == "not testable") == fail
-    if fail:   # the check named, every measure not testable
-        assert c.checks[-1] in doc["reason"]
-        assert {s["verdict"] for s in doc["sensitivity"]} == {"not testable"}
-    assert (doc["verdict"] in ("inconclusive", "not testable")) == bool(doc.get("reason"))
-    assert doc["diverged"] == sum(e is None for e in effects)
-    assert doc["ci"] is None or doc["ci"][0] <= doc["ci"][1]
+def test_a_claim_record_is_strict_json_and_a_failed_check_makes_every_measure_not_testable():
+    c = P.CLAIMS["S1"]
+    strata = [s for s in c.subsets for _ in range(10)]
+    effects = [None, None] + [0.6 + 0.01 * i for i in range(28)]
+    for failed in ([], [c.checks[-1]]):
+        rec = claim_record("S1", effects, profile="book", checks=_checks(c.experiment, failed), strata=strata,
+                           sensitivity={a: effects for a in c.alternatives}, draws=200)
+        doc = json.loads(json.dumps(rec.to_json(), allow_nan=False))
+        assert doc["id"] == "S1" == rec.id and doc["diverged"] == 2 and doc["measure"] == plain(c.measure)
+        assert [(x["measure"], x["protocol"]) for x in doc["sensitivity"]] == list(c.alternatives)
+        assert rec.row(figure="f") == {"claim": plain(c.tex), "tex": c.tex, **rec.to_json(), "figure": "f"}
+        verdicts = {doc["verdict"], *(x["verdict"] for x in doc["sensitivity"])}
+        assert verdicts == {"not testable"} if failed else "not testable" not in verdicts
+        assert c.checks[-1] in doc["reason"] if failed else doc["verdict"] == "reproduced"
 
 
 def test_the_stamp_is_read_strictly(tmp_path):
@@ -126,35 +108,14 @@ def test_the_stamp_is_read_strictly(tmp_path):
     assert protocol_summary([])["protocol"]["tag"] == P.TAG
 
 
-def _git(*args: str) -> str | None:
-    """``git -C ROOT args`` in the project's own clone only; ``None`` without one or on failure."""
-    if not (ROOT / ".git").exists():
-        return None
-    try:
-        out = subprocess.run(["git", "-C", str(ROOT), "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
-                              *args], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
 def test_the_committed_stamp_agrees_with_the_tag():
     """Skipped before the protocol commit is tagged and stamped, or without git or the tag."""
+    git = ["git", "-C", str(ROOT), "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null"]
+    tag = [*git, "rev-parse", "--verify", "--quiet", f"{P.TAG}^{{commit}}"]
     stamp = protocol_stamp()
-    if stamp is None:
-        pytest.skip(f"{STAMP_FILE.name} is not committed yet (written right after tagging {P.TAG})")
-    commit = _git("rev-parse", "--verify", "--quiet", f"{P.TAG}^{{commit}}")
-    if commit is None:
-        pytest.skip(f"git does not know the tag {P.TAG} here")
-    assert stamp["commit"] == commit
-    assert stamp["date"][:10] == _git("show", "-s", "--format=%cI", commit)[:10]
-    assert _git("cat-file", "-e", f"{commit}:convres/protocol.py") is not None   # the tag holds the module
-
-
-def test_the_report_states_the_protocol():
-    claims = report.protocol_claims_table().to_html()
-    assert all(f">{cid}<" in claims for cid in P.CLAIMS) and "$" not in claims
-    checks = report.protocol_checks_table().to_html()
-    assert "$" not in checks and "$" not in report.protocol_deviations_table().to_html()
-    assert all(name in checks for name in P.CHECKS)
-    assert "100, 101, 102" in report.protocol_seeds_table().to_html()
+    if stamp is None or not (ROOT / ".git").exists() or subprocess.run(tag, capture_output=True).returncode:
+        pytest.skip(f"{STAMP_FILE.name} is not committed yet, or git does not know the tag {P.TAG} here")
+    commit = subprocess.run(tag, capture_output=True, text=True).stdout.strip()
+    date = subprocess.run([*git, "show", "-s", "--format=%cI", commit], capture_output=True, text=True).stdout
+    assert stamp["commit"] == commit and stamp["date"][:10] == date[:10]
+    assert subprocess.run([*git, "cat-file", "-e", f"{commit}:convres/protocol.py"]).returncode == 0

@@ -58,12 +58,9 @@ def test_criteria_and_measurements_are_typeset_from_the_rows_tex():
     assert r"\(p = 8.8 \times 10^{-5}\)" in page
 
 
-def test_the_chapters_tables_name_places_checks_and_steps():
+def test_the_chapters_tables_name_places_and_steps():
     assert tables.place("escape, scale 1/d_qk, d_QK = 16") == r"escape, scale $1/d_{QK}$, $d_{QK} = 16$"
     assert tables.place("wide") == "wide"
-    checks = tables.design_checks_table([{"name": "jena informative", "value": 1.21, "threshold": 1.0,
-                                          "passed": True}]).to_html()
-    assert "&gt; 1" in checks and ">yes<" in checks and ">1.21<" in checks
     steps = tables.step_sizes_table([{"arm": "wide, beta = 0", "chosen": 0.5, "best": 1, "largest_stable": 1},
                                      {"arm": "wide, beta = 1", "chosen": 0.25, "best": 0.25,
                                       "largest_stable": 0.5}]).to_html()
@@ -83,16 +80,20 @@ def test_the_build_environment_and_the_theorem_chapters(tmp_path):
     assert tables.theorem_chapters(tmp_path) == ["a"]
 
 
-def test_the_deviations_after_the_runs_are_numbered_and_marked_in_the_claims_table():
+def test_the_report_states_the_protocol_and_marks_the_deviations_after_the_runs():
     late = report.late_deviations()
     assert late and all(("after the v4" in d.when) == (i in late)
                         for i, d in enumerate(protocol.DEVIATIONS, 1))
-    claims = report.protocol_claims_table().data
-    marked = dict(zip(claims["id"], (v.split(", ") for v in claims["deviations after the runs"])))
+    claims = report.protocol_claims_table()
+    marked = dict(zip(claims.data["id"], (v.split(", ") for v in claims.data["deviations after the runs"])))
     assert all(str(i) in marked[c] for i, on in late.items() for c in on)
     assert all(v == ["none"] for c, v in marked.items() if not any(c in on for on in late.values()))
     numbers = list(report.protocol_deviations_table().data["#"])
     assert numbers == list(range(1, len(protocol.DEVIATIONS) + 1))
+    checks = report.protocol_checks_table().to_html()
+    assert "$" not in claims.to_html() + checks + report.protocol_deviations_table().to_html()
+    assert all(name in checks for name in protocol.CHECKS)
+    assert "100, 101, 102" in report.protocol_seeds_table().to_html()
 
 
 def test_the_two_scales_table_says_why_a_larger_run_was_not_made():
