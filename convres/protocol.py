@@ -104,11 +104,7 @@ class Deviation:
     when: str
     why: str
     touches: tuple[str, ...]
-
-    @property
-    def after_runs(self) -> bool:
-        """Made after the v4 runs had been seen (its ``when`` says so)."""
-        return "after the v4" in self.when
+    after_runs: bool = False   # made after the v4 runs had been seen
 
 
 REGIMES = ("wide", "narrow", "uniform attention")
@@ -189,10 +185,15 @@ CHECKS = {c.name: c for c in [
           r"\text{those of } L = 10 - 1|$", "<=", 0.05),
 ]}
 
+def _late(what: str, when: str, why: str, touches: tuple[str, ...]) -> Deviation:
+    """A :class:`Deviation` made after the v4 runs had been seen."""
+    return Deviation(what, when, why, touches, after_runs=True)
+
+
 _BEFORE = "in the protocol-v4 commit, before any v4 run"
 _SST2_RERUN = "2026-12-06, after the v4 book run of SST-2 (745520a); that run recomputed"
 DEVIATIONS = (
-    Deviation(r"an interval of Kendall's $\tau$ is cut to $[-1, 1]$, the range of $\tau$",
+    _late(r"an interval of Kendall's $\tau$ is cut to $[-1, 1]$, the range of $\tau$",
               "2026-12-06, after the v4 runs; no verdict changes (a grade compares an end with 0 or a margin "
               "inside the range)", r"a t-interval of a mean of $\tau$ can pass 1 (S4 in the book's run: 0.89 "
               "to 1.04), which no $\tau$ reaches", ("S1", "S4", "J1")),
@@ -210,7 +211,7 @@ DEVIATIONS = (
               "section 4 names the alternative measures but not their margins", tuple(CLAIMS)),
     Deviation(r"S3 is measured at the largest $d_{QK}$ of the escape runs; T4 against the non-collapsed arm",
               _BEFORE, r"section 4 leaves the $d_{QK}$ of S3 and the arm of T4 unnamed", ("S3", "T4")),
-    Deviation("Jena check (a) is judged on the least-squares fit of the window statistics and the model "
+    _late("Jena check (a) is judged on the least-squares fit of the window statistics and the model "
               "without the age (it fails in both profiles) and gates only the steps to the level, "
               "which become not testable; the mean log-loss stays graded, order-awareness shown by "
               "persistence_weights and by the new check that every pilot with the age ends below the "
@@ -218,38 +219,38 @@ DEVIATIONS = (
               "(the design checks are computed from them at load)", "the ridge with its lambda chosen out of "
               "sample is not the best order-blind fit of the training windows, which a training-MSE "
               "level measures (review8 M5)", ("J1", "J2")),
-    Deviation(r"S5 is the mean over the regime $\times$ $\beta$ strata of Spearman's $\rho$ across the "
+    _late(r"S5 is the mean over the regime $\times$ $\beta$ strata of Spearman's $\rho$ across the "
               "seeds, its BCa bootstrap resampling seeds (a seed's runs share their weights); it replaces "
               r"deviation 2's $\rho$ over every run of a regime",
               "2026-12-06, after the v4 runs; regraded from the stored runs",
               r"within a regime $\sigma_{\min}(Z_0)$ is almost a function of $\beta$, so "
               r"the pooled $\rho$ restated S1 (review8 M4, m7)", ("S5",)),
-    Deviation(r"simulations check (b) is judged on the evaluation runs: it counts those still diverged at "
+    _late(r"simulations check (b) is judged on the evaluation runs: it counts those still diverged at "
               "the step they are graded at after the reruns; the runs that diverged at their tuned step "
               "are counted beside it (first passes included)", "2026-12-06, after the v4 runs; regraded "
               "from the stored runs", "on the probe runs it could not fail (the chosen step is stable on "
               "every probe seed), and a divergence at the tuned step is what section 1's rerun rule "
               "handles (review8 m1)", ("S1", "S2", "S3", "S4", "S5")),
-    Deviation("SST-2 trains on distinct 10-token prefixes: one row per prefix, prefixes whose rows carry "
+    _late("SST-2 trains on distinct 10-token prefixes: one row per prefix, prefixes whose rows carry "
               "both labels and those of the validation split dropped, then n_train/2 of each label",
               _SST2_RERUN, "issue 33 asks for deduplicated sentences; 17% of the paper profile's prefixes "
               "repeated and 195 groups carried both labels (review8 M7)", ("T1", "T2", "T3", "T4")),
-    Deviation("SST-2 probes the step sizes at the evaluation horizon (200 steps book, 250 paper), not 50/60",
+    _late("SST-2 probes the step sizes at the evaluation horizon (200 steps book, 250 paper), not 50/60",
               _SST2_RERUN, "a step stable for 50 steps diverged within 200 (L = 6 isometric: 2 of 10 "
               "seeds at the tuned step, a third at half of it; halved twice; review8 M6)",
               ("T1", "T2", "T3", "T4")),
-    Deviation("an SST-2 arm rerun at half its step after another piece's seed diverged records every pass: "
+    _late("an SST-2 arm rerun at half its step after another piece's seed diverged records every pass: "
               "the seeds that diverged and the step of each (setting 'halvings')", _SST2_RERUN,
               "one-seed pieces decide a rerun across pieces; section 1 asks that diverged runs be counted "
               "and reported (review8 M6)", ("T1", "T2", "T3", "T4")),
-    Deviation(r"T4 is the mean over $t$ of $\log_{10}(\Phi_t/\Phi_{\text{ref}})$, one $\Phi_{\text{ref}}$ "
+    _late(r"T4 is the mean over $t$ of $\log_{10}(\Phi_t/\Phi_{\text{ref}})$, one $\Phi_{\text{ref}}$ "
               r"per unit: the arms' absolute mean log-losses, not each relative to its own $\Phi_0$",
               _SST2_RERUN, "the residual stacks start 1.7-1.9x higher, which made about 90% of T4's effect "
               "(review8 M1)", ("T4",)),
-    Deviation("T3 is not testable unless the shallowest non-collapsed arm trains: its median final training "
+    _late("T3 is not testable unless the shallowest non-collapsed arm trains: its median final training "
               "MSE below the floor's (least squares on the mean vector)", _SST2_RERUN,
               "an equivalence of two arms that stopped learning says nothing of depth (review8 M2)", ("T3",)),
-    Deviation("T1, T2 and T4 take T3's precondition: a claim is not testable unless every arm it says is "
+    _late("T1, T2 and T4 take T3's precondition: a claim is not testable unless every arm it says is "
               "worse trains, its median final training MSE below the floor's (T1 and T4 the isometric arm "
               "at every depth, T2 the matched L = 2 arm); at the paper scale a pilot on the two pilot seeds "
               "decides, before the evaluation seeds run, which claims that run can grade "
@@ -260,7 +261,7 @@ DEVIATIONS = (
               "does not train, so a contrast with it is decided at initialization, not by gradient descent "
               "(review10 M1, M2; review12 M1)",
               ("T1", "T2", "T4")),
-    Deviation("the SST-2 precondition applies per measure and depth: each measure, the alternatives too, "
+    _late("the SST-2 precondition applies per measure and depth: each measure, the alternatives too, "
               "is graded on the units whose own reference trains (T1, T4 at the unit's depth, T2 at L = 2, "
               "T3 at both depths it compares); a depth where it does not is not testable",
               "2026-12-07, after the v4 runs and the paper pilot; regraded from the stored runs",
@@ -268,7 +269,7 @@ DEVIATIONS = (
               "reference trains; an "
               "equivalence of two depths says nothing if either stopped learning (review11 M1, review12 m1, "
               "m4)", ("T1", "T2", "T3", "T4")),
-    Deviation("T1-T3 name their budget: training MSE after T full-batch steps (200 book, 250 paper), not "
+    _late("T1-T3 name their budget: training MSE after T full-batch steps (200 book, 250 paper), not "
               "at convergence; T2 states the unmatched shallow arm's effect and grade beside the matched",
               _SST2_RERUN, "no arm has converged at the horizon, and the matched arm trains worse than the "
               "unmatched one (review8 M3, m6)", ("T1", "T2", "T3")),

@@ -40,6 +40,15 @@ def _claim(row: dict) -> str:
                   r'<span style="white-space:nowrap">(\1)</span>', tex(row["tex"]))
 
 
+def claim_row(rows: Sequence[dict], claim_id: str) -> dict:
+    """The row of claim ``claim_id`` (``convres.protocol.CLAIMS``), exactly one."""
+    found = [r for r in rows if r.get("id") == claim_id]
+    if len(found) != 1:
+        raise ValueError(f"{len(found)} rows of claim {claim_id!r}; the rows' ids are "
+                         f"{[r.get('id') for r in rows]}.")
+    return found[0]
+
+
 def badge(verdict: str) -> str:
     """An HTML badge for ``verdict`` (one of ``convres.protocol.GRADES``)."""
     if verdict not in VERDICT_COLORS:
