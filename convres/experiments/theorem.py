@@ -36,7 +36,7 @@ from ..separation import (
     separation_report,
 )
 from ..stats import steps_to
-from ..theory import ffn_theorem_run, lazy_report, sampled_estimates
+from ..theory import MIN_DECREASE, ffn_theorem_run, lazy_report, sampled_estimates
 from ..width import (
     fixed_data,
     orthonormal_data,
@@ -53,8 +53,8 @@ _CERT = ("certified", "ratio", "mu_alpha")
 
 
 def non_vacuous_steps(mu_alpha: float, cap: int) -> int:
-    """The smallest ``T`` with ``mu alpha T >= ln(1/0.9)`` (assumption (A4)), at most ``cap``."""
-    return int(min(cap, math.ceil(math.log(1 / 0.9) / mu_alpha))) if mu_alpha > 0 else cap
+    """The smallest ``T`` with ``mu alpha T >= ln(1/MIN_DECREASE)`` (assumption (A4)), at most ``cap``."""
+    return int(min(cap, math.ceil(math.log(1 / MIN_DECREASE) / mu_alpha))) if mu_alpha > 0 else cap
 
 
 def _fields(cert, *keys: str) -> dict:
