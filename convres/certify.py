@@ -201,9 +201,6 @@ def chain(c: Centre, r: float, steps: int = RIEMANN_STEPS) -> Chain:
 def radius_within(c: Centre, which: str, target: float, iters: int = 40) -> float:
     """``sup{r : delta_G(r) <= target}`` (``G = which``: Z, M or H) from below, by doubling and
     bisection to ``2^-iters max(1, r*)`` (lemma wd-lem-compare)."""
-    if which not in ("H", "M", "Z"):
-        raise ValueError(f"which must be one of ['H', 'M', 'Z'], got {which!r}.")
-
     def f(r: float) -> float:
         return getattr(chain(c, r), f"delta_{which}")
 
@@ -441,6 +438,7 @@ class CertifiedRun:
     violations: int
     checked_steps: int
     status: str
+    params_final: dict
 
     @property
     def steps(self) -> int:
@@ -452,24 +450,17 @@ class CertifiedRun:
                 **{k: np.asarray(getattr(self, k)).tolist()
                    for k in ("loss", "envelope", "distance", "path", "sigma", "sigma_U", "ratio")}}
 
-    def min_sigma_ratio(self) -> float | None:
-        """The smallest ``sigma_t / sigma_0`` along the run (ffn: of the two ratios)."""
-        c = self.certificate
-        if isinstance(c, FFNCertificate):
-            if not (c.sigma_M0 > 0 and c.sigma_U0 > 0):
-                return None
-            return float(min(self.sigma.min() / c.sigma_M0, self.sigma_U.min() / c.sigma_U0))
-        return float(self.sigma.min() / c.sigma_0) if c.sigma_0 > 0 else None
-
     def summary(self) -> dict:
         """What ``theorem certify --json`` prints (``observed_violations`` when not certified)."""
         c = self.certificate
         if isinstance(c, FFNCertificate):
             r_lower, sigma_0 = c.r_lower, c.sigma_M0 * c.sigma_U0
+            ratios = [self.sigma.min() / c.sigma_M0, self.sigma_U.min() / c.sigma_U0] if sigma_0 > 0 else []
             extra = dict(readout="pooled" if c.pooled else "per token", rows=c.rows, sigma_M0=c.sigma_M0,
                          sigma_U0=c.sigma_U0, r_M=c.r_M, rate_ceiling=c.rate_ceiling)
         else:
             r_lower, sigma_0, extra = c.r_sigma_lower, c.sigma_0, {"eps": c.eps}
+            ratios = [self.sigma.min() / c.sigma_0] if sigma_0 > 0 else []
         out = {
             "route": c.route, "certified": c.certified, "ratio": c.ratio, "rho": c.rho,
             "r_sigma_lower": r_lower, "radius": c.radius, "L_upper": c.L_upper, "J_upper": c.J_upper,
@@ -479,7 +470,7 @@ class CertifiedRun:
             "violations": self.violations if c.certified else None,
             "observed_violations": None if c.certified else self.violations,
             "checked_steps": self.checked_steps, "max_distance": float(self.distance.max()),
-            "path_length": float(self.path[-1]), "min_sigma_ratio": self.min_sigma_ratio(),
+            "path_length": float(self.path[-1]), "min_sigma_ratio": float(min(ratios)) if ratios else None,
             "status": self.status, **extra}
         return finite_fields(out)
 
@@ -508,7 +499,7 @@ def _checked_run(params, X, Y, cfg, steps: int, cert: Certificate | FFNCertifica
             sig.append(sigma_k(activation_rows(step.trace.M[-1], cfg)))
             sig_U.append(sigma_k(step.params["W_U"].T))
 
-    _, hist = gradient_descent(params, X, Y, cfg, cert.mu, steps, callback=record)
+    final, hist = gradient_descent(params, X, Y, cfg, cert.mu, steps, callback=record)
     loss = np.asarray(hist.loss, dtype=np.float64)
     T = hist.steps
     envelope = loss[0] * (1 - cert.mu_alpha) ** np.arange(T + 1)
@@ -529,7 +520,7 @@ def _checked_run(params, X, Y, cfg, steps: int, cert: Certificate | FFNCertifica
             bad |= sigU_a < cert.sigma_U0 / 2 * (1 - tol)
     return CertifiedRun(certificate=cert, loss=loss, envelope=envelope, distance=dist_a, path=path,
                         sigma=sig_a, sigma_U=sigU_a, ratio=hist.ratio, violations=int(bad.sum()),
-                        checked_steps=contraction.checked_steps, status=hist.status)
+                        checked_steps=contraction.checked_steps, status=hist.status, params_final=final)
 
 
 def certified_run(params, X, Y, cfg, *, steps: int = 100, cert: Certificate | None = None) -> CertifiedRun:

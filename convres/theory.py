@@ -10,7 +10,7 @@ import math
 import numpy as np
 import torch
 
-from .certify import Certificate, centre, certificate_of, chain, check_certifiable, check_one
+from .certify import Certificate, CertifiedRun, centre, certificate_of, chain, check_certifiable, check_one
 from .checks import Contraction, Hypothesis, contraction_check, finite_fields, tolerance
 from .gd import History, Step, gradient_descent, loss_and_grad
 from .lemmas import (
@@ -131,10 +131,6 @@ def verify_run(hist: History, grad_U, sigma_H, mu: float, a: float, L_hat: float
     ``||theta_t - theta_0||`` (``t <= T``)."""
     loss, g = hist.loss, hist.grad_norm
     grad_U, sigma_H = np.asarray(grad_U, dtype=np.float64), np.asarray(sigma_H, dtype=np.float64)
-    T = hist.steps
-    if len(grad_U) != T or len(sigma_H) != T + 1 or len(distance) != T + 1:
-        raise ValueError(f"need one gradient per step ({T}) and sigma_H, distance per iterate ({T + 1}), "
-                         f"got {len(grad_U)}, {len(sigma_H)}, {len(distance)}.")
     c = contraction_check(loss, mu * a, tol=tol)
     k = c.steps
     pl = grad_U[k] ** 2 / (2 * loss[k]) - sigma_H[k] ** 2
@@ -386,12 +382,10 @@ def tangent_kernel_blocks(params, X, cfg) -> dict:
     return {"lambda_min": lam, "trace": tr, "blocks": blocks}
 
 
-def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U") -> dict:
-    """How lazy a run is (Chizat, Oyallon & Bach 2019): the tangent kernel, displacements, ``||H_0 -
-    X||``, ``max |S - U|``, ``block``-only descent and the ``linearization_error`` of ``F``."""
+def lazy_report(params, X, Y, cfg, run: CertifiedRun, *, block: str = "W_U") -> dict:
+    """How lazy ``run`` (from ``params``) is (Chizat, Oyallon & Bach 2019): the tangent kernel,
+    displacements, ``||H_0 - X||``, ``max |S - U|``, ``block``-only descent, ``linearization_error``."""
     check_inputs(params, X, Y, cfg)
-    mu = as_real("mu", mu, minimum=0.0, above=True)
-    steps = as_int("steps", steps, minimum=1)
     if block not in params:
         raise ValueError(f"block must be one of the weights {sorted(params)}, got {block!r}.")
     p0 = {k: v.detach().to(torch.float64) for k, v in params.items()}
@@ -403,16 +397,15 @@ def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U")
                  "max_S_minus_uniform": float((tr.S[0] - 1.0 / X.shape[1]).abs().max()),
                  "sigma_Nn_H0": sigma_nn(H0) if H0.shape[0] <= H0.shape[1] else None,
                  "sigma_Nn_X": sigma_nn(Xs) if Xs.shape[0] <= Xs.shape[1] else None}
-    final, hist = gradient_descent(p0, X, Y, cfg, mu, steps)
+    mu, final, loss, T = run.certificate.mu, run.params_final, run.loss, run.steps
     disp = {k: float((final[k] - p0[k]).norm()) for k in p0}
     total = sum(v * v for v in disp.values())
     grad_and_value = torch.func.grad_and_value(lambda w: phi({**p0, block: w}, X, Y, cfg))
     w, one = p0[block], []                                # descent on the weight ``block`` alone
-    for _ in range(hist.steps + 1):
+    for _ in range(T + 1):
         g, value = grad_and_value(w)
         one.append(float(value))
         w = w - mu * g
-    loss = np.asarray(hist.loss, dtype=np.float64)
     delta = {k: final[k] - p0[k] for k in p0}             # F_0 and its derivative along theta_T - theta_0
     F0, JD = torch.func.jvp(lambda p: forward_trace(p, X, cfg).F, (p0,), (delta,))[:2]
     FT = trace_no_grad(final, X, cfg).F
@@ -420,9 +413,9 @@ def lazy_report(params, X, Y, cfg, *, mu: float, steps: int, block: str = "W_U")
     share = {k: v * v / total for k, v in disp.items()} if total > 0 else {}
     out.update(displacement=disp, displacement_share=share, block=block, loss=loss.tolist(),
                loss_one_block=one, one_block_gap={str(t): float(abs(one[t] - loss[t]) / loss[t])
-                              for t in sorted({1, 10, 30, hist.steps}) if t <= hist.steps and loss[t] > 0},
+                              for t in sorted({1, 10, 30, T}) if t <= T and loss[t] > 0},
                linearization_error=float((FT - F0 - JD).norm()) / moved if moved > 0 else None,
-               mu=mu, steps=hist.steps)
+               mu=mu, steps=T)
     return out
 
 

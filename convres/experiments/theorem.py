@@ -36,7 +36,7 @@ from ..separation import (
     separation_report,
 )
 from ..stats import steps_to
-from ..theory import ffn_theorem_run, lazy_report, sampled_estimates
+from ..theory import MIN_DECREASE, ffn_theorem_run, lazy_report, sampled_estimates
 from ..width import (
     fixed_data,
     orthonormal_data,
@@ -53,8 +53,8 @@ _CERT = ("certified", "ratio", "mu_alpha")
 
 
 def non_vacuous_steps(mu_alpha: float, cap: int) -> int:
-    """The smallest ``T`` with ``mu alpha T >= ln(1/0.9)`` (assumption (A4)), at most ``cap``."""
-    return int(min(cap, math.ceil(math.log(1 / 0.9) / mu_alpha))) if mu_alpha > 0 else cap
+    """The smallest ``T`` with ``mu alpha T >= ln(1/MIN_DECREASE)`` (assumption (A4)), at most ``cap``."""
+    return int(min(cap, math.ceil(math.log(1 / MIN_DECREASE) / mu_alpha))) if mu_alpha > 0 else cap
 
 
 def _fields(cert, *keys: str) -> dict:
@@ -73,8 +73,8 @@ def CERTIFIED(s: dict, **_) -> dict:
     params, X, Y, cfg = certified_instance(s["seed"], N=s["N"], n=s["n"], d=s["d"])
     cert = certificate(params, X, Y, cfg)          # everything before the run
     run = certified_run(params, X, Y, cfg, steps=s["steps"], cert=cert)
-    lazy = lazy_report(params, X, Y, cfg, mu=cert.mu, steps=s["steps"], block="W_U")
-    return {"run": run.to_dict(), "estimates": sampled_estimates(params, X, Y, cfg, cert), "lazy": lazy}
+    return {"run": run.to_dict(), "estimates": sampled_estimates(params, X, Y, cfg, cert),
+            "lazy": lazy_report(params, X, Y, cfg, run)}
 
 
 # --- sharper constants: the eps-certificate on fresh seeds ----------------------------------------
@@ -99,9 +99,8 @@ def SHARPER(s: dict, **_) -> dict:
         row = {"seed": seed}
         for name, cert in (("book", certificate_of(c, EPS_BOOK)), ("sharp", sharpest_certificate_of(c))):
             run = certified_run(params, X, Y, cfg, steps=s["steps"], cert=cert)
-            row[name] = {"eps": cert.eps, "certified": cert.certified, "ratio": cert.ratio,
-                         "mu_alpha": cert.mu_alpha, "violations": run.violations,
-                         "observed_decrease": _worst_decrease(run.loss)}
+            row[name] = dict(_fields(cert, "eps", *_CERT), violations=run.violations,
+                             observed_decrease=_worst_decrease(run.loss))
         rows.append(row)
     return {"rows": rows}
 
@@ -119,13 +118,9 @@ def SHARPER(s: dict, **_) -> dict:
              smoke=dict(widths=[64, 128], shapes=[[1, 2]], seeds=[0], default_widths=[16])))
 def WIDTH_SWEEP(s: dict, **_) -> dict:
     rows = width_sweep(s["widths"], [tuple(x) for x in s["shapes"]], s["seeds"])
-    default = []
-    for d in s["default_widths"]:
-        for seed in s["seeds"][:2]:
-            params, X, Y, cfg = theorem_instance(seed, d=d)
-            cert = certificate(params, X, Y, cfg)
-            default.append(dict(d=d, seed=seed, ratio=cert.ratio, rho=cert.rho,
-                                r_sigma_lower=cert.r_sigma_lower))
+    default = [dict(d=d, seed=seed, **_fields(certificate(*theorem_instance(seed, d=d)), "ratio", "rho",
+                                              "r_sigma_lower"))
+               for d in s["default_widths"] for seed in s["seeds"][:2]]
     return {"rows": rows, "default": default}
 
 
@@ -290,7 +285,7 @@ def FFN_CERTIFIED(s: dict, **_) -> dict:
         run = ffn_certified_run(params, X, Y, cfg, steps=steps, cert=cert)
         out[name] = {"settings": kw, "run": run.to_dict()}
         if name == "per token":
-            out[name]["lazy"] = lazy_report(params, X, Y, cfg, mu=cert.mu, steps=steps, block="layer1.W_2")
+            out[name]["lazy"] = lazy_report(params, X, Y, cfg, run, block="layer1.W_2")
     per_token = s["instances"]["per token"]
     out["seeds"] = [dict(seed=k, **_fields(ffn_certificate(*ffn_certified_instance(k, **per_token)), *_CERT))
                     for k in s["seeds"]]
