@@ -66,8 +66,7 @@ EDITS = {"settings": lambda d: d["settings"].__setitem__("eta", 0.2),
          "profile": lambda d: d.__setitem__("profile", "book"),
          "name": lambda d: d.__setitem__("name", "simulations"),
          "seeds": lambda d: d["settings"].__setitem__("seeds", d["settings"]["seeds"] + [7]),
-         "relabelled": lambda d: [r.__setitem__("seed", 0) for r in d["data"]["runs"]],  # piece 0 as 1
-         "a record twice": lambda d: d["data"]["runs"].append(d["data"]["runs"][0]),
+         "no provenance": lambda d: d.pop("provenance"),
          "no data": lambda d: d.pop("data"),
          "no pieces": lambda d: d.pop("pieces", None) if "pieces" in d else d.pop("seconds"),
          "done": lambda d: d.get("pieces", {}).__setitem__("done", [0, 9]) if "pieces" in d
