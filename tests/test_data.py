@@ -354,8 +354,7 @@ def test_a_file_is_checked_against_its_recorded_sha256(tmp_path):
 
 def test_a_fresh_data_folder_is_filled_from_the_mirror(tmp_path, mirror):
     base, files, server = mirror
-    with pytest.warns(data.DataWarning, match="third-party record"):
-        jena = data.download("jena", data_dir=tmp_path)
+    jena = data.download("jena", data_dir=tmp_path)
     data.download("sst2", data_dir=tmp_path)
     assert jena.read_bytes() == files["/jena.zip"] and {p for p, _ in server.requests} == set(files)
     sums = data.sources.read_checksums(tmp_path)

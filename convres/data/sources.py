@@ -30,10 +30,6 @@ class DataError(ValueError):
     """A data file is missing, malformed, too costly to read, or does not cover what is needed."""
 
 
-class DataWarning(UserWarning):
-    """Something about a data file could not be verified (the data are still used)."""
-
-
 def data_dir(path: str | os.PathLike | None = None) -> Path:
     """The data folder: ``path``, else ``$CONVRES_DATA_DIR``, else ``~/.cache/convres/data``."""
     return setting_dir(DATA_ENV, "data", path)
@@ -99,6 +95,12 @@ def zip_member(archive: zipfile.ZipFile, where: Path) -> zipfile.ZipInfo:
         if bad:
             raise DataError(f"{where} {what}; it is not the Keras zip of Jena Climate: download it again.")
     return m
+
+
+def check_zip(path: Path) -> None:
+    """A :class:`DataError` (``zipfile.BadZipFile``) unless ``path`` is a zip :func:`zip_member` passes."""
+    with zipfile.ZipFile(path) as archive:
+        zip_member(archive, path)
 
 
 def fetch(rel: str, root: Path, check=None) -> Path:

@@ -79,8 +79,7 @@ def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, ve
                        "outside -1, 0, 1"), (df["idx"].duplicated(), "the idx of an earlier row"),
                        (tokens > max_tokens, f"more than max_tokens={max_tokens} tokens")]:
         if rows.any():
-            raise DataError(f"{path}: {int(rows.sum())} row(s) with {what}, the first at row "
-                            f"{int(rows.to_numpy().argmax())}; drop or correct them.")
+            raise DataError(f"{path}: {int(rows.sum())} row(s) with {what}; drop or correct them.")
     df.attrs["checksum"] = checked
     return df
 
