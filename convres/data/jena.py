@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 
 from ..values import positive_int
-from .sources import MAX_MEMBER_BYTES, DataError, check_zip, fetch, verify_file, zip_member
+from .sources import MAX_MEMBER_BYTES, DataError, check_zip, find, verify_file, zip_member
 from .sources import data_dir as data_folder
 
 JENA_ZIP = "jena_climate_2009_2016.csv.zip"
@@ -37,16 +37,8 @@ JENA_FEATURES = JENA_ALL_FEATURES[:11]
 
 def jena_path(data_dir: str | os.PathLike | None = None, *, download: bool = False) -> Path:
     """The first of :data:`JENA_FILES` in ``<data_dir>/jena_climate/``, downloaded when asked."""
-    root = data_folder(data_dir)
-    for path in (root / "jena_climate" / name for name in JENA_FILES):
-        if path.exists() and not path.is_file():
-            raise DataError(f"{path} is not a regular file (a directory?); remove it, then put the data in.")
-        if path.is_file():
-            return path
-    if download:
-        return fetch(f"jena_climate/{JENA_ZIP}", root, check=check_zip)
-    raise FileNotFoundError(f"no Jena Climate file in {root / 'jena_climate'}: run `python -m convres data` "
-                            "(or load_jena(download=True)), or set CONVRES_DATA_DIR to an offline copy.")
+    names = tuple(f"jena_climate/{name}" for name in JENA_FILES)
+    return find(data_folder(data_dir), names, download, check_zip)
 
 
 def _read_csv(path: Path) -> pd.DataFrame:

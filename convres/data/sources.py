@@ -97,6 +97,20 @@ def zip_member(archive: zipfile.ZipFile, where: Path) -> zipfile.ZipInfo:
     return m
 
 
+def find(root: Path, names: tuple[str, ...], download: bool = False, check=None) -> Path:
+    """The first of ``names`` (paths in the data folder ``root``) that is there, else, with ``download``,
+    the first fetched (:func:`fetch`); else a FileNotFoundError saying how to get it."""
+    for path in (root / name for name in names):
+        if path.exists() and not path.is_file():
+            raise DataError(f"{path} is not a regular file (a directory?); remove it, then put the data in.")
+        if path.is_file():
+            return path
+    if download and names[0] in SOURCES:
+        return fetch(names[0], root, check)
+    raise FileNotFoundError(f"{root / names[0]} not found: run `python -m convres data` (or download=True) "
+                            f"to download it, or set {DATA_ENV} to an offline copy.")
+
+
 def check_zip(path: Path) -> None:
     """A :class:`DataError` (``zipfile.BadZipFile``) unless ``path`` is a zip :func:`zip_member` passes."""
     with zipfile.ZipFile(path) as archive:
