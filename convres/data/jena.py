@@ -115,9 +115,8 @@ def load_jena(start=None, end=None, *, data_dir=None, columns=JENA_FEATURES, fre
     df = df[(df.index >= lo) & (df.index <= hi)]
     steps = np.diff(df.index.to_numpy())
     if (steps <= np.timedelta64(0)).any():
-        first = df.index[1:][steps <= np.timedelta64(0)][0]
-        raise DataError(f"{path}: the time {first} repeats or comes out of order; sort the file by "
-                        f"{JENA_TIME!r} and drop duplicates first.")
+        raise DataError(f"{path}: column {JENA_TIME!r} repeats a time or is out of order; sort the file by "
+                        "it and drop duplicates first.")
     if step is None:
         return df
     spacing = pd.Timedelta(np.median(steps)) if len(steps) else step
