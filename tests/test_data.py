@@ -88,13 +88,12 @@ def test_offline_copies(offline):
         assert s.attrs["checksum"] == f"sha256 matches {offline / 'SHA256SUMS'}"
 
 
-def slice_rows(cells):
-    """The slice's rows with ``cells`` = {(data row, column): text} replaced."""
+def slice_rows(row, column, text):
+    """The slice's rows with the cell of data row ``row`` and ``column`` replaced by ``text``."""
     rows = jena_rows(features=11, trailing_zeros=False)
-    for (i, column), text in cells.items():
-        fields = rows[i].split(",")
-        fields[1 + data.JENA_FEATURES.index(column)] = text
-        rows[i] = ",".join(fields)
+    fields = rows[row].split(",")
+    fields[1 + data.JENA_FEATURES.index(column)] = text
+    rows[row] = ",".join(fields)
     return rows
 
 
@@ -106,7 +105,7 @@ BAD_VALUES = ["", "x", "inf", "-Infinity", "-9999", "-9999.00", "1e308", "nan"]
        text=st.one_of(st.sampled_from(BAD_VALUES), st.floats(-2e4, 2e4).map(lambda v: f"{v:.2f}")))
 def test_a_value_is_read_only_if_it_passes_every_content_check(row, column, text, tmp_path_factory):
     """A value missing, not a number, infinite, the sentinel or out of range is named; else read."""
-    path = write_slice(tmp_path_factory.mktemp("jena"), rows=slice_rows({(row, column): text}))
+    path = write_slice(tmp_path_factory.mktemp("jena"), rows=slice_rows(row, column, text))
     lo, hi = data.JENA_BOUNDS[column]
     try:
         value = float(text)
