@@ -164,10 +164,7 @@ def run_piece(name: str, k: int, *, folder=None, device=None, progress: bool = F
     blocks, path = pieces(name, profile), piece_path(name, k, folder, profile)
     if not 0 <= k < len(blocks):
         raise ValueError(f"{name!r} has pieces 0 to {len(blocks) - 1} in the {profile!r} profile, got {k}.")
-    try:  # before the work
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ValueError(f"the results folder {path.parents[1]} cannot be written ({err}).") from None
+    path.parent.mkdir(parents=True, exist_ok=True)  # before the work: an OSError naming the folder
     if not path.parent.resolve().is_relative_to(path.parents[1].resolve()):
         raise ValueError(f"{path.parent} is a link out of {path.parents[1]}; make it a folder of its own.")
     commit = git_commit()  # the code that runs is the clone's now
