@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 
 from ..values import positive_int
-from .sources import MAX_MEMBER_BYTES, DataError, check_zip, find, verify_file, zip_member
+from .sources import MAX_MEMBER_BYTES, DataError, find, verify_file, zip_member
 from .sources import data_dir as data_folder
 
 JENA_ZIP = "jena_climate_2009_2016.csv.zip"
@@ -37,8 +37,7 @@ JENA_FEATURES = JENA_ALL_FEATURES[:11]
 
 def jena_path(data_dir: str | os.PathLike | None = None, *, download: bool = False) -> Path:
     """The first of :data:`JENA_FILES` in ``<data_dir>/jena_climate/``, downloaded when asked."""
-    names = tuple(f"jena_climate/{name}" for name in JENA_FILES)
-    return find(data_folder(data_dir), names, download, check_zip)
+    return find(data_folder(data_dir), tuple(f"jena_climate/{name}" for name in JENA_FILES), download)
 
 
 def _read_csv(path: Path) -> pd.DataFrame:

@@ -97,7 +97,7 @@ def zip_member(archive: zipfile.ZipFile, where: Path) -> zipfile.ZipInfo:
     return m
 
 
-def find(root: Path, names: tuple[str, ...], download: bool = False, check=None) -> Path:
+def find(root: Path, names: tuple[str, ...], download: bool = False) -> Path:
     """The first of ``names`` (paths in the data folder ``root``) that is there, else, with ``download``,
     the first fetched (:func:`fetch`); else a FileNotFoundError saying how to get it."""
     for path in (root / name for name in names):
@@ -106,23 +106,15 @@ def find(root: Path, names: tuple[str, ...], download: bool = False, check=None)
         if path.is_file():
             return path
     if download and names[0] in SOURCES:
-        return fetch(names[0], root, check)
+        return fetch(names[0], root)
     raise FileNotFoundError(f"{root / names[0]} not found: run `python -m convres data` (or download=True) "
                             f"to download it, or set {DATA_ENV} to an offline copy.")
 
 
-def check_zip(path: Path) -> None:
-    """A :class:`DataError` (``zipfile.BadZipFile``) unless ``path`` is a zip :func:`zip_member` passes."""
-    with zipfile.ZipFile(path) as archive:
-        zip_member(archive, path)
-
-
-def fetch(rel: str, root: Path, check=None) -> Path:
-    """``root/rel`` (a file of :data:`SOURCES`), downloaded first when missing; the download passes
-    ``check(path)`` (if given) before it takes that name."""
+def fetch(rel: str, root: Path) -> Path:
+    """``root/rel`` (a file of :data:`SOURCES`) downloaded; a zip must pass :func:`zip_member` before
+    it takes that name."""
     dest, url = root / rel, SOURCES[rel]()
-    if dest.is_file():
-        return dest
     fix = f"without network, put the file at {dest}, or set {DATA_ENV} to an offline copy holding {rel}"
     if rel.startswith("sst2/") and os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
         raise DataError(f"{rel} is missing and HF_HUB_OFFLINE is set, so it is not downloaded from {url}; "
@@ -131,8 +123,9 @@ def fetch(rel: str, root: Path, check=None) -> Path:
     part = dest.with_name(dest.name + ".part")
     try:
         _download(url, part, rel)
-        if check is not None:
-            check(part)
+        if rel.endswith(".zip"):  # a captive portal's page is no zip
+            with zipfile.ZipFile(part) as archive:
+                zip_member(archive, part)
     except (OSError, http.client.HTTPException, zipfile.BadZipFile) as err:  # URLError, timeouts, ...
         kept = f" What arrived is kept in {part}: the next try resumes it." if part.exists() else ""
         raise DataError(f"could not download {rel} from {url} ({getattr(err, 'reason', None) or err}); "
