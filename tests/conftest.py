@@ -22,17 +22,18 @@ settings.load_profile("convres")
 
 OFFLINE = Path(os.environ.get("CONVRES_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
 SLICE = "jena_climate/jena_climate_2009_2016_SUBSET_2009-01-01_to_2009-01-28_12cols.csv.gz"
-REVISION = "bcdcba79d07bc864c1c254ccfcedcce55bcc9a8c"
 
 
 def mirror_files(offline: Path = OFFLINE) -> dict[str, bytes]:
     """URL path -> bytes of the mirror, built from the offline copy."""
+    from convres.data.sources import SST2_REVISION
+
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("jena_climate_2009_2016.csv", gzip.decompress((offline / SLICE).read_bytes()))
     files = {"/jena.zip": buf.getvalue()}
     for split in ("train", "validation"):
-        hub = f"/datasets/nyu-mll/glue/resolve/{REVISION}/sst2/{split}-00000-of-00001.parquet"
+        hub = f"/datasets/nyu-mll/glue/resolve/{SST2_REVISION}/sst2/{split}-00000-of-00001.parquet"
         files[hub] = (offline / "sst2" / f"{split}.parquet").read_bytes()
     return files
 

@@ -3,7 +3,6 @@
 import dataclasses
 import json
 import os
-import re
 import subprocess
 import sys
 import warnings
@@ -77,11 +76,9 @@ ENTRY_EDITS = {
     "garbage": lambda p: p.write_bytes(b"\x00garbage"),
     "truncated": lambda p: p.write_bytes(p.read_bytes()[:10]),
     "deep": lambda p: p.write_bytes(b"[" * 100_000),
-    "empty": lambda p: p.write_bytes(b""),
     "nan": lambda p: p.write_text(p.read_text().replace('"v":1', '"v":NaN')),
     "result edited": lambda p: p.write_text(p.read_text().replace('"v":1', '"v":2')),
     "other config": lambda p: p.write_text(p.read_text().replace('"a":1', '"a":9')),
-    "no sha": lambda p: p.write_text(p.read_text().replace('"sha256"', '"sha255"')),
     "a list": lambda p: p.write_text("[1, 2]"),
     "fifo": lambda p: (p.unlink(), os.mkfifo(p)),
     "link": lambda p: (p.unlink(), p.symlink_to("/etc/hostname")),
@@ -127,30 +124,10 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
     assert oct(path.stat().st_mode & 0o777) == oct(0o644)
 
 
-def test_an_entry_that_is_a_directory_is_named_before_any_work(tmp_path):
-    cache.cached_json("e", {"a": 1}, lambda: 1, directory=tmp_path)
-    (path,) = tmp_path.iterdir()
-    path.unlink()
-    path.mkdir()
-    with pytest.raises(OSError, match=re.escape(str(path))):
-        cache.cached_json("e", {"a": 1}, lambda: pytest.fail("computed"), directory=tmp_path)
-
-
-FOLDER_SETTINGS = {"loop": lambda t: (t / "loop").symlink_to(t / "loop") or t / "loop",
-                   "file": lambda t: (t / "f").write_text("x") and t / "f",
-                   "under a file": lambda t: (t / "f").write_text("x") and t / "f" / "sub",
-                   "empty": "", "blank": "  ", "no user": "~nosuchuserqq/c", "nul": "a\0b", "proc": "/proc/c"}
-
-
-@pytest.mark.parametrize("kind", sorted(FOLDER_SETTINGS))
-def test_an_unusable_cache_folder_is_a_clear_error_before_any_work(kind, tmp_path, monkeypatch):
-    value = FOLDER_SETTINGS[kind]
-    value = value(tmp_path) if callable(value) else value
-    if "\0" in str(value):
-        monkeypatch.setattr(cache.os, "environ", {cache.CACHE_ENV: str(value)})
-    else:
-        monkeypatch.setenv(cache.CACHE_ENV, str(value))
-    with pytest.raises((ValueError, OSError), match=cache.CACHE_ENV):
+def test_an_unusable_cache_folder_is_a_clear_error_before_any_work(tmp_path, monkeypatch):
+    (tmp_path / "f").write_text("x")
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "f" / "sub"))
+    with pytest.raises(OSError, match=cache.CACHE_ENV):
         cache.cached_json("e", {}, lambda: pytest.fail("computed"))
 
 

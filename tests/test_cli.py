@@ -56,11 +56,8 @@ def test_the_modes_print_strict_json_and_reproduce_lists_the_experiments(capsys)
     (("reproduce", "simulations", "--profile", "paper", "--piece", "0", "--out", "x"), ("--out",)),
     (("reproduce", "simulations", "--profile", "paper", "--piece", "99"), ("99",)),
     (("theorem", "certify", "--d", "1"), ("--d",)),
-    (("theorem", "width", "--delta", "2"), ("delta",)),
     (("theorem", "--certify"), ("certify", "width", "scope")),    # a mode is a subcommand, not a flag
     (("theorem", "certify", "--beta", "1"), ("--beta",)),       # a flag of another mode: refused
-    (("rank-collapse", "--steps", "2"), ("--steps",)),
-    (("gd", "--d", "100000"), ("--d",)),
     (("gd", "--seed", "-1"), ("--seed",)),
     (("data", "bogus"), ("bogus",)),
 ])

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from convres import data, experiments
 from convres.data import DataError
 from convres.experiments import jena_data
-from convres.instances import synthetic_regression
 
 FULL_HEADER = ",".join(f'"{c}"' for c in ("Date Time", *data.JENA_ALL_FEATURES))  # Keras: quoted
 SLICE_HEADER = ",".join(("Date Time", *data.JENA_FEATURES))                      # offline slice
@@ -89,13 +88,12 @@ def test_offline_copies(offline):
         assert s.attrs["checksum"] == f"sha256 matches {offline / 'SHA256SUMS'}"
 
 
-def slice_rows(cells):
-    """The slice's rows with ``cells`` = {(data row, column): text} replaced."""
+def slice_rows(row, column, text):
+    """The slice's rows with the cell of data row ``row`` and ``column`` replaced by ``text``."""
     rows = jena_rows(features=11, trailing_zeros=False)
-    for (i, column), text in cells.items():
-        fields = rows[i].split(",")
-        fields[1 + data.JENA_FEATURES.index(column)] = text
-        rows[i] = ",".join(fields)
+    fields = rows[row].split(",")
+    fields[1 + data.JENA_FEATURES.index(column)] = text
+    rows[row] = ",".join(fields)
     return rows
 
 
@@ -107,7 +105,7 @@ BAD_VALUES = ["", "x", "inf", "-Infinity", "-9999", "-9999.00", "1e308", "nan"]
        text=st.one_of(st.sampled_from(BAD_VALUES), st.floats(-2e4, 2e4).map(lambda v: f"{v:.2f}")))
 def test_a_value_is_read_only_if_it_passes_every_content_check(row, column, text, tmp_path_factory):
     """A value missing, not a number, infinite, the sentinel or out of range is named; else read."""
-    path = write_slice(tmp_path_factory.mktemp("jena"), rows=slice_rows({(row, column): text}))
+    path = write_slice(tmp_path_factory.mktemp("jena"), rows=slice_rows(row, column, text))
     lo, hi = data.JENA_BOUNDS[column]
     try:
         value = float(text)
@@ -123,38 +121,32 @@ def test_a_value_is_read_only_if_it_passes_every_content_check(row, column, text
 def _edited(edit, rows, header):
     if edit == "duplicate":
         rows.insert(36, rows[35])
-    elif edit == "swap":
-        rows[11], rows[23] = rows[23], rows[11]
     elif edit == "gap":
         del rows[35]
     elif edit == "bad time":
         rows[29] = rows[29].replace("01.01.2009 05:00:00", "2009-01-01 05:00:00")
-    elif edit == "twice":
-        rows, header = [r + "," + r.split(",")[1] for r in rows], header + ",p (mbar)"
     elif edit == "a column renamed":
         header = header.replace("T (degC)", "Temp")
     return rows, header
 
 
 @pytest.mark.parametrize("edit,end,names", [
-    ("duplicate", None, ()), ("swap", None, ()), ("gap", None, ()), ("empty", None, ()),
-    ("header only", None, ()), ("bad time", None, ()), ("twice", None, ()),
+    ("duplicate", None, ()), ("gap", None, ()), ("header only", None, ()), ("bad time", None, ()),
     ("a column renamed", None, ("T (degC)",)),
     ("", "2009-02-01 00:00", ("2009-01-01 00:10:00 .. 2009-01-02 06:00:00",)),   # a range the file lacks
 ])
 def test_rows_that_break_the_time_order_or_the_file_shape_are_named(tmp_path, edit, end, names):
     """A file not of evenly spaced Jena rows, or lacking the range asked for, is named."""
     path = write_slice(tmp_path, *_edited(edit, jena_rows(features=11, trailing_zeros=False), SLICE_HEADER))
-    if edit in ("empty", "header only"):
-        path.write_text("" if edit == "empty" else SLICE_HEADER + "\n")
+    if edit == "header only":
+        path.write_text(SLICE_HEADER + "\n")
     with pytest.raises(DataError, match=str(path)) as err:
         data.load_jena("2009-01-01 01:00", end or "2009-01-01 20:00", data_dir=tmp_path, freq="1h")
     assert all(n in str(err.value) for n in names), err.value
 
 
-@pytest.mark.parametrize("kwargs", [dict(freq="bogus"), dict(freq="-1h"), dict(freq="0h"), dict(freq=3),
-                                    dict(freq="7min"), dict(start="not a date"), dict(end="2009-13-45"),
-                                    dict(start=5), dict(start="2009-01-01 01:00+01:00"),
+@pytest.mark.parametrize("kwargs", [dict(freq="bogus"), dict(freq="7min"), dict(start="not a date"),
+                                    dict(start="2009-01-01 01:00+01:00"),
                                     dict(start="2009-01-02 00:00", end="2009-01-01 00:00")])
 def test_window_arguments_are_checked(tmp_path, kwargs, clear_error):
     write_slice(tmp_path)
@@ -243,30 +235,14 @@ def test_embed_with_standardizes_over_the_given_tokens_and_zeroes_unknown_ones()
 
 VOCAB, VECTORS = ["a", "b", "c"], np.array([[1.0, 10.0], [3.0, 30.0], [5.0, 20.0]])
 CONSTANT = np.column_stack([np.arange(5.0), np.full(5, 1307.75), np.arange(5.0)])
-HUGE, INFINITE = (np.column_stack([np.arange(5.0), [996.5, 996.6, v, 996.4, 996.5]]) for v in (1e308, np.inf))
 BAD_ARGUMENTS = {   # what is wrong -> (the call, a name its error must say)
     "a constant feature": (lambda: data.standardize(CONSTANT, ["p", "rho", "T"]), "'rho'"),
-    "a huge value": (lambda: data.standardize(HUGE, ["T", "p"]), "'p'"),
-    "an infinite value": (lambda: data.standardize(INFINITE, ["T", "p"]), "'p'"),
-    "too few names": (lambda: data.standardize(HUGE, ["T"]), "names"),
-    "one row": (lambda: data.standardize(HUGE[:1], ["T", "p"]), "rows"),
+    "too few names": (lambda: data.standardize(CONSTANT, ["T"]), "names"),
     "a bad split": (lambda: data.sst2_path("dev"), "split"),
     "an odd size": (lambda: data.sst2_prefixes(DF, 4, 3), "size"),
-    "a float size": (lambda: data.sst2_prefixes(DF, 4, np.float64(4)), "size"),
     "too few of a label": (lambda: data.sst2_prefixes(DF, 5, size=6), "label 0"),
-    "no sentence that long": (lambda: data.sst2_prefixes(DF, 9), "9 tokens"),
-    "no tokens": (lambda: data.sst2_prefixes(DF, 0), "n_tokens"),
-    "the unlabelled split": (lambda: data.sst2_prefixes(DF.assign(label=-1), 5), "'test'"),
-    "a bool size of data": (lambda: synthetic_regression(True, 3, 4), "N"),
-    "no dimension": (lambda: data.ppmi_embeddings([s.split() for s in LONG], 0), "d"),
     "more dimensions than words": (lambda: data.ppmi_embeddings([s.split() for s in LONG], 50), "d = 50"),
-    "no smoothing": (lambda: data.ppmi_embeddings([s.split() for s in LONG], 2, smoothing=0), "smoothing"),
-    "an empty sentence": (lambda: data.ppmi_embeddings([["a"], []], 2), "sentences"),
-    "a vocabulary of one": (lambda: data.ppmi_embeddings([s.split() for s in LONG], 2, vocab_size=1),
-                            "vocab_size"),
     "sentences of two lengths": (lambda: data.embed_with([["a"], ["a", "b"]], VOCAB, VECTORS), "sentences"),
-    "no known token": (lambda: data.embed_with([["x", "y"]], VOCAB, VECTORS), "vocabulary"),
-    "vectors for another vocabulary": (lambda: data.embed_with([["a"]], VOCAB, VECTORS[:2]), "vectors"),
     "a zero std": (lambda: data.embed_with([["a"]], VOCAB, VECTORS, mean=np.zeros(2), std=np.array([1, 0.0])),
                    "standard deviation"),
 }
@@ -354,8 +330,7 @@ def test_a_file_is_checked_against_its_recorded_sha256(tmp_path):
 
 def test_a_fresh_data_folder_is_filled_from_the_mirror(tmp_path, mirror):
     base, files, server = mirror
-    with pytest.warns(data.DataWarning, match="third-party record"):
-        jena = data.download("jena", data_dir=tmp_path)
+    jena = data.download("jena", data_dir=tmp_path)
     data.download("sst2", data_dir=tmp_path)
     assert jena.read_bytes() == files["/jena.zip"] and {p for p, _ in server.requests} == set(files)
     sums = data.sources.read_checksums(tmp_path)

@@ -6,12 +6,12 @@ from . import jena, sources
 from .embeddings import embed_with, ppmi_embeddings
 from .jena import JENA_ALL_FEATURES, JENA_BOUNDS, JENA_FEATURES, jena_path, load_jena, read_jena, standardize
 from .jena import timestamp
-from .sources import DataError, DataWarning, data_dir, sha256_file
+from .sources import DataError, data_dir, sha256_file
 from .sst2 import SST2_SPLITS, load_sst2, sst2_path, sst2_prefixes
 
 __all__ = ["DATASETS", "download", "fingerprint", "embed_with", "ppmi_embeddings", "JENA_ALL_FEATURES",
            "JENA_BOUNDS", "JENA_FEATURES", "jena_path", "load_jena", "read_jena", "standardize", "timestamp",
-           "DataError", "DataWarning", "data_dir", "load_sst2", "sst2_path", "sst2_prefixes", "sources"]
+           "DataError", "data_dir", "load_sst2", "sst2_path", "sst2_prefixes", "sources"]
 
 #: The data sets the experiments read, and the files :func:`download` fetches for each.
 DATASETS = {"jena": ("jena_climate/jena_climate_2009_2016.csv.zip",),

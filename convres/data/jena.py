@@ -1,11 +1,10 @@
-"""Jena Climate 2009-2016 (book chapter *Jena Climate*): the file, its content checks (:data:`CHECKS`),
-the rows selected by time, and :func:`jena_data`'s windows (:class:`~convres.data.jena.JenaTask`)."""
+"""Jena Climate 2009-2016 (book chapter *Jena Climate*): the file, its content checks (physical ranges,
+:data:`JENA_BOUNDS`), the rows selected by time, and :func:`jena_data`'s windows
+(:class:`~convres.data.jena.JenaTask`)."""
 
 import datetime
-import hashlib
 import math
 import os
-import warnings
 import zipfile
 from pathlib import Path
 from typing import NamedTuple
@@ -15,7 +14,7 @@ import pandas as pd
 import torch
 
 from ..values import positive_int
-from .sources import MAX_MEMBER_BYTES, DataError, DataWarning, fetch, verify_file, zip_member
+from .sources import MAX_MEMBER_BYTES, DataError, find, verify_file, zip_member
 from .sources import data_dir as data_folder
 
 JENA_ZIP = "jena_climate_2009_2016.csv.zip"
@@ -23,8 +22,9 @@ JENA_ZIP = "jena_climate_2009_2016.csv.zip"
 #: the offline copy's slice.
 JENA_FILES = (JENA_ZIP, "jena_climate_2009_2016.csv",
               "jena_climate_2009_2016_SUBSET_2009-01-01_to_2009-01-28_12cols.csv.gz")
-JENA_TIME, JENA_TIME_FORMAT, JENA_SENTINEL = "Date Time", "%d.%m.%Y %H:%M:%S", -9999.0
-#: Physically possible ranges per column, generous (relative humidity may slightly exceed 100 %).
+JENA_TIME, JENA_TIME_FORMAT = "Date Time", "%d.%m.%Y %H:%M:%S"
+#: Physically possible ranges per column, generous (relative humidity may slightly exceed 100 %); the
+#: file's missing-reading sentinel -9999 lies outside every one.
 JENA_BOUNDS = {"p (mbar)": (800.0, 1100.0), "T (degC)": (-90.0, 60.0), "Tpot (K)": (150.0, 400.0),
                "Tdew (degC)": (-100.0, 60.0), "rh (%)": (0.0, 105.0), "VPmax (mbar)": (0.0, 250.0),
                "VPact (mbar)": (0.0, 250.0), "VPdef (mbar)": (-10.0, 250.0), "sh (g/kg)": (0.0, 200.0),
@@ -33,40 +33,11 @@ JENA_BOUNDS = {"p (mbar)": (800.0, 1100.0), "T (degC)": (-90.0, 60.0), "Tpot (K)
 #: The 14 features of the full file, in its column order, and the 11 the book uses (no wind).
 JENA_ALL_FEATURES = tuple(JENA_BOUNDS)
 JENA_FEATURES = JENA_ALL_FEATURES[:11]
-#: Size and sha256 of the Keras zip's CSV as a third-party copy records them: a difference warns.
-JENA_CSV = (43_153_776, "eb3df9da6c25039f10814ded0a14138bb0afa3612be9cf79cafdf1cf6f95172e")
-#: The content checks: what a bad value is, and which values are bad.
-CHECKS = [("missing or non-numeric values", lambda v, lo, hi: v.isna()),
-          ("infinite values", lambda v, lo, hi: np.isinf(v)),
-          (f"the missing-reading sentinel {JENA_SENTINEL:g}", lambda v, lo, hi: v == JENA_SENTINEL),
-          ("values outside the column's physical range", lambda v, lo, hi: (v < lo) | (v > hi))]
 
 
 def jena_path(data_dir: str | os.PathLike | None = None, *, download: bool = False) -> Path:
     """The first of :data:`JENA_FILES` in ``<data_dir>/jena_climate/``, downloaded when asked."""
-    root = data_folder(data_dir)
-    for path in (root / "jena_climate" / name for name in JENA_FILES):
-        if path.exists() and not path.is_file():
-            raise DataError(f"{path} is not a regular file (a directory?); remove it, then put the data in.")
-        if path.is_file():
-            return path
-    if download:
-        return fetch(f"jena_climate/{JENA_ZIP}", root, check=check_keras_zip)
-    raise FileNotFoundError(f"no Jena Climate file in {root / 'jena_climate'}: run `python -m convres data` "
-                            "(or load_jena(download=True)), or set CONVRES_DATA_DIR to an offline copy.")
-
-
-def check_keras_zip(path: Path) -> str:
-    """``"verified"`` if the zip's CSV is :data:`JENA_CSV`, else ``"differs"`` with a :class:`DataWarning`."""
-    with zipfile.ZipFile(path) as archive, archive.open(zip_member(archive, path)) as f:
-        sha256 = hashlib.file_digest(f, "sha256").hexdigest()  # type: ignore[arg-type]
-        got = (f.tell(), sha256)
-    if got == JENA_CSV:
-        return "verified"
-    warnings.warn(f"{path}: its CSV has {got[0]:,} bytes and sha256 {got[1]}, not those of a third-party "
-                  f"record of the Keras file, {JENA_CSV}; that record is unverified, so the file is used "
-                  "(and its content checked when it is read).", DataWarning, stacklevel=2)
-    return "differs"
+    return find(data_folder(data_dir), tuple(f"jena_climate/{name}" for name in JENA_FILES), download)
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
@@ -85,7 +56,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
 
 def read_jena(path: str | os.PathLike, columns=JENA_FEATURES) -> pd.DataFrame:
     """A Jena Climate CSV (plain, ``.gz`` or the Keras ``.zip``) as float64 ``columns`` indexed by
-    time, every value checked by :data:`CHECKS`."""
+    time, every value present, numeric and in its column's range (:data:`JENA_BOUNDS`)."""
     path, columns = Path(path), list(columns)
     df = _read_csv(path)
     twice = [c[:-2] for c in df.columns if c.endswith(".1") and c[:-2] in df.columns]  # pandas' renaming
@@ -97,16 +68,13 @@ def read_jena(path: str | os.PathLike, columns=JENA_FEATURES) -> pd.DataFrame:
             raise DataError(f"{path} {problem}; it is not a Jena Climate file: download it again.")
     time = pd.to_datetime(df[JENA_TIME], format=JENA_TIME_FORMAT, errors="coerce")
     if time.isna().any():
-        raise DataError(f"{path}: column {JENA_TIME!r} holds {int(time.isna().sum())} value(s) not in the "
-                        f"format {JENA_TIME_FORMAT!r}, the first {df[JENA_TIME][time.isna()].iloc[0]!r}.")
+        raise DataError(f"{path}: column {JENA_TIME!r} holds values not in the format {JENA_TIME_FORMAT!r}.")
     values = df[columns].apply(pd.to_numeric, errors="coerce").astype("float64")
     low, high = (pd.Series({c: JENA_BOUNDS[c][k] for c in columns}) for k in (0, 1))
-    for what, test in CHECKS:
-        bad = test(values, low, high)
-        if bad.to_numpy().any():
-            rows = bad.any(axis=1)
-            raise DataError(f"{path}: column(s) {[c for c in columns if bad[c].any()]} hold {what}, in "
-                            f"{int(rows.sum())} row(s) from {time[rows].iloc[0]}; clean or drop those rows.")
+    bad = values.isna() | (values < low) | (values > high)
+    if bad.to_numpy().any():
+        raise DataError(f"{path}: column(s) {[c for c in columns if bad[c].any()]} hold missing, non-numeric "
+                        "or out-of-range values (JENA_BOUNDS); clean or drop those rows.")
     values.index = pd.DatetimeIndex(time, name=JENA_TIME)
     return values
 
@@ -146,9 +114,8 @@ def load_jena(start=None, end=None, *, data_dir=None, columns=JENA_FEATURES, fre
     df = df[(df.index >= lo) & (df.index <= hi)]
     steps = np.diff(df.index.to_numpy())
     if (steps <= np.timedelta64(0)).any():
-        first = df.index[1:][steps <= np.timedelta64(0)][0]
-        raise DataError(f"{path}: the time {first} repeats or comes out of order; sort the file by "
-                        f"{JENA_TIME!r} and drop duplicates first.")
+        raise DataError(f"{path}: column {JENA_TIME!r} repeats a time or is out of order; sort the file by "
+                        "it and drop duplicates first.")
     if step is None:
         return df
     spacing = pd.Timedelta(np.median(steps)) if len(steps) else step

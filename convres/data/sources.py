@@ -30,10 +30,6 @@ class DataError(ValueError):
     """A data file is missing, malformed, too costly to read, or does not cover what is needed."""
 
 
-class DataWarning(UserWarning):
-    """Something about a data file could not be verified (the data are still used)."""
-
-
 def data_dir(path: str | os.PathLike | None = None) -> Path:
     """The data folder: ``path``, else ``$CONVRES_DATA_DIR``, else ``~/.cache/convres/data``."""
     return setting_dir(DATA_ENV, "data", path)
@@ -101,12 +97,24 @@ def zip_member(archive: zipfile.ZipFile, where: Path) -> zipfile.ZipInfo:
     return m
 
 
-def fetch(rel: str, root: Path, check=None) -> Path:
-    """``root/rel`` (a file of :data:`SOURCES`), downloaded first when missing; the download passes
-    ``check(path)`` (if given) before it takes that name."""
+def find(root: Path, names: tuple[str, ...], download: bool = False) -> Path:
+    """The first of ``names`` (paths in the data folder ``root``) that is there, else, with ``download``,
+    the first fetched (:func:`fetch`); else a FileNotFoundError saying how to get it."""
+    for path in (root / name for name in names):
+        if path.exists() and not path.is_file():
+            raise DataError(f"{path} is not a regular file (a directory?); remove it, then put the data in.")
+        if path.is_file():
+            return path
+    if download and names[0] in SOURCES:
+        return fetch(names[0], root)
+    raise FileNotFoundError(f"{root / names[0]} not found: run `python -m convres data` (or download=True) "
+                            f"to download it, or set {DATA_ENV} to an offline copy.")
+
+
+def fetch(rel: str, root: Path) -> Path:
+    """``root/rel`` (a file of :data:`SOURCES`) downloaded; a zip must pass :func:`zip_member` before
+    it takes that name."""
     dest, url = root / rel, SOURCES[rel]()
-    if dest.is_file():
-        return dest
     fix = f"without network, put the file at {dest}, or set {DATA_ENV} to an offline copy holding {rel}"
     if rel.startswith("sst2/") and os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
         raise DataError(f"{rel} is missing and HF_HUB_OFFLINE is set, so it is not downloaded from {url}; "
@@ -115,8 +123,9 @@ def fetch(rel: str, root: Path, check=None) -> Path:
     part = dest.with_name(dest.name + ".part")
     try:
         _download(url, part, rel)
-        if check is not None:
-            check(part)
+        if rel.endswith(".zip"):  # a captive portal's page is no zip
+            with zipfile.ZipFile(part) as archive:
+                zip_member(archive, part)
     except (OSError, http.client.HTTPException, zipfile.BadZipFile) as err:  # URLError, timeouts, ...
         kept = f" What arrived is kept in {part}: the next try resumes it." if part.exists() else ""
         raise DataError(f"could not download {rel} from {url} ({getattr(err, 'reason', None) or err}); "

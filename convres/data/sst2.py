@@ -9,7 +9,7 @@ import torch
 
 from ..values import as_int, is_int
 from .embeddings import embed_with, ppmi_embeddings
-from .sources import MAX_MEMBER_BYTES, SOURCES, DataError, fetch, verify_file
+from .sources import MAX_MEMBER_BYTES, DataError, find, verify_file
 from .sources import data_dir as data_folder
 
 SST2_SPLITS = ("train", "validation", "test")
@@ -23,16 +23,7 @@ def sst2_path(split: str = "train", *, data_dir=None, download: bool = False) ->
     """``<data_dir>/sst2/<split>.parquet``; with ``download``, fetched from the Hub when missing."""
     if split not in SST2_SPLITS:
         raise ValueError(f"split must be one of {SST2_SPLITS}, got {split!r}.")
-    root = data_folder(data_dir)
-    path = root / "sst2" / f"{split}.parquet"
-    if path.exists() and not path.is_file():
-        raise DataError(f"{path} is not a regular file (a directory?); remove it, then put the data there.")
-    if not path.is_file() and download and f"sst2/{split}.parquet" in SOURCES:
-        return fetch(f"sst2/{split}.parquet", root)
-    if not path.is_file():
-        raise FileNotFoundError(f"SST-2 file {path} not found: run `python -m convres data` (or load_sst2("
-                                "download=True)) to download it, or set CONVRES_DATA_DIR to an offline copy.")
-    return path
+    return find(data_folder(data_dir), (f"sst2/{split}.parquet",), download)
 
 
 def _table(path: Path, max_bytes: int):
@@ -79,8 +70,7 @@ def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, ve
                        "outside -1, 0, 1"), (df["idx"].duplicated(), "the idx of an earlier row"),
                        (tokens > max_tokens, f"more than max_tokens={max_tokens} tokens")]:
         if rows.any():
-            raise DataError(f"{path}: {int(rows.sum())} row(s) with {what}, the first at row "
-                            f"{int(rows.to_numpy().argmax())}; drop or correct them.")
+            raise DataError(f"{path}: {int(rows.sum())} row(s) with {what}; drop or correct them.")
     df.attrs["checksum"] = checked
     return df
 
