@@ -10,7 +10,6 @@ import torch
 from convres import experiments as ex
 from convres import plotting, report, tables
 from convres.cli import main
-from convres.data import DataWarning
 from convres.experiments.base import RUN_CONTEXT, rerun_diverged, run_context
 from convres.plotting import beta_colors
 from convres.scope import scope_summary
@@ -109,8 +108,7 @@ def test_cli_reproduce_download_fetches_missing_data_then_runs(tmp_path, capsys,
     assert main(["reproduce", "jena", "--out", str(tmp_path / "figs")]) == 2
     err = capsys.readouterr().err
     assert "python -m convres data" in err and "CONVRES_DATA_DIR" in err and server.requests == []
-    with pytest.warns(DataWarning, match="third-party record"):     # the mirror's zip is the slice
-        assert main(["reproduce", "jena", "--download", "--json", "--out", str(tmp_path / "figs")]) == 0
+    assert main(["reproduce", "jena", "--download", "--json", "--out", str(tmp_path / "figs")]) == 0
     zipped = tmp_path / "data" / "jena_climate" / "jena_climate_2009_2016.csv.zip"
     assert [p for p, _ in server.requests] == ["/jena.zip"] and zipped.read_bytes() == files["/jena.zip"]
     assert json.loads(capsys.readouterr().out)["summary"]["diverged_runs"] == 0
