@@ -9,7 +9,7 @@ import dataclasses
 import torch
 
 from .model import ModelConfig, attention_scale, generator, init_params
-from .values import as_int, as_real
+from .values import as_float_dtype, as_int, as_real
 
 __all__ = ["synthetic_regression", "regression_data", "problem", "theorem_instance", "collapse_instance",
            "certified_instance", "CERTIFIED_REGIME", "ffn_certified_instance", "FFN_CERTIFIED_REGIME",
@@ -23,13 +23,10 @@ def synthetic_regression(N: int, n: int, d: int, c: int = 1, *, seed: int | torc
                          dtype=torch.float64, pooled: bool = False):
     """``X`` ``(N, n, d)`` and ``Y`` ``(N, n, c)`` (``(N, c)`` if ``pooled``), i.i.d. ``N(0, 1)``."""
     N, n, d, c = (as_int(name, v, minimum=1) for name, v in (("N", N), ("n", n), ("d", d), ("c", c)))
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
-        raise TypeError(f"dtype must be a real floating-point torch dtype (torch.float64 or "
-                        f"torch.float32), got {dtype!r}.")
     gen = generator(seed)
     X = torch.randn(N, n, d, generator=gen, dtype=torch.float64)
     Y = torch.randn(*((N, c) if pooled else (N, n, c)), generator=gen, dtype=torch.float64)
-    return X.to(dtype), Y.to(dtype)
+    return X.to(as_float_dtype(dtype)), Y.to(dtype)
 
 
 def regression_data(cfg: ModelConfig, N: int, n: int, seed: int = 0, *, targets: str = "gaussian",

@@ -45,27 +45,15 @@ def check_device(device) -> torch.device:
     """``device`` (``None``: the CPU) as a :class:`torch.device` this build and machine have."""
     if device is None:
         return torch.device("cpu")
-    if not isinstance(device, (str, torch.device)):
-        raise TypeError(f"device must be a str such as 'cpu' or 'cuda', or a torch.device, got "
-                        f"{type(device).__name__}.")
     try:
         dev = torch.device(device)
-    except RuntimeError:
-        raise ValueError(f"unknown device {device!r}: use 'cpu', or 'cuda' (or 'cuda:0', ...) on a "
-                         "machine with an NVIDIA GPU and a CUDA build of PyTorch.") from None
-    cuda, count = dev.type == "cuda", torch.cuda.device_count()
-    problems = [  # (is it so, what is wrong and the fix); torch accepts 'cpu:1' as the one CPU device
-        (dev.type not in ("cpu", "cuda", "mps"), "is not supported by convres; use 'cpu' or 'cuda'"),
-        (dev.type == "cpu" and dev.index is not None, "the CPU has no numbered devices; use 'cpu'"),
-        (cuda and not torch.backends.cuda.is_built(), f"this PyTorch build ({torch.__version__}) has no "
-                                                      "CUDA support; use 'cpu', or install a CUDA build"),
-        (cuda and not torch.cuda.is_available(), "PyTorch was built with CUDA but no CUDA device is "
-                                                 "available here (driver or GPU missing); use 'cpu'"),
-        (cuda and (dev.index or 0) >= count > 0, f"only {count} CUDA device(s) here (0..{count - 1})"),
-        (dev.type == "mps" and not torch.backends.mps.is_available(), "MPS is not available here; use 'cpu'")]
-    for bad, what in problems:
-        if bad:
-            raise ValueError(f"device {device!r}: {what}.")
+    except (RuntimeError, TypeError):
+        dev = None
+    cuda = dev is not None and dev.type == "cuda"
+    if dev is None or dev.type not in ("cpu", "cuda") or (dev.type == "cpu" and dev.index is not None) \
+            or (cuda and (dev.index or 0) >= torch.cuda.device_count()):
+        raise ValueError(f"device {device!r} is not available here: use 'cpu', or 'cuda' (or 'cuda:0', ...) "
+                         "on a machine with an NVIDIA GPU and a CUDA build of PyTorch.")
     return dev
 
 
