@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import torch
 
-from .values import is_int
+from .values import as_int
 
 
 class CostRefused(ValueError):
@@ -66,11 +66,9 @@ def max_threads() -> int:
 def torch_threads(n: int | None) -> Iterator[None]:
     """Run a block with ``n`` PyTorch intra-op threads (1 .. :func:`max_threads`), then restore the
     previous number; ``None`` leaves it alone. Process-wide: not while other threads run PyTorch."""
-    if n is not None and not (is_int(n) and 1 <= int(n) <= max_threads()):
-        raise ValueError(f"threads must be an integer in 1 .. {max_threads()} (4 per CPU here) or None, "
-                         f"got {n!r}.")
+    threads = None if n is None else as_int("threads", n, minimum=1, maximum=max_threads())
     before = torch.get_num_threads()
-    torch.set_num_threads(before if n is None else int(n))
+    torch.set_num_threads(before if threads is None else threads)
     try:
         yield
     finally:
