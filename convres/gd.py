@@ -145,8 +145,7 @@ def gradient_descent(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: tor
     if not isinstance(params, Mapping):
         raise TypeError(f"gradient_descent runs one configuration (a dict of weights); for a list "
                         f"of them use convres.sweep(...), got {type(params).__name__}.")
-    return sweep([params], X, Y, cfg, as_real("the step size mu", mu, minimum=0.0, above=True),
-                 steps, **options)[0]
+    return sweep([params], X, Y, cfg, mu, steps, **options)[0]
 
 
 def _check_runs(params_list, Xs, Ys, cfgs, mus, finite: bool) -> None:

@@ -114,12 +114,14 @@ def regime_settings(regime: dict, defaults: dict, what: str) -> dict:
     return {**defaults, **regime}
 
 
-def certified_instance(seed: int = 0, *, N: int = 1, n: int = 2, d: int = 1024, **regime):
-    """``(params, X, Y, cfg)`` of :data:`CERTIFIED_REGIME` (``regime`` overrides it), ``d_QK = d``."""
+def certified_instance(seed: int = 0, *, N: int = 1, n: int = 2, d: int = 1024, d_qk: int | None = None,
+                       **regime):
+    """``(params, X, Y, cfg)`` of :data:`CERTIFIED_REGIME` (``regime`` overrides it), ``d_QK = d``
+    unless given."""
     r = regime_settings(regime, CERTIFIED_REGIME, "certified regime")
     ratio = as_real("ffn_ratio", r["ffn_ratio"], minimum=0.0, above=True)
-    cfg = ModelConfig(d=d, d_qk=d, m=max(1, round(ratio * d)), c=1, beta=r["beta"],
-                      activation=r["activation"], scale=r["scale"])
+    cfg = ModelConfig(d=d, d_qk=d if d_qk is None else d_qk, m=max(1, round(ratio * d)), c=1,
+                      beta=r["beta"], activation=r["activation"], scale=r["scale"])
     return (*problem(cfg, N, n, seed, branch_scale=r["branch_scale"],
                      readout_scale=r["readout_scale"], targets=r["targets"]), cfg)
 
