@@ -19,7 +19,7 @@ from .instances import collapse_instance
 from .model import ModelConfig, attention, attention_logits, attention_scale
 from .rank import rank_one_residual, singular_value_measures, singular_values, spectral_norm
 from .runtime import torch_threads
-from .values import as_int, as_real
+from .values import as_real
 
 __all__ = ["attention_output", "collapse_measures", "gaussian_instance", "logit_margins", "spiked_instance",
            "dqk_sweep", "dqk_sweep_seeds", "scale_sweep", "value_counterexample", "rank_one_floor",
@@ -70,7 +70,8 @@ def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float
     if d < 3:
         raise ValueError("spiked_instance needs d >= 3 (two structured features and "
                          f"Gaussian ones), got d={d}.")
-    token = as_int("token (an index of the n tokens)", token, minimum=0, maximum=n - 1)
+    if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < n:
+        raise ValueError(f"token must be an index in [0, n) = [0, {n}), got {token!r}.")
     strength = as_real("strength", strength)
     inst = gaussian_instance(n, d, d_qk, seed)
     X = inst["X"].clone()

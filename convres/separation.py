@@ -16,6 +16,7 @@ import torch
 from .certify import Centre, centre, check_certifiable, sharpest_certificate_of, smoothness_bounds
 from .gd import gradient_descent
 from .instances import certified_instance
+from .lemmas import flat_norm
 from .model import trace_no_grad
 from .rank import spectral_norm, stacked
 from .values import as_int, as_real, as_seed
@@ -204,8 +205,8 @@ def path_check(params, X, Y, cfg, mu: float, steps: int | None = None) -> dict:
             return
         ra, r, R = path[step.t]
         F = step.trace.F.double()
-        seen = dict(r=sum(float((step.params[k] - p0[k]).pow(2).sum()) for k in p0) ** 0.5,
-                    r_a=sum(float((step.params[k] - p0[k]).pow(2).sum()) for k in a_keys) ** 0.5,
+        seen = dict(r=flat_norm(step.params[k] - p0[k] for k in p0),
+                    r_a=flat_norm(step.params[k] - p0[k] for k in a_keys),
                     R=float((F - Y - centred(F - Y)).norm()), CF=float(centred(F).norm()))
         dp = perp_chain(pc, ra, r)[0]
         seen["dCF"], bound = seen["CF"] - pc.cF, dict(r=r, r_a=ra, R=R, CF=pc.cF + dp, dCF=dp)
