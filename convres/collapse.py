@@ -19,7 +19,7 @@ from .instances import collapse_instance
 from .model import ModelConfig, attention, attention_logits, attention_scale
 from .rank import rank_one_residual, singular_value_measures, singular_values, spectral_norm
 from .runtime import torch_threads
-from .values import as_int, as_real
+from .values import as_real
 
 __all__ = ["attention_output", "collapse_measures", "gaussian_instance", "logit_margins", "spiked_instance",
            "dqk_sweep", "dqk_sweep_seeds", "scale_sweep", "value_counterexample", "rank_one_floor",
@@ -31,15 +31,6 @@ DTYPE = torch.float64
 def attention_output(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, W_V: torch.Tensor,
                      s: float, beta: float = 0.0):
     """``(S, Attn(X), Z)`` (book equations (1), (2)) for ``X`` ``(n, d)`` or ``(N, n, d)``."""
-    for name, M in (("X", X), ("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V)):
-        if not isinstance(M, torch.Tensor) or M.dim() not in ((2, 3) if name == "X" else (2,)):
-            raise ValueError(f"{name} must be a matrix (X: or a batch of them) as a torch.Tensor, got "
-                             f"{getattr(M, 'shape', type(M))}.")
-    d, d_qk = X.shape[-1], W_Q.shape[1]
-    for name, W, shape in (("W_Q", W_Q, (d, d_qk)), ("W_K", W_K, (d, d_qk)), ("W_V", W_V, (d, d))):
-        if tuple(W.shape) != shape:
-            raise ValueError(f"{name} must have shape {shape} (d = {d} features of X, d_qk = {d_qk} "
-                             f"columns of W_Q), got {tuple(W.shape)}.")
     S, A = attention(X, W_Q, W_K, W_V, as_real("the attention scale s", s, minimum=0.0, above=True))
     return S, A, A + as_real("beta", beta, minimum=0.0) * X
 
@@ -55,12 +46,9 @@ def collapse_measures(M: torch.Tensor) -> dict[str, float | np.ndarray]:
 def gaussian_instance(n: int, d: int, d_qk: int, seed: int = 0) -> dict[str, torch.Tensor]:
     """``X`` (``n x d``, ``N(0, 1)``), ``W_Q, W_K, W_V`` (``N(0, 1/d)``), drawn so that a smaller ``n``
     or ``d_qk`` gives a sub-instance of the same draw."""
-    for name, v in (("n", n), ("d", d), ("d_qk", d_qk)):
-        as_int(name, v, minimum=1)
     if n > d:
         raise ValueError(f"the book's collapse measures need n <= d (so that X can have full row rank n), "
                          f"got n={n}, d={d}; use more features or fewer tokens.")
-    seed = as_int("seed", seed, minimum=0)
     seed_X, seed_W = (int(ss.generate_state(1, np.uint64)[0]) for ss in np.random.SeedSequence(seed).spawn(2))
     gen_X, gen_W = torch.Generator().manual_seed(seed_X), torch.Generator().manual_seed(seed_W)
     X = torch.stack([torch.randn(d, generator=gen_X, dtype=DTYPE) for _ in range(n)])  # token by token
@@ -147,10 +135,6 @@ def dqk_sweep(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *, n: i
               seed: int = 0, scale: str = "1/d_qk") -> dict[str, np.ndarray]:
     """The collapse measures of ``Attn(X)`` and ``Z = Attn(X) + beta X`` as ``d_qk`` grows, ``||S -
     U||_2`` and the bounds of lemma rc-lem-uniform on ``sigma_2(Attn(X))``."""
-    if not isinstance(d_qks, Sequence) or len(d_qks) == 0:
-        raise ValueError(f"d_qks must be a non-empty list of positive integers, got {d_qks!r}.")
-    for i, v in enumerate(d_qks):
-        as_int(f"d_qks[{i}]", v, minimum=1)
     inst = gaussian_instance(n, d, max(d_qks), seed)
 
     def at(k):
@@ -165,8 +149,6 @@ def dqk_sweep(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *, n: i
 def dqk_sweep_seeds(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *,
                     seeds: Sequence[int] = tuple(range(16)), **kwargs) -> dict[str, np.ndarray]:
     """:func:`dqk_sweep` per seed, stacked along a leading axis."""
-    if not isinstance(seeds, Sequence) or len(seeds) == 0:
-        raise ValueError(f"seeds must be a non-empty list of integers, got {seeds!r}.")
     runs = [dqk_sweep(d_qks, betas, seed=s, **kwargs) for s in seeds]
     out = {k: np.stack([r[k] for r in runs]) for k in runs[0] if k not in ("d_qk", "betas")}
     out["d_qk"], out["betas"] = runs[0]["d_qk"], runs[0]["betas"]
@@ -176,13 +158,6 @@ def dqk_sweep_seeds(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *
 def scale_sweep(scales: Sequence[float], betas: Sequence[float] = (0.1, 1.0), *,
                 instance: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
     """:func:`dqk_sweep`'s measures as the attention scale ``s`` varies on one ``instance``."""
-    if not isinstance(scales, Sequence) or len(scales) == 0:
-        raise ValueError(f"scales must be a non-empty list of positive numbers, got {scales!r}.")
-    scales = [as_real(f"scales[{i}]", s, minimum=0.0, above=True) for i, s in enumerate(scales)]
-    missing = {"X", "W_Q", "W_K", "W_V"} - set(instance)
-    if missing:
-        raise ValueError("instance must hold X, W_Q, W_K and W_V (e.g. from spiked_instance), missing "
-                         f"{sorted(missing)}.")
     out = _sweep(lambda s: (instance["X"], instance["W_Q"], instance["W_K"], instance["W_V"], s),
                  scales, betas)
     out["scale"] = np.asarray(scales, dtype=np.float64)
@@ -192,7 +167,6 @@ def scale_sweep(scales: Sequence[float], betas: Sequence[float] = (0.1, 1.0), *,
 def value_counterexample(n: int = 6, d: int = 8, *, beta: float = 1.0, seed: int = 0,
                          scale: float = 1.0, identity_attention: bool = False) -> dict[str, torch.Tensor]:
     """``W_V = -beta I`` gives ``Z = beta (I - S) X``, ``rank Z <= n - 1`` (``Z -> 0`` as ``S -> I``)."""
-    beta = as_real("beta", beta, minimum=0.0)      # (the scale: checked by attention_output)
     inst = gaussian_instance(n, d, d, seed)
     X, W_Q, W_K = inst["X"], inst["W_Q"], inst["W_K"]
     if identity_attention:
@@ -210,7 +184,6 @@ def rank_one_floor(Y: torch.Tensor) -> float:
 
 def gd_attention_stats(beta=0.0, *, mu: float = 0.002, **instance) -> dict[str, np.ndarray | float]:
     """``||S_i - U||_2`` at ``theta_0`` and the logits' change in one step over ``mu``."""
-    mu = as_real("mu (the step size)", mu, minimum=0.0, above=True)
     params, X, Y, cfg = collapse_instance(**instance)
     cfg = cfg.with_residual(beta)
     s = attention_scale(cfg)
@@ -228,9 +201,6 @@ TABLE_D_QKS = (16, 64, 256, 1024, 4096, 16384)
 def sigma_min_table(beta: float = 1.0, d_qks: Sequence[int] = TABLE_D_QKS, *, n: int = 8, d: int = 16,
                     seed: int = 0, seeds: int = 16) -> list[dict[str, float]]:
     """Per ``d_qk``, medians of ``sigma_min(Attn(X))`` and ``sigma_min(Attn(X) + beta X)`` over seeds."""
-    beta = as_real("beta", beta, minimum=0.0)
-    as_int("seeds", seeds, minimum=1)
-    as_int("seed", seed, minimum=0)
     sw = dqk_sweep_seeds(list(d_qks), [beta], seeds=list(range(seed, seed + seeds)), n=n, d=d)
     a, z = sw["attn_sigma_min"], sw["Z_sigma_min"][:, :, 0]
     med_a, med_z = np.median(a, axis=0), np.median(z, axis=0)

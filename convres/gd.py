@@ -93,9 +93,7 @@ class Step:
 
 def loss_and_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cfg: ModelConfig):
     """``(Phi(theta), grad Phi(theta), trace)``: :func:`convres.model.phi_and_grad`, inputs checked."""
-    B = check_inputs(params, X, Y, cfg, finite=False)
-    check_cost(cfg, X.shape[0], X.shape[1], configs=B or 1, dtype=X.dtype, device=X.device)
-    check_inputs(params, X, Y, cfg)
+    check_inputs(params, X, Y, cfg, training=True)
     with torch.no_grad():
         return phi_and_grad(params, X, Y, cfg)
 
@@ -147,8 +145,7 @@ def gradient_descent(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: tor
     if not isinstance(params, Mapping):
         raise TypeError(f"gradient_descent runs one configuration (a dict of weights); for a list "
                         f"of them use convres.sweep(...), got {type(params).__name__}.")
-    return sweep([params], X, Y, cfg, as_real("the step size mu", mu, minimum=0.0, above=True),
-                 steps, **options)[0]
+    return sweep([params], X, Y, cfg, mu, steps, **options)[0]
 
 
 def _check_runs(params_list, Xs, Ys, cfgs, mus, finite: bool) -> None:
@@ -177,19 +174,14 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
     k = len(params)
     cfgs = [cfg] * k if isinstance(cfg, ModelConfig) else list(cfg) if isinstance(cfg, Sequence) else None
     mus = [mu] * k if is_real(mu) else list(mu) if isinstance(mu, (Sequence, np.ndarray)) else None
-    if cfgs is None or mus is None:
-        raise TypeError(f"cfg must be a ModelConfig or a list of them and mu a number or a list of "
-                        f"numbers, got {type(cfg).__name__} and {type(mu).__name__}.")
-    if len(cfgs) != k or len(mus) != k:
-        raise ValueError(f"params, cfg and mu must have the same length, got {k}, {len(cfgs)}, {len(mus)}.")
-    per_config = [isinstance(v, (list, tuple)) for v in (X, Y)]
-    if per_config[0] != per_config[1]:
-        raise TypeError("X and Y must both be tensors (data shared by every configuration) or both be "
-                        "lists with one tensor per configuration.")
-    if per_config[0] and (len(X) != k or len(Y) != k):
-        raise ValueError(f"with data per configuration, X and Y need one tensor per configuration "
-                         f"({k}), got {len(X)} and {len(Y)}.")
-    Xs, Ys = (list(X), list(Y)) if per_config[0] else ([X] * k, [Y] * k)
+    if cfgs is None or mus is None or len(cfgs) != k or len(mus) != k:
+        raise TypeError(f"cfg must be a ModelConfig or a list of {k} and mu a number or a list of {k} "
+                        f"(one per weight dict), got {type(cfg).__name__} and {type(mu).__name__}.")
+    per_config = isinstance(X, (list, tuple))
+    if per_config != isinstance(Y, (list, tuple)) or per_config and not len(X) == len(Y) == k:
+        raise TypeError(f"X and Y must both be tensors (data shared by every configuration) or both be "
+                        f"lists with one tensor per configuration ({k}).")
+    Xs, Ys = (list(X), list(Y)) if per_config else ([X] * k, [Y] * k)
     params_list = list(params)
     steps = as_int("steps", steps, minimum=0, maximum=MAX_STEPS)
     record_every = None if record_every is None else as_int("record_every", record_every, minimum=1)
@@ -221,8 +213,8 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
     results: list = [None] * len(params_list)
     try:
         for idx in chunks:
-            loop = _Loop([params_list[i] for i in idx], [Xs[i] for i in idx] if per_config[0] else X,
-                         [Ys[i] for i in idx] if per_config[0] else Y, [cfgs[i] for i in idx],
+            loop = _Loop([params_list[i] for i in idx], [Xs[i] for i in idx] if per_config else X,
+                         [Ys[i] for i in idx] if per_config else Y, [cfgs[i] for i in idx],
                          [mus[i] for i in idx], dev, record_every, idx, callback)
             for i, r in zip(idx, loop.run(steps, tol, rtol, blowup, bar)):
                 results[i] = r

@@ -9,7 +9,7 @@ import dataclasses
 import torch
 
 from .model import ModelConfig, attention_scale, generator, init_params
-from .values import as_int, as_real
+from .values import as_float_dtype, as_int, as_real
 
 __all__ = ["synthetic_regression", "regression_data", "problem", "theorem_instance", "collapse_instance",
            "certified_instance", "CERTIFIED_REGIME", "ffn_certified_instance", "FFN_CERTIFIED_REGIME",
@@ -23,13 +23,10 @@ def synthetic_regression(N: int, n: int, d: int, c: int = 1, *, seed: int | torc
                          dtype=torch.float64, pooled: bool = False):
     """``X`` ``(N, n, d)`` and ``Y`` ``(N, n, c)`` (``(N, c)`` if ``pooled``), i.i.d. ``N(0, 1)``."""
     N, n, d, c = (as_int(name, v, minimum=1) for name, v in (("N", N), ("n", n), ("d", d), ("c", c)))
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
-        raise TypeError(f"dtype must be a real floating-point torch dtype (torch.float64 or "
-                        f"torch.float32), got {dtype!r}.")
     gen = generator(seed)
     X = torch.randn(N, n, d, generator=gen, dtype=torch.float64)
     Y = torch.randn(*((N, c) if pooled else (N, n, c)), generator=gen, dtype=torch.float64)
-    return X.to(dtype), Y.to(dtype)
+    return X.to(as_float_dtype(dtype)), Y.to(dtype)
 
 
 def regression_data(cfg: ModelConfig, N: int, n: int, seed: int = 0, *, targets: str = "gaussian",
@@ -117,12 +114,14 @@ def regime_settings(regime: dict, defaults: dict, what: str) -> dict:
     return {**defaults, **regime}
 
 
-def certified_instance(seed: int = 0, *, N: int = 1, n: int = 2, d: int = 1024, **regime):
-    """``(params, X, Y, cfg)`` of :data:`CERTIFIED_REGIME` (``regime`` overrides it), ``d_QK = d``."""
+def certified_instance(seed: int = 0, *, N: int = 1, n: int = 2, d: int = 1024, d_qk: int | None = None,
+                       **regime):
+    """``(params, X, Y, cfg)`` of :data:`CERTIFIED_REGIME` (``regime`` overrides it), ``d_QK = d``
+    unless given."""
     r = regime_settings(regime, CERTIFIED_REGIME, "certified regime")
     ratio = as_real("ffn_ratio", r["ffn_ratio"], minimum=0.0, above=True)
-    cfg = ModelConfig(d=d, d_qk=d, m=max(1, round(ratio * d)), c=1, beta=r["beta"],
-                      activation=r["activation"], scale=r["scale"])
+    cfg = ModelConfig(d=d, d_qk=d if d_qk is None else d_qk, m=max(1, round(ratio * d)), c=1,
+                      beta=r["beta"], activation=r["activation"], scale=r["scale"])
     return (*problem(cfg, N, n, seed, branch_scale=r["branch_scale"],
                      readout_scale=r["readout_scale"], targets=r["targets"]), cfg)
 

@@ -26,7 +26,7 @@ import torch.nn.functional as nnf
 from . import backprop
 from .backprop import Trace, attention, attention_logits, linear, softmax_rows
 from .runtime import check_device, check_memory
-from .values import MAX_SEED, as_int, as_real, as_seed
+from .values import MAX_SEED, as_float_dtype, as_int, as_real, as_seed
 
 __all__ = [
     "Activation", "ACTIVATIONS", "SCALES", "ModelConfig", "Trace", "attention", "attention_logits",
@@ -103,11 +103,7 @@ class ModelConfig:
         for name in ("beta", "beta_attn", "beta_ffn"):
             value = getattr(self, name)
             if value is not None or name == "beta":
-                try:
-                    object.__setattr__(self, name, as_real(f"ModelConfig.{name}", value, minimum=0.0))
-                except ValueError as err:
-                    raise ValueError(f"{str(err)[:-1]} (0 removes the residual, 1 is the paper's "
-                                     "model).") from None
+                object.__setattr__(self, name, as_real(f"ModelConfig.{name}", value, minimum=0.0))
         if not isinstance(self.activation, str) or self.activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {self.activation!r}; choose one of "
                              f"{sorted(ACTIVATIONS)}.")
@@ -194,11 +190,7 @@ def init_params(cfg: ModelConfig, seed: int | torch.Generator = 0, *, dtype=torc
                 device=None, branch_scale: float | None = None) -> dict[str, torch.Tensor]:
     """Gaussian initialization: entries ``N(0, 1/fan_in)``, ``W_V`` and ``W_2`` times ``branch_scale``
     (default ``1/sqrt(L)``), drawn in float64 from ``seed``."""
-    if not isinstance(cfg, ModelConfig):
-        raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}.")
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
-        raise TypeError(f"dtype must be a real floating-point torch dtype (torch.float64 or "
-                        f"torch.float32), got {dtype!r}.")
+    dtype = as_float_dtype(dtype)
     branch_scale = 1.0 / math.sqrt(cfg.L) if branch_scale is None else \
         as_real("branch_scale", branch_scale, minimum=0.0, above=True)
     device = check_device(device)
@@ -297,9 +289,7 @@ def phi(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cf
 
 
 def _checked_output(params, X, Y, cfg) -> torch.Tensor:
-    B = check_inputs(params, X, Y, cfg, finite=False)
-    check_cost(cfg, X.shape[0], X.shape[1], configs=B or 1, dtype=X.dtype, device=X.device, training=False)
-    check_inputs(params, X, Y, cfg)    # the values, once the cost is known
+    check_inputs(params, X, Y, cfg, training=False)
     F = forward_trace(params, X, cfg).F
     if not bool(torch.isfinite(F).all()):
         raise ValueError("the forward pass overflowed (the output has NaN or infinite entries although "
@@ -322,17 +312,18 @@ def loss(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,
 # --- the one place where inputs are checked ------------------------------------------------------
 
 def check_inputs(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor | None,
-                 cfg: ModelConfig, *, finite: bool = True) -> int | None:
+                 cfg: ModelConfig, *, finite: bool = True, training: bool | None = None) -> int | None:
     """A clear error unless ``params`` (stacked ``B`` deep or not), ``X`` ``(N, n, d)`` and ``Y``
     ``(N, n, c)`` (pooled ``(N, c)``) fit ``cfg``: dense, real, one dtype and device, finite if
-    ``finite``. Returns ``B`` (``None``: unstacked)."""
+    ``finite``; with ``training`` set, :func:`check_cost` before the values are read. Returns ``B``
+    (``None``: unstacked)."""
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}; "
                         "create one with convres.ModelConfig(d=..., d_qk=..., m=...).")
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a dict of tensors, got {type(params).__name__}; create it "
                         "with convres.init_params(cfg).")
-    expected = param_shapes(cfg)
+    expected, values = param_shapes(cfg), finite and training is None    # values after the cost
     missing, extra = sorted(set(expected) - set(params)), sorted(set(params) - set(expected))
     if missing or extra:
         raise ValueError(f"params do not match the config (L={cfg.L}): missing {missing}, unexpected "
@@ -342,15 +333,15 @@ def check_inputs(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.T
     lead = () if B is None else (B,)
     for name, shape in expected.items():
         sizes = f"d={cfg.d}, d_qk={cfg.d_qk}, m={cfg.m}, c={cfg.c}" + (f", B={B}" if B else "")
-        _check_tensor(f"params[{name!r}]", params[name], lead + shape, f"{lead + shape} ({sizes})", finite)
-    _check_tensor("X", X, (None, None, cfg.d), "(N sequences, n tokens, d features)", finite,
+        _check_tensor(f"params[{name!r}]", params[name], lead + shape, f"{lead + shape} ({sizes})", values)
+    _check_tensor("X", X, (None, None, cfg.d), "(N sequences, n tokens, d features)", values,
                   hint="for a single sequence use X.unsqueeze(0)")
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise ValueError(f"X has shape {tuple(X.shape)}: it needs at least one sequence and one token.")
     if Y is not None:
         N, n = X.shape[:2]
         shape_Y = (N, cfg.c) if cfg.pool == "mean" else (N, n, cfg.c)
-        _check_tensor("Y", Y, shape_Y, f"(N={N}, n={n}, c={cfg.c}) for pool={cfg.pool!r}", finite)
+        _check_tensor("Y", Y, shape_Y, f"(N={N}, n={n}, c={cfg.c}) for pool={cfg.pool!r}", values)
     for name, t in [*((f"params[{k!r}]", w) for k, w in params.items()), ("X", X), ("Y", Y)]:
         if t is not None and t.dtype != W_U.dtype:
             raise TypeError(f"{name} has dtype {t.dtype} but the weights W_U have dtype {W_U.dtype}; "
@@ -358,6 +349,9 @@ def check_inputs(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.T
         if t is not None and t.device != W_U.device:
             raise ValueError(f"{name} is on {t.device} but the weights W_U are on {W_U.device}; move it "
                              f"with .to({str(W_U.device)!r}).")
+    if training is not None and finite:
+        check_cost(cfg, *X.shape[:2], configs=B or 1, dtype=X.dtype, device=X.device, training=training)
+        check_inputs(params, X, Y, cfg)
     return B
 
 

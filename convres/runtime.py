@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import torch
 
-from .values import is_int
+from .values import as_int
 
 
 class CostRefused(ValueError):
@@ -45,27 +45,15 @@ def check_device(device) -> torch.device:
     """``device`` (``None``: the CPU) as a :class:`torch.device` this build and machine have."""
     if device is None:
         return torch.device("cpu")
-    if not isinstance(device, (str, torch.device)):
-        raise TypeError(f"device must be a str such as 'cpu' or 'cuda', or a torch.device, got "
-                        f"{type(device).__name__}.")
     try:
         dev = torch.device(device)
-    except RuntimeError:
-        raise ValueError(f"unknown device {device!r}: use 'cpu', or 'cuda' (or 'cuda:0', ...) on a "
-                         "machine with an NVIDIA GPU and a CUDA build of PyTorch.") from None
-    cuda, count = dev.type == "cuda", torch.cuda.device_count()
-    problems = [  # (is it so, what is wrong and the fix); torch accepts 'cpu:1' as the one CPU device
-        (dev.type not in ("cpu", "cuda", "mps"), "is not supported by convres; use 'cpu' or 'cuda'"),
-        (dev.type == "cpu" and dev.index is not None, "the CPU has no numbered devices; use 'cpu'"),
-        (cuda and not torch.backends.cuda.is_built(), f"this PyTorch build ({torch.__version__}) has no "
-                                                      "CUDA support; use 'cpu', or install a CUDA build"),
-        (cuda and not torch.cuda.is_available(), "PyTorch was built with CUDA but no CUDA device is "
-                                                 "available here (driver or GPU missing); use 'cpu'"),
-        (cuda and (dev.index or 0) >= count > 0, f"only {count} CUDA device(s) here (0..{count - 1})"),
-        (dev.type == "mps" and not torch.backends.mps.is_available(), "MPS is not available here; use 'cpu'")]
-    for bad, what in problems:
-        if bad:
-            raise ValueError(f"device {device!r}: {what}.")
+    except (RuntimeError, TypeError):
+        dev = None
+    cuda = dev is not None and dev.type == "cuda"
+    if dev is None or dev.type not in ("cpu", "cuda") or (dev.type == "cpu" and dev.index is not None) \
+            or (cuda and (dev.index or 0) >= torch.cuda.device_count()):
+        raise ValueError(f"device {device!r} is not available here: use 'cpu', or 'cuda' (or 'cuda:0', ...) "
+                         "on a machine with an NVIDIA GPU and a CUDA build of PyTorch.")
     return dev
 
 
@@ -78,11 +66,9 @@ def max_threads() -> int:
 def torch_threads(n: int | None) -> Iterator[None]:
     """Run a block with ``n`` PyTorch intra-op threads (1 .. :func:`max_threads`), then restore the
     previous number; ``None`` leaves it alone. Process-wide: not while other threads run PyTorch."""
-    if n is not None and not (is_int(n) and 1 <= int(n) <= max_threads()):
-        raise ValueError(f"threads must be an integer in 1 .. {max_threads()} (4 per CPU here) or None, "
-                         f"got {n!r}.")
+    threads = None if n is None else as_int("threads", n, minimum=1, maximum=max_threads())
     before = torch.get_num_threads()
-    torch.set_num_threads(before if n is None else int(n))
+    torch.set_num_threads(before if threads is None else threads)
     try:
         yield
     finally:

@@ -15,8 +15,9 @@ import torch
 
 from .certify import Centre, centre, check_certifiable, sharpest_certificate_of, smoothness_bounds
 from .gd import gradient_descent
-from .instances import CERTIFIED_REGIME, problem
-from .model import ModelConfig, trace_no_grad
+from .instances import certified_instance
+from .lemmas import flat_norm
+from .model import trace_no_grad
 from .rank import spectral_norm, stacked
 from .values import as_int, as_real, as_seed
 
@@ -42,11 +43,7 @@ def balanced_targets(N: int, n: int, seed: int) -> torch.Tensor:
 def separation_instance(d_qk: int, seed: int = 0, *, N: int = 1, n: int = 2, d: int = 1024,
                         beta: float = 0.0):
     """``(X, Y, params, cfg)``: the certified regime with ``d_QK = d_qk`` and :func:`balanced_targets`."""
-    d_qk, N, n, d = (as_int(k, v, minimum=1) for k, v in (("d_qk", d_qk), ("N", N), ("n", n), ("d", d)))
-    r: dict = CERTIFIED_REGIME
-    cfg = ModelConfig(d=d, d_qk=d_qk, m=max(1, round(r["ffn_ratio"] * d)), c=1, beta=beta,
-                      activation=r["activation"], scale=r["scale"])
-    params, X, _ = problem(cfg, N, n, seed, branch_scale=r["branch_scale"], readout_scale=r["readout_scale"])
+    params, X, _, cfg = certified_instance(seed, N=N, n=n, d=d, d_qk=d_qk, beta=beta)
     return X, balanced_targets(N, n, seed), params, cfg
 
 
@@ -208,8 +205,8 @@ def path_check(params, X, Y, cfg, mu: float, steps: int | None = None) -> dict:
             return
         ra, r, R = path[step.t]
         F = step.trace.F.double()
-        seen = dict(r=sum(float((step.params[k] - p0[k]).pow(2).sum()) for k in p0) ** 0.5,
-                    r_a=sum(float((step.params[k] - p0[k]).pow(2).sum()) for k in a_keys) ** 0.5,
+        seen = dict(r=flat_norm(step.params[k] - p0[k] for k in p0),
+                    r_a=flat_norm(step.params[k] - p0[k] for k in a_keys),
                     R=float((F - Y - centred(F - Y)).norm()), CF=float(centred(F).norm()))
         dp = perp_chain(pc, ra, r)[0]
         seen["dCF"], bound = seen["CF"] - pc.cF, dict(r=r, r_a=ra, R=R, CF=pc.cF + dp, dCF=dp)

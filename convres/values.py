@@ -63,6 +63,14 @@ def as_real(name: str, v, *, minimum: float | None = None, maximum: float | None
     return w
 
 
+def as_float_dtype(dtype) -> torch.dtype:
+    """``dtype`` if it is a real floating-point torch dtype, else a TypeError."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
+        raise TypeError(f"dtype must be a real floating-point torch dtype (torch.float64 or "
+                        f"torch.float32), got {dtype!r}.")
+    return dtype
+
+
 def positive_int(s: dict, key: str) -> int:
     return as_int(f"setting {key!r}", s.get(key), minimum=1)
 

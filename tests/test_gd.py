@@ -59,28 +59,12 @@ def test_small_step_decreases_the_loss_monotonically(beta, L):
     assert np.all(np.diff(h.loss) < 0)
 
 
-def test_huge_step_is_reported_as_divergence_without_nans():
-    cfg, params, X, Y = instance()
-    theta, h = gradient_descent(params, X, Y, cfg, mu=1e4, steps=50)
-    assert h.status == "diverged" and h.diverged
-    assert "mu=10000" in h.message
-    assert np.all(np.isfinite(h.loss)) and np.all(np.isfinite(h.sigma_min_Z))
-    assert all(torch.isfinite(v).all() for v in theta.values())
-
-
 def test_a_non_finite_start_blames_the_scale_not_mu():
     cfg, params, X, Y = instance(beta=1e300)
     theta, h = gradient_descent(params, X, Y, cfg, mu=0.01, steps=5)
     assert h.status == "diverged" and "initial loss" in h.message and "mu" not in h.message
     assert h.steps == 0 and len(h.loss) == 1 and not np.isfinite(h.loss[0]) and h.diverged_at == 0
     assert all(torch.equal(theta[k], params[k]) for k in params)   # the (finite) starting point
-
-
-def test_tolerance_stops_with_converged():
-    cfg, params, X, Y = instance()
-    _, h = gradient_descent(params, X, Y, cfg, mu=0.01, steps=5000, tol=1e-3)
-    assert h.status == "converged" and h.loss[-1] <= 1e-3 < h.loss[-2]
-    assert len(h.grad_norm) == h.steps          # one gradient per step taken
 
 
 def test_a_run_records_every_k_steps_is_deterministic_and_round_trips_through_a_dict():
@@ -143,10 +127,12 @@ SWEEP_CHECKS = {   # a sweep -> what its runs show besides equalling the runs on
     "separate residuals, another scale": None,
     "configurations of different sizes": None,
     "two diverge at different steps": lambda hs: [h.status for h in hs].count("diverged") == 2
-    and [h.status for h in hs].count("max_steps") == 2 and len({h.steps for h in hs if h.diverged}) == 2,
+    and [h.status for h in hs].count("max_steps") == 2 and len({h.steps for h in hs if h.diverged}) == 2
+    and "mu=10000" in hs[3].message and all(np.isfinite(h.loss).all() for h in hs),
     "a blowup threshold": lambda hs: any("exceeded 2 x the initial loss" in h.message for h in hs),
     "converged at different steps": lambda hs: all(h.status == "converged" for h in hs)
-    and len({h.steps for h in hs}) == 3,
+    and len({h.steps for h in hs}) == 3 and all(h.loss[-1] <= 0.1 < h.loss[-2] for h in hs)
+    and all(len(h.grad_norm) == h.steps for h in hs),
     "zero steps": lambda hs: all(h.steps == 0 for h in hs),
     **{f"data per configuration{pool}": lambda hs: len({h.steps for h in hs}) > 1
        and "converged" in {h.status for h in hs} for pool in ("", ", pooled")},
@@ -219,22 +205,14 @@ def test_a_failing_callback_passes_its_error_through():
 
 
 P4, X4, Y4, CFGS4, MUS4 = sweep()
-BAD_SWEEPS = {   # what is wrong -> (the call, a name its error must say)
+BAD_SWEEPS = {   # what is wrong -> (the call, a name its error must say); one argument: PERTURB below
     "lists of other lengths": (lambda: run_sweep(P4, X4, Y4, CFGS4[:2], MUS4, 5), "cfg"),
     "one weight dict": (lambda: run_sweep(P4[0], X4, Y4, CFGS4, MUS4, 5), "weight dicts"),
     "a list to gradient_descent": (lambda: gradient_descent(P4, X4, Y4, CFGS4, MUS4, 5), "convres.sweep"),
-    "a bad W_U in one": (lambda: run_sweep([P4[0], dict(P4[1], W_U=P4[1]["W_U"][:1])], X4, Y4, CFGS4[0],
-                                           1e-3, 5), "configuration 1"),
     "a bad mu in one": (lambda: run_sweep(P4, X4, Y4, CFGS4, [1e-3, -1.0, 1e-3, 1e-3], 5), "configuration 1"),
-    "cfg a string": (lambda: run_sweep(P4, X4, Y4, "relu", MUS4, 5), "cfg"),
-    "mu a tensor": (lambda: run_sweep(P4, X4, Y4, CFGS4[0], torch.tensor(MUS4), 5), "mu"),
-    "Y of another shape": (lambda: run_sweep(P4, X4, Y4[:, :, :1], CFGS4, MUS4, 5), "Y"),
-    "an unknown device": (lambda: run_sweep(P4, X4, Y4, CFGS4, MUS4, 2, device="gpu"), "device"),
-    "no sequence": (lambda: gradient_descent(P4[0], X4[:0], Y4[:0], CFGS4[0], 0.01, 3), "X"),
     "X a list, Y not": (lambda: run_sweep(P4, [X4] * 4, Y4, CFGS4[0], 0.01, 3), "X"),
-    "data for 3 of 4": (lambda: run_sweep(P4, [X4] * 3, [Y4] * 3, CFGS4[0], 0.01, 3), "X"),
-    **{f"{k}={v}": (lambda k=k, v=v: run_sweep(P4, X4, Y4, CFGS4, MUS4, 3, **{k: v}), k)
-       for k, v in (("record_every", 0), ("tol", -1.0), ("blowup", float("nan")), ("chunk", 0))},
+    "an unknown device": (lambda: run_sweep(P4, X4, Y4, CFGS4, MUS4, 2, device="gpu"), "device"),
+    "chunk=0": (lambda: run_sweep(P4, X4, Y4, CFGS4, MUS4, 3, chunk=0), "chunk"),
 }
 
 
