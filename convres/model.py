@@ -190,6 +190,8 @@ def init_params(cfg: ModelConfig, seed: int | torch.Generator = 0, *, dtype=torc
                 device=None, branch_scale: float | None = None) -> dict[str, torch.Tensor]:
     """Gaussian initialization: entries ``N(0, 1/fan_in)``, ``W_V`` and ``W_2`` times ``branch_scale``
     (default ``1/sqrt(L)``), drawn in float64 from ``seed``."""
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}.")
     dtype = as_float_dtype(dtype)
     branch_scale = 1.0 / math.sqrt(cfg.L) if branch_scale is None else \
         as_real("branch_scale", branch_scale, minimum=0.0, above=True)

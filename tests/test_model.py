@@ -158,6 +158,7 @@ BAD_CALLS = {   # what is wrong -> (the call, a name its error must say); an ove
     "forward overflows": (lambda: forward(P0, X0 * 1e200, CFG0), "overflow"),
     "loss overflows": (lambda: loss(P0, X0 * 1e160, Y0, CFG0), "overflow"),
     "cfg a dict": (lambda: forward(P0, X0, {"d": 3}), "ModelConfig"),
+    "init cfg a dict": (lambda: init_params({"d": 3}), "ModelConfig"),
     "weights of mixed dtypes": (lambda: forward(dict(P0, W_U=P0["W_U"].float()), X0, CFG0), "weights"),
 }
 
