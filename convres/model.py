@@ -317,7 +317,7 @@ def check_inputs(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.T
                  cfg: ModelConfig, *, finite: bool = True, training: bool | None = None) -> int | None:
     """A clear error unless ``params`` (stacked ``B`` deep or not), ``X`` ``(N, n, d)`` and ``Y``
     ``(N, n, c)`` (pooled ``(N, c)``) fit ``cfg``: dense, real, one dtype and device, finite if
-    ``finite``; with ``training`` set, :func:`check_cost` before the values are read. Returns ``B``
+    ``finite``; with ``training`` set, :func:`check_cost` before any value is read. Returns ``B``
     (``None``: unstacked)."""
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a convres.ModelConfig, got {type(cfg).__name__}; "
@@ -325,7 +325,7 @@ def check_inputs(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.T
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a dict of tensors, got {type(params).__name__}; create it "
                         "with convres.init_params(cfg).")
-    expected, values = param_shapes(cfg), finite and training is None    # values after the cost
+    expected = param_shapes(cfg)
     missing, extra = sorted(set(expected) - set(params)), sorted(set(params) - set(expected))
     if missing or extra:
         raise ValueError(f"params do not match the config (L={cfg.L}): missing {missing}, unexpected "
@@ -335,29 +335,32 @@ def check_inputs(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.T
     lead = () if B is None else (B,)
     for name, shape in expected.items():
         sizes = f"d={cfg.d}, d_qk={cfg.d_qk}, m={cfg.m}, c={cfg.c}" + (f", B={B}" if B else "")
-        _check_tensor(f"params[{name!r}]", params[name], lead + shape, f"{lead + shape} ({sizes})", values)
-    _check_tensor("X", X, (None, None, cfg.d), "(N sequences, n tokens, d features)", values,
+        _check_tensor(f"params[{name!r}]", params[name], lead + shape, f"{lead + shape} ({sizes})")
+    _check_tensor("X", X, (None, None, cfg.d), "(N sequences, n tokens, d features)",
                   hint="for a single sequence use X.unsqueeze(0)")
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise ValueError(f"X has shape {tuple(X.shape)}: it needs at least one sequence and one token.")
     if Y is not None:
         N, n = X.shape[:2]
         shape_Y = (N, cfg.c) if cfg.pool == "mean" else (N, n, cfg.c)
-        _check_tensor("Y", Y, shape_Y, f"(N={N}, n={n}, c={cfg.c}) for pool={cfg.pool!r}", values)
-    for name, t in [*((f"params[{k!r}]", w) for k, w in params.items()), ("X", X), ("Y", Y)]:
+        _check_tensor("Y", Y, shape_Y, f"(N={N}, n={n}, c={cfg.c}) for pool={cfg.pool!r}")
+    tensors = [(f"params[{k!r}]", w) for k, w in params.items()] + [("X", X), ("Y", Y)]
+    for name, t in tensors:
         if t is not None and t.dtype != W_U.dtype:
             raise TypeError(f"{name} has dtype {t.dtype} but the weights W_U have dtype {W_U.dtype}; "
                             f"convert it with .to({W_U.dtype}) (the book's theory uses torch.float64).")
         if t is not None and t.device != W_U.device:
             raise ValueError(f"{name} is on {t.device} but the weights W_U are on {W_U.device}; move it "
                              f"with .to({str(W_U.device)!r}).")
-    if training is not None and finite:
+    if training is not None:
         check_cost(cfg, *X.shape[:2], configs=B or 1, dtype=X.dtype, device=X.device, training=training)
-        check_inputs(params, X, Y, cfg)
+    for name, t in tensors:
+        if finite and t is not None and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{name} contains NaN or infinite entries; clean or impute it first.")
     return B
 
 
-def _check_tensor(name, t, shape, meaning, finite, hint=""):
+def _check_tensor(name, t, shape, meaning, hint=""):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape {meaning}, got {type(t).__name__}; "
                         f"convert it with torch.as_tensor(..., dtype=torch.float64).")
@@ -375,6 +378,4 @@ def _check_tensor(name, t, shape, meaning, finite, hint=""):
     if t.dim() != len(shape) or any(e is not None and e != g for e, g in zip(shape, t.shape)):
         raise ValueError(f"{name} must have shape {meaning}, got {tuple(t.shape)}"
                          + (f"; {hint}" if hint else "") + ".")
-    if finite and not bool(torch.isfinite(t).all()):
-        raise ValueError(f"{name} contains NaN or infinite entries; clean or impute it first.")
 
