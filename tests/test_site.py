@@ -72,7 +72,7 @@ class View(contextlib.AbstractContextManager):
                  media=None, dark=False):
         self.context = browser.new_context(viewport={"width": width, "height": height}, is_mobile=mobile,
                                            has_touch=mobile, color_scheme="dark" if dark else "light")
-        self.page = self.context.new_page()
+        self.page, self.name = self.context.new_page(), page
         self.problems: list[str] = []
         p = self.page
         p.on("pageerror", lambda e: self.problems.append(f"JavaScript error: {str(e)[:300]}"))
@@ -89,10 +89,10 @@ class View(contextlib.AbstractContextManager):
     def __call__(self, script: str, arg=None):
         return self.page.evaluate(script, arg)
 
-    def shot(self, name: str, width: int):
+    def shot(self, prefix: str = ""):
         SHOTS.mkdir(parents=True, exist_ok=True)
-        self.page.set_viewport_size({"width": width, "height": min(self.height, 16000)})
-        self.page.screenshot(path=str(SHOTS / name))
+        self.page.set_viewport_size({"width": self.page.viewport_size["width"], "height": min(self.height, 16000)})
+        self.page.screenshot(path=str(SHOTS / (prefix + self.name.replace("/", "__").replace(".html", ".png"))))
 
     def __exit__(self, *exc):
         self.context.close()
@@ -232,7 +232,7 @@ def test_page(page, site, browser):
         return
     with View(browser, site, page) as view:
         info = view(INSPECT)
-        view.shot(page.replace("/", "__").replace(".html", ".png"), WIDTH)
+        view.shot()
         problems = list(view.problems)
     print(f"\n{page}: {info['height']} px at {WIDTH} px = {info['height'] / HEIGHT:.1f} screens")
     if (ROOT / "book" / page.replace(".html", ".md")).is_file() and info["height"] > MAX_SCREENS * HEIGHT:
@@ -267,7 +267,7 @@ def test_phone_dark_and_print(page, kind, site, browser):
     with View(browser, site, page, **VIEWS[kind]) as view:
         layout = view(LAYOUT)
         if kind == "phone" or ALL_SHOTS:
-            view.shot(f"{kind}__" + page.replace("/", "__").replace(".html", ".png"), VIEWS[kind].get("width", WIDTH))
+            view.shot(f"{kind}__")
         math = view(CUT_MATH, False) if kind == "phone" else {}
         problems = list(view.problems)
     if kind == "dark" and layout["theme"] != "dark":
@@ -584,18 +584,15 @@ def test_explorer_plays(explorer_page, width, site, browser):
                 p.click(f"#{eid} button.cx-preset[data-preset='{pre['id']}']")
                 view(f"() => {ex}.idle()")
                 empty = [k for k, n in view(DRAWN, eid).items() if n == 0]
-                if empty:
-                    problems.append(f"{eid}: preset {pre['id']} draws nothing in the charts {empty}")
                 moved = [o for o in others if view(CONTROLS, o) != others[o]]
-                if moved:
-                    problems.append(f"{eid}: preset {pre['id']} moved the controls of {moved}")
-                if view(f"() => {ex}.values()") != pre["values"]:
-                    problems.append(f"{eid}: preset {pre['id']} did not set {pre['values']}")
-                shown = view(f"() => [...document.querySelectorAll('#{eid} .cx-look.cx-shown')].map(e => e.dataset.preset)")
-                if shown != [pre["id"]]:
-                    problems.append(f"{eid}: preset {pre['id']} shows the captions {shown}")
-                if view(CONTROLS, eid) != where:
-                    problems.append(f"{eid}: controls moved when preset {pre['id']} was chosen")
+                shown = view(f"() => [...document.querySelectorAll('#{eid} .cx-look.cx-shown')]"
+                             ".map(e => e.dataset.preset)")
+                wrong = {f"draws nothing in the charts {empty}": empty,
+                         f"moved the controls of {moved}": moved,
+                         f"did not set {pre['values']}": view(f"() => {ex}.values()") != pre["values"],
+                         f"shows the captions {shown}": shown != [pre["id"]],
+                         "moved the controls of its own explorer": view(CONTROLS, eid) != where}
+                problems += [f"{eid}: preset {pre['id']} {why}" for why, bad in wrong.items() if bad]
                 problems += [f"{eid}, preset {pre['id']}: {x}" for x in view(LOSS_AXIS_AND_READOUT, eid)]
             # the keyboard on the beta slider: off every preset, no caption, nothing moves
             p.focus(f"#{eid}-beta")
