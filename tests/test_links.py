@@ -50,47 +50,44 @@ def _repo_slug() -> str:
     return parts.path.strip("/")
 
 
-def _in_repo(url: str) -> bool:
-    return url == REPO_URL or url.startswith(REPO_URL + "/") or url.startswith(REPO_URL + "?")
+def link_problems(url: str, any_host: bool = False) -> list[str]:
+    """What is wrong with a link out of the book: a Binder link that opens no file of the book in the
+    repository at the configured branch, a GitHub address outside the repository, a host not in
+    KNOWN_HOSTS (unless ``any_host``)."""
+    host, target = urlsplit(url).hostname or "", binder_target(url)
+    if target is not None:
+        repo, branch, path = target
+        problems = []
+        if (repo, branch) != (_repo_slug(), BRANCH):
+            problems.append(f"{url} opens {repo}@{branch}, not {_repo_slug()}@{BRANCH}")
+        if not path.startswith(BOOK_PATH + "/") or not (ROOT / path).is_file():
+            problems.append(f"{url} opens {path or 'no file'}, which is not a file of the book")
+        return problems
+    if url == REPO_URL or url.startswith((REPO_URL + "/", REPO_URL + "?")):
+        return []
+    if host == "github.com":
+        return [f"{url} is on GitHub but not in {REPO_URL}"]
+    return [] if any_host or host in KNOWN_HOSTS else [f"{url} (host {host} is not in KNOWN_HOSTS)"]
 
 
-def test_external_links_go_to_the_repository_or_a_known_host(site_pages):
-    problems = []
+def test_links_out_of_the_site_and_its_binder_buttons(site_pages):
+    """Every link out goes to the repository or a known host; each page's Binder button opens that
+    page's own chapter."""
+    problems, binder = [], 0
     for page in site_pages:
         for url in external_links(page):
-            if _in_repo(url):
-                continue
-            host = urlsplit(url).hostname or ""
-            if host == "github.com":
-                problems.append(f"{page}: {url} is on GitHub but not in {REPO_URL}")
-            elif host not in KNOWN_HOSTS:
-                problems.append(f"{page}: {url} (host {host} is not in KNOWN_HOSTS)")
-    assert not problems, "\n  ".join(["links out of the book:"] + sorted(set(problems)))
-
-
-def test_binder_links_open_chapters_that_exist(site_pages):
-    slug, problems, seen = _repo_slug(), [], 0
-    for page in site_pages:
-        for url in external_links(page):
+            problems += [f"{page}: {p}" for p in link_problems(url)]
             target = binder_target(url)
             if target is None:
                 continue
-            seen += 1
-            repo, branch, path = target
-            if repo != slug or branch != BRANCH:
-                problems.append(f"{page}: {url} opens {repo}@{branch}, not {slug}@{BRANCH}")
-            if not path:
-                problems.append(f"{page}: {url} opens no file")
-                continue
-            rel = path.removeprefix(BOOK_PATH + "/")
-            if not path.startswith(BOOK_PATH + "/") or not (ROOT / BOOK_PATH / rel).is_file():
-                problems.append(f"{page}: {url} opens {path}, which is not a file of the book")
-            elif Path(rel).with_suffix(".html").as_posix() not in site_pages:
-                problems.append(f"{page}: {url} opens {path}, which is not a page of the site")
-            elif Path(rel).stem != Path(page).stem:
-                problems.append(f"{page}: its Binder button opens another chapter ({path})")
-    assert seen, "no Binder link in the built site (launch_buttons in _config.yml?)"
-    assert not problems, "\n  ".join(["Binder links:"] + problems)
+            binder += 1
+            rel = Path(target[2].removeprefix(BOOK_PATH + "/"))
+            if rel.with_suffix(".html").as_posix() not in site_pages:
+                problems.append(f"{page}: {url} opens {rel}, which is not a page of the site")
+            elif rel.stem != Path(page).stem:
+                problems.append(f"{page}: its Binder button opens another chapter ({rel})")
+    assert binder, "no Binder link in the built site (launch_buttons in _config.yml?)"
+    assert not problems, "\n  ".join(["links out of the book:"] + sorted(set(problems)))
 
 
 def test_the_site_links_the_configured_repository(site_pages):
@@ -105,19 +102,9 @@ def test_the_site_links_the_configured_repository(site_pages):
 
 def test_readme_and_sources_use_the_configured_repository():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    slug, problems = _repo_slug(), []
+    problems = []
     for url in re.findall(r"https?://[^\s)>\]\"'`]+", readme):
-        url = url.rstrip(".,;:")
-        host = urlsplit(url).hostname or ""
-        target = binder_target(url)
-        if target is not None:
-            repo, branch, path = target
-            rel = path.removeprefix(BOOK_PATH + "/")
-            if (repo, branch) != (slug, BRANCH) or not (ROOT / BOOK_PATH / rel).is_file():
-                problems.append(f"README: Binder link {url} does not open a chapter of "
-                                f"{slug}@{BRANCH}")
-        elif host == "github.com" and not _in_repo(url):
-            problems.append(f"README: {url} is on GitHub but not in {REPO_URL}")
+        problems += [f"README: {p}" for p in link_problems(url.rstrip(".,;:"), any_host=True)]
     if REPO_URL not in readme:
         problems.append(f"README: never names the repository {REPO_URL}")
     placeholder = re.compile(r"<(this|the) repo(sitory)?>|git clone <", re.I)
