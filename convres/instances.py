@@ -23,10 +23,11 @@ def synthetic_regression(N: int, n: int, d: int, c: int = 1, *, seed: int | torc
                          dtype=torch.float64, pooled: bool = False):
     """``X`` ``(N, n, d)`` and ``Y`` ``(N, n, c)`` (``(N, c)`` if ``pooled``), i.i.d. ``N(0, 1)``."""
     N, n, d, c = (as_int(name, v, minimum=1) for name, v in (("N", N), ("n", n), ("d", d), ("c", c)))
+    dtype = as_float_dtype(dtype)
     gen = generator(seed)
     X = torch.randn(N, n, d, generator=gen, dtype=torch.float64)
     Y = torch.randn(*((N, c) if pooled else (N, n, c)), generator=gen, dtype=torch.float64)
-    return X.to(as_float_dtype(dtype)), Y.to(dtype)
+    return X.to(dtype), Y.to(dtype)
 
 
 def regression_data(cfg: ModelConfig, N: int, n: int, seed: int = 0, *, targets: str = "gaussian",

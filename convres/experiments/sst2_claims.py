@@ -29,7 +29,11 @@ def _effects(res: Result) -> dict:
     ``None`` for a diverged unit: T1 ``ln(MSE_iso / MSE_res)`` per (depth, seed); T2
     ``ln(MSE_matched / MSE_res,Lmax)``; T3 ``ln(MSE_iso,Lmax / MSE_iso,Lmin)``; T4 the mean over ``t``
     of ``log10(Phi_t / Phi_ref)`` of the isometric arm minus the residual's, one ``Phi_ref`` per unit
-    (decades; the starts cancel: a deviation, review8 M1)."""
+    (decades; the starts cancel: a deviation, review8 M1). Computed once per result."""
+    return res._once("sst2 effects", lambda: _compute_effects(res))
+
+
+def _compute_effects(res: Result) -> dict:
     runs, horizon = res.data["runs"], res.settings["steps"]
     by = {p: runs_by(runs, p) for p in ("tuned", "common")}
     depths, seeds = sorted(res.settings["depths"]), sorted(res.settings["seeds"])
@@ -81,12 +85,14 @@ def references(depths) -> dict[str, list[Arm]]:
 
 def arm_ratios(res: Result, protocol: str = "tuned") -> dict[Arm, float]:
     """Each arm's median final training MSE over the seeds under ``protocol``, over the floor's
-    (``data["level"]``); ``inf`` for an arm with no finite run."""
-    out = {}
-    for arm, by_seed in runs_by(res.data["runs"], protocol).items():
-        x = [r["final_mse"] for r in by_seed.values() if r["final_mse"] is not None]
-        out[Arm(*arm)] = float(np.median(x)) / res.data["level"] if x else math.inf
-    return out
+    (``data["level"]``); ``inf`` for an arm with no finite run. Computed once per result."""
+    def compute() -> dict[Arm, float]:
+        out = {}
+        for arm, by_seed in runs_by(res.data["runs"], protocol).items():
+            x = [r["final_mse"] for r in by_seed.values() if r["final_mse"] is not None]
+            out[Arm(*arm)] = float(np.median(x)) / res.data["level"] if x else math.inf
+        return out
+    return res._once(f"sst2 arm ratios {protocol}", compute)
 
 
 def references_train(res: Result) -> dict[str, CheckResult]:
