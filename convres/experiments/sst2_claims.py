@@ -75,12 +75,11 @@ def checks_of(data: dict) -> list[CheckResult]:
 
 
 def references(depths) -> dict[str, list[Arm]]:
-    """The arms each claim says are worse, its references, as the paper pilot's rule named them: T1 and
-    T4 the isometric arm at every depth, T2 the matched shallow arm, T3 the shallowest isometric arm
-    (the grading, :data:`MEASURES`, also asks T3's deepest arm to train)."""
-    lo = min(depths)
-    iso = [Arm(L, "isometric") for L in sorted(depths)]
-    return {"T1": iso, "T2": [Arm(lo, "matched")], "T3": [Arm(lo, "isometric")], "T4": iso}
+    """The arms each claim says are worse, its references, as the paper pilot's rule named them: the
+    primary measure's arm (:data:`MEASURES`), at every depth for T1 and T4, at the shallowest for T2
+    and T3 (the grading also asks T3's deepest arm to train)."""
+    at = {"T1": sorted(depths), "T2": [min(depths)], "T3": [min(depths)], "T4": sorted(depths)}
+    return {claim: [Arm(L, MEASURES[claim][None][1]) for L in at[claim]] for claim in MEASURES}
 
 
 def arm_ratios(res: Result, protocol: str = "tuned") -> dict[Arm, float]:
