@@ -1,9 +1,7 @@
 """Committed results (book chapter *Reproduction report*): the profiles too large for the book's
-build (``Experiment.committed``), run in pieces and committed with provenance.
-``python -m convres reproduce NAME --profile P --piece K`` computes the ``K``-th block of the
-evaluation seeds into ``results/pieces/NAME-P-K.json`` and merges the pieces present into
-``results/NAME-P.json`` under a lock (one piece per task of a job array). What is read back passes
-the checks of what is written (:func:`read_record`)."""
+build (``Experiment.committed``), run in pieces (``python -m convres reproduce NAME --profile P --piece
+K``: ``results/pieces/NAME-P-K.json``) and merged under a lock into ``results/NAME-P.json`` with
+provenance. What is read back passes the checks of what is written (:func:`read_record`)."""
 
 import contextlib
 import fcntl

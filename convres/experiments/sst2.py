@@ -9,6 +9,7 @@ report's rows.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -131,23 +132,20 @@ def _shared_parts(s: dict, task: SST2Task, Yt: torch.Tensor, dtype, device) -> d
     X = task.X
     s0 = {k: v for k, v in s.items() if k != "halvings"}   # a halving pass shares the parts
 
-    def tune(a: Arm) -> Callable[[], Any]:
-        return lambda: shared_by_pieces("tune-sst2", s0, device, lambda: _tune(s, X, Yt, a, dtype, device),
-                                        arm=list(a))
+    def shared(what: str, compute: Callable[[], Any], **context: Any) -> Callable[[], Any]:
+        return lambda: shared_by_pieces(f"{what}-sst2", s0, device, compute, **context)
 
-    parts: dict[str, Callable[[], Any]] = {f"tune {a.name}": tune(a) for a in arms_of(s)}
-    parts["checks"] = lambda: shared_by_pieces("checks-sst2", s0, device,
-                                               lambda: init_diagnostics(s, X, Yt, s["pilot_seeds"]))
-    parts["adam"] = lambda: shared_by_pieces(
-        "adam-sst2", s0, device, lambda: [adam_reference(s, task, k, device) for k in s["adam"]["seeds"]])
+    parts = {f"tune {a.name}": shared("tune", partial(_tune, s, X, Yt, a, dtype, device), arm=list(a))
+             for a in arms_of(s)}
+    parts["checks"] = shared("checks", partial(init_diagnostics, s, X, Yt, s["pilot_seeds"]))
+    parts["adam"] = shared("adam", lambda: [adam_reference(s, task, k, device) for k in s["adam"]["seeds"]])
+    parts["wide"] = shared("wide", partial(_run_sst2_wide, s, task, device))
 
     def precision():
         chosen = {a: parts[f"tune {a.name}"]()["chosen"] for a in arms_of(s)}   # the same in every piece
-        return shared_by_pieces("precision-sst2", s0, device,
-                                lambda: _precision_check(s, X, Yt, chosen, device))
+        return shared("precision", partial(_precision_check, s, X, Yt, chosen, device))()
 
     parts["precision"] = precision
-    parts["wide"] = lambda: shared_by_pieces("wide-sst2", s0, device, lambda: _run_sst2_wide(s, task, device))
     return parts
 
 
@@ -169,8 +167,7 @@ def prepare(profile: str, part: str, *, data_dir=None, device=None) -> dict | li
 def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     dtype = dtype_of(s)
     task = sst2_data(s, data_dir, dtype)
-    X, Xv = task.X, task.X_val
-    N, n = X.shape[:2]
+    N, n = task.X.shape[:2]
     Yt = token_targets(task.Y, n)
     arms = arms_of(s)
     shared = _shared_parts(s, task, Yt, dtype, device)
@@ -181,12 +178,12 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     # piece); the evaluation seeds' starts are recorded too
     pilot = shared["checks"]()
     checks = design_checks(s, init_table(s, pilot))
-    init_rows = init_diagnostics(s, X, Yt, s["seeds"])
+    init_rows = init_diagnostics(s, task.X, Yt, s["seeds"])
     # 3. each arm's step on the probe seeds (one cache entry an arm: shared by the pieces)
     tuned = {a: shared[f"tune {a.name}"]() for a in arms}
     eta = {a: t["chosen"] for a, t in tuned.items()}
-    if any(v is None for v in eta.values()):
-        none = [a.name for a, v in eta.items() if v is None]
+    none = [a.name for a, v in eta.items() if v is None]
+    if none:
         raise ValueError(f"no stable step for the arms {none} on the grid {s['eta_grid']}: widen 'eta_grid' "
                          "downwards or raise 'extend'.")
     reruns: list[dict] = []
@@ -230,7 +227,7 @@ def _run_sst2(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     # 6. float32 against float64 (the deepest arms, a probe seed); 7. the wide FFN: shared by the pieces
     check = shared["precision"]()
     wide = shared["wide"]() if s.get("wide") else None
-    return {"N": int(N), "N_val": int(Xv.shape[0]), "n": int(n), "embedding": task.info, "level": level,
+    return {"N": int(N), "N_val": len(task.labels_val), "n": int(n), "embedding": task.info, "level": level,
             "matched_m": matched_width(s) if s.get("matched") else None,
             "init": init_rows, "init_pilot": pilot, "design_checks": [c.to_json() for c in checks],
             "step_sizes": list(tuned.values()),
@@ -256,8 +253,7 @@ def _precision_check(s: dict, X, Yt, eta: dict, device) -> list[dict] | None:
     if s.get("dtype", "float64") == "float64" or not s.get("check_steps"):
         return None
     out = []
-    deepest = max(s["depths"])
-    for arm in [a for a in arms_of(s) if deepest == a.L]:
+    for arm in [a for a in arms_of(s) if max(s["depths"]) == a.L]:
         cfg = arm_config(s, arm)
         p32 = arm_params(s, arm, s["probe_seeds"][0], X, dtype=torch.float32)  # the same in every piece
         mu, T = eta[arm] / output_rows(cfg, X), s["check_steps"]
@@ -274,11 +270,10 @@ def _run_sst2_wide(s: dict, task: SST2Task, device) -> dict:
     balanced sentences, step ``mu = 1 / (safety L_hat_0)`` (``L_hat_0``: power iteration)."""
     w = s["wide"]
     dtype, half = dtype_of(w), w["n_train"] // 2
-    pos, neg = np.nonzero(task.labels == 1)[0][:half], np.nonzero(task.labels == 0)[0][:half]
-    if len(pos) < half or len(neg) < half:
+    rows = np.sort(np.concatenate([np.nonzero(task.labels == y)[0][:half] for y in (1, 0)]))
+    if len(rows) < 2 * half:
         raise ValueError(f"wide: n_train = {w['n_train']} needs {half} sentences of each label among the "
                          f"{len(task.labels)} of the experiment.")
-    rows = np.sort(np.concatenate([pos, neg]))
     X, Y = task.X[rows].to(dtype), task.Y[rows].to(dtype)
     cfg = wide_config(s)
     out = []

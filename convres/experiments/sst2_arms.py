@@ -140,8 +140,6 @@ def arms_of(s: dict) -> list[Arm]:
 def arm_config(s: dict, arm: Arm) -> ModelConfig:
     """The model of ``arm``: ``beta = 1`` for the residual arms, 0 otherwise; the matched arm's FFN
     width from :func:`matched_width`."""
-    if arm.kind not in ARM_KINDS:
-        raise ValueError(f"unknown arm kind {arm.kind!r}; choose one of {ARM_KINDS}.")
     return _cfg(s, arm.L, 1.0 if arm.residual else 0.0,
                 **({"m": matched_width(s)} if arm.kind == "matched" else {}))
 
