@@ -34,8 +34,9 @@ def test_the_entry_point_in_a_subprocess():
     out = subprocess.run([sys.executable, "-m", "convres", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and __version__ in out.stdout
     closed = subprocess.run(f"{sys.executable} -m convres reproduce >&-", shell=True, capture_output=True,
-                            text=True)
-    assert closed.returncode == 2 and len(closed.stderr.splitlines()) == 1 and "Traceback" not in closed.stderr
+                            text=True)   # stdout closed: one line, no traceback
+    assert closed.returncode == 2 and len(closed.stderr.splitlines()) == 1
+    assert "Traceback" not in closed.stderr
 
 
 def test_the_modes_print_strict_json_and_reproduce_lists_the_experiments(capsys):

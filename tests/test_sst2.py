@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from convres import experiments as ex
-from convres.experiments import sst2
-from convres.experiments.sst2_arms import ARM_KINDS, Arm, arm_config, arm_params, arms_of, isometric_init
-from convres.experiments.sst2_arms import matched_width, norm_preserving_init
+from convres.experiments import sst2, sst2_arms
+from convres.experiments.sst2_arms import ARM_KINDS, Arm, arm_config, arm_params, arms_of
 from convres.experiments.sst2_baselines import bow_logistic, heldout_rows, pooled_baseline
 from convres.lemmas import parameter_count
 from convres.model import ModelConfig, forward_trace, init_params
@@ -28,7 +27,7 @@ X8 = torch.randn(32, 10, 8, dtype=torch.float64, generator=torch.Generator().man
 
 def test_norm_preserving_init_keeps_every_block_at_the_rms_of_its_input():
     cfg = ModelConfig(d=8, d_qk=8, m=8, L=6, beta=0.0, activation="gelu")
-    p = norm_preserving_init(cfg, X8, seed=3)
+    p = sst2_arms.norm_preserving_init(cfg, X8, seed=3)
     tr = forward_trace(p, X8, cfg)
     assert np.allclose([_rms(t) for t in [*tr.H, *tr.A]], _rms(X8), rtol=1e-10)   # every H_l and A_l
     raw = init_params(cfg, seed=3, branch_scale=1.0)                  # the same draws, scaled per matrix
@@ -41,8 +40,8 @@ def test_norm_preserving_init_keeps_every_block_at_the_rms_of_its_input():
 def test_isometric_init_starts_each_block_near_an_isometry_from_the_same_draws():
     cfg = ModelConfig(d=8, d_qk=8, m=8, L=4, beta=0.0, activation="gelu")
     c, eps, r = 6.0, 0.05, 0.5
-    p = isometric_init(cfg, X8, seed=3, identity_gain=c, preactivation=eps)
-    soft = isometric_init(cfg, X8, seed=3, identity_gain=c, preactivation=eps, qk_scale=r)
+    p = sst2_arms.isometric_init(cfg, X8, seed=3, identity_gain=c, preactivation=eps)
+    soft = sst2_arms.isometric_init(cfg, X8, seed=3, identity_gain=c, preactivation=eps, qk_scale=r)
     raw = init_params(cfg, seed=3, branch_scale=1.0)
     tr = forward_trace(p, X8, cfg)
     H, eye = [X8, *tr.H], torch.eye(8, dtype=torch.float64)
@@ -68,7 +67,7 @@ def test_isometric_init_starts_each_block_near_an_isometry_from_the_same_draws()
     got = arm_params(s, Arm(4, "isometric"), 3, X8)
     assert all(torch.allclose(got[k], soft[k]) for k in soft)
     with pytest.raises(ValueError, match="without residual"):
-        isometric_init(cfg.replace(beta=1.0), X8, identity_gain=c, preactivation=eps)
+        sst2_arms.isometric_init(cfg.replace(beta=1.0), X8, identity_gain=c, preactivation=eps)
 
 
 def test_the_committed_reference_pilots_decision_follows_from_its_numbers():
@@ -105,7 +104,7 @@ def test_the_arms_and_the_matched_width():
     arms = arms_of(s)
     assert len(arms) == 10 and arms[-1] == Arm(2, "matched") and {a.kind for a in arms} == set(ARM_KINDS)
     deep, matched = (parameter_count(arm_config(s, a)) for a in (Arm(10, "residual"), Arm(2, "matched")))
-    assert matched_width(s) == 176 and matched == deep == 12_816                      # d = 16: exact
+    assert sst2_arms.matched_width(s) == 176 and matched == deep == 12_816   # d = 16: exact
     assert parameter_count(arm_config(s, Arm(2, "residual"))) == 2_576
     near = {**s, "d": 12, "d_qk": 8, "m": 10}                          # no exact width: the nearest
     gap = abs(parameter_count(arm_config(near, Arm(2, "matched"))) /
@@ -131,7 +130,8 @@ def test_the_baselines_read_a_linear_signal_and_the_sentiment_words():
 
     def sents(k):
         labels = np.arange(k) % 2
-        toks = [list(rng.choice(["the", "film", "a", "unknown"], 4)) + ["good" if y else "bad"] for y in labels]
+        words = ["the", "film", "a", "unknown"]
+        toks = [list(rng.choice(words, 4)) + ["good" if y else "bad"] for y in labels]
         return toks, labels
 
     out = bow_logistic(*sents(40), *sents(10), ["good", "bad", "the", "film", "a"], lambdas=[0.01, 1e6],
@@ -304,11 +304,12 @@ def test_a_shared_part_prepared_alone_is_committed_and_read_back_by_a_piece(offl
     monkeypatch.setattr(committed, "git_commit", lambda: "later")
     monkeypatch.setattr(cache, "source_fingerprint", lambda: "edited")   # the piece runs other code
     path, _ = committed.run_piece("sst2", 0, folder=tmp_path, profile="smoke")
-    assert calls.count(Arm(2, "isometric")) == 1 and len(calls) == len(arms_of(sst2.EXPERIMENT.profiles["smoke"]))
+    assert calls.count(Arm(2, "isometric")) == 1 and len(calls) == len(arms_of(ex.settings("sst2", "smoke")))
     piece = json.loads(path.read_text())
     assert next(x for x in piece["data"]["step_sizes"] if x["arm"] == "L=2, isometric") == t
-    made = {x["commit"] for x in piece["provenance"]["shared"]}
-    assert made == {"made-here", "later"} and all(x["cpu_seconds"] is not None for x in piece["provenance"]["shared"])
+    shared = piece["provenance"]["shared"]
+    assert {x["commit"] for x in shared} == {"made-here", "later"}
+    assert all(x["cpu_seconds"] is not None for x in shared)
     with pytest.raises(ValueError, match="unknown shared part"):
         sst2.prepare("smoke", "tune L=7, residual")
     with pytest.raises(ValueError, match="profile must be one of"):
