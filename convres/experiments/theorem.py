@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from itertools import product
+from typing import Any
 
 import numpy as np
 
@@ -70,10 +71,10 @@ def _ffn(instance, keys: tuple[str, ...] = _CERT) -> dict:
     return _fields(ffn_certificate(*instance), keys)
 
 
-def _ffn_run(instance, cap: int):
-    """The certified run of thm-ffn on ``instance``, :func:`non_vacuous_steps` long (at most ``cap``)."""
-    cert = ffn_certificate(*instance)
-    return ffn_certified_run(*instance, steps=non_vacuous_steps(cert.mu_alpha, cap), cert=cert)
+def _ffn_run(params, X, Y, cfg, cap: int):
+    """The certified run of thm-ffn, :func:`non_vacuous_steps` long (at most ``cap``)."""
+    cert = ffn_certificate(params, X, Y, cfg)
+    return ffn_certified_run(params, X, Y, cfg, steps=non_vacuous_steps(cert.mu_alpha, cap), cert=cert)
 
 
 @computation(
@@ -265,11 +266,11 @@ def SEPARATION(s: dict, **_) -> dict:
 def FFN_CERTIFIED(s: dict, **_) -> dict:
     out: dict = {}
     for name, kw in s["instances"].items():
-        instance = ffn_certified_instance(s["seed"], **kw)
-        run = _ffn_run(instance, s["max_steps"][name])
+        params, X, Y, cfg = ffn_certified_instance(s["seed"], **kw)
+        run = _ffn_run(params, X, Y, cfg, s["max_steps"][name])
         out[name] = {"settings": kw, "run": run.to_dict()}
         if name == "per token":
-            out[name]["lazy"] = lazy_report(*instance, run, block="layer1.W_2")
+            out[name]["lazy"] = lazy_report(params, X, Y, cfg, run, block="layer1.W_2")
     per_token = s["instances"]["per token"]
     out["seeds"] = [dict(seed=k, **_ffn(ffn_certified_instance(k, **per_token))) for k in s["seeds"]]
     out["grid"] = [dict(ffn_gain=a, m=m, **_ffn(ffn_certified_instance(s["seed"],
@@ -296,7 +297,8 @@ def FFN_RUNS(s: dict, **_) -> dict:
     return {"runs": out}
 
 
-def _draw(s: dict, regime: dict, seed: int, variant: dict | None = None, beta: float = 1.0):
+def _draw(s: dict, regime: dict, seed: int, variant: dict | None = None,
+          beta: float = 1.0) -> tuple[dict, Any, Any, ModelConfig]:
     """:func:`convres.instances.simulations_instance` of a *Simulations* regime, rescaled by ``variant``."""
     sim = SIMULATIONS.profiles[s["simulations_profile"]]
     shape = dict(N=regime["N"], n=sim["n"], d=sim["d"], m=sim["m"], d_qk=regime["d_qk"],
@@ -358,7 +360,7 @@ def VARIANTS(s: dict, **_) -> dict:
             _, h = gradient_descent(*_draw(s, regime, first, beta=0.0), s["as_is_mu"], s["as_is_steps"])
             entry["as_it_stands_beta0"] = {"mu": s["as_is_mu"], "loss": h.loss[::10].tolist()}
         if s["run"].get(name):
-            entry["run"] = _ffn_run(_draw(s, regime, first, v), s["run"][name]).to_dict()
+            entry["run"] = _ffn_run(*_draw(s, regime, first, v), s["run"][name]).to_dict()
     return {"variants": out}
 
 
