@@ -102,6 +102,7 @@ def SHARPER(s: dict, **_) -> dict:
         row = {"seed": seed}
         for name, cert in (("book", certificate_of(c, EPS_BOOK)), ("sharp", sharpest_certificate_of(c))):
             run = certified_run(params, X, Y, cfg, steps=s["steps"], cert=cert)
+            # observed_decrease: 1 - max_t Phi_{t+1} / Phi_t over the steps above the float floor
             row[name] = dict(_fields(cert, ("eps", *_CERT)), violations=run.violations,
                              observed_decrease=-contraction_check(run.loss, 0.0).max_excess)
         rows.append(row)
@@ -205,7 +206,8 @@ CHECKED = ("r", "r_a", "R", "CF", "dCF", "steps")   # what path_check compares, 
              smoke=dict(d=64, d_qks=[16, 64], seeds=[0], steps=50, common_runs=[[16, 0]], sim_seeds=[0],
                         sim_steps=50, mu_small=1e-2, check_seeds=[0], escape_mu_runs=[[16, 0]])))
 def SEPARATION(s: dict, **_) -> dict:
-    size, mu = dict(N=s["N"], n=s["n"], d=s["d"]), s["mu"]
+    size = dict(N=s["N"], n=s["n"], d=s["d"])
+    mu = s["mu"]
     rows, common, checks, reports = [], [], [], {}
     for d_qk, seed in product(s["d_qks"], s["seeds"]):
         X, Y, p, cfg = separation_instance(d_qk, seed, **size)
