@@ -1,8 +1,13 @@
 """The rank-collapse counterexamples and sweeps (convres.collapse)."""
 
+import math
+import re
+
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from convres import collapse
 from convres.collapse import attention_output, dqk_sweep, gaussian_instance, sigma_min_table, spiked_instance
@@ -138,18 +143,59 @@ def test_sigma_min_table_default_shows_the_collapse():
 
 
 G = gaussian_instance(3, 4, 2)
-BAD_INPUTS = {   # what is wrong -> (the call, a name its error must say)
+#: Every public function of convres.collapse with a valid call: the arguments its policy checks.
+CALLS = {
+    collapse.attention_output: dict(X=G["X"], W_Q=G["W_Q"], W_K=G["W_K"], W_V=G["W_V"], s=0.5, beta=1.0),
+    collapse.collapse_measures: dict(M=G["X"]),
+    collapse.gaussian_instance: dict(n=3, d=4, d_qk=2, seed=0),
+    collapse.logit_margins: dict(X=G["X"], W_Q=G["W_Q"], W_K=G["W_K"], token=0),
+    collapse.spiked_instance: dict(n=3, d=4, d_qk=2, seed=0, strength=6.0, token=0),
+    collapse.dqk_sweep: dict(d_qks=[1, 2], betas=[0.5], n=3, d=4, seed=0, scale="1/d_qk"),
+    collapse.dqk_sweep_seeds: dict(d_qks=[1, 2], betas=[0.5], seeds=[0, 1]),
+    collapse.scale_sweep: dict(scales=[0.5], betas=[0.5], instance=G),
+    collapse.value_counterexample: dict(n=3, d=4, beta=1.0, seed=0, scale=1.0),
+    collapse.rank_one_floor: dict(Y=torch.ones(2, 3, 1, dtype=torch.float64)),
+    collapse.gd_attention_stats: dict(beta=0.0, mu=0.002, N=2, n=3, d=4, m=4, d_qk=4, seed=0),
+    collapse.sigma_min_table: dict(beta=1.0, d_qks=[1, 2], n=3, d=4, seed=0, seeds=2),
+}
+JUNK = st.sampled_from([None, "x", True, [], {}])
+
+
+def wrong_like(valid):
+    """Values of the wrong kind, or out of range, for an argument of which ``valid`` is a value."""
+    if isinstance(valid, torch.Tensor):
+        return JUNK | st.sampled_from([valid.flatten(), valid.long()])
+    if isinstance(valid, list):
+        return JUNK | wrong_like(valid[0]).map(lambda x: [*valid, x])
+    if isinstance(valid, str):
+        return JUNK | st.sampled_from(["", "1/d", "sqrt(d_qk)"])
+    if isinstance(valid, dict):
+        return JUNK
+    negative = st.floats(max_value=0.0, exclude_max=True) | st.just(math.nan)
+    return JUNK | negative | (st.integers(max_value=-1) | st.floats() if isinstance(valid, int) else negative)
+
+
+@settings(max_examples=300)
+@given(data=st.data())
+def test_a_bad_argument_of_a_public_function_is_a_clear_error_naming_it(data, clear_error):
+    """One policy at every entry point: a wrong kind, an empty list or a value out of range."""
+    assert {f.__name__ for f in CALLS} == set(collapse.__all__) - {"TABLE_D_QKS"}
+    f, name = data.draw(st.sampled_from([(f, name) for f, kwargs in CALLS.items() for name in kwargs]))
+    bad = data.draw(wrong_like(CALLS[f][name]))
+    err = clear_error(lambda: f(**{**CALLS[f], name: bad}), name)
+    assert re.search(rf"(^|\W){name}(\W|$)", str(err)), err
+
+
+BAD_RELATIONS = {   # what is wrong -> (the call, a name its error must say)
     "n > d": (lambda: gaussian_instance(8, 4, 2), "n <= d"),
-    "a negative scale": (lambda: attention_output(G["X"], G["W_Q"], G["W_K"], G["W_V"], -1.0), "scale"),
-    "a negative beta in a sweep": (lambda: dqk_sweep([1, 2], [0.5, -1.0]), "betas[1]"),
     "a token past n": (lambda: spiked_instance(3, 5, 2, token=3), "token"),
     "a weak spike": (lambda: [spiked_instance(8, 16, 16, seed=s, strength=0.5) for s in range(20)], "logit"),
 }
 
 
-@pytest.mark.parametrize("case", list(BAD_INPUTS))
-def test_a_bad_input_is_a_clear_error_naming_it(case, clear_error):
-    clear_error(*BAD_INPUTS[case])
+@pytest.mark.parametrize("case", list(BAD_RELATIONS))
+def test_arguments_that_do_not_fit_together_are_a_clear_error(case, clear_error):
+    clear_error(*BAD_RELATIONS[case])
 
 
 def test_gd_runs_switch_the_two_residuals_separately():

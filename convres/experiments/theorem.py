@@ -4,6 +4,8 @@ by :func:`~convres.experiments.base.computation`; :data:`RECORDS` in the chapter
 from __future__ import annotations
 
 import math
+from itertools import product
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +19,7 @@ from ..certify import (
     ffn_certified_run,
     sharpest_certificate_of,
 )
+from ..checks import contraction_check
 from ..gd import gradient_descent
 from ..instances import (
     certified_instance,
@@ -57,13 +60,22 @@ def non_vacuous_steps(mu_alpha: float, cap: int) -> int:
     return int(min(cap, math.ceil(math.log(1 / MIN_DECREASE) / mu_alpha))) if mu_alpha > 0 else cap
 
 
-def _fields(cert, *keys: str) -> dict:
-    """The fields ``keys`` of a certificate's JSON."""
-    d = cert.to_dict()
+def _fields(x, keys: tuple[str, ...] = _CERT) -> dict:
+    """The fields ``keys`` of a dict, or of a certificate's JSON."""
+    d = x if isinstance(x, dict) else x.to_dict()
     return {k: d[k] for k in keys}
 
 
-# --- the certified instance (thm-main) ------------------------------------------------------------
+def _ffn(instance, keys: tuple[str, ...] = _CERT) -> dict:
+    """The fields ``keys`` of the FFN certificate of ``instance = (params, X, Y, cfg)``."""
+    return _fields(ffn_certificate(*instance), keys)
+
+
+def _ffn_run(params, X, Y, cfg, cap: int):
+    """The certified run of thm-ffn, :func:`non_vacuous_steps` long (at most ``cap``)."""
+    cert = ffn_certificate(params, X, Y, cfg)
+    return ffn_certified_run(params, X, Y, cfg, steps=non_vacuous_steps(cert.mu_alpha, cap), cert=cert)
+
 
 @computation(
     "theorem_certified", "Certified instance: certificate, certified run, tightness, lazy regime",
@@ -75,15 +87,6 @@ def CERTIFIED(s: dict, **_) -> dict:
     run = certified_run(params, X, Y, cfg, steps=s["steps"], cert=cert)
     return {"run": run.to_dict(), "estimates": sampled_estimates(params, X, Y, cfg, cert),
             "lazy": lazy_report(params, X, Y, cfg, run)}
-
-
-# --- sharper constants: the eps-certificate on fresh seeds ----------------------------------------
-
-def _worst_decrease(loss) -> float:
-    """``1 - max_t Phi_{t+1} / Phi_t`` over the steps above the float floor."""
-    loss = np.asarray(loss, dtype=np.float64)
-    live = loss[:-1] > 1e-20 * loss[0]
-    return float(1 - np.max(loss[1:][live] / loss[:-1][live])) if live.any() else math.nan
 
 
 @computation(
@@ -99,13 +102,12 @@ def SHARPER(s: dict, **_) -> dict:
         row = {"seed": seed}
         for name, cert in (("book", certificate_of(c, EPS_BOOK)), ("sharp", sharpest_certificate_of(c))):
             run = certified_run(params, X, Y, cfg, steps=s["steps"], cert=cert)
-            row[name] = dict(_fields(cert, "eps", *_CERT), violations=run.violations,
-                             observed_decrease=_worst_decrease(run.loss))
+            # observed_decrease: 1 - max_t Phi_{t+1} / Phi_t over the steps above the float floor
+            row[name] = dict(_fields(cert, ("eps", *_CERT)), violations=run.violations,
+                             observed_decrease=-contraction_check(run.loss, 0.0).max_excess)
         rows.append(row)
     return {"rows": rows}
 
-
-# --- the certificate against the width (measured d*) and at the default initialization -------------
 
 @computation(
     "theorem_width_sweep", "Certified instance: the certificate's ratio against the width d",
@@ -118,13 +120,11 @@ def SHARPER(s: dict, **_) -> dict:
              smoke=dict(widths=[64, 128], shapes=[[1, 2]], seeds=[0], default_widths=[16])))
 def WIDTH_SWEEP(s: dict, **_) -> dict:
     rows = width_sweep(s["widths"], [tuple(x) for x in s["shapes"]], s["seeds"])
-    default = [dict(d=d, seed=seed, **_fields(certificate(*theorem_instance(seed, d=d)), "ratio", "rho",
-                                              "r_sigma_lower"))
-               for d in s["default_widths"] for seed in s["seeds"][:2]]
+    default = [dict(d=d, seed=seed, **_fields(certificate(*theorem_instance(seed, d=d)),
+                                              ("ratio", "rho", "r_sigma_lower")))
+               for d, seed in product(s["default_widths"], s["seeds"][:2])]
     return {"rows": rows, "default": default}
 
-
-# --- the width theorem: d_min, and instances drawn at d_min -----------------------------------------
 
 @computation(
     "theorem_width_condition", "Width theorem: the proven threshold d_min(N, n, delta)", "book/width.md",
@@ -165,8 +165,6 @@ def WIDTH_SEEDS(s: dict, **_) -> dict:
     return {"rows": rows}
 
 
-# --- the width theorem for fixed data (corollary wd-cor-fixed) -------------------------------------
-
 @computation(
     "theorem_width_fixed", "Width theorem for fixed data: orthonormal tokens padded to width d",
     "book/width.md",
@@ -174,14 +172,13 @@ def WIDTH_SEEDS(s: dict, **_) -> dict:
                   seeds=[0, 1, 2], widths=[8, 16, 32, 64, 128, 256, 512, 1024]),
              smoke=dict(Nn=[1, 2], measured_Nn=[2], seeds=[0], widths=[8, 16])))
 def WIDTH_FIXED(s: dict, **_) -> dict:
-    proven = []
+    proven, measured = [], []
     for Nn in s["Nn"]:
         X, Y = orthonormal_data(1, Nn, s["y"])
         small, unit = (width_condition(1, Nn, s["delta"], data=fixed_data(X, Y * k))
                        for k in (1.0, math.sqrt(Nn) / s["y"]))       # ||Y||_F = y, and unit targets
         proven.append(dict(Nn=Nn, d_min=small.d_min, limit=small.ratio_limit, limit_unit=unit.ratio_limit,
                            d_min_unit=unit.d_min))
-    measured = []
     for Nn in s["measured_Nn"]:
         X, Y = orthonormal_data(1, Nn, s["y"])
         for d in (w for w in s["widths"] if w > Nn):
@@ -191,8 +188,6 @@ def WIDTH_FIXED(s: dict, **_) -> dict:
             measured.append(dict(Nn=Nn, d=d, ratios=ratios[0], ratios_unit=ratios[1]))
     return {"proven": proven, "measured": measured}
 
-
-# --- the separation: a certified plateau without the residual, certified convergence with it -------
 
 CHECKED = ("r", "r_a", "R", "CF", "dCF", "steps")   # what path_check compares, and the steps it checked
 
@@ -211,59 +206,53 @@ CHECKED = ("r", "r_a", "R", "CF", "dCF", "steps")   # what path_check compares, 
              smoke=dict(d=64, d_qks=[16, 64], seeds=[0], steps=50, common_runs=[[16, 0]], sim_seeds=[0],
                         sim_steps=50, mu_small=1e-2, check_seeds=[0], escape_mu_runs=[[16, 0]])))
 def SEPARATION(s: dict, **_) -> dict:
-    rows, common, checks, mu_escape, reports = [], [], [], [], {}
     size = dict(N=s["N"], n=s["n"], d=s["d"])
-    for d_qk in s["d_qks"]:
-        for seed in s["seeds"]:
-            X, Y, p, cfg = separation_instance(d_qk, seed, **size)
-            pl = plateau_certificate(p, X, Y, cfg, s["mu"])
-            below = np.nextafter(0.5 * pl.floor, 0)       # the largest loss < floor / 2
-            _, h = gradient_descent(p, X, Y, cfg, s["mu"], s["steps"], tol=below)
-            pc = perp_centre(p, X, Y, cfg)                # the hypotheses of sep-prop-exponent
-            ctrl = cfg.replace(scale=s["control_scale"])  # the same draw, attention far from uniform
-            reports[(d_qk, seed)] = separation_report(d_qk, seed, **size)
-            rows.append(dict(d_qk=d_qk, seed=seed, T_lb=pl.T_lb, certified=pl.certified, floor=pl.floor,
-                             escape=steps_to(list(h.loss), below, relative=False),
-                             min_ratio=float(np.min(h.loss[:pl.T_lb + 1]) / (0.5 * pl.floor)),
-                             eps_scaled=float(pc.eps_i.max()) * d_qk ** 0.5,
-                             sk_scaled=float(np.max(pc.c.k_i + pc.c.q_i)) * pc.c.s * d_qk ** 0.5, par=pc.par,
-                             T_lb_small=plateau_certificate(p, X, Y, cfg, s["mu_small"]).T_lb,
-                             control_eps=float(perp_centre(p, X, Y, ctrl).eps_i.max()),
-                             control_T_lb=plateau_certificate(p, X, Y, ctrl, s["mu"]).T_lb,
-                             control_escape=escape_step(p, X, Y, ctrl, s["mu"], s["steps"]),
-                             report=reports[(d_qk, seed)]))
-            if seed in s["check_seeds"]:                # the lemmas' bounds along the run (mu = 0.1)
-                chk = path_check(p, X, Y, cfg, s["mu"])
-                checks.append(dict(d_qk=d_qk, seed=seed, mu=s["mu"], **{k: chk[k] for k in CHECKED}))
-    for d_qk, seed in s["escape_mu_runs"]:               # the escape in units of mu t at a smaller step
+    mu = s["mu"]
+    rows, common, checks, reports = [], [], [], {}
+    for d_qk, seed in product(s["d_qks"], s["seeds"]):
         X, Y, p, cfg = separation_instance(d_qk, seed, **size)
-        mu = s["mu"] / 10
-        mu_escape.append(dict(d_qk=d_qk, seed=seed, mu=mu,
-                              escape=escape_step(p, X, Y, cfg, mu, 10 * s["steps"])))
-    for d_qk, seed in s["common_runs"]:                 # the plateau at the residual arm's step
+        pl = plateau_certificate(p, X, Y, cfg, mu)
+        below = np.nextafter(0.5 * pl.floor, 0)       # the largest loss < floor / 2
+        _, h = gradient_descent(p, X, Y, cfg, mu, s["steps"], tol=below)
+        pc = perp_centre(p, X, Y, cfg)                # the hypotheses of sep-prop-exponent
+        ctrl = cfg.replace(scale=s["control_scale"])  # the same draw, attention far from uniform
+        reports[(d_qk, seed)] = separation_report(d_qk, seed, **size)
+        rows.append(dict(d_qk=d_qk, seed=seed, T_lb=pl.T_lb, certified=pl.certified, floor=pl.floor,
+                         escape=steps_to(list(h.loss), below, relative=False),
+                         min_ratio=float(np.min(h.loss[:pl.T_lb + 1]) / (0.5 * pl.floor)),
+                         eps_scaled=float(pc.eps_i.max()) * d_qk ** 0.5,
+                         sk_scaled=float(np.max(pc.c.k_i + pc.c.q_i)) * pc.c.s * d_qk ** 0.5, par=pc.par,
+                         T_lb_small=plateau_certificate(p, X, Y, cfg, s["mu_small"]).T_lb,
+                         control_eps=float(perp_centre(p, X, Y, ctrl).eps_i.max()),
+                         control_T_lb=plateau_certificate(p, X, Y, ctrl, mu).T_lb,
+                         control_escape=escape_step(p, X, Y, ctrl, mu, s["steps"]),
+                         report=reports[(d_qk, seed)]))
+        if seed in s["check_seeds"]:                  # the lemmas' bounds along the run (mu = 0.1)
+            checks.append(dict(d_qk=d_qk, seed=seed, mu=mu, **_fields(path_check(p, X, Y, cfg, mu), CHECKED)))
+    mu_escape = []
+    for d_qk, seed in s["escape_mu_runs"]:            # the escape in units of mu t at a smaller step
+        X, Y, p, cfg = separation_instance(d_qk, seed, **size)
+        mu_escape.append(dict(d_qk=d_qk, seed=seed, mu=mu / 10,
+                              escape=escape_step(p, X, Y, cfg, mu / 10, 10 * s["steps"])))
+    for d_qk, seed in s["common_runs"]:               # the plateau at the residual arm's step
         X, Y, p, cfg = separation_instance(d_qk, seed, **size)
         rep = reports.get((d_qk, seed)) or separation_report(d_qk, seed, **size)   # a row's, if one
-        T, mu = rep["plateau"]["T_lb"], rep["plateau"]["mu"]
-        chk = path_check(p, X, Y, cfg, mu, T)
-        _, h1 = gradient_descent(p, X, Y, cfg.with_residual(1.0), mu, T)
-        checks.append(dict(d_qk=d_qk, seed=seed, mu=mu, **{k: chk[k] for k in CHECKED}))
-        common.append(dict(d_qk=d_qk, seed=seed, mu=mu, T_lb=T, steps_to=rep["with_residual"]["steps_to"],
+        T, mu_res = rep["plateau"]["T_lb"], rep["plateau"]["mu"]
+        chk = path_check(p, X, Y, cfg, mu_res, T)
+        _, h1 = gradient_descent(p, X, Y, cfg.with_residual(1.0), mu_res, T)
+        checks.append(dict(d_qk=d_qk, seed=seed, mu=mu_res, **_fields(chk, CHECKED)))
+        common.append(dict(d_qk=d_qk, seed=seed, mu=mu_res, T_lb=T, steps_to=rep["with_residual"]["steps_to"],
                            min_ratio=float(np.min(chk["loss"]) / (0.5 * rep["plateau"]["floor"])),
                            residual_loss=h1.loss[::max(1, T // 200)].tolist(),
                            loss=chk["loss"][::max(1, T // 200)].tolist(), checked=chk["steps"],
                            residual_initial=float(h1.loss[0])))
     sims = []
-    for d_qk in s["d_qks"]:                             # the simulations' instances (escape law, beta = 0)
-        for seed in s["sim_seeds"]:
-            p, X, Y, cfg = simulations_instance(seed, N=4, n=4, d=32, m=32, d_qk=d_qk, scale="1/d_qk",
-                                                beta=0.0)
-            pl = plateau_certificate(p, X, Y, cfg, s["sim_mu"])
-            sims.append(dict(d_qk=d_qk, seed=seed, T_lb=pl.T_lb, escape=escape_step(p, X, Y, cfg, s["sim_mu"],
-                                                                                    s["sim_steps"])))
+    for d_qk, seed in product(s["d_qks"], s["sim_seeds"]):   # the simulations' instances (beta = 0)
+        p, X, Y, cfg = simulations_instance(seed, N=4, n=4, d=32, m=32, d_qk=d_qk, scale="1/d_qk", beta=0.0)
+        sims.append(dict(d_qk=d_qk, seed=seed, T_lb=plateau_certificate(p, X, Y, cfg, s["sim_mu"]).T_lb,
+                         escape=escape_step(p, X, Y, cfg, s["sim_mu"], s["sim_steps"])))
     return {"rows": rows, "common": common, "simulations": sims, "checks": checks, "mu_escape": mu_escape}
 
-
-# --- the FFN route certified (thm-ffn), and observed at the default initialization ------------------
 
 @computation(
     "theorem_ffn_certified", "FFN theorem: certified before the run with N n > d, per token and pooled",
@@ -280,18 +269,15 @@ def FFN_CERTIFIED(s: dict, **_) -> dict:
     out: dict = {}
     for name, kw in s["instances"].items():
         params, X, Y, cfg = ffn_certified_instance(s["seed"], **kw)
-        cert = ffn_certificate(params, X, Y, cfg)
-        steps = non_vacuous_steps(cert.mu_alpha, s["max_steps"][name])
-        run = ffn_certified_run(params, X, Y, cfg, steps=steps, cert=cert)
+        run = _ffn_run(params, X, Y, cfg, s["max_steps"][name])
         out[name] = {"settings": kw, "run": run.to_dict()}
         if name == "per token":
             out[name]["lazy"] = lazy_report(params, X, Y, cfg, run, block="layer1.W_2")
     per_token = s["instances"]["per token"]
-    out["seeds"] = [dict(seed=k, **_fields(ffn_certificate(*ffn_certified_instance(k, **per_token)), *_CERT))
-                    for k in s["seeds"]]
-    out["grid"] = [dict(ffn_gain=a, m=m, **_fields(ffn_certificate(*ffn_certified_instance(
-                        s["seed"], **{**per_token, "ffn_gain": a, "m": m})), *_CERT))
-                   for a in s["gains"] for m in s["widths"]]
+    out["seeds"] = [dict(seed=k, **_ffn(ffn_certified_instance(k, **per_token))) for k in s["seeds"]]
+    out["grid"] = [dict(ffn_gain=a, m=m, **_ffn(ffn_certified_instance(s["seed"],
+                                                                     **(per_token | dict(ffn_gain=a, m=m)))))
+                   for a, m in product(s["gains"], s["widths"])]
     return out
 
 
@@ -313,16 +299,13 @@ def FFN_RUNS(s: dict, **_) -> dict:
     return {"runs": out}
 
 
-# --- the smallest variants of the simulations that are certified ----------------------------------
-
-def _draw(s: dict, regime: dict, seed: int, variant: dict | None = None, beta: float | None = None):
+def _draw(s: dict, regime: dict, seed: int, variant: dict | None = None,
+          beta: float = 1.0) -> tuple[dict, Any, Any, ModelConfig]:
     """:func:`convres.instances.simulations_instance` of a *Simulations* regime, rescaled by ``variant``."""
-    sim, v = SIMULATIONS.profiles[s["simulations_profile"]], variant or {}
-    params, X, Y, cfg = simulations_instance(
-        seed, N=regime["N"], n=sim["n"], d=sim["d"], m=v.get("m", sim["m"]), d_qk=regime["d_qk"],
-        scale=regime["scale"], activation=sim["activation"], branch_scale=v.get("branch_scale"),
-        readout_scale=v.get("readout_scale", 1.0), ffn_gain=v.get("ffn_gain", 1.0))
-    return params, X, Y, cfg if beta is None else cfg.with_residual(beta)
+    sim = SIMULATIONS.profiles[s["simulations_profile"]]
+    shape = dict(N=regime["N"], n=sim["n"], d=sim["d"], m=sim["m"], d_qk=regime["d_qk"],
+                 scale=regime["scale"], activation=sim["activation"], beta=beta)
+    return simulations_instance(seed, **(shape | (variant or {})))
 
 
 def _regimes(s: dict) -> dict[str, dict]:
@@ -369,23 +352,17 @@ _VARIANTS = dict(simulations_profile="book", seeds=[0, 1, 2, 3, 4],
 def VARIANTS(s: dict, **_) -> dict:
     out = {}
     for name, regime in _regimes(s).items():
-        v = s["variants"][name]
-        entry = {"regime": regime, "variant": v,
-                 "as_it_stands": [_certify_both(*_draw(s, regime, k)) for k in s["seeds"]],
-                 "seeds": [_fields(ffn_certificate(*_draw(s, regime, k, v)), *_CERT) for k in s["seeds"]]}
+        v, first = s["variants"][name], s["seeds"][0]
+        entry = out[name] = {"regime": regime, "variant": v,
+                             "as_it_stands": [_certify_both(*_draw(s, regime, k)) for k in s["seeds"]],
+                             "seeds": [_ffn(_draw(s, regime, k, v)) for k in s["seeds"]]}
         if s.get("betas") and name in s["beta_runs"]:   # where the variant stops being certified
-            entry["betas"] = [dict(beta=b, seeds=[_fields(ffn_certificate(*_draw(s, regime, k, v, b)),
-                                                          "certified", "ratio") for k in s["seeds"]])
-                              for b in s["betas"]]
-            params, X, Y, cfg = _draw(s, regime, s["seeds"][0], beta=0.0)
-            _, h = gradient_descent(params, X, Y, cfg, s["as_is_mu"], s["as_is_steps"])
+            entry["betas"] = [dict(beta=b, seeds=[_ffn(_draw(s, regime, k, v, b), ("certified", "ratio"))
+                                                  for k in s["seeds"]]) for b in s["betas"]]
+            _, h = gradient_descent(*_draw(s, regime, first, beta=0.0), s["as_is_mu"], s["as_is_steps"])
             entry["as_it_stands_beta0"] = {"mu": s["as_is_mu"], "loss": h.loss[::10].tolist()}
         if s["run"].get(name):
-            params, X, Y, cfg = _draw(s, regime, s["seeds"][0], v)
-            cert = ffn_certificate(params, X, Y, cfg)
-            steps = non_vacuous_steps(cert.mu_alpha, s["run"][name])
-            entry["run"] = ffn_certified_run(params, X, Y, cfg, steps=steps, cert=cert).to_dict()
-        out[name] = entry
+            entry["run"] = _ffn_run(*_draw(s, regime, first, v), s["run"][name]).to_dict()
     return {"variants": out}
 
 
@@ -394,16 +371,14 @@ def scope_certificates(profile: str = "book") -> list[dict]:
     s = VARIANTS.profiles[profile]
     rows = []
     for name, regime in _regimes(s).items():
-        label = f"simulations ({name})"
-        for key, variant in ((label, None), (_variant_label(name), s["variants"][name])):
+        for key, variant in ((f"simulations ({name})", None), (_variant_label(name), s["variants"][name])):
             certs = [_certify_both(*_draw(s, regime, k, variant)) for k in s["seeds"]]
             for route, theorem in (("main", "thm-main"), ("ffn", "thm-ffn")):
                 got = [c[route] for c in certs if route in c]
-                if not got:
-                    continue
                 done = sum(bool(c) for c, _ in got)
-                rows.append(dict(experiment=key, theorem=theorem, certified=done == len(got),
-                                 ratio=max(r for _, r in got), certified_seeds=done, seeds=len(got)))
+                if got:
+                    rows.append(dict(experiment=key, theorem=theorem, certified=done == len(got),
+                                     ratio=max(r for _, r in got), certified_seeds=done, seeds=len(got)))
     return rows
 
 
