@@ -147,5 +147,3 @@ def test_bad_input(clear_error):
     X, Y, params, cfg = separation_instance(16, 0, d=64)
     clear_error(lambda: perp_centre(params, X, Y, cfg.with_residual(1.0)), "residual")
     clear_error(lambda: separation.balanced_targets(1, 3, 0), "n=3")
-    clear_error(lambda: separation.plateau_certificate(params, X, Y, cfg, 0.0), "mu")
-    clear_error(lambda: path_check(params, X, Y, cfg, 0.05, steps=0), "steps")

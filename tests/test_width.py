@@ -34,6 +34,14 @@ def _true_parts(params, X, Y, cfg) -> dict:
             "y": float(Y.norm())}
 
 
+def _dominates(wc, c, rel=0.0):
+    """Every input of the chain at the centre ``c`` within the worst case ``wc``, sigma_0 above it."""
+    w = wc.centre()
+    for name in UPPER:
+        assert np.all(np.asarray(getattr(c, name)) <= np.asarray(getattr(w, name)) * (1 + rel)), name
+    assert c.sigma_0 >= wc.sigma_0
+
+
 @pytest.mark.parametrize("N,n,d,regime", [(1, 2, 200, {}), (2, 2, 300, {}), (1, 4, 120, {}),
                                           (3, 2, 400, {"targets": "gaussian"}),
                                           (2, 3, 256, {"activation": "tanh", "beta": 2.0}),
@@ -43,11 +51,7 @@ def test_the_worst_case_dominates_the_true_centre(N, n, d, regime):
     wc = worst_case(N, n, d, 0.05, **regime)
     for seed in range(4):
         params, X, Y, cfg = certified_instance(seed, N=N, n=n, d=d, **regime)
-        c = centre(params, X, Y, cfg)
-        w = wc.centre()
-        for name in UPPER:
-            assert np.all(np.asarray(getattr(c, name)) <= np.asarray(getattr(w, name))), (name, seed)
-        assert c.sigma_0 >= wc.sigma_0, seed
+        _dominates(wc, centre(params, X, Y, cfg))
         parts = _true_parts(params, X, Y, cfg)
         for name in ("X_F", "Z_F", "M_F", "A", "P", "eps_S", "y"):
             assert parts[name] <= getattr(wc, name) * (1 + 1e-12), (name, seed)
@@ -186,7 +190,8 @@ def test_instances_drawn_at_d_min_are_certified_by_the_command_line(capsys, N, n
     (lambda: width_condition(1, 2, scale="1/sqrt(d_qk)"), "scale"),
     (lambda: width_condition(1, 2, gamma=0.1), "gamma"),
     (lambda: width_condition(1, 2, activation="softplus"), "softplus"),
-], ids=["delta", "scale", "unknown", "activation"])
+    (lambda: worst_case(1, 4, 3, 0.05, data=width.fixed_data(*width.orthonormal_data(1, 4, 0.05))), "d0"),
+], ids=["delta", "scale", "unknown", "activation", "fixed data"])
 def test_a_bad_setting_is_a_clear_error_naming_it(call, name, clear_error):
     clear_error(call, name)
 
@@ -196,14 +201,9 @@ def test_fixed_data_the_worst_case_dominates_the_true_centre():
     for Nn, d in ((2, 64), (4, 160), (8, 300)):
         X0, Y = width.orthonormal_data(1, Nn, 0.05, seed=Nn)
         wc = worst_case(1, Nn, d, 0.05, data=width.fixed_data(X0, Y))
-        w = wc.centre()
         for seed in range(50000, 50008):
             params, _, _, cfg = certified_instance(seed, N=1, n=1, d=d)
-            c = centre(params, width.padded(X0, d), Y, cfg)
-            for name in UPPER:   # the data's norms are exact on both sides: round-off only
-                assert np.all(np.asarray(getattr(c, name)) <= np.asarray(getattr(w, name)) * (1 + 1e-12)), \
-                    (name, seed)
-            assert c.sigma_0 >= wc.sigma_0, seed
+            _dominates(wc, centre(params, width.padded(X0, d), Y, cfg), rel=1e-12)   # round-off only
 
 
 def test_fixed_data_the_ratio_falls_to_a_limit_linear_in_the_targets(capsys):
@@ -215,8 +215,6 @@ def test_fixed_data_the_ratio_falls_to_a_limit_linear_in_the_targets(capsys):
     assert small.d_min is not None and abs(big.ratio_limit / small.ratio_limit - 2) < 1e-3
     unit = width_condition(1, 4, data=width.fixed_data(X0, Y * 2 / 0.05))
     assert unit.d_min is None and unit.ratio_limit > 1
-    with pytest.raises(ValueError, match="d0"):
-        worst_case(1, 4, 3, 0.05, data=width.fixed_data(X0, Y))
     assert main(["theorem", "width", "--data", "fixed", "--N", "1", "--n", "4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["d_min"] is not None and out["ratio_limit"] < 1
