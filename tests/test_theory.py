@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from convres import ModelConfig, init_params, synthetic_regression, theory
-from convres.certify import certificate, certified_run
+from convres.certify import certified_run
 from convres.checks import FLOAT_TOL
 from convres.cli import main
 from convres.experiments import settings
@@ -183,10 +183,10 @@ def test_part_b_fails_on_the_default_instance_and_holds_for_a_certified_step():
 
 # --- the FFN theorem (thm-ffn) ---------------------------------------------------------------------
 
-def ffn_instance(seed=0, pool=None, L=1, m=24, N=3, n=4, activation="gelu"):
-    cfg = ModelConfig(d=8, d_qk=8, m=m, c=1, L=L, activation=activation, pool=pool)
-    X, Y = synthetic_regression(N, n, 8, 1, seed=seed, pooled=pool == "mean")
-    return init_params(cfg, seed=seed + 1), X, Y, cfg
+def ffn_instance(pool=None, L=1, m=24):
+    cfg = ModelConfig(d=8, d_qk=8, m=m, c=1, L=L, activation="gelu", pool=pool)
+    X, Y = synthetic_regression(3, 4, 8, 1, seed=0, pooled=pool == "mean")
+    return init_params(cfg, seed=1), X, Y, cfg
 
 
 @pytest.mark.parametrize("pool,L", [(None, 1), ("mean", 1), ("mean", 2), (None, 2)])
@@ -207,7 +207,7 @@ def test_ffn_pl_lemma_holds_at_every_recorded_step(pool, L):
     json.dumps(out, allow_nan=False)
 
 
-def test_ffn_theorem_holds_at_every_step_with_a_small_step_in_float64_and_float32():
+def test_ffn_theorem_holds_with_a_small_step_in_float64_and_float32_and_counts_violations_above_it():
     params, X, Y, cfg = ffn_instance(pool="mean")
     r = ffn_theorem_run(params, X, Y, cfg, mu=0.002, steps=60, record_every=1)
     out = r.summary()
@@ -220,33 +220,29 @@ def test_ffn_theorem_holds_at_every_step_with_a_small_step_in_float64_and_float3
     p32 = {k: v.float() for k, v in params.items()}
     out = ffn_theorem_run(p32, X.float(), Y.float(), cfg, mu=0.002, steps=10, smoothness_iters=0).summary()
     assert out["dtype"] == "float32" and out["violations"] == 0
-
-
-def test_ffn_theorem_sees_rank_collapse_per_token_but_not_pooled():
-    """beta = 0, uniform attention: sigma_Nn(M) = 0 per token; pooled sigma_N(PM) > 0."""
-    for pool, collapsed in ((None, True), ("mean", False)):
-        params, X, Y, cfg = ffn_instance(pool=pool)
-        cfg = cfg.replace(beta=0.0)
-        params["layer1.W_Q"] = torch.zeros_like(params["layer1.W_Q"])
-        out = ffn_theorem_run(params, X, Y, cfg, mu=0.001, steps=2, smoothness_iters=0).summary()
-        assert (not out["hypotheses"]["full_rank_activations"]["holds"]) is collapsed
-        assert "step_size" not in out["hypotheses"]
-
-
-def test_ffn_theorem_reports_a_too_narrow_ffn_and_counts_violations():
-    params, X, Y, cfg = ffn_instance(m=6)                      # 12 rows per token > m = 6
-    out = ffn_theorem_run(params, X, Y, cfg, mu=0.002, steps=3, smoothness_iters=0).summary()
-    assert not out["hypotheses"]["width"]["holds"] and out["alpha_ffn"] == 0
-    params, X, Y, cfg = ffn_instance(pool="mean")
     big = ffn_theorem_run(params, X, Y, cfg, mu=0.05, steps=20).summary()   # mu above 1/L
     assert big["violations"] > 0 and not big["hypotheses"]["step_size"]["holds"]
     gone = ffn_theorem_run(params, X, Y, cfg, mu=0.2, steps=20).summary()  # diverged: verifies nothing
     assert gone["status"] == "diverged" and gone["violations"] is None
 
 
+def test_ffn_theorem_sees_a_too_narrow_ffn_and_rank_collapse_per_token_but_not_pooled():
+    """m = 6 < 12 rows per token; beta = 0, uniform attention: sigma_Nn(M) = 0 per token, pooled
+    sigma_N(PM) > 0."""
+    out = ffn_theorem_run(*ffn_instance(m=6), mu=0.002, steps=3, smoothness_iters=0).summary()
+    assert not out["hypotheses"]["width"]["holds"] and out["alpha_ffn"] == 0
+    for pool, collapsed in ((None, True), ("mean", False)):
+        params, X, Y, cfg = ffn_instance(pool=pool)
+        params["layer1.W_Q"] = torch.zeros_like(params["layer1.W_Q"])
+        out = ffn_theorem_run(params, X, Y, cfg.replace(beta=0.0), mu=0.001, steps=2,
+                              smoothness_iters=0).summary()
+        assert (not out["hypotheses"]["full_rank_activations"]["holds"]) is collapsed
+        assert "step_size" not in out["hypotheses"]
+
+
 # --- scope ------------------------------------------------------------------------------------------
 
-def test_scope_table_is_computed_from_the_settings():
+def test_the_scope_table_is_computed_from_the_settings_and_its_rows_decide_each_hypothesis():
     rows = scope_table()
     readout = {r["experiment"]: r["holds"] for r in rows if r["hypothesis"] == "per-token readout"}
     assert all(h for e, h in readout.items() if e.startswith("sst2 L="))   # a loss at every token
@@ -264,9 +260,6 @@ def test_scope_table_is_computed_from_the_settings():
     label = next(r["experiment"] for r in rows if r["experiment"].startswith("simulations"))
     w = by[(label, "thm-main", "(A1) width N n <= d")]
     assert w["value"] == first.get("N", sim["N"]) * sim["n"] and w["threshold"] == sim["d"]
-
-
-def test_scope_rows_decide_each_hypothesis():
     cfg = ModelConfig(d=11, d_qk=11, m=16, c=1, activation="relu")
     rows = {r["hypothesis"]: r for r in scope_rows("jena-like", cfg, 107, 24) if r["theorem"] == "thm-main"}
     assert parameter_count(cfg) == 726
@@ -306,8 +299,7 @@ def test_tangent_kernel_blocks_and_the_lazy_report():
     assert tk["lambda_min"] >= sum(b["lambda_min"] for b in tk["blocks"].values()) - 1e-9
     assert sum(b["trace_share"] for b in tk["blocks"].values()) == pytest.approx(1.0)
     params, X, Y, cfg = certified_instance(0, d=512)
-    cert = certificate(params, X, Y, cfg)
-    lazy = theory.lazy_report(params, X, Y, cfg, certified_run(params, X, Y, cfg, steps=12, cert=cert))
+    lazy = theory.lazy_report(params, X, Y, cfg, certified_run(params, X, Y, cfg, steps=12))
     assert lazy["tangent_kernel"]["blocks"]["W_U"]["lambda_min_share"] > 0.9
     assert lazy["displacement_share"]["W_U"] > 0.9 and lazy["loss"][0] == lazy["loss_one_block"][0]
     assert lazy["one_block_gap"]["10"] < 0.05 and lazy["linearization_error"] < 0.01
