@@ -39,14 +39,12 @@ class Flat:
     """The model as a function of one flat parameter vector (for exact Jacobians and Hessians)."""
 
     def __init__(self, params, X, Y, cfg):
-        self.keys = list(params)
-        self.shapes = [params[k].shape for k in self.keys]
-        self.sizes = [params[k].numel() for k in self.keys]
-        self.theta0 = torch.cat([params[k].reshape(-1) for k in self.keys])
-        self.X, self.Y, self.cfg = X, Y, cfg
+        self.params, self.X, self.Y, self.cfg = params, X, Y, cfg
+        self.theta0 = torch.cat([w.reshape(-1) for w in params.values()])
 
     def unflat(self, v):
-        return {k: t.reshape(s) for k, t, s in zip(self.keys, torch.split(v, self.sizes), self.shapes)}
+        parts = torch.split(v, [w.numel() for w in self.params.values()])
+        return {k: t.reshape(w.shape) for (k, w), t in zip(self.params.items(), parts)}
 
     def F(self, v):
         return forward_trace(self.unflat(v), self.X, self.cfg).F.reshape(-1)
@@ -64,12 +62,9 @@ class Flat:
     def point(self, r: float, g, block: int | None = None):
         """A point at distance ``r`` from the centre: a random direction, or one in a single block."""
         u = torch.as_tensor(g.standard_normal(self.theta0.shape[0]), dtype=torch.float64)
-        if block is not None:
-            mask = torch.zeros_like(u)
-            offsets = np.cumsum([0] + self.sizes)
-            k = [i for i, key in enumerate(self.keys) if key.endswith(certify.BLOCKS[block])][0]
-            mask[offsets[k]:offsets[k + 1]] = 1.0
-            u = u * mask
+        if block is not None:                                    # zero outside the block
+            kept = {k: t * k.endswith(certify.BLOCKS[block]) for k, t in self.unflat(u).items()}
+            u = torch.cat([t.reshape(-1) for t in kept.values()])
         return self.theta0 + r * u / u.norm()
 
 

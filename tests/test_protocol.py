@@ -39,10 +39,7 @@ def test_the_constants_are_those_of_protocol_md():
     assert all(tex(t) and m in {a for c in P.CLAIMS.values() for a, _ in c.alternatives}
                for m, t in P.ALTERNATIVES.items())
     assert all(set(d.touches) <= set(P.CLAIMS) and d.why for d in P.DEVIATIONS)
-
-
-def test_the_pre_named_subsets_are_the_experiments_regimes_and_depths():
-    sim = EXPERIMENTS["simulations"].profiles["book"]
+    sim = EXPERIMENTS["simulations"].profiles["book"]                 # the pre-named subsets
     assert tuple(r["name"] for r in sim["regimes"]) == P.REGIMES
     for profile in ("book", "paper"):
         depths = EXPERIMENTS["sst2"].profiles[profile]["depths"]

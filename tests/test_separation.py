@@ -21,16 +21,15 @@ ATTENTION = ("layer1.W_Q", "layer1.W_K")
 
 def _box_point(params, ra, rw, gen, X=None, cfg=None, steps=0):
     """A point of B(ra, rw), then ``steps`` steps of projected ascent on ``||C(F)||``."""
+    boxes = ((ATTENTION, ra), ([k for k in params if k not in ATTENTION], rw))
     q = {}
-    for keys, r in ((ATTENTION, ra), ([k for k in params if k not in ATTENTION], rw)):
+    for keys, r in boxes:
         u = {k: torch.randn(params[k].shape, generator=gen, dtype=torch.float64) for k in keys}
         scale = r * float(torch.rand(1, generator=gen)) ** 0.25 / flat_norm(u.values())
         q.update({k: params[k] + scale * u[k] for k in keys})
     for _ in range(steps):
-        leaves = {k: v.detach().requires_grad_(True) for k, v in q.items()}
-        grads = dict(zip(leaves, torch.autograd.grad(centred(forward_trace(leaves, X, cfg).F).norm(),
-                                                     list(leaves.values()))))
-        for keys, r in ((ATTENTION, ra), ([k for k in params if k not in ATTENTION], rw)):
+        grads = torch.func.grad(lambda p: centred(forward_trace(p, X, cfg).F).norm())(q)
+        for keys, r in boxes:
             g = flat_norm(grads[k] for k in keys) or 1.0
             moved = {k: q[k].detach() + 0.3 * r * grads[k] / g - params[k] for k in keys}
             norm = flat_norm(moved.values())

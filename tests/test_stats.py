@@ -245,48 +245,39 @@ def _probe(edge=math.inf, best=None, reach=lambda eta, T: True, seeds=3, calls=N
     return probe
 
 
-def test_an_interior_optimum_is_chosen_and_bracketed():
-    out = tune_step(_probe(edge=8.0, best=0.3), [1.0, 2.0], horizon=100)
-    assert out["best"] == out["chosen"] and out["bracketed"] and not out["unresolved"]
-    assert abs(math.log2(out["chosen"] / 0.3)) <= 0.5 + 1e-9
-    assert out["largest_stable"] == 8.0 and out["cap"] == 4.0 and not out["capped"]
-    assert out["grid"][-1] == 16.0 and not out["stable"][-1]      # the grid found the stability edge
+UNRESOLVED = dict(edge=8.0, reach=lambda eta, T: 1600 / eta <= T)   # arrives within T >= 1600 / eta steps
 
 
-def test_the_chosen_step_is_at_most_half_the_largest_stable_one():
-    # faster with every larger step up to the edge 4: the best resolved step is 4, the chosen 2
-    out = tune_step(_probe(edge=4.0), [1.0, 2.0], horizon=100)
-    assert out["best"] == 4.0 and out["largest_stable"] == 4.0 and out["chosen"] == 2.0
-    assert out["capped"] and out["grid"] == [1.0, 2.0, 4.0, 8.0]
-    assert out["stable"] == [True, True, True, False]
+@pytest.mark.parametrize("probe,kw,expect", [
+    # an interior optimum 0.3: chosen within half an octave, bracketed; the edge 8 found by growing the grid
+    (dict(edge=8.0, best=0.3), {}, dict(chosen=0.25, best=0.25, bracketed=True, unresolved=False,
+                                        largest_stable=8.0, cap=4.0, capped=False)),
+    # faster with every larger step up to the edge 4: the best resolved step is 4, the chosen at most half
+    (dict(edge=4.0), {}, dict(best=4.0, largest_stable=4.0, chosen=2.0, capped=True,
+                              grid=[1.0, 2.0, 4.0, 8.0], stable=[True, True, True, False])),
+    # every step unstable: the grid grows downwards
+    (dict(edge=0.3), {}, dict(grid=[0.125, 0.25, 0.5, 1.0, 2.0], largest_stable=0.25, chosen=0.125)),
+    (dict(edge=0.0), dict(extend=2), dict(chosen=None, unresolved=True, stable=[False] * 4)),
+    # no step arrives at T = 100: the probe horizon doubles up to its limit; without doubling, unresolved
+    (UNRESOLVED, dict(max_horizon=400), dict(horizon=200, unresolved=False, chosen=4.0,
+                                             resolved=[False, False, False, True, False])),
+    (UNRESOLVED, {}, dict(horizon=100, unresolved=True, best=None, bracketed=False, chosen=4.0)),
+], ids=["interior", "capped", "downwards", "none stable", "doubled", "unresolved"])
+def test_the_step_size_rule_on_known_probes(probe, kw, expect):
+    out = tune_step(_probe(**probe), [1.0, 2.0], horizon=100, **kw)
+    assert {k: out[k] for k in expect} == expect
 
-    def probe(etas, T):                                          # one unstable probe seed: unstable
+
+def test_a_diverged_step_is_not_probed_again_and_one_unstable_probe_seed_makes_a_step_unstable():
+    calls: list = []
+    tune_step(_probe(**UNRESOLVED, calls=calls), [1.0, 2.0], horizon=100, max_horizon=400)
+    assert calls[-1] == ([1.0, 2.0, 4.0, 8.0], 200)
+
+    def probe(etas, T):
         return [[ProbeRun(1.0 / e, True), None if e >= 4 else ProbeRun(1.0 / e, True)] for e in etas]
     out = tune_step(probe, [1.0, 2.0], horizon=10)
     assert out["largest_stable"] == 2.0 and out["chosen"] == 1.0
     assert out["diverged"] == [0, 0, 1] and out["stable"] == [True, True, False]
-
-
-def test_every_step_unstable_grows_the_grid_downwards():
-    out = tune_step(_probe(edge=0.3), [1.0, 2.0], horizon=100)
-    assert out["grid"] == [0.125, 0.25, 0.5, 1.0, 2.0]
-    assert out["largest_stable"] == 0.25 and out["chosen"] == 0.125 and out["capped"]
-    out = tune_step(_probe(edge=0.0), [1.0, 2.0], horizon=100, extend=2)
-    assert out["chosen"] is None and out["unresolved"] and not any(out["stable"])
-
-
-def test_an_unresolved_score_doubles_the_probe_horizon_up_to_its_limit():
-    calls: list = []
-    # a step eta arrives only within T >= 1600 / eta steps: at T = 100 no stable step arrives
-    probe = _probe(edge=8.0, reach=lambda eta, T: 1600 / eta <= T, calls=calls)
-    out = tune_step(probe, [1.0, 2.0], horizon=100, max_horizon=400)
-    assert out["horizon"] == 200 and not out["unresolved"] and out["grid"] == [1.0, 2.0, 4.0, 8.0, 16.0]
-    assert out["resolved"] == [False, False, False, True, False] and out["chosen"] == 4.0
-    assert calls[-1] == ([1.0, 2.0, 4.0, 8.0], 200)         # a diverged step is not probed again
-    # with no doubling allowed it stays unresolved, and says so
-    out = tune_step(_probe(edge=8.0, reach=lambda eta, T: 1600 / eta <= T), [1.0, 2.0], horizon=100)
-    assert out["unresolved"] and out["best"] is None and not out["bracketed"]
-    assert out["chosen"] == 4.0 and out["horizon"] == 100              # half the largest stable step
 
 
 # --- a bad argument: one per policy (bad effects: test_estimate_and_grade_on_any_input) ---------------

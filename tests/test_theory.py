@@ -105,15 +105,11 @@ def test_r_sigma_upper_is_attained_by_an_explicit_point(seed, layers):
     params, X, Y, cfg = small(seed, layers=layers)
     bound = r_sigma_upper(params, X, cfg)
     tr = forward_trace(params, X, cfg)
-    H = stacked(tr.H[-1])
-    U, S, Vh = torch.linalg.svd(H, full_matrices=False)
-    k = H.shape[0] - 1
-    sigma0, u, v = float(S[k]), U[:, k], Vh[k]
+    U, S, Vh = torch.linalg.svd(stacked(tr.H[-1]), full_matrices=False)     # N n = 6 <= d = 8 rows
+    sigma0, u, v = float(S[-1]), U[:, -1], Vh[-1]
     A = cfg.act(stacked(tr.Z[-1]) @ params[f"layer{layers}.W_1"])
-    c = 0.5001 * sigma0
-    step = c * torch.outer(torch.linalg.pinv(A) @ u, v)
-    moved = dict(params)
-    moved[f"layer{layers}.W_2"] = params[f"layer{layers}.W_2"] - step
+    step = 0.5001 * sigma0 * torch.outer(torch.linalg.pinv(A) @ u, v)
+    moved = dict(params, **{f"layer{layers}.W_2": params[f"layer{layers}.W_2"] - step})
     assert sigma_nn(forward_trace(moved, X, cfg).H[-1]) < sigma0 / 2
     assert float(step.norm()) == pytest.approx(bound * 1.0002, rel=1e-9)
 

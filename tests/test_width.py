@@ -59,21 +59,6 @@ def test_the_worst_case_dominates_the_true_centre(N, n, d, regime):
             assert parts[name] >= getattr(wc, name), (name, seed)
 
 
-def test_the_bounds_are_not_vacuous():
-    """At d_min the worst-case sigma_0 is within 1.25 of the true value and R_0 within 1.5."""
-    w = width_condition(1, 2, 0.05)
-    wc = worst_case(1, 2, w.d_min)
-    for seed in range(3):
-        c = centre(*certified_instance(seed, N=1, n=2, d=w.d_min))
-        assert wc.sigma_0 <= c.sigma_0 < 1.25 * wc.sigma_0
-        assert c.R0 <= wc.R0 < 1.5 * c.R0
-
-
-def _scaled(c, factor: float, name: str):
-    v = getattr(c, name)
-    return dataclasses.replace(c, **{name: v * factor})
-
-
 def test_the_chain_is_monotone_in_every_input_and_in_the_radius():
     """Lemma wd-lem-monotone: raising an input never lowers chain(), L_upper or the ratio."""
     for seed, (N, n, d) in enumerate([(1, 2, 256), (2, 2, 128), (2, 3, 64), (3, 1, 64)]):
@@ -82,11 +67,11 @@ def test_the_chain_is_monotone_in_every_input_and_in_the_radius():
             base = chain(c, r)
             for name in UPPER:
                 for factor in (1.001, 2.0):
-                    up = chain(_scaled(c, factor, name), r)
+                    raised = dataclasses.replace(c, **{name: getattr(c, name) * factor})
+                    up = chain(raised, r)
                     for f in dataclasses.fields(up):
                         assert np.all(getattr(up, f.name) >= getattr(base, f.name) * (1 - 1e-14)), (name, f)
-                    L_up = smoothness_upper(_scaled(c, factor, name), r)
-                    assert L_up >= smoothness_upper(c, r) * (1 - 1e-14)
+                    assert smoothness_upper(raised, r) >= smoothness_upper(c, r) * (1 - 1e-14)
         chains = [chain(c, r) for r in [0.0, *np.geomspace(1e-3, 3, 25)]]
         for a, b in zip(chains, chains[1:]):
             assert b.delta_H >= a.delta_H and np.all(b.dF >= a.dF - 1e-15)
@@ -108,7 +93,8 @@ def test_the_scaling_argument_of_part_i():
 
 
 def test_the_worst_case_ratio_falls_with_the_width():
-    """R(d) is non-increasing, infinite at small d, < 1 from d_min on; R(d_min - 1) >= 1."""
+    """R(d) is non-increasing, infinite at small d, < 1 from d_min on; R(d_min - 1) >= 1; at d_min the
+    worst case is close to the true centre."""
     for N, n in ((1, 2), (2, 4)):
         ds = np.unique(np.geomspace(N * n + 2, 5e4, 120).astype(int))
         R = np.array([worst_ratio(N, n, int(d))[0] for d in ds])
@@ -118,6 +104,11 @@ def test_the_worst_case_ratio_falls_with_the_width():
         w = width_condition(N, n)
         assert w.ratio < 1 <= w.ratio_below and w.d_min > N * n
         assert worst_ratio(N, n, w.d_min)[0] < 1 <= worst_ratio(N, n, w.d_min - 1)[0]
+    wc = worst_case(1, 2, width_condition(1, 2).d_min)    # not vacuous: sigma_0 within 1.25, R_0 within 1.5
+    for seed in range(3):
+        c = centre(*certified_instance(seed, N=1, n=2, d=wc.d))
+        assert wc.sigma_0 <= c.sigma_0 < 1.25 * wc.sigma_0
+        assert c.R0 <= wc.R0 < 1.5 * c.R0
 
 
 def test_d_min_grows_with_nn_falls_with_delta_and_is_at_least_quadratic():
@@ -128,6 +119,9 @@ def test_d_min_grows_with_nn_falls_with_delta_and_is_at_least_quadratic():
     assert by_delta[0] < by_delta[1] < by_delta[2]
     assert width_condition(1, 2, beta=2.0).d_min < d[2] < width_condition(1, 2, beta=0.5).d_min
     assert width_condition(1, 2, targets="gaussian").d_min > d[2]
+    assert sum(map(len, events(1, 2).values())) == 19                     # the failure events counted
+    assert sum(map(len, events(2, 2, "gaussian").values())) == 26
+    assert sum(map(len, events(1, 1, activation="tanh").values())) == 17
 
 
 def test_gelu_second_moment_matches_quadrature():
@@ -156,12 +150,6 @@ def test_width_sweep_certifies_the_instances_of_certified_instance_and_finds_the
     assert 128 < crossing([128, 1024], [r["ratio"] for r in one]) < 1024
     assert crossing([1, 2], [2.0, 1.5]) == math.inf and crossing([4, 8], [0.5, 0.2]) == 4
     assert crossing([1, 4], [2.0, 0.5]) == pytest.approx(2.0)
-
-
-def test_events_are_counted():
-    assert sum(map(len, events(1, 2).values())) == 19
-    assert sum(map(len, events(2, 2, "gaussian").values())) == 26
-    assert sum(map(len, events(1, 1, activation="tanh").values())) == 17
 
 
 @pytest.mark.parametrize("N,n,seeds", [(1, 1, (20001, 20002)), (1, 2, (20001, 20002))])
