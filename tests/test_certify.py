@@ -119,13 +119,17 @@ def ascend(f, r, objective, g, steps=20):
 
 
 def test_an_adversarial_ascent_breaks_neither_r_sigma_lower_nor_delta_H_and_mutants_are_caught():
-    """Ascents inside B_{r_sigma_lower} break neither sigma_0 / 2 nor delta_H; the checks can fail:
-    they break a third of delta_H, and the Hessian the L bound without its second-order term."""
+    """The chain is exact at the centre; ascents inside B_{r_sigma_lower} break neither sigma_0 / 2 nor
+    delta_H; the checks can fail: they break a third of delta_H, the Hessian the L bound without its
+    second-order term."""
     broken_L = broken_H = False
     for k in range(0, 24, 2):
         params, X, Y, cfg, g = random_instance(k)
         c = centre(params, X, Y, cfg)
         r = float(r_sigma_lower(c))
+        ch0 = chain(c, 0.0)                  # exact at the centre, where the J bound's W_U block is attained
+        assert ch0.delta_H == 0.0 and ch0.Hbar == pytest.approx(c.h0) and certify.second_order(c, ch0) >= 0
+        assert certify.jacobian_upper(c, 0.0) >= c.h0 and certify.smoothness_upper(c, 0.0) >= c.h0 ** 2
         f = Flat(params, X, Y, cfg)
         H0 = f.parts(f.theta0)[3]
         low = ascend(f, r, lambda v, f=f: -torch.linalg.svdvals(f.parts(v)[3])[-1], g)
@@ -138,17 +142,6 @@ def test_an_adversarial_ascent_breaks_neither_r_sigma_lower_nor_delta_H_and_muta
         hess = torch.autograd.functional.hessian(f.phi, f.point(r, g), vectorize=True)
         broken_L |= float(torch.linalg.eigvalsh(hess).abs().max()) > 0.5 * smoothness_bounds(c, r)[1] ** 2
     assert broken_L and broken_H
-
-
-def test_chain_is_exact_at_the_centre():
-    params, X, Y, cfg, _ = random_instance(3)
-    c = centre(params, X, Y, cfg)
-    ch0 = chain(c, 0.0)
-    assert ch0.delta_H == 0.0 and ch0.Hbar == pytest.approx(c.h0)
-    # at the centre the W_U block of the Jacobian bound is ||H_0||_2, which is attained
-    assert certify.jacobian_upper(c, 0.0) >= c.h0
-    assert certify.smoothness_upper(c, 0.0) >= c.h0 ** 2
-    assert certify.second_order(c, ch0) >= 0
 
 
 @pytest.mark.parametrize("args,expect", [
@@ -214,8 +207,7 @@ def test_the_softmax_second_derivative_constant():
             val = _softmax_second(z, h / h.norm()).norm()
             gz, gh = torch.autograd.grad(val, [z, h])
             z, h = z + 0.5 * gz, h + 0.5 * gh
-        val = float(_softmax_second(z.detach(), h.detach() / h.detach().norm()).norm())
-        worst = max(worst, val)
+        worst = max(worst, float(_softmax_second(z.detach(), h.detach() / h.detach().norm()).norm()))
     assert 0.25 < worst <= certify.SOFTMAX_C2
 
 
@@ -243,7 +235,8 @@ def test_the_eps_certificates_are_met_by_their_runs():
 
 def test_the_ffn_route_certifies_n_n_above_d_and_its_run_obeys_the_envelope():
     """Corollary ffn-cor-cert: N n = 16 > d = 8 certified, 120 steps with 0 violations; too narrow an
-    FFN fails its certificate as a result, not an error."""
+    FFN fails its certificate as a result, not an error; pooled, the output bounds are divided by
+    nu = sqrt(n)."""
     params, X, Y, cfg = ffn_certified_instance(0)
     assert X.shape[0] * X.shape[1] > cfg.d
     cert = certify.ffn_certificate(params, X, Y, cfg)
@@ -257,6 +250,16 @@ def test_the_ffn_route_certifies_n_n_above_d_and_its_run_obeys_the_envelope():
     assert run.sigma.min() >= cert.sigma_M0 / 2 and run.sigma_U.min() >= cert.sigma_U0 / 2
     narrow = certify.ffn_certificate(*ffn_certified_instance(0, m=8))     # m = 8 < 16 rows: sigma_M0 = 0
     assert narrow.sigma_M0 == 0 and not narrow.certified and math.isinf(narrow.ratio)
+    params, X, Y, cfg = ffn_certified_instance(0, N=8, n=4, d=8, m=1024, pool="mean")
+    f = certify.ffn_centre(params, X, Y, cfg)
+    cert = certify.ffn_certificate_of(f)
+    assert f.rows == 8 and f.pooled and cert.pooled
+    J_tok = certify.jacobian_upper(f.chain, cert.radius)
+    assert cert.J_upper == pytest.approx(J_tok / 2, rel=1e-12)
+    assert cert.r_M == certify.radius_within(f.chain, "M", 2 * f.sigma_M0 / 2)       # nu = sqrt(n) = 2
+    assert chain(f.chain, cert.r_M).delta_M <= f.sigma_M0 < chain(f.chain, 1.001 * cert.r_M).delta_M
+    run = certify.ffn_certified_run(params, X, Y, cfg, steps=4, cert=cert)
+    assert run.summary()["readout"] == "pooled" and (run.violations == 0 or not cert.certified)
 
 
 @pytest.mark.parametrize("pool", [None, "mean"])
@@ -286,17 +289,3 @@ def test_ffn_radius_and_pooled_smoothness_hold_at_sampled_points(pool):
             worst["L"] = max(worst.get("L", 0.0), float(torch.linalg.eigvalsh(hess).abs().max()) / L_up)
     assert all(q <= 1 + 1e-9 for q in worst.values()), worst
     assert worst["M"] > 0.05 and worst["L"] > 0.01, worst    # the bounds are not vacuous
-
-
-def test_the_pooled_certificate_divides_the_output_bounds_by_sqrt_n():
-    params, X, Y, cfg = ffn_certified_instance(0, N=8, n=4, d=8, m=1024, pool="mean")
-    f = certify.ffn_centre(params, X, Y, cfg)
-    cert = certify.ffn_certificate_of(f)
-    assert f.rows == 8 and f.pooled and cert.pooled
-    J_tok = certify.jacobian_upper(f.chain, cert.radius)
-    assert cert.J_upper == pytest.approx(J_tok / 2, rel=1e-12)
-    assert cert.r_M == certify.radius_within(f.chain, "M", 2 * f.sigma_M0 / 2)       # nu = sqrt(n) = 2
-    assert chain(f.chain, cert.r_M).delta_M <= f.sigma_M0 < chain(f.chain, 1.001 * cert.r_M).delta_M
-    run = certify.ffn_certified_run(params, X, Y, cfg, steps=4, cert=cert)
-    assert run.summary()["readout"] == "pooled" and (run.violations == 0 or not cert.certified)
-

@@ -70,8 +70,7 @@ def test_a_degenerate_spread_gives_a_finite_interval():
         e = estimate([0.5] * n, min_units=2, draws=DRAWS)
         assert e.lo == e.hi == e.effect == 0.5
     x = [1e-160 * k for k in range(25)]                         # sum d^2 is subnormal: ^1.5 underflows
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(action="error"):
         e = estimate(x, min_units=2)
     assert e.lo is not None and e.lo <= e.effect <= e.hi
 

@@ -12,7 +12,7 @@ from convres import width
 from convres.certify import centre, certificate, chain, r_sigma_lower, smoothness_upper
 from convres.cli import main
 from convres.instances import certified_instance
-from convres.model import forward_trace
+from convres.model import trace_no_grad
 from convres.rank import sigma_nn, spectral_norm, stacked
 from convres.width import crossing, events, width_condition, worst_case, worst_ratio
 
@@ -22,8 +22,7 @@ UPPER = ("x_i", "q_i", "k_i", "v_i", "x", "sx", "z0", "a0", "h0", "w1", "w2", "u
 
 def _true_parts(params, X, Y, cfg) -> dict:
     """The intermediate norms of the worst case's table, measured exactly."""
-    with torch.no_grad():
-        tr = forward_trace(params, X, cfg)
+    tr = trace_no_grad(params, X, cfg)
     n = X.shape[1]
     Z, M = stacked(tr.Z[0]), stacked(tr.M[0])
     U = torch.full((n, n), 1.0 / n, dtype=X.dtype)
