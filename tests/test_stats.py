@@ -182,7 +182,7 @@ def test_non_inferiority_on_known_intervals(ci, verdict):
 
 # --- degenerate input: every input gives a grade or a ValueError of convres's own -------------------
 
-element = st.one_of(st.none(), st.floats(-5, 5), st.sampled_from([0.0, 1.0, -1.0]),
+element = st.one_of(st.none(), st.booleans(), st.floats(-5, 5), st.sampled_from([0.0, 1.0, -1.0]),
                     st.sampled_from([math.nan, math.inf, -math.inf, 1e300, -1e300, EFFECT_BOUND, 2e4]),
                     st.integers(-3, 3))
 
@@ -193,7 +193,8 @@ element = st.one_of(st.none(), st.floats(-5, 5), st.sampled_from([0.0, 1.0, -1.0
        st.integers(2, 12), st.booleans(), st.floats(0.01, 1))
 def test_estimate_and_grade_on_any_input(own_error, effects, min_units, stratify, margin):
     strata = [i % 3 for i in range(len(effects))] if stratify else None
-    bad = [e for e in effects if e is not None and not (math.isfinite(e) and abs(e) <= EFFECT_BOUND)]
+    bad = [e for e in effects if isinstance(e, bool)
+           or e is not None and not (math.isfinite(e) and abs(e) <= EFFECT_BOUND)]
     try:
         e = estimate(effects, min_units=min_units, strata=strata, draws=DRAWS)
     except ValueError as err:
