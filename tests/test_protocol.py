@@ -39,14 +39,11 @@ def test_the_constants_are_those_of_protocol_md():
     assert all(tex(t) and m in {a for c in P.CLAIMS.values() for a, _ in c.alternatives}
                for m, t in P.ALTERNATIVES.items())
     assert all(set(d.touches) <= set(P.CLAIMS) and d.why for d in P.DEVIATIONS)
-
-
-def test_the_pre_named_subsets_are_the_experiments_regimes_and_depths():
-    sim = EXPERIMENTS["simulations"].profiles["book"]
-    assert P.REGIMES == tuple(r["name"] for r in sim["regimes"])
+    sim = EXPERIMENTS["simulations"].profiles["book"]                 # the pre-named subsets
+    assert tuple(r["name"] for r in sim["regimes"]) == P.REGIMES
     for profile in ("book", "paper"):
         depths = EXPERIMENTS["sst2"].profiles[profile]["depths"]
-        assert P.DEPTHS == tuple(f"L={L}" for L in depths)
+        assert tuple(f"L={L}" for L in depths) == P.DEPTHS
 
 
 def _checks(experiment, failed=()):
@@ -59,38 +56,35 @@ def test_design_checks_pass_and_fail_at_their_thresholds(clear_error):
     assert all(ch.passed for e in ("simulations", "jena", "sst2") for ch in _checks(e))
     failed = _checks("jena", failed=["jena informative"])
     assert [ch.name for ch in failed if not ch.passed] == ["jena informative"]
-    assert design_check("jena equal start", 0.0099).passed and not design_check("jena equal start", 0.01).passed
+    assert design_check("jena equal start", 0.0099).passed
+    assert not design_check("jena equal start", 0.01).passed
     for name, value in (("no such check", 0.0), ("jena equal start", math.nan), ("jena reachable", None)):
         clear_error(lambda: design_check(name, value), name)  # noqa: B023 (called at once)
 
 
-def test_claim_record_refuses_what_the_protocol_did_not_name(clear_error):
-    c = P.CLAIMS["S1"]
-    effects = [0.5] * 30
-    strata = [s for s in P.REGIMES for _ in range(10)]
-    sens = {a: effects for a in c.alternatives}
-    base = dict(profile="book", checks=_checks("simulations"), strata=strata, sensitivity=sens)
-    for change, name in ((dict(claim_id="S9"), "S9"), (dict(profile="huge"), "profile"),
-                         (dict(checks=_checks("simulations")[:1]), "checks"), (dict(strata=None), "strata"),
-                         (dict(sensitivity={("steps to 1e-3", "tuned"): effects}), "sensitivity")):
-        kw = dict(claim_id="S1", effects=effects, **base) | change
-        clear_error(lambda: claim_record(kw.pop("claim_id"), kw.pop("effects"), **kw), name)  # noqa: B023
-
-
-def test_a_claim_record_is_strict_json_and_a_failed_check_makes_every_measure_not_testable():
+def test_a_claim_record_is_strict_json_and_refuses_what_the_protocol_did_not_name(clear_error):
+    """A failed design check makes every measure not testable."""
     c = P.CLAIMS["S1"]
     strata = [s for s in c.subsets for _ in range(10)]
     effects = [None, None] + [0.6 + 0.01 * i for i in range(28)]
+    sens = dict.fromkeys(c.alternatives, effects)
     for failed in ([], [c.checks[-1]]):
         rec = claim_record("S1", effects, profile="book", checks=_checks(c.experiment, failed), strata=strata,
-                           sensitivity={a: effects for a in c.alternatives}, draws=200)
+                           sensitivity=sens, draws=200)
         doc = json.loads(json.dumps(rec.to_json(), allow_nan=False))
-        assert doc["id"] == "S1" == rec.id and doc["diverged"] == 2 and doc["measure"] == plain(c.measure)
+        assert doc["id"] == rec.id == "S1" and doc["diverged"] == 2 and doc["measure"] == plain(c.measure)
         assert [(x["measure"], x["protocol"]) for x in doc["sensitivity"]] == list(c.alternatives)
         assert rec.row(figure="f") == {"claim": plain(c.tex), "tex": c.tex, **rec.to_json(), "figure": "f"}
         verdicts = {doc["verdict"], *(x["verdict"] for x in doc["sensitivity"])}
         assert verdicts == {"not testable"} if failed else "not testable" not in verdicts
         assert c.checks[-1] in doc["reason"] if failed else doc["verdict"] == "reproduced"
+    base = dict(claim_id="S1", effects=effects, profile="book", checks=_checks("simulations"), strata=strata,
+                sensitivity=sens)
+    for change, name in ((dict(claim_id="S9"), "S9"), (dict(profile="huge"), "profile"),
+                         (dict(checks=_checks("simulations")[:1]), "checks"), (dict(strata=None), "strata"),
+                         (dict(sensitivity={("steps to 1e-3", "tuned"): effects}), "sensitivity")):
+        kw = base | change
+        clear_error(lambda: claim_record(kw.pop("claim_id"), kw.pop("effects"), **kw), name)  # noqa: B023
 
 
 def test_the_stamp_is_read_strictly(tmp_path):
