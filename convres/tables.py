@@ -19,6 +19,7 @@ import torch
 
 from . import plotting
 from ._version import __version__
+from .committed import ROOT
 from .experiments import Result
 from .experiments.simulations import SCALE_TEX
 from .experiments.sst2_arms import ARM_KINDS
@@ -52,10 +53,6 @@ def _etas(values) -> str:
 def _to(pair, spec: str = ".2f") -> str:
     lo, hi = pair
     return f"{lo:{spec}} to {hi:{spec}}"
-
-
-def _ci(row) -> str:
-    return _to(row["ci"])
 
 
 #: An experiment's design checks (protocol, section 3): value, threshold, passed.
@@ -123,12 +120,13 @@ def escape_law_table(laws: Sequence[Mapping]):
 
 #: *Simulations*: the escape fit's local slopes between neighbouring ``d_QK``.
 local_slopes_table = records({"$d_{QK}$": lambda x: f"{x['d_lo']:,} to {x['d_hi']:,}",
-                              "local slope": ("slope", "{:.2f}"), "95% interval": _ci})
+                              "local slope": ("slope", "{:.2f}"),
+                              "95% interval": lambda x: _to(x["ci"])})
 
 #: *Simulations*: ``log2`` of the escape at half the step over that at the tuned step.
 half_step_table = records({"$d_{QK}$": lambda x: f"{x['d_qk']:,}",
                            "$\\log_2 T(\\eta/2) / T(\\eta)$": ("log2_ratio", "{:.2f}"),
-                           "95% interval": _ci})
+                           "95% interval": lambda x: _to(x["ci"])})
 
 #: *Jena*: every arm's grid of steps, probe scores, largest stable and chosen step.
 probe_table = records({
@@ -343,8 +341,8 @@ def lazy_table(lazy: Mapping):
                   for name in lazy["displacement"]])
 
 
-def theorem_chapters(folder) -> list[str]:
-    """The chapters in ``folder`` that state a ``{prf:theorem}``, by name."""
+def theorem_chapters(folder: str | Path = ROOT / "book") -> list[str]:
+    """The chapters in ``folder`` (the book's, by default) that state a ``{prf:theorem}``, by name."""
     return sorted(p.stem for p in Path(folder).glob("*.md")
                   for line in p.read_text(encoding="utf-8").splitlines()
                   if re.fullmatch(r"`{3,}\{prf:theorem\}.*", line))
