@@ -54,13 +54,11 @@ def tex(text) -> str:
 
 def power_of_ten(number: str) -> str:
     """E-notation as TeX (``"6.4e-10"``: ``6.4 \\times 10^{-10}``); any other string as it is."""
-    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)e([+-])0*(\d+)", number)
-    if not m:
-        return number
-    sign = "-" if m[2] == "-" else ""
-    if m[3] == "0":
-        return m[1]
-    return (f"10^{{{sign}{m[3]}}}" if m[1] == "1" else rf"{m[1]} \times 10^{{{sign}{m[3]}}}")
+    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)e(?:\+|(-))0*(\d+)", number)
+    if not m or m[3] == "0":
+        return m[1] if m else number
+    power = f"10^{{{m[2] or ''}{m[3]}}}"
+    return power if m[1] == "1" else rf"{m[1]} \times {power}"
 
 
 def sci(x: float, digits: int = 1) -> str:
@@ -81,9 +79,7 @@ def _cell(value, spec, na: str) -> str:
         value = f"{value:,}"
     elif isinstance(value, numbers.Real):
         value = f"{value:.3g}"
-    if not isinstance(value, str):
-        value = str(value)
-    elif power_of_ten(value) != value:
+    if isinstance(value, str) and power_of_ten(value) != value:
         value = f"${power_of_ten(value)}$"
     return tex(value)
 
