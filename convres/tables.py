@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from . import plotting
@@ -294,8 +295,6 @@ def variants_table(variants: Mapping[str, Mapping]):
 
 def ffn_hypotheses_table(runs: Mapping[str, Mapping]):
     """*FFN*: per run (column) each hypothesis of the FFN theorem, its value and verdict (rows)."""
-    import pandas as pd
-
     return table(pd.DataFrame({name: {h["tex"]: f"{h['value']:.3g} ({'holds' if h['holds'] else 'fails'})"
                                       for h in o["hypotheses"].values()} for name, o in runs.items()}),
                  index=True)
@@ -396,17 +395,14 @@ def collapse_runs_table(result: Result):
     rows = []
     for r in result.data["runs"]:
         h = History.from_dict(r["history"])
-        loss, smin = h.loss, h.sigma_min_Z
-        at = {f"loss / floor at $t = {t}$": loss[t] / floor for t in (0, 300, 1000, 2000)}
-        rows.append({"run": label(r), **at,
-                     "range of $\\sigma_{\\min}(Z_t)$": f"{sci(smin.min())} to {sci(smin.max())}"})
+        at = {f"loss / floor at $t = {t}$": h.loss[t] / floor for t in (0, 300, 1000, 2000)}
+        rows.append({"run": label(r), **at, "range of $\\sigma_{\\min}(Z_t)$":
+                     f"{sci(h.sigma_min_Z.min())} to {sci(h.sigma_min_Z.max())}"})
     return table(rows)
 
 
 def separation_rows(rows: Sequence[Mapping]):
     """*Separation*: a ``DataFrame``, one row per draw, with ``ratio`` = escape / ``T_lb``."""
-    import pandas as pd
-
     keys = ("d_qk", "seed", "T_lb", "escape", "min_ratio", "T_lb_small", "control_T_lb", "control_escape",
             "control_eps")
     frame = pd.DataFrame([{k: r[k] for k in keys} | {
