@@ -69,7 +69,7 @@ def sci(x: float, digits: int = 1) -> str:
 def _cell(value, spec, na: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return na
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, bool | np.bool_):
         return "yes" if value else "no"
     if callable(spec):
         value = spec(value)
