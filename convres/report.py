@@ -11,20 +11,10 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from . import protocol
 from .committed import pieces
 from .experiments import EXPERIMENTS, Result
 from .experiments.base import protocol_stamp
-from .protocol import (
-    CHECKS,
-    CLAIMS,
-    DEVIATIONS,
-    EVALUATION_SEEDS,
-    GRADES,
-    MIN_UNITS,
-    PILOT_SEEDS,
-    PROBE_SEEDS,
-    TAG,
-)
 from .show import fixed, number, power_of_ten, table, tex
 
 #: The thumbnails' width in the claims table, in CSS pixels (their PNGs have twice as many).
@@ -52,14 +42,14 @@ def claim_row(rows: Sequence[dict], claim_id: str) -> dict:
 def badge(verdict: str) -> str:
     """An HTML badge for ``verdict`` (one of ``convres.protocol.GRADES``)."""
     if verdict not in VERDICT_COLORS:
-        raise ValueError(f"unknown verdict {verdict!r}; expected one of {GRADES}.")
+        raise ValueError(f"unknown verdict {verdict!r}; expected one of {protocol.GRADES}.")
     return (f'<span style="background:{VERDICT_COLORS[verdict]};color:#fff;border-radius:0.8em;'
             f'padding:0.1em 0.6em;white-space:nowrap;font-size:0.9em">{html.escape(verdict)}</span>')
 
 
 def verdict_counts_html(rows: list[dict]) -> str:
     """One line of badges with the number of rows of each verdict that occurs (in ``GRADES``' order)."""
-    counts = {v: sum(r["verdict"] == v for r in rows) for v in GRADES}
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in protocol.GRADES}
     return "<p>" + " ".join(f"{badge(v)}&nbsp;{n}" for v, n in counts.items() if n) + "</p>"
 
 
@@ -187,8 +177,7 @@ def provenance_table(larger: Mapping[str, tuple[Result, dict] | None]):
     rows = []
     for name, big in larger.items():
         if big is None:
-            rows.append({"experiment": name, "piece": "none committed", "seeds": "", "wall time": "",
-                         "commit": "", "machine": "", "PyTorch": "", "protocol": ""})
+            rows.append({"experiment": name, "piece": "none committed"})
             continue
         res, info = big
         blocks = pieces(name, res.profile)
@@ -205,13 +194,11 @@ def provenance_table(larger: Mapping[str, tuple[Result, dict] | None]):
 
 def claims_table(rows: list[dict]):
     """One experiment's claims: effect, interval, margin, units, sign test, verdict, alternatives."""
-    def interval(ci):
-        return "" if ci is None else f"{ci[0]:.2f} to {ci[1]:.2f}"
-
     sign = any("sign_test_p" in r for r in rows)
     sens = any("sensitivity" in r for r in rows)
     return table([{"claim": r["tex"], "effect": r.get("effect"),
-                   "95% interval": interval(r.get("ci")), "margin": r.get("margin"),
+                   "95% interval": "" if r.get("ci") is None else "{:.2f} to {:.2f}".format(*r["ci"]),
+                   "margin": r.get("margin"),
                    "units": f"{r['units']} ({r['diverged']} diverged)" if "diverged" in r else "",
                    **({"sign test p": r.get("sign_test_p")} if sign else {}),
                    "verdict": r["verdict"] + (f" ({r['reason']})" if r.get("reason") and sens else ""),
@@ -285,14 +272,14 @@ def protocol_line(stamp: Mapping | None = None, *, before: bool = False) -> str:
     without one, the tag is not made yet, or with ``before`` the piece predates it (v3)."""
     s = stamp if stamp is not None or before else protocol_stamp()
     if s is None:
-        return f"before {TAG} (v3 rule)" if before else \
-            f"protocol: tag {TAG} not made yet (the rule of this commit)"
+        return f"before {protocol.TAG} (v3 rule)" if before else \
+            f"protocol: tag {protocol.TAG} not made yet (the rule of this commit)"
     return f"protocol: tag {s['tag']}, commit {s['commit'][:10]}, date {s['date'][:10]}"
 
 
 def late_deviations() -> dict[int, tuple[str, ...]]:
     """The deviations made after the v4 runs were seen, numbered from 1, each with its claims."""
-    return {i: d.touches for i, d in enumerate(DEVIATIONS, 1) if d.after_runs}
+    return {i: d.touches for i, d in enumerate(protocol.DEVIATIONS, 1) if d.after_runs}
 
 
 def protocol_claims_table():
@@ -306,27 +293,28 @@ def protocol_claims_table():
                    "alternatives": "; ".join(f"{m} ({p})" for m, p in c.alternatives),
                    "design checks": ", ".join(c.checks),
                    "deviations after the runs": ", ".join(str(i) for i, on in late.items() if c.id in on)
-                   or "none"} for c in CLAIMS.values()])
+                   or "none"} for c in protocol.CLAIMS.values()])
 
 
 def protocol_checks_table():
     """The design checks of ``convres.protocol.CHECKS``."""
     return table([{"check": c.name, "value": c.tex, "passes if": f"value {c.op} {c.threshold:g}"}
-                  for c in CHECKS.values()])
+                  for c in protocol.CHECKS.values()])
 
 
 def protocol_seeds_table():
     """The disjoint seeds and the fewest units graded per run."""
     run = {"book": "the book's run", "paper": "the larger run"}
     rows = [{"seeds": f"evaluation, {run.get(p, p)}", "values": f"{v[0]} to {v[-1]}",
-             "fewest finite units per claim": MIN_UNITS[p]} for p, v in EVALUATION_SEEDS.items()]
+             "fewest finite units per claim": protocol.MIN_UNITS[p]}
+            for p, v in protocol.EVALUATION_SEEDS.items()]
     rows += [{"seeds": what, "values": ", ".join(map(str, v)), "fewest finite units per claim": ""}
-             for what, v in (("probe (step sizes)", PROBE_SEEDS),
-                             ("pilot (levels, design checks)", PILOT_SEEDS))]
+             for what, v in (("probe (step sizes)", protocol.PROBE_SEEDS),
+                             ("pilot (levels, design checks)", protocol.PILOT_SEEDS))]
     return table(rows)
 
 
 def protocol_deviations_table():
     """``convres.protocol.DEVIATIONS``: what changed, when, why, the claims touched."""
     return table([{"#": i, "what": d.what, "when": d.when, "why": d.why, "touches": ", ".join(d.touches)}
-                  for i, d in enumerate(DEVIATIONS, 1)])
+                  for i, d in enumerate(protocol.DEVIATIONS, 1)])

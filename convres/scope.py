@@ -3,6 +3,8 @@ the settings alone; :func:`certified_scope` adds whether a certificate establish
 
 from __future__ import annotations
 
+import pandas as pd
+
 from .experiments import EXPERIMENTS, settings
 from .experiments.theorem import VARIANTS, scope_certificates
 from .lemmas import parameter_count
@@ -49,6 +51,7 @@ def _shapes(profile: str) -> list:
 
 
 def scope_table(profile: str = "book") -> list[dict]:
+    """:func:`scope_rows` of every model in the report or ``in_scope`` under ``profile``."""
     return [row for sh in _shapes(profile) for row in scope_rows(sh.label, sh.cfg, sh.N, sh.n, sh.note)]
 
 
@@ -56,17 +59,13 @@ def covered(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
     """``(experiment model, theorem) -> failing rows`` (empty: every shape hypothesis holds)."""
     out: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
-        out.setdefault((r["experiment"], r["theorem"]), [])
-        if not r["holds"]:
-            out[(r["experiment"], r["theorem"])].append(r)
+        out.setdefault((r["experiment"], r["theorem"]), []).extend([] if r["holds"] else [r])
     return out
 
 
 def scope_summary(rows: list[dict]):
     """The scope table folded to one row per experiment model and theorem (a ``DataFrame``): "all
     hold" or the failing hypotheses with their values."""
-    import pandas as pd
-
     return pd.DataFrame([{"experiment": e, "theorem": THEOREM_NAMES.get(th, th),
                           "shape hypotheses": "all hold" if not bad else
                           "fail: " + "; ".join(_failing(r) for r in bad)}

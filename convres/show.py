@@ -14,6 +14,10 @@ import textwrap
 import time
 from collections.abc import Mapping
 
+import numpy as np
+import pandas as pd
+from pandas.io.formats.style import Styler
+
 #: When a chapter's first cell imported this module (:func:`glue_seconds`).
 _STARTED = time.perf_counter()
 
@@ -50,13 +54,11 @@ def tex(text) -> str:
 
 def power_of_ten(number: str) -> str:
     """E-notation as TeX (``"6.4e-10"``: ``6.4 \\times 10^{-10}``); any other string as it is."""
-    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)e([+-])0*(\d+)", number)
-    if not m:
-        return number
-    sign = "-" if m[2] == "-" else ""
-    if m[3] == "0":
-        return m[1]
-    return (f"10^{{{sign}{m[3]}}}" if m[1] == "1" else rf"{m[1]} \times 10^{{{sign}{m[3]}}}")
+    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)e(?:\+|(-))0*(\d+)", number)
+    if not m or m[3] == "0":
+        return m[1] if m else number
+    power = f"10^{{{m[2] or ''}{m[3]}}}"
+    return power if m[1] == "1" else rf"{m[1]} \times {power}"
 
 
 def sci(x: float, digits: int = 1) -> str:
@@ -67,7 +69,7 @@ def sci(x: float, digits: int = 1) -> str:
 def _cell(value, spec, na: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return na
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, bool | np.bool_):
         return "yes" if value else "no"
     if callable(spec):
         value = spec(value)
@@ -77,9 +79,7 @@ def _cell(value, spec, na: str) -> str:
         value = f"{value:,}"
     elif isinstance(value, numbers.Real):
         value = f"{value:.3g}"
-    if not isinstance(value, str):
-        value = str(value)
-    elif power_of_ten(value) != value:
+    if isinstance(value, str) and power_of_ten(value) != value:
         value = f"${power_of_ten(value)}$"
     return tex(value)
 
@@ -121,28 +121,19 @@ class HTMLBlock:
         return plain("\n".join(line.strip(" |") for line in text.splitlines() if line.strip(" |")))
 
 
-@functools.lru_cache(maxsize=1)
-def _table_class():
-    from pandas.io.formats.style import Styler
+class Table(Styler):
+    """A :func:`table`: a ``Styler`` for the site, plain text where HTML is not shown."""
 
-    class Table(Styler):
-        """A :func:`table`: a ``Styler`` for the site, plain text where HTML is not shown."""
-
-        def __repr__(self) -> str:
-            frame = self.data.rename(columns=lambda c: plain(str(c)))
-            frame = frame.map(lambda v: ("yes" if v else "no") if isinstance(v, bool) else
-                              plain(v) if isinstance(v, str) else v)
-            return frame.to_string(index=not all(self.hide_index_),
-                                   na_rep="")
-
-    return Table
+    def __repr__(self) -> str:
+        frame = self.data.rename(columns=lambda c: plain(str(c)))
+        frame = frame.map(lambda v: ("yes" if v else "no") if isinstance(v, bool) else
+                          plain(v) if isinstance(v, str) else v)
+        return frame.to_string(index=not all(self.hide_index_), na_rep="")
 
 
 def table(data, formats: Mapping | None = None, *, index: bool = False, na: str = ""):
     """A pandas ``Styler`` of ``data`` (a frame, rows or columns), TeX by :func:`tex`; ``formats`` maps
     a column to a format or function, else integers get separators, numbers three digits."""
-    import pandas as pd
-
     frame = data if isinstance(data, pd.DataFrame) else \
         pd.DataFrame(dict(data) if isinstance(data, Mapping) else list(data))
     formats = dict(formats or {})
@@ -150,7 +141,7 @@ def table(data, formats: Mapping | None = None, *, index: bool = False, na: str 
     if unknown:
         raise ValueError(f"formats names columns {sorted(map(str, unknown))} that the table does not "
                          f"have; its columns are {list(map(str, frame.columns))}.")
-    styler = _table_class()(frame).format({c: functools.partial(_cell, spec=formats.get(c), na=na)
+    styler = Table(frame).format({c: functools.partial(_cell, spec=formats.get(c), na=na)
                                            for c in frame.columns})
     styler = styler.format_index(tex, axis=1)
     styler = styler.format_index(tex, axis=0) if index else styler.hide(axis="index")
@@ -172,8 +163,6 @@ def glues(fmt=str, **values) -> None:
 
 def within(values, low: float, high: float) -> bool:
     """Whether every entry of ``values`` lies strictly between ``low`` and ``high`` (arrays or numbers)."""
-    import numpy as np
-
     v = np.asarray(values, dtype=float)
     return bool(np.all((low < v) & (v < high)))
 

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from . import plotting
 from ._version import __version__
+from .committed import ROOT
 from .experiments import Result
 from .experiments.simulations import SCALE_TEX
 from .experiments.sst2_arms import ARM_KINDS
@@ -52,10 +54,6 @@ def _etas(values) -> str:
 def _to(pair, spec: str = ".2f") -> str:
     lo, hi = pair
     return f"{lo:{spec}} to {hi:{spec}}"
-
-
-def _ci(row) -> str:
-    return _to(row["ci"])
 
 
 #: An experiment's design checks (protocol, section 3): value, threshold, passed.
@@ -123,12 +121,13 @@ def escape_law_table(laws: Sequence[Mapping]):
 
 #: *Simulations*: the escape fit's local slopes between neighbouring ``d_QK``.
 local_slopes_table = records({"$d_{QK}$": lambda x: f"{x['d_lo']:,} to {x['d_hi']:,}",
-                              "local slope": ("slope", "{:.2f}"), "95% interval": _ci})
+                              "local slope": ("slope", "{:.2f}"),
+                              "95% interval": lambda x: _to(x["ci"])})
 
 #: *Simulations*: ``log2`` of the escape at half the step over that at the tuned step.
 half_step_table = records({"$d_{QK}$": lambda x: f"{x['d_qk']:,}",
                            "$\\log_2 T(\\eta/2) / T(\\eta)$": ("log2_ratio", "{:.2f}"),
-                           "95% interval": _ci})
+                           "95% interval": lambda x: _to(x["ci"])})
 
 #: *Jena*: every arm's grid of steps, probe scores, largest stable and chosen step.
 probe_table = records({
@@ -296,8 +295,6 @@ def variants_table(variants: Mapping[str, Mapping]):
 
 def ffn_hypotheses_table(runs: Mapping[str, Mapping]):
     """*FFN*: per run (column) each hypothesis of the FFN theorem, its value and verdict (rows)."""
-    import pandas as pd
-
     return table(pd.DataFrame({name: {h["tex"]: f"{h['value']:.3g} ({'holds' if h['holds'] else 'fails'})"
                                       for h in o["hypotheses"].values()} for name, o in runs.items()}),
                  index=True)
@@ -343,8 +340,8 @@ def lazy_table(lazy: Mapping):
                   for name in lazy["displacement"]])
 
 
-def theorem_chapters(folder) -> list[str]:
-    """The chapters in ``folder`` that state a ``{prf:theorem}``, by name."""
+def theorem_chapters(folder: str | Path = ROOT / "book") -> list[str]:
+    """The chapters in ``folder`` (the book's, by default) that state a ``{prf:theorem}``, by name."""
     return sorted(p.stem for p in Path(folder).glob("*.md")
                   for line in p.read_text(encoding="utf-8").splitlines()
                   if re.fullmatch(r"`{3,}\{prf:theorem\}.*", line))
@@ -398,17 +395,14 @@ def collapse_runs_table(result: Result):
     rows = []
     for r in result.data["runs"]:
         h = History.from_dict(r["history"])
-        loss, smin = h.loss, h.sigma_min_Z
-        at = {f"loss / floor at $t = {t}$": loss[t] / floor for t in (0, 300, 1000, 2000)}
-        rows.append({"run": label(r), **at,
-                     "range of $\\sigma_{\\min}(Z_t)$": f"{sci(smin.min())} to {sci(smin.max())}"})
+        at = {f"loss / floor at $t = {t}$": h.loss[t] / floor for t in (0, 300, 1000, 2000)}
+        rows.append({"run": label(r), **at, "range of $\\sigma_{\\min}(Z_t)$":
+                     f"{sci(h.sigma_min_Z.min())} to {sci(h.sigma_min_Z.max())}"})
     return table(rows)
 
 
 def separation_rows(rows: Sequence[Mapping]):
     """*Separation*: a ``DataFrame``, one row per draw, with ``ratio`` = escape / ``T_lb``."""
-    import pandas as pd
-
     keys = ("d_qk", "seed", "T_lb", "escape", "min_ratio", "T_lb_small", "control_T_lb", "control_escape",
             "control_eps")
     frame = pd.DataFrame([{k: r[k] for k in keys} | {

@@ -71,13 +71,15 @@ def test_the_chapters_tables_name_places_and_steps():
     assert frame.to_dict("list") == {"id": [2, 1], "mean": [0.25, 0.5], "twice": [4, 2]}
 
 
-def test_the_build_environment_and_the_theorem_chapters(tmp_path):
+def test_the_build_environment_and_the_theorem_chapters(tmp_path, monkeypatch):
     lines = tables.environment().splitlines()
     assert lines[0].startswith("Python ") and any(x.startswith("torch ") for x in lines)
     assert lines[-1].startswith("built ") and "torch threads" in lines[-1]
     (tmp_path / "a.md").write_text("# A\n\n```{prf:theorem} One\n:label: a\n```\n")
     (tmp_path / "b.md").write_text("# B\n\n```{prf:lemma} Two\n```\n")
     assert tables.theorem_chapters(tmp_path) == ["a"]
+    monkeypatch.chdir(tmp_path)                   # the book's own chapters, from any working folder
+    assert "theorem" in tables.theorem_chapters()
 
 
 def test_the_report_states_the_protocol_and_marks_the_deviations_after_the_runs():
