@@ -1,6 +1,5 @@
 """The model: invariants, stacked configurations, torch.func, determinism and errors on bad input."""
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import event, given, settings
@@ -133,12 +132,9 @@ def test_init_is_deterministic_seeded_and_of_full_rank():
     assert all(v.dtype == torch.float64 and torch.linalg.matrix_rank(v) == min(v.shape) for v in a.values())
 
 
-def test_pool_mean_gives_one_output_per_sequence_and_numpy_scalars_are_sizes():
+def test_pool_mean_gives_one_output_per_sequence():
     cfg, params, X, Y = small_instance(pool="mean")
     assert tuple(forward(params, X, cfg).shape) == (2, cfg.c) == tuple(Y.shape)
-    cfg = ModelConfig(d=np.int64(4), d_qk=4, m=4, beta=np.float32(0.5))
-    assert cfg.d == 4 and type(cfg.d) is int and cfg.residual == (0.5, 0.5)
-    assert synthetic_regression(np.int64(2), 3, 4)[0].shape == (2, 3, 4)
 
 
 CFG0, P0, X0, Y0 = small_instance()
@@ -155,7 +151,6 @@ BAD_CALLS = {   # what is wrong -> (the call, a name its error must say); an ove
     "numpy weights": (lambda: check_inputs({k: v.numpy() for k, v in P0.items()}, X0, Y0, CFG0), "params"),
     "X one sequence": (lambda: check_inputs(P0, X0[0], Y0, CFG0), "X.unsqueeze"),
     "no tokens": (lambda: check_inputs(P0, X0[:, :0], Y0[:, :0], CFG0), "X"),
-    "forward overflows": (lambda: forward(P0, X0 * 1e200, CFG0), "overflow"),
     "loss overflows": (lambda: loss(P0, X0 * 1e160, Y0, CFG0), "overflow"),
     "cfg a dict": (lambda: forward(P0, X0, {"d": 3}), "ModelConfig"),
     "init cfg a dict": (lambda: init_params({"d": 3}), "ModelConfig"),
