@@ -287,14 +287,9 @@ PERTURB = {
     "non-contiguous X": (lambda r: {"X": X0.transpose(0, 1).contiguous().transpose(0, 1)}, ()),
     "X requires grad": (lambda r: {"X": X0.clone().requires_grad_(True)}, ()),
     "non-contiguous params": (lambda r: {"p": {k: v.t().contiguous().t() for k, v in P0.items()}}, ()),
-    "mu": (lambda r: {"mu": pick(r, [0.0, -0.01, math.nan, math.inf, "0.01", None, True, 1j,
-                                     torch.tensor([0.01])])}, ("mu",)),
-    "mu as another number type": (lambda r: {"mu": pick(r, [np.float64(0.01), np.array(0.01),
-                                                            torch.tensor(0.01, dtype=torch.float64)])}, ()),
-    "steps": (lambda r: {"steps": pick(r, [-1, 2.0, True, "3", None, 10**30, torch.tensor(1.5)])},
-              ("steps",)),
-    "steps as another integer type": (lambda r: {"steps": pick(r, [np.int64(3), torch.tensor(3)])}, ()),
-}
+    "mu": (lambda r: {"mu": pick(r, [0.0, math.nan, "0.01", None, True, torch.tensor([0.01])])}, ("mu",)),
+    "steps": (lambda r: {"steps": pick(r, [-1, 2.0, "3", 10**30, torch.tensor(1.5)])}, ("steps",)),
+}   # numbers in other forms: tests/test_values.py
 
 
 @settings(max_examples=150)
