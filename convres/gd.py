@@ -65,8 +65,9 @@ class History:
     def from_dict(cls, d: Mapping) -> History:
         """The inverse of :meth:`to_dict`."""
         arrays = {"record_steps": np.int64}
-        return cls(**{k: np.asarray(v, dtype=arrays.get(k, np.float64)) if isinstance(v, list) else v
-                      for k, v in d.items() if k in cls.__dataclass_fields__})
+        kept: dict[str, Any] = {k: np.asarray(v, dtype=arrays.get(k, np.float64)) if isinstance(v, list)
+                                else v for k, v in d.items() if k in cls.__dataclass_fields__}
+        return cls(**kept)
 
 
 class Run(NamedTuple):
@@ -209,8 +210,7 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
     with tqdm(total=steps * len(chunks), desc="gradient descent", unit="step", leave=False,
               disable=not progress or steps * len(chunks) == 0) as bar:
         for idx in chunks:
-            picked = ([v[i] for i in idx] for v in (params_list, Xs, Ys, cfgs, mus))
-            loop = _Loop(*picked, dev, record_every, idx, callback)
+            loop = _Loop(idx, params_list, Xs, Ys, cfgs, mus, dev, record_every, callback)
             for i, r in zip(idx, loop.run(steps, tol, rtol, blowup, bar)):
                 results[i] = r
     return results
@@ -230,10 +230,12 @@ BLOCK_MAX = 64
 
 
 class _Loop:
-    """A chunk sharing ``cfg`` but the residual, its weights one flat ``theta``; steps run in blocks
-    (doubling up to BLOCK_MAX), a configuration that stopped inside one replays its updates."""
+    """The configurations ``index`` of a sweep, sharing ``cfg`` but the residual, their weights one
+    flat ``theta``; steps run in blocks (doubling up to BLOCK_MAX), a configuration that stopped
+    inside one replays its updates."""
 
-    def __init__(self, params_list, X, Y, cfgs, mus, dev, record_every, index, callback):
+    def __init__(self, index, params_list, X, Y, cfgs, mus, dev, record_every, callback):
+        params_list, X, Y, cfgs, mus = ([v[i] for i in index] for v in (params_list, X, Y, cfgs, mus))
         dev = dev or params_list[0]["W_U"].device
         self.cfg, self.names = cfgs[0], list(params_list[0])
         self.shapes = [tuple(params_list[0][k].shape) for k in self.names]
