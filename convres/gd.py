@@ -5,15 +5,16 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from .backprop import backward_rows, forward_rows, trace_of, transposes
-from .model import ModelConfig, Trace, check_cost, check_inputs, phi_and_grad, rows_of
+from .model import ModelConfig, Trace, check_cost, check_inputs, forward_trace, phi_and_grad, rows_of
 from .rank import extreme_singular_values
 from .runtime import check_device
 from .values import as_int, as_real, is_real
@@ -63,12 +64,10 @@ class History:
     @classmethod
     def from_dict(cls, d: Mapping) -> History:
         """The inverse of :meth:`to_dict`."""
-        def value(name):
-            v = d.get(name)
-            if isinstance(v, list):
-                return np.asarray(v, dtype=np.int64 if name == "record_steps" else np.float64)
-            return v
-        return cls(**{f.name: value(f.name) for f in dataclasses.fields(cls) if f.name in d})
+        arrays = {"record_steps": np.int64}
+        kept: dict[str, Any] = {k: np.asarray(v, dtype=arrays.get(k, np.float64)) if isinstance(v, list)
+                                else v for k, v in d.items() if k in cls.__dataclass_fields__}
+        return cls(**kept)
 
 
 class Run(NamedTuple):
@@ -206,46 +205,23 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
         check_cost(shared, *Xs[idx[0]].shape[:2], configs=min(size, len(idx)), dtype=dtype,
                    device=on if dev is None else dev)          # the largest stack, before a value is read
     _check_runs(params_list, Xs, Ys, cfgs, mus, finite=True)        # the values
-    bar = None
-    if progress and steps * len(chunks) > 0:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=steps * len(chunks), desc="gradient descent", unit="step", leave=False)
+    from tqdm.auto import tqdm
     results: list = [None] * len(params_list)
-    try:
+    with tqdm(total=steps * len(chunks), desc="gradient descent", unit="step", leave=False,
+              disable=not progress or steps * len(chunks) == 0) as bar:
         for idx in chunks:
-            loop = _Loop([params_list[i] for i in idx], [Xs[i] for i in idx] if per_config else X,
-                         [Ys[i] for i in idx] if per_config else Y, [cfgs[i] for i in idx],
-                         [mus[i] for i in idx], dev, record_every, idx, callback)
+            loop = _Loop(idx, params_list, Xs, Ys, cfgs, mus, dev, record_every, callback)
             for i, r in zip(idx, loop.run(steps, tol, rtol, blowup, bar)):
                 results[i] = r
-    finally:
-        if bar is not None:
-            bar.close()
     return results
 
 
-@dataclasses.dataclass
-class _Record:
-    """One configuration's record while its chunk runs."""
-
-    mu: float
-    losses: list = dataclasses.field(default_factory=list)
-    gnorms: list = dataclasses.field(default_factory=list)
-    rec: list = dataclasses.field(default_factory=list)
-    sv: list = dataclasses.field(default_factory=list)
-    status: str = "max_steps"
-    message: str = ""
-    diverged_at: int | None = None
-    params: dict = dataclasses.field(default_factory=dict)
-
-    def run(self) -> Run:
-        sv = np.asarray(self.sv, dtype=np.float64).reshape(-1, 4)
-        return Run(self.params, History(
-            loss=np.asarray(self.losses, dtype=np.float64),
-            grad_norm=np.asarray(self.gnorms, dtype=np.float64),
-            record_steps=np.asarray(self.rec, dtype=np.int64),
-            sigma_min_Z=sv[:, 0], sigma_max_Z=sv[:, 1], sigma_min_H=sv[:, 2], sigma_max_H=sv[:, 3],
-            status=self.status, message=self.message, mu=float(self.mu), diverged_at=self.diverged_at))
+def _finished(r: dict[str, Any]) -> Run:
+    """The :class:`Run` of a configuration's record (:meth:`History.to_dict`'s lists, ``sv`` the
+    rows of the four singular values, ``params``)."""
+    sv = np.asarray(r.pop("sv"), dtype=np.float64).reshape(-1, 4)
+    sigmas = dict(zip(("sigma_min_Z", "sigma_max_Z", "sigma_min_H", "sigma_max_H"), sv.T))
+    return Run(r.pop("params"), History.from_dict({**r, **sigmas}))
 
 
 #: A block of steps keeps its gradients in at most this many bytes, and at most BLOCK_MAX steps.
@@ -254,26 +230,27 @@ BLOCK_MAX = 64
 
 
 class _Loop:
-    """A chunk sharing ``cfg`` but the residual, its weights one flat ``theta``; steps run in blocks
-    (doubling up to BLOCK_MAX), a configuration that stopped inside one replays its updates."""
+    """The configurations ``index`` of a sweep, sharing ``cfg`` but the residual, their weights one
+    flat ``theta``; steps run in blocks (doubling up to BLOCK_MAX), a configuration that stopped
+    inside one replays its updates."""
 
-    def __init__(self, params_list, X, Y, cfgs, mus, dev, record_every, index, callback):
+    def __init__(self, index, params_list, X, Y, cfgs, mus, dev, record_every, callback):
+        params_list, X, Y, cfgs, mus = ([v[i] for i in index] for v in (params_list, X, Y, cfgs, mus))
         dev = dev or params_list[0]["W_U"].device
         self.cfg, self.names = cfgs[0], list(params_list[0])
         self.shapes = [tuple(params_list[0][k].shape) for k in self.names]
         self.theta = torch.cat([torch.stack([p[k].detach().to(dev) for p in params_list]).reshape(-1)
                                 for k in self.names])
         B, dtype = len(params_list), self.theta.dtype
-        # the data as a contiguous stack (B, N, n, d); targets shared by all stay unstacked
-        self.X = (torch.stack([t.to(dev) for t in X]) if isinstance(X, list)
-                  else X.to(dev).expand(B, *X.shape).contiguous())
-        self.Y = torch.stack([t.to(dev) for t in Y]) if isinstance(Y, list) else Y.to(dev)
-        self.per_config = isinstance(Y, list)
+        self.X, self.Y = (torch.stack([t.to(dev) for t in T]) for T in (X, Y))    # (B, N, n, d), (B, ...)
         # one coefficient per configuration; a plain number when they all share it (cheaper)
         self.residual = tuple(v[0] if len(set(v)) == 1 else torch.tensor(v, dtype=dtype, device=dev)
                               for v in zip(*(c.residual for c in cfgs)))
         self.mu = torch.tensor(mus, dtype=dtype, device=dev)
-        self.records, self.active = [_Record(mu=m) for m in mus], list(range(B))
+        self.records: list[dict[str, Any]] = [
+            dict(loss=[], grad_norm=[], record_steps=[], sv=[], status="max_steps", message="", mu=m,
+                 diverged_at=None, params=None) for m in mus]
+        self.active = list(range(B))
         self.record_every, self.index, self.callback = record_every, index, callback
         self.most = min(BLOCK_MAX, max(1, BLOCK_BYTES // self.theta.nbytes))
         self._stack()
@@ -330,19 +307,14 @@ class _Loop:
             norms[-1] = math.nan
         return phis.double().cpu().numpy(), norms.double().cpu().numpy()
 
-    def _iterates(self, prev, start, end, k: int) -> Callable[[int], torch.Tensor]:
-        """``at(x)``: the iterate before the block (``x = 0``) or at its step ``x - 1``."""
-        known = {0: prev, 1: start, k: end}
-
-        def at(x: int) -> torch.Tensor:
-            if x not in known:
-                y = max(v for v in known if 1 <= v < x)
-                theta = known[y].clone()
-                for v in range(y, x):
-                    theta.addcmul_(self.mu_theta, self.G[v - 1], value=-1.0)
-                known[x] = theta
-            return known[x]
-        return at
+    def _iterate(self, prev, start, x: int) -> torch.Tensor:
+        """The iterate before the block (``x = 0``) or at its step ``x - 1``, its updates replayed."""
+        if x == 0:
+            return prev
+        theta = start.clone()
+        for v in range(x - 1):
+            theta.addcmul_(self.mu_theta, self.G[v], value=-1.0)
+        return theta
 
     def run(self, steps, tol, rtol, blowup, bar) -> list[Run]:
         rules = dict(tol=tol, rtol=rtol, blowup=blowup, steps=steps)
@@ -364,81 +336,80 @@ class _Loop:
             step = tr if self.callback is not None else None
             # per configuration, the first step at which a stopping rule may apply (a superset of
             # stopping_rule's tests, which then decide; the last iterate's norm is NaN)
-            phi_0 = np.array([self.records[i].losses[0] if self.records[i].losses else losses[0, j]
+            phi_0 = np.array([self.records[i]["loss"][0] if self.records[i]["loss"] else losses[0, j]
                               for j, i in enumerate(self.active)])
             with np.errstate(invalid="ignore", over="ignore"):
                 flag = (~np.isfinite(losses) | ~np.isfinite(gnorms) | (losses > blowup * phi_0)
                         | (losses <= np.maximum(tol, rtol * phi_0)) | (step is not None))
             first = np.where(flag.any(0), flag.argmax(0), len(block))
-            at = self._iterates(prev, start, end, len(block))
+            at = functools.partial(self._iterate, prev, start)
             keep = [j for j, i in enumerate(self.active) if self._record(
                 block, j, i, first[j], losses[:, j], gnorms[:, j], at, spectra, step, rules)]
-            if bar is not None:
-                bar.update(len(block))
+            bar.update(len(block))
             prev, t = end, block[-1] + 1
             if len(keep) < len(self.active):
                 sel = torch.tensor(keep, dtype=torch.long, device=self.theta.device)
                 self.theta, prev = (torch.cat([v[sel].reshape(-1) for v in self._weights(w).values()])
                                     for w in (self.theta, prev))
-                self.mu, self.X = self.mu[sel], self.X[sel]
-                self.residual = tuple(b[sel] if isinstance(b, torch.Tensor) else b for b in self.residual)
-                self.Y = self.Y[sel] if self.per_config else self.Y
+                self.mu, self.X, self.Y = self.mu[sel], self.X[sel], self.Y[sel]
+                self.residual = self._residual(sel)
                 self.active = [self.active[j] for j in keep]
                 if self.active:
                     self._stack()
             if step is None:
                 size = min(2 * size, self.most)
-        if bar is not None and t <= steps:
-            bar.update(steps + 1 - t)
-        return [r.run() for r in self.records]
+        bar.update(max(0, steps + 1 - t))
+        return [_finished(r) for r in self.records]
 
     def _record(self, block, j, i, first, losses, norms, at, spectra, step, rules) -> bool:
         """Record configuration ``i`` (row ``j``) over ``block``; True while it goes on."""
         r = self.records[i]
-        r.losses += losses[:first].tolist()
-        r.gnorms += norms[:first].tolist()
+        r["loss"] += losses[:first].tolist()
+        r["grad_norm"] += norms[:first].tolist()
         recorded = [t for t in block[:first] if self.record_every and t % self.record_every == 0]
-        r.rec += recorded
-        r.sv += [spectra[t][j] for t in recorded]
+        r["record_steps"] += recorded
+        r["sv"] += [spectra[t][j] for t in recorded]
         for a in range(first, len(block)):
             t, phi = block[a], float(losses[a])
-            rule = stopping_rule(t, phi, r.losses[0] if r.losses else phi, mu=r.mu, **rules)
+            rule = stopping_rule(t, phi, r["loss"][0] if r["loss"] else phi, mu=r["mu"], **rules)
             if rule is not None and rule[0] == "diverged":     # iterate t is not kept
-                r.status, r.message, r.diverged_at = *rule, t
-                if r.gnorms:
-                    r.gnorms.pop()                              # the gradient that led here
+                r.update(status=rule[0], message=rule[1], diverged_at=t)
+                if r["grad_norm"]:
+                    r["grad_norm"].pop()                        # the gradient that led here
                 if t == 0:
-                    r.losses.append(phi)                        # the non-finite start, for the record
-                r.params = {k: v.clone() for k, v in self._config(at(a if t else a + 1), j).items()}
+                    r["loss"].append(phi)                       # the non-finite start, for the record
+                r["params"] = {k: v.clone() for k, v in self._config(at(a if t else a + 1), j).items()}
                 return False
-            r.losses.append(phi)
+            r["loss"].append(phi)
             if rule is None and not np.isfinite(norms[a]):
                 rule = ("diverged", f"the gradient became non-finite at step {t}; no step was taken "
-                                    f"from it (mu={r.mu:g} too large?)")
-                r.diverged_at = t + 1
+                                    f"from it (mu={r['mu']:g} too large?)")
+                r["diverged_at"] = t + 1
             theta = self._config(at(a + 1), j)
             if step is not None:
                 self._notify(t, j, i, phi, theta, None if rule is not None else self._config(self.G[a], j),
                              step)
             if rule is None:
-                r.gnorms.append(float(norms[a]))
+                r["grad_norm"].append(float(norms[a]))
             else:
-                r.status, r.message = rule
-                r.params = {k: v.clone() for k, v in theta.items()}
+                r.update(status=rule[0], message=rule[1], params={k: v.clone() for k, v in theta.items()})
             if self.record_every is not None and (rule is not None or t % self.record_every == 0):
-                r.rec.append(t)
-                r.sv.append(spectra[t][j] if j in spectra.get(t, ()) else self._spectra_at(theta, j))
+                r["record_steps"].append(t)
+                r["sv"].append(spectra[t][j] if j in spectra.get(t, ()) else self._spectra_at(theta, j))
             if rule is not None:
                 return False
         return True
 
+    def _residual(self, rows) -> tuple:
+        """The residual coefficients of the configurations ``rows`` (an index tensor or a slice)."""
+        return tuple(b[rows] if isinstance(b, torch.Tensor) else b for b in self.residual)
+
     @torch.no_grad()
     def _spectra_at(self, theta, j) -> list:
         """The four extreme singular values at the weights ``theta`` of row ``j``."""
-        residual = tuple(b[j:j + 1] if isinstance(b, torch.Tensor) else b for b in self.residual)
-        Y = self.Y[j:j + 1] if self.per_config else self.Y
         W = {k: v.unsqueeze(0) for k, v in theta.items()}
-        return _spectra(phi_and_grad(W, self.X[j:j + 1], Y, self.cfg, residual=residual)[2])[0].tolist()
+        tr = forward_trace(W, self.X[j:j + 1], self.cfg, residual=self._residual(slice(j, j + 1)))
+        return _spectra(tr)[0].tolist()
 
     def _notify(self, t, j, i, phi, theta, g, tr):
         trace = tr.select(j).detach()

@@ -51,11 +51,9 @@ def problem(cfg: ModelConfig, N: int, n: int, seed: int = 0, *, weight_seed: int
     X, Y = regression_data(cfg, N, n, seed, targets=targets, dtype=dtype)
     params = init_params(cfg, seed=seed + 1 if weight_seed is None else weight_seed, dtype=dtype,
                          branch_scale=branch_scale)
-    if readout_scale != 1.0:
-        params["W_U"] = params["W_U"] * readout_scale
-    if ffn_gain != 1.0:
-        for k in [k for k in params if k.endswith(".W_1")]:
-            params[k] = params[k] * ffn_gain
+    for k in params:      # times 1.0 leaves a weight as it is
+        gain = readout_scale if k == "W_U" else ffn_gain if k.endswith(".W_1") else 1.0
+        params[k] = params[k] * gain
     return params, X, Y
 
 

@@ -243,7 +243,10 @@ def rows_of(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor
             *betas, N, pooled)
 
 
-def _passes(params, X, cfg, residual, Y=None, trace=True):
+def phi_and_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor | None,
+                 cfg: ModelConfig, *, residual=None, trace: bool = True):
+    """``(Phi, grad Phi, trace)``: the loss (5), its gradient and the :class:`Trace` (or ``None``);
+    ``Y = None``: the trace alone (``Phi`` and the gradient ``None``)."""
     args, B = rows_of(params, X, Y, cfg, residual=residual), stack_size(params)
     phi = grads = tr = None
     if Y is None:
@@ -263,19 +266,13 @@ def forward_trace(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: Mode
                   residual=None) -> Trace:
     """The forward pass with every block's intermediates (book equations (1)-(4)); ``residual``
     overrides ``cfg``'s ``(beta_attn, beta_ffn)``."""
-    return _passes(params, X, cfg, residual)[2]
+    return phi_and_grad(params, X, None, cfg, residual=residual)[2]
 
 
 def trace_no_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, cfg: ModelConfig) -> Trace:
     """:func:`forward_trace` under ``torch.no_grad()``: the values only, no autograd graph."""
     with torch.no_grad():
         return forward_trace(params, X, cfg)
-
-
-def phi_and_grad(params: Mapping[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, cfg: ModelConfig,
-                 *, residual=None, trace: bool = True):
-    """``(Phi, grad Phi, trace)``: the loss (5), its gradient and the :class:`Trace` (or ``None``)."""
-    return _passes(params, X, cfg, residual, Y, trace)
 
 
 def squared_error(F: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:

@@ -12,13 +12,11 @@ MAX_SEED = 2**63 - 1
 
 
 def _scalar(v):
-    """``v`` as a plain Python number when it is a 0-d real tensor or array, else ``v``."""
-    if isinstance(v, torch.Tensor):
-        if v.dim() != 0 or v.is_complex() or v.dtype == torch.bool or v.device.type == "meta" \
-                or v.layout != torch.strided:
-            return v
+    """``v`` as a plain Python number when it is a 0-d dense tensor with a value or a 0-d array."""
+    dense = isinstance(v, torch.Tensor) and v.layout == torch.strided and v.device.type != "meta"
+    if dense and v.dim() == 0 or isinstance(v, np.ndarray) and v.ndim == 0:
         return v.item()
-    return v.item() if isinstance(v, np.ndarray) and v.ndim == 0 else v
+    return v
 
 
 def is_int(v) -> bool:
@@ -41,9 +39,7 @@ def _range(minimum, maximum, above: bool = False) -> str:
 def as_int(name: str, v, *, minimum: int | None = None, maximum: int | None = None) -> int:
     """``v`` as an ``int`` in ``[minimum, maximum]``; a ValueError naming ``name`` otherwise."""
     w = _scalar(v)
-    low = minimum is not None and is_int(w) and int(w) < minimum
-    high = maximum is not None and is_int(w) and int(w) > maximum
-    if not is_int(w) or low or high:
+    if not is_int(w) or (minimum is not None and w < minimum) or (maximum is not None and w > maximum):
         raise ValueError(f"{name} must be an integer{_range(minimum, maximum)}, got {v!r}.")
     return int(w)
 

@@ -15,8 +15,8 @@ from convres.gd import History, Run, Step, chunk_size
 TOL = 1e-10
 
 
-def instance(beta=1.0, L=1):
-    cfg = ModelConfig(d=6, d_qk=6, m=6, c=1, L=L, beta=beta)
+def instance(beta=1.0):
+    cfg = ModelConfig(d=6, d_qk=6, m=6, c=1, beta=beta)
     X, Y = synthetic_regression(4, 3, 6, 1, seed=0)
     return cfg, init_params(cfg, seed=1), X, Y
 
@@ -36,9 +36,8 @@ def assert_same(runs_a, runs_b, tol=TOL):
         assert (ha.status, ha.message, ha.mu, ha.steps) == (hb.status, hb.message, hb.mu, hb.steps)
         np.testing.assert_array_equal(ha.record_steps, hb.record_steps)
         for field in ("loss", "grad_norm", "sigma_min_Z", "sigma_max_Z", "sigma_min_H", "sigma_max_H"):
-            a, b = getattr(ha, field), getattr(hb, field)
-            assert a.shape == b.shape, field
-            np.testing.assert_allclose(a, b, rtol=tol, atol=tol, err_msg=field)
+            np.testing.assert_allclose(getattr(ha, field), getattr(hb, field), rtol=tol, atol=tol,
+                                       err_msg=field)
         assert list(theta_a) == list(theta_b)
         for k in theta_a:
             assert float((theta_a[k] - theta_b[k]).abs().max()) < tol, k
@@ -49,14 +48,6 @@ def one_by_one(params, X, Y, cfg, mu, steps, chunk=None, **kw):
     """The runs of a sweep one at a time (``X``, ``Y``, ``cfg``, ``mu``: one for all, or a list)."""
     each = [v if isinstance(v, list) else [v] * len(params) for v in (X, Y, cfg, mu)]
     return [gradient_descent(p, *args, steps, **kw) for p, *args in zip(params, *each)]
-
-
-@pytest.mark.parametrize("beta,L", [(0.0, 1), (1.0, 1), (1.0, 2)])
-def test_small_step_decreases_the_loss_monotonically(beta, L):
-    cfg, params, X, Y = instance(beta, L)
-    _, h = gradient_descent(params, X, Y, cfg, mu=1e-3, steps=200)
-    assert h.status == "max_steps" and h.steps == 200
-    assert np.all(np.diff(h.loss) < 0)
 
 
 def test_a_non_finite_start_blames_the_scale_not_mu():
@@ -163,6 +154,8 @@ def test_callback_sees_every_iterate_of_every_run():
         assert [t for _, t, _, _ in mine] == list(range(5))
         np.testing.assert_allclose([v for _, _, v, _ in mine], h.loss, rtol=1e-15)
         assert [last for *_, last in mine] == [False] * 4 + [True]   # no gradient at the last iterate
+    with pytest.raises(ZeroDivisionError, match="division by zero"):   # the callback's own error
+        run_sweep(params, X, Y, cfgs, mus, 4, callback=lambda step: 1 / 0)
 
 
 def test_chunk_size_stacks_small_problems_only():
@@ -174,8 +167,7 @@ def test_chunk_size_stacks_small_problems_only():
 NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
 
-@pytest.mark.parametrize("device,dtype", [("cpu", torch.float64), (torch.device("cpu"), torch.float64),
-                                          (None, torch.float64), (None, torch.float32),
+@pytest.mark.parametrize("device,dtype", [("cpu", torch.float64), (None, torch.float32),
                                           pytest.param("cuda", torch.float64, marks=NO_CUDA)])
 def test_the_device_and_dtype_of_a_sweep(device, dtype):
     params, X, Y, cfgs, mus = sweep()
@@ -195,13 +187,6 @@ def test_edge_values_run_as_documented():
     assert h.status == "diverged" and all(bool(torch.isfinite(v).all()) for v in out.values())
     assert gradient_descent(params, X, Y, cfg, np.float32(0.01), np.int64(3))[1].steps == 3
     assert run_sweep([], X, Y, [], [], 10) == []
-
-
-def test_a_failing_callback_passes_its_error_through():
-    def callback(step):
-        raise ZeroDivisionError("the user's own error")
-    with pytest.raises(ZeroDivisionError, match="the user's own error"):
-        gradient_descent(*instance()[1:], instance()[0], 0.01, 3, callback=callback)
 
 
 P4, X4, Y4, CFGS4, MUS4 = sweep()
@@ -237,11 +222,12 @@ def reference_descent(params, X, Y, cfg, mu, steps):
 
 
 @pytest.mark.parametrize("L,activation,pool", [(1, "gelu", None), (2, "relu", "mean")])
-def test_a_run_equals_plain_gradient_descent_with_autograd(L, activation, pool):
+def test_a_run_equals_plain_gradient_descent_with_autograd_and_descends(L, activation, pool):
     params, X, Y, cfgs, mus = sweep(L, activation, pool)
     for (theta, h), p, c, m in zip(run_sweep(params, X, Y, cfgs, mus, 150), params, cfgs, mus):
         losses, norms, w = reference_descent(p, X, Y, c, m, 150)
         np.testing.assert_allclose(h.loss, losses, rtol=1e-12)
+        assert h.status == "max_steps" and np.all(np.diff(h.loss) < 0)     # small steps: a descent
         np.testing.assert_allclose(h.grad_norm, norms, rtol=1e-12)
         assert all(torch.allclose(theta[k], w[k], rtol=1e-12, atol=1e-14) for k in w)
 
@@ -300,14 +286,9 @@ PERTURB = {
     "non-contiguous X": (lambda r: {"X": X0.transpose(0, 1).contiguous().transpose(0, 1)}, ()),
     "X requires grad": (lambda r: {"X": X0.clone().requires_grad_(True)}, ()),
     "non-contiguous params": (lambda r: {"p": {k: v.t().contiguous().t() for k, v in P0.items()}}, ()),
-    "mu": (lambda r: {"mu": pick(r, [0.0, -0.01, math.nan, math.inf, "0.01", None, True, 1j,
-                                     torch.tensor([0.01])])}, ("mu",)),
-    "mu as another number type": (lambda r: {"mu": pick(r, [np.float64(0.01), np.array(0.01),
-                                                            torch.tensor(0.01, dtype=torch.float64)])}, ()),
-    "steps": (lambda r: {"steps": pick(r, [-1, 2.0, True, "3", None, 10**30, torch.tensor(1.5)])},
-              ("steps",)),
-    "steps as another integer type": (lambda r: {"steps": pick(r, [np.int64(3), torch.tensor(3)])}, ()),
-}
+    "mu": (lambda r: {"mu": pick(r, [0.0, math.nan, "0.01", None, True, torch.tensor([0.01])])}, ("mu",)),
+    "steps": (lambda r: {"steps": pick(r, [-1, 2.0, "3", 10**30, torch.tensor(1.5)])}, ("steps",)),
+}   # numbers in other forms: tests/test_values.py
 
 
 @settings(max_examples=150)

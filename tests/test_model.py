@@ -1,6 +1,5 @@
 """The model: invariants, stacked configurations, torch.func, determinism and errors on bad input."""
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import event, given, settings
@@ -70,6 +69,7 @@ def test_the_hand_written_gradient_equals_autograd(L, activation, pool, stack):
 
 
 def test_vmap_of_grad_of_phi_equals_autograd_one_by_one():
+    """Also: a mask made inside a torch.func transform is not reused by a later pass or transform."""
     cfg, _, X, Y = small_instance(L=2)
     plist = [init_params(cfg, seed=s) for s in range(3)]
     stacked = {k: torch.stack([p[k] for p in plist]) for k in plist[0]}
@@ -84,6 +84,8 @@ def test_vmap_of_grad_of_phi_equals_autograd_one_by_one():
     # the checked entry points refuse to be traced by vmap rather than skip their checks
     with pytest.raises(RuntimeError):
         torch.func.vmap(convres.forward, in_dims=(0, None, None))(stacked, X, cfg)
+    norms = [hessian_norm(plist[0], X, Y, cfg, iters=3) for _ in range(2)]   # Hessian-vector products
+    assert norms[0] == norms[1] > 0
 
 
 def test_activation_table_constants():
@@ -133,12 +135,9 @@ def test_init_is_deterministic_seeded_and_of_full_rank():
     assert all(v.dtype == torch.float64 and torch.linalg.matrix_rank(v) == min(v.shape) for v in a.values())
 
 
-def test_pool_mean_gives_one_output_per_sequence_and_numpy_scalars_are_sizes():
+def test_pool_mean_gives_one_output_per_sequence():
     cfg, params, X, Y = small_instance(pool="mean")
     assert tuple(forward(params, X, cfg).shape) == (2, cfg.c) == tuple(Y.shape)
-    cfg = ModelConfig(d=np.int64(4), d_qk=4, m=4, beta=np.float32(0.5))
-    assert cfg.d == 4 and type(cfg.d) is int and cfg.residual == (0.5, 0.5)
-    assert synthetic_regression(np.int64(2), 3, 4)[0].shape == (2, 3, 4)
 
 
 CFG0, P0, X0, Y0 = small_instance()
@@ -155,7 +154,6 @@ BAD_CALLS = {   # what is wrong -> (the call, a name its error must say); an ove
     "numpy weights": (lambda: check_inputs({k: v.numpy() for k, v in P0.items()}, X0, Y0, CFG0), "params"),
     "X one sequence": (lambda: check_inputs(P0, X0[0], Y0, CFG0), "X.unsqueeze"),
     "no tokens": (lambda: check_inputs(P0, X0[:, :0], Y0[:, :0], CFG0), "X"),
-    "forward overflows": (lambda: forward(P0, X0 * 1e200, CFG0), "overflow"),
     "loss overflows": (lambda: loss(P0, X0 * 1e160, Y0, CFG0), "overflow"),
     "cfg a dict": (lambda: forward(P0, X0, {"d": 3}), "ModelConfig"),
     "init cfg a dict": (lambda: init_params({"d": 3}), "ModelConfig"),
@@ -213,13 +211,3 @@ def test_the_cost_policy_refuses_before_allocating_whatever_the_sizes(monkeypatc
         event("gradient descent refused")
     else:
         assert gradient_descent(params, X, Y, cfg, 1e-3, 1).history.steps in (0, 1)
-
-
-def test_torch_func_transforms_before_and_after_a_plain_pass():
-    """A mask made inside a torch.func transform is not reused by a later pass or transform."""
-    cfg = ModelConfig(d=17, d_qk=16, m=16, c=1, beta=1.0, activation="gelu")
-    X, Y = synthetic_regression(3, 5, 17, 1, seed=0)
-    p = init_params(cfg, seed=1)
-    norms = [hessian_norm(p, X, Y, cfg, iters=3) for _ in range(2)]
-    assert float(convres.phi(p, X, Y, cfg)) > 0 and norms[0] == norms[1]
-    assert hessian_norm(p, X, Y, cfg, iters=3) == norms[0]
