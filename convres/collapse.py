@@ -7,11 +7,9 @@ Uniform rows ``S -> 1 1^T / n`` (:func:`dqk_sweep`) or rows saturated on one tok
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,14 +19,13 @@ from .instances import collapse_instance
 from .model import ModelConfig, attention, attention_logits, attention_scale
 from .rank import rank_one_residual, singular_value_measures, singular_values, spectral_norm
 from .runtime import torch_threads
-from .values import as_int, as_real, as_seed
+from .values import as_real, checked
 
 __all__ = ["attention_output", "collapse_measures", "gaussian_instance", "logit_margins", "spiked_instance",
            "dqk_sweep", "dqk_sweep_seeds", "scale_sweep", "value_counterexample", "rank_one_floor",
            "gd_attention_stats", "sigma_min_table", "TABLE_D_QKS"]
 
 DTYPE = torch.float64
-_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _matrix(name: str, v) -> torch.Tensor:
@@ -44,51 +41,7 @@ def _instance(name: str, v) -> dict:
     return {**v, **{k: _matrix(f"{name}[{k!r}]", v.get(k)) for k in ("X", "W_Q", "W_K", "W_V")}}
 
 
-def _nonempty(each: Callable) -> Callable:
-    """The check of a non-empty list whose items pass ``each`` (item ``i`` named ``name[i]``)."""
-    def check(name: str, v) -> list:
-        try:
-            items = [] if isinstance(v, str | bytes | Mapping) else list(v)
-        except TypeError:
-            items = []
-        if not items:
-            raise ValueError(f"{name} must be a non-empty list, got {v!r:.60}.")
-        return [each(f"{name}[{i}]", x) for i, x in enumerate(items)]
-    return check
-
-
-#: The argument policy of the public functions: a check per kind of argument, each returning the value
-#: checked (a plural: a non-empty list of them); a bad value is a ValueError or TypeError naming it.
-_KINDS: dict[str, Callable[[str, Any], Any]] = {
-    "size": lambda name, v: as_int(name, v, minimum=1),
-    "seed": as_seed,
-    "index": lambda name, v: as_int(name, v, minimum=0),
-    "beta": lambda name, v: as_real(name, v, minimum=0.0),
-    "positive": lambda name, v: as_real(name, v, minimum=0.0, above=True),
-    "matrix": _matrix,
-    "instance": _instance,
-}
-_KINDS.update({f"{kind}s": _nonempty(_KINDS[kind]) for kind in ("size", "seed", "beta", "positive")})
-
-
-def _checked(**kinds: str) -> Callable[[_F], _F]:
-    """A decorator: each argument named in ``kinds`` passes the check of its kind (``_KINDS``)
-    before the call, and the call gets the checked value."""
-    def wrap(f: _F) -> _F:
-        signature = inspect.signature(f)
-
-        @functools.wraps(f)
-        def call(*args, **kwargs):
-            bound = signature.bind(*args, **kwargs)
-            for name, kind in kinds.items():
-                if name in bound.arguments:
-                    bound.arguments[name] = _KINDS[kind](name, bound.arguments[name])
-            return f(*bound.args, **bound.kwargs)
-        return cast(_F, call)
-    return wrap
-
-
-@_checked(X="matrix", W_Q="matrix", W_K="matrix", W_V="matrix", s="positive", beta="beta")
+@checked(X=_matrix, W_Q=_matrix, W_K=_matrix, W_V=_matrix, s="positive", beta="beta")
 def attention_output(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, W_V: torch.Tensor,
                      s: float, beta: float = 0.0):
     """``(S, Attn(X), Z)`` (book equations (1), (2)) for ``X`` ``(n, d)`` or ``(N, n, d)``."""
@@ -104,7 +57,7 @@ def collapse_measures(M: torch.Tensor) -> dict[str, float | np.ndarray]:
     return {k: float(v) for k, v in out.items()} if M.dim() == 2 else out
 
 
-@_checked(n="size", d="size", d_qk="size", seed="seed")
+@checked(n="size", d="size", d_qk="size", seed="seed")
 def gaussian_instance(n: int, d: int, d_qk: int, seed: int = 0) -> dict[str, torch.Tensor]:
     """``X`` (``n x d``, ``N(0, 1)``), ``W_Q, W_K, W_V`` (``N(0, 1/d)``), drawn so that a smaller ``n``
     or ``d_qk`` gives a sub-instance of the same draw."""
@@ -119,7 +72,7 @@ def gaussian_instance(n: int, d: int, d_qk: int, seed: int = 0) -> dict[str, tor
     return {"X": X, "W_Q": QK[:, 0, :].T.contiguous(), "W_K": QK[:, 1, :].T.contiguous(), "W_V": W_V}
 
 
-@_checked(X="matrix", W_Q="matrix", W_K="matrix", token="index")
+@checked(X=_matrix, W_Q=_matrix, W_K=_matrix, token="index")
 def logit_margins(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, token: int) -> torch.Tensor:
     """``L_{i,token} - max_{j != token} L_{ij}`` per row of ``L = X W_Q W_K^T X^T``."""
     L = (X @ W_Q) @ (X @ W_K).T
@@ -156,10 +109,10 @@ def spiked_instance(n: int, d: int, d_qk: int, seed: int = 0, *, strength: float
     return {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": inst["W_V"], "margins": margins}
 
 
-
 # The chapter shows these two functions' source: the policy wraps them after their definitions.
-collapse_measures = _checked(M="matrix")(collapse_measures)
-spiked_instance = _checked(n="size", d="size", d_qk="size", seed="seed")(spiked_instance)
+collapse_measures = checked(M=_matrix)(collapse_measures)
+spiked_instance = checked(n="size", d="size", d_qk="size", seed="seed")(spiked_instance)
+
 
 @torch_threads(1)  # many tiny matrices: one PyTorch thread is faster than several
 def _sweep(inst_at, points: Sequence, betas: Sequence[float]) -> dict[str, np.ndarray]:
@@ -197,7 +150,7 @@ def _sweep(inst_at, points: Sequence, betas: Sequence[float]) -> dict[str, np.nd
     return out
 
 
-@_checked(d_qks="sizes", betas="betas", n="size", d="size", seed="seed")
+@checked(d_qks="sizes", betas="betas", n="size", d="size", seed="seed")
 def dqk_sweep(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *, n: int = 8, d: int = 16,
               seed: int = 0, scale: str = "1/d_qk") -> dict[str, np.ndarray]:
     """The collapse measures of ``Attn(X)`` and ``Z = Attn(X) + beta X`` as ``d_qk`` grows, ``||S -
@@ -213,7 +166,7 @@ def dqk_sweep(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *, n: i
     return out
 
 
-@_checked(d_qks="sizes", betas="betas", seeds="seeds")
+@checked(d_qks="sizes", betas="betas", seeds="seeds")
 def dqk_sweep_seeds(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *,
                     seeds: Sequence[int] = tuple(range(16)), **kwargs) -> dict[str, np.ndarray]:
     """:func:`dqk_sweep` per seed, stacked along a leading axis."""
@@ -223,7 +176,7 @@ def dqk_sweep_seeds(d_qks: Sequence[int], betas: Sequence[float] = (0.1, 1.0), *
     return out
 
 
-@_checked(scales="positives", betas="betas", instance="instance")
+@checked(scales="positives", betas="betas", instance=_instance)
 def scale_sweep(scales: Sequence[float], betas: Sequence[float] = (0.1, 1.0), *,
                 instance: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
     """:func:`dqk_sweep`'s measures as the attention scale ``s`` varies on one ``instance``."""
@@ -233,7 +186,7 @@ def scale_sweep(scales: Sequence[float], betas: Sequence[float] = (0.1, 1.0), *,
     return out
 
 
-@_checked(n="size", d="size", beta="beta", seed="seed", scale="positive")
+@checked(n="size", d="size", beta="beta", seed="seed", scale="positive")
 def value_counterexample(n: int = 6, d: int = 8, *, beta: float = 1.0, seed: int = 0,
                          scale: float = 1.0, identity_attention: bool = False) -> dict[str, torch.Tensor]:
     """``W_V = -beta I`` gives ``Z = beta (I - S) X``, ``rank Z <= n - 1`` (``Z -> 0`` as ``S -> I``)."""
@@ -247,13 +200,13 @@ def value_counterexample(n: int = 6, d: int = 8, *, beta: float = 1.0, seed: int
     return {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": W_V, "S": S, "A": A, "Z": Z}
 
 
-@_checked(Y="matrix")
+@checked(Y=_matrix)
 def rank_one_floor(Y: torch.Tensor) -> float:
     """``1/2 sum_i ||Y_i - 1 ybar_i^T||_F^2``: the least loss (5) of rows equal within a sequence."""
     return 0.5 * float(rank_one_residual(Y).pow(2).sum())
 
 
-@_checked(beta="beta", mu="positive")
+@checked(beta="beta", mu="positive")
 def gd_attention_stats(beta=0.0, *, mu: float = 0.002, **instance) -> dict[str, np.ndarray | float]:
     """``||S_i - U||_2`` at ``theta_0`` and the logits' change in one step over ``mu``."""
     params, X, Y, cfg = collapse_instance(**instance)
@@ -270,7 +223,7 @@ def gd_attention_stats(beta=0.0, *, mu: float = 0.002, **instance) -> dict[str, 
 TABLE_D_QKS = (16, 64, 256, 1024, 4096, 16384)
 
 
-@_checked(beta="beta", d_qks="sizes", n="size", d="size", seed="seed", seeds="size")
+@checked(beta="beta", d_qks="sizes", n="size", d="size", seed="seed", seeds="size")
 def sigma_min_table(beta: float = 1.0, d_qks: Sequence[int] = TABLE_D_QKS, *, n: int = 8, d: int = 16,
                     seed: int = 0, seeds: int = 16) -> list[dict[str, float]]:
     """Per ``d_qk``, medians of ``sigma_min(Attn(X))`` and ``sigma_min(Attn(X) + beta X)`` over seeds."""

@@ -1,8 +1,12 @@
 """One coercion per kind of scalar argument: Python, NumPy and 0-d real PyTorch numbers alike; a bool,
 complex, string, NaN or value out of range is refused naming the argument, the range and the value."""
 
+import functools
+import inspect
 import math
 import numbers
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
@@ -85,3 +89,49 @@ def json_safe(x):
     if hasattr(x, "tolist"):
         return json_safe(x.tolist())
     return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def _nonempty(each: Callable[[str, Any], Any]) -> Callable[[str, Any], list]:
+    """The check of a non-empty list whose items pass ``each`` (item ``i`` named ``name[i]``)."""
+    def check(name: str, v) -> list:
+        try:
+            items = [] if isinstance(v, str | bytes | Mapping) else list(v)
+        except TypeError:
+            items = []
+        if not items:
+            raise ValueError(f"{name} must be a non-empty list, got {v!r:.60}.")
+        return [each(f"{name}[{i}]", x) for i, x in enumerate(items)]
+    return check
+
+
+#: The argument policy of the public functions (:func:`checked`): a check per kind of argument, each
+#: returning the value checked; a bad value is a ValueError or TypeError naming the argument.
+KINDS: dict[str, Callable[[str, Any], Any]] = {
+    "size": lambda name, v: as_int(name, v, minimum=1),
+    "seed": as_seed,
+    "index": lambda name, v: as_int(name, v, minimum=0),
+    "beta": lambda name, v: as_real(name, v, minimum=0.0),
+    "positive": lambda name, v: as_real(name, v, minimum=0.0, above=True),
+}
+KINDS.update({f"{kind}s": _nonempty(KINDS[kind]) for kind in ("size", "seed", "beta", "positive")})
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def checked(**kinds: str | Callable[[str, Any], Any]) -> Callable[[_F], _F]:
+    """A decorator: each argument named in ``kinds`` passes its check (a name of :data:`KINDS`, or a
+    ``check(name, value) -> value``) before the call, and the call gets the checked value."""
+    def wrap(f: _F) -> _F:
+        signature = inspect.signature(f)
+
+        @functools.wraps(f)
+        def call(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            for name, kind in kinds.items():
+                if name in bound.arguments:
+                    check = KINDS[kind] if isinstance(kind, str) else kind
+                    bound.arguments[name] = check(name, bound.arguments[name])
+            return f(*bound.args, **bound.kwargs)
+        return cast(_F, call)
+    return wrap
