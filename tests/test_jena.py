@@ -13,12 +13,6 @@ from convres.model import forward
 pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 
-def test_the_paper_profile_takes_every_window_and_both_sweep_the_claims_betas():
-    for profile, stride in (("book", 6), ("paper", 1)):
-        s = ex.settings("jena", profile)
-        assert s["stride"] == stride and {0.0, 0.1, 1.0} <= set(s["betas"])
-
-
 def test_jena_data_splits_standardizes_on_training_rows_and_looks_only_at_the_past(offline):
     s = {**ex.settings("jena", "book"), "age": False}
     task = ex.jena_data(s)
@@ -46,10 +40,13 @@ def test_jena_data_splits_standardizes_on_training_rows_and_looks_only_at_the_pa
     assert aged.features == (*JENA_FEATURES, AGE) and torch.equal(aged.X[..., :11], task.X)
     assert torch.equal(aged.X[0, :, -1], torch.arange(-(w - 1), 1, dtype=aged.X.dtype))
     assert (aged.X[..., -1] == aged.X[:1, :, -1]).all() and aged.persistence == task.persistence
+    with pytest.raises(DataError, match="held-out rows"):           # too few rows after train_end
+        ex.jena_data({**s, "train_end": "2009-01-28 17:00"})
 
 
-def test_without_the_age_the_model_is_order_blind_and_with_it_not(offline):
-    """F(PX) = F(X) for a permutation P of a window's rows without the age; with it, not."""
+def test_without_the_age_the_model_is_order_blind_and_every_beta_of_a_seed_starts_alike(offline):
+    """F(PX) = F(X) for a permutation P of a window's rows without the age, with it not; every beta of a
+    seed starts from the same weights and loss."""
     s = ex.settings("jena", "book")
     task = ex.jena_data(s, dtype=torch.float64)
     X = task.X[:50]
@@ -62,6 +59,11 @@ def test_without_the_age_the_model_is_order_blind_and_with_it_not(offline):
         q = jena._init({**s, "readout_scale": 1.0}, 12, 0, torch.float64)
         moved = torch.cat([X[:, perm, :11], X[..., 11:]], dim=-1)            # rows moved, ages in place
         assert (forward(q, X, aware) - forward(q, moved, aware)).abs().max() > 1e-3
+    p = jena._init(s, task.X.shape[-1], 3, torch.float64)
+    assert torch.count_nonzero(p["W_U"]) == 0                            # readout_scale = 0
+    assert all(torch.count_nonzero(v) > 0 for k, v in p.items() if k != "W_U")
+    start = [float((forward(p, task.X, jena._config(s, 12, b)) - task.Y).pow(2).mean()) for b in s["betas"]]
+    assert max(start) == min(start) == pytest.approx(float(task.Y.pow(2).mean()))
 
 
 def test_the_model_can_represent_persistence_at_every_beta(offline):
@@ -76,16 +78,6 @@ def test_the_model_can_represent_persistence_at_every_beta(offline):
         assert float((F - task.Y).pow(2).mean()) == pytest.approx(task.persistence["train"], rel=1e-9)
     with pytest.raises(ValueError, match="m >= 4"):
         jena.persistence_weights(jena._config({**s, "m": 2}, 12, 1.0), 6, t, a)
-
-
-def test_every_beta_of_a_seed_starts_from_the_same_weights_and_loss(offline):
-    s = ex.settings("jena", "book")
-    task = ex.jena_data(s, dtype=torch.float64)
-    p = jena._init(s, task.X.shape[-1], 3, torch.float64)
-    assert torch.count_nonzero(p["W_U"]) == 0                            # readout_scale = 0
-    assert all(torch.count_nonzero(v) > 0 for k, v in p.items() if k != "W_U")
-    start = [float((forward(p, task.X, jena._config(s, 12, b)) - task.Y).pow(2).mean()) for b in s["betas"]]
-    assert max(start) == min(start) == pytest.approx(float(task.Y.pow(2).mean()))
 
 
 def test_linear_ar_chooses_its_ridge_on_the_training_split_only():
@@ -129,11 +121,6 @@ def test_the_order_blind_baseline_does_not_see_the_order():
 def test_a_bad_setting_is_named_before_any_work_and_nothing_is_cached(key, bad, tmp_path, clear_error):
     clear_error(lambda: ex.run_experiment("jena", "smoke", overrides={key: bad}, data_dir=tmp_path), key)
     assert not list((tmp_path / "cache").glob("*.json"))
-
-
-def test_too_few_held_out_rows_are_named(offline):
-    with pytest.raises(DataError, match="held-out rows"):           # too few rows after train_end
-        ex.jena_data({**ex.settings("jena"), "train_end": "2009-01-28 17:00"})
 
 
 def _pilot(beta, seed, curve, status="max_steps"):
@@ -267,3 +254,6 @@ def test_jena_smoke_run_and_its_pieces_of_data(offline):
                if x["status"] != "diverged")
     assert {x["seed"] for x in d["pilots"]["runs"]} == set(s["pilot_seeds"])
     assert set(r.summary()["baselines"]) == {"persistence", "linear_ar", "order_blind"}
+    for profile, stride in (("book", 6), ("paper", 1)):          # every window in the paper profile
+        p = ex.settings("jena", profile)
+        assert p["stride"] == stride and {0.0, 0.1, 1.0} <= set(p["betas"])
