@@ -123,21 +123,6 @@ def _probe_runs(s, N, d_qk, scale, pairs, T, measure, device) -> dict:
     return out
 
 
-def _tuned(s, N, d_qk, scale, betas, measure, horizon, device) -> dict:
-    """``{beta: tune_step(...)}`` of one shape's arms, computed once for all pieces."""
-    def compute():
-        probe_runs = functools.partial(_probe_runs, s, N, d_qk, scale, measure=measure, device=device)
-        tuned = tune_arms(betas, s["eta_grid"], probe_runs, horizon=horizon,
-                          max_horizon=PROBE_HORIZON_MAX * horizon)
-        return [[b, t] for b, t in tuned.items()]
-
-    # the same for every pass of a run in pieces: the setting ``halve`` does not enter the tuning
-    s = {k: v for k, v in s.items() if k != "halve"}
-    rows = shared_by_pieces("tune-simulations", s, device, compute, shape=[N, d_qk, scale], betas=betas,
-                            measure=measure, horizon=horizon, probe_seeds=s["probe_seeds"])
-    return {float(b): t for b, t in rows}
-
-
 # --- evaluation runs with reruns at half the step ------------------------------------------------
 
 def _record(beta, eta, seed, X, Y, p0, cfg, h: History, *, N, s, horizon, curve, mechanism) -> dict:
@@ -188,7 +173,16 @@ def _place(s, where, N, d_qk, scale, betas, measure, horizon, stop, *, common: b
            device=None, **kw) -> tuple[list, dict]:
     """A regime or escape-law cell: its step rows and ``{protocol: records}`` of every beta at its tuned
     step, at the smallest one (``common``) and of beta = 0 at half its step, following it (``half``)."""
-    tuned = _tuned(s, N, d_qk, scale, betas, measure, horizon, device)
+    s = {k: v for k, v in s.items() if k != "halve"}      # tuned once for every pass of a run in pieces
+
+    def tune():
+        probe_runs = functools.partial(_probe_runs, s, N, d_qk, scale, measure=measure, device=device)
+        tuned = tune_arms(betas, s["eta_grid"], probe_runs, horizon=horizon,
+                          max_horizon=PROBE_HORIZON_MAX * horizon)
+        return [[b, t] for b, t in tuned.items()]
+    rows = shared_by_pieces("tune-simulations", s, device, tune, shape=[N, d_qk, scale], betas=betas,
+                            measure=measure, horizon=horizon, probe_seeds=s["probe_seeds"])
+    tuned = {float(b): t for b, t in rows}
     arms = {("tuned", b): (b, t["chosen"]) for b, t in tuned.items()}
     if half:
         arms[("half", 0.0)] = (0.0, tuned[0.0]["chosen"] / 2)
