@@ -80,7 +80,7 @@ def test_the_model_can_represent_persistence_at_every_beta(offline):
         jena.persistence_weights(jena._config({**s, "m": 2}, 12, 1.0), 6, t, a)
 
 
-def test_linear_ar_chooses_its_ridge_on_the_training_split_only():
+def test_the_baselines_choose_their_ridge_on_the_training_split_and_only_the_ar_sees_the_order():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, 3, 2))
     c = rng.normal(size=6)
@@ -95,10 +95,7 @@ def test_linear_ar_chooses_its_ridge_on_the_training_split_only():
     assert bad["ridge"] == ar["ridge"] and bad["train"] == ar["train"] and bad["val"] > 1
     with pytest.raises(ValueError, match="inner split"):
         jena.linear_ar(X, Y[:, None], Xv, Yv[:, None], np.ones(200, bool), [0.0])
-
-
-def test_the_order_blind_baseline_does_not_see_the_order():
-    """The informative check's ridge ignores the rows' order (and a constant age); the AR does not."""
+    # the informative check's ridge ignores the rows' order (and a constant age); the AR does not
     rng = np.random.default_rng(1)
     X = rng.normal(size=(300, 4, 3))
     Y = X[:, -1, :1] + 0.1 * rng.normal(size=(300, 1))           # persistence-like: the order matters
@@ -219,18 +216,14 @@ def test_the_claims_are_graded_on_the_mean_log_loss():
     assert est["J2|steps to the level|tuned"]["effect"] == 0.0
 
 
-def test_j1_s_effects_over_some_betas_leave_the_others_out():
+def test_j1_over_some_betas_and_the_heldout_comparison():
     """The per-seed J1 effects over every beta by default, or over the betas asked for (the chapter's
-    J1 without beta = 1), whatever their order."""
+    J1 without beta = 1), whatever their order; the held-out MSE against the baselines."""
     mll = [[-1.0, -1.2, -0.5], [-1.5, -1.2, -0.5]]      # beta 1 slowest; beta 0.1 faster on seed 0 only
     res = _fake(mll)
     assert jena._effects(res, "J1", "mean log-loss", "tuned") == pytest.approx([-1 / 3, -1.0])
     assert jena._effects(res, "J1", "mean log-loss", "tuned", betas=[0.1, 0.0]) == pytest.approx([1.0, -1.0])
-
-
-def test_the_heldout_comparison_says_better_worse_or_not_distinguishable():
-    res = _fake([[-1.0, -1.2, -1.5]] * 10)
-    rows = jena._heldout_table(res)
+    rows = jena._heldout_table(_fake([[-1.0, -1.2, -1.5]] * 10))
     assert [r["beta"] for r in rows] == [0.0, 0.1, 1.0]
     # every model at 0.02: worse than persistence (0.0125) and than the AR (0.009) on every seed
     assert all(r["persistence"]["says"] == "worse" and r["linear AR"]["says"] == "worse" for r in rows)

@@ -204,18 +204,9 @@ def test_the_verdicts_follow_the_numbers():
     assert s5["interval"] == "none" and s5["units"] == 10
 
 
-def test_a_failed_design_check_makes_every_claim_not_testable():
+def test_a_diverged_run_is_not_a_unit_and_a_failed_design_check_makes_every_claim_not_testable():
     """(a) an unresolved tuning, (b) a run still diverged after the reruns (one constructed list of
     tuned and common runs: it counts twice)."""
-    res = _constructed(lambda b: -2.0 - 4 * b, lambda q: 5 * q, noise=0.05)
-    res.data["step_sizes"][0].update(unresolved=True, best=None)
-    res.data["regimes"][0]["runs"]["tuned"][0].update(diverged=True, mean_log_loss=None, rate=None)
-    assert set(_grades(res).values()) == {"not testable"}
-    checks = {c["name"]: (c["value"], c["passed"]) for c in res.summary()["design_checks"]}
-    assert checks == {"simulations tuning resolves": (1, False), "simulations runs stable": (2, False)}
-
-
-def test_a_diverged_run_is_not_a_unit_and_no_run_stalled():
     res = _constructed(lambda b: -2.0 - 4 * b, lambda q: 5 * q, noise=0.05)
     cell = res.data["escape"][-1]
     cell["runs"]["tuned"][0] = _run(0.0, 0, 0.064, mll=-5, t2=50, t6=90, esc=None, diverged=True)
@@ -223,6 +214,12 @@ def test_a_diverged_run_is_not_a_unit_and_no_run_stalled():
     assert s3["units"] == 9 and s3["diverged"] == 1 and sim.stalled(res) == 0
     cell["runs"]["tuned"][2] = _run(0.0, 1, 0.064, mll=-1, t2=None, t6=None, esc=None)
     assert sim.stalled(res) == 1
+    res = _constructed(lambda b: -2.0 - 4 * b, lambda q: 5 * q, noise=0.05)
+    res.data["step_sizes"][0].update(unresolved=True, best=None)
+    res.data["regimes"][0]["runs"]["tuned"][0].update(diverged=True, mean_log_loss=None, rate=None)
+    assert set(_grades(res).values()) == {"not testable"}
+    checks = {c["name"]: (c["value"], c["passed"]) for c in res.summary()["design_checks"]}
+    assert checks == {"simulations tuning resolves": (1, False), "simulations runs stable": (2, False)}
 
 
 def test_one_builder_draws_the_simulations_instance():
