@@ -44,9 +44,9 @@ def test_jena_data_splits_standardizes_on_training_rows_and_looks_only_at_the_pa
         ex.jena_data({**s, "train_end": "2009-01-28 17:00"})
 
 
-def test_without_the_age_the_model_is_order_blind_and_every_beta_of_a_seed_starts_alike(offline):
+def test_without_the_age_the_model_is_order_blind_and_with_it_it_can_represent_persistence(offline):
     """F(PX) = F(X) for a permutation P of a window's rows without the age, with it not; every beta of a
-    seed starts from the same weights and loss."""
+    seed starts from the same weights and loss; persistence_weights computes persistence at every beta."""
     s = ex.settings("jena", "book")
     task = ex.jena_data(s, dtype=torch.float64)
     X = task.X[:50]
@@ -64,12 +64,6 @@ def test_without_the_age_the_model_is_order_blind_and_every_beta_of_a_seed_start
     assert all(torch.count_nonzero(v) > 0 for k, v in p.items() if k != "W_U")
     start = [float((forward(p, task.X, jena._config(s, 12, b)) - task.Y).pow(2).mean()) for b in s["betas"]]
     assert max(start) == min(start) == pytest.approx(float(task.Y.pow(2).mean()))
-
-
-def test_the_model_can_represent_persistence_at_every_beta(offline):
-    """With the age, persistence_weights computes the persistence forecast at every beta."""
-    s = ex.settings("jena", "book")
-    task = ex.jena_data(s, dtype=torch.float64)
     t, a = task.features.index(s["target"]), task.features.index(AGE)
     for b in s["betas"]:
         cfg = jena._config(s, task.X.shape[-1], b)

@@ -29,9 +29,7 @@ def test_speed_counts_steps_to_each_level_the_escape_and_the_mean_log_loss():
     v = sim.speed([1.0, 0.99, 0.98], floor=1.0, horizon=2)
     assert v["steps_to"] == {"0.01": None, "1e-06": None} and v["escape"] is None   # censored
     assert sim.speed([1.0, 0.5], floor=1.0, horizon=10, diverged=True)["mean_log_loss"] is None
-
-
-def test_the_rate_is_measured_over_the_linear_phase_per_unit_of_mu_t():
+    # the rate: over the linear phase, per unit of mu t
     mu, r = 0.01, 3.0
     plateau = [1.0] * 50                              # a plateau first, then Phi_t = exp(-r mu t)
     loss = plateau + list(np.exp(-r * mu * np.arange(1, 2000)))
@@ -99,9 +97,7 @@ def test_a_diverged_arm_records_its_reruns_and_a_second_pass_starts_it_lower():
     out = sim._evaluate(s, "here", 4, 16, "1/d_qk", arms, 30, sim.ESCAPE_STOP, follows=follows,
                         halve={("here", "tuned", 0.0): 2})
     assert out[("tuned", 0.0)][0]["eta"] <= 16.0 and out[("half", 0.0)][0]["eta"] <= 8.0
-
-
-def test_the_second_pass_is_a_setting_checked_at_the_entry_point():
+    # the second pass is a setting checked at the entry point
     s = ex.settings("simulations", "paper")
     cell = "escape, scale 1/d_qk, d_QK = 64"
     assert sim.halvings(s) == {(cell, "tuned", 0.0): 2, (cell, "half", 0.0): 2}
