@@ -82,14 +82,11 @@ def test_the_book_and_paper_profiles_of_an_experiment_with_claims_follow_the_pro
             assert all(b == 2 * a for a, b in zip(grid, grid[1:]))
 
 
-def test_a_smoke_run_gives_a_summary_in_strict_json(record):
-    summary = smoke(record).summary()
+def test_the_summary_is_strict_json_and_the_result_reads_back_from_the_cache_and_from_json(record):
+    res = smoke(record)
+    summary = res.summary()
     assert list(summary)[:len(ex.SUMMARY_KEYS)] == list(ex.SUMMARY_KEYS) and summary["device"] == "cpu"
     assert json.loads(json.dumps(summary, allow_nan=False)) == summary
-
-
-def test_the_result_reads_back_from_the_cache_and_from_json(record):
-    res = smoke(record)
     e = ex.EXPERIMENTS[record]
     with pytest.MonkeyPatch.context() as mp:                 # read from the cache, not computed
         mp.setitem(ex.EXPERIMENTS, record, dataclasses.replace(e, run=lambda *a, **k: pytest.fail("computed")))

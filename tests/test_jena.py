@@ -13,12 +13,6 @@ from convres.model import forward
 pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 
-def test_the_paper_profile_takes_every_window_and_both_sweep_the_claims_betas():
-    for profile, stride in (("book", 6), ("paper", 1)):
-        s = ex.settings("jena", profile)
-        assert s["stride"] == stride and {0.0, 0.1, 1.0} <= set(s["betas"])
-
-
 def test_jena_data_splits_standardizes_on_training_rows_and_looks_only_at_the_past(offline):
     s = {**ex.settings("jena", "book"), "age": False}
     task = ex.jena_data(s)
@@ -46,10 +40,13 @@ def test_jena_data_splits_standardizes_on_training_rows_and_looks_only_at_the_pa
     assert aged.features == (*JENA_FEATURES, AGE) and torch.equal(aged.X[..., :11], task.X)
     assert torch.equal(aged.X[0, :, -1], torch.arange(-(w - 1), 1, dtype=aged.X.dtype))
     assert (aged.X[..., -1] == aged.X[:1, :, -1]).all() and aged.persistence == task.persistence
+    with pytest.raises(DataError, match="held-out rows"):           # too few rows after train_end
+        ex.jena_data({**s, "train_end": "2009-01-28 17:00"})
 
 
-def test_without_the_age_the_model_is_order_blind_and_with_it_not(offline):
-    """F(PX) = F(X) for a permutation P of a window's rows without the age; with it, not."""
+def test_without_the_age_the_model_is_order_blind_and_with_it_it_can_represent_persistence(offline):
+    """F(PX) = F(X) for a permutation P of a window's rows without the age, with it not; every beta of a
+    seed starts from the same weights and loss; persistence_weights computes persistence at every beta."""
     s = ex.settings("jena", "book")
     task = ex.jena_data(s, dtype=torch.float64)
     X = task.X[:50]
@@ -62,12 +59,11 @@ def test_without_the_age_the_model_is_order_blind_and_with_it_not(offline):
         q = jena._init({**s, "readout_scale": 1.0}, 12, 0, torch.float64)
         moved = torch.cat([X[:, perm, :11], X[..., 11:]], dim=-1)            # rows moved, ages in place
         assert (forward(q, X, aware) - forward(q, moved, aware)).abs().max() > 1e-3
-
-
-def test_the_model_can_represent_persistence_at_every_beta(offline):
-    """With the age, persistence_weights computes the persistence forecast at every beta."""
-    s = ex.settings("jena", "book")
-    task = ex.jena_data(s, dtype=torch.float64)
+    p = jena._init(s, task.X.shape[-1], 3, torch.float64)
+    assert torch.count_nonzero(p["W_U"]) == 0                            # readout_scale = 0
+    assert all(torch.count_nonzero(v) > 0 for k, v in p.items() if k != "W_U")
+    start = [float((forward(p, task.X, jena._config(s, 12, b)) - task.Y).pow(2).mean()) for b in s["betas"]]
+    assert max(start) == min(start) == pytest.approx(float(task.Y.pow(2).mean()))
     t, a = task.features.index(s["target"]), task.features.index(AGE)
     for b in s["betas"]:
         cfg = jena._config(s, task.X.shape[-1], b)
@@ -78,17 +74,7 @@ def test_the_model_can_represent_persistence_at_every_beta(offline):
         jena.persistence_weights(jena._config({**s, "m": 2}, 12, 1.0), 6, t, a)
 
 
-def test_every_beta_of_a_seed_starts_from_the_same_weights_and_loss(offline):
-    s = ex.settings("jena", "book")
-    task = ex.jena_data(s, dtype=torch.float64)
-    p = jena._init(s, task.X.shape[-1], 3, torch.float64)
-    assert torch.count_nonzero(p["W_U"]) == 0                            # readout_scale = 0
-    assert all(torch.count_nonzero(v) > 0 for k, v in p.items() if k != "W_U")
-    start = [float((forward(p, task.X, jena._config(s, 12, b)) - task.Y).pow(2).mean()) for b in s["betas"]]
-    assert max(start) == min(start) == pytest.approx(float(task.Y.pow(2).mean()))
-
-
-def test_linear_ar_chooses_its_ridge_on_the_training_split_only():
+def test_the_baselines_choose_their_ridge_on_the_training_split_and_only_the_ar_sees_the_order():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, 3, 2))
     c = rng.normal(size=6)
@@ -103,10 +89,7 @@ def test_linear_ar_chooses_its_ridge_on_the_training_split_only():
     assert bad["ridge"] == ar["ridge"] and bad["train"] == ar["train"] and bad["val"] > 1
     with pytest.raises(ValueError, match="inner split"):
         jena.linear_ar(X, Y[:, None], Xv, Yv[:, None], np.ones(200, bool), [0.0])
-
-
-def test_the_order_blind_baseline_does_not_see_the_order():
-    """The informative check's ridge ignores the rows' order (and a constant age); the AR does not."""
+    # the informative check's ridge ignores the rows' order (and a constant age); the AR does not
     rng = np.random.default_rng(1)
     X = rng.normal(size=(300, 4, 3))
     Y = X[:, -1, :1] + 0.1 * rng.normal(size=(300, 1))           # persistence-like: the order matters
@@ -129,11 +112,6 @@ def test_the_order_blind_baseline_does_not_see_the_order():
 def test_a_bad_setting_is_named_before_any_work_and_nothing_is_cached(key, bad, tmp_path, clear_error):
     clear_error(lambda: ex.run_experiment("jena", "smoke", overrides={key: bad}, data_dir=tmp_path), key)
     assert not list((tmp_path / "cache").glob("*.json"))
-
-
-def test_too_few_held_out_rows_are_named(offline):
-    with pytest.raises(DataError, match="held-out rows"):           # too few rows after train_end
-        ex.jena_data({**ex.settings("jena"), "train_end": "2009-01-28 17:00"})
 
 
 def _pilot(beta, seed, curve, status="max_steps"):
@@ -232,18 +210,14 @@ def test_the_claims_are_graded_on_the_mean_log_loss():
     assert est["J2|steps to the level|tuned"]["effect"] == 0.0
 
 
-def test_j1_s_effects_over_some_betas_leave_the_others_out():
+def test_j1_over_some_betas_and_the_heldout_comparison():
     """The per-seed J1 effects over every beta by default, or over the betas asked for (the chapter's
-    J1 without beta = 1), whatever their order."""
+    J1 without beta = 1), whatever their order; the held-out MSE against the baselines."""
     mll = [[-1.0, -1.2, -0.5], [-1.5, -1.2, -0.5]]      # beta 1 slowest; beta 0.1 faster on seed 0 only
     res = _fake(mll)
     assert jena._effects(res, "J1", "mean log-loss", "tuned") == pytest.approx([-1 / 3, -1.0])
     assert jena._effects(res, "J1", "mean log-loss", "tuned", betas=[0.1, 0.0]) == pytest.approx([1.0, -1.0])
-
-
-def test_the_heldout_comparison_says_better_worse_or_not_distinguishable():
-    res = _fake([[-1.0, -1.2, -1.5]] * 10)
-    rows = jena._heldout_table(res)
+    rows = jena._heldout_table(_fake([[-1.0, -1.2, -1.5]] * 10))
     assert [r["beta"] for r in rows] == [0.0, 0.1, 1.0]
     # every model at 0.02: worse than persistence (0.0125) and than the AR (0.009) on every seed
     assert all(r["persistence"]["says"] == "worse" and r["linear AR"]["says"] == "worse" for r in rows)
@@ -267,3 +241,6 @@ def test_jena_smoke_run_and_its_pieces_of_data(offline):
                if x["status"] != "diverged")
     assert {x["seed"] for x in d["pilots"]["runs"]} == set(s["pilot_seeds"])
     assert set(r.summary()["baselines"]) == {"persistence", "linear_ar", "order_blind"}
+    for profile, stride in (("book", 6), ("paper", 1)):          # every window in the paper profile
+        p = ex.settings("jena", profile)
+        assert p["stride"] == stride and {0.0, 0.1, 1.0} <= set(p["betas"])

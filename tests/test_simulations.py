@@ -29,9 +29,7 @@ def test_speed_counts_steps_to_each_level_the_escape_and_the_mean_log_loss():
     v = sim.speed([1.0, 0.99, 0.98], floor=1.0, horizon=2)
     assert v["steps_to"] == {"0.01": None, "1e-06": None} and v["escape"] is None   # censored
     assert sim.speed([1.0, 0.5], floor=1.0, horizon=10, diverged=True)["mean_log_loss"] is None
-
-
-def test_the_rate_is_measured_over_the_linear_phase_per_unit_of_mu_t():
+    # the rate: over the linear phase, per unit of mu t
     mu, r = 0.01, 3.0
     plateau = [1.0] * 50                              # a plateau first, then Phi_t = exp(-r mu t)
     loss = plateau + list(np.exp(-r * mu * np.arange(1, 2000)))
@@ -99,9 +97,7 @@ def test_a_diverged_arm_records_its_reruns_and_a_second_pass_starts_it_lower():
     out = sim._evaluate(s, "here", 4, 16, "1/d_qk", arms, 30, sim.ESCAPE_STOP, follows=follows,
                         halve={("here", "tuned", 0.0): 2})
     assert out[("tuned", 0.0)][0]["eta"] <= 16.0 and out[("half", 0.0)][0]["eta"] <= 8.0
-
-
-def test_the_second_pass_is_a_setting_checked_at_the_entry_point():
+    # the second pass is a setting checked at the entry point
     s = ex.settings("simulations", "paper")
     cell = "escape, scale 1/d_qk, d_QK = 64"
     assert sim.halvings(s) == {(cell, "tuned", 0.0): 2, (cell, "half", 0.0): 2}
@@ -194,10 +190,7 @@ def test_the_verdicts_follow_the_numbers():
     slow = _constructed(lambda b: -6.0 + 4 * b, lambda q: 3, noise=0.05)
     g = _grades(slow)
     assert g["S1"] == g["S2"] == "reversed" and g["S3"] != "reproduced" and g["S4"] != "reproduced"
-
-
-def test_s5_is_graded_within_each_beta_over_seeds():
-    """sigma_min(Z_0) a function of beta alone: the pooled correlation is 1, S5 has none to grade."""
+    # S5 is graded within each beta over seeds: sigma_min(Z_0) a function of beta alone has no correlation
     res = _constructed(lambda b: -2.0 - 4 * b, lambda q: 5 * q, noise=0.05)
     for c in res.data["regimes"]:
         for r in c["runs"]["tuned"]:
@@ -207,18 +200,9 @@ def test_s5_is_graded_within_each_beta_over_seeds():
     assert s5["interval"] == "none" and s5["units"] == 10
 
 
-def test_a_failed_design_check_makes_every_claim_not_testable():
+def test_a_diverged_run_is_not_a_unit_and_a_failed_design_check_makes_every_claim_not_testable():
     """(a) an unresolved tuning, (b) a run still diverged after the reruns (one constructed list of
     tuned and common runs: it counts twice)."""
-    res = _constructed(lambda b: -2.0 - 4 * b, lambda q: 5 * q, noise=0.05)
-    res.data["step_sizes"][0].update(unresolved=True, best=None)
-    res.data["regimes"][0]["runs"]["tuned"][0].update(diverged=True, mean_log_loss=None, rate=None)
-    assert set(_grades(res).values()) == {"not testable"}
-    checks = {c["name"]: (c["value"], c["passed"]) for c in res.summary()["design_checks"]}
-    assert checks == {"simulations tuning resolves": (1, False), "simulations runs stable": (2, False)}
-
-
-def test_a_diverged_run_is_not_a_unit_and_no_run_stalled():
     res = _constructed(lambda b: -2.0 - 4 * b, lambda q: 5 * q, noise=0.05)
     cell = res.data["escape"][-1]
     cell["runs"]["tuned"][0] = _run(0.0, 0, 0.064, mll=-5, t2=50, t6=90, esc=None, diverged=True)
@@ -226,6 +210,12 @@ def test_a_diverged_run_is_not_a_unit_and_no_run_stalled():
     assert s3["units"] == 9 and s3["diverged"] == 1 and sim.stalled(res) == 0
     cell["runs"]["tuned"][2] = _run(0.0, 1, 0.064, mll=-1, t2=None, t6=None, esc=None)
     assert sim.stalled(res) == 1
+    res = _constructed(lambda b: -2.0 - 4 * b, lambda q: 5 * q, noise=0.05)
+    res.data["step_sizes"][0].update(unresolved=True, best=None)
+    res.data["regimes"][0]["runs"]["tuned"][0].update(diverged=True, mean_log_loss=None, rate=None)
+    assert set(_grades(res).values()) == {"not testable"}
+    checks = {c["name"]: (c["value"], c["passed"]) for c in res.summary()["design_checks"]}
+    assert checks == {"simulations tuning resolves": (1, False), "simulations runs stable": (2, False)}
 
 
 def test_one_builder_draws_the_simulations_instance():

@@ -23,7 +23,7 @@ from ..model import ModelConfig
 from ..protocol import ALTERNATIVES, BOOTSTRAP_DRAWS, CHECKS, CLAIMS, MIN_UNITS, RERUN_FACTOR, TAG, Claim
 from ..show import plain
 from ..stats import Estimate, censored, estimate, grade, tune_step
-from ..values import as_int, is_real, json_safe
+from ..values import is_int, is_real, json_safe
 from ..values import positive_int as positive_int  # the runners' import
 
 PROFILES = ("book", "paper", "smoke")
@@ -141,20 +141,21 @@ class Result:
                 "seconds": self.seconds}
 
 
+#: The list settings whose values must be distinct and pass a test: ``{key: (what, test)}``.
+VALUE_RULES = {"seeds": ("integers >= 0", lambda v: is_int(v) and v >= 0),
+               "betas": ("finite numbers >= 0", lambda v: is_real(v) and math.isfinite(v) and v >= 0),
+               "eta_grid": ("finite numbers > 0", lambda v: is_real(v) and math.isfinite(v) and v > 0)}
+
+
 def check_settings(name: str, s: dict) -> None:
     """Refuse settings that would run nothing or silently mean something else."""
     for key in LIST_SETTINGS:
         if key in s and (not isinstance(s[key], list) or not s[key]):
             raise ValueError(f"setting {key!r} of {name!r} must be a non-empty list, got {s[key]!r}.")
-    for seed in s.get("seeds", []):
-        as_int(f"setting 'seeds' of {name!r}", seed, minimum=0)
-    for key, low in (("betas", ">= 0"), ("eta_grid", "> 0")):
-        for v in s.get(key, []):
-            if not is_real(v) or not math.isfinite(v) or v < 0 or (low == "> 0" and v == 0):
-                raise ValueError(f"setting {key!r} of {name!r} must hold finite numbers {low}, got {v!r}.")
-    for key in ("betas", "eta_grid", "seeds"):
-        if key in s and len(set(s[key])) != len(s[key]):
-            raise ValueError(f"setting {key!r} of {name!r} has repeated values: {s[key]!r}.")
+    for key, (what, ok) in VALUE_RULES.items():
+        v = s.get(key, [])
+        if not all(ok(x) for x in v) or len(set(v)) != len(v):
+            raise ValueError(f"setting {key!r} of {name!r} must hold distinct {what}, got {v!r}.")
     if set(s.get("seeds", [])) & set(s.get("probe_seeds", [])):
         raise ValueError(f"setting 'probe_seeds' of {name!r} ({s['probe_seeds']}) must not share a seed with "
                          f"'seeds' ({s['seeds']}): the steps are chosen on seeds that are not evaluated.")
@@ -196,12 +197,8 @@ def level_steps(r: dict, horizon: int) -> float | None:
     return None if r["status"] == "diverged" else max(1.0, censored(r["steps_to_level"], horizon)[0])
 
 
-def _diverged(record: dict) -> bool:
-    return record["status"] == "diverged"
-
-
 def rerun_diverged(steps: Mapping, run: Callable, times: int, *, follows: Mapping | None = None,
-                   diverged: Callable[[dict], bool] = _diverged) -> tuple[dict, dict]:
+                   diverged: Callable = lambda r: r["status"] == "diverged") -> tuple[dict, dict]:
     """The runs ``run({arm: eta}) -> {arm: records}`` with reruns (protocol v4, section 1): an arm with
     a diverged record reruns at ``RERUN_FACTOR`` its step, ``times`` at most, ``follows`` ``{arm:
     other}`` with ``other``. Returns ``{arm: records}`` and ``{arm: [(eta, diverged records)]}``."""
@@ -310,13 +307,13 @@ def protocol_stamp(path: Path = STAMP_FILE) -> dict | None:
         return None
     try:
         s = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path} cannot be read ({err}); write it again from `git show {TAG}`.") from None
-    if not (isinstance(s, dict) and s.get("tag") == TAG
-            and re.fullmatch(r"[0-9a-f]{40}", str(s.get("commit")))
-            and re.fullmatch(r"\d{4}-\d{2}-\d{2}([T ].*)?", str(s.get("date")))):
+        ok = (s["tag"] == TAG and re.fullmatch(r"[0-9a-f]{40}", str(s["commit"]))
+              and re.fullmatch(r"\d{4}-\d{2}-\d{2}([T ].*)?", str(s["date"])))
+    except (OSError, ValueError, LookupError, TypeError):
+        ok = False
+    if not ok:
         raise ValueError(f"{path} must hold {{'tag': {TAG!r}, 'commit': 40 hex digits, 'date': "
-                         f"'YYYY-MM-DD...'}}, got {s!r}; write it again from `git show {TAG}`.")
+                         f"'YYYY-MM-DD...'}}; write it again from `git show {TAG}`.")
     return {k: s[k] for k in ("tag", "commit", "date")}
 
 

@@ -182,11 +182,13 @@ def _pilots(s: dict, X, Y, X_blind, tuned: dict, *, device=None) -> dict:
     T, ends = positive_int(s, "steps"), (min(s["betas"]), max(s["betas"]))
     runs, blind = (_runs(s, x, Y, [(b, sd, tuned[b]) for sd in s["pilot_seeds"] for b in betas], T,
                          device=device) for x, betas in ((X, s["betas"]), (X_blind, ends)))
+    return {"runs": [_record(r, T) for r in runs], "order_blind_model": [_record(r, T) for r in blind]}
 
-    def record(r):
-        return {**{k: r[k] for k in ("beta", "seed", "eta", "status")}, "train_mse": finite_list(r["mse"]),
-                "mean_log_loss": speed(r["mse"], r["status"], T)}
-    return {"runs": [record(r) for r in runs], "order_blind_model": [record(r) for r in blind]}
+
+def _record(r: dict, T: int, *keys: str, **extra) -> dict:
+    """A run as the data holds it: its arm, ``keys``, status, training MSE, mean log-loss, ``extra``."""
+    return {**{k: r[k] for k in ("beta", "seed", "eta", *keys, "status")}, "train_mse": finite_list(r["mse"]),
+            "mean_log_loss": speed(r["mse"], r["status"], T), **extra}
 
 
 def _level(s: dict, pilots: dict, persistence_train: float) -> dict:
@@ -222,42 +224,38 @@ def _checks(s: dict, data: dict) -> list[CheckResult]:
     return [design_check(n, v) for n, v in values.items()]
 
 
-def _heldout(s: dict, runs: list[dict], X_val, Y_val) -> list[float | None]:
-    """The held-out MSE of each run's final weights (``None`` for a diverged run)."""
-    out: list[float | None] = []
-    for r in runs:
-        v = math.nan
-        if r["status"] != "diverged":
-            with torch.no_grad():
-                p = {k: w.to(X_val.device) for k, w in r["params"].items()}
-                F = forward_trace(p, X_val, _config(s, X_val.shape[-1], r["beta"])).F
-            v = float((F - Y_val).pow(2).mean())
-        out.append(v if math.isfinite(v) else None)
-    return out
+def _heldout(s: dict, r: dict, X_val, Y_val) -> float | None:
+    """The held-out MSE of a run's final weights (``None`` for a diverged run)."""
+    if r["status"] == "diverged":
+        return None
+    with torch.no_grad():
+        p = {k: w.to(X_val.device) for k, w in r["params"].items()}
+        v = float((forward_trace(p, X_val, _config(s, X_val.shape[-1], r["beta"])).F - Y_val).pow(2).mean())
+    return v if math.isfinite(v) else None
 
 
-def _evaluate(s: dict, X, Y, steps_of: dict, protocol: str, done: dict, *, progress=False,
-              device=None) -> list[dict]:
-    """Every (beta, seed) at ``steps_of[beta]`` with the reruns; ``done``: the runs already made."""
+def _evaluate(s: dict, X, Y, steps_of: dict, *, progress=False, device=None) -> list[dict]:
+    """Every arm ``{(protocol, beta): eta}`` on every seed with the reruns, a run two arms share made once."""
+    done: dict = {}
+
     def run(pending: dict) -> dict:
-        arms = [(b, sd, e) for sd in s["seeds"] for b, e in pending.items()]
-        new = [a for a in arms if a not in done]
-        made = _runs(s, X, Y, new, positive_int(s, "steps"), progress=progress, device=device)
+        arms = [(b, sd, pending[(p, b)]) for p in ("tuned", "common") for sd in s["seeds"] for b in s["betas"]
+                if (p, b) in pending]
+        made = _runs(s, X, Y, [a for a in dict.fromkeys(arms) if a not in done], positive_int(s, "steps"),
+                     progress=progress, device=device)
         done.update({(r["beta"], r["seed"], r["eta"]): r for r in made})
-        return {b: [done[(b, sd, e)] for sd in s["seeds"]] for b, e in pending.items()}
+        return {(p, b): [done[(b, sd, e)] for sd in s["seeds"]] for (p, b), e in pending.items()}
 
     out, failed = rerun_diverged(steps_of, run, int(s["max_halvings"]))
-    final = {(r["beta"], r["seed"]): r for records in out.values() for r in records}
-    return [{**final[(b, sd)], "protocol": protocol, "rerun": len(failed[b]), "tuned_eta": steps_of[b]}
-            for sd in s["seeds"] for b in s["betas"]]
+    return [{**out[(p, b)][i], "protocol": p, "rerun": len(failed[(p, b)]), "tuned_eta": steps_of[(p, b)]}
+            for p in ("tuned", "common") for i in range(len(s["seeds"])) for b in s["betas"]]
 
 
 def _design_part(s: dict, task: JenaTask, *, progress=False, device=None) -> dict:
     """Everything before the evaluation runs: baselines, tuned steps, pilots and level."""
-    X, Y, Xv, Yv = task.X, task.Y, task.X_val, task.Y_val
+    X, Y = task.X, task.Y
     inner = task.target_times <= np.datetime64(timestamp("setting 'inner_end'", s["inner_end"]))
-    ar = linear_ar(X, Y, Xv, Yv, inner, s["ridge_grid"])
-    blind = order_blind(X, Y, Xv, Yv, inner, s["ridge_grid"])
+    ar, blind = (f(X, Y, task.X_val, task.Y_val, inner, s["ridge_grid"]) for f in (linear_ar, order_blind))
     X_noage = X[..., :-1] if s["age"] else X
     tuned_steps = shared_by_pieces("tune-jena", s, device,
                                    lambda: _tune(s, X, Y, progress=progress, device=device))
@@ -275,30 +273,21 @@ def _design_part(s: dict, task: JenaTask, *, progress=False, device=None) -> dic
 
 def _run_jena(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     task = jena_data(s, data_dir, dtype_of(s))
-    X, Y, Xv, Yv = task.X, task.Y, task.X_val, task.Y_val
-    (N, n, d), T = X.shape, positive_int(s, "steps")
+    (N, n, d), T, dev = task.X.shape, positive_int(s, "steps"), check_device(device)
     design = _design_part(s, task, progress=progress, device=device)
-    tuned = {t["beta"]: t["chosen"] for t in design["step_sizes"]}
-    protocols = (("tuned", tuned), ("common", dict.fromkeys(s["betas"], design["common_eta"])))
-    # the first runs of both protocols as one sweep (a run both need is made once); reruns follow
-    first = list(dict.fromkeys((b, sd, of[b]) for _, of in protocols
-                               for sd in s["seeds"] for b in s["betas"]))
-    done = {(r["beta"], r["seed"], r["eta"]): r
-            for r in _runs(s, X, Y, first, T, progress=progress, device=device)}
-    runs = [r for protocol, steps_of in protocols
-            for r in _evaluate(s, X, Y, steps_of, protocol, done, progress=progress, device=device)]
-    dev = check_device(device)
-    val = _heldout(s, runs, Xv.to(dev), Yv.to(dev))
-    level = design["level"]["level"]
-    records = [{"beta": r["beta"], "seed": r["seed"], "eta": r["eta"], "tuned_eta": r["tuned_eta"],
-                "protocol": r["protocol"], "rerun": r["rerun"], "status": r["status"],
-                "train_mse": finite_list(r["mse"]), "mean_log_loss": speed(r["mse"], r["status"], T),
-                "steps_to_level": None if r["status"] == "diverged"
-                else steps_to(r["mse"], level, relative=False),
-                "val_mse": v} for r, v in zip(runs, val)]
-    return {"N": int(N), "N_val": int(Xv.shape[0]), "n": int(n), "d": int(d), "features": list(task.features),
-            "rows": task.rows, "train_rows": task.train_rows, "val_rows": task.val_rows,
-            "target_std": task.target_std, "persistence": task.persistence, **design, "runs": records}
+    steps_of = {**{("tuned", t["beta"]): t["chosen"] for t in design["step_sizes"]},
+                **{("common", b): design["common_eta"] for b in s["betas"]}}
+    level, X_val, Y_val = design["level"]["level"], task.X_val.to(dev), task.Y_val.to(dev)
+
+    def record(r: dict) -> dict:
+        reached = None if r["status"] == "diverged" else steps_to(r["mse"], level, relative=False)
+        return _record(r, T, "tuned_eta", "protocol", "rerun", steps_to_level=reached,
+                       val_mse=_heldout(s, r, X_val, Y_val))
+    runs = _evaluate(s, task.X, task.Y, steps_of, progress=progress, device=device)
+    return {"N": int(N), "N_val": int(X_val.shape[0]), "n": int(n), "d": int(d),
+            "features": list(task.features), "rows": task.rows, "train_rows": task.train_rows,
+            "val_rows": task.val_rows, "target_std": task.target_std, "persistence": task.persistence,
+            **design, "runs": [record(r) for r in runs]}
 
 
 def rerun(s: dict, beta: float, seed: int, eta: float, steps: int, *, data_dir=None) -> list[float | None]:

@@ -4,6 +4,7 @@ against ``d_QK``; every arm at its own tuned step ``mu = eta / (N n)``, rerun at
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -122,26 +123,6 @@ def _probe_runs(s, N, d_qk, scale, pairs, T, measure, device) -> dict:
     return out
 
 
-def _tuned(s, N, d_qk, scale, betas, measure, horizon, device) -> dict:
-    """``{beta: tune_step(...)}`` of one shape's arms, computed once for all pieces."""
-    def compute():
-        def probe_runs(pairs, T):
-            return _probe_runs(s, N, d_qk, scale, pairs, T, measure, device)
-        tuned = tune_arms(betas, s["eta_grid"], probe_runs, horizon=horizon,
-                          max_horizon=PROBE_HORIZON_MAX * horizon)
-        return [[b, t] for b, t in tuned.items()]
-
-    # the same for every pass of a run in pieces: the setting ``halve`` does not enter the tuning
-    s = {k: v for k, v in s.items() if k != "halve"}
-    rows = shared_by_pieces("tune-simulations", s, device, compute, shape=[N, d_qk, scale], betas=betas,
-                            measure=measure, horizon=horizon, probe_seeds=s["probe_seeds"])
-    return {float(b): t for b, t in rows}
-
-
-def _step_rows(tuned: dict, label: str) -> list[dict]:
-    return [dict(arm=f"{label}, beta = {b:g}", beta=b, **t) for b, t in tuned.items()]
-
-
 # --- evaluation runs with reruns at half the step ------------------------------------------------
 
 def _record(beta, eta, seed, X, Y, p0, cfg, h: History, *, N, s, horizon, curve, mechanism) -> dict:
@@ -188,44 +169,57 @@ def _evaluate(s, where, N, d_qk, scale, arms: dict, horizon, stop, *, follows=No
     return out
 
 
+def _place(s, where, N, d_qk, scale, betas, measure, horizon, stop, *, common: bool, half: bool = False,
+           device=None, **kw) -> tuple[list, dict]:
+    """A regime or escape-law cell: its step rows and ``{protocol: records}`` of every beta at its tuned
+    step, at the smallest one (``common``) and of beta = 0 at half its step, following it (``half``)."""
+    s = {k: v for k, v in s.items() if k != "halve"}      # tuned once for every pass of a run in pieces
+
+    def tune():
+        probe_runs = functools.partial(_probe_runs, s, N, d_qk, scale, measure=measure, device=device)
+        tuned = tune_arms(betas, s["eta_grid"], probe_runs, horizon=horizon,
+                          max_horizon=PROBE_HORIZON_MAX * horizon)
+        return [[b, t] for b, t in tuned.items()]
+    rows = shared_by_pieces("tune-simulations", s, device, tune, shape=[N, d_qk, scale], betas=betas,
+                            measure=measure, horizon=horizon, probe_seeds=s["probe_seeds"])
+    tuned = {float(b): t for b, t in rows}
+    arms = {("tuned", b): (b, t["chosen"]) for b, t in tuned.items()}
+    if half:
+        arms[("half", 0.0)] = (0.0, tuned[0.0]["chosen"] / 2)
+    if common:
+        arms.update({("common", b): (b, min(t["chosen"] for t in tuned.values())) for b in betas})
+    follows = {("half", 0.0): ("tuned", 0.0)} if half else None
+    runs: dict = {}
+    for (protocol, _), records in _evaluate(s, where, N, d_qk, scale, arms, horizon, stop, follows=follows,
+                                            device=device, **kw).items():
+        runs.setdefault(protocol, []).extend(records)
+    return [dict(arm=f"{where}, beta = {b:g}", beta=b, **t) for b, t in tuned.items()], runs
+
+
 def _run_simulations(s: dict, *, progress=False, data_dir=None, device=None) -> dict:
     for r in s["regimes"]:
         if not {"name", "N", "d_qk", "scale"} <= set(r):
             raise ValueError(f"every regime needs 'name', 'N', 'd_qk' and 'scale', got {r!r}.")
-    betas, steps, halve = [float(b) for b in s["betas"]], s["steps"], halvings(s)
-    regimes, step_sizes = [], []
+    betas, halve = [float(b) for b in s["betas"]], halvings(s)
+    regimes, escape, step_sizes = [], [], []
     for r in s["regimes"]:
-        tuned = _tuned(s, r["N"], r["d_qk"], r["scale"], betas, "mean log-loss", steps, device)
-        step_sizes += _step_rows(tuned, r["name"])
-        common = min(t["chosen"] for t in tuned.values())
-        arms = {**{("tuned", b): (b, tuned[b]["chosen"]) for b in betas}, **{("common", b): (b, common)
-                                                                             for b in betas}}
-        runs = _evaluate(s, r["name"], r["N"], r["d_qk"], r["scale"], arms, steps, STOP, halve=halve,
-                         mechanism=True, curves=s["curve_seeds"], device=device)
+        steps, runs = _place(s, r["name"], r["N"], r["d_qk"], r["scale"], betas, "mean log-loss", s["steps"],
+                             STOP, common=True, halve=halve, mechanism=True, curves=s["curve_seeds"],
+                             device=device)
+        step_sizes += steps
         regimes.append(dict(name=r["name"], N=r["N"], n=s["n"], d=s["d"], d_qk=r["d_qk"], scale=r["scale"],
-                            runs={p: [x for b in betas for x in runs[(p, b)]] for p in ("tuned", "common")}))
+                            runs=runs))
         if progress:
             print(f"simulations: regime {r['name']} done", flush=True)
-    escape = []
     for scale in s["scales"]:
         for d_qk in s["d_qks"]:
-            tuned = _tuned(s, s["N"], d_qk, scale, [0.0, 1.0], "escape", s["escape_steps"], device)
-            step_sizes += _step_rows(tuned, cell_name(scale, d_qk))
-            arms = {("tuned", b): (b, tuned[b]["chosen"]) for b in (0.0, 1.0)}
-            follows = {}
-            if scale == "1/d_qk":
-                arms[("half", 0.0)] = (0.0, tuned[0.0]["chosen"] / 2)
-                follows[("half", 0.0)] = ("tuned", 0.0)
-                if d_qk == max(s["d_qks"]):
-                    common = min(t["chosen"] for t in tuned.values())
-                    arms.update({("common", b): (b, common) for b in (0.0, 1.0)})
-            curves = s["curve_seeds"] if d_qk == max(s["d_qks"]) else ()
-            runs = _evaluate(s, cell_name(scale, d_qk), s["N"], d_qk, scale, arms,
-                             s["escape_steps"], ESCAPE_STOP, follows=follows, halve=halve, curves=curves,
-                             device=device)
-            protocols = sorted({p for p, _ in arms})
-            escape.append(dict(d_qk=d_qk, scale=scale, N=s["N"], n=s["n"], runs={
-                p: [x for b in (0.0, 1.0) if (p, b) in runs for x in runs[(p, b)]] for p in protocols}))
+            last = d_qk == max(s["d_qks"])
+            steps, runs = _place(s, cell_name(scale, d_qk), s["N"], d_qk, scale, [0.0, 1.0], "escape",
+                                 s["escape_steps"], ESCAPE_STOP, common=last and scale == "1/d_qk",
+                                 half=scale == "1/d_qk", halve=halve, curves=s["curve_seeds"] if last else (),
+                                 device=device)
+            step_sizes += steps
+            escape.append(dict(d_qk=d_qk, scale=scale, N=s["N"], n=s["n"], runs=dict(sorted(runs.items()))))
         if progress:
             print(f"simulations: escape law at scale {scale} done", flush=True)
     return {"regimes": regimes, "escape": escape, "step_sizes": step_sizes}
@@ -373,25 +367,27 @@ def _s1(res: Result, measure: str, protocol: str) -> list:
             for _, _, runs in _regime_units(res, protocol)]
 
 
+def _gap(a: dict, b: dict, measure: str) -> float | None:
+    """Run ``a`` against run ``b`` in decades, ``None`` if one diverged: the mean log-losses' difference or
+    ``log10`` of the steps' ratio."""
+    if a["diverged"] or b["diverged"]:
+        return None
+    if measure == "mean log-loss":
+        return _measure(a, measure) - _measure(b, measure)
+    return math.log10(_measure(a, measure) / _measure(b, measure))
+
+
 def _s2(res: Result, measure: str, protocol: str) -> list:
     """S2 per seed x regime, in decades: beta = 0 against beta = 0.1."""
     small = min(b for b in res.settings["betas"] if b > 0)
-
-    def effect(a: dict, b: dict) -> float:
-        if measure == "mean log-loss":
-            return _measure(a, measure) - _measure(b, measure)
-        return math.log10(_measure(a, measure) / _measure(b, measure))
-    return [None if runs[0.0]["diverged"] or runs[small]["diverged"] else effect(runs[0.0], runs[small])
-            for _, _, runs in _regime_units(res, protocol)]
+    return [_gap(runs[0.0], runs[small], measure) for _, _, runs in _regime_units(res, protocol)]
 
 
 def _s3(res: Result, measure: str, protocol: str) -> list:
     """S3 per seed (scale 1/d_QK, largest d_QK): ``log10(T(beta = 0) / T(beta = 1))``."""
     cell = max((c for c in res.data["escape"] if c["scale"] == "1/d_qk"), key=lambda c: c["d_qk"])
     run = {(r["seed"], r["beta"]): r for r in cell["runs"][protocol]}
-    pairs = [(run[(k, 0.0)], run[(k, 1.0)]) for k in res.settings["seeds"]]
-    return [None if a["diverged"] or b["diverged"] else
-            math.log10(_measure(a, measure) / _measure(b, measure)) for a, b in pairs]
+    return [_gap(run[(k, 0.0)], run[(k, 1.0)], measure) for k in res.settings["seeds"]]
 
 
 def _s4(res: Result, measure: str, protocol: str) -> list:
