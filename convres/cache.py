@@ -1,12 +1,13 @@
 """The results cache (:func:`cached_json`) and the package's one JSON writer (:func:`dumps`): strict
 JSON, a non-finite number written as ``null`` (a diverged or censored value, never a measurement)."""
 
+import ast
 import hashlib
 import json
 import os
 import tempfile
 import warnings
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from ._version import __version__
 from .values import json_safe
 
 CACHE_ENV = "CONVRES_CACHE_DIR"
+_ROOT = Path(__file__).resolve().parent
 
 
 class CacheWarning(UserWarning):
@@ -69,12 +71,44 @@ def cache_dir(path: str | os.PathLike | None = None) -> Path:
     return folder.resolve()
 
 
-@lru_cache(maxsize=1)
-def source_fingerprint() -> str:
-    """16 hex digits of the SHA-256 of the package's ``.py`` files."""
-    root, h = Path(__file__).resolve().parent, hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+def _imports(module: str) -> set[str]:
+    """The ``convres`` modules that ``module``'s own file imports (absolute or relative)."""
+    path = _file(module)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            name = ".".join(p for p in (base, node.module) if p)
+            out |= {name, *(f"{name}.{a.name}" for a in node.names)}
+    return {m for m in out if m.split(".")[0] == "convres" and _file(m).is_file()}
+
+
+def _file(module: str) -> Path:
+    """The file of ``convres`` module ``module`` (a package: its ``__init__.py``)."""
+    path = _ROOT.joinpath(*module.split(".")[1:])
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+@cache
+def source_fingerprint(module: str = "") -> str:
+    """16 hex digits of the SHA-256 of the package's ``.py`` files: every one, or (``module``) the
+    files that ``module`` imports, directly or not, with the ``__init__.py`` of their packages."""
+    files = set(_ROOT.rglob("*.py"))
+    if module:
+        seen, todo = set(), [module]
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                todo += _imports(m)
+        parents = {".".join(m.split(".")[:k]) for m in seen for k in range(1, m.count(".") + 1)}
+        files = {_file(m) for m in seen | parents}
+    h = hashlib.sha256()
+    for path in sorted(files):
+        h.update(path.relative_to(_ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 
@@ -84,11 +118,13 @@ def digest(obj: Any) -> str:
 
 
 def cached_json(name: str, config: Any, compute, *, directory=None, refresh: bool = False,
-                source: bool = True) -> Any:
+                source: bool | str = True) -> Any:
     """``compute()`` as :func:`loads` reads it back, kept as ``<cache>/<name>-<key>.json``, the key
-    :func:`digest` of ``config`` and (``source``) the version and :func:`source_fingerprint`; an
-    entry is served only as written (this ``config``, its result's sha256)."""
-    code = {"convres": __version__, "source": source_fingerprint()} if source else {}
+    :func:`digest` of ``config`` and (``source``) the version and :func:`source_fingerprint` (of the
+    module ``source`` names, else of every file); an entry is served only as written (this
+    ``config``, its result's sha256)."""
+    module = source if isinstance(source, str) else ""
+    code = {"convres": __version__, "source": source_fingerprint(module)} if source else {}
     path = cache_dir(directory) / f"{name}-{digest({'config': config, **code})[:16]}.json"
     if not refresh and path.is_file():
         try:

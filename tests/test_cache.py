@@ -3,9 +3,11 @@
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -50,7 +52,7 @@ def test_one_computation_per_configuration_version_source_and_a_refresh(tmp_path
     assert cache.cached_json("e", {"b": 1}, compute, directory=tmp_path, refresh=True) == {"n": 3}
     monkeypatch.setattr(cache, "__version__", "0.0.0-other")
     assert cache.cached_json("e", {"b": 1}, compute, directory=tmp_path) == {"n": 4}
-    monkeypatch.setattr(cache, "source_fingerprint", lambda: "edited")
+    monkeypatch.setattr(cache, "source_fingerprint", lambda module="": "edited")
     assert cache.cached_json("e", {"b": 1}, compute, directory=tmp_path) == {"n": 5}
 
 
@@ -137,3 +139,24 @@ def test_an_empty_or_relative_xdg_cache_home_means_the_home_folder(monkeypatch, 
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("XDG_CACHE_HOME", xdg)
     assert cache.cache_dir() == tmp_path / ".cache" / "convres" / "results"
+
+
+def test_an_experiment_is_keyed_on_the_code_it_imports(tmp_path, monkeypatch):
+    """An edit outside a module's imports (directly or not) keeps its fingerprint; one inside them,
+    or in a package it sits in, changes it; the whole package's fingerprint sees every edit."""
+    root = tmp_path / "convres"
+    shutil.copytree(Path(cache.__file__).parent, root, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(cache, "_ROOT", root)
+
+    def fingerprints():
+        cache.source_fingerprint.cache_clear()
+        return cache.source_fingerprint("convres.experiments.rank_collapse"), cache.source_fingerprint()
+
+    for edited, kept in (("experiments/sst2.py", True), ("collapse.py", False), ("rank.py", False),
+                         ("experiments/__init__.py", False)):
+        before = fingerprints()
+        with open(root / edited, "a") as f:
+            f.write("\n# edited\n")
+        after = fingerprints()
+        assert (after[0] == before[0]) == kept and after[1] != before[1], edited
+    cache.source_fingerprint.cache_clear()

@@ -302,7 +302,7 @@ def test_a_shared_part_prepared_alone_is_committed_and_read_back_by_a_piece(offl
     [entry] = [json.loads(f.read_text())["result"] for f in (tmp_path / "shared").glob("tune-sst2-*.json")]
     assert entry["value"] == t and entry["commit"] == "made-here" and isinstance(entry["cpu_seconds"], float)
     monkeypatch.setattr(committed, "git_commit", lambda: "later")
-    monkeypatch.setattr(cache, "source_fingerprint", lambda: "edited")   # the piece runs other code
+    monkeypatch.setattr(cache, "source_fingerprint", lambda module="": "edited")   # the piece runs other code
     path, _ = committed.run_piece("sst2", 0, folder=tmp_path, profile="smoke")
     assert calls.count(Arm(2, "isometric")) == 1 and len(calls) == len(arms_of(ex.settings("sst2", "smoke")))
     piece = json.loads(path.read_text())

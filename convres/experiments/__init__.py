@@ -22,6 +22,8 @@ __all__ = ["Experiment", "Result", "EXPERIMENTS", "PROFILES", "VERDICTS", "SUMMA
 #: Every experiment of the book, by name.
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     simulations.EXPERIMENT, jena.EXPERIMENT, sst2.EXPERIMENT, rank_collapse.EXPERIMENT, *theorem.RECORDS)}
+#: The module whose code each experiment runs: the results cache keys its result on that code.
+CODE = {name: e.run.__module__ for name, e in EXPERIMENTS.items()}
 
 
 def settings(name: str, profile: str = "book") -> dict:
@@ -47,18 +49,18 @@ def run_experiment(name: str, profile: str = "book", *, progress: bool = False, 
         s.update(copy.deepcopy(overrides))
     check_settings(name, s)
     dev = check_device(device)
-    files = fingerprint(data_dir)
+    files, code = fingerprint(data_dir), CODE.get(name, True)   # an experiment added later: all the code
     key = {"experiment": name, "settings": s, "format": RESULT_FORMAT, "device": str(dev), "data": files}
 
     def compute():
         t0 = time.perf_counter()
         # keeps a piece's commit and store; one thread: small models run fastest so (appendix Performance)
-        with run_context(data=files, shared=[]) as context, torch_threads(1):
+        with run_context(data=files, shared=[], module=code) as context, torch_threads(1):
             data = e.run(s, progress=progress, data_dir=data_dir, device=dev)
         data.update(device=str(dev), shared=context["shared"])
         return Result(e, profile, s, data, time.perf_counter() - t0).to_json()
 
-    stored = cached_json(f"experiment-{name}", key, compute, refresh=refresh)
+    stored = cached_json(f"experiment-{name}", key, compute, refresh=refresh, source=code)
     return Result(e, stored["profile"], stored["settings"], stored["data"], stored["seconds"])
 
 

@@ -259,7 +259,8 @@ def step_table(step_sizes: list[dict], keys: Sequence[str]) -> list[dict]:
 
 
 #: The run in progress (``run_experiment``): its data files' fingerprint, the shared parts used and
-#: the commit of the code (set by ``convres.committed.run_piece``; ``None`` elsewhere).
+#: the commit of the code (set by ``convres.committed.run_piece``; ``None`` elsewhere) and the runner's
+#: module (the results cache keys a shared part on that module's code).
 RUN_CONTEXT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("run_context", default=None)
 
 
@@ -289,7 +290,7 @@ def shared_by_pieces(what: str, s: dict, device, compute: Callable[[], Any], **c
         return {"value": value, "commit": run.get("commit"), "cpu_seconds": seconds}
 
     store = run.get("store")
-    part = cached_json(what, config, made, directory=store, source=store is None)
+    part = cached_json(what, config, made, directory=store, source=store is None and run.get("module", True))
     value = part.pop("value")
     run["shared"].append({"what": what, "key": digest(config)[:16], "sha256": digest(value), **part})
     return value
