@@ -9,14 +9,13 @@ import torch
 
 from ..values import as_int, is_int
 from .embeddings import embed_with, ppmi_embeddings
-from .sources import MAX_MEMBER_BYTES, DataError, find, verify_file
+from .sources import MAX_MEMBER_BYTES, DataError, find, reading, verify_file
 from .sources import data_dir as data_folder
 
 SST2_SPLITS = ("train", "validation", "test")
 SST2_COLUMNS = {"sentence": ("string", "large_string"), "label": ("int64",), "idx": ("int32",)}
-#: The longest sentence accepted, in whitespace tokens (SST-2's longest have about 60), and the bytes
-#: a token may take on average before the tokens are counted.
-MAX_TOKENS, BYTES_PER_TOKEN = 256, 16
+#: The longest sentence accepted, in whitespace tokens (SST-2's longest have about 60).
+MAX_TOKENS = 256
 
 
 def sst2_path(split: str = "train", *, data_dir=None, download: bool = False) -> Path:
@@ -26,45 +25,27 @@ def sst2_path(split: str = "train", *, data_dir=None, download: bool = False) ->
     return find(data_folder(data_dir), (f"sst2/{split}.parquet",), download)
 
 
-def _table(path: Path, max_bytes: int):
-    """The columns of :data:`SST2_COLUMNS`, sentences dictionary-encoded, after the footer's checks."""
+def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, max_tokens: int = MAX_TOKENS):
+    """One SST-2 split as a ``pandas.DataFrame`` (``sentence``, ``label``: 0/1, -1 in test, ``idx``),
+    checked by its sha256 (``df.attrs["checksum"]``), its cost (the text's size in the footer, before
+    it is read) and its content (a :class:`DataError`)."""
     import pyarrow.parquet as pq
 
-    meta = pq.read_metadata(path)
-    schema = meta.schema.to_arrow_schema()
-    got = {c: str(schema.field(c).type) if c in schema.names else "missing" for c in SST2_COLUMNS}
-    if any(got[c] not in types for c, types in SST2_COLUMNS.items()):
-        raise DataError(f"{path} does not have the SST-2 schema {SST2_COLUMNS} (it has {got}); use the "
-                        "parquet files of the Hub dataset nyu-mll/glue, config sst2.")
-    column = schema.names.index("sentence")
-    text = sum(meta.row_group(g).column(column).total_uncompressed_size for g in range(meta.num_row_groups))
-    if text > MAX_MEMBER_BYTES or meta.num_rows * max_bytes > 64 * MAX_MEMBER_BYTES:
-        raise DataError(f"{path} holds {meta.num_rows:,} sentences in {text:,} bytes, more than an SST-2 "
-                        "split may cost; it is not an SST-2 file.")
-    return pq.read_table(path, columns=list(SST2_COLUMNS), read_dictionary=["sentence"])
-
-
-def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, verify: bool = True,
-              max_tokens: int = MAX_TOKENS):
-    """One SST-2 split as a ``pandas.DataFrame`` (``sentence``, ``label``: 0/1, -1 in test, ``idx``),
-    checked by its sha256 (``df.attrs["checksum"]``) and by content (a :class:`DataError`)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    max_bytes = as_int("max_tokens", max_tokens, minimum=1) * BYTES_PER_TOKEN
+    max_tokens = as_int("max_tokens", max_tokens, minimum=1)
     path = sst2_path(split, data_dir=data_dir, download=download)
-    checked = verify_file(path, path.parents[1]) if verify else "not checked (verify=False)"
-    try:
-        table = _table(path, max_bytes)
-    except (pa.ArrowException, OSError) as err:
-        raise DataError(f"cannot read {path} as parquet ({err}); delete it and download it again.") from None
-    longest = max((pc.max(pc.binary_length(c.dictionary)).as_py() or 0 for c in table["sentence"].chunks),
-                  default=0)
-    if longest > max_bytes:
-        raise DataError(f"{path} holds a sentence of {longest:,} bytes, more than {max_tokens} tokens take; "
-                        "drop it (or pass a larger max_tokens=...).")
-    df = table.to_pandas()
-    df["sentence"] = df["sentence"].astype(str)  # read as categorical (dictionary-encoded)
+    checked = verify_file(path, path.parents[1])
+    with reading(path):
+        meta = pq.read_metadata(path)
+        schema = meta.schema.to_arrow_schema()
+        got = {c: str(schema.field(c).type) if c in schema.names else "missing" for c in SST2_COLUMNS}
+        if any(got[c] not in types for c, types in SST2_COLUMNS.items()):
+            raise DataError(f"{path} does not have the SST-2 schema {SST2_COLUMNS} (it has {got}); use the "
+                            "parquet files of the Hub dataset nyu-mll/glue, config sst2.")
+        text = schema.names.index("sentence")
+        size = sum(meta.row_group(g).column(text).total_uncompressed_size for g in range(meta.num_row_groups))
+        if size > MAX_MEMBER_BYTES:
+            raise DataError(f"{path} holds {size:,} bytes of sentences, more than an SST-2 split may cost.")
+        df = pq.read_table(path, columns=list(SST2_COLUMNS)).to_pandas()
     tokens = df["sentence"].str.split().str.len()
     for rows, what in [(df.isna().any(axis=1), "missing values"), (~df["label"].isin([-1, 0, 1]), "a label "
                        "outside -1, 0, 1"), (df["idx"].duplicated(), "the idx of an earlier row"),
