@@ -66,20 +66,21 @@ def sst2_prefixes(df, n_tokens: int, size: int | None = None):
     labels = df["label"].to_numpy(dtype=np.int64)
     if len(labels) and not np.isin(labels, (0, 1)).all():
         raise DataError(f"labels must be 0 or 1 (a labelled split, not 'test'), got {sorted(set(labels))}.")
-    keep = np.array([len(t) >= n_tokens for t in tokens], dtype=bool)
-    if size is None:
-        rows = np.nonzero(keep)[0]
-        if len(rows) == 0:
-            raise DataError(f"no sentence has at least {n_tokens} tokens.")
-    else:
-        half = int(size) // 2
-        chosen = [np.nonzero(keep & (labels == label))[0][:half] for label in (0, 1)]
-        for label, found in enumerate(chosen):
-            if len(found) < half:
-                raise DataError(f"only {len(found)} sentences with label {label} and at least {n_tokens} "
-                                f"tokens; need {half}.")
-        rows = np.sort(np.concatenate(chosen))
+    rows = np.array([i for i, t in enumerate(tokens) if len(t) >= n_tokens], dtype=np.int64)
+    if len(rows) == 0:
+        raise DataError(f"no sentence has at least {n_tokens} tokens.")
+    if size is not None:
+        rows = rows[_balanced(labels[rows], int(size), f"sentences of at least {n_tokens} tokens")]
     return [tokens[i][:n_tokens] for i in rows], labels[rows], rows
+
+
+def _balanced(labels: np.ndarray, size: int, what: str) -> np.ndarray:
+    """The indices, in order, of the first ``size / 2`` of ``labels`` of each label (0, 1)."""
+    chosen = [np.nonzero(labels == c)[0][:size // 2] for c in (0, 1)]
+    for c, found in enumerate(chosen):
+        if len(found) < size // 2:
+            raise DataError(f"only {len(found)} {what} of label {c}: need {size // 2}.")
+    return np.sort(np.concatenate(chosen))
 
 
 def unique_prefixes(tokens: list, labels, size: int, exclude=()) -> tuple[list, np.ndarray, dict]:
@@ -91,13 +92,9 @@ def unique_prefixes(tokens: list, labels, size: int, exclude=()) -> tuple[list, 
     conflicting = {k for k, ys in seen.items() if len(ys) > 1}
     held_out = {tuple(t) for t in exclude} & seen.keys()
     label = {k: min(ys) for k, ys in seen.items() if k not in conflicting and k not in held_out}
-    chosen = [[k for k, y in label.items() if y == c][:size // 2] for c in (0, 1)]
-    for c, found in enumerate(chosen):
-        if len(found) < size // 2:
-            raise DataError(f"only {len(found)} distinct prefixes with label {c} (one label, not in the "
-                            f"validation split); need {size // 2}: lower 'n_train'.")
-    picked = set(chosen[0] + chosen[1])
-    rows = [k for k in label if k in picked]   # in file order
+    keys = list(label)
+    what = "distinct prefixes (of one label, not in the validation split; lower 'n_train')"
+    rows = [keys[i] for i in _balanced(np.array([label[k] for k in keys]), size, what)]
     counts = {"rows": len(tokens), "prefixes": len(seen), "conflicting": len(conflicting),
               "conflicting_rows": sum(tuple(t) in conflicting for t in tokens),
               "in_validation": len(held_out)}
