@@ -214,7 +214,6 @@ def test_embed_with_standardizes_over_the_given_tokens_and_zeroes_unknown_ones()
 
 
 VOCAB, VECTORS = ["a", "b", "c"], np.array([[1.0, 10.0], [3.0, 30.0], [5.0, 20.0]])
-CONSTANT = np.column_stack([np.arange(5.0), np.full(5, 1307.75), np.arange(5.0)])
 JENA_TASK = dict(start="2009-01-01 00:10", train_end="2009-01-01 20:00", end="2009-01-02 06:00", window=6,
                  horizon=1, stride=6)   # only pressure and temperature vary in the rows of jena_rows
 
@@ -224,8 +223,6 @@ def jena(f, start="2009-01-01 01:00", end="2009-01-01 20:00", **kwargs):
 
 
 BAD_ARGUMENTS = {   # what is wrong -> (the call, on a data folder holding write_slice's file; a name it says)
-    "a constant feature": (lambda f: data.standardize(CONSTANT, ["p", "rho", "T"]), "'rho'"),
-    "too few names": (lambda f: data.standardize(CONSTANT, ["T"]), "names"),
     "a freq not a duration": (lambda f: jena(f, freq="bogus"), "freq"),
     "a freq off the rows": (lambda f: jena(f, freq="7min"), "freq"),
     "a start not a date": (lambda f: jena(f, start="not a date"), "start"),

@@ -4,13 +4,13 @@ from pathlib import Path  # noqa: I001 (the names of a module on two lines, not 
 
 from . import jena, sources
 from .embeddings import embed_with, ppmi_embeddings
-from .jena import JENA_ALL_FEATURES, JENA_BOUNDS, JENA_FEATURES, jena_path, load_jena, read_jena, standardize
+from .jena import JENA_ALL_FEATURES, JENA_BOUNDS, JENA_FEATURES, jena_path, load_jena, read_jena
 from .jena import timestamp
 from .sources import DataError, data_dir, sha256_file
 from .sst2 import load_sst2, sst2_path, sst2_prefixes
 
 __all__ = ["DATASETS", "download", "fingerprint", "embed_with", "ppmi_embeddings", "JENA_ALL_FEATURES",
-           "JENA_BOUNDS", "JENA_FEATURES", "jena_path", "load_jena", "read_jena", "standardize", "timestamp",
+           "JENA_BOUNDS", "JENA_FEATURES", "jena_path", "load_jena", "read_jena", "timestamp",
            "DataError", "data_dir", "load_sst2", "sst2_path", "sst2_prefixes", "sources"]
 
 #: The data sets the experiments read, and the files :func:`download` makes sure of for each: one of

@@ -122,19 +122,6 @@ def load_jena(start=None, end=None, *, data_dir=None, columns=JENA_FEATURES, fre
     return df
 
 
-def standardize(values, names, *, context: str = "") -> np.ndarray:
-    """Column-wise z-scores ``(x - mean) / std``; a :class:`DataError` names a constant feature."""
-    x = np.asarray(values, dtype=np.float64)
-    if x.ndim != 2 or x.shape[1] != len(names) or x.shape[0] < 2:
-        raise ValueError(f"values must be a (rows >= 2, features) array, one of names {list(names)} per "
-                         f"column, got shape {x.shape}.")
-    constant = [str(n) for n, same in zip(names, x.max(0) == x.min(0)) if same]
-    if constant:
-        raise DataError(f"feature(s) {constant} are constant{context}: they cannot be standardized; use a "
-                        "longer window or drop them.")
-    return (x - x.mean(0)) / x.std(0)
-
-
 # --- the task: windows of the past, the target one horizon ahead ---------------------------------
 #: The name of the positional feature: the age of a row in rows, 0 for the latest.
 AGE = "age (rows)"
@@ -175,8 +162,11 @@ def jena_data(s: dict, data_dir=None, dtype=torch.float64) -> JenaTask:
         if len(rows) < need:
             raise DataError(f"{len(rows)} {part} rows, but a window of {window} rows with a target "
                             f"{horizon} rows after it needs {need}; move 'train_end' or shorten the window.")
+    constant = [c for c in JENA_FEATURES if train[c].max() == train[c].min()]
+    if constant:
+        raise DataError(f"feature(s) {constant} are constant over the training rows {s['start']} .. "
+                        f"{s['train_end']}: they cannot be standardized; use a longer window or drop them.")
     values = train.to_numpy(dtype=np.float64)
-    standardize(values, df.columns, context=f" over the training rows {s['start']} .. {s['train_end']}")
     mean, std, t = values.mean(0), values.std(0), JENA_FEATURES.index(s["target"])
     features = JENA_FEATURES + ("sin(hour)", "cos(hour)") * bool(s["time_of_day"]) + (AGE,) * bool(s["age"])
 
