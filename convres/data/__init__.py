@@ -7,7 +7,7 @@ from .embeddings import embed_with, ppmi_embeddings
 from .jena import JENA_ALL_FEATURES, JENA_BOUNDS, JENA_FEATURES, jena_path, load_jena, read_jena
 from .jena import timestamp
 from .sources import DataError, data_dir, sha256_file
-from .sst2 import load_sst2, sst2_path, sst2_prefixes
+from .sst2 import SST2_SPLITS, load_sst2, sst2_path, sst2_prefixes
 
 __all__ = ["DATASETS", "download", "fingerprint", "embed_with", "ppmi_embeddings", "JENA_ALL_FEATURES",
            "JENA_BOUNDS", "JENA_FEATURES", "jena_path", "load_jena", "read_jena", "timestamp",
@@ -23,11 +23,13 @@ def download(dataset: str, *, data_dir=None) -> Path:
     """Download what ``dataset`` (``"jena"``, ``"sst2"``) lacks in the data folder; its first file."""
     if dataset not in DATASETS:
         raise ValueError(f"dataset must be one of {sorted(DATASETS)}, got {dataset!r}.")
-    return [sources.find(sources.data_dir(data_dir), names, download=True) for names in DATASETS[dataset]][0]
+    root = sources.data_dir(data_dir)
+    return [sources.find(root, names, download=True) for names in DATASETS[dataset]][0]
 
 
 def fingerprint(data_dir=None) -> dict[str, str]:
     """``{file: sha256}`` of the data files the loaders may read now (part of an experiment's cache key)."""
     root = sources.data_dir(data_dir)
-    names = ["sst2/test.parquet", *(name for files in DATASETS.values() for names in files for name in names)]
-    return {name: sha256_file(root / name) for name in sorted(names) if (root / name).is_file()}
+    paths = [root / "sst2" / f"{split}.parquet" for split in SST2_SPLITS]
+    paths += [root / "jena_climate" / name for name in jena.JENA_FILES]
+    return {p.relative_to(root).as_posix(): sha256_file(p) for p in paths if p.is_file()}
