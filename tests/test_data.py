@@ -201,19 +201,20 @@ def test_ppmi_embeddings_are_deterministic_and_follow_cooccurrence():
     assert unit[i["good"]] @ unit[i["fun"]] > unit[i["good"]] @ unit[i["dull"]]
 
 
+VOCAB, VECTORS = ["a", "b", "c"], np.array([[1.0, 10.0], [3.0, 30.0], [5.0, 20.0]])
+
+
 def test_embed_with_standardizes_over_the_given_tokens_and_zeroes_unknown_ones():
-    vocab, vectors = ["a", "b", "c"], np.array([[1.0, 10.0], [3.0, 30.0], [5.0, 20.0]])
-    X, (mean, std), oov = data.embed_with([["a", "b"], ["c", "a"]], vocab, vectors)
-    seen = vectors[[0, 1, 2, 0]]
+    X, (mean, std), oov = data.embed_with([["a", "b"], ["c", "a"]], VOCAB, VECTORS)
+    seen = VECTORS[[0, 1, 2, 0]]
     assert np.allclose(mean, seen.mean(0)) and np.allclose(std, seen.std(0)) and oov == 0
     flat = X.reshape(-1, 2).numpy()
     assert np.allclose(flat.mean(0), 0) and np.allclose(flat.std(0), 1)
-    Xv, _, oov_v = data.embed_with([["a", "zzz"]], vocab, vectors, mean=mean, std=std)
+    Xv, _, oov_v = data.embed_with([["a", "zzz"]], VOCAB, VECTORS, mean=mean, std=std)
     assert oov_v == 0.5 and torch.equal(Xv[0, 1], torch.zeros(2, dtype=torch.float64))
     assert torch.allclose(Xv[0, 0], X[0, 0])                # the training statistics are reused
 
 
-VOCAB, VECTORS = ["a", "b", "c"], np.array([[1.0, 10.0], [3.0, 30.0], [5.0, 20.0]])
 JENA_TASK = dict(start="2009-01-01 00:10", train_end="2009-01-01 20:00", end="2009-01-02 06:00", window=6,
                  horizon=1, stride=6)   # only pressure and temperature vary in the rows of jena_rows
 
