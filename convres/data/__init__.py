@@ -4,27 +4,27 @@ from pathlib import Path  # noqa: I001 (the names of a module on two lines, not 
 
 from . import jena, sources
 from .embeddings import embed_with, ppmi_embeddings
-from .jena import JENA_ALL_FEATURES, JENA_BOUNDS, JENA_FEATURES, jena_path, load_jena, read_jena, standardize
+from .jena import JENA_ALL_FEATURES, JENA_BOUNDS, JENA_FEATURES, jena_path, load_jena, read_jena
 from .jena import timestamp
 from .sources import DataError, data_dir, sha256_file
 from .sst2 import SST2_SPLITS, load_sst2, sst2_path, sst2_prefixes
 
 __all__ = ["DATASETS", "download", "fingerprint", "embed_with", "ppmi_embeddings", "JENA_ALL_FEATURES",
-           "JENA_BOUNDS", "JENA_FEATURES", "jena_path", "load_jena", "read_jena", "standardize", "timestamp",
+           "JENA_BOUNDS", "JENA_FEATURES", "jena_path", "load_jena", "read_jena", "timestamp",
            "DataError", "data_dir", "load_sst2", "sst2_path", "sst2_prefixes", "sources"]
 
-#: The data sets the experiments read, and the files :func:`download` fetches for each.
-DATASETS = {"jena": ("jena_climate/jena_climate_2009_2016.csv.zip",),
-            "sst2": ("sst2/train.parquet", "sst2/validation.parquet")}
+#: The data sets the experiments read, and the files :func:`download` makes sure of for each: one of
+#: the names in each tuple (the first is downloaded).
+DATASETS = {"jena": (tuple(f"jena_climate/{name}" for name in jena.JENA_FILES),),
+            "sst2": (("sst2/train.parquet",), ("sst2/validation.parquet",))}
 
 
 def download(dataset: str, *, data_dir=None) -> Path:
     """Download what ``dataset`` (``"jena"``, ``"sst2"``) lacks in the data folder; its first file."""
     if dataset not in DATASETS:
         raise ValueError(f"dataset must be one of {sorted(DATASETS)}, got {dataset!r}.")
-    if dataset == "jena":
-        return jena_path(data_dir, download=True)
-    return [sst2_path(split, data_dir=data_dir, download=True) for split in ("train", "validation")][0]
+    root = sources.data_dir(data_dir)
+    return [sources.find(root, names, download=True) for names in DATASETS[dataset]][0]
 
 
 def fingerprint(data_dir=None) -> dict[str, str]:

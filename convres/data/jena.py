@@ -14,13 +14,12 @@ import pandas as pd
 import torch
 
 from ..values import positive_int
-from .sources import MAX_MEMBER_BYTES, DataError, find, verify_file, zip_member
+from .sources import MAX_MEMBER_BYTES, DataError, find, reading, verify_file
 from .sources import data_dir as data_folder
 
-JENA_ZIP = "jena_climate_2009_2016.csv.zip"
 #: The files looked for in ``<data_dir>/jena_climate/``, first match wins: the Keras zip, its CSV, and
 #: the offline copy's slice.
-JENA_FILES = (JENA_ZIP, "jena_climate_2009_2016.csv",
+JENA_FILES = ("jena_climate_2009_2016.csv.zip", "jena_climate_2009_2016.csv",
               "jena_climate_2009_2016_SUBSET_2009-01-01_to_2009-01-28_12cols.csv.gz")
 JENA_TIME, JENA_TIME_FORMAT = "Date Time", "%d.%m.%Y %H:%M:%S"
 #: Physically possible ranges per column, generous (relative humidity may slightly exceed 100 %); the
@@ -41,24 +40,24 @@ def jena_path(data_dir: str | os.PathLike | None = None, *, download: bool = Fal
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
-    if path.suffix != ".zip" and path.stat().st_size > MAX_MEMBER_BYTES:
-        raise DataError(f"{path} has {path.stat().st_size:,} bytes, more than a data file may have.")
-    try:
-        if path.suffix != ".zip":
-            return pd.read_csv(path)
-        with zipfile.ZipFile(path) as archive, archive.open(zip_member(archive, path)) as f:
+    """The CSV at ``path``, or the one CSV of a zip, whose declared size is checked before it is read."""
+    if path.suffix != ".zip":
+        return pd.read_csv(path)
+    with zipfile.ZipFile(path) as archive:  # an encrypted or unknown compression raises when opened
+        csvs = [i for i in archive.infolist() if i.filename.endswith(".csv") and "__MACOSX" not in i.filename]
+        if len(csvs) != 1 or csvs[0].file_size > MAX_MEMBER_BYTES:
+            raise DataError(f"{path} holds {len(csvs)} CSV file(s), not one of at most {MAX_MEMBER_BYTES:,} "
+                            "bytes; it is not the Keras zip of Jena Climate: download it again.")
+        with archive.open(csvs[0]) as f:
             return pd.read_csv(f)
-    except DataError:
-        raise
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, RuntimeError) as err:
-        raise DataError(f"cannot read {path} as a Jena Climate CSV ({err}); download it again.") from None
 
 
 def read_jena(path: str | os.PathLike, columns=JENA_FEATURES) -> pd.DataFrame:
     """A Jena Climate CSV (plain, ``.gz`` or the Keras ``.zip``) as float64 ``columns`` indexed by
     time, every value present, numeric and in its column's range (:data:`JENA_BOUNDS`)."""
     path, columns = Path(path), list(columns)
-    df = _read_csv(path)
+    with reading(path):
+        df = _read_csv(path)
     twice = [c[:-2] for c in df.columns if c.endswith(".1") and c[:-2] in df.columns]  # pandas' renaming
     missing = [c for c in [JENA_TIME, *columns] if c not in df.columns]
     problems = [(twice, f"names the columns {twice} twice"), (missing, f"lacks the columns {missing}"),
@@ -67,14 +66,13 @@ def read_jena(path: str | os.PathLike, columns=JENA_FEATURES) -> pd.DataFrame:
         if bad:
             raise DataError(f"{path} {problem}; it is not a Jena Climate file: download it again.")
     time = pd.to_datetime(df[JENA_TIME], format=JENA_TIME_FORMAT, errors="coerce")
-    if time.isna().any():
-        raise DataError(f"{path}: column {JENA_TIME!r} holds values not in the format {JENA_TIME_FORMAT!r}.")
     values = df[columns].apply(pd.to_numeric, errors="coerce").astype("float64")
     low, high = (pd.Series({c: JENA_BOUNDS[c][k] for c in columns}) for k in (0, 1))
-    bad = values.isna() | (values < low) | (values > high)
+    bad = (values.isna() | (values < low) | (values > high)).assign(**{JENA_TIME: time.isna()})
     if bad.to_numpy().any():
-        raise DataError(f"{path}: column(s) {[c for c in columns if bad[c].any()]} hold missing, non-numeric "
-                        "or out-of-range values (JENA_BOUNDS); clean or drop those rows.")
+        raise DataError(f"{path}: column(s) {list(bad.columns[bad.any()])} hold missing, non-numeric or "
+                        f"out-of-range values (JENA_BOUNDS; times as {JENA_TIME_FORMAT!r}); clean or drop "
+                        "those rows.")
     values.index = pd.DatetimeIndex(time, name=JENA_TIME)
     return values
 
@@ -105,45 +103,23 @@ def load_jena(start=None, end=None, *, data_dir=None, columns=JENA_FEATURES, fre
     path = jena_path(data_dir, download=download)
     verify_file(path, path.parents[1])
     df = read_jena(path, columns)
-    lo, hi = df.index.min() if lo is None else lo, df.index.max() if hi is None else hi
-    if lo > hi:
-        raise ValueError(f"start {lo} is after end {hi}.")
-    if lo < df.index.min() or hi > df.index.max():
-        raise DataError(f"{path} covers {df.index.min()} .. {df.index.max()}, but {lo} .. {hi} is needed; "
+    first, last = df.index.min(), df.index.max()
+    lo, hi = first if lo is None else lo, last if hi is None else hi
+    if not first <= lo <= hi <= last:
+        raise DataError(f"start {lo} .. end {hi} is not a window of {path}, which covers {first} .. {last}; "
                         "use a window inside it, or the full file (python -m convres data).")
     df = df[(df.index >= lo) & (df.index <= hi)]
-    steps = np.diff(df.index.to_numpy())
-    if (steps <= np.timedelta64(0)).any():
+    if not (df.index.is_monotonic_increasing and df.index.is_unique):
         raise DataError(f"{path}: column {JENA_TIME!r} repeats a time or is out of order; sort the file by "
                         "it and drop duplicates first.")
     if step is None:
         return df
-    spacing = pd.Timedelta(np.median(steps)) if len(steps) else step
-    if step % spacing != pd.Timedelta(0):
-        raise ValueError(f"freq {freq!r} is not a multiple of the rows' spacing, {spacing}.")
     df = df[(df.index - df.index.normalize()) % step == pd.Timedelta(0)]
     absent = pd.date_range(lo.ceil(step), hi.floor(step), freq=step).difference(df.index)
     if len(absent):
-        raise DataError(f"{path}: {len(absent)} time(s) of the {freq} grid in {lo} .. {hi} are missing, from "
-                        f"{absent[0]}; choose a window without the gap, or fill it first.")
+        raise DataError(f"{path}: {len(absent)} time(s) of the freq={freq!r} grid in {lo} .. {hi} are "
+                        f"missing, from {absent[0]}; choose a window without the gap, or fill it first.")
     return df
-
-
-def standardize(values, names, *, context: str = "") -> np.ndarray:
-    """Column-wise z-scores ``(x - mean) / std``; a :class:`DataError` names a constant feature."""
-    x, names = np.asarray(values, dtype=np.float64), [str(n) for n in names]
-    if x.ndim != 2 or x.shape[1] != len(names) or x.shape[0] < 2:
-        raise ValueError(f"values must be a (rows >= 2, features) array, one of names {names} per column, "
-                         f"got shape {x.shape}.")
-    with np.errstate(over="ignore", invalid="ignore"):
-        std = x.std(0)
-    checks = [(~np.isfinite(x).all(0), "hold non-finite values"), (x.max(0) == x.min(0), "are constant"),
-              (~np.isfinite(std), "have a non-finite standard deviation (values too large)")]
-    for bad, what in checks:
-        if bad.any():
-            raise DataError(f"feature(s) {[n for n, b in zip(names, bad) if b]} {what}{context}: they cannot "
-                            "be standardized; clean them, use a longer window or drop them.")
-    return (x - x.mean(0)) / std
 
 
 # --- the task: windows of the past, the target one horizon ahead ---------------------------------
@@ -168,28 +144,6 @@ class JenaTask(NamedTuple):
     target_times: np.ndarray
 
 
-def _windows(z: np.ndarray, target: np.ndarray, window: int, horizon: int, stride: int):
-    """Windows ``z[i : i + window]`` every ``stride`` rows, each with ``target[i + window - 1 + horizon]``
-    (causal). Returns ``(X, Y, target_index)``."""
-    starts = np.arange(0, len(z) - window - horizon + 1, stride)
-    X = np.stack([z[i:i + window] for i in starts])
-    at = starts + window - 1 + horizon
-    return X, target[at][:, None], at
-
-
-def _time_of_day(index) -> np.ndarray:
-    """``(sin, cos)`` of the hour of the day, ``2 pi (hour + minute / 60) / 24``, per row."""
-    hours = (index.hour + index.minute / 60.0) * (2 * math.pi / 24)
-    return np.stack([np.sin(hours), np.cos(hours)], axis=1)
-
-
-def _with_age(X: np.ndarray) -> np.ndarray:
-    """``X`` (windows ``(N, w, d)``) with one more column, the age ``j - (w - 1)`` of row ``j``."""
-    N, w, _ = X.shape
-    age = np.broadcast_to(np.arange(-(w - 1), 1, dtype=np.float64)[None, :, None], (N, w, 1))
-    return np.concatenate([X, age], axis=2)
-
-
 def jena_data(s: dict, data_dir=None, dtype=torch.float64) -> JenaTask:
     """The :class:`JenaTask`: the rows of ``[start, end]`` at ``freq``, split at ``train_end`` and
     standardized over the training rows, with optional hour-of-day and age features, in windows."""
@@ -208,21 +162,33 @@ def jena_data(s: dict, data_dir=None, dtype=torch.float64) -> JenaTask:
         if len(rows) < need:
             raise DataError(f"{len(rows)} {part} rows, but a window of {window} rows with a target "
                             f"{horizon} rows after it needs {need}; move 'train_end' or shorten the window.")
+    constant = [c for c in JENA_FEATURES if train[c].max() == train[c].min()]
+    if constant:
+        raise DataError(f"feature(s) {constant} are constant over the training rows {s['start']} .. "
+                        f"{s['train_end']}: they cannot be standardized; use a longer window or drop them.")
     values = train.to_numpy(dtype=np.float64)
-    z = standardize(values, df.columns, context=f" over the training rows {s['start']} .. {s['train_end']}")
-    mean, std = values.mean(0), values.std(0)
-    zv = (val.to_numpy(dtype=np.float64) - mean) / std
-    t = list(JENA_FEATURES).index(s["target"])
-    features = tuple(JENA_FEATURES)
-    if s["time_of_day"]:
-        z, zv = np.hstack([z, _time_of_day(train.index)]), np.hstack([zv, _time_of_day(val.index)])
-        features += ("sin(hour)", "cos(hour)")
-    X, Y, at = _windows(z, z[:, t], window, horizon, stride)
-    Xv, Yv, _ = _windows(zv, zv[:, t], window, horizon, val_stride)
+    mean, std, t = values.mean(0), values.std(0), JENA_FEATURES.index(s["target"])
+    features = JENA_FEATURES + ("sin(hour)", "cos(hour)") * bool(s["time_of_day"]) + (AGE,) * bool(s["age"])
+
+    def windows(rows: pd.DataFrame, stride: int):
+        """``(X, Y, at)``: windows of the z-scores of ``rows`` every ``stride`` rows (with ``(sin, cos)`` of
+        ``2 pi hour / 24`` and the age ``j - (w - 1)`` of row ``j`` when asked), each with the target
+        ``horizon`` rows after its last row (causal), at the row ``at``."""
+        z = (rows.to_numpy(dtype=np.float64) - mean) / std
+        if s["time_of_day"]:
+            hours = (rows.index.hour + rows.index.minute / 60.0) * (2 * math.pi / 24)
+            z = np.hstack([z, np.stack([np.sin(hours), np.cos(hours)], axis=1)])
+        starts = np.arange(0, len(z) - window - horizon + 1, stride)
+        X = np.stack([z[i:i + window] for i in starts])
+        if s["age"]:
+            age = np.arange(-(window - 1), 1, dtype=np.float64)[None, :, None]
+            X = np.concatenate([X, np.broadcast_to(age, (len(X), window, 1))], axis=2)
+        at = starts + window - 1 + horizon
+        return X, z[at, t][:, None], at
+
+    (X, Y, at), (Xv, Yv, _) = windows(train, stride), windows(val, val_stride)
     persistence = {part: float(np.mean((x[:, -1, t] - y[:, 0]) ** 2))
                    for part, x, y in (("train", X, Y), ("val", Xv, Yv))}
-    if s["age"]:
-        X, Xv, features = _with_age(X), _with_age(Xv), features + (AGE,)
     as_t = lambda a: torch.tensor(np.ascontiguousarray(a), dtype=dtype)  # noqa: E731
     return JenaTask(as_t(X), as_t(Y), as_t(Xv), as_t(Yv), len(df), len(train), len(val), float(std[t]),
                     persistence, features, train.index[at].to_numpy())

@@ -2,6 +2,7 @@
 ``CONVRES_JENA_URL``), a resumable download with a progress bar, and the ``SHA256SUMS`` every read
 checks."""
 
+import contextlib
 import functools
 import hashlib
 import http.client
@@ -23,7 +24,8 @@ KNOWN_SHA256 = {"jena_climate/jena_climate_2009_2016_SUBSET_2009-01-01_to_2009-0
                 "9de67d18a184d5ea11e9a5f5ab7e0b258d30ab1233b68f47589ac79aa5c19e83"}
 #: The cost policy: the most bytes a data file, or a zip member, may declare (the Keras CSV: 43 MB).
 MAX_MEMBER_BYTES = 256 * 2**20
-SUPPORTED = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
+#: What reading a damaged file raises (pyarrow's errors are among them), made a :class:`DataError`.
+READ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, RuntimeError)
 
 
 class DataError(ValueError):
@@ -57,12 +59,17 @@ def sha256_file(path: str | os.PathLike) -> str:
     return _sha256(os.fspath(path), st.st_size, st.st_mtime_ns)
 
 
+def is_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file; a :class:`DataError` where it is something else."""
+    if path.exists() and not path.is_file():
+        raise DataError(f"{path} is not a regular file (a directory?); remove it, then put the data in.")
+    return path.is_file()
+
+
 def read_checksums(root: Path) -> dict[str, str]:
     """The folder's ``SHA256SUMS`` (``sha256sum``'s format) as ``{relative path: sha256}``."""
     manifest, sums = root / CHECKSUMS, {}
-    if manifest.exists() and not manifest.is_file():
-        raise DataError(f"{manifest} is not a regular file, so nothing could be verified; remove it.")
-    lines = manifest.read_text(errors="replace").splitlines() if manifest.exists() else []
+    lines = manifest.read_text(errors="replace").splitlines() if is_file(manifest) else []
     for number, line in enumerate(lines, 1):
         match = re.fullmatch(r"([0-9a-fA-F]{64}) [ *](?:\./)?(.+)", line)
         if match is None and line.strip() and not line.startswith("#"):
@@ -70,6 +77,19 @@ def read_checksums(root: Path) -> dict[str, str]:
         if match:
             sums[match[2]] = match[1].lower()
     return sums
+
+
+@contextlib.contextmanager
+def reading(path: Path):
+    """A block that reads ``path`` within the cost policy (its size), a damaged file a :class:`DataError`."""
+    if path.suffix != ".zip" and path.stat().st_size > MAX_MEMBER_BYTES:
+        raise DataError(f"{path} has {path.stat().st_size:,} bytes, more than a data file may have.")
+    try:
+        yield
+    except DataError:
+        raise
+    except READ_ERRORS as err:
+        raise DataError(f"cannot read {path} ({err}); delete it and download it again.") from None
 
 
 def verify_file(path: Path, root: Path) -> str:
@@ -84,26 +104,11 @@ def verify_file(path: Path, root: Path) -> str:
     return f"sha256 matches {where}"
 
 
-def zip_member(archive: zipfile.ZipFile, where: Path) -> zipfile.ZipInfo:
-    """The one CSV of a zip, checked against the cost policy before a byte of it is read."""
-    csvs = [i for i in archive.infolist() if i.filename.endswith(".csv") and "__MACOSX" not in i.filename]
-    m = csvs[0] if len(csvs) == 1 else zipfile.ZipInfo("no single CSV")
-    checks = [(len(csvs) != 1, f"holds {len(csvs)} CSV files, not one"), (m.flag_bits & 1, "is encrypted"),
-              (m.compress_type not in SUPPORTED, "uses a compression that is not supported"),
-              (m.file_size > MAX_MEMBER_BYTES, "declares more bytes than a data file may have")]
-    for bad, what in checks:
-        if bad:
-            raise DataError(f"{where} {what}; it is not the Keras zip of Jena Climate: download it again.")
-    return m
-
-
 def find(root: Path, names: tuple[str, ...], download: bool = False) -> Path:
     """The first of ``names`` (paths in the data folder ``root``) that is there, else, with ``download``,
     the first fetched (:func:`fetch`); else a FileNotFoundError saying how to get it."""
     for path in (root / name for name in names):
-        if path.exists() and not path.is_file():
-            raise DataError(f"{path} is not a regular file (a directory?); remove it, then put the data in.")
-        if path.is_file():
+        if is_file(path):
             return path
     if download and names[0] in SOURCES:
         return fetch(names[0], root)
@@ -112,8 +117,8 @@ def find(root: Path, names: tuple[str, ...], download: bool = False) -> Path:
 
 
 def fetch(rel: str, root: Path) -> Path:
-    """``root/rel`` (a file of :data:`SOURCES`) downloaded; a zip must pass :func:`zip_member` before
-    it takes that name."""
+    """``root/rel`` (a file of :data:`SOURCES`) downloaded into ``rel.part`` (the next try resumes it), its
+    sha256 recorded in ``SHA256SUMS``; a zip must open before it takes its name."""
     dest, url = root / rel, SOURCES[rel]()
     fix = f"without network, put the file at {dest}, or set {DATA_ENV} to an offline copy holding {rel}"
     if rel.startswith("sst2/") and os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
@@ -124,8 +129,7 @@ def fetch(rel: str, root: Path) -> Path:
     try:
         _download(url, part, rel)
         if rel.endswith(".zip"):  # a captive portal's page is no zip
-            with zipfile.ZipFile(part) as archive:
-                zip_member(archive, part)
+            zipfile.ZipFile(part).close()
     except (OSError, http.client.HTTPException, zipfile.BadZipFile) as err:  # URLError, timeouts, ...
         kept = f" What arrived is kept in {part}: the next try resumes it." if part.exists() else ""
         raise DataError(f"could not download {rel} from {url} ({getattr(err, 'reason', None) or err}); "
@@ -147,10 +151,10 @@ def _download(url: str, part: Path, rel: str) -> None:
         if err.code == 416 and have:  # the part is already whole
             return
         raise
-    resumed = response.status == 206
-    total = int(response.headers.get("Content-Length") or 0) + (have if resumed else 0)
-    with response, open(part, "ab" if resumed else "wb") as f, \
-            tqdm(total=total, initial=have if resumed else 0, unit="B", unit_scale=True, desc=rel) as bar:
+    have = have if response.status == 206 else 0   # a 200 sends the whole file again
+    total = int(response.headers.get("Content-Length") or 0) + have
+    with response, open(part, "ab" if have else "wb") as f, \
+            tqdm(total=total, initial=have, unit="B", unit_scale=True, desc=rel) as bar:
         for block in iter(lambda: response.read(1 << 20), b""):
             f.write(block)
             bar.update(len(block))

@@ -9,14 +9,13 @@ import torch
 
 from ..values import as_int, is_int
 from .embeddings import embed_with, ppmi_embeddings
-from .sources import MAX_MEMBER_BYTES, DataError, find, verify_file
+from .sources import MAX_MEMBER_BYTES, DataError, find, reading, verify_file
 from .sources import data_dir as data_folder
 
 SST2_SPLITS = ("train", "validation", "test")
 SST2_COLUMNS = {"sentence": ("string", "large_string"), "label": ("int64",), "idx": ("int32",)}
-#: The longest sentence accepted, in whitespace tokens (SST-2's longest have about 60), and the bytes
-#: a token may take on average before the tokens are counted.
-MAX_TOKENS, BYTES_PER_TOKEN = 256, 16
+#: The longest sentence accepted, in whitespace tokens (SST-2's longest have about 60).
+MAX_TOKENS = 256
 
 
 def sst2_path(split: str = "train", *, data_dir=None, download: bool = False) -> Path:
@@ -26,45 +25,27 @@ def sst2_path(split: str = "train", *, data_dir=None, download: bool = False) ->
     return find(data_folder(data_dir), (f"sst2/{split}.parquet",), download)
 
 
-def _table(path: Path, max_bytes: int):
-    """The columns of :data:`SST2_COLUMNS`, sentences dictionary-encoded, after the footer's checks."""
+def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, max_tokens: int = MAX_TOKENS):
+    """One SST-2 split as a ``pandas.DataFrame`` (``sentence``, ``label``: 0/1, -1 in test, ``idx``),
+    checked by its sha256 (``df.attrs["checksum"]``), its cost (the text's size in the footer, before
+    it is read) and its content (a :class:`DataError`)."""
     import pyarrow.parquet as pq
 
-    meta = pq.read_metadata(path)
-    schema = meta.schema.to_arrow_schema()
-    got = {c: str(schema.field(c).type) if c in schema.names else "missing" for c in SST2_COLUMNS}
-    if any(got[c] not in types for c, types in SST2_COLUMNS.items()):
-        raise DataError(f"{path} does not have the SST-2 schema {SST2_COLUMNS} (it has {got}); use the "
-                        "parquet files of the Hub dataset nyu-mll/glue, config sst2.")
-    column = schema.names.index("sentence")
-    text = sum(meta.row_group(g).column(column).total_uncompressed_size for g in range(meta.num_row_groups))
-    if text > MAX_MEMBER_BYTES or meta.num_rows * max_bytes > 64 * MAX_MEMBER_BYTES:
-        raise DataError(f"{path} holds {meta.num_rows:,} sentences in {text:,} bytes, more than an SST-2 "
-                        "split may cost; it is not an SST-2 file.")
-    return pq.read_table(path, columns=list(SST2_COLUMNS), read_dictionary=["sentence"])
-
-
-def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, verify: bool = True,
-              max_tokens: int = MAX_TOKENS):
-    """One SST-2 split as a ``pandas.DataFrame`` (``sentence``, ``label``: 0/1, -1 in test, ``idx``),
-    checked by its sha256 (``df.attrs["checksum"]``) and by content (a :class:`DataError`)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    max_bytes = as_int("max_tokens", max_tokens, minimum=1) * BYTES_PER_TOKEN
+    max_tokens = as_int("max_tokens", max_tokens, minimum=1)
     path = sst2_path(split, data_dir=data_dir, download=download)
-    checked = verify_file(path, path.parents[1]) if verify else "not checked (verify=False)"
-    try:
-        table = _table(path, max_bytes)
-    except (pa.ArrowException, OSError) as err:
-        raise DataError(f"cannot read {path} as parquet ({err}); delete it and download it again.") from None
-    longest = max((pc.max(pc.binary_length(c.dictionary)).as_py() or 0 for c in table["sentence"].chunks),
-                  default=0)
-    if longest > max_bytes:
-        raise DataError(f"{path} holds a sentence of {longest:,} bytes, more than {max_tokens} tokens take; "
-                        "drop it (or pass a larger max_tokens=...).")
-    df = table.to_pandas()
-    df["sentence"] = df["sentence"].astype(str)  # read as categorical (dictionary-encoded)
+    checked = verify_file(path, path.parents[1])
+    with reading(path):
+        meta = pq.read_metadata(path)
+        schema = meta.schema.to_arrow_schema()
+        got = {c: str(schema.field(c).type) if c in schema.names else "missing" for c in SST2_COLUMNS}
+        if any(got[c] not in types for c, types in SST2_COLUMNS.items()):
+            raise DataError(f"{path} does not have the SST-2 schema {SST2_COLUMNS} (it has {got}); use the "
+                            "parquet files of the Hub dataset nyu-mll/glue, config sst2.")
+        text = schema.names.index("sentence")
+        size = sum(meta.row_group(g).column(text).total_uncompressed_size for g in range(meta.num_row_groups))
+        if size > MAX_MEMBER_BYTES:
+            raise DataError(f"{path} holds {size:,} bytes of sentences, more than an SST-2 split may cost.")
+        df = pq.read_table(path, columns=list(SST2_COLUMNS)).to_pandas()
     tokens = df["sentence"].str.split().str.len()
     for rows, what in [(df.isna().any(axis=1), "missing values"), (~df["label"].isin([-1, 0, 1]), "a label "
                        "outside -1, 0, 1"), (df["idx"].duplicated(), "the idx of an earlier row"),
@@ -85,20 +66,21 @@ def sst2_prefixes(df, n_tokens: int, size: int | None = None):
     labels = df["label"].to_numpy(dtype=np.int64)
     if len(labels) and not np.isin(labels, (0, 1)).all():
         raise DataError(f"labels must be 0 or 1 (a labelled split, not 'test'), got {sorted(set(labels))}.")
-    keep = np.array([len(t) >= n_tokens for t in tokens], dtype=bool)
-    if size is None:
-        rows = np.nonzero(keep)[0]
-        if len(rows) == 0:
-            raise DataError(f"no sentence has at least {n_tokens} tokens.")
-    else:
-        half = int(size) // 2
-        chosen = [np.nonzero(keep & (labels == label))[0][:half] for label in (0, 1)]
-        for label, found in enumerate(chosen):
-            if len(found) < half:
-                raise DataError(f"only {len(found)} sentences with label {label} and at least {n_tokens} "
-                                f"tokens; need {half}.")
-        rows = np.sort(np.concatenate(chosen))
+    rows = np.array([i for i, t in enumerate(tokens) if len(t) >= n_tokens], dtype=np.int64)
+    if len(rows) == 0:
+        raise DataError(f"no sentence has at least {n_tokens} tokens.")
+    if size is not None:
+        rows = rows[_balanced(labels[rows], int(size), f"sentences of at least {n_tokens} tokens")]
     return [tokens[i][:n_tokens] for i in rows], labels[rows], rows
+
+
+def _balanced(labels: np.ndarray, size: int, what: str) -> np.ndarray:
+    """The indices, in order, of the first ``size / 2`` of ``labels`` of each label (0, 1)."""
+    chosen = [np.nonzero(labels == c)[0][:size // 2] for c in (0, 1)]
+    for c, found in enumerate(chosen):
+        if len(found) < size // 2:
+            raise DataError(f"only {len(found)} {what} of label {c}: need {size // 2}.")
+    return np.sort(np.concatenate(chosen))
 
 
 def unique_prefixes(tokens: list, labels, size: int, exclude=()) -> tuple[list, np.ndarray, dict]:
@@ -110,13 +92,9 @@ def unique_prefixes(tokens: list, labels, size: int, exclude=()) -> tuple[list, 
     conflicting = {k for k, ys in seen.items() if len(ys) > 1}
     held_out = {tuple(t) for t in exclude} & seen.keys()
     label = {k: min(ys) for k, ys in seen.items() if k not in conflicting and k not in held_out}
-    chosen = [[k for k, y in label.items() if y == c][:size // 2] for c in (0, 1)]
-    for c, found in enumerate(chosen):
-        if len(found) < size // 2:
-            raise DataError(f"only {len(found)} distinct prefixes with label {c} (one label, not in the "
-                            f"validation split); need {size // 2}: lower 'n_train'.")
-    picked = set(chosen[0] + chosen[1])
-    rows = [k for k in label if k in picked]   # in file order
+    keys = list(label)
+    what = "distinct prefixes (of one label, not in the validation split; lower 'n_train')"
+    rows = [keys[i] for i in _balanced(np.array([label[k] for k in keys]), size, what)]
     counts = {"rows": len(tokens), "prefixes": len(seen), "conflicting": len(conflicting),
               "conflicting_rows": sum(tuple(t) in conflicting for t in tokens),
               "in_validation": len(held_out)}
