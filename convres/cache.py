@@ -94,10 +94,11 @@ def _file(module: str) -> Path:
 
 @cache
 def source_fingerprint(module: str = "") -> str:
-    """16 hex digits of the SHA-256 of the package's ``.py`` files: every one, or (``module``) the
-    files that ``module`` imports, directly or not, with the ``__init__.py`` of their packages."""
+    """16 hex digits of the SHA-256 of the package's ``.py`` files: every one, or (``module``, a module of
+    the package) the files that ``module`` imports, directly or not, with the ``__init__.py`` of their
+    packages (hashed, their imports not followed: they only gather names)."""
     files = set(_ROOT.rglob("*.py"))
-    if module:
+    if module.startswith("convres.") and _file(module).is_file():      # else: every file
         seen, todo = set(), [module]
         while todo:
             m = todo.pop()

@@ -85,7 +85,7 @@ def run(family: str, seed: int, d_qk: int, beta: float, mu: float, *, scale: str
                 "escape": escape_step(h.loss, floor), "alpha": rate_alpha(params, X, cfg),
                 "sigma_Z0": sigma_nn(forward_trace(params, X, cfg).Z[0].detach())}
 
-    return cached_json("explorer-run", config, compute, source=__name__)
+    return cached_json("explorer-run", config, compute, source="convres.explorers")
 
 
 def escape_step(loss, floor: float) -> int | None:

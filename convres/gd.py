@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -307,14 +306,20 @@ class _Loop:
             norms[-1] = math.nan
         return phis.double().cpu().numpy(), norms.double().cpu().numpy()
 
-    def _iterate(self, prev, start, x: int) -> torch.Tensor:
-        """The iterate before the block (``x = 0``) or at its step ``x - 1``, its updates replayed."""
-        if x == 0:
-            return prev
-        theta = start.clone()
-        for v in range(x - 1):
-            theta.addcmul_(self.mu_theta, self.G[v], value=-1.0)
-        return theta
+    def _iterates(self, prev, start, end, k: int) -> Callable[[int], torch.Tensor]:
+        """``at(x)``: the iterate before the block (``x = 0``) or at its step ``x - 1``, its updates
+        replayed from the nearest one known (each made once)."""
+        known = {0: prev, 1: start, k: end}
+
+        def at(x: int) -> torch.Tensor:
+            if x not in known:
+                y = max(v for v in known if 1 <= v < x)
+                theta = known[y].clone()
+                for v in range(y, x):
+                    theta.addcmul_(self.mu_theta, self.G[v - 1], value=-1.0)
+                known[x] = theta
+            return known[x]
+        return at
 
     def run(self, steps, tol, rtol, blowup, bar) -> list[Run]:
         rules = dict(tol=tol, rtol=rtol, blowup=blowup, steps=steps)
@@ -342,7 +347,7 @@ class _Loop:
                 flag = (~np.isfinite(losses) | ~np.isfinite(gnorms) | (losses > blowup * phi_0)
                         | (losses <= np.maximum(tol, rtol * phi_0)) | (step is not None))
             first = np.where(flag.any(0), flag.argmax(0), len(block))
-            at = functools.partial(self._iterate, prev, start)
+            at = self._iterates(prev, start, end, len(block))
             keep = [j for j, i in enumerate(self.active) if self._record(
                 block, j, i, first[j], losses[:, j], gnorms[:, j], at, spectra, step, rules)]
             bar.update(len(block))

@@ -159,4 +159,5 @@ def test_an_experiment_is_keyed_on_the_code_it_imports(tmp_path, monkeypatch):
             f.write("\n# edited\n")
         after = fingerprints()
         assert (after[0] == before[0]) == kept and after[1] != before[1], edited
+    assert cache.source_fingerprint("functools") == cache.source_fingerprint()   # not ours: every file
     cache.source_fingerprint.cache_clear()

@@ -240,6 +240,8 @@ BAD_ARGUMENTS = {   # what is wrong -> (the call, on a data folder holding write
                                  "sentences"),
     "a zero std": (lambda f: data.embed_with([["a"]], VOCAB, VECTORS, mean=[0, 0], std=[1, 0]),
                    "standard deviation"),
+    "fewer vectors than words": (lambda f: data.embed_with([["a"]], VOCAB, VECTORS[:2]), "vectors"),
+    "no smoothing": (lambda f: data.ppmi_embeddings([s.split() for s in LONG], 2, smoothing=0), "smoothing"),
 }
 
 
@@ -288,3 +290,15 @@ def test_a_failed_download_names_the_source_and_the_offline_fix(tmp_path, mirror
     with pytest.raises(DataError, match="CONVRES_DATA_DIR"):
         data.download("sst2" if where == "offline" else "jena", data_dir=tmp_path)
     assert not any(p.suffix in (".zip", ".parquet") for p in tmp_path.rglob("*"))
+
+
+def test_a_wrong_zip_keeps_its_part_name_and_says_so(tmp_path, mirror):
+    """A downloaded zip without one CSV takes no final name (its sha256 is not recorded)."""
+    _, files, _ = mirror
+    with zipfile.ZipFile(tmp_path / "two.zip", "w") as z:
+        z.writestr("a.csv", "x\n1\n")
+        z.writestr("b.csv", "x\n2\n")
+    files["/jena.zip"] = (tmp_path / "two.zip").read_bytes()
+    with pytest.raises(DataError, match="holds 2 CSV file.*delete it"):
+        data.download("jena", data_dir=tmp_path / "data")
+    assert [p.name for p in (tmp_path / "data").rglob("*.zip*")] == ["jena_climate_2009_2016.csv.zip.part"]

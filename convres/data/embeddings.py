@@ -5,7 +5,7 @@ import collections
 import numpy as np
 import torch
 
-from ..values import as_int
+from ..values import as_int, as_real
 
 
 def ppmi_embeddings(sentences, d: int, *, vocab_size: int = 5000, smoothing: float = 0.75,
@@ -15,6 +15,8 @@ def ppmi_embeddings(sentences, d: int, *, vocab_size: int = 5000, smoothing: flo
     distribution to the power ``smoothing`` (Levy, Goldberg and Dagan 2015), by subspace iteration."""
     d = as_int("d (the embedding dimension)", d, minimum=1)
     vocab_size = as_int("vocab_size", vocab_size, minimum=2)
+    as_real("smoothing", smoothing, minimum=0, above=True, maximum=1)
+    iterations = as_int("iterations", iterations, minimum=1)
     sentences = [list(s) for s in sentences]
     if not sentences or not all(sentences):
         raise ValueError("sentences must be a non-empty list of non-empty token lists.")
@@ -58,9 +60,13 @@ def ppmi_embeddings(sentences, d: int, *, vocab_size: int = 5000, smoothing: flo
 def embed_with(sentences, vocab, vectors, *, mean=None, std=None, dtype=torch.float64):
     """``(X, (mean, std), oov)``: ``X`` ``(N, n, d)`` of equal-length token lists, standardized by
     ``mean`` and ``std`` (default: the known tokens'), an unknown token at the mean."""
-    if len({len(s) for s in sentences}) != 1:
-        raise ValueError("sentences must be a non-empty list of token lists of one length.")
+    lengths = {len(s) for s in sentences}
+    if len(lengths) != 1 or 0 in lengths:
+        raise ValueError("sentences must be a non-empty list of non-empty token lists of one length.")
     vectors = np.asarray(vectors, dtype=np.float64)
+    if vectors.ndim != 2 or vectors.shape[0] != len(vocab):
+        raise ValueError(f"vectors must be a (len(vocab), d) array, got shape {vectors.shape} for "
+                         f"{len(vocab)} tokens.")
     index = {t: i for i, t in enumerate(vocab)}
     ids = np.array([[index.get(t, -1) for t in s] for s in sentences], dtype=np.int64)
     known = ids >= 0

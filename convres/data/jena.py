@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 
 from ..values import positive_int
-from .sources import MAX_MEMBER_BYTES, DataError, find, reading, verify_file
+from .sources import DataError, find, reading, verify_file, zip_csv
 from .sources import data_dir as data_folder
 
 #: The files looked for in ``<data_dir>/jena_climate/``, first match wins: the Keras zip, its CSV, and
@@ -43,13 +43,8 @@ def _read_csv(path: Path) -> pd.DataFrame:
     """The CSV at ``path``, or the one CSV of a zip, whose declared size is checked before it is read."""
     if path.suffix != ".zip":
         return pd.read_csv(path)
-    with zipfile.ZipFile(path) as archive:  # an encrypted or unknown compression raises when opened
-        csvs = [i for i in archive.infolist() if i.filename.endswith(".csv") and "__MACOSX" not in i.filename]
-        if len(csvs) != 1 or csvs[0].file_size > MAX_MEMBER_BYTES:
-            raise DataError(f"{path} holds {len(csvs)} CSV file(s), not one of at most {MAX_MEMBER_BYTES:,} "
-                            "bytes; it is not the Keras zip of Jena Climate: download it again.")
-        with archive.open(csvs[0]) as f:
-            return pd.read_csv(f)
+    with zipfile.ZipFile(path) as archive, archive.open(zip_csv(archive, path)) as f:
+        return pd.read_csv(f)
 
 
 def read_jena(path: str | os.PathLike, columns=JENA_FEATURES) -> pd.DataFrame:

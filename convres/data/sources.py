@@ -24,8 +24,8 @@ KNOWN_SHA256 = {"jena_climate/jena_climate_2009_2016_SUBSET_2009-01-01_to_2009-0
                 "9de67d18a184d5ea11e9a5f5ab7e0b258d30ab1233b68f47589ac79aa5c19e83"}
 #: The cost policy: the most bytes a data file, or a zip member, may declare (the Keras CSV: 43 MB).
 MAX_MEMBER_BYTES = 256 * 2**20
-#: What reading a damaged file raises (pyarrow's errors are among them), made a :class:`DataError`.
-READ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, RuntimeError)
+#: What reading a damaged file raises (with a reader's own errors, e.g. pyarrow's), made a :class:`DataError`.
+READ_ERRORS: tuple[type[Exception], ...] = (ValueError, OSError, EOFError, zipfile.BadZipFile, RuntimeError)
 
 
 class DataError(ValueError):
@@ -80,15 +80,16 @@ def read_checksums(root: Path) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def reading(path: Path):
-    """A block that reads ``path`` within the cost policy (its size), a damaged file a :class:`DataError`."""
+def reading(path: Path, *errors: type[Exception]):
+    """A block that reads ``path`` within the cost policy (its size); a damaged file (:data:`READ_ERRORS`
+    and the reader's ``errors``) a :class:`DataError`."""
     if path.suffix != ".zip" and path.stat().st_size > MAX_MEMBER_BYTES:
         raise DataError(f"{path} has {path.stat().st_size:,} bytes, more than a data file may have.")
     try:
         yield
     except DataError:
         raise
-    except READ_ERRORS as err:
+    except READ_ERRORS + errors as err:
         raise DataError(f"cannot read {path} ({err}); delete it and download it again.") from None
 
 
@@ -102,6 +103,16 @@ def verify_file(path: Path, root: Path) -> str:
         raise DataError(f"{path}: its sha256 is not the {expected} of {where}; the file is damaged or "
                         "another one: delete it and download it again (or, if it is yours, remove its line).")
     return f"sha256 matches {where}"
+
+
+def zip_csv(archive: zipfile.ZipFile, where: Path) -> zipfile.ZipInfo:
+    """The one CSV of a zip, its declared size within the cost policy (an encrypted member or an unknown
+    compression raises when it is opened)."""
+    csvs = [i for i in archive.infolist() if i.filename.endswith(".csv") and "__MACOSX" not in i.filename]
+    if len(csvs) != 1 or csvs[0].file_size > MAX_MEMBER_BYTES:
+        raise DataError(f"{where} holds {len(csvs)} CSV file(s), not one of at most {MAX_MEMBER_BYTES:,} "
+                        "bytes; it is not the Keras zip of Jena Climate: delete it and download it again.")
+    return csvs[0]
 
 
 def find(root: Path, names: tuple[str, ...], download: bool = False) -> Path:
@@ -118,7 +129,7 @@ def find(root: Path, names: tuple[str, ...], download: bool = False) -> Path:
 
 def fetch(rel: str, root: Path) -> Path:
     """``root/rel`` (a file of :data:`SOURCES`) downloaded into ``rel.part`` (the next try resumes it), its
-    sha256 recorded in ``SHA256SUMS``; a zip must open before it takes its name."""
+    sha256 recorded in ``SHA256SUMS``; a zip must hold one CSV (:func:`zip_csv`) before it takes its name."""
     dest, url = root / rel, SOURCES[rel]()
     fix = f"without network, put the file at {dest}, or set {DATA_ENV} to an offline copy holding {rel}"
     if rel.startswith("sst2/") and os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
@@ -128,8 +139,9 @@ def fetch(rel: str, root: Path) -> Path:
     part = dest.with_name(dest.name + ".part")
     try:
         _download(url, part, rel)
-        if rel.endswith(".zip"):  # a captive portal's page is no zip
-            zipfile.ZipFile(part).close()
+        if rel.endswith(".zip"):  # a captive portal's page is no zip; a wrong zip keeps its .part name
+            with zipfile.ZipFile(part) as archive:
+                zip_csv(archive, part)
     except (OSError, http.client.HTTPException, zipfile.BadZipFile) as err:  # URLError, timeouts, ...
         kept = f" What arrived is kept in {part}: the next try resumes it." if part.exists() else ""
         raise DataError(f"could not download {rel} from {url} ({getattr(err, 'reason', None) or err}); "

@@ -29,12 +29,13 @@ def load_sst2(split: str = "train", *, data_dir=None, download: bool = False, ma
     """One SST-2 split as a ``pandas.DataFrame`` (``sentence``, ``label``: 0/1, -1 in test, ``idx``),
     checked by its sha256 (``df.attrs["checksum"]``), its cost (the text's size in the footer, before
     it is read) and its content (a :class:`DataError`)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     max_tokens = as_int("max_tokens", max_tokens, minimum=1)
     path = sst2_path(split, data_dir=data_dir, download=download)
     checked = verify_file(path, path.parents[1])
-    with reading(path):
+    with reading(path, pa.ArrowException):
         meta = pq.read_metadata(path)
         schema = meta.schema.to_arrow_schema()
         got = {c: str(schema.field(c).type) if c in schema.names else "missing" for c in SST2_COLUMNS}

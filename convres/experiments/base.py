@@ -290,7 +290,8 @@ def shared_by_pieces(what: str, s: dict, device, compute: Callable[[], Any], **c
         return {"value": value, "commit": run.get("commit"), "cpu_seconds": seconds}
 
     store = run.get("store")
-    part = cached_json(what, config, made, directory=store, source=store is None and run.get("module", True))
+    code = run.get("module", True) if store is None else False      # a store is keyed without the source
+    part = cached_json(what, config, made, directory=store, source=code)
     value = part.pop("value")
     run["shared"].append({"what": what, "key": digest(config)[:16], "sha256": digest(value), **part})
     return value
@@ -310,11 +311,12 @@ def protocol_stamp(path: Path = STAMP_FILE) -> dict | None:
         s = json.loads(path.read_text())
         ok = (s["tag"] == TAG and re.fullmatch(r"[0-9a-f]{40}", str(s["commit"]))
               and re.fullmatch(r"\d{4}-\d{2}-\d{2}([T ].*)?", str(s["date"])))
-    except (OSError, ValueError, LookupError, TypeError):
-        ok = False
+        why = f"got {s!r}"
+    except (OSError, ValueError, LookupError, TypeError) as err:
+        ok, why = False, f"{type(err).__name__}: {err}"
     if not ok:
         raise ValueError(f"{path} must hold {{'tag': {TAG!r}, 'commit': 40 hex digits, 'date': "
-                         f"'YYYY-MM-DD...'}}; write it again from `git show {TAG}`.")
+                         f"'YYYY-MM-DD...'}} ({why}); write it again from `git show {TAG}`.")
     return {k: s[k] for k in ("tag", "commit", "date")}
 
 

@@ -160,7 +160,7 @@ def prepare(profile: str, part: str, *, data_dir=None, device=None) -> dict | li
     parts = _shared_parts(s, task, token_targets(task.Y, task.X.shape[1]), dtype, check_device(device))
     if part not in parts:
         raise ValueError(f"unknown shared part {part!r}; choose one of {sorted(parts)}.")
-    with run_context(data=fingerprint(data_dir), shared=[]), torch_threads(1):
+    with run_context(data=fingerprint(data_dir), shared=[], module=__name__), torch_threads(1):
         return parts[part]()
 
 

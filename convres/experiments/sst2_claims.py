@@ -76,8 +76,8 @@ def checks_of(data: dict) -> list[CheckResult]:
 
 def references(depths) -> dict[str, list[Arm]]:
     """The arms each claim says are worse, its references, as the paper pilot's rule named them: the
-    primary measure's arm (:data:`MEASURES`), at every depth for T1 and T4, at the shallowest for T2
-    and T3 (the grading also asks T3's deepest arm to train)."""
+    primary measure's arm (:data:`MEASURES`: isometric for T1, T3, T4, matched for T2), at every depth
+    for T1 and T4, at the shallowest for T2 and T3 (the grading also asks T3's deepest arm to train)."""
     at = {"T1": sorted(depths), "T2": [min(depths)], "T3": [min(depths)], "T4": sorted(depths)}
     return {claim: [Arm(L, MEASURES[claim][None][1]) for L in at[claim]] for claim in MEASURES}
 
