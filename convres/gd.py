@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -204,10 +205,12 @@ def sweep(params: Sequence[Mapping[str, torch.Tensor]], X, Y, cfg, mu, steps: in
         check_cost(shared, *Xs[idx[0]].shape[:2], configs=min(size, len(idx)), dtype=dtype,
                    device=on if dev is None else dev)          # the largest stack, before a value is read
     _check_runs(params_list, Xs, Ys, cfgs, mus, finite=True)        # the values
-    from tqdm.auto import tqdm
+    shown = progress and steps * len(chunks) > 0
+    # tqdm.auto warns when imported in a notebook without ipywidgets: imported only to show a bar
+    tqdm = importlib.import_module("tqdm.auto" if shown else "tqdm").tqdm
     results: list = [None] * len(params_list)
     with tqdm(total=steps * len(chunks), desc="gradient descent", unit="step", leave=False,
-              disable=not progress or steps * len(chunks) == 0) as bar:
+              disable=not shown) as bar:
         for idx in chunks:
             loop = _Loop(idx, params_list, Xs, Ys, cfgs, mus, dev, record_every, callback)
             for i, r in zip(idx, loop.run(steps, tol, rtol, blowup, bar)):
