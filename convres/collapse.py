@@ -119,7 +119,7 @@ def _sweep(inst_at, points: Sequence, betas: Sequence[float]) -> dict[str, np.nd
     S_all, A_all, Z_all, rows = [], [], [], []
     for p in points:
         X, W_Q, W_K, W_V, s = inst_at(p)
-        S, A, _ = attention_output(X, W_Q, W_K, W_V, s)
+        S, A = attention(X, W_Q, W_K, W_V, s)      # checked at the entry point, not per point
         S_all.append(S)
         A_all.append(A)
         Z_all.append(torch.stack([A + b * X for b in betas]))
